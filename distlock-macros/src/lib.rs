@@ -1,0 +1,1 @@
+//! Procedural macros for `distlock`. Use them through `distlock::distributed_lock`.

@@ -1,0 +1,1 @@
+//! Tower layers for `distlock`.
