@@ -1,0 +1,218 @@
+//! The client: one store (Redis or memory), its key prefix, and the per-client machinery shared
+//! by every lock it hands out (the watchdog and the wake-up registry).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+
+use crate::error::StoreError;
+use crate::lock::LockBuilder;
+use crate::lock::watchdog::Watchdog;
+use crate::store::{MemoryStore, RedisStore, Store, redis::RedisSettings};
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "distlock";
+
+/// A handle to a store. Cheap to clone: clones share one connection, one watchdog and one
+/// pub/sub subscription set.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::Client::in_memory();
+/// let lease = client.lock("order:42").acquire().await?;
+/// println!("fence {}", lease.fence());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: u64,
+    pub(crate) store: Store,
+    pub(crate) prefix: String,
+    pub(crate) watchdog: Watchdog,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("store", &self.inner.store.kind())
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to a single Redis primary: `redis://[user[:password]@]host[:port][/db]`, or
+    /// `rediss://` for TLS (with the `tls` feature). Fails once, clearly, on a bad URL, a
+    /// refused connection or wrong credentials.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder().connect(url).await
+    }
+
+    /// A client over an in-memory store with the same semantics as Redis, for tests and local
+    /// development. Locks are shared by clones of this client only.
+    #[must_use]
+    pub fn in_memory() -> Self {
+        Self::builder().in_memory()
+    }
+
+    /// A client with non-default settings.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// Starts building a lock on `name`. Any UTF-8 text up to
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes is a valid name.
+    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(self.clone(), name.into())
+    }
+
+    /// `"redis"` or `"memory"`.
+    #[must_use]
+    pub fn store_kind(&self) -> &'static str {
+        self.inner.store.kind()
+    }
+
+    /// The key prefix.
+    #[must_use]
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.inner.store
+    }
+}
+
+/// Settings for a [`Client`]. Consuming builder; every setter validates on `connect`.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ClientBuilder {
+    prefix: String,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    reconnect_retries: usize,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            response_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            reconnect_retries: 6,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The first part of every key (default `distlock`). Must be non-empty and contain none of
+    /// `{`, `}` or whitespace, so that it can never change a key's hash slot.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one command may take before it fails with [`StoreError::Timeout`]
+    /// (default 2 s). Every public operation is bounded by it.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long one connection attempt may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How many times the connection manager retries a reconnect before a command fails
+    /// (default 6, with jittered exponential backoff up to 1 s).
+    pub fn reconnect_retries(mut self, retries: usize) -> Self {
+        self.reconnect_retries = retries;
+        self
+    }
+
+    fn validate(&self) -> Result<(), StoreError> {
+        let bad = |message: String| Err(StoreError::Config { message });
+        if self.prefix.is_empty()
+            || self
+                .prefix
+                .chars()
+                .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
+        {
+            return bad(format!(
+                "prefix {:?} must be non-empty, without braces or whitespace",
+                self.prefix
+            ));
+        }
+        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return bad("timeouts must be greater than zero".to_owned());
+        }
+        Ok(())
+    }
+
+    /// Connects to Redis; see [`Client::connect`].
+    pub async fn connect(self, url: &str) -> Result<Client, StoreError> {
+        self.validate()?;
+        let info = url.into_connection_info().map_err(|e| StoreError::Config {
+            message: format!("cannot use Redis URL: {e}"),
+        })?;
+        let settings = RedisSettings {
+            response_timeout: self.response_timeout,
+            connect_timeout: self.connect_timeout,
+            reconnect_retries: self.reconnect_retries,
+        };
+        let store = RedisStore::connect(info, settings).await?;
+        Ok(self.build(Store::Redis(store)))
+    }
+
+    /// Builds a client over a fresh in-memory store.
+    ///
+    /// # Panics
+    /// If the prefix is invalid (see [`ClientBuilder::prefix`]).
+    pub fn in_memory(self) -> Client {
+        if let Err(err) = self.validate() {
+            panic!("{err}");
+        }
+        self.build(Store::Memory(MemoryStore::new()))
+    }
+
+    fn build(self, store: Store) -> Client {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let watchdog = Watchdog::new(store.clone());
+        Client {
+            inner: Arc::new(ClientInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                store,
+                prefix: self.prefix,
+                watchdog,
+            }),
+        }
+    }
+}
+
+static DEFAULT_CLIENT: RwLock<Option<Client>> = RwLock::new(None);
+
+/// Installs the process-wide client used by `#[distributed_lock]` when it has no
+/// `client = ...` argument. Call it once at start-up; a later call replaces it.
+pub fn set_default_client(client: Client) {
+    *DEFAULT_CLIENT
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = Some(client);
+}
+
+/// The client installed with [`set_default_client`], if any.
+#[must_use]
+pub fn default_client() -> Option<Client> {
+    DEFAULT_CLIENT
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}

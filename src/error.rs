@@ -1,0 +1,257 @@
+//! Error types: one enum per concern, each `#[non_exhaustive]`.
+//!
+//! [`StoreError`] says what went wrong talking to the store (Redis unreachable, too slow, or
+//! refusing a command); [`LockError`] wraps it and adds what can go wrong with a lock (busy,
+//! timed out, lost, invalid name or configuration).
+
+use std::fmt;
+use std::time::Duration;
+
+/// A failure of the store behind a [`Client`](crate::Client): Redis could not be reached,
+/// did not answer in time, or refused the command.
+///
+/// None of these means "the lock is busy": contention is reported as
+/// [`LockError::Busy`] or [`LockError::Timeout`], never as a store error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The connection failed or was dropped (refused, reset, closed). Retrying later may work;
+    /// the connection manager reconnects by itself.
+    #[error("cannot reach Redis: {message}")]
+    Unreachable {
+        /// What the connection layer reported.
+        message: String,
+    },
+    /// Redis did not answer within the deadline. The command may or may not have been applied:
+    /// the library treats such an outcome as unknown (a lock it may have been granted is
+    /// released in the background, or expires after its ttl).
+    #[error("Redis did not answer within {after:?} (the command may or may not have been applied)")]
+    Timeout {
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// Redis answered with an error. See [`RefusedKind`] for what to do about each kind.
+    #[error("Redis refused the command ({kind}): {message}")]
+    Refused {
+        /// Why it was refused.
+        kind: RefusedKind,
+        /// The server's own words.
+        message: String,
+    },
+    /// The server rejected the credentials in the URL. This is never retried.
+    #[error("Redis rejected the credentials: {message}")]
+    Auth {
+        /// The server's own words.
+        message: String,
+    },
+    /// The URL or connection settings are invalid; fix the configuration.
+    #[error("invalid Redis configuration: {message}")]
+    Config {
+        /// What is wrong.
+        message: String,
+    },
+    /// Redis answered something this library did not expect (a bug, or a key of ours that was
+    /// overwritten by something else).
+    #[error("unexpected reply from Redis: {message}")]
+    Protocol {
+        /// What was expected and what came.
+        message: String,
+    },
+}
+
+/// Why Redis refused a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusedKind {
+    /// `OOM`: `maxmemory` is reached under `noeviction`. Free memory or raise the limit.
+    OutOfMemory,
+    /// `READONLY`: the connection reached a replica, usually right after a failover. Retrying
+    /// after the client reconnects to the new primary usually works.
+    ReadOnly,
+    /// `NOPERM`: the ACL user may not run the command or touch the key. Grant the documented
+    /// key patterns and commands.
+    NoPermission,
+    /// `LOADING`: the server is loading its data set.
+    Loading,
+    /// A Lua script failed, or scripting is disabled.
+    Script,
+    /// Any other error reply; the code is Redis' (e.g. `ERR`, `WRONGTYPE`).
+    Other(String),
+}
+
+impl fmt::Display for RefusedKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OutOfMemory => f.write_str("out of memory"),
+            Self::ReadOnly => f.write_str("read-only replica"),
+            Self::NoPermission => f.write_str("no permission"),
+            Self::Loading => f.write_str("loading"),
+            Self::Script => f.write_str("script error"),
+            Self::Other(code) => f.write_str(code),
+        }
+    }
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(err: redis::RedisError) -> Self {
+        use redis::{ErrorKind, ServerErrorKind};
+        let message = err.to_string();
+        if err.is_timeout() {
+            // The redis crate does not say which deadline passed; ours is the response timeout.
+            return Self::Timeout {
+                after: Duration::ZERO,
+            };
+        }
+        match err.kind() {
+            ErrorKind::AuthenticationFailed => Self::Auth { message },
+            ErrorKind::InvalidClientConfig => Self::Config { message },
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Self::Protocol { message },
+            ErrorKind::Server(kind) => {
+                let kind = match kind {
+                    ServerErrorKind::ReadOnly => RefusedKind::ReadOnly,
+                    ServerErrorKind::NoPerm => RefusedKind::NoPermission,
+                    ServerErrorKind::BusyLoading => RefusedKind::Loading,
+                    ServerErrorKind::NoScript => RefusedKind::Script,
+                    _ => refused_kind_from_message(err.code(), &message),
+                };
+                Self::Refused { kind, message }
+            }
+            ErrorKind::Extension => {
+                let kind = refused_kind_from_message(err.code(), &message);
+                if kind == RefusedKind::Other("WRONGPASS".into()) {
+                    return Self::Auth { message };
+                }
+                Self::Refused { kind, message }
+            }
+            _ if err.is_io_error()
+                || err.is_connection_dropped()
+                || err.is_connection_refusal() =>
+            {
+                Self::Unreachable { message }
+            }
+            _ => Self::Unreachable { message },
+        }
+    }
+}
+
+/// Classifies an error reply by its code and text. Errors raised inside a script come back as
+/// `ERR ... script: ...` in some versions and with their own code (e.g. `OOM`) in others, so
+/// both are looked at.
+fn refused_kind_from_message(code: Option<&str>, message: &str) -> RefusedKind {
+    let code = code.unwrap_or("ERR");
+    let has = |needle: &str| message.contains(needle);
+    if code == "OOM" || has("OOM command not allowed") {
+        RefusedKind::OutOfMemory
+    } else if code == "READONLY" || has("READONLY") {
+        RefusedKind::ReadOnly
+    } else if code == "NOPERM" || has("NOPERM") || has("No permissions") {
+        RefusedKind::NoPermission
+    } else if code == "LOADING" {
+        RefusedKind::Loading
+    } else if has("script") || has("Script") || code == "NOSCRIPT" {
+        RefusedKind::Script
+    } else {
+        RefusedKind::Other(code.to_owned())
+    }
+}
+
+impl StoreError {
+    /// Fills in the deadline of a [`StoreError::Timeout`] that came from the connection layer.
+    pub(crate) fn with_deadline(self, deadline: Duration) -> Self {
+        match self {
+            Self::Timeout { after } if after.is_zero() => Self::Timeout { after: deadline },
+            other => other,
+        }
+    }
+}
+
+/// Errors of the lock API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock is held by someone else and the caller asked not to wait (or `on_busy = error`).
+    #[error("lock `{name}` is held by another owner; it frees up within {retry_after:?}")]
+    Busy {
+        /// The lock's name.
+        name: String,
+        /// The holder's remaining ttl: the longest the lock can stay busy unless renewed.
+        retry_after: Duration,
+    },
+    /// The lock stayed busy for the whole wait.
+    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    Timeout {
+        /// The lock's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The lease can no longer be trusted: it expired, was taken over, or renewal failed until
+    /// its safety deadline. Work done under it must be treated as unprotected.
+    #[error("the lease on `{name}` was lost ({reason})")]
+    LeaseLost {
+        /// The lock's name.
+        name: String,
+        /// Why.
+        reason: LossReason,
+    },
+    /// The store failed; see [`StoreError`].
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The lock name cannot be used; see [`InvalidName`].
+    #[error(transparent)]
+    InvalidName(#[from] InvalidName),
+    /// A lock option is out of range (e.g. a zero ttl).
+    #[error("invalid lock configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// `#[distributed_lock]` was used without `client = ...` and no default client was
+    /// installed with [`set_default_client`](crate::set_default_client).
+    #[error(
+        "no default distlock client is installed: call distlock::set_default_client(client) at \
+         start-up, or pass `client = <expr>` to #[distributed_lock]"
+    )]
+    NoDefaultClient,
+}
+
+/// Why a lease ended or can no longer be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The lease was released by its owner (normal end, not a failure).
+    Released,
+    /// Redis says the key is gone or holds another token (expired, evicted, deleted, or taken
+    /// over after an expiry).
+    NotHeld,
+    /// No renewal succeeded before the local safety deadline (acquire time + ttl − drift);
+    /// the store may have let the key expire.
+    Expired,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Released => "released",
+            Self::NotHeld => "the store no longer holds it for this owner",
+            Self::Expired => "its ttl ran out before it could be renewed",
+        })
+    }
+}
+
+/// A lock or subject name that cannot be turned into a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidName {
+    /// The name is empty.
+    #[error("invalid name: it is empty")]
+    Empty,
+    /// The name is longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
+    #[error("invalid name: it is {len} bytes long, the limit is {max} bytes")]
+    TooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}

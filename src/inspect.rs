@@ -1,0 +1,81 @@
+//! Hidden hooks for this crate's own integration tests: look at and tamper with the store the
+//! same way on both backends. Not part of the public API; may change at any time.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::Client;
+use crate::error::{InvalidName, StoreError};
+use crate::keys::LockKeys;
+use crate::store::Store;
+
+/// Store-level views of one client, for tests.
+#[doc(hidden)]
+pub struct Inspector<'a> {
+    client: &'a Client,
+}
+
+impl Client {
+    #[doc(hidden)]
+    pub fn __inspect(&self) -> Inspector<'_> {
+        Inspector { client: self }
+    }
+}
+
+impl Inspector<'_> {
+    /// The lock key of `name`.
+    pub fn lock_key(&self, name: &str) -> Result<String, InvalidName> {
+        Ok(LockKeys::new(&self.client.inner.prefix, name)?.lock)
+    }
+
+    /// The fence key of `name`.
+    pub fn fence_key(&self, name: &str) -> Result<String, InvalidName> {
+        Ok(LockKeys::new(&self.client.inner.prefix, name)?.fence)
+    }
+
+    /// Remaining ttl of a key; `None` if it does not exist.
+    pub async fn pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        match self.client.store() {
+            Store::Memory(m) => Ok(m.pttl(key)),
+            Store::Redis(r) => {
+                let ms: i64 = r.connection().pttl(key).await?;
+                Ok(u64::try_from(ms).ok().map(Duration::from_millis))
+            }
+        }
+    }
+
+    /// Deletes a key behind every holder's back.
+    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        match self.client.store() {
+            Store::Memory(m) => Ok(m.delete(key)),
+            Store::Redis(r) => {
+                let n: i64 = r.connection().del(key).await?;
+                Ok(n > 0)
+            }
+        }
+    }
+
+    /// Live keys under this client's prefix.
+    pub async fn keys(&self) -> Result<Vec<String>, StoreError> {
+        let prefix = &self.client.inner.prefix;
+        match self.client.store() {
+            Store::Memory(m) => Ok(m
+                .live_keys()
+                .into_iter()
+                .filter(|k| k.starts_with(prefix.as_str()))
+                .collect()),
+            Store::Redis(r) => Ok(r.connection().keys(format!("{prefix}:*")).await?),
+        }
+    }
+
+    /// Channels with local waiters.
+    pub fn waiting_channels(&self) -> usize {
+        self.client.store().wakeups().channels_in_use()
+    }
+
+    /// Leases the watchdog is tracking.
+    pub fn watched_leases(&self) -> usize {
+        self.client.inner.watchdog.len()
+    }
+}

@@ -1,0 +1,129 @@
+//! Key layout: every key of one lock is `<prefix>:<kind>:{<encoded name>}`.
+//!
+//! The braces are a Redis Cluster hash tag owned by the library: all keys of one lock (and the
+//! keys of one rate-limit subject) land in one slot, so one script can touch them all. User text
+//! never adds braces of its own: `%`, `{`, `}` and control characters are percent-encoded, which
+//! makes the encoding injective (distinct names give distinct keys) and leaves the tag
+//! unforgeable.
+
+use crate::error::InvalidName;
+
+/// The longest name accepted, in bytes, before encoding.
+pub const MAX_NAME_LEN: usize = 512;
+
+/// Encodes a user-supplied name for use inside a hash tag.
+pub(crate) fn encode_name(name: &str) -> Result<String, InvalidName> {
+    if name.is_empty() {
+        return Err(InvalidName::Empty);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(InvalidName::TooLong {
+            len: name.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' | '{' | '}' => push_escaped(&mut out, c),
+            c if c.is_control() => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    out.push_str(match c {
+        '%' => "%25",
+        '{' => "%7B",
+        _ => "%7D",
+    });
+}
+
+/// The keys and channel of one lock.
+#[derive(Clone, Debug)]
+pub(crate) struct LockKeys {
+    /// The name as the user gave it (for errors and tracing).
+    pub(crate) name: String,
+    /// Holds the holder's token, with the lease's ttl.
+    pub(crate) lock: String,
+    /// Holds the last fencing token handed out.
+    pub(crate) fence: String,
+    /// Pub/sub channel a release publishes to.
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, InvalidName> {
+        let tag = encode_name(name)?;
+        Ok(Self {
+            name: name.to_owned(),
+            lock: format!("{prefix}:lock:{{{tag}}}"),
+            fence: format!("{prefix}:fence:{{{tag}}}"),
+            channel: format!("{prefix}:released:{{{tag}}}"),
+        })
+    }
+}
+
+/// Returns the hash tag Redis Cluster would use for `key` (the text between the first `{` and
+/// the next `}`, if not empty), or the whole key.
+#[doc(hidden)]
+pub fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn braces_and_percent_are_escaped() {
+        assert_eq!(encode_name("a{b}c%d").as_deref(), Ok("a%7Bb%7Dc%25d"));
+        assert_eq!(encode_name("order:42").as_deref(), Ok("order:42"));
+        assert_eq!(encode_name("\n").as_deref(), Ok("%0A"));
+    }
+
+    #[test]
+    fn escaping_is_injective_on_tricky_pairs() {
+        let pairs = [("%7B", "{"), ("%25", "%"), ("a%", "a%25"), ("}", "%7D")];
+        for (a, b) in pairs {
+            assert_ne!(encode_name(a), encode_name(b), "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn empty_and_long_names_are_rejected() {
+        assert_eq!(encode_name(""), Err(InvalidName::Empty));
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert_eq!(
+            encode_name(&long),
+            Err(InvalidName::TooLong {
+                len: MAX_NAME_LEN + 1,
+                max: MAX_NAME_LEN
+            })
+        );
+        assert!(encode_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    #[test]
+    fn all_keys_of_a_lock_share_the_library_tag() {
+        let keys = LockKeys::new("p", "evil}{tag}").expect("valid name");
+        let tag = hash_tag(&keys.lock);
+        assert_eq!(tag, "evil%7D%7Btag%7D");
+        assert_eq!(hash_tag(&keys.fence), tag);
+        assert_eq!(hash_tag(&keys.channel), tag);
+    }
+}

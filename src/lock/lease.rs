@@ -1,0 +1,401 @@
+//! Leases: a held lock, its fencing token and its lost signal.
+//!
+//! A lease can be trusted until its **local safety deadline**: the send time of the request
+//! that last set its ttl, plus that ttl, minus a drift allowance, all on the monotonic clock.
+//! The store cannot expire the key before then (its clock started later), so code that checks
+//! [`LeaseHandle::is_lost`] before a step knows the lock was still held when it checked. The
+//! watchdog moves the deadline forward with each renewal.
+
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::Client;
+use crate::error::{LockError, LossReason};
+use crate::keys::LockKeys;
+use crate::store::{Held, RenewItem};
+use crate::token::Token;
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// The lock was ours and is now free; one waiter was woken.
+    Released,
+    /// The key had already expired (nobody held it). Whatever ran under the lease may have
+    /// overlapped with another holder.
+    AlreadyExpired,
+    /// Another owner holds the lock now: ours expired and was taken. Nothing was changed.
+    HeldByOther,
+}
+
+impl From<Held> for ReleaseOutcome {
+    fn from(held: Held) -> Self {
+        match held {
+            Held::Yes => Self::Released,
+            Held::Gone => Self::AlreadyExpired,
+            Held::Other => Self::HeldByOther,
+        }
+    }
+}
+
+/// The allowance for clock drift between this process and the store: 1% of the ttl plus 2 ms
+/// (the figure the Redlock analysis uses).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// State shared by a lease, its handles and the watchdog.
+pub(crate) struct LeaseShared {
+    pub(crate) keys: LockKeys,
+    pub(crate) token: Token,
+    pub(crate) fence: u64,
+    pub(crate) renews: bool,
+    pub(crate) max_hold_until: Option<Instant>,
+    ended: CancellationToken,
+    reason: OnceLock<LossReason>,
+    times: Mutex<Times>,
+}
+
+pub(crate) struct Times {
+    pub(crate) ttl: Duration,
+    /// The local safety deadline.
+    pub(crate) valid_until: Instant,
+    /// When the watchdog should next renew; `None` once it must not (max hold reached).
+    pub(crate) next_renew: Option<Instant>,
+    /// A renewal of this lease is under way.
+    pub(crate) in_flight: bool,
+}
+
+impl LeaseShared {
+    pub(crate) fn new(
+        keys: LockKeys,
+        token: Token,
+        fence: u64,
+        ttl: Duration,
+        sent_at: Instant,
+        renews: bool,
+        max_hold: Option<Duration>,
+    ) -> Self {
+        Self {
+            keys,
+            token,
+            fence,
+            renews,
+            max_hold_until: max_hold.map(|m| sent_at + m),
+            ended: CancellationToken::new(),
+            reason: OnceLock::new(),
+            times: Mutex::new(Times {
+                ttl,
+                valid_until: sent_at + ttl.saturating_sub(drift(ttl)),
+                next_renew: renews.then(|| sent_at + ttl / 3),
+                in_flight: false,
+            }),
+        }
+    }
+
+    pub(crate) fn times(&self) -> std::sync::MutexGuard<'_, Times> {
+        self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Ends the lease for `reason` (the first reason wins) and fires the lost signal.
+    pub(crate) fn end(&self, reason: LossReason) {
+        if self.reason.set(reason).is_ok() && reason != LossReason::Released {
+            tracing::warn!(lock = %self.keys.name, fence = self.fence, %reason, "distlock: lease lost");
+        }
+        self.ended.cancel();
+    }
+
+    /// The ttl to ask for in a renewal sent at `now`, capped by `max_hold`; `None` if the
+    /// lease must not be renewed any more.
+    pub(crate) fn renewal_ttl(&self, now: Instant) -> Option<Duration> {
+        let ttl = self.times().ttl;
+        match self.max_hold_until {
+            Some(until) if until <= now => None,
+            Some(until) => Some(ttl.min(until - now)),
+            None => Some(ttl),
+        }
+    }
+
+    /// A renewal sent at `sent_at` for `ttl` succeeded.
+    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
+        let mut t = self.times();
+        t.valid_until = t.valid_until.max(sent_at + ttl.saturating_sub(drift(ttl)));
+        t.in_flight = false;
+        // A renewal capped by max_hold is the last one.
+        t.next_renew = (self.renews && ttl == t.ttl).then(|| sent_at + t.ttl / 3);
+    }
+
+    /// A renewal failed without an answer (timeout, connection error): try again soon, and let
+    /// the deadline decide if it keeps failing.
+    pub(crate) fn renewal_failed(&self, now: Instant) {
+        let mut t = self.times();
+        t.in_flight = false;
+        if t.next_renew.is_some() {
+            t.next_renew = Some(now + (t.ttl / 10).max(Duration::from_millis(10)));
+        }
+    }
+
+    fn check_deadline(&self) -> bool {
+        if self.is_ended() {
+            return true;
+        }
+        if Instant::now() >= self.times().valid_until {
+            self.end(LossReason::Expired);
+            return true;
+        }
+        false
+    }
+}
+
+/// A cheap, cloneable view of a lease: its fence and its lost signal, for the code that works
+/// under the lock (tasks it spawns, the body of [`LockBuilder::run`](crate::LockBuilder::run)).
+/// It cannot release the lease.
+#[derive(Clone)]
+pub struct LeaseHandle {
+    pub(crate) shared: Arc<LeaseShared>,
+}
+
+impl std::fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseHandle")
+            .field("name", &self.shared.keys.name)
+            .field("fence", &self.shared.fence)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseHandle {
+    /// The lock's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.shared.keys.name
+    }
+
+    /// The fencing token: strictly greater than that of every earlier lease on this name.
+    /// Pass it to the resource you protect and have it refuse writes with a smaller token;
+    /// that keeps a holder that was paused past its ttl from doing harm.
+    #[must_use]
+    pub fn fence(&self) -> u64 {
+        self.shared.fence
+    }
+
+    /// Whether the lease has ended or can no longer be trusted (past its local safety
+    /// deadline, lost, or released). Checks the deadline itself, so it is right even right
+    /// after the process resumes from a pause.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        self.shared.check_deadline()
+    }
+
+    /// `Err(LeaseLost)` if [`is_lost`](Self::is_lost); call it before each step that needs the
+    /// lock.
+    pub fn ensure_held(&self) -> Result<(), LockError> {
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        Ok(())
+    }
+
+    /// Why the lease ended, once it has.
+    #[must_use]
+    pub fn lost_reason(&self) -> Option<LossReason> {
+        self.shared.check_deadline();
+        self.shared.reason.get().copied()
+    }
+
+    /// How long the lease can still be trusted without another renewal (zero once lost).
+    #[must_use]
+    pub fn valid_for(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.shared
+            .times()
+            .valid_until
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Resolves when the lease ends or can no longer be trusted: released, taken over, or
+    /// past its safety deadline. It watches the deadline itself, so it fires on time even if
+    /// no renewal answer ever comes.
+    pub async fn lost(&self) {
+        loop {
+            let until = self.shared.times().valid_until;
+            tokio::select! {
+                () = self.shared.ended.cancelled() => return,
+                () = tokio::time::sleep_until(until) => {
+                    if self.shared.check_deadline() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A token cancelled when the lease is lost, for code built on `tokio_util`'s
+    /// `CancellationToken`. It is a child token: cancelling it does not end the lease.
+    #[must_use]
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.shared.ended.child_token()
+    }
+
+    pub(crate) fn lost_error(&self) -> LockError {
+        LockError::LeaseLost {
+            name: self.shared.keys.name.clone(),
+            reason: self
+                .shared
+                .reason
+                .get()
+                .copied()
+                .unwrap_or(LossReason::Expired),
+        }
+    }
+}
+
+/// A held lock. Release it with [`Lease::release`]; dropping it releases it in the background
+/// (best effort, never blocking). It dereferences to a [`LeaseHandle`] for the fence and the
+/// lost signal.
+#[must_use = "dropping a Lease releases the lock at once"]
+pub struct Lease {
+    handle: LeaseHandle,
+    client: Client,
+    done: bool,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.handle.fmt(f)
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = LeaseHandle;
+    fn deref(&self) -> &LeaseHandle {
+        &self.handle
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(client: Client, shared: Arc<LeaseShared>) -> Self {
+        client.inner.watchdog.watch(shared.clone());
+        Self {
+            handle: LeaseHandle { shared },
+            client,
+            done: false,
+        }
+    }
+
+    /// A cloneable view of this lease.
+    #[must_use]
+    pub fn handle(&self) -> LeaseHandle {
+        self.handle.clone()
+    }
+
+    /// Sets the lease to expire `ttl` from now (the watchdog, if on, keeps renewing with this
+    /// ttl). Never re-creates an expired lock: if the lock is no longer ours, the lease is
+    /// marked lost and `Err(LeaseLost)` is returned.
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        if ttl < super::MIN_TTL {
+            return Err(LockError::InvalidConfig {
+                reason: format!("ttl {ttl:?} is below the minimum of {:?}", super::MIN_TTL),
+            });
+        }
+        self.ensure_held()?;
+        let shared = &self.handle.shared;
+        let store = self.client.store();
+        let sent_at = Instant::now();
+        let item = RenewItem {
+            key: &shared.keys.lock,
+            token: &shared.token,
+            ttl,
+        };
+        let held = tokio::time::timeout(store.op_timeout(), store.renew(&[item]))
+            .await
+            .map_err(|_| crate::StoreError::Timeout {
+                after: store.op_timeout(),
+            })??;
+        match held.first() {
+            Some(Held::Yes) => {
+                {
+                    let mut t = shared.times();
+                    t.ttl = ttl;
+                    t.valid_until = sent_at + ttl.saturating_sub(drift(ttl));
+                    if shared.renews && t.next_renew.is_some() {
+                        t.next_renew = Some(sent_at + ttl / 3);
+                    }
+                }
+                self.client.inner.watchdog.poke();
+                Ok(())
+            }
+            _ => {
+                shared.end(LossReason::NotHeld);
+                Err(self.lost_error())
+            }
+        }
+    }
+
+    /// Releases the lock if it is still ours, and wakes one waiter. Bounded by the client's
+    /// response timeout; stops the watchdog for this lease whatever the outcome.
+    pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
+        self.done = true;
+        let shared = self.handle.shared.clone();
+        shared.end(LossReason::Released);
+        let store = self.client.store();
+        let held = tokio::time::timeout(
+            store.op_timeout(),
+            store.release(&shared.keys, &shared.token),
+        )
+        .await
+        .map_err(|_| crate::StoreError::Timeout {
+            after: store.op_timeout(),
+        })??;
+        let outcome = ReleaseOutcome::from(held);
+        if outcome != ReleaseOutcome::Released {
+            tracing::warn!(lock = %shared.keys.name, ?outcome, "distlock: released a lease that was no longer held");
+        }
+        Ok(outcome)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let shared = self.handle.shared.clone();
+        shared.end(LossReason::Released);
+        release_in_background(
+            self.client.clone(),
+            shared.keys.clone(),
+            shared.token.clone(),
+        );
+    }
+}
+
+/// Best-effort release on the current runtime, bounded by the response timeout. Without a
+/// runtime the key simply expires after its ttl.
+pub(crate) fn release_in_background(client: Client, keys: LockKeys, token: Token) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let store = client.store();
+        match tokio::time::timeout(store.op_timeout(), store.release(&keys, &token)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                tracing::debug!(lock = %keys.name, error = %err, "distlock: background release failed; the key expires after its ttl");
+            }
+            Err(_) => {
+                tracing::debug!(lock = %keys.name, "distlock: background release timed out; the key expires after its ttl");
+            }
+        }
+    });
+}

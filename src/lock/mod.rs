@@ -1,0 +1,379 @@
+//! Locks: the builder, the acquire loop with waiting, and the scoped `run`.
+//!
+//! Waiting: after a busy reply the waiter subscribes (once) to the lock's release channel,
+//! retries at once (a release may have raced the subscription), then sleeps until a release
+//! wakes it or the holder's remaining ttl (plus jitter) has passed, whichever comes first. A
+//! lost message therefore costs at most one ttl, never the whole wait. If the subscription
+//! cannot be made, it polls with jittered exponential backoff, still never sleeping past the
+//! holder's ttl.
+
+pub(crate) mod lease;
+pub(crate) mod reentrant;
+pub(crate) mod watchdog;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome};
+use self::lease::{LeaseShared, release_in_background};
+use crate::Client;
+use crate::error::{LockError, StoreError};
+use crate::keys::LockKeys;
+use crate::store::{AcquireReply, Store, Subscription};
+use crate::token::Token;
+
+/// The shortest lease ttl accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest lease ttl accepted (a lease should be renewed, not set for ever).
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The default lease ttl.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// First and largest sleep of the polling fallback.
+const BACKOFF_MIN: Duration = Duration::from_millis(5);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Try once; `Busy` if held.
+    No,
+    /// Up to this long; `Timeout` after.
+    Upto(Duration),
+    /// Until acquired (or an error).
+    Forever,
+}
+
+/// Options for one lock acquisition. Start with [`Client::lock`].
+///
+/// Defaults: ttl 30 s with the watchdog renewing it while held; try once (no waiting); no
+/// maximum hold; not reentrant.
+#[must_use = "a LockBuilder does nothing until acquire() or run() is awaited"]
+#[derive(Debug)]
+pub struct LockBuilder {
+    client: Client,
+    name: String,
+    ttl: Duration,
+    wait: Wait,
+    watchdog: bool,
+    max_hold: Option<Duration>,
+    reentrant: bool,
+}
+
+impl LockBuilder {
+    pub(crate) fn new(client: Client, name: String) -> Self {
+        Self {
+            client,
+            name,
+            ttl: DEFAULT_TTL,
+            wait: Wait::No,
+            watchdog: true,
+            max_hold: None,
+            reentrant: false,
+        }
+    }
+
+    /// The lease's time to live in the store ([`MIN_TTL`]..=[`MAX_TTL`]). With the watchdog on
+    /// it is renewed every ttl/3 while held, so it only bounds how long a crashed holder keeps
+    /// the lock.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Waits up to `wait` for a busy lock; `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = if wait.is_zero() {
+            Wait::No
+        } else {
+            Wait::Upto(wait)
+        };
+        self
+    }
+
+    /// Waits as long as it takes.
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = Wait::Forever;
+        self
+    }
+
+    /// Renew the lease in the background while it is held (default on). Off: the lease
+    /// simply expires after its ttl, and its lost signal fires at its safety deadline.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// Stops renewing once the lease has been held this long, so a stuck holder cannot keep
+    /// the lock for ever. The lease then runs out its last ttl and is lost.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// For [`run`](Self::run): if this task is already inside a `run` on the same lock of the
+    /// same client, join that lease instead of waiting for it (default off here; on in
+    /// `#[distributed_lock]`).
+    pub fn reentrant(mut self, on: bool) -> Self {
+        self.reentrant = on;
+        self
+    }
+
+    fn validate(&self) -> Result<LockKeys, LockError> {
+        let keys = LockKeys::new(&self.client.inner.prefix, &self.name)?;
+        if !(MIN_TTL..=MAX_TTL).contains(&self.ttl) {
+            return Err(LockError::InvalidConfig {
+                reason: format!(
+                    "ttl {:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}",
+                    self.ttl
+                ),
+            });
+        }
+        if self.max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(LockError::InvalidConfig {
+                reason: "max_hold must be greater than zero".to_owned(),
+            });
+        }
+        Ok(keys)
+    }
+
+    /// Acquires the lock, waiting as configured.
+    ///
+    /// Cancel-safe: if this future is dropped at any point after the store may have granted
+    /// the lock, the grant is released in the background.
+    ///
+    /// # Errors
+    /// [`LockError::Busy`] (not waiting), [`LockError::Timeout`], [`LockError::Store`] (the
+    /// store failed or did not answer in time; no lease was started), [`LockError::InvalidName`]
+    /// and [`LockError::InvalidConfig`].
+    pub async fn acquire(self) -> Result<Lease, LockError> {
+        let keys = self.validate()?;
+        let span = tracing::debug_span!("distlock.acquire", lock = %keys.name);
+        self.acquire_keys(keys).instrument(span).await
+    }
+
+    async fn acquire_keys(&self, keys: LockKeys) -> Result<Lease, LockError> {
+        let store = self.client.store();
+        let token = Token::generate();
+        let started = Instant::now();
+        let deadline = match self.wait {
+            Wait::Upto(d) => Some(started + d),
+            Wait::No | Wait::Forever => None,
+        };
+        let mut subscription: Option<Subscription> = None;
+        let mut subscribe_failed = false;
+        let mut backoff = BACKOFF_MIN;
+        let mut attempts = 0u32;
+        let mut woken_by = "start";
+        loop {
+            attempts += 1;
+            // Registered before the attempt, so a release that lands between the attempt and
+            // the sleep still wakes us.
+            let notify = subscription.as_ref().map(|s| s.notify().clone());
+            let mut notified = notify.as_ref().map(|n| Box::pin(n.notified()));
+            if let Some(n) = notified.as_mut() {
+                n.as_mut().enable();
+            }
+
+            let pttl = match self.attempt(store, &keys, &token).await? {
+                Attempt::Granted(shared) => {
+                    tracing::debug!(
+                        fence = shared.fence,
+                        attempts,
+                        waited_ms =
+                            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        woken_by,
+                        "distlock: acquired"
+                    );
+                    return Ok(Lease::new(self.client.clone(), Arc::new(shared)));
+                }
+                Attempt::Busy(pttl) => pttl,
+            };
+            let now = Instant::now();
+            let busy_for = pttl.unwrap_or(BACKOFF_MAX);
+            let remaining = match (self.wait, deadline) {
+                (Wait::No, _) => {
+                    return Err(LockError::Busy {
+                        name: keys.name.clone(),
+                        retry_after: busy_for,
+                    });
+                }
+                (_, Some(deadline)) if now >= deadline => {
+                    return Err(LockError::Timeout {
+                        name: keys.name.clone(),
+                        waited: now - started,
+                    });
+                }
+                (_, Some(deadline)) => deadline - now,
+                (_, None) => Duration::MAX,
+            };
+            if subscription.is_none() && !subscribe_failed {
+                match store.wakeups().subscribe(&keys.channel).await {
+                    Ok(s) => {
+                        subscription = Some(s);
+                        woken_by = "subscribed";
+                        continue;
+                    }
+                    Err(err) => {
+                        tracing::debug!(error = %err, "distlock: cannot subscribe to releases; polling");
+                        subscribe_failed = true;
+                    }
+                }
+            }
+            let jitter = jitter_for(busy_for);
+            let mut sleep = busy_for.saturating_add(jitter);
+            if subscription.is_none() {
+                sleep = sleep.min(backoff + jitter_for(backoff));
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            let sleep = sleep.min(remaining);
+            woken_by = match notified {
+                Some(n) => tokio::select! {
+                    () = n => "release",
+                    () = tokio::time::sleep(sleep) => "timer",
+                },
+                None => {
+                    tokio::time::sleep(sleep).await;
+                    "timer"
+                }
+            };
+        }
+    }
+
+    /// One acquire round trip, released in the background if it is cancelled or its outcome
+    /// is unknown.
+    async fn attempt(
+        &self,
+        store: &Store,
+        keys: &LockKeys,
+        token: &Token,
+    ) -> Result<Attempt, LockError> {
+        let mut guard = GrantGuard {
+            client: &self.client,
+            keys,
+            token,
+            armed: true,
+        };
+        let sent_at = Instant::now();
+        let reply = tokio::time::timeout(store.op_timeout(), store.acquire(keys, token, self.ttl))
+            .await
+            .map_err(|_| StoreError::Timeout {
+                after: store.op_timeout(),
+            })??;
+        guard.armed = false;
+        Ok(match reply {
+            AcquireReply::Granted { fence } => Attempt::Granted(LeaseShared::new(
+                keys.clone(),
+                token.clone(),
+                fence,
+                self.ttl,
+                sent_at,
+                self.watchdog,
+                self.max_hold,
+            )),
+            AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
+        })
+    }
+
+    /// Acquires the lock, runs `body` while it is held, and releases it.
+    ///
+    /// The body is raced against the lease's lost signal: if the lease is lost, the body is
+    /// dropped at its next await point and `Err(LeaseLost)` is returned. If the release finds
+    /// the lock was no longer ours, the body ran (at least partly) without exclusivity and
+    /// `Err(LeaseLost)` is returned too. Inside the body, [`current_lease`](crate::current_lease)
+    /// returns the lease.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::in_memory();
+    /// let fence = client.lock("job:nightly").run(|lease| async move { lease.fence() }).await?;
+    /// assert!(fence > 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let keys = self.validate()?;
+        let client_id = self.client.inner.id;
+        if self.reentrant {
+            if let Some(outer) = reentrant::find(client_id, &keys.lock) {
+                outer.ensure_held()?;
+                return guarded(outer.clone(), body(outer)).await;
+            }
+        }
+        let lock_key = keys.lock.clone();
+        let lease = self.acquire().await?;
+        let handle = lease.handle();
+        let result = reentrant::scope(
+            client_id,
+            lock_key,
+            handle.clone(),
+            guarded(handle.clone(), body(handle)),
+        )
+        .await;
+        match result {
+            Ok(value) => match lease.release().await {
+                Ok(ReleaseOutcome::Released) => Ok(value),
+                Ok(_) => Err(LockError::LeaseLost {
+                    name: keys.name,
+                    reason: crate::LossReason::NotHeld,
+                }),
+                Err(err) => {
+                    // The work is done; the key expires after its ttl.
+                    tracing::warn!(lock = %keys.name, error = %err, "distlock: release after run failed");
+                    Ok(value)
+                }
+            },
+            Err(lost) => Err(lost),
+        }
+    }
+}
+
+/// Runs `body` until it finishes or the lease is lost, whichever is first (loss wins a tie).
+async fn guarded<Fut: Future>(handle: LeaseHandle, body: Fut) -> Result<Fut::Output, LockError> {
+    tokio::select! {
+        biased;
+        () = handle.lost() => Err(handle.lost_error()),
+        value = body => Ok(value),
+    }
+}
+
+/// The lease held by the innermost [`LockBuilder::run`] (or `#[distributed_lock]` function)
+/// this task is inside of: its fence, its lost signal.
+#[must_use]
+pub fn current_lease() -> Option<LeaseHandle> {
+    reentrant::innermost()
+}
+
+enum Attempt {
+    Granted(LeaseShared),
+    Busy(Option<Duration>),
+}
+
+/// Releases a possible grant if the attempt is cancelled or fails without a clear answer.
+struct GrantGuard<'a> {
+    client: &'a Client,
+    keys: &'a LockKeys,
+    token: &'a Token,
+    armed: bool,
+}
+
+impl Drop for GrantGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            release_in_background(self.client.clone(), self.keys.clone(), self.token.clone());
+        }
+    }
+}
+
+/// A random extra sleep of up to a tenth of `base` (at most 50 ms), so waiters spread out.
+fn jitter_for(base: Duration) -> Duration {
+    let max = u64::try_from((base / 10).min(Duration::from_millis(50)).as_micros()).unwrap_or(0);
+    Duration::from_micros(rand::random_range(0..=max))
+}

@@ -1,0 +1,223 @@
+//! The watchdog: one task per client that renews every watched lease about every ttl/3 and
+//! fires a lease's lost signal at its safety deadline if no renewal moved it.
+//!
+//! Renewals are batched: a lease due within ttl/12 of the one that triggers a tick is renewed
+//! with it, so leases taken at about the same time share round trips, up to [`MAX_BATCH`]
+//! keys per script call. Each batch runs in its own task, so a hung connection never delays
+//! the deadline checks, and each is bounded by the earliest deadline in it.
+//!
+//! The task starts with the first lease and stops after [`IDLE_EXIT`] with nothing to watch;
+//! if the runtime it ran on went away, the next lease starts a new one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::lease::LeaseShared;
+use crate::error::LossReason;
+use crate::store::{Held, RenewItem, Store};
+
+/// Most keys renewed in one script call (keeps each script short on the server).
+pub(crate) const MAX_BATCH: usize = 512;
+/// How long the task lingers with no lease before it exits.
+const IDLE_EXIT: Duration = Duration::from_secs(30);
+
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Shared {
+    store: Store,
+    leases: Mutex<HashMap<u64, Arc<LeaseShared>>>,
+    next_id: AtomicU64,
+    wake: Notify,
+}
+
+impl Watchdog {
+    pub(crate) fn new(store: Store) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                leases: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(0),
+                wake: Notify::new(),
+            }),
+            task: Mutex::new(None),
+        }
+    }
+
+    /// Starts watching a lease (renewing it if it renews; always enforcing its deadline).
+    pub(crate) fn watch(&self, lease: Arc<LeaseShared>) {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        self.shared.lock_leases().insert(id, lease);
+        self.ensure_running();
+        self.poke();
+    }
+
+    /// Makes the task look at its leases again (a lease was added or its times changed).
+    pub(crate) fn poke(&self) {
+        self.shared.wake.notify_one();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lock_leases().len()
+    }
+
+    fn ensure_running(&self) {
+        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        *task = Some(runtime.spawn(run(self.shared.clone())));
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Shared {
+    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<LeaseShared>>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+async fn run(shared: Arc<Shared>) {
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let (due, next) = scan(&shared, now);
+        for batch in due.chunks(MAX_BATCH) {
+            tokio::spawn(renew(shared.clone(), batch.to_vec()));
+        }
+        let next = match next {
+            Some(next) => {
+                idle_since = None;
+                next
+            }
+            None => {
+                let since = *idle_since.get_or_insert(now);
+                if now >= since + IDLE_EXIT && shared.lock_leases().is_empty() {
+                    return;
+                }
+                since + IDLE_EXIT
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = shared.wake.notified() => {}
+        }
+    }
+}
+
+/// Drops ended leases, fires the lost signal of those past their deadline, and picks the ones
+/// due for renewal. Returns them and when to look again (`None`: nothing to watch).
+fn scan(shared: &Shared, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
+    let mut due = Vec::new();
+    let mut next: Option<Instant> = None;
+    let mut earliest = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
+    shared.lock_leases().retain(|_, lease| {
+        if lease.is_ended() {
+            return false;
+        }
+        let mut t = lease.times();
+        if now >= t.valid_until {
+            drop(t);
+            lease.end(LossReason::Expired);
+            return false;
+        }
+        earliest(t.valid_until);
+        if let (Some(renew_at), false) = (t.next_renew, t.in_flight) {
+            let slack = t.ttl / 12;
+            if now + slack >= renew_at {
+                t.in_flight = true;
+                due.push(lease.clone());
+            } else {
+                earliest(renew_at - slack);
+            }
+        }
+        true
+    });
+    (due, next)
+}
+
+async fn renew(shared: Arc<Shared>, leases: Vec<Arc<LeaseShared>>) {
+    let sent_at = Instant::now();
+    let mut batch = Vec::with_capacity(leases.len());
+    let mut deadline: Option<Instant> = None;
+    for lease in leases {
+        match lease.renewal_ttl(sent_at) {
+            Some(ttl) => {
+                let valid_until = lease.times().valid_until;
+                deadline = Some(deadline.map_or(valid_until, |d| d.min(valid_until)));
+                batch.push((lease, ttl));
+            }
+            None => {
+                // max_hold reached: let the key run out; the deadline fires the lost signal.
+                let mut t = lease.times();
+                t.next_renew = None;
+                t.in_flight = false;
+            }
+        }
+    }
+    let Some(deadline) = deadline else {
+        return;
+    };
+    let items: Vec<RenewItem<'_>> = batch
+        .iter()
+        .map(|(lease, ttl)| RenewItem {
+            key: &lease.keys.lock,
+            token: &lease.token,
+            ttl: *ttl,
+        })
+        .collect();
+    let reply = tokio::time::timeout_at(deadline, shared.store.renew(&items)).await;
+    drop(items);
+    match reply {
+        Ok(Ok(replies)) => {
+            for ((lease, ttl), held) in batch.iter().zip(replies) {
+                match held {
+                    Held::Yes => lease.renewed(sent_at, *ttl),
+                    Held::Gone | Held::Other => lease.end(LossReason::NotHeld),
+                }
+            }
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(leases = batch.len(), error = %err, "distlock: renewal failed; retrying until the leases' deadlines");
+            mark_failed(&batch);
+        }
+        Err(_) => {
+            tracing::warn!(
+                leases = batch.len(),
+                "distlock: renewal got no answer before the earliest lease deadline"
+            );
+            mark_failed(&batch);
+        }
+    }
+    shared.wake.notify_one();
+}
+
+fn mark_failed(batch: &[(Arc<LeaseShared>, Duration)]) {
+    let now = Instant::now();
+    for (lease, _) in batch {
+        lease.renewal_failed(now);
+    }
+}

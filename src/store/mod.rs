@@ -1,0 +1,135 @@
+//! The store boundary: what a lock needs from a backend, and the backends behind it.
+//!
+//! [`Store`] is an enum rather than a generic parameter so that no user-facing type carries a
+//! backend parameter. Every backend implements the same semantics (see the scripts under
+//! `src/scripts/` for the contract); the in-memory one does it in Rust under a mutex.
+//!
+//! Redis Cluster and a Redlock quorum will be further variants: the key layout already puts
+//! every key of one operation in one hash slot, and batched renewals are per-item results that
+//! a cluster backend can split by slot.
+
+mod memory;
+pub(crate) mod redis;
+mod wakeups;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use self::memory::MemoryStore;
+pub(crate) use self::redis::RedisStore;
+pub(crate) use self::wakeups::{Subscription, Wakeups};
+
+use crate::error::StoreError;
+use crate::keys::LockKeys;
+use crate::token::Token;
+
+/// A backend: a single Redis primary, or memory.
+#[derive(Clone)]
+pub(crate) enum Store {
+    Redis(RedisStore),
+    Memory(MemoryStore),
+}
+
+/// The answer to an acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    Granted {
+        fence: u64,
+    },
+    /// `pttl` is the holder's remaining ttl; `None` if the key has no expiry.
+    Busy {
+        pttl: Option<Duration>,
+    },
+}
+
+/// Whether a key held the expected token (the reply of release and renew).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// It did (and the operation was applied).
+    Yes,
+    /// The key is gone.
+    Gone,
+    /// Another token holds it.
+    Other,
+}
+
+impl Held {
+    pub(crate) fn from_reply(code: i64) -> Result<Self, StoreError> {
+        match code {
+            1 => Ok(Self::Yes),
+            0 => Ok(Self::Gone),
+            -1 => Ok(Self::Other),
+            other => Err(StoreError::Protocol {
+                message: format!("expected 1, 0 or -1 from a lock script, got {other}"),
+            }),
+        }
+    }
+}
+
+/// One lease in a renewal batch.
+pub(crate) struct RenewItem<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) token: &'a Token,
+    pub(crate) ttl: Duration,
+}
+
+/// How long a fence key outlives the lease that last bumped it. Tokens keep increasing after
+/// it expires anyway (they are re-seeded from server time); this only bounds memory.
+pub(crate) fn fence_ttl(ttl: Duration) -> Duration {
+    (ttl * 2).max(Duration::from_secs(24 * 3600))
+}
+
+/// Milliseconds for Redis, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl Store {
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => "redis",
+            Self::Memory(_) => "memory",
+        }
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<AcquireReply, StoreError> {
+        match self {
+            Self::Redis(s) => s.acquire(keys, token, ttl).await,
+            Self::Memory(s) => Ok(s.acquire(keys, token, ttl)),
+        }
+    }
+
+    pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+        match self {
+            Self::Redis(s) => s.release(keys, token).await,
+            Self::Memory(s) => Ok(s.release(keys, token)),
+        }
+    }
+
+    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+        match self {
+            Self::Redis(s) => s.renew(items).await,
+            Self::Memory(s) => Ok(s.renew(items)),
+        }
+    }
+
+    pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
+        match self {
+            Self::Redis(s) => s.wakeups(),
+            Self::Memory(s) => s.wakeups(),
+        }
+    }
+
+    /// The deadline for one operation on this store.
+    pub(crate) fn op_timeout(&self) -> Duration {
+        match self {
+            Self::Redis(s) => s.op_timeout(),
+            Self::Memory(_) => Duration::from_secs(1),
+        }
+    }
+}
