@@ -74,6 +74,11 @@ impl Inspector<'_> {
         self.client.store().wakeups().channels_in_use()
     }
 
+    /// Renewal round trips the watchdog has sent.
+    pub fn renewal_calls(&self) -> u64 {
+        self.client.inner.watchdog.renewal_calls()
+    }
+
     /// Leases the watchdog is tracking.
     pub fn watched_leases(&self) -> usize {
         self.client.inner.watchdog.len()

@@ -1,7 +1,7 @@
 //! The watchdog: one task per client that renews every watched lease about every ttl/3 and
 //! fires a lease's lost signal at its safety deadline if no renewal moved it.
 //!
-//! Renewals are batched: a lease due within ttl/12 of the one that triggers a tick is renewed
+//! Renewals are batched: when a lease's renewal is due, every lease due within ttl/12 is renewed
 //! with it, so leases taken at about the same time share round trips, up to [`MAX_BATCH`]
 //! keys per script call. Each batch runs in its own task, so a hung connection never delays
 //! the deadline checks, and each is bounded by the earliest deadline in it.
@@ -37,6 +37,8 @@ struct Shared {
     leases: Mutex<HashMap<u64, Arc<LeaseShared>>>,
     next_id: AtomicU64,
     wake: Notify,
+    /// Renewal round trips sent (one per batch), for tests and the benchmark.
+    renewal_calls: AtomicU64,
 }
 
 impl Watchdog {
@@ -47,6 +49,7 @@ impl Watchdog {
                 leases: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
                 wake: Notify::new(),
+                renewal_calls: AtomicU64::new(0),
             }),
             task: Mutex::new(None),
         }
@@ -63,6 +66,10 @@ impl Watchdog {
     /// Makes the task look at its leases again (a lease was added or its times changed).
     pub(crate) fn poke(&self) {
         self.shared.wake.notify_one();
+    }
+
+    pub(crate) fn renewal_calls(&self) -> u64 {
+        self.shared.renewal_calls.load(Ordering::Relaxed)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -129,16 +136,19 @@ async fn run(shared: Arc<Shared>) {
 }
 
 /// Drops ended leases, fires the lost signal of those past their deadline, and picks the ones
-/// due for renewal. Returns them and when to look again (`None`: nothing to watch).
+/// due for renewal: every lease whose renewal time has come, plus (only when there is such a
+/// lease) those due within ttl/12, which ride along in the same round trip. Returns them and
+/// when to look again (`None`: nothing to watch).
 fn scan(shared: &Shared, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
     let mut due = Vec::new();
+    let mut soon = Vec::new();
     let mut next: Option<Instant> = None;
     let mut earliest = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
     shared.lock_leases().retain(|_, lease| {
         if lease.is_ended() {
             return false;
         }
-        let mut t = lease.times();
+        let t = lease.times();
         if now >= t.valid_until {
             drop(t);
             lease.end(LossReason::Expired);
@@ -146,16 +156,26 @@ fn scan(shared: &Shared, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant
         }
         earliest(t.valid_until);
         if let (Some(renew_at), false) = (t.next_renew, t.in_flight) {
-            let slack = t.ttl / 12;
-            if now + slack >= renew_at {
-                t.in_flight = true;
+            if now >= renew_at {
                 due.push(lease.clone());
+            } else if now + t.ttl / 12 >= renew_at {
+                soon.push((lease.clone(), renew_at));
             } else {
-                earliest(renew_at - slack);
+                earliest(renew_at);
             }
         }
         true
     });
+    if due.is_empty() {
+        for (_, renew_at) in &soon {
+            earliest(*renew_at);
+        }
+    } else {
+        due.extend(soon.into_iter().map(|(lease, _)| lease));
+        for lease in &due {
+            lease.times().in_flight = true;
+        }
+    }
     (due, next)
 }
 
@@ -189,6 +209,7 @@ async fn renew(shared: Arc<Shared>, leases: Vec<Arc<LeaseShared>>) {
             ttl: *ttl,
         })
         .collect();
+    shared.renewal_calls.fetch_add(1, Ordering::Relaxed);
     let reply = tokio::time::timeout_at(deadline, shared.store.renew(&items)).await;
     drop(items);
     match reply {
