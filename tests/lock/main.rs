@@ -1,0 +1,9 @@
+//! Lock semantics against real `redis-server` processes and the in-memory store (the same test
+//! bodies on both), and the cases that need several OS processes.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod fixture;
+mod processes;
+mod semantics;

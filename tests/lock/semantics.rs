@@ -1,0 +1,958 @@
+//! Lock semantics that hold on every store: each test runs on Redis and in memory.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock::{LockError, LossReason, ReleaseOutcome};
+use rand::Rng;
+
+use crate::fixture::{Fixture, on_both_stores};
+
+on_both_stores!(
+    mutual_exclusion_16_tasks,
+    exactly_one_winner_of_125_simultaneous_tries,
+    release_and_extend_after_expiry_touch_nothing,
+    stale_owner_never_disturbs_the_next_one,
+    fences_strictly_increase_in_grant_order,
+    fence_keeps_increasing_after_its_key_is_lost,
+    cancellation_and_drop_leave_nothing_behind,
+    watchdog_keeps_a_long_hold_alive,
+    panic_in_critical_section_releases_the_lock,
+    missed_wakeup_costs_at_most_one_pttl,
+    many_waiters_leave_no_subscription_behind,
+    reentrant_run_joins_the_outer_lease,
+    non_reentrant_run_waits_for_itself,
+    run_ends_the_body_when_the_lease_is_lost,
+    extend_resets_the_ttl_and_refuses_a_lost_lease,
+    watchdog_off_lease_is_lost_at_its_deadline,
+    max_hold_bounds_the_hold,
+    busy_reports_the_holders_remaining_ttl,
+    invalid_input_is_refused_and_writes_nothing,
+    names_that_look_alike_are_different_locks,
+);
+
+/// Sorts hold intervals and returns the first overlapping pair, if any.
+fn overlap(
+    intervals: &mut [(Instant, Instant)],
+) -> Option<((Instant, Instant), (Instant, Instant))> {
+    intervals.sort_by_key(|i| i.0);
+    intervals
+        .windows(2)
+        .find(|w| w[1].0 < w[0].1)
+        .map(|w| (w[0], w[1]))
+}
+
+/// TESTPLAN 1: 16 tasks × 500 critical sections on one key, each a non-atomic read-modify-write.
+async fn mutual_exclusion_16_tasks(fx: Fixture) {
+    const TASKS: usize = 16;
+    const SECTIONS: usize = 500;
+    let counter = Arc::new(AtomicU64::new(0));
+    let intervals = Arc::new(Mutex::new(Vec::with_capacity(TASKS * SECTIONS)));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let client = fx.another_client().await;
+        let counter = counter.clone();
+        let intervals = intervals.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..SECTIONS {
+                let lease = client
+                    .lock("exclusion")
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                let start = Instant::now();
+                let seen = counter.load(Ordering::SeqCst);
+                if rand::rng().random_bool(0.5) {
+                    tokio::task::yield_now().await;
+                } else {
+                    let us = rand::rng().random_range(0..2000);
+                    tokio::time::sleep(Duration::from_micros(us)).await;
+                }
+                counter.store(seen + 1, Ordering::SeqCst);
+                let end = Instant::now();
+                intervals.lock().expect("intervals").push((start, end));
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        (TASKS * SECTIONS) as u64,
+        "lost updates: two holders overlapped"
+    );
+    let mut intervals = intervals.lock().expect("intervals").clone();
+    assert_eq!(intervals.len(), TASKS * SECTIONS);
+    assert_eq!(overlap(&mut intervals), None, "two hold intervals overlap");
+}
+
+/// TESTPLAN 1: 125 tasks try at the same instant without waiting: exactly one wins.
+async fn exactly_one_winner_of_125_simultaneous_tries(fx: Fixture) {
+    const TRIES: usize = 125;
+    let barrier = Arc::new(tokio::sync::Barrier::new(TRIES));
+    let mut tasks = Vec::new();
+    for i in 0..TRIES {
+        let client = if i % 5 == 0 {
+            fx.another_client().await
+        } else {
+            fx.client.clone()
+        };
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            client
+                .lock("one-winner")
+                .ttl(Duration::from_secs(10))
+                .acquire()
+                .await
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(lease) => winners.push(lease),
+            Err(LockError::Busy { retry_after, .. }) => {
+                assert!(
+                    retry_after <= Duration::from_secs(10),
+                    "retry_after {retry_after:?}"
+                );
+            }
+            Err(other) => panic!("unexpected error: {other}\n{}", fx.log()),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one of {TRIES} must win");
+}
+
+/// TESTPLAN 2: A's lease expires and B takes the lock; A's release and extend change nothing.
+/// Extending an expired, unclaimed lock does not re-create it.
+async fn release_and_extend_after_expiry_touch_nothing(fx: Fixture) {
+    let inspect = fx.client.__inspect();
+    let key = inspect.lock_key("expiry").expect("key");
+    let a = fx
+        .client
+        .lock("expiry")
+        .ttl(Duration::from_millis(300))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("A acquires");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(a.is_lost(), "A is past its deadline");
+    assert_eq!(a.lost_reason(), Some(LossReason::Expired));
+
+    let other = fx.another_client().await;
+    let b = other
+        .lock("expiry")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("B acquires after A expired");
+    assert!(b.fence() > a.fence());
+    let b_pttl = inspect
+        .pttl(&key)
+        .await
+        .expect("pttl")
+        .expect("B's key exists");
+
+    let err = a
+        .extend(Duration::from_secs(10))
+        .await
+        .expect_err("A cannot extend");
+    assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
+    assert_eq!(
+        a.release().await.expect("release"),
+        ReleaseOutcome::HeldByOther
+    );
+
+    let after = inspect
+        .pttl(&key)
+        .await
+        .expect("pttl")
+        .expect("B's key survives A");
+    assert!(
+        after <= b_pttl && after > Duration::from_secs(9),
+        "B's ttl was touched: {b_pttl:?} -> {after:?}"
+    );
+    assert_eq!(
+        b.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+
+    // Expired and unclaimed: extend must not re-create the key.
+    let c = fx
+        .client
+        .lock("expiry")
+        .ttl(Duration::from_millis(200))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("C acquires");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Bypass the local deadline check: go to the store even though C knows it is lost.
+    let err = c
+        .extend(Duration::from_secs(10))
+        .await
+        .expect_err("C cannot extend");
+    assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
+    assert_eq!(
+        inspect.pttl(&key).await.expect("pttl"),
+        None,
+        "extend re-created the key"
+    );
+    assert_eq!(
+        c.release().await.expect("release"),
+        ReleaseOutcome::AlreadyExpired
+    );
+}
+
+/// TESTPLAN 2: 1000 jittered repetitions, 100 at a time on distinct keys: whatever the timing,
+/// a stale owner's release never frees the next owner's lock, and a stale extend never
+/// re-creates a key.
+async fn stale_owner_never_disturbs_the_next_one(fx: Fixture) {
+    const REPS: usize = 1000;
+    const CONCURRENT: usize = 100;
+    let other = fx.another_client().await;
+    let violations = Arc::new(AtomicUsize::new(0));
+    let takeovers = Arc::new(AtomicUsize::new(0));
+    for round in 0..REPS / CONCURRENT {
+        let mut tasks = Vec::new();
+        for i in 0..CONCURRENT {
+            let (a_client, b_client) = (fx.client.clone(), other.clone());
+            let violations = violations.clone();
+            let takeovers = takeovers.clone();
+            tasks.push(tokio::spawn(async move {
+                let name = format!("stale:{round}:{i}");
+                let inspect = a_client.__inspect();
+                let key = inspect.lock_key(&name).expect("key");
+                let a = a_client
+                    .lock(&name)
+                    .ttl(Duration::from_millis(30))
+                    .watchdog(false)
+                    .acquire()
+                    .await
+                    .expect("A acquires");
+                let jitter = rand::rng().random_range(0..60);
+                tokio::time::sleep(Duration::from_millis(jitter)).await;
+                let b = b_client
+                    .lock(&name)
+                    .ttl(Duration::from_secs(5))
+                    .acquire()
+                    .await;
+                if rand::rng().random_bool(0.5) {
+                    let _ = a.extend(Duration::from_secs(5)).await;
+                    drop(a);
+                } else {
+                    let _ = a.release().await;
+                }
+                match b {
+                    Ok(b) => {
+                        takeovers.fetch_add(1, Ordering::Relaxed);
+                        // B must still hold its key, with B's long ttl.
+                        let pttl = inspect.pttl(&key).await.expect("pttl");
+                        if pttl.is_none_or(|p| p < Duration::from_secs(4)) {
+                            violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if b.release().await.expect("release") != ReleaseOutcome::Released {
+                            violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(LockError::Busy { .. }) => {}
+                    Err(other) => panic!("unexpected: {other}"),
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+    }
+    assert_eq!(
+        violations.load(Ordering::Relaxed),
+        0,
+        "a stale owner disturbed the next one"
+    );
+    // The jitter spans the ttl, so both orders must have happened.
+    let takeovers = takeovers.load(Ordering::Relaxed);
+    assert!(
+        takeovers > 0 && takeovers < REPS,
+        "takeovers {takeovers}: the jitter did not straddle the ttl"
+    );
+}
+
+/// TESTPLAN 3: 10 clients × 1000 acquisitions: fences strictly increase in grant order.
+async fn fences_strictly_increase_in_grant_order(fx: Fixture) {
+    const CLIENTS: usize = 10;
+    const EACH: usize = 1000;
+    let grants = Arc::new(Mutex::new(Vec::with_capacity(CLIENTS * EACH)));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = fx.another_client().await;
+        let grants = grants.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..EACH {
+                let lease = client
+                    .lock("fenced")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                // Recorded while holding, so the order of the vector is the grant order.
+                grants.lock().expect("grants").push(lease.fence());
+                lease.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let grants = grants.lock().expect("grants").clone();
+    assert_eq!(grants.len(), CLIENTS * EACH);
+    if let Some(w) = grants.windows(2).find(|w| w[1] <= w[0]) {
+        panic!("fence went from {} to {}", w[0], w[1]);
+    }
+    assert_eq!(
+        grants.iter().collect::<HashSet<_>>().len(),
+        grants.len(),
+        "duplicate fences"
+    );
+}
+
+/// Deleting the fence key (expiry, or a failover that lost it) does not make fences go back.
+async fn fence_keeps_increasing_after_its_key_is_lost(fx: Fixture) {
+    let inspect = fx.client.__inspect();
+    let mut last = 0;
+    for _ in 0..5 {
+        let lease = fx.client.lock("refenced").acquire().await.expect("acquire");
+        assert!(lease.fence() > last, "{} <= {last}", lease.fence());
+        last = lease.fence();
+        lease.release().await.expect("release");
+        assert!(
+            inspect
+                .delete(&inspect.fence_key("refenced").expect("key"))
+                .await
+                .expect("delete")
+        );
+    }
+}
+
+/// TESTPLAN 5: acquire futures dropped at random points, leases dropped without release and
+/// panics in 1% of critical sections; afterwards no lock keys, no renewals, no watched leases
+/// and no subscriptions remain.
+async fn cancellation_and_drop_leave_nothing_behind(fx: Fixture) {
+    const SOAK: Duration = Duration::from_secs(8);
+    const TTL: Duration = Duration::from_millis(500);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new([
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    ]);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let client = if t % 2 == 0 {
+            fx.another_client().await
+        } else {
+            fx.client.clone()
+        };
+        let (stop, stats) = (stop.clone(), stats.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let name = format!("soak:{}", rand::rng().random_range(0..4));
+                let cancel_after = Duration::from_micros(rand::rng().random_range(0..3000));
+                let acquire = client
+                    .lock(&name)
+                    .ttl(TTL)
+                    .wait(Duration::from_millis(50))
+                    .acquire();
+                let Ok(Ok(lease)) = tokio::time::timeout(cancel_after, acquire).await else {
+                    stats[0].fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let roll = rand::rng().random_range(0..100);
+                if roll == 0 {
+                    stats[2].fetch_add(1, Ordering::Relaxed);
+                    // A panic inside the critical section: the lease is dropped while unwinding.
+                    let crashed = tokio::spawn(async move {
+                        let _held = lease;
+                        tokio::task::yield_now().await;
+                        panic!("simulated crash inside a critical section");
+                    });
+                    assert!(crashed.await.is_err());
+                } else if roll < 50 {
+                    stats[1].fetch_add(1, Ordering::Relaxed);
+                    drop(lease);
+                } else {
+                    let _ = lease.release().await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(SOAK).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("soak task");
+    }
+    let [cancelled, dropped, panicked] = &*stats;
+    assert!(
+        cancelled.load(Ordering::Relaxed) > 0
+            && dropped.load(Ordering::Relaxed) > 0
+            && panicked.load(Ordering::Relaxed) > 0,
+        "the soak did not exercise every path: {stats:?}"
+    );
+
+    // Every lock key is gone within one ttl (released in the background or expired).
+    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
+    let inspect = fx.client.__inspect();
+    let lock_keys: Vec<String> = inspect
+        .keys()
+        .await
+        .expect("keys")
+        .into_iter()
+        .filter(|k| k.contains(":lock:"))
+        .collect();
+    assert!(lock_keys.is_empty(), "lock keys left behind: {lock_keys:?}");
+    assert_eq!(
+        inspect.watched_leases(),
+        0,
+        "the watchdog still tracks leases"
+    );
+    let renewals = inspect.renewal_calls();
+    tokio::time::sleep(TTL).await;
+    assert_eq!(
+        inspect.renewal_calls(),
+        renewals,
+        "renewal traffic after every lease ended"
+    );
+    assert_eq!(inspect.waiting_channels(), 0, "waiter registrations leaked");
+}
+
+/// TESTPLAN 6: ttl 1 s held 10 s: the key's ttl never drops below ttl/3 − 50 ms, no competitor
+/// gets in, renewals ≈ hold/(ttl/3), and after release a waiter gets in within 50 ms.
+async fn watchdog_keeps_a_long_hold_alive(fx: Fixture) {
+    const TTL: Duration = Duration::from_secs(1);
+    const HOLD: Duration = Duration::from_secs(10);
+    let inspect = fx.client.__inspect();
+    let key = inspect.lock_key("long-hold").expect("key");
+    let competitor = fx.another_client().await;
+    let renewals_before = inspect.renewal_calls();
+    let lease = fx
+        .client
+        .lock("long-hold")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("acquire");
+    let started = Instant::now();
+    let mut min_pttl = TTL;
+    let mut competitor_tries = 0;
+    while started.elapsed() < HOLD {
+        let pttl = inspect
+            .pttl(&key)
+            .await
+            .expect("pttl")
+            .expect("key exists while held");
+        min_pttl = min_pttl.min(pttl);
+        if competitor_tries < 100 && rand::rng().random_bool(0.2) {
+            competitor_tries += 1;
+            let err = competitor
+                .lock("long-hold")
+                .acquire()
+                .await
+                .expect_err("competitor must not get in");
+            assert!(matches!(err, LockError::Busy { .. }), "{err}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!lease.is_lost());
+    assert!(
+        min_pttl >= TTL / 3 - Duration::from_millis(50),
+        "pttl fell to {min_pttl:?}\n{}",
+        fx.log()
+    );
+    let renewals = inspect.renewal_calls() - renewals_before;
+    let expected = (HOLD.as_secs_f64() / (TTL / 3).as_secs_f64()) as u64;
+    assert!(
+        renewals >= expected - 3 && renewals <= expected + 3,
+        "renewals {renewals}, expected about {expected}"
+    );
+
+    let waiter = tokio::spawn(async move {
+        let lease = competitor
+            .lock("long-hold")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("waiter");
+        (Instant::now(), lease)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let released_at = Instant::now();
+    let (acquired_at, next) = waiter.await.expect("waiter task");
+    let handoff = acquired_at.saturating_duration_since(released_at);
+    assert!(
+        handoff <= Duration::from_millis(50),
+        "hand-off took {handoff:?}"
+    );
+    next.release().await.expect("release");
+}
+
+/// TESTPLAN 8: a panic inside the critical section releases the lock at once (not at ttl).
+async fn panic_in_critical_section_releases_the_lock(fx: Fixture) {
+    let client = fx.client.clone();
+    let crashed = tokio::spawn(async move {
+        client
+            .lock("panicky")
+            .ttl(Duration::from_secs(30))
+            .run(|_lease| async { panic!("boom") })
+            .await
+    });
+    assert!(crashed.await.expect_err("the task panicked").is_panic());
+    let started = Instant::now();
+    let lease = fx
+        .client
+        .lock("panicky")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the lock is free again");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    lease.release().await.expect("release");
+}
+
+/// TESTPLAN 15: a release nobody hears about (here: the key deleted without a message) costs a
+/// waiter at most the holder's remaining ttl, not its whole wait.
+async fn missed_wakeup_costs_at_most_one_pttl(fx: Fixture) {
+    const TTL: Duration = Duration::from_millis(800);
+    let inspect = fx.client.__inspect();
+    let holder = fx
+        .client
+        .lock("missed")
+        .ttl(TTL)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("holder");
+    let waiter_client = fx.another_client().await;
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move {
+        waiter_client
+            .lock("missed")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        inspect
+            .delete(&inspect.lock_key("missed").expect("key"))
+            .await
+            .expect("delete")
+    );
+    let lease = waiter.await.expect("waiter task").expect("waiter acquires");
+    let waited = started.elapsed();
+    assert!(
+        waited <= TTL + Duration::from_millis(200),
+        "waited {waited:?}; bound is the holder's ttl"
+    );
+    lease.release().await.expect("release");
+    drop(holder);
+}
+
+/// TESTPLAN 15: 200 waiters on one key all get their turn; afterwards no subscription remains,
+/// locally or on the server.
+async fn many_waiters_leave_no_subscription_behind(fx: Fixture) {
+    const WAITERS: usize = 200;
+    let holder = fx.client.lock("crowd").acquire().await.expect("holder");
+    let served = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let client = if i % 50 == 0 {
+            fx.another_client().await
+        } else {
+            fx.client.clone()
+        };
+        let served = served.clone();
+        tasks.push(tokio::spawn(async move {
+            let lease = client
+                .lock("crowd")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+                .expect("waiter");
+            served.fetch_add(1, Ordering::Relaxed);
+            lease.release().await.expect("release");
+            client
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder.release().await.expect("release");
+    let mut clients = Vec::new();
+    for task in tasks {
+        clients.push(task.await.expect("waiter task"));
+    }
+    assert_eq!(served.load(Ordering::Relaxed), WAITERS);
+    for client in &clients {
+        assert_eq!(
+            client.__inspect().waiting_channels(),
+            0,
+            "local waiter registrations leaked"
+        );
+    }
+    if let Some(server) = &fx.server {
+        let mut conn = server.conn().await;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .query_async(&mut conn)
+                .await
+                .expect("pubsub");
+            if channels.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server still has subscriptions: {channels:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn reentrant_run_joins_the_outer_lease(fx: Fixture) {
+    let client = fx.client.clone();
+    let (outer_fence, inner_fence) = fx
+        .client
+        .lock("reentrant")
+        .reentrant(true)
+        .run(|outer| async move {
+            let inner = client
+                .lock("reentrant")
+                .reentrant(true)
+                .run(|inner| async move { inner.fence() })
+                .await
+                .expect("the nested run joins the outer lease");
+            let current = distlock::current_lease().expect("inside a run");
+            assert_eq!(current.fence(), outer.fence());
+            (outer.fence(), inner)
+        })
+        .await
+        .expect("outer run");
+    assert_eq!(outer_fence, inner_fence);
+    assert!(distlock::current_lease().is_none());
+    // Released on the way out of the outer run only.
+    fx.client
+        .lock("reentrant")
+        .acquire()
+        .await
+        .expect("free afterwards")
+        .release()
+        .await
+        .expect("release");
+}
+
+async fn non_reentrant_run_waits_for_itself(fx: Fixture) {
+    let client = fx.client.clone();
+    let inner = fx
+        .client
+        .lock("self-wait")
+        .run(|_| async move {
+            client
+                .lock("self-wait")
+                .wait(Duration::from_millis(300))
+                .run(|_| async {})
+                .await
+        })
+        .await
+        .expect("outer run");
+    assert!(matches!(inner, Err(LockError::Timeout { .. })), "{inner:?}");
+}
+
+/// The key is deleted behind the holder's back: the watchdog finds out at its next renewal and
+/// the body is dropped with `LeaseLost`.
+async fn run_ends_the_body_when_the_lease_is_lost(fx: Fixture) {
+    const TTL: Duration = Duration::from_millis(600);
+    let key = fx.client.__inspect().lock_key("stolen").expect("key");
+    let thief = fx.another_client().await;
+    let finished = Arc::new(AtomicBool::new(false));
+    let flag = finished.clone();
+    let steal = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(thief.__inspect().delete(&key).await.expect("delete"));
+        Instant::now()
+    });
+    let result = fx
+        .client
+        .lock("stolen")
+        .ttl(TTL)
+        .run(|_| async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            flag.store(true, Ordering::SeqCst);
+        })
+        .await;
+    let ended = Instant::now();
+    let stolen_at = steal.await.expect("thief");
+    assert!(
+        matches!(
+            result,
+            Err(LockError::LeaseLost {
+                reason: LossReason::NotHeld,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the body ran to completion"
+    );
+    // Found out at the next renewal: within ttl/3 (plus scheduling) of the theft.
+    let noticed = ended.saturating_duration_since(stolen_at);
+    assert!(
+        noticed <= TTL / 3 + Duration::from_millis(100),
+        "noticed after {noticed:?}"
+    );
+}
+
+async fn extend_resets_the_ttl_and_refuses_a_lost_lease(fx: Fixture) {
+    let inspect = fx.client.__inspect();
+    let key = inspect.lock_key("extend").expect("key");
+    let lease = fx
+        .client
+        .lock("extend")
+        .ttl(Duration::from_millis(500))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    lease.extend(Duration::from_secs(20)).await.expect("extend");
+    let pttl = inspect.pttl(&key).await.expect("pttl").expect("exists");
+    assert!(pttl > Duration::from_secs(19), "pttl {pttl:?}");
+    assert!(lease.valid_for() > Duration::from_secs(19));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!lease.is_lost(), "the extension moved the deadline");
+
+    assert!(inspect.delete(&key).await.expect("delete"));
+    let err = lease
+        .extend(Duration::from_secs(20))
+        .await
+        .expect_err("gone");
+    assert!(
+        matches!(
+            err,
+            LockError::LeaseLost {
+                reason: LossReason::NotHeld,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(lease.is_lost());
+    assert_eq!(
+        inspect.pttl(&key).await.expect("pttl"),
+        None,
+        "extend re-created the key"
+    );
+    let err = lease
+        .extend(Duration::from_millis(1))
+        .await
+        .expect_err("below minimum");
+    assert!(matches!(err, LockError::InvalidConfig { .. }), "{err}");
+}
+
+/// TESTPLAN 9 (in process): with the watchdog off, the lease is lost at its safety deadline and
+/// the key expires after the ttl.
+async fn watchdog_off_lease_is_lost_at_its_deadline(fx: Fixture) {
+    const TTL: Duration = Duration::from_millis(400);
+    let inspect = fx.client.__inspect();
+    let sent = Instant::now();
+    let lease = fx
+        .client
+        .lock("no-watchdog")
+        .ttl(TTL)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    lease.lost().await;
+    let at = sent.elapsed();
+    assert!(at <= TTL, "lost fired after the server-side expiry: {at:?}");
+    assert!(
+        at >= TTL - Duration::from_millis(50),
+        "lost fired too early: {at:?}"
+    );
+    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        inspect
+            .pttl(&inspect.lock_key("no-watchdog").expect("key"))
+            .await
+            .expect("pttl"),
+        None
+    );
+    assert_eq!(inspect.renewal_calls(), 0);
+}
+
+async fn max_hold_bounds_the_hold(fx: Fixture) {
+    const TTL: Duration = Duration::from_millis(300);
+    const MAX_HOLD: Duration = Duration::from_millis(700);
+    let started = Instant::now();
+    let lease = fx
+        .client
+        .lock("bounded")
+        .ttl(TTL)
+        .max_hold(MAX_HOLD)
+        .acquire()
+        .await
+        .expect("acquire");
+    lease.lost().await;
+    let held = started.elapsed();
+    assert!(
+        held >= MAX_HOLD - Duration::from_millis(50),
+        "lost too early: {held:?}"
+    );
+    assert!(
+        held <= MAX_HOLD + Duration::from_millis(150),
+        "held past max_hold: {held:?}"
+    );
+    // Another owner can take it right after.
+    let next = fx
+        .another_client()
+        .await
+        .lock("bounded")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("next owner");
+    next.release().await.expect("release");
+}
+
+async fn busy_reports_the_holders_remaining_ttl(fx: Fixture) {
+    let holder = fx
+        .client
+        .lock("busy")
+        .ttl(Duration::from_secs(7))
+        .acquire()
+        .await
+        .expect("holder");
+    let err = fx
+        .another_client()
+        .await
+        .lock("busy")
+        .acquire()
+        .await
+        .expect_err("busy");
+    match err {
+        LockError::Busy { name, retry_after } => {
+            assert_eq!(name, "busy");
+            assert!(
+                retry_after > Duration::from_secs(6) && retry_after <= Duration::from_secs(7),
+                "{retry_after:?}"
+            );
+        }
+        other => panic!("expected Busy, got {other}"),
+    }
+    holder.release().await.expect("release");
+}
+
+/// Bad input gets a clear error and writes nothing.
+async fn invalid_input_is_refused_and_writes_nothing(fx: Fixture) {
+    let inspect = fx.client.__inspect();
+    let err = fx.client.lock("").acquire().await.expect_err("empty name");
+    assert!(
+        matches!(err, LockError::InvalidName(distlock::InvalidName::Empty)),
+        "{err}"
+    );
+    let err = fx
+        .client
+        .lock("x".repeat(distlock::MAX_NAME_LEN + 1))
+        .acquire()
+        .await
+        .expect_err("long name");
+    assert!(err.to_string().contains("limit is 512 bytes"), "{err}");
+    let err = fx
+        .client
+        .lock("ok")
+        .ttl(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("zero ttl");
+    assert!(
+        matches!(err, LockError::InvalidConfig { .. }) && err.to_string().contains("ttl"),
+        "{err}"
+    );
+    let err = fx
+        .client
+        .lock("ok")
+        .ttl(Duration::from_secs(3600 * 24 * 365))
+        .acquire()
+        .await
+        .expect_err("huge ttl");
+    assert!(matches!(err, LockError::InvalidConfig { .. }), "{err}");
+    let err = fx
+        .client
+        .lock("ok")
+        .max_hold(Duration::ZERO)
+        .run(|_| async {})
+        .await
+        .expect_err("zero max_hold");
+    assert!(matches!(err, LockError::InvalidConfig { .. }), "{err}");
+    assert!(
+        inspect.keys().await.expect("keys").is_empty(),
+        "invalid input wrote keys"
+    );
+}
+
+/// TESTPLAN 23 (on the stores): names that differ only by characters the encoding escapes are
+/// different locks, and every key of one lock shares the library's hash tag.
+async fn names_that_look_alike_are_different_locks(fx: Fixture) {
+    let names = [
+        "a{b}",
+        "a%7Bb%7D",
+        "a%7Bb}",
+        "{a}b",
+        "a:b",
+        "a",
+        "a\u{0}",
+        "ünï{cødé}",
+    ];
+    let mut leases = Vec::new();
+    for name in names {
+        leases.push(
+            fx.client
+                .lock(name)
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("{name:?}: {e}")),
+        );
+    }
+    let inspect = fx.client.__inspect();
+    let keys = inspect.keys().await.expect("keys");
+    let lock_keys: HashSet<&String> = keys.iter().filter(|k| k.contains(":lock:")).collect();
+    assert_eq!(lock_keys.len(), names.len(), "{keys:?}");
+    for name in names {
+        let lock = inspect.lock_key(name).expect("key");
+        let fence = inspect.fence_key(name).expect("key");
+        assert_eq!(distlock::hash_tag(&lock), distlock::hash_tag(&fence));
+        assert!(!distlock::hash_tag(&lock).contains(['{', '}']));
+        assert!(keys.contains(&lock), "{lock} missing from {keys:?}");
+    }
+    for lease in leases {
+        assert_eq!(
+            lease.release().await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    }
+}

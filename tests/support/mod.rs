@@ -1,0 +1,19 @@
+//! Shared test harness for the distlock integration tests.
+//!
+//! Every test binary includes this module with
+//! `#[path = "../support/mod.rs"] mod support;`.
+//!
+//! * [`server::RedisServer`] runs a real, throw-away `redis-server` process on a
+//!   free loopback port, with fault controls (SIGSTOP/SIGCONT, SIGKILL, restart).
+//! * [`proxy::Proxy`] is an in-process TCP proxy in front of a server that can
+//!   delay, blackhole, reset or refuse connections.
+//!
+//! There is no mock of Redis anywhere: if `redis-server` is not installed the
+//! tests fail (panic) with instructions instead of silently skipping.
+#![allow(dead_code, unused_imports)]
+
+pub mod proxy;
+pub mod server;
+
+pub use proxy::{Proxy, ProxyMode};
+pub use server::{RedisServer, RedisServerBuilder, StoppedGuard};

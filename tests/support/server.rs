@@ -1,0 +1,610 @@
+//! A real `redis-server` process per test, on a free loopback port.
+//!
+//! [`RedisServer`] owns the child process and a private temp directory (used as
+//! the server's `--dir` and holding its log file). Dropping it SIGKILLs and reaps
+//! the process and removes the directory, so no server outlives its test
+//! (unless the test process itself is SIGKILLed). Do not keep a `RedisServer`
+//! in a `static`: statics are never dropped, so the server would leak.
+
+use std::fmt::Write as _;
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Executable that is spawned; looked up on `PATH`.
+const REDIS_SERVER: &str = "redis-server";
+
+/// Message of the panic raised when `redis-server` cannot be found.
+const NOT_FOUND_HELP: &str = "redis-server not found on PATH: install it with \
+     `sudo apt-get install -y redis-server` (Debian/Ubuntu) or run ./scripts/test.sh, \
+     which installs it";
+
+/// How long [`RedisServer::start`] / [`RedisServer::restart`] wait for `PING`.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many fresh ports [`RedisServerBuilder::start`] tries before giving up.
+const PORT_ATTEMPTS: usize = 5;
+
+/// Name of the server's log file (`--logfile`) inside its temp dir.
+const LOG_FILE: &str = "redis.log";
+
+/// Name of the file receiving the process's stdout and stderr (config errors
+/// are printed there, before the log file is opened).
+const STDIO_FILE: &str = "stdio.log";
+
+/// Options the harness sets itself; overriding them would break it.
+const RESERVED_OPTIONS: &[&str] = &["port", "bind", "dir", "logfile", "daemonize"];
+
+/// Line redis-server logs once its listening sockets are bound.
+const READY_LINE: &str = "Ready to accept connections";
+
+/// Response timeout of connections returned by [`RedisServer::conn`].
+const CONN_RESPONSE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Connect timeout of connections returned by [`RedisServer::conn`].
+const CONN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Builder for a [`RedisServer`] with extra configuration.
+///
+/// Every option becomes a `--name value...` argument on the `redis-server`
+/// command line, after the harness's fixed arguments (so a later option
+/// overrides an earlier one where Redis allows it).
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct RedisServerBuilder {
+    args: Vec<String>,
+    password: Option<String>,
+}
+
+impl RedisServerBuilder {
+    /// Adds a single-valued config option, e.g. `.arg("--maxmemory", "1mb")`.
+    ///
+    /// The leading `--` on `name` is optional. `value` is passed as ONE
+    /// argument: to give a directive several arguments (e.g. `user`), use
+    /// [`config`](Self::config).
+    pub fn arg(self, name: &str, value: &str) -> Self {
+        self.config(name, &[value])
+    }
+
+    /// Adds a config directive with any number of arguments, e.g.
+    /// `.config("--maxmemory-policy", &["noeviction"])`. Each element of
+    /// `values` is a separate argument (Redis quotes each one as a unit).
+    ///
+    /// # Panics
+    ///
+    /// If `name` is empty or one the harness controls itself (`port`, `bind`,
+    /// `dir`, `logfile`, `daemonize`).
+    pub fn config(mut self, name: &str, values: &[&str]) -> Self {
+        let name = name.trim_start_matches('-');
+        assert!(
+            !name.is_empty(),
+            "redis-server option name must not be empty"
+        );
+        assert!(
+            !RESERVED_OPTIONS.contains(&name.to_ascii_lowercase().as_str()),
+            "--{name} is set by the harness and cannot be overridden"
+        );
+        self.args.push(format!("--{name}"));
+        self.args.extend(values.iter().map(|v| (*v).to_owned()));
+        self
+    }
+
+    /// Requires `password` for the `default` user (`--requirepass`).
+    ///
+    /// [`RedisServer::url`] then carries the password, so `client()`/`conn()`
+    /// authenticate automatically.
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self.config("--requirepass", &[password])
+    }
+
+    /// Declares an ACL user (`--user name rule...`), e.g.
+    /// `.acl_user("alice", &["on", ">secret", "~*", "&*", "+@all"])`.
+    ///
+    /// Build a URL for it with [`RedisServer::url_for_user`].
+    pub fn acl_user(self, name: &str, rules: &[&str]) -> Self {
+        let mut values = Vec::with_capacity(rules.len() + 1);
+        values.push(name);
+        values.extend_from_slice(rules);
+        self.config("--user", &values)
+    }
+
+    /// Spawns the server on a free 127.0.0.1 port and returns once it answers
+    /// `PING` (bounded by 10 s).
+    ///
+    /// Retries with a new port (up to 5 times) if the chosen port was taken by
+    /// someone else before the server could bind it.
+    ///
+    /// # Panics
+    ///
+    /// If `redis-server` is not on `PATH`, if it exits for another reason
+    /// than a port clash (e.g. bad config; the panic message includes its log),
+    /// or if it does not answer in time.
+    pub fn start(self) -> RedisServer {
+        let dir = make_temp_dir();
+        let mut last_failure = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            let mut server = RedisServer {
+                child: None,
+                last_pid: 0,
+                port,
+                dir: dir.clone(),
+                args: self.args.clone(),
+                password: self.password.clone(),
+                stopped: AtomicBool::new(false),
+            };
+            match server.spawn_and_wait() {
+                Ok(()) => return server,
+                Err(StartError::PortInUse(log)) => {
+                    // `server` drops here: process reaped. Keep the dir for
+                    // the next attempt; only the `RedisServer` that is
+                    // returned removes it.
+                    server.dir = PathBuf::new();
+                    last_failure = log;
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+        panic!(
+            "redis-server could not bind a free port after {PORT_ATTEMPTS} attempts; \
+             last log:\n{last_failure}"
+        );
+    }
+}
+
+/// A running `redis-server` child process, killed and reaped on drop.
+///
+/// Started with `--save "" --appendonly no --enable-debug-command yes
+/// --bind 127.0.0.1 --port P --dir <own temp dir> --logfile <temp dir>/redis.log`
+/// plus any builder options. No persistence: data does not survive
+/// [`kill`](Self::kill) / [`restart`](Self::restart).
+#[derive(Debug)]
+pub struct RedisServer {
+    /// `None` after [`kill`](Self::kill) until [`restart`](Self::restart).
+    child: Option<Child>,
+    /// Pid of the most recently spawned process.
+    last_pid: u32,
+    port: u16,
+    /// Empty path means "not owned, do not remove" (failed start attempts).
+    dir: PathBuf,
+    /// Builder options, reused verbatim on restart.
+    args: Vec<String>,
+    /// Password of the `default` user, if `--requirepass` was configured.
+    password: Option<String>,
+    /// Whether the process is currently SIGSTOPped by us.
+    stopped: AtomicBool,
+}
+
+/// Why a spawn attempt failed in a way the caller can retry.
+enum StartError {
+    /// The port was taken; carries the server log for diagnostics.
+    PortInUse(String),
+}
+
+impl RedisServer {
+    /// Starts a server with the default configuration; see
+    /// [`RedisServerBuilder::start`] for the contract and panics.
+    pub fn start() -> RedisServer {
+        Self::builder().start()
+    }
+
+    /// Returns a builder for a server with extra configuration
+    /// (`--requirepass`, ACL users, `maxmemory`, ...).
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::default()
+    }
+
+    /// `redis://127.0.0.1:PORT/`, or `redis://:PASSWORD@127.0.0.1:PORT/` when a
+    /// password was configured for the `default` user. Stable across
+    /// [`restart`](Self::restart).
+    pub fn url(&self) -> String {
+        self.url_via(self.addr())
+    }
+
+    /// Like [`url`](Self::url) (same credentials) but pointing at `addr`,
+    /// e.g. a [`Proxy`](super::proxy::Proxy) in front of this server.
+    pub fn url_via(&self, addr: SocketAddr) -> String {
+        match &self.password {
+            Some(pw) => format!("redis://:{}@{addr}/", percent_encode(pw)),
+            None => format!("redis://{addr}/"),
+        }
+    }
+
+    /// `redis://USER:PASSWORD@127.0.0.1:PORT/` for an ACL user (see
+    /// [`RedisServerBuilder::acl_user`]); both parts are percent-encoded.
+    pub fn url_for_user(&self, user: &str, password: &str) -> String {
+        format!(
+            "redis://{}:{}@{}/",
+            percent_encode(user),
+            percent_encode(password),
+            self.addr()
+        )
+    }
+
+    /// The TCP port the server listens on (same after a restart).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// Pid of the current process (the previous one's after [`kill`](Self::kill),
+    /// until [`restart`](Self::restart)).
+    pub fn pid(&self) -> u32 {
+        self.last_pid
+    }
+
+    /// Whether the process is currently running (not killed). A SIGSTOPped
+    /// process counts as running.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The server's temp dir (its `--dir`; holds the log file).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Contents of the server log file (all runs, including before a
+    /// restart), followed by anything the process wrote to stdout/stderr.
+    /// Never panics: unreadable files yield a placeholder. Meant for
+    /// assertion/failure messages.
+    pub fn log(&self) -> String {
+        read_logs(&self.dir)
+    }
+
+    /// A `redis::Client` for [`url`](Self::url) (no connection is made yet).
+    /// Connections from it use redis-rs's defaults, notably a 500 ms response
+    /// timeout for multiplexed connections.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("harness url must be a valid redis url")
+    }
+
+    /// A fresh multiplexed connection for inspection and fault injection
+    /// (`CLIENT PAUSE`, `DEBUG SLEEP`, `CONFIG SET`, `SCRIPT FLUSH`, `PTTL`...).
+    ///
+    /// Uses a 5 s connect timeout and a 15 s response timeout (instead of
+    /// redis-rs's default 500 ms), so `DEBUG SLEEP` of a few seconds works.
+    /// Connecting needs the server to answer (redis-rs sends a handshake), so
+    /// open it BEFORE [`stop_process`](Self::stop_process) if needed while
+    /// the server is frozen.
+    ///
+    /// # Panics
+    ///
+    /// If the connection cannot be established (message includes the log).
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONN_CONNECT_TIMEOUT))
+            .set_response_timeout(Some(CONN_RESPONSE_TIMEOUT));
+        match self
+            .client()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
+            Ok(conn) => conn,
+            Err(e) => panic!(
+                "cannot connect to redis-server at {}: {e}\nserver log:\n{}",
+                self.addr(),
+                self.log()
+            ),
+        }
+    }
+
+    /// Freezes the process with SIGSTOP: it keeps its sockets (connects still
+    /// complete in the kernel backlog) but answers nothing until
+    /// [`cont_process`](Self::cont_process). Drop/kill SIGCONTs it first.
+    ///
+    /// # Panics
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    pub fn stop_process(&self) {
+        self.signal(libc::SIGSTOP);
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Resumes a process frozen by [`stop_process`](Self::stop_process)
+    /// (harmless if it is not stopped).
+    ///
+    /// # Panics
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    pub fn cont_process(&self) {
+        self.signal(libc::SIGCONT);
+        self.stopped.store(false, Ordering::SeqCst);
+    }
+
+    /// SIGSTOPs the process and returns a guard that SIGCONTs it when dropped
+    /// (also on panic), e.g. for a scope in which the server must be frozen.
+    pub fn stop_guard(&self) -> StoppedGuard<'_> {
+        self.stop_process();
+        StoppedGuard { server: self }
+    }
+
+    /// SIGKILLs the process (SIGCONTing it first if stopped) and reaps it.
+    /// The port is then free and connections see EOF/reset; all data is lost.
+    /// No-op if already killed. The temp dir (and log) is kept for
+    /// [`restart`](Self::restart) and [`log`](Self::log).
+    pub fn kill(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if self.stopped.swap(false, Ordering::SeqCst) {
+            send_signal(child.id(), libc::SIGCONT);
+        }
+        // `Child::kill` sends SIGKILL; it only fails if the process was
+        // already reaped, which cannot happen while we own `child`.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts the server again on the SAME port with the same arguments,
+    /// killing the current process first if it is still running, and waits
+    /// until it answers `PING` (bounded by 10 s). The url is unchanged; the
+    /// data set starts empty.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot come back up on its port in time (e.g. someone
+    /// else took the port meanwhile).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            match self.spawn_and_wait() {
+                Ok(()) => return,
+                Err(StartError::PortInUse(log)) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "redis-server could not re-bind port {} on restart:\n{log}",
+                        self.port
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Sends `sig` to the running process.
+    fn signal(&self, sig: libc::c_int) {
+        let child = self
+            .child
+            .as_ref()
+            .expect("redis-server is not running (killed); restart() it first");
+        send_signal(child.id(), sig);
+    }
+
+    /// Spawns the process on `self.port` and waits until it is ready.
+    ///
+    /// Returns `Err(PortInUse)` if the server exited because the port was
+    /// taken (the child is reaped). Panics on any other failure.
+    fn spawn_and_wait(&mut self) -> Result<(), StartError> {
+        let log_path = self.dir.join(LOG_FILE);
+        // Readiness is detected in the part of the log written by this run.
+        let log_offset = fs::metadata(&log_path).map_or(0, |m| m.len());
+        let stdio = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(STDIO_FILE))
+            .expect("create redis-server stdio file in its temp dir");
+        let stderr = stdio.try_clone().expect("duplicate stdio file handle");
+
+        let mut cmd = Command::new(REDIS_SERVER);
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            .args(["--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log_path)
+            .args(&self.args)
+            // Absolute paths above, and a cwd that we own: startup never
+            // depends on the test's current directory.
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(stdio)
+            .stderr(stderr);
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => panic!("{NOT_FOUND_HELP}"),
+            Err(e) => panic!("failed to spawn {REDIS_SERVER}: {e}"),
+        };
+        self.last_pid = child.id();
+        self.stopped.store(false, Ordering::SeqCst);
+        self.child = Some(child);
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let exited = self
+                .child
+                .as_mut()
+                .map(|c| c.try_wait().expect("try_wait on redis-server"));
+            if let Some(Some(status)) = exited {
+                self.child = None;
+                return self.exited_early(status, &log_path, log_offset);
+            }
+            // The "ready" line proves that OUR process bound the port (and
+            // not some other server that grabbed it); it is only missing if
+            // the log level was lowered below `notice`.
+            let ready_logged =
+                !self.logs_ready_line() || log_since(&log_path, log_offset).contains(READY_LINE);
+            if ready_logged && ping(self.addr()) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let log = self.log();
+                self.kill();
+                panic!(
+                    "redis-server on port {} did not answer PING within {READY_TIMEOUT:?}; \
+                     log:\n{log}",
+                    self.port
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the configured log level includes the [`READY_LINE`] notice.
+    fn logs_ready_line(&self) -> bool {
+        let quiet = self.args.windows(2).rev().find(|w| w[0] == "--loglevel");
+        !quiet.is_some_and(|w| matches!(w[1].as_str(), "warning" | "nothing"))
+    }
+
+    /// Classifies an early exit of the freshly spawned process.
+    fn exited_early(
+        &self,
+        status: ExitStatus,
+        log_path: &Path,
+        log_offset: u64,
+    ) -> Result<(), StartError> {
+        let log = self.log();
+        if log_since(log_path, log_offset).contains("Address already in use") {
+            return Err(StartError::PortInUse(log));
+        }
+        panic!(
+            "redis-server exited during startup ({status}) on port {}; args {:?}; log:\n{log}",
+            self.port, self.args
+        );
+    }
+}
+
+impl Drop for RedisServer {
+    /// SIGCONT (if stopped) + SIGKILL + reap, then remove the temp dir.
+    fn drop(&mut self) {
+        self.kill();
+        if !self.dir.as_os_str().is_empty() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Keeps a server SIGSTOPped; SIGCONTs it on drop. See
+/// [`RedisServer::stop_guard`].
+#[derive(Debug)]
+#[must_use = "the server is resumed as soon as the guard is dropped"]
+pub struct StoppedGuard<'a> {
+    server: &'a RedisServer,
+}
+
+impl Drop for StoppedGuard<'_> {
+    fn drop(&mut self) {
+        if self.server.is_running() {
+            self.server.cont_process();
+        }
+    }
+}
+
+/// Sends `sig` to `pid`, panicking on failure.
+fn send_signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits in pid_t");
+    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is our own,
+    // not yet reaped child, so it cannot refer to a recycled pid.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert!(
+        rc == 0,
+        "kill({pid}, {sig}) failed: {}",
+        io::Error::last_os_error()
+    );
+}
+
+/// A port that was free a moment ago (bind to port 0, read it, drop the
+/// listener). Racy by nature; callers retry on a clash.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral port on 127.0.0.1")
+        .port()
+}
+
+/// Creates a fresh, uniquely named directory under the system temp dir.
+fn make_temp_dir() -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::temp_dir();
+    for _ in 0..100 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!(
+            "distlock-redis-{}-{n}-{nanos:x}",
+            std::process::id()
+        ));
+        match fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
+        }
+    }
+    panic!("cannot create a unique temp dir under {}", base.display());
+}
+
+/// The log file's content from byte `offset` on ("" if unreadable).
+fn log_since(path: &Path, offset: u64) -> String {
+    let Ok(bytes) = fs::read(path) else {
+        return String::new();
+    };
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// Log file + stdio file of a server dir, for humans.
+fn read_logs(dir: &Path) -> String {
+    let mut out = match fs::read(dir.join(LOG_FILE)) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => format!("<no log file {}: {e}>\n", dir.join(LOG_FILE).display()),
+    };
+    if let Ok(bytes) = fs::read(dir.join(STDIO_FILE))
+        && !bytes.is_empty()
+    {
+        out.push_str("--- redis-server stdout/stderr ---\n");
+        out.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    out
+}
+
+/// Sends a raw RESP `PING` and reports whether the server answered.
+///
+/// Any reply except `-LOADING` counts: with `--requirepass` an
+/// unauthenticated PING gets `-NOAUTH`, which still proves the server serves.
+fn ping(addr: SocketAddr) -> bool {
+    let attempt = || -> io::Result<String> {
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+        stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
+        let mut line = String::new();
+        BufReader::new(&stream).read_line(&mut line)?;
+        Ok(line)
+    };
+    match attempt() {
+        Ok(line) => !line.is_empty() && !line.starts_with("-LOADING"),
+        Err(_) => false,
+    }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, for URL
+/// userinfo.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
