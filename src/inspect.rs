@@ -45,6 +45,14 @@ impl Inspector<'_> {
         }
     }
 
+    /// The value of a string key (a lock key holds its holder's token).
+    pub async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        match self.client.store() {
+            Store::Memory(m) => Ok(m.get(key)),
+            Store::Redis(r) => Ok(r.connection().get(key).await?),
+        }
+    }
+
     /// Deletes a key behind every holder's back.
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         match self.client.store() {

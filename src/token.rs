@@ -41,9 +41,9 @@ mod tests {
     use std::collections::HashSet;
 
     #[test]
-    fn tokens_are_128_bit_hex_and_unique() {
-        let mut seen = HashSet::new();
-        for _ in 0..10_000 {
+    fn a_million_tokens_are_128_bit_hex_and_unique() {
+        let mut seen = HashSet::with_capacity(1_000_000);
+        for _ in 0..1_000_000 {
             let t = Token::generate();
             assert_eq!(t.as_str().len(), 32);
             assert!(t.as_str().bytes().all(|b| b.is_ascii_hexdigit()));

@@ -267,6 +267,7 @@ impl LeaseHandle {
 pub struct Lease {
     handle: LeaseHandle,
     client: Client,
+    watch_id: u64,
     done: bool,
 }
 
@@ -285,12 +286,22 @@ impl std::ops::Deref for Lease {
 
 impl Lease {
     pub(crate) fn new(client: Client, shared: Arc<LeaseShared>) -> Self {
-        client.inner.watchdog.watch(shared.clone());
+        let watch_id = client.inner.watchdog.watch(shared.clone());
         Self {
             handle: LeaseHandle { shared },
             client,
+            watch_id,
             done: false,
         }
+    }
+
+    /// Ends the lease locally: fires its signal and stops the watchdog for it.
+    fn finish(&mut self) -> Arc<LeaseShared> {
+        self.done = true;
+        let shared = self.handle.shared.clone();
+        shared.end(LossReason::Released);
+        self.client.inner.watchdog.unwatch(self.watch_id);
+        shared
     }
 
     /// A cloneable view of this lease.
@@ -345,9 +356,7 @@ impl Lease {
     /// Releases the lock if it is still ours, and wakes one waiter. Bounded by the client's
     /// response timeout; stops the watchdog for this lease whatever the outcome.
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
-        self.done = true;
-        let shared = self.handle.shared.clone();
-        shared.end(LossReason::Released);
+        let shared = self.finish();
         let store = self.client.store();
         let held = tokio::time::timeout(
             store.op_timeout(),
@@ -370,8 +379,7 @@ impl Drop for Lease {
         if self.done {
             return;
         }
-        let shared = self.handle.shared.clone();
-        shared.end(LossReason::Released);
+        let shared = self.finish();
         release_in_background(
             self.client.clone(),
             shared.keys.clone(),

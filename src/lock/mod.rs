@@ -189,7 +189,7 @@ impl LockBuilder {
                         woken_by,
                         "distlock: acquired"
                     );
-                    return Ok(Lease::new(self.client.clone(), Arc::new(shared)));
+                    return Ok(Lease::new(self.client.clone(), shared));
                 }
                 Attempt::Busy(pttl) => pttl,
             };
@@ -266,7 +266,7 @@ impl LockBuilder {
             })??;
         guard.armed = false;
         Ok(match reply {
-            AcquireReply::Granted { fence } => Attempt::Granted(LeaseShared::new(
+            AcquireReply::Granted { fence } => Attempt::Granted(Arc::new(LeaseShared::new(
                 keys.clone(),
                 token.clone(),
                 fence,
@@ -274,7 +274,7 @@ impl LockBuilder {
                 sent_at,
                 self.watchdog,
                 self.max_hold,
-            )),
+            ))),
             AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
         })
     }
@@ -301,11 +301,11 @@ impl LockBuilder {
     {
         let keys = self.validate()?;
         let client_id = self.client.inner.id;
-        if self.reentrant {
-            if let Some(outer) = reentrant::find(client_id, &keys.lock) {
-                outer.ensure_held()?;
-                return guarded(outer.clone(), body(outer)).await;
-            }
+        if self.reentrant
+            && let Some(outer) = reentrant::find(client_id, &keys.lock)
+        {
+            outer.ensure_held()?;
+            return guarded(outer.clone(), body(outer)).await;
         }
         let lock_key = keys.lock.clone();
         let lease = self.acquire().await?;
@@ -352,7 +352,7 @@ pub fn current_lease() -> Option<LeaseHandle> {
 }
 
 enum Attempt {
-    Granted(LeaseShared),
+    Granted(Arc<LeaseShared>),
     Busy(Option<Duration>),
 }
 

@@ -56,11 +56,18 @@ impl Watchdog {
     }
 
     /// Starts watching a lease (renewing it if it renews; always enforcing its deadline).
-    pub(crate) fn watch(&self, lease: Arc<LeaseShared>) {
+    /// Returns the id to [`unwatch`](Self::unwatch) it with.
+    pub(crate) fn watch(&self, lease: Arc<LeaseShared>) -> u64 {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared.lock_leases().insert(id, lease);
         self.ensure_running();
         self.poke();
+        id
+    }
+
+    /// Stops watching a lease that was released (O(1); the task need not wake up).
+    pub(crate) fn unwatch(&self, id: u64) {
+        self.shared.lock_leases().remove(&id);
     }
 
     /// Makes the task look at its leases again (a lease was added or its times changed).

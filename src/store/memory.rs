@@ -39,7 +39,7 @@ impl State {
 
     fn set(&mut self, key: &str, data: String, ttl: Duration, now: Instant) {
         self.writes += 1;
-        if self.writes % SWEEP_EVERY == 0 {
+        if self.writes.is_multiple_of(SWEEP_EVERY) {
             self.values.retain(|_, v| v.expires_at > now);
         }
         self.values.insert(
@@ -128,10 +128,10 @@ impl MemoryStore {
             .iter()
             .map(|item| {
                 let held = state.held(item.key, item.token, now);
-                if held == Held::Yes {
-                    if let Some(v) = state.values.get_mut(item.key) {
-                        v.expires_at = now + item.ttl;
-                    }
+                if held == Held::Yes
+                    && let Some(v) = state.values.get_mut(item.key)
+                {
+                    v.expires_at = now + item.ttl;
                 }
                 held
             })
@@ -144,6 +144,13 @@ impl MemoryStore {
         self.state()
             .get(key, now)
             .map(|v| v.expires_at.saturating_duration_since(now))
+    }
+
+    /// The value of a live key, for tests.
+    pub(crate) fn get(&self, key: &str) -> Option<String> {
+        self.state()
+            .get(key, Instant::now())
+            .map(|v| v.data.clone())
     }
 
     /// Live keys, for tests.

@@ -44,6 +44,16 @@ impl RedisStore {
         settings: RedisSettings,
     ) -> Result<Self, StoreError> {
         let client = redis::Client::open(info.clone())?;
+        // One plain attempt first: the connection manager retries its first connection on
+        // every error, wrong credentials included, which would turn a clear `Auth` error into
+        // a slow timeout. Reconnects later are the manager's job.
+        let probe = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_response_timeout(Some(settings.response_timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&probe)
+            .await
+            .map_err(|e| StoreError::from(e).with_deadline(settings.connect_timeout))?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(settings.response_timeout))
             .set_connection_timeout(Some(settings.connect_timeout))

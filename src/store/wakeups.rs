@@ -87,10 +87,8 @@ impl Wakeups {
             channel: channel.to_owned(),
             notify,
         };
-        if first {
-            if let Some(link) = self.link.get() {
-                link.subscribe(channel.to_owned()).await?;
-            }
+        if first && let Some(link) = self.link.get() {
+            link.subscribe(channel.to_owned()).await?;
         }
         Ok(subscription)
     }

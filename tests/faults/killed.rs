@@ -1,0 +1,149 @@
+//! Case 7: the server is SIGKILLed while leases are held.
+
+use std::time::Duration;
+
+use distlock::{LockError, LossReason, ReleaseOutcome};
+use tokio::time::Instant;
+
+use crate::common::{
+    RESPONSE_TIMEOUT, SLACK, drift, is_unavailable, just_after_a_renewal, poll_until,
+    poll_until_async, short_client, timed,
+};
+use crate::support::RedisServer;
+
+/// Two leases (ttl 1 s, watchdog on) are held and renewed; the server is killed at K.
+///
+/// * each lease's lost signal fires at its local deadline: not before it, no later than
+///   K + ttl − drift + slack, and before K + ttl; the reason is `Expired`;
+/// * the watchdog then stops: `renewal_calls` stays put over a whole ttl, and it watches
+///   no lease;
+/// * releasing one lease while the server is down fails fast with `Store(Unreachable |
+///   Timeout)`; after a restart, releasing the other reports `AlreadyExpired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_mid_hold() {
+    let mut server = RedisServer::start();
+    let client = short_client(&server.url()).await;
+    let ttl = Duration::from_secs(1);
+    let a = client
+        .lock("killed:a")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire a");
+    let b = client
+        .lock("killed:b")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire b");
+    let inspect = client.__inspect();
+    assert!(
+        poll_until(Duration::from_secs(3), Duration::from_millis(5), || {
+            inspect.renewal_calls() >= 2
+        })
+        .await,
+        "the watchdog did not renew within 3 s"
+    );
+    // Mid-way between two renewals (they come every ttl/3), so the deadline is inside
+    // (K, K + ttl) with room to spare on both sides.
+    just_after_a_renewal(&client, Duration::from_millis(100)).await;
+
+    server.kill();
+    let killed_at = Instant::now();
+    let deadline_a = Instant::now() + a.valid_for();
+    let deadline_b = Instant::now() + b.valid_for();
+    assert!(!a.is_lost() && !b.is_lost(), "lost before the deadline");
+
+    let (lost_a, lost_b) = tokio::time::timeout(ttl + Duration::from_secs(1), async {
+        tokio::join!(
+            async {
+                a.lost().await;
+                Instant::now()
+            },
+            async {
+                b.lost().await;
+                Instant::now()
+            }
+        )
+    })
+    .await
+    .expect("the lost signals did not fire within ttl + 1 s of the kill");
+
+    let bound = killed_at + ttl - drift(ttl) + SLACK;
+    for (name, lost_at, deadline) in [("a", lost_a, deadline_a), ("b", lost_b, deadline_b)] {
+        let since_kill = lost_at - killed_at;
+        println!(
+            "lease {name}: deadline {:?} after the kill, lost {since_kill:?} after it",
+            deadline - killed_at
+        );
+        assert!(
+            lost_at + Duration::from_millis(5) >= deadline,
+            "lease {name}: lost {since_kill:?} after the kill, before its deadline ({:?} after the kill)",
+            deadline - killed_at
+        );
+        assert!(
+            lost_at <= bound,
+            "lease {name}: lost {since_kill:?} after the kill, later than ttl - drift + {SLACK:?}"
+        );
+        assert!(
+            lost_at < killed_at + ttl,
+            "lease {name}: lost {since_kill:?} after the kill, not before the ttl ({ttl:?})"
+        );
+    }
+    assert_eq!(a.lost_reason(), Some(LossReason::Expired));
+    assert_eq!(b.lost_reason(), Some(LossReason::Expired));
+
+    // No renewals after the signal, and nothing left to watch.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        poll_until(Duration::from_millis(500), Duration::from_millis(5), || {
+            inspect.watched_leases() == 0
+        })
+        .await,
+        "the watchdog still watches {} lease(s) after they were lost",
+        inspect.watched_leases()
+    );
+    let calls = inspect.renewal_calls();
+    tokio::time::sleep(ttl).await;
+    assert_eq!(
+        inspect.renewal_calls(),
+        calls,
+        "the watchdog kept renewing after the lost signal"
+    );
+
+    // Server down: release fails fast and typed.
+    let (released, took) = timed(a.release()).await;
+    match released {
+        Err(err) if is_unavailable(&err) => {}
+        other => panic!(
+            "release with the server down: expected Store(Unreachable|Timeout), got {other:?}"
+        ),
+    }
+    assert!(
+        took <= RESPONSE_TIMEOUT + SLACK,
+        "release with the server down took {took:?}"
+    );
+
+    // Server back (empty): once the client has reconnected, release says the key is gone.
+    server.restart();
+    let key = inspect.lock_key("killed:b").expect("key");
+    assert!(
+        poll_until_async(
+            Duration::from_secs(5),
+            Duration::from_millis(50),
+            || async { inspect.pttl(&key).await.is_ok() }
+        )
+        .await,
+        "the client did not reconnect within 5 s of the restart\nserver log:\n{}",
+        server.log()
+    );
+    let outcome = b.release().await;
+    assert!(
+        matches!(outcome, Ok(ReleaseOutcome::AlreadyExpired)),
+        "release after the restart: expected AlreadyExpired, got {outcome:?}"
+    );
+    // A fresh lock works again.
+    let again = client.lock("killed:a").ttl(ttl).acquire().await;
+    assert!(again.is_ok(), "acquire after the restart: {again:?}");
+    let _: Result<ReleaseOutcome, LockError> = again.expect("checked").release().await;
+}

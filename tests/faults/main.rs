@@ -1,0 +1,17 @@
+//! Fault injection against real `redis-server` processes: the server killed, frozen or slow
+//! while a lease is held, scripts flushed under the client, connection faults through a TCP
+//! proxy, memory pressure and wrong credentials (TESTPLAN cases 7, 10, 11, 17, 18 and 25).
+//!
+//! Timing assertions are bounds on behaviour that is specified as a bound (a deadline, a
+//! response timeout); everything else is polled with bounded loops.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod common;
+mod credentials;
+mod killed;
+mod memory;
+mod noscript;
+mod paused;
+mod proxy_faults;

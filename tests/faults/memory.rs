@@ -1,0 +1,198 @@
+//! Case 18: memory pressure (`maxmemory`), without and with eviction.
+
+use std::time::Duration;
+
+use distlock::{LockError, LossReason, RefusedKind, StoreError};
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use crate::common::{calm_client, timed, warm_up};
+use crate::support::RedisServer;
+
+const JUNK: usize = 10 * 1024;
+const MAX_JUNK_WRITES: usize = 5000;
+
+fn limited_server(policy: &str) -> RedisServer {
+    RedisServer::builder()
+        .arg("--maxmemory", "2mb")
+        .arg("--maxmemory-policy", policy)
+        .start()
+}
+
+/// Writes a 10 KiB junk key (with `EX 3600` when `with_ttl`); the error if refused.
+async fn write_junk(
+    conn: &mut MultiplexedConnection,
+    i: usize,
+    with_ttl: bool,
+) -> redis::RedisResult<()> {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(format!("junk:{i}")).arg(vec![b'x'; JUNK]);
+    if with_ttl {
+        cmd.arg("EX").arg(3600);
+    }
+    cmd.query_async(conn).await
+}
+
+/// Lowers `maxmemory` to 256 KiB below current usage (`noeviction` keeps everything), and
+/// checks that a tiny write is refused with OOM.
+async fn pin_out_of_memory(conn: &mut MultiplexedConnection) {
+    let used: u64 = crate::common::info(conn, "memory")
+        .await
+        .get("used_memory")
+        .and_then(|v| v.parse().ok())
+        .expect("used_memory in INFO memory");
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used - 256 * 1024)
+        .query_async(conn)
+        .await
+        .expect("CONFIG SET maxmemory");
+    let probe: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("probe")
+        .arg("x")
+        .query_async(conn)
+        .await;
+    assert!(
+        probe.as_ref().is_err_and(|e| e.code() == Some("OOM")),
+        "a tiny write was not refused with OOM: {probe:?}"
+    );
+}
+
+fn is_oom(err: &LockError) -> bool {
+    matches!(
+        err,
+        LockError::Store(StoreError::Refused {
+            kind: RefusedKind::OutOfMemory,
+            ..
+        })
+    )
+}
+
+/// `maxmemory 2mb` with `noeviction`, filled with junk until the server refuses writes with
+/// OOM: acquiring a free lock then fails with `Store(Refused { kind: OutOfMemory })`, never
+/// `Busy` — also when asked to wait, and promptly (it does not wait out the wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noeviction_acquire_reports_out_of_memory() {
+    let server = limited_server("noeviction");
+    let client = calm_client(&server.url()).await;
+    warm_up(&client).await;
+    let mut conn = server.conn().await;
+
+    let mut refused = None;
+    for i in 0..MAX_JUNK_WRITES {
+        if let Err(err) = write_junk(&mut conn, i, false).await {
+            refused = Some(err);
+            break;
+        }
+    }
+    let refused = refused.unwrap_or_else(|| {
+        panic!(
+            "{MAX_JUNK_WRITES} junk writes never hit maxmemory\nserver log:\n{}",
+            server.log()
+        )
+    });
+    assert_eq!(
+        refused.code(),
+        Some("OOM"),
+        "junk write refused with {refused}"
+    );
+    // Right at the limit, a few bytes may come free again (client buffers shrink), and a
+    // lock key is tiny: pin the server below its usage so every write is refused.
+    pin_out_of_memory(&mut conn).await;
+
+    let try_once = client
+        .lock("oom:once")
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await;
+    match &try_once {
+        Err(err) if is_oom(err) => {}
+        other => panic!("acquire under OOM: expected Refused(OutOfMemory), got {other:?}"),
+    }
+    let (waiting, took) = timed(
+        client
+            .lock("oom:wait")
+            .ttl(Duration::from_secs(1))
+            .wait(Duration::from_secs(3))
+            .acquire(),
+    )
+    .await;
+    match &waiting {
+        Err(err) if is_oom(err) => {}
+        other => panic!("waiting acquire under OOM: expected Refused(OutOfMemory), got {other:?}"),
+    }
+    assert!(
+        took < Duration::from_secs(1),
+        "waiting acquire under OOM took {took:?}"
+    );
+}
+
+/// `maxmemory 2mb` with `volatile-ttl`: a lease (ttl 2 s, watchdog on) is held, then junk
+/// keys with a 1 h ttl are written until the server evicts the lock key (the key with the
+/// shortest ttl). The holder's watchdog learns of it at its next renewal: `lost()` resolves
+/// with reason `NotHeld` within ttl/3 + slack of the eviction, well before the lease's local
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_is_noticed_by_the_watchdog() {
+    let server = limited_server("volatile-ttl");
+    let client = calm_client(&server.url()).await;
+    let mut conn = server.conn().await;
+    let ttl = Duration::from_secs(2);
+    let name = "evicted";
+    let key = client.__inspect().lock_key(name).expect("key");
+    let lease = client.lock(name).ttl(ttl).acquire().await.expect("acquire");
+
+    let mut evicted_at = None;
+    for i in 0..MAX_JUNK_WRITES {
+        write_junk(&mut conn, i, true)
+            .await
+            .unwrap_or_else(|e| panic!("junk write {i}: {e}\nserver log:\n{}", server.log()));
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS");
+        if !exists {
+            evicted_at = Some(Instant::now());
+            break;
+        }
+    }
+    let Some(evicted_at) = evicted_at else {
+        let stats = crate::common::info(&mut conn, "memory").await;
+        panic!("the lock key was not evicted after {MAX_JUNK_WRITES} junk writes; {stats:?}");
+    };
+    let deadline = evicted_at + lease.valid_for();
+    assert!(
+        !lease.is_lost(),
+        "lost before the eviction: {:?}",
+        lease.lost_reason()
+    );
+
+    let waited = tokio::time::timeout(ttl, lease.lost()).await;
+    let lost_at = Instant::now();
+    assert!(
+        waited.is_ok(),
+        "no lost signal within the ttl of the eviction"
+    );
+    assert_eq!(
+        lease.lost_reason(),
+        Some(LossReason::NotHeld),
+        "the watchdog did not learn of the eviction"
+    );
+    let since = lost_at - evicted_at;
+    println!(
+        "lost {since:?} after the eviction; deadline was {:?} after it",
+        deadline - evicted_at
+    );
+    assert!(
+        since <= ttl / 3 + Duration::from_millis(200),
+        "the loss was noticed {since:?} after the eviction (renewals come every {:?})",
+        ttl / 3
+    );
+    assert!(
+        lost_at + Duration::from_millis(500) < deadline,
+        "the loss was noticed {since:?} after the eviction, not well before the deadline ({:?})",
+        deadline - evicted_at
+    );
+}

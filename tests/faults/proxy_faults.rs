@@ -1,0 +1,375 @@
+//! Case 17 (and case 4): connection faults between the client and the server, through the
+//! harness proxy, and an acquire whose outcome is unknown to the client.
+
+use std::time::Duration;
+
+use distlock::{Client, LockError, LossReason, ReleaseOutcome, StoreError};
+use tokio::time::Instant;
+
+use crate::common::{
+    RESPONSE_TIMEOUT, SLACK, calm_client, command_stats, drift, is_timeout, is_unavailable,
+    just_after_a_renewal, pttl, short_client, timed, warm_up,
+};
+use crate::support::{Proxy, RedisServer};
+
+/// A server, a proxy in front of it, and a client (short deadlines) connected through it.
+async fn proxied() -> (RedisServer, Proxy, Client) {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr()).await;
+    let client = short_client(&proxy.url()).await;
+    (server, proxy, client)
+}
+
+/// Asserts that `result` is `Store(Timeout)` and came within the response timeout + slack.
+fn assert_timed_out<T: std::fmt::Debug>(what: &str, result: &Result<T, LockError>, took: Duration) {
+    match result {
+        Err(err) if is_timeout(err) => {}
+        other => panic!("{what}: expected Store(Timeout), got {other:?}"),
+    }
+    assert!(
+        took <= RESPONSE_TIMEOUT + SLACK,
+        "{what} took {took:?}; the response timeout is {RESPONSE_TIMEOUT:?}"
+    );
+}
+
+/// Connecting through a proxy that never answers fails within twice the connect timeout
+/// (the library's bound on `connect`), with a typed error.
+async fn assert_connect_bounded(proxy: &Proxy) {
+    let connect_timeout = Duration::from_millis(300);
+    let (result, took) = timed(
+        Client::builder()
+            .connect_timeout(connect_timeout)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .reconnect_retries(1)
+            .connect(&proxy.url()),
+    )
+    .await;
+    match &result {
+        Err(StoreError::Timeout { .. } | StoreError::Unreachable { .. }) => {}
+        other => {
+            panic!("connect through a stalled proxy: expected Timeout/Unreachable, got {other:?}")
+        }
+    }
+    assert!(
+        took <= connect_timeout * 2 + SLACK,
+        "connect through a stalled proxy took {took:?} (connect timeout {connect_timeout:?})"
+    );
+}
+
+/// (a) Every round trip is delayed by ~2 s, far beyond the 300 ms response timeout:
+/// acquire (even one that would wait), extend and release each return `Store(Timeout)`
+/// within the response timeout + slack, and connect within its own bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_beyond_response_timeout() {
+    let (_server, proxy, client) = proxied().await;
+    warm_up(&client).await;
+    let lease = client
+        .lock("delay:held")
+        .ttl(Duration::from_secs(3))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire before the delay");
+
+    proxy.delay(Duration::from_secs(1));
+    let (acquired, took) = timed(
+        client
+            .lock("delay:new")
+            .ttl(Duration::from_secs(1))
+            .wait(Duration::from_secs(5))
+            .acquire(),
+    )
+    .await;
+    assert_timed_out("acquire", &acquired, took);
+    let (extended, took) = timed(lease.extend(Duration::from_secs(3))).await;
+    assert_timed_out("extend", &extended, took);
+    let (released, took) = timed(lease.release()).await;
+    assert_timed_out("release", &released, took);
+    assert_connect_bounded(&proxy).await;
+}
+
+/// (b) The proxy swallows everything and answers nothing (half-open peer): acquire, extend
+/// and release each return `Store(Timeout)` within the response timeout + slack, connect
+/// within its bound, and a lease held with the watchdog is lost (reason `Expired`) at its
+/// local deadline: not before it, no later than K + ttl − drift + slack for a blackhole
+/// starting at K, and before K + ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackhole() {
+    let (_server, proxy, client) = proxied().await;
+    warm_up(&client).await;
+    let ttl = Duration::from_secs(1);
+    let watched = client
+        .lock("blackhole:watched")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+    let other = client
+        .lock("blackhole:other")
+        .ttl(Duration::from_secs(3))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    just_after_a_renewal(&client, Duration::from_millis(100)).await;
+
+    proxy.blackhole();
+    let start = Instant::now();
+    let deadline = Instant::now() + watched.valid_for();
+    let handle = watched.handle();
+    let lost = tokio::spawn(async move {
+        handle.lost().await;
+        Instant::now()
+    });
+
+    let (acquired, took) = timed(client.lock("blackhole:new").ttl(ttl).acquire()).await;
+    assert_timed_out("acquire", &acquired, took);
+    let (extended, took) = timed(other.extend(Duration::from_secs(3))).await;
+    assert_timed_out("extend", &extended, took);
+    let (released, took) = timed(other.release()).await;
+    assert_timed_out("release", &released, took);
+    assert_connect_bounded(&proxy).await;
+
+    let lost_at = tokio::time::timeout(ttl + Duration::from_secs(1), lost)
+        .await
+        .expect("no lost signal within ttl + 1 s of the blackhole")
+        .expect("lost task");
+    let since = lost_at - start;
+    println!(
+        "deadline {:?} after the blackhole, lost {since:?} after it",
+        deadline - start
+    );
+    assert!(
+        lost_at + Duration::from_millis(5) >= deadline,
+        "lost {since:?} after the blackhole, before the deadline ({:?})",
+        deadline - start
+    );
+    assert!(
+        lost_at <= start + ttl - drift(ttl) + SLACK,
+        "lost {since:?} after the blackhole: later than ttl - drift + {SLACK:?}"
+    );
+    assert!(
+        lost_at < start + ttl,
+        "lost {since:?} after the blackhole: not before the ttl"
+    );
+    assert_eq!(watched.lost_reason(), Some(LossReason::Expired));
+}
+
+/// (c) A release that reaches Redis after the lock expired and was taken by another holder
+/// changes nothing. A (through the proxy, ttl 300 ms, no watchdog) holds; every chunk is then
+/// delayed 1 s, so A's release times out client-side and arrives ~1 s later; meanwhile the
+/// key expires and B (direct) acquires with ttl 3 s. After the delayed release has surely
+/// run (seen in `INFO commandstats`), B's key still exists with B's ttl and B's release
+/// reports `Released`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_release_after_reacquire_is_a_no_op() {
+    let (server, proxy, a_client) = proxied().await;
+    let b_client = calm_client(&server.url()).await;
+    // The release script must be cached, or the delayed EVALSHA would only hit NOSCRIPT.
+    warm_up(&b_client).await;
+    let mut conn = server.conn().await;
+    let name = "delayed-release";
+    let key = b_client.__inspect().lock_key(name).expect("key");
+
+    let a = a_client
+        .lock(name)
+        .ttl(Duration::from_millis(300))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("A acquires");
+    proxy.delay(Duration::from_secs(1));
+    let released_at = Instant::now();
+    let (released, took) = timed(a.release()).await;
+    assert_timed_out("A's release", &released, took);
+
+    let b_ttl = Duration::from_secs(3);
+    let b = b_client
+        .lock(name)
+        .ttl(b_ttl)
+        .watchdog(false)
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("B acquires once A's key expired");
+    let b_acquired_at = Instant::now();
+    assert!(
+        b_acquired_at < released_at + Duration::from_millis(800),
+        "B acquired {:?} after A's release was sent: too late to race the delayed release",
+        b_acquired_at - released_at
+    );
+    let (calls_before, failed_before) = command_stats(&mut conn, "evalsha").await;
+
+    // The release reaches Redis ~1 s after it was sent; give it 1.5 s.
+    tokio::time::sleep_until(released_at + Duration::from_millis(1500)).await;
+    let (calls_after, failed_after) = command_stats(&mut conn, "evalsha").await;
+    assert_eq!(
+        (calls_after - calls_before, failed_after - failed_before),
+        (1, 0),
+        "expected exactly A's delayed release to have run meanwhile"
+    );
+    let left = pttl(&mut conn, &key).await;
+    let held_for = b_acquired_at.elapsed();
+    assert!(
+        left.is_some_and(|l| l <= b_ttl && l + held_for + SLACK >= b_ttl),
+        "B's key after A's delayed release: pttl {left:?}, B acquired {held_for:?} ago with ttl {b_ttl:?}"
+    );
+    println!(
+        "B acquired {:?} after A's release was sent; B's pttl {left:?} {held_for:?} later",
+        b_acquired_at - released_at
+    );
+    let outcome = b.release().await;
+    assert!(
+        matches!(outcome, Ok(ReleaseOutcome::Released)),
+        "B's release: expected Released, got {outcome:?}"
+    );
+}
+
+/// (d) Every proxied connection is reset (RST both ways): the client is usable again within
+/// 1 s (the first successful acquire is at most 1 s after the reset), every error seen
+/// meanwhile is `Store(Unreachable | Timeout)`, and a lease held across the reset with the
+/// watchdog on is not lost and releases as `Released`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_within_a_second_of_a_reset() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr()).await;
+    let client = Client::builder()
+        .response_timeout(RESPONSE_TIMEOUT)
+        .connect(&proxy.url())
+        .await
+        .expect("connect");
+    warm_up(&client).await;
+    let held = client
+        .lock("reset:held")
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("acquire");
+    let connections = proxy.connections();
+
+    proxy.reset_all().await;
+    let reset_at = Instant::now();
+    let mut errors = Vec::new();
+    let mut attempt = 0;
+    let first_ok = loop {
+        attempt += 1;
+        match client
+            .lock(format!("reset:{attempt}"))
+            .ttl(Duration::from_secs(1))
+            .acquire()
+            .await
+        {
+            Ok(lease) => {
+                let at = Instant::now();
+                lease.release().await.expect("release after reconnect");
+                break at;
+            }
+            Err(err) => {
+                assert!(
+                    is_unavailable(&err),
+                    "attempt {attempt}: untyped error {err:?}"
+                );
+                errors.push(err);
+            }
+        }
+        assert!(
+            reset_at.elapsed() < Duration::from_secs(3),
+            "no successful acquire within 3 s of the reset; errors: {errors:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    println!(
+        "first acquire {:?} after the reset, errors before: {errors:?}",
+        first_ok - reset_at
+    );
+    assert!(
+        first_ok - reset_at <= Duration::from_secs(1),
+        "first successful acquire {:?} after the reset; errors: {errors:?}",
+        first_ok - reset_at
+    );
+    assert!(
+        proxy.connections() > connections,
+        "the client did not reconnect"
+    );
+
+    // The held lease's renewals ride over the reset.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        !held.is_lost(),
+        "held lease lost across the reset: {:?}",
+        held.lost_reason()
+    );
+    let outcome = held.release().await;
+    assert!(
+        matches!(outcome, Ok(ReleaseOutcome::Released)),
+        "release of the held lease: {outcome:?}"
+    );
+}
+
+/// (e) TESTPLAN 4, ambiguous acquire: `CLIENT PAUSE 1000 WRITE` is longer than the 300 ms
+/// response timeout, so the client never learns whether its acquire was applied. Acquire
+/// returns an error (`Store(Timeout)`), never a lease; no lease is watched and no renewal is
+/// sent; the server does apply the acquire after the pause (its fence key appears), and the
+/// lock key never outlives the ttl: its pttl never exceeds it, and it is gone by the end of
+/// the pause + ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_acquire_is_an_error_and_leaves_no_lock() {
+    let server = RedisServer::start();
+    let client = short_client(&server.url()).await;
+    // Warm the script cache from another client: a released lease stays in its client's
+    // watchdog map until the watchdog's next wake-up, which would blur `watched_leases`.
+    warm_up(&calm_client(&server.url()).await).await;
+    let mut conn = server.conn().await;
+    let name = "ambiguous";
+    let key = client.__inspect().lock_key(name).expect("key");
+    let fence_key = client.__inspect().fence_key(name).expect("key");
+    let ttl = Duration::from_secs(1);
+    let pause = Duration::from_millis(1000);
+    let renewals = client.__inspect().renewal_calls();
+
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis().to_string())
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT PAUSE");
+    let paused_at = Instant::now();
+    let (acquired, took) = timed(client.lock(name).ttl(ttl).acquire()).await;
+    assert_timed_out("acquire during CLIENT PAUSE", &acquired, took);
+    assert_eq!(
+        client.__inspect().watched_leases(),
+        0,
+        "a watchdog was started"
+    );
+
+    let pause_end = paused_at + pause;
+    while Instant::now() < pause_end + ttl + SLACK {
+        let left = pttl(&mut conn, &key).await;
+        assert!(
+            left.is_none_or(|l| l <= ttl),
+            "the lock key has pttl {left:?}, more than the ttl {ttl:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        pttl(&mut conn, &key).await,
+        None,
+        "the lock key outlived the ttl"
+    );
+    let fence: Option<String> = redis::cmd("GET")
+        .arg(&fence_key)
+        .query_async(&mut conn)
+        .await
+        .expect("GET fence");
+    assert!(
+        fence.is_some(),
+        "the paused acquire was never applied: the test did not exercise an ambiguous grant"
+    );
+    assert_eq!(client.__inspect().watched_leases(), 0);
+    assert_eq!(
+        client.__inspect().renewal_calls(),
+        renewals,
+        "renewals were sent"
+    );
+}
