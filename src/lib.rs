@@ -1,24 +1,8 @@
 //! Redis-backed coordination for async services: distributed locks (leases with a watchdog,
 //! fencing tokens and a lost signal, pub/sub hand-off to waiters).
 //!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//!
-//! // `Client::connect("redis://127.0.0.1/")` for Redis; memory for this example.
-//! let client = distlock::Client::in_memory();
-//! let lease = client
-//!     .lock("order:42")
-//!     .ttl(Duration::from_secs(30))
-//!     .wait(Duration::from_secs(5))
-//!     .acquire()
-//!     .await?;
-//! // Hand the fence to the resource you protect; it refuses smaller ones.
-//! let fence = lease.fence();
-//! lease.ensure_held()?;
-//! lease.release().await?;
-//! # let _ = fence; Ok(()) }
-//! ```
+//! The crate's README follows.
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

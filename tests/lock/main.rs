@@ -7,3 +7,4 @@ mod support;
 mod fixture;
 mod processes;
 mod semantics;
+mod tokens;

@@ -44,10 +44,10 @@ impl ChildProcess {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 // libtest may have printed `test ... ` on the same line before ours.
-                if let Some(at) = line.find("CHILD ") {
-                    if tx.send(line[at + "CHILD ".len()..].to_owned()).is_err() {
-                        break;
-                    }
+                if let Some(at) = line.find("CHILD ")
+                    && tx.send(line[at + "CHILD ".len()..].to_owned()).is_err()
+                {
+                    break;
                 }
             }
         });

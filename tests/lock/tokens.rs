@@ -1,0 +1,98 @@
+//! TESTPLAN 24: the lease token (the secret that proves ownership) never shows in `Debug`,
+//! `Display` or tracing output, on either store, through acquire, renewal, loss and release.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::LockError;
+use tracing_subscriber::fmt::MakeWriter;
+
+use crate::fixture::Fixture;
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("capture").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+async fn token_never_shows(fx: Fixture) {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    // Current-thread runtime: every task (the watchdog too) runs on this thread.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let inspect = fx.client.__inspect();
+    let mut shown = String::new();
+    let lease = fx
+        .client
+        .lock("secret")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("acquire");
+    let token = inspect
+        .get(&inspect.lock_key("secret").expect("key"))
+        .await
+        .expect("get")
+        .expect("the lock key holds the token");
+    assert_eq!(token.len(), 32, "128-bit token as hex");
+    tokio::time::sleep(Duration::from_millis(250)).await; // a few renewals
+    shown.push_str(&format!("{lease:?} {:?}", lease.handle()));
+    let busy = fx.client.lock("secret").acquire().await.expect_err("busy");
+    shown.push_str(&format!("{busy} {busy:?}"));
+    // Lose it: the key disappears, the watchdog notices, the release finds it gone.
+    inspect
+        .delete(&inspect.lock_key("secret").expect("key"))
+        .await
+        .expect("delete");
+    lease.lost().await;
+    let lost = lease.ensure_held().expect_err("lost");
+    assert!(matches!(lost, LockError::LeaseLost { .. }));
+    shown.push_str(&format!("{lost} {lost:?} {lease:?}"));
+    let outcome = lease.release().await.expect("release");
+    shown.push_str(&format!("{outcome:?}"));
+    shown.push_str(&format!("{:?}", fx.client));
+
+    let logged = String::from_utf8(captured.0.lock().expect("capture").clone()).expect("utf-8");
+    assert!(
+        logged.contains("lease lost"),
+        "the loss was not traced at all:\n{logged}"
+    );
+    assert!(
+        !logged.contains(&token),
+        "the token leaked into tracing output:\n{logged}"
+    );
+    assert!(
+        !shown.contains(&token),
+        "the token leaked into Debug/Display: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn token_never_shows_redis() {
+    token_never_shows(Fixture::redis().await).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn token_never_shows_memory() {
+    token_never_shows(Fixture::memory()).await;
+}
