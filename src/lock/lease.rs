@@ -328,11 +328,7 @@ impl Lease {
             token: &shared.token,
             ttl,
         };
-        let held = tokio::time::timeout(store.op_timeout(), store.renew(&[item]))
-            .await
-            .map_err(|_| crate::StoreError::Timeout {
-                after: store.op_timeout(),
-            })??;
+        let held = store.renew(&[item]).await?;
         match held.first() {
             Some(Held::Yes) => {
                 {
@@ -358,14 +354,7 @@ impl Lease {
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         let shared = self.finish();
         let store = self.client.store();
-        let held = tokio::time::timeout(
-            store.op_timeout(),
-            store.release(&shared.keys, &shared.token),
-        )
-        .await
-        .map_err(|_| crate::StoreError::Timeout {
-            after: store.op_timeout(),
-        })??;
+        let held = store.release(&shared.keys, &shared.token).await?;
         let outcome = ReleaseOutcome::from(held);
         if outcome != ReleaseOutcome::Released {
             tracing::warn!(lock = %shared.keys.name, ?outcome, "distlock: released a lease that was no longer held");
@@ -396,14 +385,8 @@ pub(crate) fn release_in_background(client: Client, keys: LockKeys, token: Token
     };
     runtime.spawn(async move {
         let store = client.store();
-        match tokio::time::timeout(store.op_timeout(), store.release(&keys, &token)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                tracing::debug!(lock = %keys.name, error = %err, "distlock: background release failed; the key expires after its ttl");
-            }
-            Err(_) => {
-                tracing::debug!(lock = %keys.name, "distlock: background release timed out; the key expires after its ttl");
-            }
+        if let Err(err) = store.release(&keys, &token).await {
+            tracing::debug!(lock = %keys.name, error = %err, "distlock: background release failed; the key expires after its ttl");
         }
     });
 }

@@ -21,7 +21,7 @@ use tracing::Instrument;
 pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome};
 use self::lease::{LeaseShared, release_in_background};
 use crate::Client;
-use crate::error::{LockError, StoreError};
+use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::store::{AcquireReply, Store, Subscription};
 use crate::token::Token;
@@ -259,11 +259,7 @@ impl LockBuilder {
             armed: true,
         };
         let sent_at = Instant::now();
-        let reply = tokio::time::timeout(store.op_timeout(), store.acquire(keys, token, self.ttl))
-            .await
-            .map_err(|_| StoreError::Timeout {
-                after: store.op_timeout(),
-            })??;
+        let reply = store.acquire(keys, token, self.ttl).await?;
         guard.armed = false;
         Ok(match reply {
             AcquireReply::Granted { fence } => Attempt::Granted(Arc::new(LeaseShared::new(

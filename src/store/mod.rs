@@ -98,24 +98,33 @@ impl Store {
         token: &Token,
         ttl: Duration,
     ) -> Result<AcquireReply, StoreError> {
-        match self {
-            Self::Redis(s) => s.acquire(keys, token, ttl).await,
-            Self::Memory(s) => Ok(s.acquire(keys, token, ttl)),
-        }
+        self.bounded(async {
+            match self {
+                Self::Redis(s) => s.acquire(keys, token, ttl).await,
+                Self::Memory(s) => Ok(s.acquire(keys, token, ttl)),
+            }
+        })
+        .await
     }
 
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
-        match self {
-            Self::Redis(s) => s.release(keys, token).await,
-            Self::Memory(s) => Ok(s.release(keys, token)),
-        }
+        self.bounded(async {
+            match self {
+                Self::Redis(s) => s.release(keys, token).await,
+                Self::Memory(s) => Ok(s.release(keys, token)),
+            }
+        })
+        .await
     }
 
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
-        match self {
-            Self::Redis(s) => s.renew(items).await,
-            Self::Memory(s) => Ok(s.renew(items)),
-        }
+        self.bounded(async {
+            match self {
+                Self::Redis(s) => s.renew(items).await,
+                Self::Memory(s) => Ok(s.renew(items)),
+            }
+        })
+        .await
     }
 
     pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
@@ -123,6 +132,18 @@ impl Store {
             Self::Redis(s) => s.wakeups(),
             Self::Memory(s) => s.wakeups(),
         }
+    }
+
+    /// Runs one store operation within [`op_timeout`](Self::op_timeout): every operation is
+    /// bounded here, so no caller can forget it.
+    async fn bounded<T>(
+        &self,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let limit = self.op_timeout();
+        tokio::time::timeout(limit, op)
+            .await
+            .map_err(|_| StoreError::Timeout { after: limit })?
     }
 
     /// The deadline for one operation on this store.
