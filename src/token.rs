@@ -17,9 +17,11 @@ impl Token {
         let mut bytes = [0u8; 16];
         #[allow(clippy::expect_used)]
         getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut hex = String::with_capacity(32);
         for b in bytes {
-            hex.push_str(&format!("{b:02x}"));
+            hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+            hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
         }
         Self(hex)
     }

@@ -35,6 +35,9 @@ pub(crate) struct Watchdog {
 struct Shared {
     store: Store,
     leases: Mutex<HashMap<u64, Arc<LeaseShared>>>,
+    /// When the task will next look at its leases on its own (`None`: not sleeping on a
+    /// timer, e.g. scanning). A new lease wakes it only if it needs attention earlier.
+    next_wake: Mutex<Option<Instant>>,
     next_id: AtomicU64,
     wake: Notify,
     /// Renewal round trips sent (one per batch), for tests and the benchmark.
@@ -47,6 +50,7 @@ impl Watchdog {
             shared: Arc::new(Shared {
                 store,
                 leases: Mutex::new(HashMap::new()),
+                next_wake: Mutex::new(None),
                 next_id: AtomicU64::new(0),
                 wake: Notify::new(),
                 renewal_calls: AtomicU64::new(0),
@@ -58,10 +62,23 @@ impl Watchdog {
     /// Starts watching a lease (renewing it if it renews; always enforcing its deadline).
     /// Returns the id to [`unwatch`](Self::unwatch) it with.
     pub(crate) fn watch(&self, lease: Arc<LeaseShared>) -> u64 {
+        let first_event = {
+            let t = lease.times();
+            t.next_renew.map_or(t.valid_until, |r| r.min(t.valid_until))
+        };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared.lock_leases().insert(id, lease);
         self.ensure_running();
-        self.poke();
+        // Waking the task costs a scan of every lease: only do it when this one needs
+        // attention before the task would look anyway.
+        let next_wake = *self
+            .shared
+            .next_wake
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if next_wake.is_none_or(|wake| first_event < wake) {
+            self.poke();
+        }
         id
     }
 
@@ -117,6 +134,10 @@ impl Shared {
 async fn run(shared: Arc<Shared>) {
     let mut idle_since: Option<Instant> = None;
     loop {
+        *shared
+            .next_wake
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
         let now = Instant::now();
         let (due, next) = scan(&shared, now);
         for batch in due.chunks(MAX_BATCH) {
@@ -135,6 +156,10 @@ async fn run(shared: Arc<Shared>) {
                 since + IDLE_EXIT
             }
         };
+        *shared
+            .next_wake
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(next);
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
             () = shared.wake.notified() => {}
