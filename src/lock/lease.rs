@@ -41,10 +41,17 @@ impl From<Held> for ReleaseOutcome {
     }
 }
 
-/// The allowance for clock drift between this process and the store: 1% of the ttl plus 2 ms
-/// (the figure the Redlock analysis uses).
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
+/// How long before the store could expire a lease its holder stops trusting it: the local
+/// safety deadline is the send time of the request that last set the ttl, plus the ttl, minus
+/// this margin.
+///
+/// It is an allowance for clock drift between this process and the store (1% of the ttl plus
+/// 2 ms, the Redlock analysis' figure) plus one for a late runtime (ttl/20, at most 50 ms), so
+/// the lost signal, which is a timer, still fires before the key can expire when the process
+/// is busy. For a 30 s ttl it is 352 ms; for 1 s, 62 ms.
+#[must_use]
+pub fn safety_margin(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2) + (ttl / 20).min(Duration::from_millis(50))
 }
 
 /// State shared by a lease, its handles and the watchdog.
@@ -89,7 +96,7 @@ impl LeaseShared {
             reason: OnceLock::new(),
             times: Mutex::new(Times {
                 ttl,
-                valid_until: sent_at + ttl.saturating_sub(drift(ttl)),
+                valid_until: sent_at + ttl.saturating_sub(safety_margin(ttl)),
                 next_renew: renews.then(|| sent_at + ttl / 3),
                 in_flight: false,
             }),
@@ -126,7 +133,9 @@ impl LeaseShared {
     /// A renewal sent at `sent_at` for `ttl` succeeded.
     pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
         let mut t = self.times();
-        t.valid_until = t.valid_until.max(sent_at + ttl.saturating_sub(drift(ttl)));
+        t.valid_until = t
+            .valid_until
+            .max(sent_at + ttl.saturating_sub(safety_margin(ttl)));
         t.in_flight = false;
         // A renewal capped by max_hold is the last one.
         t.next_renew = (self.renews && ttl == t.ttl).then(|| sent_at + t.ttl / 3);
@@ -334,7 +343,7 @@ impl Lease {
                 {
                     let mut t = shared.times();
                     t.ttl = ttl;
-                    t.valid_until = sent_at + ttl.saturating_sub(drift(ttl));
+                    t.valid_until = sent_at + ttl.saturating_sub(safety_margin(ttl));
                     if shared.renews && t.next_renew.is_some() {
                         t.next_renew = Some(sent_at + ttl / 3);
                     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome};
+pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome, safety_margin};
 use self::lease::{LeaseShared, release_in_background};
 use crate::Client;
 use crate::error::LockError;

@@ -15,9 +15,9 @@ pub const SLACK: Duration = Duration::from_millis(100);
 /// The client response timeout used by the fault tests (every operation is bounded by it).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
 
-/// The drift allowance of a lease (mirrors the library: 1% of the ttl plus 2 ms).
+/// How far before the store's expiry a lease's local deadline lies (the library's own figure).
 pub fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
+    distlock::safety_margin(ttl)
 }
 
 /// Turns on log output when `FAULTS_LOG` is set (e.g. `FAULTS_LOG=debug`).
