@@ -1,0 +1,67 @@
+//! `distlock-bench`: runs each workload through distlock and through a hand-written `redis`
+//! baseline ("raw") against the same server in the same run, and prints one JSON line per
+//! (peer, workload) plus a table.
+//!
+//! ```text
+//! cargo run --release -p distlock-bench -- [--url redis://127.0.0.1:6379/] [--workloads a,b]
+//!     [--peers distlock,raw] [--duration 5s] [--ops N] [--tasks N]
+//! ```
+//! Without `--url` it starts its own `redis-server` on a free loopback port.
+
+mod cli;
+mod raw;
+mod report;
+mod server;
+mod stats;
+mod workloads;
+
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match cli::Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("distlock-bench: {message}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    if args.help {
+        println!("{}", cli::USAGE);
+        return ExitCode::SUCCESS;
+    }
+    let (_server, url) = match &args.url {
+        Some(url) => (None, url.clone()),
+        None => match server::Server::start() {
+            Ok(server) => {
+                let url = server.url();
+                (Some(server), url)
+            }
+            Err(message) => {
+                eprintln!("distlock-bench: {message}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let mut results = Vec::new();
+    for workload in &args.workloads {
+        for peer in &args.peers {
+            match workloads::run(*workload, *peer, &url, &args).await {
+                Ok(result) => {
+                    println!("{}", result.json());
+                    results.push(result);
+                }
+                Err(message) => {
+                    eprintln!(
+                        "distlock-bench: {} / {}: {message}",
+                        peer.name(),
+                        workload.name()
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    eprintln!("\n{}", report::table(&results));
+    ExitCode::SUCCESS
+}
