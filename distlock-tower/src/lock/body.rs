@@ -235,3 +235,145 @@ fn spawn_release(lease: Lease) -> Option<JoinHandle<()>> {
         }
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use distlock::Client;
+    use http::HeaderMap;
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    /// A body that yields the given frames, then (optionally) an error.
+    struct Frames {
+        frames: VecDeque<Frame<Bytes>>,
+        fail: bool,
+    }
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = &'static str;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, &'static str>>> {
+            match self.frames.pop_front() {
+                Some(frame) => Poll::Ready(Some(Ok(frame))),
+                None if self.fail => Poll::Ready(Some(Err("broken"))),
+                None => Poll::Ready(None),
+            }
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.frames.is_empty() && !self.fail
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            let mut hint = SizeHint::new();
+            hint.set_lower(7);
+            hint
+        }
+    }
+
+    async fn lease(client: &Client) -> Lease {
+        client.lock("body").acquire().await.expect("free lock")
+    }
+
+    async fn is_free(client: &Client) -> bool {
+        let inspect = client.__inspect();
+        let key = inspect.lock_key("body").expect("valid name");
+        inspect.pttl(&key).await.expect("memory store").is_none()
+    }
+
+    #[tokio::test]
+    async fn forwards_hints_and_releases_before_the_last_frame() {
+        let client = Client::in_memory();
+        let inner = http_body_util::Full::new(Bytes::from_static(b"hello"));
+        let mut body = ResponseBody::locked(inner, lease(&client).await);
+        assert_eq!(body.size_hint().exact(), Some(5));
+        assert!(!body.is_end_stream());
+
+        let frame = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(
+            frame.into_data().expect("data"),
+            Bytes::from_static(b"hello")
+        );
+        assert!(
+            is_free(&client).await,
+            "released before the last frame was handed on"
+        );
+        assert!(body.is_end_stream());
+        assert_eq!(body.size_hint().exact(), Some(0));
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn keeps_the_lease_until_the_stream_ends_and_passes_trailers() {
+        let client = Client::in_memory();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-done", http::HeaderValue::from_static("1"));
+        let inner = Frames {
+            frames: VecDeque::from([
+                Frame::data(Bytes::from_static(b"a")),
+                Frame::trailers(trailers),
+            ]),
+            fail: false,
+        };
+        let mut body = ResponseBody::locked(inner, lease(&client).await);
+        assert_eq!(body.size_hint().lower(), 7, "the inner body's hint");
+        assert!(body.frame().await.expect("frame").expect("ok").is_data());
+        assert!(!is_free(&client).await, "held while more may come");
+        let last = body.frame().await.expect("frame").expect("ok");
+        assert_eq!(last.trailers_ref().expect("trailers")["x-done"], "1");
+        assert!(is_free(&client).await);
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_error_is_passed_on_and_releases() {
+        let client = Client::in_memory();
+        let inner = Frames {
+            frames: VecDeque::new(),
+            fail: true,
+        };
+        let mut body = ResponseBody::locked(inner, lease(&client).await);
+        assert_eq!(body.frame().await.expect("frame").err(), Some("broken"));
+        assert!(body.is_end_stream());
+        // Released in the background, since the response was cut short.
+        for _ in 0..100 {
+            if is_free(&client).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("not released after the body failed");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_body_releases() {
+        let client = Client::in_memory();
+        let inner = http_body_util::Empty::<Bytes>::new();
+        let body = ResponseBody::locked(inner, lease(&client).await);
+        drop(body);
+        for _ in 0..100 {
+            if is_free(&client).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("not released after the body was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_message_is_one_frame() {
+        let body = ResponseBody::<http_body_util::Empty<Bytes>>::message(Bytes::from_static(b"no"));
+        assert_eq!(body.size_hint().exact(), Some(2));
+        assert!(!body.is_end_stream());
+        let Ok(collected) = body.collect().await;
+        assert_eq!(collected.to_bytes(), Bytes::from_static(b"no"));
+    }
+}
