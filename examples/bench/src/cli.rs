@@ -14,7 +14,7 @@ usage: distlock-bench [flags]
   --tasks N            override the workload's concurrency
   --help
 
-workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended";
+workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended watchdog_scale";
 
 #[derive(Debug)]
 pub struct Args {

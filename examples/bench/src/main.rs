@@ -13,6 +13,7 @@ mod raw;
 mod report;
 mod server;
 mod stats;
+mod watchdog;
 mod workloads;
 
 use std::process::ExitCode;

@@ -15,20 +15,20 @@ use crate::stats::Samples;
 /// Lock ttl in every lock workload.
 const LOCK_TTL: Duration = Duration::from_secs(30);
 
-// Only lock workloads so far; the rate-limit ones join when the limiter lands.
-#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
     LockUncontendedSeq,
     LockUncontendedParallel,
     LockContended,
+    WatchdogScale,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 3] = [
+    pub const ALL: [Workload; 4] = [
         Self::LockUncontendedSeq,
         Self::LockUncontendedParallel,
         Self::LockContended,
+        Self::WatchdogScale,
     ];
 
     pub fn name(self) -> &'static str {
@@ -36,6 +36,7 @@ impl Workload {
             Self::LockUncontendedSeq => "lock_uncontended_seq",
             Self::LockUncontendedParallel => "lock_uncontended_parallel",
             Self::LockContended => "lock_contended",
+            Self::WatchdogScale => "watchdog_scale",
         }
     }
 
@@ -44,12 +45,14 @@ impl Workload {
     }
 
     /// (tasks, default time budget, op cap).
-    fn shape(self) -> (usize, Duration, u64) {
+    pub fn shape(self) -> (usize, Duration, u64) {
         match self {
             Self::LockUncontendedSeq => (1, Duration::from_secs(5), 20_000),
             Self::LockUncontendedParallel => (32, Duration::from_secs(5), 300_000),
             // A fixed count of sections: the time budget is only a safety stop.
             Self::LockContended => (8, Duration::from_secs(120), 2_000),
+            // 10 000 leases held for 15 s (the hold, not an op count, is the budget).
+            Self::WatchdogScale => (1, Duration::from_secs(15), 10_000),
         }
     }
 }
@@ -201,6 +204,9 @@ pub async fn run(
     url: &str,
     args: &Args,
 ) -> Result<Outcome, String> {
+    if workload == Workload::WatchdogScale {
+        return crate::watchdog::run(peer, url, args, workload.shape()).await;
+    }
     let (default_tasks, default_budget, default_cap) = workload.shape();
     let tasks = args.tasks.unwrap_or(default_tasks);
     let cap = args.ops.unwrap_or(default_cap);
@@ -239,6 +245,7 @@ pub async fn run(
                         locker.cycle(&key).await.map(|()| start.elapsed())
                     }
                     Workload::LockContended => locker.section("bench:hot", &mut counter).await,
+                    Workload::WatchdogScale => Err("watchdog_scale has its own driver".to_owned()),
                 };
                 match outcome {
                     Ok(latency) => result.samples.record(latency),
