@@ -27,3 +27,7 @@ pub use lock::{
 
 #[doc(hidden)]
 pub use keys::hash_tag;
+
+// Its documentation lives on the macro itself, so that it also shows in editors.
+#[cfg(feature = "macros")]
+pub use distlock_macros::distributed_lock;
