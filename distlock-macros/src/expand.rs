@@ -25,7 +25,7 @@
 //!   nor be captured by the user's names; parameter names in the key use the key literal's span
 //!   so they resolve to the parameters.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
@@ -125,11 +125,12 @@ fn generate(args: &LockArgs, func: &LockedFn) -> TokenStream {
             }
         }
     });
-    // The type checker reports `E: From<LockError>` on the call to `run`: point it at the
-    // return type, where `E` is written.
-    let run = match &func.sig.output {
-        syn::ReturnType::Type(_, ty) => quote_spanned!(ty.span()=> #krate::__private::run),
-        syn::ReturnType::Default => quote!(#krate::__private::run),
+    // The type checker reports `E: From<LockError>` (and any other mismatch with the output
+    // of `run`) on this call: give the call the return type's span, so the error points where
+    // `E` is written.
+    let output_span = match &func.sig.output {
+        syn::ReturnType::Type(_, ty) => ty.span(),
+        syn::ReturnType::Default => Span::call_site(),
     };
     let body = &func.body;
     let body = quote_spanned! {func.body_span=>
@@ -137,6 +138,11 @@ fn generate(args: &LockArgs, func: &LockedFn) -> TokenStream {
             #pin_output
             #body
         }
+    };
+
+    let run = respan(quote!(#krate::__private::run), output_span);
+    let call = quote_spanned! {output_span=>
+        #run(#client_var, #key_var, #spec, #body).await
     };
 
     let LockedFn {
@@ -152,9 +158,25 @@ fn generate(args: &LockArgs, func: &LockedFn) -> TokenStream {
             #(#inner_attrs)*
             let #key_var: ::std::string::String = #key;
             let #client_var: ::core::option::Option<#krate::Client> = #client;
-            #run(#client_var, #key_var, #spec, #body).await
+            #call
         }
     }
+}
+
+/// `tokens` with every span set to `span` (the crate path is spliced in with its own spans).
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(group) = &tt {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tt = TokenTree::Group(inner);
+            }
+            tt.set_span(span);
+            tt
+        })
+        .collect()
 }
 
 /// A block that builds the key: literal text pushed as is, placeholder values through
@@ -171,8 +193,11 @@ fn render_key(key: &Key, krate: &TokenStream, var: &syn::Ident) -> TokenStream {
             Part::Placeholder(placeholder) => {
                 capacity += 8;
                 let value = placeholder_expr(placeholder, key.span);
+                // The borrow has the key's span too, so "`T` doesn't implement `Display`"
+                // points at the key.
+                let value = quote_spanned!(key.span=> &#value);
                 pushes.push(quote! {
-                    #krate::__private::push_key_part(&mut #var, &#value);
+                    #krate::__private::push_key_part(&mut #var, #value);
                 });
             }
         }
