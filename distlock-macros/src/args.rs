@@ -30,6 +30,8 @@ const NAMES: [&str; 8] = [
 const ACCEPTED: &str =
     "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant` and `crate`";
 
+// Copies of the runtime's constants (a proc-macro crate cannot use them);
+// `tests/macro/semantics.rs` checks that they agree.
 /// The shortest ttl the runtime accepts (`distlock::MIN_TTL`).
 const MIN_TTL: Duration = Duration::from_millis(10);
 /// The longest ttl the runtime accepts (`distlock::MAX_TTL`).
