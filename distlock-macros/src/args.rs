@@ -13,6 +13,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
+use crate::errors::Errors;
 use crate::template::{self, Part};
 
 /// Every argument the attribute accepts, in the order the docs list them.
@@ -101,23 +102,6 @@ impl Parse for RawArgs {
             input.parse::<Token![,]>()?;
         }
         Ok(Self(args))
-    }
-}
-
-/// Collects errors so that one pass reports every problem.
-#[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub(crate) fn push(&mut self, err: syn::Error) {
-        match &mut self.0 {
-            Some(all) => all.combine(err),
-            None => self.0 = Some(err),
-        }
-    }
-
-    pub(crate) fn finish(self) -> syn::Result<()> {
-        self.0.map_or(Ok(()), Err)
     }
 }
 

@@ -29,7 +29,8 @@ use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
-use crate::args::{Errors, Key, LockArgs};
+use crate::args::{Key, LockArgs};
+use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::template::{Part, Placeholder};
 

@@ -10,6 +10,8 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned as _;
 use syn::{Attribute, FnArg, Pat, ReturnType, Signature, Type, Visibility, braced};
 
+use crate::errors::Errors;
+
 /// An `async fn` with a body: a free function or a method.
 pub(crate) struct LockedFn {
     pub(crate) attrs: Vec<Attribute>,
@@ -58,7 +60,7 @@ impl LockedFn {
 
     /// Checks what the attribute needs of the signature: `async`, and a `Result` return type.
     pub(crate) fn check_signature(&self) -> syn::Result<()> {
-        let mut errors = crate::args::Errors::default();
+        let mut errors = Errors::default();
         if self.sig.asyncness.is_none() {
             errors.push(syn::Error::new(
                 self.sig.fn_token.span,

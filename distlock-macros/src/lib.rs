@@ -2,9 +2,10 @@
 //!
 //! The crate is split the way the macro works: `args` parses the attribute's arguments,
 //! `template` the `key` template, `item` the annotated function, and `expand` writes the new
-//! body. This file only hands the tokens over.
+//! body; `errors` collects what they find wrong. This file only hands the tokens over.
 
 mod args;
+mod errors;
 mod expand;
 mod item;
 mod template;
@@ -62,8 +63,9 @@ use proc_macro::TokenStream;
 /// * It returns a `Result`: the return type is written as a path whose last segment is
 ///   `Result` or ends in `Result` — `Result<T, E>`, `std::result::Result<T, E>`, or an alias
 ///   such as `io::Result<T>`, `anyhow::Result<T>` or `AppResult<T>`. Its error type must
-///   implement `From<distlock::LockError>`, because taking the lock can fail; the type checker
-///   says so at the return type if it does not.
+///   implement `From<distlock::LockError>`, because taking the lock can fail (`LockError`
+///   itself, `anyhow::Error` and `Box<dyn Error + Send + Sync>` do); the type checker says so
+///   at the return type if it does not.
 /// * `return` and `?` in the body work as before: the body becomes an `async move` block with
 ///   the function's return type.
 /// * The returned future is `Send` whenever the original function's would be (handlers for
@@ -101,7 +103,8 @@ use proc_macro::TokenStream;
 /// Without `client = ...`, the process-wide client installed at start-up with
 /// `distlock::set_default_client` is used; if none is installed, the call fails with
 /// `LockError::NoDefaultClient`. With `client = <expr>`, the expression is evaluated when the
-/// function is called, before the body runs, and must have type `&distlock::Client`. It may
+/// function is called, before the body runs, and must have type `&distlock::Client` (or one
+/// that derefs to it, such as `&Arc<Client>`; pass `&client`, not `client`). It may
 /// use the parameters, and is cloned at once (a client is a cheap handle), so it can borrow
 /// from `&mut self` or from an extractor that the body then uses:
 ///
