@@ -6,6 +6,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod client;
 mod error;
 mod inspect;
@@ -25,3 +28,7 @@ pub use lock::{
 
 #[doc(hidden)]
 pub use keys::hash_tag;
+
+// Its documentation lives on the macro itself, so that it also shows in editors.
+#[cfg(feature = "macros")]
+pub use distlock_macros::distributed_lock;

@@ -1,1 +1,185 @@
 //! Procedural macros for `distlock`. Use them through `distlock::distributed_lock`.
+//!
+//! The crate is split the way the macro works: `args` parses the attribute's arguments,
+//! `template` the `key` template, `item` the annotated function, and `expand` writes the new
+//! body; `errors` collects what they find wrong. This file only hands the tokens over.
+
+mod args;
+mod errors;
+mod expand;
+mod item;
+mod template;
+
+use proc_macro::TokenStream;
+
+/// Runs an `async fn` under a distributed lock: the body runs only while this process holds a
+/// lease on the lock named by `key`, and is dropped if the lease is lost.
+///
+/// ```
+/// use distlock::{LockError, distributed_lock};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(LockError),
+///     OutOfStock,
+/// }
+///
+/// impl From<LockError> for AppError {
+///     fn from(err: LockError) -> Self {
+///         AppError::Lock(err)
+///     }
+/// }
+///
+/// /// Sells one seat of `show`; two replicas never sell the same seat.
+/// #[distributed_lock(key = "seat:{show}:{seat}", ttl = "10s", wait = "2s")]
+/// async fn sell(show: &str, seat: u32) -> Result<u64, AppError> {
+///     // The lease's fencing token: strictly increasing per lock name. Pass it to the
+///     // store you write to so that it can refuse a holder that was paused past its ttl.
+///     let fence = distlock::current_lease()
+///         .expect("the body runs under the lease")
+///         .fence();
+///     if seat > 100 {
+///         return Err(AppError::OutOfStock);
+///     }
+///     Ok(fence)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// distlock::set_default_client(distlock::Client::in_memory());
+/// let first = sell("hamlet", 7).await.unwrap();
+/// let second = sell("hamlet", 7).await.unwrap();
+/// assert!(second > first);
+/// assert!(matches!(sell("hamlet", 101).await, Err(AppError::OutOfStock)));
+/// # }
+/// ```
+///
+/// # What the function must look like
+///
+/// * It is an `async fn` with a body: a free function, a method taking `self`, `&self` or
+///   `&mut self`, a generic function, or an axum-style handler whose parameters are patterns
+///   (`Path(id): Path<u64>`, `State(app): State<App>`). Its signature, attributes,
+///   visibility, docs and generics are kept as written.
+/// * It returns a `Result`: the return type is written as a path whose last segment is
+///   `Result` or ends in `Result` — `Result<T, E>`, `std::result::Result<T, E>`, or an alias
+///   such as `io::Result<T>`, `anyhow::Result<T>` or `AppResult<T>`. Its error type must
+///   implement `From<distlock::LockError>`, because taking the lock can fail (`LockError`
+///   itself, `anyhow::Error` and `Box<dyn Error + Send + Sync>` do); the type checker says so
+///   at the return type if it does not.
+/// * `return` and `?` in the body work as before: the body becomes an `async move` block with
+///   the function's return type.
+/// * The returned future is `Send` whenever the original function's would be (handlers for
+///   axum and futures passed to `tokio::spawn` need that).
+///
+/// # Arguments
+///
+/// | argument | default | meaning |
+/// |---|---|---|
+/// | `key = "..."` | required | the lock's name, a template (below) |
+/// | `ttl = "30s"` | `"30s"` | the lease's time to live, a humantime duration, 10ms to 7 days |
+/// | `wait = "5s"` | `"0s"` | how long to wait for a held lock; `"0s"` tries once |
+/// | `client = <expr>` | the default client | an expression of type `&distlock::Client` |
+/// | `watchdog = bool` | `true` | renew the lease every ttl/3 while the body runs |
+/// | `on_busy = wait \| error` | `wait` | `error`: fail at once with `LockError::Busy` |
+/// | `reentrant = bool` | `true` | a nested locked call on the same key in the same task joins the held lease |
+/// | `crate = "path"` | `"::distlock"` | the path of the `distlock` crate, if it is renamed |
+///
+/// Durations are checked when the function is compiled: `ttl = "30x"` or `ttl = "1ms"` is a
+/// compile error, as are unknown and repeated arguments, and `wait` together with
+/// `on_busy = error`.
+///
+/// ## The key
+///
+/// Each `{name}` in `key` is replaced by the value of the parameter binding `name`, and
+/// `{name.field}` (fields may nest, tuple indices such as `{pair.0}` work) by one of its
+/// fields; `{self.id}` reads a field of the receiver. Every placeholder must name a parameter,
+/// which is checked at compile time. Values are rendered with `Display`, and `:` and `%` in them
+/// are escaped, so `key = "{a}:{b}"` gives different keys for `("x:y", "z")` and
+/// `("x", "y:z")`. Write `{{` and `}}` for literal braces. The rendered key is the lock's name
+/// (any UTF-8 text up to `distlock::MAX_NAME_LEN` bytes); the client adds its prefix.
+///
+/// ## The client
+///
+/// Without `client = ...`, the process-wide client installed at start-up with
+/// `distlock::set_default_client` is used; if none is installed, the call fails with
+/// `LockError::NoDefaultClient`. With `client = <expr>`, the expression is evaluated when the
+/// function is called, before the body runs, and must have type `&distlock::Client` (or one
+/// that derefs to it, such as `&Arc<Client>`; pass `&client`, not `client`). It may
+/// use the parameters, and is cloned at once (a client is a cheap handle), so it can borrow
+/// from `&mut self` or from an extractor that the body then uses:
+///
+/// ```
+/// use distlock::{Client, LockError, distributed_lock};
+///
+/// struct Inventory {
+///     locks: Client,
+///     stock: u32,
+/// }
+///
+/// impl Inventory {
+///     #[distributed_lock(key = "stock:{sku}", client = &self.locks)]
+///     async fn take(&mut self, sku: &str) -> Result<u32, LockError> {
+///         self.stock -= 1;
+///         Ok(self.stock)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let mut inventory = Inventory { locks: Client::in_memory(), stock: 3 };
+/// assert_eq!(inventory.take("apple").await?, 2);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # While the body runs
+///
+/// The lock is taken before the body starts (waiting up to `wait`) and released after it
+/// ends, also when it returns an error. The watchdog renews the lease in the background. If
+/// the lease is lost — the key expired or was taken over, or Redis stayed unreachable until the
+/// lease's safety deadline — the body is dropped at its next `.await` and the call returns
+/// `Err(LockError::LeaseLost { .. }.into())`. Work the body did so far must then be treated as
+/// unprotected; the fencing token is the way to make a store reject it.
+///
+/// Inside the body, `distlock::current_lease()` returns the held lease (a `LeaseHandle`):
+/// its `fence()`, `is_lost()`, `ensure_held()` and `lost()` signal.
+///
+/// Errors of the lock itself reach the caller converted into the function's error type:
+/// `Busy` (held, and `wait` is zero or `on_busy = error`), `Timeout` (still held after
+/// `wait`), `LeaseLost`, `Store` (Redis failed), `InvalidName` (the rendered key is too long)
+/// and `NoDefaultClient`.
+///
+/// ## Reentrancy
+///
+/// With `reentrant = true` (the default), a locked function that calls another locked
+/// function with the same key (on the same client) in the same tokio task joins the lease it
+/// already holds instead of waiting for itself. The scope is the task, not the thread: a task
+/// spawned from the body does not inherit the lease. With `reentrant = false` the nested call
+/// waits like any other caller, which fails with `Busy` or `Timeout`.
+///
+/// ```
+/// use distlock::{LockError, distributed_lock};
+///
+/// #[distributed_lock(key = "account:{id}")]
+/// async fn transfer(id: u64, amount: i64) -> Result<i64, LockError> {
+///     // Same key, same task: joins the lease instead of deadlocking.
+///     audit(id).await?;
+///     Ok(amount)
+/// }
+///
+/// #[distributed_lock(key = "account:{id}")]
+/// async fn audit(id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// distlock::set_default_client(distlock::Client::in_memory());
+/// assert_eq!(transfer(7, 100).await?, 100);
+/// # Ok(())
+/// # }
+/// ```
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
+}

@@ -1,0 +1,53 @@
+//! The process-wide default client. It is global, so every behaviour that depends on it is in
+//! this one test; no other test of this binary installs it.
+
+use std::time::Duration;
+
+use distlock::{Client, LockError, distributed_lock};
+
+use crate::fixture::Store;
+
+#[distributed_lock(key = "nightly:{job}", ttl = "2s")]
+async fn nightly(job: &str) -> Result<(String, Option<Duration>), LockError> {
+    let lease = distlock::current_lease().expect("held");
+    let client = distlock::default_client().expect("installed");
+    let key = client.__inspect().lock_key(lease.name()).expect("key");
+    let pttl = client.__inspect().pttl(&key).await.expect("pttl");
+    Ok((lease.name().to_owned(), pttl))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_client_is_used_and_its_absence_is_an_error() {
+    assert!(distlock::default_client().is_none());
+    match nightly("backup").await {
+        Err(LockError::NoDefaultClient) => {}
+        other => panic!("expected NoDefaultClient, got {other:?}"),
+    }
+
+    let store = Store::redis().await;
+    distlock::set_default_client(store.client.clone());
+    let (name, pttl) = nightly("backup").await.expect("runs on the default client");
+    assert_eq!(name, "nightly:backup");
+    // The key lives in the default client's Redis, with the macro's ttl.
+    let pttl = pttl.expect("the lock key exists in the default client's store");
+    assert!(
+        pttl > Duration::from_millis(1500) && pttl <= Duration::from_secs(2),
+        "{pttl:?}"
+    );
+    assert!(!store.is_held("nightly:backup").await, "released");
+
+    // A later call picks up a replaced default.
+    let memory = Client::in_memory();
+    distlock::set_default_client(memory.clone());
+    let (_, pttl) = nightly("backup").await.expect("runs on the new default");
+    assert!(pttl.is_some());
+    assert!(
+        memory
+            .__inspect()
+            .keys()
+            .await
+            .expect("keys")
+            .iter()
+            .any(|k| k.contains("nightly"))
+    );
+}

@@ -1,0 +1,12 @@
+//! `#[distributed_lock]` end to end, on real `redis-server` processes and on the in-memory
+//! store: mutual exclusion across tasks and OS processes, reentrancy, lease loss, the fence,
+//! busy locks, the default client and key rendering.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod default_client;
+mod exclusion;
+mod fixture;
+mod processes;
+mod semantics;

@@ -1,0 +1,416 @@
+//! What a locked function guarantees, each on Redis and in memory (and the killed-server case
+//! on Redis only).
+
+use std::num::ParseIntError;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{Client, LockError, LossReason, distributed_lock};
+use tokio::sync::oneshot;
+
+use crate::fixture::{Store, connect, on_both_stores};
+use crate::support::RedisServer;
+
+on_both_stores!(
+    reentrant_nested_call_joins_the_held_lease,
+    non_reentrant_nested_call_waits_for_the_outer_one,
+    spawned_task_does_not_inherit_the_lease,
+    deleted_key_ends_the_body_with_lease_lost,
+    fence_is_visible_in_the_body_and_increases,
+    on_busy_error_fails_at_once,
+    separators_in_values_do_not_make_keys_collide,
+    return_and_question_mark_work_and_release,
+    mut_self_method_runs_under_the_lock,
+);
+
+// --- reentrancy -------------------------------------------------------------------------------
+
+#[distributed_lock(key = "account:{id}", client = client)]
+async fn transfer(client: &Client, id: u64) -> Result<(u64, u64), LockError> {
+    let outer = distlock::current_lease().expect("held").fence();
+    // Same key, same task: joins the held lease instead of waiting for itself.
+    let inner = audit(client, id).await?;
+    Ok((outer, inner))
+}
+
+#[distributed_lock(key = "account:{id}", client = client)]
+async fn audit(client: &Client, id: u64) -> Result<u64, LockError> {
+    Ok(distlock::current_lease().expect("held").fence())
+}
+
+async fn reentrant_nested_call_joins_the_held_lease(store: Store) {
+    let started = Instant::now();
+    let (outer, inner) = transfer(&store.client, 1).await.expect("transfer");
+    assert_eq!(outer, inner, "the nested call ran under the outer lease");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the nested call waited: {:?}",
+        started.elapsed()
+    );
+    assert!(distlock::current_lease().is_none());
+    assert!(
+        !store.is_held("account:1").await,
+        "released once, on the way out"
+    );
+}
+
+#[distributed_lock(key = "ledger:{id}", client = client, reentrant = false)]
+async fn strict_outer(
+    client: &Client,
+    id: u64,
+) -> Result<(Result<(), LockError>, Result<(), LockError>), LockError> {
+    let waiting = strict_inner_waits(client, id).await;
+    let failing = strict_inner_fails(client, id).await;
+    Ok((waiting, failing))
+}
+
+#[distributed_lock(key = "ledger:{id}", client = client, reentrant = false, wait = "300ms")]
+async fn strict_inner_waits(client: &Client, id: u64) -> Result<(), LockError> {
+    unreachable!("the lock is held by the caller");
+}
+
+#[distributed_lock(key = "ledger:{id}", client = client, reentrant = false, on_busy = error)]
+async fn strict_inner_fails(client: &Client, id: u64) -> Result<(), LockError> {
+    unreachable!("the lock is held by the caller");
+}
+
+async fn non_reentrant_nested_call_waits_for_the_outer_one(store: Store) {
+    let started = Instant::now();
+    let (waiting, failing) = strict_outer(&store.client, 2).await.expect("outer");
+    match waiting {
+        Err(LockError::Timeout { waited, .. }) => {
+            assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        }
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert!(
+        matches!(failing, Err(LockError::Busy { .. })),
+        "expected Busy, got {failing:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(!store.is_held("ledger:2").await);
+}
+
+#[distributed_lock(key = "report:{day}", client = client)]
+async fn report(client: &Client, day: u32) -> Result<Result<(), LockError>, LockError> {
+    // The task is the scope of reentrancy: a task spawned here is another caller.
+    let client = client.clone();
+    let spawned = tokio::spawn(async move { try_report(&client, day).await });
+    Ok(spawned.await.expect("task"))
+}
+
+#[distributed_lock(key = "report:{day}", client = client, on_busy = error)]
+async fn try_report(client: &Client, day: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+async fn spawned_task_does_not_inherit_the_lease(store: Store) {
+    let spawned = report(&store.client, 3).await.expect("report");
+    assert!(
+        matches!(spawned, Err(LockError::Busy { .. })),
+        "the spawned task joined the lease: {spawned:?}"
+    );
+    try_report(&store.client, 3)
+        .await
+        .expect("free once the outer call returned");
+}
+
+// --- lease loss -------------------------------------------------------------------------------
+
+#[distributed_lock(key = "stolen", client = client, ttl = "600ms")]
+async fn long_job(client: &Client, finished: Arc<AtomicBool>) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    finished.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+async fn deleted_key_ends_the_body_with_lease_lost(store: Store) {
+    let key = store.lock_key("stolen");
+    let thief = store.another_client().await;
+    let steal = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(thief.__inspect().delete(&key).await.expect("delete"));
+        Instant::now()
+    });
+    let finished = Arc::new(AtomicBool::new(false));
+    let result = long_job(&store.client, finished.clone()).await;
+    let ended = Instant::now();
+    let stolen_at = steal.await.expect("thief");
+    assert!(
+        matches!(
+            result,
+            Err(LockError::LeaseLost {
+                reason: LossReason::NotHeld,
+                ..
+            })
+        ),
+        "{result:?}\n{}",
+        store.log()
+    );
+    assert!(!finished.load(Ordering::SeqCst), "the body ran to the end");
+    // Noticed at the next renewal, every ttl/3.
+    let noticed = ended.saturating_duration_since(stolen_at);
+    assert!(
+        noticed <= Duration::from_millis(200 + 150),
+        "noticed after {noticed:?}"
+    );
+}
+
+#[distributed_lock(key = "server-dies", client = client, ttl = "900ms")]
+async fn job_while_server_dies(
+    client: &Client,
+    entered: oneshot::Sender<Instant>,
+    finished: Arc<AtomicBool>,
+) -> Result<(), LockError> {
+    let _ = entered.send(Instant::now());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    finished.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// TESTPLAN 7 through the macro: the server is killed mid-hold; the body is dropped at the
+/// lease's safety deadline, before its ttl has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_ends_the_body_with_lease_lost() {
+    let mut server = RedisServer::start();
+    let client = connect(&server.url()).await;
+    let finished = Arc::new(AtomicBool::new(false));
+    let (entered_tx, entered) = oneshot::channel();
+    let call = tokio::spawn({
+        let finished = finished.clone();
+        async move {
+            let result = job_while_server_dies(&client, entered_tx, finished).await;
+            (result, Instant::now())
+        }
+    });
+    let entered_at = entered.await.expect("the body started");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.kill();
+    let (result, ended) = call.await.expect("call");
+    assert!(
+        matches!(
+            result,
+            Err(LockError::LeaseLost {
+                reason: LossReason::Expired,
+                ..
+            })
+        ),
+        "{result:?}\n{}",
+        server.log()
+    );
+    assert!(!finished.load(Ordering::SeqCst), "the body ran to the end");
+    let held = ended.saturating_duration_since(entered_at);
+    assert!(
+        held < Duration::from_millis(900 + 100),
+        "the body ran {held:?}, past the 900ms ttl"
+    );
+}
+
+// --- fence, busy locks, keys --------------------------------------------------------------------
+
+#[distributed_lock(key = "fenced:{resource}", client = client)]
+async fn fenced_write(client: &Client, resource: &str) -> Result<(u64, String), LockError> {
+    let lease = distlock::current_lease().expect("the body runs under the lease");
+    lease.ensure_held()?;
+    Ok((lease.fence(), lease.name().to_owned()))
+}
+
+async fn fence_is_visible_in_the_body_and_increases(store: Store) {
+    let mut last = 0;
+    for _ in 0..5 {
+        let (fence, name) = fenced_write(&store.client, "disk").await.expect("write");
+        assert_eq!(name, "fenced:disk");
+        assert!(fence > last, "fence {fence} after {last}");
+        last = fence;
+    }
+    assert!(distlock::current_lease().is_none(), "only inside the body");
+    let lease = store
+        .client
+        .lock("fenced:disk")
+        .acquire()
+        .await
+        .expect("free");
+    assert!(lease.fence() > last, "the macro's leases share the fence");
+    lease.release().await.expect("release");
+}
+
+#[distributed_lock(key = "busy:{id}", client = client, on_busy = error)]
+async fn fail_if_busy(client: &Client, id: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "busy:{id}", client = client, wait = "400ms")]
+async fn wait_if_busy(client: &Client, id: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+async fn on_busy_error_fails_at_once(store: Store) {
+    let other = store.another_client().await;
+    let held = other
+        .lock("busy:1")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("hold");
+    let started = Instant::now();
+    match fail_if_busy(&store.client, 1).await {
+        Err(LockError::Busy { name, retry_after }) => {
+            assert_eq!(name, "busy:1");
+            assert!(retry_after <= Duration::from_secs(5));
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "took {:?}",
+        started.elapsed()
+    );
+    // For contrast: the waiting flavour waits out its `wait`.
+    let started = Instant::now();
+    let waited = wait_if_busy(&store.client, 1).await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    held.release().await.expect("release");
+    fail_if_busy(&store.client, 1).await.expect("free now");
+}
+
+#[distributed_lock(key = "{a}:{b}", client = client, on_busy = error)]
+async fn pair(
+    client: &Client,
+    a: &str,
+    b: &str,
+    hold: Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>,
+) -> Result<String, LockError> {
+    if let Some((entered, release)) = hold {
+        let _ = entered.send(());
+        let _ = release.await;
+    }
+    Ok(distlock::current_lease().expect("held").name().to_owned())
+}
+
+async fn separators_in_values_do_not_make_keys_collide(store: Store) {
+    let (entered_tx, entered) = oneshot::channel();
+    let (release, release_rx) = oneshot::channel();
+    let client = store.client.clone();
+    let holder =
+        tokio::spawn(
+            async move { pair(&client, "x:y", "z", Some((entered_tx, release_rx))).await },
+        );
+    entered.await.expect("holder entered");
+    // ("x", "y:z") would render "x:y:z" too without escaping.
+    let name = pair(&store.client, "x", "y:z", None)
+        .await
+        .expect("a different lock");
+    assert_eq!(name, "x:y%3Az");
+    let same = pair(&store.client, "x:y", "z", None).await;
+    assert!(matches!(same, Err(LockError::Busy { .. })), "{same:?}");
+    release.send(()).expect("holder waiting");
+    assert_eq!(holder.await.expect("task").expect("holder"), "x%3Ay:z");
+    let percent = pair(&store.client, "100%", "", None)
+        .await
+        .expect("percent");
+    assert_eq!(percent, "100%25:");
+}
+
+// --- the body's own control flow ----------------------------------------------------------------
+
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Parse(ParseIntError),
+}
+
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        Self::Lock(err)
+    }
+}
+
+impl From<ParseIntError> for AppError {
+    fn from(err: ParseIntError) -> Self {
+        Self::Parse(err)
+    }
+}
+
+#[distributed_lock(key = "parse", client = client, on_busy = error)]
+async fn parse(client: &Client, text: &str) -> Result<u32, AppError> {
+    if text.is_empty() {
+        return Ok(0);
+    }
+    let value: u32 = text.parse()?;
+    Ok(value * 2)
+}
+
+async fn return_and_question_mark_work_and_release(store: Store) {
+    assert_eq!(parse(&store.client, "").await.expect("early return"), 0);
+    assert!(!store.is_held("parse").await);
+    match parse(&store.client, "x").await {
+        Err(AppError::Parse(err)) => assert_eq!(err.to_string(), "invalid digit found in string"),
+        other => panic!("expected the body's own error, got {other:?}"),
+    }
+    assert!(!store.is_held("parse").await, "released after an error");
+    assert_eq!(parse(&store.client, "21").await.expect("parsed"), 42);
+    // A lock error arrives converted into the function's error type.
+    let held = store.client.lock("parse").acquire().await.expect("hold");
+    match parse(&store.client, "1").await {
+        Err(AppError::Lock(LockError::Busy { .. })) => {}
+        other => panic!("expected a converted Busy, got {other:?}"),
+    }
+    held.release().await.expect("release");
+}
+
+struct Ledger {
+    locks: Client,
+    id: u32,
+    entries: Vec<u64>,
+}
+
+impl Ledger {
+    #[distributed_lock(key = "ledger-book:{self.id}", client = &self.locks, wait = "10s")]
+    async fn append(&mut self) -> Result<usize, LockError> {
+        let fence = distlock::current_lease().expect("held").fence();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.entries.push(fence);
+        Ok(self.entries.len())
+    }
+}
+
+async fn mut_self_method_runs_under_the_lock(store: Store) {
+    // Two ledgers with the same id in two tasks: they take turns.
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let mut ledger = Ledger {
+            locks: store.another_client().await,
+            id: 5,
+            entries: Vec::new(),
+        };
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                ledger.append().await.expect("append");
+            }
+            ledger.entries
+        }));
+    }
+    let mut fences = Vec::new();
+    for task in tasks {
+        let entries = task.await.expect("task");
+        assert_eq!(entries.len(), 10);
+        fences.extend(entries);
+    }
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), 20, "every append had its own lease");
+}
+
+/// The macro rejects out-of-range ttls at compile time with its own copy of these bounds (a
+/// proc-macro crate cannot depend on the runtime's constants): change both together.
+#[test]
+fn compile_time_ttl_bounds_match_the_runtime() {
+    assert_eq!(distlock::MIN_TTL, Duration::from_millis(10));
+    assert_eq!(distlock::MAX_TTL, Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(distlock::DEFAULT_TTL, Duration::from_secs(30));
+}

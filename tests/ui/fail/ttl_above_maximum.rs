@@ -1,0 +1,8 @@
+use distlock::{LockError, distributed_lock};
+
+#[distributed_lock(key = "jobs", ttl = "30days")]
+async fn settle() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
