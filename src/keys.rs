@@ -117,6 +117,43 @@ mod tests {
         assert!(encode_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
     }
 
+    /// TESTPLAN 23 as a property: over random names drawn from an alphabet rich in the
+    /// characters the encoding escapes (and in the escapes' own digits), distinct names always
+    /// give distinct keys, and every key's hash tag is exactly the encoded name, brace-free.
+    #[test]
+    fn random_names_never_collide_or_forge_a_tag() {
+        use std::collections::HashMap;
+        const ALPHABET: [char; 14] = [
+            '%', '{', '}', ':', '7', 'B', 'D', '2', '5', 'a', '\n', 'é', '0', 'A',
+        ];
+        let mut seen: HashMap<String, String> = HashMap::new();
+        for _ in 0..200_000 {
+            let len = rand::random_range(1..=8);
+            let name: String = (0..len)
+                .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())])
+                .collect();
+            let keys = LockKeys::new("p", &name).expect("valid name");
+            let tag = hash_tag(&keys.lock);
+            assert!(
+                !tag.contains(['{', '}']),
+                "{name:?} forged a brace into {tag:?}"
+            );
+            assert_eq!(
+                Some(tag),
+                keys.lock
+                    .strip_prefix("p:lock:{")
+                    .and_then(|k| k.strip_suffix('}'))
+            );
+            if let Some(other) = seen.insert(keys.lock.clone(), name.clone()) {
+                assert_eq!(
+                    other, name,
+                    "{other:?} and {name:?} share the key {}",
+                    keys.lock
+                );
+            }
+        }
+    }
+
     #[test]
     fn all_keys_of_a_lock_share_the_library_tag() {
         let keys = LockKeys::new("p", "evil}{tag}").expect("valid name");
