@@ -2,7 +2,7 @@
 //! deny cache, the deadline, the outage policy, shadow mode).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -89,6 +89,8 @@ struct Shared {
     in_flight: Semaphore,
     fallback: MemoryStore,
     degraded: AtomicBool,
+    /// Round trips attempted, for tests.
+    store_calls: AtomicU64,
 }
 
 impl Shared {
@@ -99,6 +101,7 @@ impl Shared {
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
             degraded: AtomicBool::new(false),
+            store_calls: AtomicU64::new(0),
         })
     }
 }
@@ -329,6 +332,12 @@ impl RateLimiter {
         self.shared.deny_cache.as_ref().map_or(0, DenyCache::len)
     }
 
+    /// Test hook: round trips this limiter (and its clones) attempted. Not part of the API.
+    #[doc(hidden)]
+    pub fn __store_calls(&self) -> u64 {
+        self.shared.store_calls.load(Ordering::Relaxed)
+    }
+
     /// Test hook: checks waiting on the store right now. Not part of the API.
     #[doc(hidden)]
     pub fn __in_flight(&self) -> usize {
@@ -366,6 +375,7 @@ impl RateLimiter {
         let Ok(_permit) = self.shared.in_flight.try_acquire() else {
             return Err(Unavailable::Overloaded(self.shared.max_in_flight));
         };
+        self.shared.store_calls.fetch_add(1, Ordering::Relaxed);
         let req = RateRequest {
             keys,
             specs: &self.specs,

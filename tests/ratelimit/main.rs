@@ -13,3 +13,4 @@ mod fixture;
 mod common;
 mod model;
 mod model_check;
+mod semantics;
