@@ -11,6 +11,7 @@ mod support;
 mod fixture;
 
 mod common;
+mod exactness;
 mod model;
 mod model_check;
 mod semantics;
