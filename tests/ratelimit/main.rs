@@ -12,6 +12,7 @@ mod fixture;
 
 mod common;
 mod exactness;
+mod memory_bound;
 mod model;
 mod model_check;
 mod semantics;
