@@ -15,4 +15,5 @@ mod exactness;
 mod memory_bound;
 mod model;
 mod model_check;
+mod outage;
 mod semantics;
