@@ -1,0 +1,156 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{Client, MAX_TTL, MIN_TTL};
+use tower::Layer;
+
+use super::Lock;
+
+/// The status of a request refused because another request holds its lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BusyStatus {
+    /// `423 Locked` (WebDAV, RFC 4918): the resource is locked. The default.
+    #[default]
+    Locked,
+    /// `409 Conflict`, for clients that only know the core status codes.
+    Conflict,
+}
+
+impl BusyStatus {
+    pub(crate) fn status_code(self) -> http::StatusCode {
+        match self {
+            Self::Locked => http::StatusCode::LOCKED,
+            Self::Conflict => http::StatusCode::CONFLICT,
+        }
+    }
+}
+
+/// What a request gets when the key extractor finds no key in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// `400 Bad Request`; the inner service is not called. The default: a client can always
+    /// leave a header out, so "no key" must not mean "no lock" unless you say so.
+    #[default]
+    Reject,
+    /// Call the inner service without a lock (its handlers see no [`HeldLock`](super::HeldLock)).
+    /// For routes where only some requests need the lock.
+    Allow,
+}
+
+/// The settings every service of one layer shares.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) client: Client,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) busy_status: BusyStatus,
+    pub(crate) missing_key: MissingKey,
+}
+
+/// Applies the [`Lock`] middleware: each request takes a lock named by its key, held until
+/// its response body has been sent.
+///
+/// Defaults: ttl 30 s renewed by the watchdog while held, no waiting (`423 Locked` at once
+/// when busy), no maximum hold, `400 Bad Request` for a request without a key.
+///
+/// See the [module docs](super) for an example.
+#[derive(Clone, Debug)]
+#[must_use = "a layer does nothing until it wraps a service"]
+pub struct LockLayer<K> {
+    config: Config,
+    extract: K,
+}
+
+impl<K> LockLayer<K> {
+    /// Locks each request on the key `extract` finds in it (see
+    /// [`extract`](crate::extract)), through `client`.
+    ///
+    /// The key is the lock name as it is: a layer keyed `order:42` and
+    /// `client.lock("order:42")` elsewhere (or `#[distributed_lock(key = "order:{id}")]`)
+    /// exclude each other. Use [`Prefixed`](crate::extract::Prefixed) to keep names apart.
+    pub fn new(client: Client, extract: K) -> Self {
+        Self {
+            config: Config {
+                client,
+                ttl: distlock::DEFAULT_TTL,
+                wait: Duration::ZERO,
+                watchdog: true,
+                max_hold: None,
+                busy_status: BusyStatus::default(),
+                missing_key: MissingKey::default(),
+            },
+            extract,
+        }
+    }
+
+    /// The lease's time to live in the store (default 30 s). With the watchdog on it is renewed
+    /// every ttl/3, so it only bounds how long a crashed server keeps the lock; it is also the
+    /// most a `Retry-After` can say.
+    ///
+    /// # Panics
+    /// If `ttl` is outside [`MIN_TTL`]`..=`[`MAX_TTL`]: a configuration mistake is reported when
+    /// the router is built, not as a failure of every request.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        assert!(
+            (MIN_TTL..=MAX_TTL).contains(&ttl),
+            "LockLayer ttl {ttl:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}"
+        );
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// Waits up to `wait` for a busy lock before refusing the request (default zero: refuse at
+    /// once). Waiters are woken one at a time as the holder releases, so requests on one key
+    /// are served one after another. The request's own timeout, if any, still applies.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.config.wait = wait;
+        self
+    }
+
+    /// Renews the lease while the request runs (default on). Off, the lease simply expires
+    /// after its ttl, and a handler still running then is answered as described in the
+    /// [module docs](super#when-the-lease-is-lost).
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.config.watchdog = on;
+        self
+    }
+
+    /// Stops renewing once a request has held its lock this long, so a stuck handler or a
+    /// client reading a stream very slowly cannot keep the lock for ever.
+    ///
+    /// # Panics
+    /// If `max_hold` is zero.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        assert!(
+            !max_hold.is_zero(),
+            "LockLayer max_hold must be greater than zero"
+        );
+        self.config.max_hold = Some(max_hold);
+        self
+    }
+
+    /// The status of a request refused because its lock is busy: `423 Locked` (default) or
+    /// `409 Conflict`. Either comes with `Retry-After`.
+    pub fn busy_status(mut self, status: BusyStatus) -> Self {
+        self.config.busy_status = status;
+        self
+    }
+
+    /// What a request without a key gets (default [`MissingKey::Reject`]).
+    pub fn on_missing_key(mut self, behaviour: MissingKey) -> Self {
+        self.config.missing_key = behaviour;
+        self
+    }
+}
+
+impl<S, K: Clone> Layer<S> for LockLayer<K> {
+    type Service = Lock<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Lock::new(inner, Arc::new(self.config.clone()), self.extract.clone())
+    }
+}

@@ -1,0 +1,109 @@
+//! Middleware that runs each request under a distributed lock: one request per key at a time,
+//! across every replica that shares the store.
+//!
+//! [`LockLayer`] takes a [`Client`](distlock::Client) and a key extractor
+//! ([`extract`](crate::extract)). For each request it reads the key, acquires the lock of that
+//! name through the client, calls the inner service with a [`HeldLock`] in the request's
+//! extensions, and keeps the lock until the response body has been sent.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use axum::{Router, body::Body, routing::post};
+//! use distlock_tower::extract::{PathSegment, Prefixed};
+//! use distlock_tower::lock::{HeldLock, LockLayer};
+//! use http::{Request, StatusCode};
+//! use tower::ServiceExt;
+//!
+//! async fn settle(lock: HeldLock) -> String {
+//!     format!("settled {} under fence {}", lock.name(), lock.fence())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // `Client::connect("redis://...")` in production; in memory here.
+//! let client = distlock::Client::in_memory();
+//! let app = Router::new()
+//!     .route("/orders/{id}/settle", post(settle))
+//!     .route_layer(
+//!         LockLayer::new(client, Prefixed::new("order:", PathSegment(1)))
+//!             .ttl(Duration::from_secs(10)),
+//!     );
+//!
+//! let request = || Request::post("/orders/42/settle").body(Body::empty()).unwrap();
+//!
+//! // The first response's body has not been read yet, so its request still holds the lock.
+//! let first = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(first.status(), StatusCode::OK);
+//!
+//! let second = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(second.status(), StatusCode::LOCKED);
+//! assert_eq!(second.headers()["retry-after"], "10");
+//!
+//! // Reading the body to its end releases the lock.
+//! let body = axum::body::to_bytes(first.into_body(), 1024).await.unwrap();
+//! assert!(body.starts_with(b"settled order:42 under fence "));
+//! let third = app.oneshot(request()).await.unwrap();
+//! assert_eq!(third.status(), StatusCode::OK);
+//! # }
+//! ```
+//!
+//! # How long the lock is held
+//!
+//! From before the inner service is called until the response body has ended: the response
+//! body ([`ResponseBody`]) owns the lease, and a streamed response keeps the lock until its
+//! last chunk. The lock is released *before* the last chunk (or the end of the body) is handed
+//! to the server, so a client that has read the whole response finds the lock free for its
+//! next request. A response whose body the server drops early (the client went away) releases
+//! it in the background at once. Meanwhile the watchdog renews the lease every ttl/3; if the
+//! process dies, the lock frees up after its ttl.
+//!
+//! The lock name is the key as it is, in the client's namespace: a layer keyed `order:42`
+//! excludes `client.lock("order:42")` and `#[distributed_lock(key = "order:{id}")]` with
+//! `id = 42` on the same store, so middleware and background jobs can guard the same resource.
+//! The handler is not inside a `LockBuilder::run`, so `distlock::current_lease()` does not see
+//! the lock; use [`HeldLock`].
+//!
+//! # Responses of the layer itself
+//!
+//! The inner service's error type passes through untouched; everything the layer decides is
+//! a response with a short `text/plain` body:
+//!
+//! | situation | response |
+//! |---|---|
+//! | the lock is held by another request | `423 Locked` (or `409 Conflict`, [`BusyStatus`]) with `Retry-After`: the holder's remaining ttl in whole seconds, rounded up, at least 1 |
+//! | ... and [`wait`](LockLayer::wait) is set | waits up to that long, one waiter served per release, then as above |
+//! | the request has no key | `400 Bad Request`, or the inner service unlocked ([`MissingKey`]) |
+//! | the key cannot be a lock name (longer than [`distlock::MAX_NAME_LEN`]) | `400 Bad Request` |
+//! | the store is down or too slow | `503 Service Unavailable`, after at most the client's response timeout |
+//! | the lease was lost while the handler ran | `503 Service Unavailable` (see below) |
+//!
+//! # When the lease is lost
+//!
+//! A lease is lost when the store no longer holds it for us (it expired while the process was
+//! paused, was deleted, or renewals failed until its safety deadline). The layer races the
+//! handler against that signal: if the lease is lost first, the handler's future is dropped at
+//! its next await point and the request is answered `503`, as `LockBuilder::run` drops its
+//! body. A handler that must not be cut short between two steps should spawn that work and
+//! check [`lock.ensure_held()`](distlock::LeaseHandle::ensure_held) (or pass
+//! [`lock.fence()`](distlock::LeaseHandle::fence) to the resource) before each step.
+//!
+//! Once the handler has returned, the layer cannot take back a response that is already on
+//! its way: a streamed body goes on to its end even if the lease is lost meanwhile. Code that
+//! produces the stream can watch [`lock.lost()`](distlock::LeaseHandle::lost) (it resolves
+//! when the lease ends for any reason, including the normal release after the body) and end
+//! the stream early.
+
+mod body;
+mod future;
+mod held;
+mod layer;
+mod service;
+
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
+pub use held::{HeldLock, MissingHeldLock};
+pub use layer::{BusyStatus, LockLayer, MissingKey};
+pub use service::Lock;

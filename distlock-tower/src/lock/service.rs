@@ -1,0 +1,89 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower::Service;
+
+use super::future::{self, Refusal};
+use super::layer::{Config, MissingKey};
+use super::{ResponseBody, ResponseFuture};
+use crate::extract::ExtractKey;
+
+/// Middleware that runs each request under a distributed lock named by the request's key,
+/// held until the response body has been sent. Built by [`LockLayer`](super::LockLayer).
+///
+/// Cheap to clone: the settings are shared, the key extractor is cloned. Readiness is the
+/// inner service's; the inner service is called only once the lock is held.
+///
+/// See the [module docs](super) for an example.
+#[derive(Clone, Debug)]
+pub struct Lock<S, K> {
+    inner: S,
+    config: Arc<Config>,
+    extract: K,
+}
+
+impl<S, K> Lock<S, K> {
+    pub(crate) fn new(inner: S, config: Arc<Config>, extract: K) -> Self {
+        Self {
+            inner,
+            config,
+            extract,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for Lock<S, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    K: ExtractKey<ReqBody>,
+    ReqBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let Some(key) = self.extract.extract_key(&request) else {
+            return match self.config.missing_key {
+                MissingKey::Allow => ResponseFuture::unlocked(self.inner.call(request)),
+                MissingKey::Reject => ResponseFuture::refused(&Refusal::NoKey, &self.config),
+            };
+        };
+        // The inner service is called only after the lock is taken, in the future: take the
+        // clone that `poll_ready` readied and leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::locked(future::run_locked(
+            inner,
+            request,
+            key,
+            Arc::clone(&self.config),
+        ))
+    }
+}

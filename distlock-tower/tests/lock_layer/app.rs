@@ -1,0 +1,255 @@
+//! The test fixture (a client on one of the two stores) and an axum app whose handlers record
+//! what they saw: fences, hold intervals, overlaps.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use bytes::Bytes;
+use distlock::Client;
+use distlock_tower::extract::{PathSegment, Prefixed};
+use distlock_tower::lock::{HeldLock, LockLayer};
+use http::{Request, Response, StatusCode};
+use tokio::task::JoinHandle;
+use tower::ServiceExt;
+
+use crate::support::RedisServer;
+
+pub const TTL: Duration = Duration::from_secs(5);
+
+pub struct Fixture {
+    pub client: Client,
+    pub server: Option<RedisServer>,
+}
+
+impl Fixture {
+    pub async fn redis() -> Self {
+        let server = RedisServer::start();
+        let client = Client::builder()
+            .response_timeout(Duration::from_secs(2))
+            .connect(&server.url())
+            .await
+            .expect("connect to the test redis-server");
+        Self {
+            client,
+            server: Some(server),
+        }
+    }
+
+    pub fn memory() -> Self {
+        Self {
+            client: Client::in_memory(),
+            server: None,
+        }
+    }
+
+    /// Whether the store holds no lock named `name` (checked in the store, not through the
+    /// layer).
+    pub async fn is_free(&self, name: &str) -> bool {
+        let inspect = self.client.__inspect();
+        let key = inspect.lock_key(name).expect("valid lock name");
+        inspect.pttl(&key).await.expect("store answers").is_none()
+    }
+
+    /// Waits (bounded) until the lock `name` is free in the store.
+    pub async fn wait_free(&self, name: &str, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            if self.is_free(name).await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+}
+
+/// Generates, for each named `async fn body(fx: Fixture)`, a module with a `redis` and a
+/// `memory` test running it on each store.
+macro_rules! on_both_stores {
+    ($($body:ident),* $(,)?) => {$(
+        mod $body {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::$body($crate::app::Fixture::redis().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                super::$body($crate::app::Fixture::memory()).await;
+            }
+        }
+    )*};
+}
+pub(crate) use on_both_stores;
+
+/// What the handlers saw.
+#[derive(Default)]
+pub struct Seen {
+    /// Handlers currently inside their critical section.
+    pub inside: AtomicUsize,
+    /// Times a handler found another one inside.
+    pub overlaps: AtomicUsize,
+    /// A counter incremented non-atomically (read, yield, write) under the lock.
+    pub counter: AtomicU64,
+    /// Handler calls.
+    pub calls: AtomicUsize,
+    /// Set when a handler future was dropped before it finished.
+    pub cancelled: AtomicBool,
+}
+
+pub type Shared = Arc<Seen>;
+
+/// The routes, all keyed `order:<segment 1>`:
+/// * `GET /orders/{id}`: answers the fence.
+/// * `GET /slow/{id}/{ms}`: sleeps `ms`, then answers the fence (counts overlaps).
+/// * `GET /count/{id}`: the non-atomic counter section.
+/// * `GET /stream/{id}/{chunks}/{ms}`: streams `chunks` chunks, one every `ms`.
+/// * `GET /empty/{id}`: `204 No Content`.
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/orders/{id}", get(fence))
+        .route("/slow/{id}/{ms}", get(slow))
+        .route("/count/{id}", get(count))
+        .route("/stream/{id}/{chunks}/{ms}", get(stream))
+        .route("/empty/{id}", get(empty))
+}
+
+pub fn order_key() -> Prefixed<PathSegment> {
+    Prefixed::new("order:", PathSegment(1))
+}
+
+/// The app with `layer` applied to every route.
+pub fn app(layer: LockLayer<Prefixed<PathSegment>>, seen: &Shared) -> Router {
+    routes().route_layer(layer).with_state(Arc::clone(seen))
+}
+
+pub fn layer(fx: &Fixture) -> LockLayer<Prefixed<PathSegment>> {
+    LockLayer::new(fx.client.clone(), order_key()).ttl(TTL)
+}
+
+async fn fence(State(seen): State<Shared>, lock: HeldLock) -> String {
+    seen.calls.fetch_add(1, Ordering::SeqCst);
+    lock.fence().to_string()
+}
+
+/// Inside `slow`'s critical section; notes a handler dropped before it finished.
+struct Inside(Shared, bool);
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        self.0.inside.fetch_sub(1, Ordering::SeqCst);
+        if !self.1 {
+            self.0.cancelled.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+async fn slow(
+    State(seen): State<Shared>,
+    Path((_, ms)): Path<(String, u64)>,
+    lock: HeldLock,
+) -> String {
+    seen.calls.fetch_add(1, Ordering::SeqCst);
+    if seen.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+        seen.overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    let mut inside = Inside(Arc::clone(&seen), false);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    inside.1 = true;
+    lock.fence().to_string()
+}
+
+async fn count(State(seen): State<Shared>, lock: HeldLock) -> String {
+    seen.calls.fetch_add(1, Ordering::SeqCst);
+    if seen.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+        seen.overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    let value = seen.counter.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    seen.counter.store(value + 1, Ordering::SeqCst);
+    seen.inside.fetch_sub(1, Ordering::SeqCst);
+    lock.fence().to_string()
+}
+
+async fn stream(
+    State(seen): State<Shared>,
+    Path((_, chunks, ms)): Path<(String, u32, u64)>,
+) -> Body {
+    seen.calls.fetch_add(1, Ordering::SeqCst);
+    let chunks = futures_util::stream::unfold(0u32, move |i| async move {
+        if i == chunks {
+            return None;
+        }
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        Some((
+            Ok::<_, std::io::Error>(Bytes::from(format!("chunk {i}\n"))),
+            i + 1,
+        ))
+    });
+    Body::from_stream(chunks)
+}
+
+async fn empty(State(seen): State<Shared>) -> StatusCode {
+    seen.calls.fetch_add(1, Ordering::SeqCst);
+    StatusCode::NO_CONTENT
+}
+
+/// One request through the router, without reading the body.
+pub async fn call(app: &Router, uri: &str) -> Response<Body> {
+    app.clone()
+        .oneshot(
+            Request::get(uri)
+                .body(Body::empty())
+                .expect("valid request"),
+        )
+        .await
+        .expect("axum services are infallible")
+}
+
+/// The whole body as text.
+pub async fn text(response: Response<Body>) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .expect("body reads");
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 body")
+}
+
+/// `Retry-After` in seconds; panics if it is missing or not a number.
+pub fn retry_after<B>(response: &Response<B>) -> u64 {
+    response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .expect("Retry-After is set")
+        .to_str()
+        .expect("ASCII")
+        .parse()
+        .expect("whole seconds")
+}
+
+/// Serves `app` on 127.0.0.1 on a free port; the server stops with the test's runtime.
+pub async fn serve(app: Router) -> (SocketAddr, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("bound address");
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("server runs");
+    });
+    (addr, task)
+}
+
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client builds")
+}

@@ -1,0 +1,11 @@
+//! `LockLayer` end to end: through `ServiceExt::oneshot` and over real TCP with `axum::serve`,
+//! on a real `redis-server` and on the in-memory store (the same test bodies on both), plus
+//! store faults on Redis.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+mod app;
+mod faults;
+mod oneshot;
+mod tcp;
