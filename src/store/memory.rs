@@ -198,16 +198,13 @@ impl MemoryStore {
             || rates.now_us(),
             |t| i64::try_from(t).unwrap_or(i64::MAX / 2),
         );
-        let taken: Vec<Option<(RateState, i64)>> =
-            req.keys.iter().map(|k| rates.take(k, now)).collect();
-        let mut states: Vec<Option<RateState>> = taken
-            .iter()
-            .map(|t| t.as_ref().map(|(s, _)| s.clone()))
-            .collect();
+        let (mut states, old_expiries): (Vec<Option<RateState>>, Vec<Option<i64>>) =
+            req.keys.iter().map(|k| rates.take(k, now).unzip()).unzip();
         let (reply, written) = algorithm::check(req.specs, &mut states, now, req.cost);
-        for (((key, state), old), written) in req.keys.iter().zip(states).zip(taken).zip(written) {
-            let expires = written.or(old.map(|(_, e)| e));
-            if let (Some(state), Some(expires)) = (state, expires)
+        let entries = req.keys.iter().zip(states).zip(old_expiries).zip(written);
+        for (((key, state), old), written) in entries {
+            // A written state expires at its new reset time; an untouched one keeps its own.
+            if let (Some(state), Some(expires)) = (state, written.or(old))
                 && expires > now
             {
                 rates.put(key, state, expires, now);
