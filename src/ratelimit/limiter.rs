@@ -25,6 +25,20 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 
 /// What a check does when the store cannot answer in time (down, slow, refusing, or more
 /// than [`max_in_flight`](RateLimiter::max_in_flight) checks already waiting).
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::ratelimit::{Outage, Policy, Rate};
+///
+/// let client = distlock::Client::in_memory();
+/// let policy = Policy::gcra("login", Rate::per_minute(5)?)?;
+/// // Logins: better refuse than let a password-guessing burst through unmetered.
+/// let logins = client.rate_limiter(policy.clone()).on_outage(Outage::FailClosed);
+/// // Page views: better serve than fail while Redis restarts.
+/// let views = client.rate_limiter(policy).on_outage(Outage::FailOpen);
+/// # let _ = (logins, views);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Outage {
@@ -160,6 +174,24 @@ impl Client {
     /// A rate limiter enforcing several policies on each subject, all or nothing: a request
     /// passes only if every policy allows it, and then it consumes from every one. Fails if
     /// there are none, more than [`MAX_POLICIES`], or two with the same name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client.rate_limiter_all([
+    ///     Policy::gcra("per-second", Rate::per_second(10)?)?,
+    ///     Policy::fixed_window("per-day", Rate::per_day(2)?)?,
+    /// ])?;
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// let third = limiter.check("user:7").await?;
+    /// assert!(!third.allowed);
+    /// assert_eq!(&*third.policy, "per-day"); // the per-second policy was not consumed
+    /// assert_eq!(third.policies[0].remaining, 8);
+    /// # Ok(()) }
+    /// ```
     pub fn rate_limiter_all(
         &self,
         policies: impl IntoIterator<Item = Policy>,
