@@ -2,7 +2,8 @@
 //!
 //! [`StoreError`] says what went wrong talking to the store (Redis unreachable, too slow, or
 //! refusing a command); [`LockError`] wraps it and adds what can go wrong with a lock (busy,
-//! timed out, lost, invalid name or configuration).
+//! timed out, lost, invalid name or configuration). [`RateLimitError`] does the same for rate
+//! limiting, and [`InvalidPolicy`] says why a rate or policy cannot be built.
 
 use std::fmt;
 use std::time::Duration;
@@ -252,6 +253,139 @@ pub enum InvalidName {
         /// The name's length in bytes.
         len: usize,
         /// The limit.
+        max: usize,
+    },
+}
+
+/// Errors of a rate-limit check. A denied request is *not* an error: it is an `Ok`
+/// [`Decision`](crate::ratelimit::Decision) with `allowed == false`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RateLimitError {
+    /// The store failed (or did not answer within the check's deadline) and the limiter's
+    /// outage policy is [`Outage::FailClosed`](crate::ratelimit::Outage::FailClosed). The
+    /// request should be refused as "temporarily unavailable", not as "too many requests".
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// More checks of this limiter were waiting on the store than its
+    /// [`max_in_flight`](crate::ratelimit::RateLimiter::max_in_flight) allows (the store is
+    /// slow), and the outage policy is fail-closed. Nothing was queued.
+    #[error(
+        "{in_flight} rate-limit checks are already waiting on the store; refusing to queue more"
+    )]
+    Overloaded {
+        /// The limit that was reached.
+        in_flight: usize,
+    },
+    /// The subject cannot be turned into a key; see [`InvalidName`].
+    #[error(transparent)]
+    InvalidSubject(#[from] InvalidName),
+    /// The request costs more than a policy can ever allow at once, so it could never pass:
+    /// raise the policy's burst (or limit) or split the request.
+    #[error(
+        "a cost of {cost} can never pass policy `{policy}`, which allows at most {capacity} at once"
+    )]
+    CostTooLarge {
+        /// The cost asked for.
+        cost: u32,
+        /// The policy that can never allow it.
+        policy: String,
+        /// The most that policy allows at once (its burst or limit).
+        capacity: u32,
+    },
+    /// The limiter's configuration is invalid; see [`InvalidPolicy`].
+    #[error(transparent)]
+    InvalidPolicy(#[from] InvalidPolicy),
+}
+
+/// Why a [`Rate`](crate::ratelimit::Rate), a [`Policy`](crate::ratelimit::Policy) or a set of
+/// policies cannot be built. Returned by the constructors, so an invalid limit is refused
+/// where it is written, not on the first request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidPolicy {
+    /// A count, burst or limit of zero would deny everything; say so explicitly instead.
+    #[error("invalid rate: the {what} must be at least 1")]
+    Zero {
+        /// `"count"` or `"burst"`.
+        what: &'static str,
+    },
+    /// The period is shorter than 1 ms or longer than the maximum.
+    #[error("invalid rate: the period {period:?} is outside {min:?}..={max:?}")]
+    Period {
+        /// The period given.
+        period: std::time::Duration,
+        /// The shortest period accepted.
+        min: std::time::Duration,
+        /// The longest period accepted.
+        max: std::time::Duration,
+    },
+    /// More than one request per microsecond: the algorithms count in whole microseconds.
+    #[error("invalid rate: {count} per {period:?} is more than one per microsecond")]
+    TooFast {
+        /// The count given.
+        count: u32,
+        /// The period given.
+        period: std::time::Duration,
+    },
+    /// The burst takes longer than the maximum period to refill (burst × period / count),
+    /// which would keep state for longer than the library allows.
+    #[error("invalid rate: a burst of {burst} takes longer than {max:?} to refill at this rate")]
+    BurstTooLong {
+        /// The burst given.
+        burst: u32,
+        /// The longest refill accepted.
+        max: std::time::Duration,
+    },
+    /// Window algorithms allow `count` per window; a separate burst has no meaning for them.
+    #[error(
+        "invalid policy `{policy}`: a {algorithm} allows `count` per window; it takes no \
+         separate burst (got burst {burst} for count {count})"
+    )]
+    BurstNotSupported {
+        /// The policy's name.
+        policy: String,
+        /// The algorithm.
+        algorithm: &'static str,
+        /// The burst given.
+        burst: u32,
+        /// The count given.
+        count: u32,
+    },
+    /// A sliding log stores one entry per request in the window; larger limits must use
+    /// another algorithm (the sliding window counter approximates it in O(1)).
+    #[error(
+        "invalid policy `{policy}`: a sliding log is capped at {max} requests per window, got {limit}"
+    )]
+    LogTooLarge {
+        /// The policy's name.
+        policy: String,
+        /// The limit given.
+        limit: u32,
+        /// The largest accepted.
+        max: u32,
+    },
+    /// Policy names appear in keys and HTTP headers: 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
+    #[error("invalid policy name {name:?}: use 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', '-'")]
+    Name {
+        /// The name given.
+        name: String,
+    },
+    /// A limiter needs at least one policy.
+    #[error("a rate limiter needs at least one policy")]
+    NoPolicies,
+    /// Two policies of one limiter have the same name (they would share keys).
+    #[error("two policies of one rate limiter are both named `{name}`")]
+    DuplicateName {
+        /// The repeated name.
+        name: String,
+    },
+    /// More policies than one check may combine.
+    #[error("a rate limiter combines at most {max} policies, got {count}")]
+    TooManyPolicies {
+        /// How many were given.
+        count: usize,
+        /// The most accepted.
         max: usize,
     },
 }

@@ -71,6 +71,24 @@ impl LockKeys {
     }
 }
 
+/// The key of one rate-limit policy for one subject:
+/// `<prefix>:rl:<policy>:<algorithm>:{<subject>}`.
+///
+/// The subject is the hash tag, so every policy of one check lands in one slot (one script
+/// can read them all) while different subjects spread over the cluster. Policy names are
+/// restricted to `[A-Za-z0-9._-]` when the policy is built, so they need no encoding; the
+/// subject comes from [`encode_name`]. The algorithm is part of the key because each one
+/// stores its own format (a sorted set for the sliding log): switching a policy to another
+/// algorithm starts from fresh state instead of misreading the old one.
+pub(crate) fn rate_key(
+    prefix: &str,
+    policy: &str,
+    algorithm: &str,
+    encoded_subject: &str,
+) -> String {
+    format!("{prefix}:rl:{policy}:{algorithm}:{{{encoded_subject}}}")
+}
+
 /// Returns the hash tag Redis Cluster would use for `key` (the text between the first `{` and
 /// the next `}`, if not empty), or the whole key.
 #[doc(hidden)]
@@ -152,6 +170,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn rate_keys_put_the_subject_in_the_tag() {
+        let subject = encode_name("user:{7}").expect("valid subject");
+        let a = rate_key("p", "per-second", "gcra", &subject);
+        let b = rate_key("p", "per-hour", "sl", &subject);
+        assert_eq!(a, "p:rl:per-second:gcra:{user:%7B7%7D}");
+        assert_eq!(hash_tag(&a), hash_tag(&b));
+        assert_eq!(hash_tag(&a), "user:%7B7%7D");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Redis-backed coordination for async services: distributed locks (leases with a watchdog,
-//! fencing tokens and a lost signal, pub/sub hand-off to waiters).
+//! fencing tokens and a lost signal, pub/sub hand-off to waiters) and distributed rate
+//! limiting ([`ratelimit`]).
 //!
 //! The crate's README follows.
 #![doc = include_str!("../README.md")]
@@ -14,11 +15,14 @@ mod error;
 mod inspect;
 mod keys;
 mod lock;
+pub mod ratelimit;
 mod store;
 mod token;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
-pub use error::{InvalidName, LockError, LossReason, RefusedKind, StoreError};
+pub use error::{
+    InvalidName, InvalidPolicy, LockError, LossReason, RateLimitError, RefusedKind, StoreError,
+};
 pub use inspect::Inspector;
 pub use keys::MAX_NAME_LEN;
 pub use lock::{

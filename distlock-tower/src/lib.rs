@@ -2,13 +2,20 @@
 //!
 //! * [`lock`]: [`LockLayer`] runs each request under a distributed lock named by its key,
 //!   held until the response body has been sent; handlers read the lease through [`HeldLock`].
+//! * [`rate_limit`]: [`RateLimitLayer`] checks each request against a distributed rate
+//!   limiter under its key, answering `429` with `Retry-After` and the IETF `RateLimit`
+//!   fields when it is over.
 //! * [`extract`]: which key a request belongs to ([`ExtractKey`] and the provided extractors),
-//!   shared by every layer of this crate.
+//!   shared by every layer of this crate; [`client_ip`] adds the client's IP address, behind
+//!   trusted proxies too.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod client_ip;
 pub mod extract;
 pub mod lock;
+pub mod rate_limit;
 
 pub use extract::ExtractKey;
 pub use lock::{HeldLock, LockLayer};
+pub use rate_limit::RateLimitLayer;

@@ -1,6 +1,11 @@
 //! The in-memory store: the same semantics as the Redis scripts, in Rust, for tests, local
 //! development and the example app. Time is tokio's clock, so `tokio::time::pause` works in
 //! users' tests; fencing tokens use wall-clock microseconds like the scripts use `TIME`.
+//!
+//! Rate-limit state lives in its own map, typed (the algorithms in
+//! `crate::ratelimit::algorithm` work on it directly), with expiry times on the algorithms'
+//! microsecond timeline: wall-clock microseconds at the store's creation advanced by tokio's
+//! clock, or the injected time of a test.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -8,8 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use super::{AcquireReply, Held, RenewItem, Wakeups, fence_ttl};
+use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Wakeups, fence_ttl};
 use crate::keys::LockKeys;
+use crate::ratelimit::algorithm::{self, State as RateState};
 use crate::token::Token;
 
 /// Expired entries are swept every this many writes, so abandoned keys do not pile up.
@@ -18,7 +24,50 @@ const SWEEP_EVERY: u64 = 1024;
 #[derive(Clone, Default)]
 pub(crate) struct MemoryStore {
     state: Arc<Mutex<State>>,
+    rates: Arc<Mutex<Rates>>,
     wakeups: Arc<Wakeups>,
+}
+
+/// Rate-limit state per key, with its expiry in µs on the store's timeline.
+struct Rates {
+    entries: HashMap<String, (RateState, i64)>,
+    writes: u64,
+    /// Wall-clock µs at `base`; the timeline is `base_us + (Instant::now() - base)`.
+    base_us: i64,
+    base: Instant,
+}
+
+impl Default for Rates {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            writes: 0,
+            base_us: i64::try_from(now_micros()).unwrap_or(i64::MAX / 2),
+            base: Instant::now(),
+        }
+    }
+}
+
+impl Rates {
+    fn now_us(&self) -> i64 {
+        let elapsed = i64::try_from(self.base.elapsed().as_micros()).unwrap_or(i64::MAX / 2);
+        self.base_us.saturating_add(elapsed)
+    }
+
+    /// Takes a live entry out of the map (it is put back by the caller).
+    fn take(&mut self, key: &str, now: i64) -> Option<(RateState, i64)> {
+        self.entries
+            .remove(key)
+            .filter(|(_, expires)| *expires > now)
+    }
+
+    fn put(&mut self, key: &str, state: RateState, expires: i64, now: i64) {
+        self.writes += 1;
+        if self.writes.is_multiple_of(SWEEP_EVERY) {
+            self.entries.retain(|_, (_, e)| *e > now);
+        }
+        self.entries.insert(key.to_owned(), (state, expires));
+    }
 }
 
 #[derive(Default)]
@@ -138,12 +187,45 @@ impl MemoryStore {
             .collect()
     }
 
+    fn rates(&self) -> std::sync::MutexGuard<'_, Rates> {
+        self.rates.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One rate-limit check, atomically under the rate map's mutex.
+    pub(crate) fn rate_limit(&self, req: &RateRequest<'_>) -> RateReply {
+        let mut rates = self.rates();
+        let now = req.now_us.map_or_else(
+            || rates.now_us(),
+            |t| i64::try_from(t).unwrap_or(i64::MAX / 2),
+        );
+        let (mut states, old_expiries): (Vec<Option<RateState>>, Vec<Option<i64>>) =
+            req.keys.iter().map(|k| rates.take(k, now).unzip()).unzip();
+        let (reply, written) = algorithm::check(req.specs, &mut states, now, req.cost);
+        let entries = req.keys.iter().zip(states).zip(old_expiries).zip(written);
+        for (((key, state), old), written) in entries {
+            // A written state expires at its new reset time; an untouched one keeps its own.
+            if let (Some(state), Some(expires)) = (state, written.or(old))
+                && expires > now
+            {
+                rates.put(key, state, expires, now);
+            }
+        }
+        reply
+    }
+
     /// Remaining ttl of a key, for tests (`None` if absent).
     pub(crate) fn pttl(&self, key: &str) -> Option<Duration> {
         let now = Instant::now();
-        self.state()
-            .get(key, now)
-            .map(|v| v.expires_at.saturating_duration_since(now))
+        if let Some(v) = self.state().get(key, now) {
+            return Some(v.expires_at.saturating_duration_since(now));
+        }
+        let rates = self.rates();
+        let now = rates.now_us();
+        rates
+            .entries
+            .get(key)
+            .filter(|(_, e)| *e > now)
+            .map(|(_, e)| Duration::from_micros(u64::try_from(e - now).unwrap_or(0)))
     }
 
     /// The value of a live key, for tests.
@@ -157,16 +239,28 @@ impl MemoryStore {
     pub(crate) fn live_keys(&self) -> Vec<String> {
         let now = Instant::now();
         let state = self.state();
-        state
+        let mut keys: Vec<String> = state
             .values
             .iter()
             .filter(|(_, v)| v.expires_at > now)
             .map(|(k, _)| k.clone())
-            .collect()
+            .collect();
+        drop(state);
+        let rates = self.rates();
+        let now = rates.now_us();
+        keys.extend(
+            rates
+                .entries
+                .iter()
+                .filter(|(_, (_, e))| *e > now)
+                .map(|(k, _)| k.clone()),
+        );
+        keys
     }
 
     /// Deletes a key, for tests that take a lock away behind its holder's back.
     pub(crate) fn delete(&self, key: &str) -> bool {
-        self.state().values.remove(key).is_some()
+        let lock = self.state().values.remove(key).is_some();
+        lock | self.rates().entries.remove(key).is_some()
     }
 }

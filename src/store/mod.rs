@@ -1,4 +1,5 @@
-//! The store boundary: what a lock needs from a backend, and the backends behind it.
+//! The store boundary: what locks and rate limits need from a backend, and the backends
+//! behind it.
 //!
 //! [`Store`] is an enum rather than a generic parameter so that no user-facing type carries a
 //! backend parameter. Every backend implements the same semantics (see the scripts under
@@ -21,6 +22,7 @@ pub(crate) use self::wakeups::{Subscription, Wakeups};
 
 use crate::error::StoreError;
 use crate::keys::LockKeys;
+use crate::ratelimit::Spec;
 use crate::token::Token;
 
 /// A backend: a single Redis primary, or memory.
@@ -71,6 +73,46 @@ pub(crate) struct RenewItem<'a> {
     pub(crate) key: &'a str,
     pub(crate) token: &'a Token,
     pub(crate) ttl: Duration,
+}
+
+/// One rate-limit check: one key and one policy per entry, all keys in one hash slot.
+pub(crate) struct RateRequest<'a> {
+    pub(crate) keys: &'a [String],
+    pub(crate) specs: &'a [Spec],
+    /// Cost units to consume; 0 peeks (decides for a cost of 1, consumes nothing).
+    pub(crate) cost: u32,
+    /// Test-only: decide at this time (µs since the epoch) instead of the store's clock.
+    pub(crate) now_us: Option<u64>,
+}
+
+/// The answer to a rate-limit check: whether it was applied (every policy allowed and the
+/// cost was above zero), and each policy's verdict, in request order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RateReply {
+    pub(crate) applied: bool,
+    pub(crate) verdicts: Vec<Verdict>,
+}
+
+/// One policy's verdict; times in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_us: u64,
+    pub(crate) reset_us: u64,
+}
+
+impl Verdict {
+    /// From the algorithms' signed arithmetic; negatives (never produced) clamp to zero.
+    pub(crate) fn new(allowed: bool, remaining: i64, retry_us: i64, reset_us: i64) -> Self {
+        let clamp = |x: i64| u64::try_from(x).unwrap_or(0);
+        Self {
+            allowed,
+            remaining: clamp(remaining),
+            retry_us: clamp(retry_us),
+            reset_us: clamp(reset_us),
+        }
+    }
 }
 
 /// How long a fence key outlives the lease that last bumped it. Tokens keep increasing after
@@ -125,6 +167,14 @@ impl Store {
             }
         })
         .await
+    }
+
+    /// Runs one rate-limit check atomically (one script on Redis).
+    pub(crate) async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
+        match self {
+            Self::Redis(s) => s.rate_limit(req).await,
+            Self::Memory(s) => Ok(s.rate_limit(req)),
+        }
     }
 
     pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {

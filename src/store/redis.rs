@@ -9,7 +9,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ProtocolVersion, PushInfo, PushKind, Script, Value};
 
 use super::wakeups::Subscriber;
-use super::{AcquireReply, Held, RenewItem, Wakeups, fence_ttl, millis};
+use super::{
+    AcquireReply, Held, RateReply, RateRequest, RenewItem, Verdict, Wakeups, fence_ttl, millis,
+};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::token::Token;
@@ -20,6 +22,19 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
 static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/renew.lua")));
+/// One script for every rate-limit check: the shared helpers, one file per algorithm, then
+/// the two-phase driver (see `ratelimit.lua` for the contract).
+static RATE_LIMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../scripts/ratelimit/common.lua"),
+        include_str!("../scripts/ratelimit/gcra.lua"),
+        include_str!("../scripts/ratelimit/token_bucket.lua"),
+        include_str!("../scripts/ratelimit/fixed_window.lua"),
+        include_str!("../scripts/ratelimit/sliding_window.lua"),
+        include_str!("../scripts/ratelimit/sliding_log.lua"),
+        include_str!("../scripts/ratelimit.lua"),
+    ))
+});
 
 /// Connection settings, validated by the client builder.
 #[derive(Clone, Debug)]
@@ -162,6 +177,48 @@ impl RedisStore {
         }
         codes.into_iter().map(Held::from_reply).collect()
     }
+}
+
+impl RedisStore {
+    pub(crate) async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
+        let mut invocation = RATE_LIMIT.prepare_invoke();
+        for key in req.keys {
+            invocation.key(key);
+        }
+        match req.now_us {
+            Some(now) => invocation.arg(now),
+            None => invocation.arg(""),
+        };
+        invocation.arg(req.cost);
+        for spec in req.specs {
+            invocation.arg(spec.code()).arg(spec.a).arg(spec.b);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
+        parse_rate_reply(&reply, req.keys.len())
+    }
+}
+
+/// `{applied, then allowed, remaining, retry_us, reset_us per policy}`.
+fn parse_rate_reply(reply: &[i64], policies: usize) -> Result<RateReply, StoreError> {
+    let bad = || StoreError::Protocol {
+        message: format!("expected 1 + 4 × {policies} integers from ratelimit, got {reply:?}"),
+    };
+    let (&applied, rest) = reply.split_first().ok_or_else(bad)?;
+    if rest.len() != 4 * policies || !matches!(applied, 0 | 1) {
+        return Err(bad());
+    }
+    let verdicts = rest
+        .chunks_exact(4)
+        .map(|v| Verdict::new(v[0] == 1, v[1], v[2], v[3]))
+        .collect();
+    Ok(RateReply {
+        applied: applied == 1,
+        verdicts,
+    })
 }
 
 /// The shared pub/sub connection: RESP3, so subscriptions and their messages travel as push

@@ -1,0 +1,390 @@
+//! The client's IP address as a rate-limit subject: the connection's peer, or, behind proxies
+//! you trust, the address they forwarded.
+//!
+//! [`ClientIp`] reads the peer from axum's [`ConnectInfo<SocketAddr>`] (serve the router with
+//! `into_make_service_with_connect_info::<SocketAddr>()`). It believes `X-Forwarded-For` or
+//! `Forwarded` (RFC 7239) only when the peer is one of the [`Cidr`]s you configured as
+//! trusted, and then walks the header **right to left**: each hop was appended by the proxy to
+//! its right, so the walk skips trusted proxies and stops at the first address that is not
+//! one of them. Everything left of that point was written by the client and is ignored, so a
+//! client cannot pick its own bucket by sending a forged header.
+//!
+//! IPv6 clients are grouped by /64 by default (one customer usually gets a whole /64, and
+//! rotating through it is free), IPv4 clients by /32; both are configurable. IPv4-mapped
+//! IPv6 addresses count as IPv4.
+//!
+//! Nothing here panics on hostile input: huge, repeated, empty or garbage headers, ports,
+//! brackets, IPv6 zones and obfuscated identifiers are all handled, and the walk stops after
+//! [`MAX_HOPS`] hops.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::extract::ConnectInfo;
+//! use distlock_tower::client_ip::{ClientIp, Cidr};
+//! use distlock_tower::ExtractKey;
+//! use http::Request;
+//!
+//! # fn main() -> Result<(), distlock_tower::client_ip::InvalidCidr> {
+//! let behind_lb = ClientIp::trusting(["10.0.0.0/8".parse::<Cidr>()?]);
+//!
+//! let mut request = Request::get("/")
+//!     .header("x-forwarded-for", "6.6.6.6, 203.0.113.7, 10.0.0.2")
+//!     .body(())
+//!     .unwrap();
+//! request
+//!     .extensions_mut()
+//!     .insert(ConnectInfo("10.0.0.1:443".parse::<SocketAddr>().unwrap()));
+//!
+//! // 10.0.0.1 (peer) and 10.0.0.2 are our proxies; 203.0.113.7 is the client; 6.6.6.6 was
+//! // made up by the client and is ignored.
+//! assert_eq!(behind_lb.extract_key(&request).as_deref(), Some("203.0.113.7"));
+//!
+//! // Without trusted proxies the header is ignored: the peer is the client.
+//! assert_eq!(ClientIp::peer().extract_key(&request).as_deref(), Some("10.0.0.1"));
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::extract::ConnectInfo;
+use http::{HeaderMap, HeaderName, Request, header};
+
+use crate::extract::ExtractKey;
+
+/// The most hops a forwarded-header walk visits before it stops (at the last trusted hop).
+pub const MAX_HOPS: usize = 32;
+
+/// An IP network in CIDR notation: `10.0.0.0/8`, `2001:db8::/32`, or one address
+/// (`192.0.2.1`, meaning /32 or /128). Host bits are cleared, so `10.1.2.3/8` is `10.0.0.0/8`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+/// A string that is not an address or CIDR network.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid CIDR network {text:?}: expected an address or address/prefix, e.g. 10.0.0.0/8")]
+pub struct InvalidCidr {
+    text: String,
+}
+
+impl Cidr {
+    /// The network of `addr` with `prefix` leading bits, or `None` if the prefix is longer
+    /// than the address (32 for IPv4, 128 for IPv6).
+    #[must_use]
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
+        let network = truncate(addr, prefix)?;
+        Some(Self { network, prefix })
+    }
+
+    /// The network address.
+    #[must_use]
+    pub fn network(&self) -> IpAddr {
+        self.network
+    }
+
+    /// The prefix length.
+    #[must_use]
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `ip` is inside this network. IPv4-mapped IPv6 addresses match IPv4 networks.
+    #[must_use]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        truncate(ip.to_canonical(), self.prefix) == Some(self.network)
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = InvalidCidr;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || InvalidCidr {
+            text: text.to_owned(),
+        };
+        let (addr, prefix) = match text.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text.trim(), None),
+        };
+        let addr = IpAddr::from_str(addr)
+            .map_err(|_| invalid())?
+            .to_canonical();
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+                p.parse::<u8>().map_err(|_| invalid())?
+            }
+            Some(_) => return Err(invalid()),
+            None => max,
+        };
+        Self::new(addr, prefix).ok_or_else(invalid)
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+/// `addr` with all but its first `prefix` bits cleared; `None` if `prefix` is too long.
+fn truncate(addr: IpAddr, prefix: u8) -> Option<IpAddr> {
+    match addr {
+        IpAddr::V4(v4) if prefix <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask)))
+        }
+        IpAddr::V6(v6) if prefix <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            Some(IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask)))
+        }
+        _ => None,
+    }
+}
+
+/// Which forwarded header the trusted proxies write. Exactly one is read: a header your
+/// proxies do not write is entirely the client's to invent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (the de-facto standard). The default.
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239); only the `for` parameters are read.
+    Forwarded,
+}
+
+/// Extracts the client's IP address (grouped into a network, see the
+/// [module docs](self)) as the request's key; missing when the request has no
+/// [`ConnectInfo<SocketAddr>`].
+#[derive(Clone, Debug)]
+pub struct ClientIp {
+    trusted: Arc<[Cidr]>,
+    header: ForwardedHeader,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+}
+
+impl ClientIp {
+    /// The connection's peer address; forwarded headers are ignored. Use this when clients
+    /// connect directly.
+    #[must_use]
+    pub fn peer() -> Self {
+        Self::trusting([])
+    }
+
+    /// Behind proxies: the peer and every hop inside `proxies` are skipped, right to left, in
+    /// the [`ForwardedHeader`] (default `X-Forwarded-For`); the first other address is the
+    /// client. A request whose peer is not in `proxies` is keyed by the peer.
+    #[must_use]
+    pub fn trusting(proxies: impl IntoIterator<Item = Cidr>) -> Self {
+        Self {
+            trusted: proxies.into_iter().collect(),
+            header: ForwardedHeader::default(),
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+        }
+    }
+
+    /// Which header the trusted proxies write (default `X-Forwarded-For`).
+    #[must_use]
+    pub fn header(mut self, header: ForwardedHeader) -> Self {
+        self.header = header;
+        self
+    }
+
+    /// How many leading bits of an IPv6 address make one client (default 64).
+    ///
+    /// # Panics
+    /// If `bits` is above 128.
+    #[must_use]
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        assert!(
+            bits <= 128,
+            "an IPv6 prefix has at most 128 bits, got {bits}"
+        );
+        self.ipv6_prefix = bits;
+        self
+    }
+
+    /// How many leading bits of an IPv4 address make one client (default 32).
+    ///
+    /// # Panics
+    /// If `bits` is above 32.
+    #[must_use]
+    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
+        assert!(bits <= 32, "an IPv4 prefix has at most 32 bits, got {bits}");
+        self.ipv4_prefix = bits;
+        self
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(ip))
+    }
+
+    /// The client's address (not grouped), or `None` without [`ConnectInfo<SocketAddr>`].
+    pub fn client_ip<B>(&self, request: &Request<B>) -> Option<IpAddr> {
+        let ConnectInfo(peer) = request.extensions().get::<ConnectInfo<SocketAddr>>()?;
+        Some(self.resolve(peer.ip().to_canonical(), request.headers()))
+    }
+
+    /// Walks the forwarded header right to left from a peer.
+    fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let name: HeaderName = match self.header {
+            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::Forwarded => header::FORWARDED,
+        };
+        // Repeated header lines form one list, in order; walk it from the last line's end.
+        let lines: Vec<&str> = headers
+            .get_all(&name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let hops = lines
+            .iter()
+            .rev()
+            .flat_map(|line| line.rsplit(','))
+            .take(MAX_HOPS);
+        let mut client = peer;
+        for hop in hops {
+            let parsed = match self.header {
+                ForwardedHeader::XForwardedFor => parse_hop(hop),
+                ForwardedHeader::Forwarded => forwarded_for(hop).and_then(parse_hop),
+            };
+            let Some(ip) = parsed else {
+                // Not an address: only a trusted proxy could have put it right of the client,
+                // so something is misconfigured; stay with the last trusted hop.
+                return client;
+            };
+            client = ip;
+            if !self.is_trusted(ip) {
+                return ip;
+            }
+        }
+        client
+    }
+
+    /// The network `ip` is grouped into.
+    fn group(&self, ip: IpAddr) -> String {
+        let prefix = if ip.is_ipv4() {
+            self.ipv4_prefix
+        } else {
+            self.ipv6_prefix
+        };
+        let full = if ip.is_ipv4() { 32 } else { 128 };
+        match Cidr::new(ip, prefix) {
+            Some(net) if prefix < full => net.to_string(),
+            _ => ip.to_string(),
+        }
+    }
+}
+
+impl<B> ExtractKey<B> for ClientIp {
+    fn extract_key(&self, request: &Request<B>) -> Option<String> {
+        self.client_ip(request).map(|ip| self.group(ip))
+    }
+}
+
+/// The `for` parameter of one `Forwarded` element (`for=192.0.2.1;proto=https`), unquoted.
+fn forwarded_for(element: &str) -> Option<&str> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then(|| value.trim().trim_matches('"'))
+    })
+}
+
+/// One hop: `192.0.2.1`, `192.0.2.1:8080`, `2001:db8::1`, `[2001:db8::1]:443`, with an
+/// optional IPv6 zone (`fe80::1%eth0`, dropped). Anything else (`unknown`, `_hidden`,
+/// garbage) is `None`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    if hop.is_empty() || hop.len() > 64 {
+        return None;
+    }
+    let host = if let Some(rest) = hop.strip_prefix('[') {
+        rest.split_once(']')?.0
+    } else if hop.matches(':').count() == 1 {
+        hop.split_once(':')?.0 // IPv4 with a port
+    } else {
+        hop
+    };
+    let host = host.split_once('%').map_or(host, |(addr, _zone)| addr);
+    IpAddr::from_str(host).ok().map(|ip| ip.to_canonical())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidr(text: &str) -> Cidr {
+        text.parse().expect("valid CIDR")
+    }
+
+    #[test]
+    fn cidrs_parse_and_match() {
+        assert_eq!(cidr("10.1.2.3/8").to_string(), "10.0.0.0/8");
+        assert_eq!(cidr("192.0.2.7").to_string(), "192.0.2.7/32");
+        assert_eq!(cidr("2001:db8::1/32").to_string(), "2001:db8::/32");
+        assert!(cidr("10.0.0.0/8").contains("10.255.0.1".parse().expect("ip")));
+        assert!(!cidr("10.0.0.0/8").contains("11.0.0.1".parse().expect("ip")));
+        assert!(cidr("10.0.0.0/8").contains("::ffff:10.0.0.1".parse().expect("ip")));
+        assert!(cidr("0.0.0.0/0").contains("8.8.8.8".parse().expect("ip")));
+        assert!(!cidr("0.0.0.0/0").contains("::1".parse().expect("ip")));
+        assert!(cidr("::/0").contains("2001:db8::1".parse().expect("ip")));
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0.0/",
+            "10.0.0.0/-1",
+            "x/8",
+            "10.0.0/8",
+        ] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hops_parse_in_every_shape() {
+        let table = [
+            ("192.0.2.1", Some("192.0.2.1")),
+            (" 192.0.2.1 ", Some("192.0.2.1")),
+            ("192.0.2.1:8080", Some("192.0.2.1")),
+            ("2001:db8::1", Some("2001:db8::1")),
+            ("[2001:db8::1]:443", Some("2001:db8::1")),
+            ("[2001:db8::1]", Some("2001:db8::1")),
+            ("fe80::1%eth0", Some("fe80::1")),
+            ("[fe80::1%25eth0]:80", Some("fe80::1")),
+            ("::ffff:192.0.2.1", Some("192.0.2.1")),
+            ("unknown", None),
+            ("_hidden", None),
+            ("", None),
+            ("[2001:db8::1", None),
+            ("999.0.0.1", None),
+            ("1.2.3.4:5:6", None),
+        ];
+        for (hop, want) in table {
+            let want = want.map(|w| w.parse::<IpAddr>().expect("ip"));
+            assert_eq!(parse_hop(hop), want, "{hop:?}");
+        }
+        assert_eq!(
+            forwarded_for("for=192.0.2.60;proto=http;by=203.0.113.43"),
+            Some("192.0.2.60")
+        );
+        assert_eq!(
+            forwarded_for(r#" For="[2001:db8:cafe::17]:4711""#),
+            Some("[2001:db8:cafe::17]:4711")
+        );
+        assert_eq!(forwarded_for("proto=https"), None);
+    }
+}

@@ -1,0 +1,81 @@
+//! Middleware that rate limits requests by a key (the client's IP address, an API key, a
+//! route), across every replica that shares the store.
+//!
+//! [`RateLimitLayer`] takes a [`RateLimiter`](distlock::ratelimit::RateLimiter) and a key
+//! extractor ([`extract`](crate::extract), or [`ClientIp`](crate::client_ip::ClientIp)). For
+//! each request it reads the subject, checks it (one round trip, or none while the limiter's
+//! deny cache knows the subject is over its limit), and either calls the inner service or
+//! answers `429 Too Many Requests` itself.
+//!
+//! # Example
+//!
+//! ```
+//! use axum::{Router, body::Body, routing::get};
+//! use distlock::ratelimit::{Policy, Rate};
+//! use distlock_tower::extract::Header;
+//! use distlock_tower::rate_limit::RateLimitLayer;
+//! use http::{Request, StatusCode};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // `Client::connect("redis://...")` in production; in memory here.
+//! let client = distlock::Client::in_memory();
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(2)?)?);
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")));
+//!
+//! let request = || Request::get("/").header("x-api-key", "k1").body(Body::empty()).unwrap();
+//! let ok = app.clone().oneshot(request()).await?;
+//! assert_eq!(ok.status(), StatusCode::OK);
+//! assert_eq!(ok.headers()["ratelimit-policy"], r#""api";q=2;w=2"#);
+//! assert_eq!(ok.headers()["ratelimit"], r#""api";r=1;t=1"#);
+//!
+//! app.clone().oneshot(request()).await?;
+//! let refused = app.oneshot(request()).await?;
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()["retry-after"], "1");
+//! # Ok(()) }
+//! ```
+//!
+//! Behind a load balancer, key by [`ClientIp::trusting`](crate::client_ip::ClientIp::trusting)
+//! and serve with `into_make_service_with_connect_info::<SocketAddr>()`.
+//!
+//! # Responses
+//!
+//! The inner service's error type passes through untouched (axum needs infallible
+//! services); everything the layer decides is a response with a short `text/plain` body.
+//!
+//! | situation | response |
+//! |---|---|
+//! | allowed | the inner service's response, plus `RateLimit-Policy` and `RateLimit` |
+//! | denied | `429 Too Many Requests`, `Retry-After` (whole seconds, rounded up, at least 1), `RateLimit-Policy`, `RateLimit` |
+//! | denied, but allowed within [`wait`](RateLimitLayer::wait) | waits, then as allowed |
+//! | store unavailable, limiter fails closed (the default) | `503 Service Unavailable`, `Retry-After: 1`, within the limiter's deadline |
+//! | store unavailable, limiter fails open | the inner service's response, without `RateLimit` fields |
+//! | store unavailable, local fallback | as allowed or denied, decided in this process |
+//! | no key in the request | `400 Bad Request`, or unmetered ([`MissingKey`]) |
+//! | shadow-mode limiter | always the inner service's response; the fields still tell |
+//!
+//! The fields follow draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy:
+//! "api";q=100;w=60` lists each policy's quota `q` per window `w` (seconds), and
+//! `RateLimit: "api";r=42;t=17` what is left (`r`) and when it is full again (`t` seconds).
+//! [`legacy_headers`](RateLimitLayer::legacy_headers) adds `X-RateLimit-Limit`,
+//! `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
+//!
+//! # Per-route policies
+//!
+//! Either one layer on the router with a table keyed by axum's matched route
+//! ([`route`](RateLimitLayer::route)), or one layer per route (`MethodRouter::layer`).
+
+mod body;
+mod future;
+pub mod headers;
+mod layer;
+mod service;
+
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
+pub use layer::{MissingKey, RateLimitLayer};
+pub use service::RateLimit;

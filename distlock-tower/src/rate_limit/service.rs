@@ -1,0 +1,83 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower::Service;
+
+use super::ResponseBody;
+use super::future::{self, ResponseFuture};
+use super::layer::Config;
+use crate::extract::ExtractKey;
+
+/// Middleware that checks each request against a rate limiter under the subject its key
+/// extractor finds. Built by [`RateLimitLayer`](super::RateLimitLayer).
+///
+/// Cheap to clone (axum clones it per connection): the settings and the limiter's deny cache
+/// are shared, the key extractor is cloned, and every clone counts against the same store.
+/// Readiness is the inner service's; it is called only once the request is allowed.
+#[derive(Clone, Debug)]
+pub struct RateLimit<S, K> {
+    inner: S,
+    config: Arc<Config>,
+    extract: K,
+}
+
+impl<S, K> RateLimit<S, K> {
+    pub(crate) fn new(inner: S, config: Arc<Config>, extract: K) -> Self {
+        Self {
+            inner,
+            config,
+            extract,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    K: ExtractKey<ReqBody>,
+    ReqBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let subject = self.extract.extract_key(&request);
+        // The inner service is called later, in the future, once the request is allowed:
+        // take the clone that `poll_ready` readied and leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(future::run(
+            inner,
+            request,
+            subject,
+            Arc::clone(&self.config),
+        ))
+    }
+}

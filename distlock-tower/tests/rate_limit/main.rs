@@ -1,0 +1,12 @@
+//! `RateLimitLayer` end to end: through `ServiceExt::oneshot` and over real TCP with
+//! `axum::serve`, on a real `redis-server` and on the in-memory store (the same test bodies on
+//! both), client-IP extraction (TESTPLAN 21), and store faults on Redis.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+mod app;
+mod client_ip;
+mod faults;
+mod oneshot;
+mod tcp;

@@ -1,0 +1,74 @@
+//! The sliding log. Mirrors `src/scripts/ratelimit/sliding_log.lua` (a sorted set there).
+//!
+//! The times of the allowed requests of the last `P` (one entry per cost unit); a request
+//! passes if the entries in `(now − P, now]` plus its cost stay within the limit. Denied
+//! requests are never stored, and the log is capped at the limit, so a subject costs at
+//! most `limit` entries however hard it is hammered. It is exact: no span of `P` ever holds
+//! more than `limit` allowed units.
+
+use std::collections::VecDeque;
+
+use super::{Outcome, Snapshot, State, Write, non_negative};
+
+pub(super) fn decide(
+    period: i64,
+    limit: i64,
+    state: Option<&State>,
+    now: i64,
+    cost: i64,
+) -> Outcome {
+    let need = cost.max(1);
+    let empty = VecDeque::new();
+    let log = match state {
+        Some(State::Log(log)) => log,
+        _ => &empty,
+    };
+    let start = log.partition_point(|&t| t <= now - period);
+    let count = i64::try_from(log.len() - start).unwrap_or(i64::MAX);
+    let newest = log.back().copied().filter(|_| count > 0);
+    let before = Snapshot {
+        remaining: non_negative(limit - count),
+        reset: newest.map_or(0, |t| t + period - now),
+    };
+    if count + need > limit {
+        // The oldest entries that must slide out first; the last of them sets the wait.
+        let must_expire = usize::try_from(count + need - limit).unwrap_or(usize::MAX);
+        let oldest = log[start + must_expire - 1];
+        return Outcome::deny(oldest + period - now, before);
+    }
+    if cost == 0 {
+        return Outcome::allow(before, None);
+    }
+    let newest = newest.map_or(now, |t| t.max(now));
+    Outcome::allow(
+        before,
+        Some((
+            Snapshot {
+                remaining: non_negative(limit - count - cost),
+                reset: newest + period - now,
+            },
+            Write::LogAppend,
+        )),
+    )
+}
+
+/// Drops entries older than the window, adds `cost` entries at `now` (in order), and caps
+/// the log at `limit` entries (oldest first).
+pub(super) fn append(period: i64, limit: i64, slot: &mut Option<State>, now: i64, cost: i64) {
+    if !matches!(slot, Some(State::Log(_))) {
+        *slot = Some(State::Log(VecDeque::new()));
+    }
+    let Some(State::Log(log)) = slot else {
+        return;
+    };
+    let stale = log.partition_point(|&t| t <= now - period);
+    log.drain(..stale);
+    let at = log.partition_point(|&t| t <= now);
+    for _ in 0..cost {
+        log.insert(at, now);
+    }
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    while log.len() > cap {
+        log.pop_front();
+    }
+}

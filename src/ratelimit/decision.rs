@@ -1,0 +1,187 @@
+//! [`Decision`]: the answer to one check, with the fields of redis-cell's `CL.THROTTLE`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The answer to one rate-limit check.
+///
+/// The top-level fields describe the *binding* policy: the one that denied with the longest
+/// wait, or, when everything passed, the one with the fewest requests left. Every policy's
+/// own figures are in [`policies`](Self::policies).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::ratelimit::{Policy, Rate};
+///
+/// let client = distlock::Client::in_memory();
+/// let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(2)?)?);
+/// let first = limiter.check("user:7").await?;
+/// assert!(first.allowed);
+/// assert_eq!((first.limit, first.remaining), (2, 1));
+/// limiter.check("user:7").await?;
+/// let third = limiter.check("user:7").await?;
+/// assert!(!third.allowed);
+/// assert!(third.retry_after > std::time::Duration::ZERO); // about 100 ms
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether the request may proceed. In shadow mode this is always `true`; see
+    /// [`shadowed`](Self::shadowed).
+    pub allowed: bool,
+    /// The binding policy's limit: how many requests (cost units) may go at once.
+    pub limit: u64,
+    /// How many more cost-1 requests the binding policy would allow right now.
+    pub remaining: u64,
+    /// When denied: how long until the same request would be allowed (assuming nobody else
+    /// consumes meanwhile). Zero when allowed.
+    pub retry_after: Duration,
+    /// How long until the binding policy is back to its full limit if nothing more is
+    /// consumed.
+    pub reset_after: Duration,
+    /// The binding policy's name.
+    pub policy: Arc<str>,
+    /// Where the answer came from.
+    pub origin: Origin,
+    /// Shadow mode let a request through that the policies denied. `retry_after` and the
+    /// per-policy figures still say what enforcement would have answered.
+    pub shadowed: bool,
+    /// Every policy's own figures, in the order the limiter was built with.
+    pub policies: Vec<PolicyDecision>,
+}
+
+/// One policy's part of a [`Decision`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PolicyDecision {
+    /// The policy's name.
+    pub policy: Arc<str>,
+    /// Whether this policy alone would allow the request. When another policy denies,
+    /// nothing is consumed from this one either.
+    pub allowed: bool,
+    /// How many requests (cost units) the policy allows at once.
+    pub limit: u64,
+    /// How many more cost-1 requests it would allow right now.
+    pub remaining: u64,
+    /// When this policy denies: how long until it would allow the request. Zero otherwise.
+    pub retry_after: Duration,
+    /// How long until it is back to its full limit.
+    pub reset_after: Duration,
+}
+
+/// Where a [`Decision`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Origin {
+    /// The store decided (Redis, or the in-memory store of a
+    /// [`Client::in_memory`](crate::Client::in_memory) client).
+    Store,
+    /// The limiter's local deny cache: the store denied this subject recently and said when
+    /// to come back, so no round trip was made.
+    DenyCache,
+    /// The store was unavailable and the limiter decided with its local in-memory fallback
+    /// ([`Outage::LocalFallback`](super::Outage::LocalFallback)): limits are then per process.
+    LocalFallback,
+    /// The store was unavailable and the limiter lets everything through
+    /// ([`Outage::FailOpen`](super::Outage::FailOpen)). The figures are not meaningful.
+    FailOpen,
+}
+
+impl Decision {
+    /// Builds the aggregate from every policy's figures: all must allow; the binding policy
+    /// is the denier with the longest wait, else the one with the fewest left.
+    pub(crate) fn from_policies(policies: Vec<PolicyDecision>, origin: Origin) -> Self {
+        let allowed = policies.iter().all(|p| p.allowed);
+        let binding = if allowed {
+            policies
+                .iter()
+                .enumerate()
+                .min_by_key(|(i, p)| (p.remaining, *i))
+        } else {
+            policies
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.allowed)
+                .max_by_key(|(i, p)| (p.retry_after, std::cmp::Reverse(*i)))
+        };
+        let (limit, remaining, retry_after, reset_after, policy) = match binding {
+            Some((_, p)) => (
+                p.limit,
+                p.remaining,
+                if allowed {
+                    Duration::ZERO
+                } else {
+                    p.retry_after
+                },
+                p.reset_after,
+                Arc::clone(&p.policy),
+            ),
+            None => (0, 0, Duration::ZERO, Duration::ZERO, Arc::from("")),
+        };
+        Self {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+            policy,
+            origin,
+            shadowed: false,
+            policies,
+        }
+    }
+
+    /// The same decision `elapsed` later: waits shrink, nothing else changes. Used by the deny
+    /// cache.
+    pub(crate) fn aged(&self, elapsed: Duration, origin: Origin) -> Self {
+        let mut aged = self.clone();
+        aged.origin = origin;
+        aged.retry_after = aged.retry_after.saturating_sub(elapsed);
+        aged.reset_after = aged.reset_after.saturating_sub(elapsed);
+        for p in &mut aged.policies {
+            p.retry_after = p.retry_after.saturating_sub(elapsed);
+            p.reset_after = p.reset_after.saturating_sub(elapsed);
+        }
+        aged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(name: &str, allowed: bool, remaining: u64, retry_ms: u64) -> PolicyDecision {
+        PolicyDecision {
+            policy: Arc::from(name),
+            allowed,
+            limit: 10,
+            remaining,
+            retry_after: Duration::from_millis(retry_ms),
+            reset_after: Duration::from_millis(500),
+        }
+    }
+
+    #[test]
+    fn the_binding_policy_is_the_longest_wait_or_the_fewest_left() {
+        let d = Decision::from_policies(
+            vec![
+                policy("a", false, 0, 10),
+                policy("b", false, 0, 90),
+                policy("c", true, 5, 0),
+            ],
+            Origin::Store,
+        );
+        assert!(!d.allowed);
+        assert_eq!(&*d.policy, "b");
+        assert_eq!(d.retry_after, Duration::from_millis(90));
+
+        let d = Decision::from_policies(
+            vec![policy("a", true, 7, 0), policy("b", true, 3, 0)],
+            Origin::Store,
+        );
+        assert!(d.allowed);
+        assert_eq!((&*d.policy, d.remaining), ("b", 3));
+        assert_eq!(d.retry_after, Duration::ZERO);
+    }
+}

@@ -1,0 +1,41 @@
+//! Distributed rate limiting: five algorithms, each one atomic round trip on Redis (or the
+//! same logic in memory), with the fields of redis-cell's `CL.THROTTLE`.
+//!
+//! * A [`Rate`] says how many per period and how many at once (the burst); a [`Policy`]
+//!   names a rate and picks an [`Algorithm`] (GCRA by default); a [`RateLimiter`] binds one
+//!   or more policies to a [`Client`](crate::Client) and answers [`Decision`]s.
+//! * Time is the store's (Redis `TIME`, in microseconds), never the caller's, so replicas
+//!   with skewed clocks agree. Every key has a ttl equal to the time its state stops
+//!   mattering; GCRA keeps one integer per subject and policy.
+//! * Keys are `<prefix>:rl:<policy>:<algorithm>:{<subject>}`: the subject is the hash tag,
+//!   so all policies of one check share a slot.
+//! * Around the store: a local deny cache (no round trip while a subject is known to be
+//!   denied), a deadline on every check, an [`Outage`] policy for when the store cannot
+//!   answer, a cap on checks in flight, and shadow mode.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use distlock::ratelimit::{Policy, Rate};
+//!
+//! let client = distlock::Client::in_memory();
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?);
+//! let d = limiter.check("user:7").await?;
+//! assert!(d.allowed);
+//! println!("{} of {} left; full again in {:?}", d.remaining, d.limit, d.reset_after);
+//! # Ok(()) }
+//! ```
+
+pub(crate) mod algorithm;
+mod decision;
+mod deny_cache;
+mod limiter;
+mod policy;
+mod rate;
+
+pub(crate) use self::algorithm::Spec;
+pub use self::decision::{Decision, Origin, PolicyDecision};
+pub use self::limiter::{
+    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Outage, RateLimiter,
+};
+pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
+pub use self::rate::{MAX_PERIOD, MIN_PERIOD, Rate};

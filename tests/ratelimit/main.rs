@@ -1,0 +1,19 @@
+//! Rate limiting against real `redis-server` processes and the in-memory store (the same test
+//! bodies on both where the semantics are shared): the stores against the reference model,
+//! exactness and boundary bursts, memory bounds, and outages (TESTPLAN 19, 20 and 22).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+// Shared with the lock tests; not every helper is used here.
+#[allow(dead_code)]
+#[path = "../lock/fixture.rs"]
+mod fixture;
+
+mod common;
+mod exactness;
+mod memory_bound;
+mod model;
+mod model_check;
+mod outage;
+mod semantics;

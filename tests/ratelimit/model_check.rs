@@ -1,0 +1,115 @@
+//! Both stores against the reference model (`model.rs`), on random traces with injected
+//! time: every field of every policy's verdict must match, to the microsecond.
+//!
+//! Traces mix bursts at one instant, steps shorter than the emission interval, steps across
+//! window boundaries and long idle gaps (past every ttl), costs from 0 (peek) to the limit,
+//! and several policies checked all-or-nothing. The seed is printed on failure.
+
+use std::time::Duration;
+
+use distlock::ratelimit::{Algorithm, Policy, Rate};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::common::{ALGORITHMS, EPOCH_US, us};
+use crate::fixture::{Fixture, on_both_stores};
+use crate::model::Models;
+
+const TRACES_PER_ALGORITHM: usize = 4;
+const MIXED_TRACES: usize = 6;
+const STEPS: usize = 120;
+
+fn random_policy(rng: &mut StdRng, algorithm: Algorithm, name: &str) -> Policy {
+    let count = rng.random_range(1..=12);
+    let period = Duration::from_micros(rng.random_range(2_000..=3_000_000));
+    let mut rate = Rate::per(count, period).expect("valid rate");
+    if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) {
+        rate = rate.burst(rng.random_range(1..=12)).expect("valid burst");
+    }
+    Policy::new(name, algorithm, rate).expect("valid policy")
+}
+
+/// Runs one trace of `STEPS` checks on `policies` and compares every verdict with the model.
+async fn run_trace(fx: &Fixture, rng: &mut StdRng, seed: u64, trace: usize, policies: Vec<Policy>) {
+    let limiter = fx
+        .client
+        .rate_limiter_all(policies.clone())
+        .expect("valid policies");
+    let mut models = Models::of(&policies);
+    let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);
+    let min_limit = policies.iter().map(Policy::limit).min().unwrap_or(1);
+    // Start just before a multiple of the largest unit, so the first steps cross a boundary.
+    let mut now = i64::try_from(EPOCH_US).expect("fits") / unit * unit - rng.random_range(0..unit);
+    let subject = format!("trace:{seed}:{trace}");
+    for step in 0..STEPS {
+        now += match rng.random_range(0..100) {
+            0..30 => 0,
+            30..70 => rng.random_range(0..unit / 4 + 1),
+            70..92 => rng.random_range(0..2 * unit),
+            _ => rng.random_range(0..10 * unit),
+        };
+        let cost = match rng.random_range(0..10) {
+            0 => 0,
+            1..7 => 1,
+            _ => rng.random_range(1..=min_limit),
+        };
+        let expected = models.check(now, i64::from(cost));
+        let decision = limiter
+            .__check_at(&subject, cost, u64::try_from(now).expect("positive"))
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed} trace {trace} step {step}: {e}"));
+        for (i, (want, got)) in expected.iter().zip(&decision.policies).enumerate() {
+            let got_tuple = (
+                got.allowed,
+                i64::try_from(got.remaining).expect("fits"),
+                us(got.retry_after),
+                us(got.reset_after),
+            );
+            let want_tuple = (want.allowed, want.remaining, want.retry_us, want.reset_us);
+            assert_eq!(
+                got_tuple, want_tuple,
+                "seed {seed} trace {trace} step {step} policy {i} ({:?}) at {now} cost {cost}: \
+                 (allowed, remaining, retry µs, reset µs) differs from the model",
+                policies[i]
+            );
+        }
+        assert_eq!(
+            decision.allowed,
+            expected.iter().all(|e| e.allowed),
+            "seed {seed} trace {trace} step {step}: overall verdict"
+        );
+    }
+}
+
+/// Each algorithm alone.
+async fn every_algorithm_matches_the_model(fx: Fixture) {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (a, algorithm) in ALGORITHMS.into_iter().enumerate() {
+        for trace in 0..TRACES_PER_ALGORITHM {
+            let policy = random_policy(&mut rng, algorithm, "p");
+            run_trace(&fx, &mut rng, seed, a * 10 + trace, vec![policy]).await;
+        }
+    }
+}
+
+/// Two or three policies of random algorithms on one subject, all-or-nothing.
+async fn mixed_policies_match_the_model(fx: Fixture) {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for trace in 0..MIXED_TRACES {
+        let n = rng.random_range(2..=3);
+        let policies = (0..n)
+            .map(|i| {
+                let algorithm = ALGORITHMS[rng.random_range(0..ALGORITHMS.len())];
+                random_policy(&mut rng, algorithm, &format!("p{i}"))
+            })
+            .collect();
+        run_trace(&fx, &mut rng, seed, 100 + trace, policies).await;
+    }
+}
+
+on_both_stores!(
+    every_algorithm_matches_the_model,
+    mixed_policies_match_the_model
+);

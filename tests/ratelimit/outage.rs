@@ -1,0 +1,273 @@
+//! TESTPLAN 22: the store down (killed) or slow (a delaying or blackholing proxy). Every
+//! check answers within its deadline under each outage policy; fail-open lets requests
+//! through and the store counts again once back; the local fallback enforces the policy
+//! per process; the limiter is back on the store within 1 s of a restart; and a slow store
+//! never builds a queue beyond the in-flight limit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use distlock::ratelimit::{Algorithm, Origin, Outage, RateLimiter};
+use distlock::{Client, RateLimitError, StoreError};
+use tokio::time::Instant;
+
+use crate::common::{brief, policy};
+use crate::support::{Proxy, RedisServer};
+
+/// Scheduling slack allowed on top of a deadline.
+const SLACK: Duration = Duration::from_millis(100);
+const DEADLINE: Duration = Duration::from_millis(150);
+
+async fn short_client(url: &str) -> Client {
+    Client::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .reconnect_retries(1)
+        .connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+fn limiter(client: &Client, outage: Outage) -> RateLimiter {
+    client
+        .rate_limiter(policy(Algorithm::Gcra, 3, Duration::from_secs(10)))
+        .on_outage(outage)
+        .deadline(DEADLINE)
+}
+
+/// Runs `n` checks at once; returns each one's result and how long it took.
+async fn concurrent_checks(
+    limiter: &RateLimiter,
+    n: usize,
+) -> Vec<(
+    Result<distlock::ratelimit::Decision, RateLimitError>,
+    Duration,
+)> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let result = limiter.check(&format!("subject:{}", i % 7)).await;
+                (result, start.elapsed())
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for task in tasks {
+        out.push(task.await.expect("check task"));
+    }
+    out
+}
+
+fn is_unavailable(err: &RateLimitError) -> bool {
+    matches!(
+        err,
+        RateLimitError::Store(StoreError::Timeout { .. } | StoreError::Unreachable { .. })
+    )
+}
+
+/// Slow (every byte delayed 1 s), blackholed, then killed: every fail-closed check errs
+/// within the deadline, with a store error that says the store is unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_answers_within_the_deadline() {
+    let mut server = RedisServer::start();
+    let proxy = Proxy::start(server.addr()).await;
+    let client = short_client(&proxy.url()).await;
+    let limiter = limiter(&client, Outage::FailClosed);
+    assert!(limiter.check("warm").await.expect("warm-up").allowed);
+
+    for fault in ["slow", "blackhole"] {
+        match fault {
+            "slow" => proxy.delay(Duration::from_secs(1)),
+            _ => proxy.blackhole(),
+        }
+        for (result, took) in concurrent_checks(&limiter, 20).await {
+            match result {
+                Err(RateLimitError::Store(StoreError::Timeout { after })) => {
+                    assert_eq!(after, DEADLINE, "{fault}");
+                }
+                other => panic!("{fault}: expected Store(Timeout), got {other:?}"),
+            }
+            assert!(took <= DEADLINE + SLACK, "{fault}: answered after {took:?}");
+        }
+    }
+
+    proxy.pass();
+    server.kill();
+    for (result, took) in concurrent_checks(&limiter, 20).await {
+        let err = result.expect_err("fail closed with the server killed");
+        assert!(is_unavailable(&err), "killed: {err:?}");
+        assert!(took <= DEADLINE + SLACK, "killed: answered after {took:?}");
+    }
+}
+
+/// Fail-open: with the store slow or killed, checks pass at once (origin `FailOpen`);
+/// after the restart the store counts again from its (empty) state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_passes_then_the_store_counts_again() {
+    let mut server = RedisServer::start();
+    let proxy = Proxy::start(server.addr()).await;
+    let client = short_client(&proxy.url()).await;
+    let limiter = limiter(&client, Outage::FailOpen);
+    assert_eq!(
+        limiter.check("warm").await.expect("check").origin,
+        Origin::Store
+    );
+
+    proxy.delay(Duration::from_secs(1));
+    for (result, took) in concurrent_checks(&limiter, 20).await {
+        let d = result.expect("fail open never errs");
+        assert!(
+            d.allowed && d.origin == Origin::FailOpen,
+            "slow: {}",
+            brief(&d)
+        );
+        assert!(took <= DEADLINE + SLACK, "slow: answered after {took:?}");
+    }
+    proxy.pass();
+    server.kill();
+    for (result, took) in concurrent_checks(&limiter, 20).await {
+        let d = result.expect("fail open never errs");
+        assert!(
+            d.allowed && d.origin == Origin::FailOpen,
+            "killed: {}",
+            brief(&d)
+        );
+        assert!(took <= DEADLINE + SLACK, "killed: answered after {took:?}");
+    }
+
+    server.restart();
+    let back = Instant::now();
+    loop {
+        let d = limiter.check("counted").await.expect("check");
+        if d.origin == Origin::Store {
+            assert_eq!(d.remaining, 2, "the store counts from its fresh state");
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "never back on the store"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let d = limiter.check("counted").await.expect("check");
+    assert_eq!((d.origin, d.remaining), (Origin::Store, 1));
+    limiter.check("counted").await.expect("check");
+    let d = limiter.check("counted").await.expect("check");
+    assert!(!d.allowed && d.origin == Origin::Store, "{}", brief(&d));
+}
+
+/// The local fallback enforces the same policy in memory while the store is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_fallback_enforces_the_policy_per_process() {
+    let mut server = RedisServer::start();
+    let client = short_client(&server.url()).await;
+    let limiter = limiter(&client, Outage::LocalFallback);
+    assert_eq!(
+        limiter.check("warm").await.expect("check").origin,
+        Origin::Store
+    );
+    server.kill();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let d = limiter
+            .check("fallback")
+            .await
+            .expect("the fallback never errs");
+        assert!(start.elapsed() <= DEADLINE + SLACK);
+        assert_eq!(d.origin, Origin::LocalFallback, "{}", brief(&d));
+        seen.push(d.allowed);
+    }
+    assert_eq!(seen, [true, true, true, false, false]);
+}
+
+/// Killed, then restarted: the limiter is back on the store within 1 s of the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_on_the_store_within_a_second_of_a_restart() {
+    let mut server = RedisServer::start();
+    let client = short_client(&server.url()).await;
+    let limiter = limiter(&client, Outage::FailOpen).deny_cache(0);
+    assert_eq!(
+        limiter.check("warm").await.expect("check").origin,
+        Origin::Store
+    );
+    server.kill();
+    // Fail for a while, so the client is deep in its reconnect attempts.
+    let down = Instant::now();
+    while down.elapsed() < Duration::from_millis(1500) {
+        let d = limiter.check("down").await.expect("fail open");
+        assert_eq!(d.origin, Origin::FailOpen);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.restart();
+    let restarted = Instant::now();
+    loop {
+        let d = limiter.check("up").await.expect("fail open");
+        if d.origin == Origin::Store {
+            break;
+        }
+        assert!(
+            restarted.elapsed() <= Duration::from_secs(1),
+            "still failing open {:?} after the restart",
+            restarted.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!(
+        "back on the store {:?} after the restart",
+        restarted.elapsed()
+    );
+}
+
+/// A slow store (every byte delayed 500 ms, deadline 100 ms) and 500 simultaneous checks:
+/// at most `max_in_flight` wait on the store, the rest are refused at once as overloaded,
+/// every check answers within the deadline, and nothing is left waiting afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_store_never_builds_a_queue() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr()).await;
+    let client = short_client(&proxy.url()).await;
+    let deadline = Duration::from_millis(100);
+    let limiter = client
+        .rate_limiter(policy(Algorithm::Gcra, 1000, Duration::from_secs(1)))
+        .deadline(deadline)
+        .max_in_flight(32);
+    assert!(limiter.check("warm").await.expect("warm-up").allowed);
+    proxy.delay(Duration::from_millis(500));
+
+    let peak = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let limiter = limiter.clone();
+        let peak = Arc::clone(&peak);
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                peak.fetch_max(limiter.__in_flight(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let results = concurrent_checks(&limiter, 500).await;
+    sampler.await.expect("sampler");
+    let mut overloaded = 0;
+    for (result, took) in &results {
+        match result {
+            Err(RateLimitError::Overloaded { in_flight: 32 }) => overloaded += 1,
+            Err(RateLimitError::Store(StoreError::Timeout { .. })) => {}
+            other => panic!("expected Overloaded or Timeout, got {other:?}"),
+        }
+        assert!(*took <= deadline + SLACK, "answered after {took:?}");
+    }
+    assert!(
+        overloaded >= 500 - 32 * 3,
+        "only {overloaded} refused at once"
+    );
+    assert!(
+        peak.load(Ordering::Relaxed) <= 32,
+        "peak {}",
+        peak.load(Ordering::Relaxed)
+    );
+    assert_eq!(limiter.__in_flight(), 0, "checks left waiting");
+}
