@@ -14,7 +14,8 @@ usage: distlock-bench [flags]
   --tasks N            override the workload's concurrency
   --help
 
-workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended watchdog_scale";
+workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelimit_seq
+           ratelimit_parallel ratelimit_accuracy ratelimit_denied_hot watchdog_scale layer_overhead";
 
 #[derive(Debug)]
 pub struct Args {

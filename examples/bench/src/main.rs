@@ -9,6 +9,8 @@
 //! Without `--url` it starts its own `redis-server` on a free loopback port.
 
 mod cli;
+mod layer;
+mod ratelimit;
 mod raw;
 mod report;
 mod server;

@@ -21,7 +21,7 @@ pub struct Outcome {
 impl Outcome {
     pub fn json(&self) -> String {
         let mut line = format!(
-            r#"{{"peer":"{}","workload":"{}","ops_per_s":{:.1},"p50_us":{:.1},"p99_us":{:.1},"errors":{},"violations":{},"n":{},"max_us":{:.1}"#,
+            r#"{{"peer":"{}","workload":"{}","ops_per_s":{:.1},"p50_us":{:.2},"p99_us":{:.2},"errors":{},"violations":{},"n":{},"max_us":{:.1}"#,
             self.peer,
             self.workload,
             self.ops_per_s,

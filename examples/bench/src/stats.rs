@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// Latencies in microseconds, one per operation.
+/// Latencies in nanoseconds, one per operation.
 #[derive(Default, Debug)]
 pub struct Samples(Vec<u64>);
 
@@ -12,8 +12,7 @@ impl Samples {
     }
 
     pub fn record(&mut self, d: Duration) {
-        self.0
-            .push(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        self.0.push(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
 
     pub fn merge(&mut self, other: Samples) {
@@ -32,7 +31,7 @@ impl Samples {
         self.0.sort_unstable();
         let at = |q: f64| {
             let idx = ((self.0.len() as f64 - 1.0) * q).round() as usize;
-            self.0[idx] as f64
+            self.0[idx] as f64 / 1000.0
         };
         (at(0.50), at(0.99), at(1.0))
     }

@@ -21,14 +21,24 @@ pub enum Workload {
     LockUncontendedParallel,
     LockContended,
     WatchdogScale,
+    RatelimitSeq,
+    RatelimitParallel,
+    RatelimitAccuracy,
+    RatelimitDeniedHot,
+    LayerOverhead,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 9] = [
         Self::LockUncontendedSeq,
         Self::LockUncontendedParallel,
         Self::LockContended,
+        Self::RatelimitSeq,
+        Self::RatelimitParallel,
+        Self::RatelimitAccuracy,
+        Self::RatelimitDeniedHot,
         Self::WatchdogScale,
+        Self::LayerOverhead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,6 +47,11 @@ impl Workload {
             Self::LockUncontendedParallel => "lock_uncontended_parallel",
             Self::LockContended => "lock_contended",
             Self::WatchdogScale => "watchdog_scale",
+            Self::RatelimitSeq => "ratelimit_seq",
+            Self::RatelimitParallel => "ratelimit_parallel",
+            Self::RatelimitAccuracy => "ratelimit_accuracy",
+            Self::RatelimitDeniedHot => "ratelimit_denied_hot",
+            Self::LayerOverhead => "layer_overhead",
         }
     }
 
@@ -53,6 +68,12 @@ impl Workload {
             Self::LockContended => (8, Duration::from_secs(120), 2_000),
             // 10 000 leases held for 15 s (the hold, not an op count, is the budget).
             Self::WatchdogScale => (1, Duration::from_secs(15), 10_000),
+            // Shaped by their own modules.
+            Self::RatelimitSeq
+            | Self::RatelimitParallel
+            | Self::RatelimitAccuracy
+            | Self::RatelimitDeniedHot
+            | Self::LayerOverhead => (1, Duration::from_secs(5), 0),
         }
     }
 }
@@ -204,8 +225,18 @@ pub async fn run(
     url: &str,
     args: &Args,
 ) -> Result<Outcome, String> {
-    if workload == Workload::WatchdogScale {
-        return crate::watchdog::run(peer, url, args, workload.shape()).await;
+    match workload {
+        Workload::WatchdogScale => {
+            return crate::watchdog::run(peer, url, args, workload.shape()).await;
+        }
+        Workload::LayerOverhead => return crate::layer::run(peer, args).await,
+        Workload::RatelimitSeq
+        | Workload::RatelimitParallel
+        | Workload::RatelimitAccuracy
+        | Workload::RatelimitDeniedHot => {
+            return crate::ratelimit::run(workload, peer, url, args).await;
+        }
+        _ => {}
     }
     let (default_tasks, default_budget, default_cap) = workload.shape();
     let tasks = args.tasks.unwrap_or(default_tasks);
@@ -245,7 +276,7 @@ pub async fn run(
                         locker.cycle(&key).await.map(|()| start.elapsed())
                     }
                     Workload::LockContended => locker.section("bench:hot", &mut counter).await,
-                    Workload::WatchdogScale => Err("watchdog_scale has its own driver".to_owned()),
+                    _ => Err(format!("{} has its own driver", workload.name())),
                 };
                 match outcome {
                     Ok(latency) => result.samples.record(latency),

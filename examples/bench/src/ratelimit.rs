@@ -1,0 +1,260 @@
+//! The rate-limit workloads. The raw peer is one hand-written GCRA script, one EVALSHA per
+//! decision, with no local cache: what a careful user writes on top of the `redis` crate.
+
+use std::sync::Arc;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::ratelimit::{Policy, Rate, RateLimiter};
+use redis::Script;
+use redis::aio::MultiplexedConnection;
+
+use crate::cli::Args;
+use crate::raw;
+use crate::report::Outcome;
+use crate::stats::Samples;
+use crate::workloads::{Peer, Workload};
+
+/// GCRA on one key: the key holds the theoretical arrival time (TAT) in µs of server time.
+/// ARGV[1] emission interval in µs, ARGV[2] burst. Reply {allowed, retry_after_us}.
+static RAW_GCRA: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        local interval = tonumber(ARGV[1])
+        local tolerance = interval * tonumber(ARGV[2])
+        local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+        if tat < now then tat = now end
+        local new_tat = tat + interval
+        local allow_at = new_tat - tolerance
+        if allow_at > now then return {0, allow_at - now} end
+        redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000))
+        return {1, 0}
+        ",
+    )
+});
+
+/// What decides: distlock's limiter, or the raw script with its parameters.
+#[derive(Clone)]
+enum Decider {
+    Distlock(RateLimiter),
+    Raw {
+        conn: MultiplexedConnection,
+        interval_us: u64,
+        burst: u32,
+    },
+}
+
+impl Decider {
+    async fn new(peer: Peer, url: &str, rate: Rate, deny_cache: bool) -> Result<Self, String> {
+        Ok(match peer {
+            Peer::Distlock => {
+                let client = distlock::Client::connect(url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let policy = Policy::gcra("bench", rate).map_err(|e| e.to_string())?;
+                let limiter = client.rate_limiter(policy);
+                Self::Distlock(if deny_cache {
+                    limiter
+                } else {
+                    limiter.deny_cache(0)
+                })
+            }
+            Peer::Raw => Self::Raw {
+                conn: raw::connect(url).await?,
+                interval_us: u64::try_from(rate.emission_interval().as_micros())
+                    .map_err(|e| e.to_string())?,
+                burst: rate.capacity(),
+            },
+        })
+    }
+
+    /// One decision: `Ok(allowed)`.
+    async fn decide(&mut self, subject: &str) -> Result<bool, String> {
+        match self {
+            Self::Distlock(limiter) => Ok(limiter
+                .check(subject)
+                .await
+                .map_err(|e| e.to_string())?
+                .allowed),
+            Self::Raw {
+                conn,
+                interval_us,
+                burst,
+            } => {
+                let reply: Vec<i64> = RAW_GCRA
+                    .key(format!("bench:rl:{{{subject}}}"))
+                    .arg(*interval_us)
+                    .arg(*burst)
+                    .invoke_async(conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(reply.first() == Some(&1))
+            }
+        }
+    }
+}
+
+struct Shape {
+    tasks: usize,
+    budget: Duration,
+    cap: u64,
+    subjects: u64,
+    rate: Rate,
+}
+
+fn shape(workload: Workload, args: &Args) -> Result<Shape, String> {
+    let never_denies = Rate::per_second(1_000_000)
+        .and_then(|r| r.burst(1_000_000))
+        .map_err(|e| e.to_string())?;
+    let (tasks, budget, cap, subjects, rate) = match workload {
+        Workload::RatelimitSeq => (1, Duration::from_secs(5), 20_000, 1, never_denies),
+        Workload::RatelimitParallel => (64, Duration::from_secs(5), 300_000, 1000, never_denies),
+        Workload::RatelimitAccuracy => {
+            let rate = Rate::per_second(100)
+                .and_then(|r| r.burst(100))
+                .map_err(|e| e.to_string())?;
+            (16, Duration::from_secs(3), u64::MAX, 1, rate)
+        }
+        Workload::RatelimitDeniedHot => {
+            // 10 per hour, spent before the run: every decision in the run is a denial.
+            let rate = Rate::per_hour(10).map_err(|e| e.to_string())?;
+            (64, Duration::from_secs(5), 2_000_000, 1, rate)
+        }
+        other => return Err(format!("{} is not a rate-limit workload", other.name())),
+    };
+    Ok(Shape {
+        tasks: args.tasks.unwrap_or(tasks),
+        budget: args.duration.unwrap_or(budget),
+        cap: args.ops.unwrap_or(cap),
+        subjects,
+        rate,
+    })
+}
+
+struct Run {
+    samples: Samples,
+    allowed: u64,
+    errors: u64,
+    elapsed: Duration,
+}
+
+async fn drive(decider: Decider, shape: &Shape, run_id: u32) -> Result<Run, String> {
+    let deadline = Instant::now() + shape.budget;
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(shape.tasks);
+    for _ in 0..shape.tasks {
+        let mut decider = decider.clone();
+        let next = next.clone();
+        let (cap, subjects) = (shape.cap, shape.subjects);
+        handles.push(tokio::spawn(async move {
+            let mut samples = Samples::default();
+            let (mut allowed, mut errors) = (0u64, 0u64);
+            loop {
+                let op = next.fetch_add(1, Ordering::Relaxed);
+                if op >= cap || Instant::now() >= deadline {
+                    break;
+                }
+                let subject = format!("s{run_id}:{}", op % subjects);
+                let start = Instant::now();
+                match decider.decide(&subject).await {
+                    Ok(ok) => {
+                        samples.record(start.elapsed());
+                        allowed += u64::from(ok);
+                    }
+                    Err(message) => {
+                        if errors == 0 {
+                            eprintln!("distlock-bench: first error: {message}");
+                        }
+                        errors += 1;
+                    }
+                }
+            }
+            (samples, allowed, errors)
+        }));
+    }
+    let mut run = Run {
+        samples: Samples::default(),
+        allowed: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+    };
+    for handle in handles {
+        let (samples, allowed, errors) = handle.await.map_err(|e| e.to_string())?;
+        run.samples.merge(samples);
+        run.allowed += allowed;
+        run.errors += errors;
+    }
+    run.elapsed = started.elapsed();
+    Ok(run)
+}
+
+pub async fn run(
+    workload: Workload,
+    peer: Peer,
+    url: &str,
+    args: &Args,
+) -> Result<Outcome, String> {
+    let shape = shape(workload, args)?;
+    let mut admin = raw::connect(url).await?;
+    let () = redis::cmd("FLUSHALL")
+        .query_async(&mut admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    let run_id = rand::random::<u32>();
+
+    let mut extra = vec![("tasks", shape.tasks.to_string())];
+    if workload == Workload::RatelimitDeniedHot {
+        // Spend the key first, so every decision in the run is a denial.
+        let mut warm = Decider::new(peer, url, shape.rate, false).await?;
+        while warm.decide(&format!("s{run_id}:0")).await? {}
+    }
+    let decider = Decider::new(peer, url, shape.rate, true).await?;
+    let mut run = drive(decider, &shape, run_id).await?;
+
+    let violations = match workload {
+        Workload::RatelimitAccuracy => {
+            // GCRA: the burst at once, then one per emission interval.
+            let interval = shape.rate.emission_interval().as_secs_f64();
+            // Over the time decisions were made (the budget), not the tasks' wind-down.
+            let span = run.elapsed.min(shape.budget).as_secs_f64();
+            let ideal = u64::from(shape.rate.capacity()) + (span / interval).floor() as u64;
+            extra.push(("allowed", run.allowed.to_string()));
+            extra.push(("ideal", ideal.to_string()));
+            extra.push(("algorithm", "\"gcra\"".to_owned()));
+            run.allowed.saturating_sub(ideal)
+        }
+        Workload::RatelimitDeniedHot if peer == Peer::Distlock => {
+            // The same run with the deny cache off, for the ratio.
+            let without = Decider::new(peer, url, shape.rate, false).await?;
+            let off = drive(without, &shape, run_id).await?;
+            let on_rate = run.samples.len() as f64 / run.elapsed.as_secs_f64();
+            let off_rate = off.samples.len() as f64 / off.elapsed.as_secs_f64();
+            extra.push(("deny_cache_off_ops_per_s", format!("{off_rate:.1}")));
+            extra.push(("deny_cache_speedup", format!("{:.1}", on_rate / off_rate)));
+            run.allowed + off.allowed
+        }
+        Workload::RatelimitDeniedHot => run.allowed,
+        _ => {
+            // Never-denying workloads: a denial is a violation of the setup.
+            (run.samples.len() as u64).saturating_sub(run.allowed)
+        }
+    };
+    let n = run.samples.len() as u64;
+    let (p50_us, p99_us, max_us) = run.samples.percentiles();
+    Ok(Outcome {
+        peer: peer.name(),
+        workload: workload.name(),
+        ops_per_s: n as f64 / run.elapsed.as_secs_f64(),
+        p50_us,
+        p99_us,
+        max_us,
+        errors: run.errors,
+        violations,
+        n,
+        extra,
+    })
+}
