@@ -12,6 +12,7 @@ usage: distlock-bench [flags]
   --duration D         time budget per run, humantime (default: 5s; 3s for ratelimit_accuracy)
   --ops N              cap on operations per run (default: the workload's own)
   --tasks N            override the workload's concurrency
+  --chart FILE         also write an SVG chart of distlock vs raw per workload
   --help
 
 workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelimit_seq
@@ -25,6 +26,7 @@ pub struct Args {
     pub duration: Option<Duration>,
     pub ops: Option<u64>,
     pub tasks: Option<usize>,
+    pub chart: Option<std::path::PathBuf>,
     pub help: bool,
 }
 
@@ -37,6 +39,7 @@ impl Args {
             duration: None,
             ops: None,
             tasks: None,
+            chart: None,
             help: false,
         };
         while let Some(flag) = argv.next() {
@@ -75,6 +78,7 @@ impl Args {
                     }
                     args.tasks = Some(n);
                 }
+                "--chart" => args.chart = Some(value()?.into()),
                 "--help" | "-h" => args.help = true,
                 other => return Err(format!("unknown flag `{other}`")),
             }

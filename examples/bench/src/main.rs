@@ -8,6 +8,7 @@
 //! ```
 //! Without `--url` it starts its own `redis-server` on a free loopback port.
 
+mod chart;
 mod cli;
 mod layer;
 mod ratelimit;
@@ -66,5 +67,21 @@ async fn main() -> ExitCode {
         }
     }
     eprintln!("\n{}", report::table(&results));
+    if let Some(path) = &args.chart {
+        let title = format!(
+            "distlock vs raw redis-rs, {} CPUs",
+            std::thread::available_parallelism().map_or(0, usize::from)
+        );
+        match chart::svg(&results, &title) {
+            Some(svg) => {
+                if let Err(e) = std::fs::write(path, svg) {
+                    eprintln!("distlock-bench: cannot write {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+                eprintln!("chart written to {}", path.display());
+            }
+            None => eprintln!("distlock-bench: no workload ran on both peers; no chart"),
+        }
+    }
     ExitCode::SUCCESS
 }
