@@ -16,7 +16,7 @@ mod redis;
 use serde::{Deserialize, Serialize};
 
 pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisStore, SOLD_KEY, log_key, sale_from_fields, seat_key};
 
 /// A sold seat.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
