@@ -68,7 +68,10 @@ impl IntoResponse for AppError {
             tracing::warn!(error = %self, "request failed");
         }
         let retry_after = match &self {
-            Self::SeatBusy { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+            // Whole seconds, rounded up, never 0.
+            Self::SeatBusy { retry_after } => {
+                Some((retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1))
+            }
             Self::LostLock | Self::Unavailable(_) => Some(1),
             _ => None,
         };
