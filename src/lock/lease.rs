@@ -272,6 +272,33 @@ impl LeaseHandle {
 /// A held lock. Release it with [`Lease::release`]; dropping it releases it in the background
 /// (best effort, never blocking). It dereferences to a [`LeaseHandle`] for the fence and the
 /// lost signal.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+/// use distlock::ReleaseOutcome;
+///
+/// let client = distlock::Client::in_memory();
+/// let lease = client.lock("invoice:7").ttl(Duration::from_secs(5)).acquire().await?;
+///
+/// // Check before each step that needs the lock, and give the fence to what you write to.
+/// lease.ensure_held()?;
+/// let fence = lease.fence();
+/// assert!(lease.valid_for() > Duration::ZERO);
+///
+/// // A step that may take longer: reset the ttl (the watchdog keeps renewing with it).
+/// lease.extend(Duration::from_secs(20)).await?;
+///
+/// // Work spawned elsewhere can watch for loss through a handle.
+/// let handle = lease.handle();
+/// let watcher = tokio::spawn(async move { handle.lost().await });
+///
+/// assert_eq!(lease.release().await?, ReleaseOutcome::Released);
+/// watcher.await.expect("watcher"); // released: the lost signal fires too
+/// # let _ = fence;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping a Lease releases the lock at once"]
 pub struct Lease {
     handle: LeaseHandle,

@@ -143,6 +143,33 @@ impl LockBuilder {
 
     /// Acquires the lock, waiting as configured.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// use distlock::LockError;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let lease = client.lock("report:daily").ttl(Duration::from_secs(10)).acquire().await?;
+    ///
+    /// // Without `wait`, a second owner is refused at once, told how long the lock may last.
+    /// match client.lock("report:daily").acquire().await {
+    ///     Err(LockError::Busy { retry_after, .. }) => assert!(retry_after <= Duration::from_secs(10)),
+    ///     other => panic!("expected Busy, got {other:?}"),
+    /// }
+    ///
+    /// // With `wait`, it is handed the lock when the holder releases it.
+    /// let waiter = tokio::spawn({
+    ///     let client = client.clone();
+    ///     async move { client.lock("report:daily").wait(Duration::from_secs(5)).acquire().await }
+    /// });
+    /// let first_fence = lease.fence();
+    /// lease.release().await?;
+    /// let next = waiter.await.expect("waiter task")?;
+    /// assert!(next.fence() > first_fence);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// Cancel-safe: if this future is dropped at any point after the store may have granted
     /// the lock, the grant is released in the background.
     ///

@@ -292,6 +292,25 @@ impl RateLimiter {
     }
 
     /// Checks one request of cost 1 on `subject`, and consumes it if allowed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let logins = client.rate_limiter(Policy::gcra("login", Rate::per_minute(3)?)?);
+    /// for _ in 0..3 {
+    ///     assert!(logins.check("user:7").await?.allowed);
+    /// }
+    /// let fourth = logins.check("user:7").await?;
+    /// assert!(!fourth.allowed); // a denial is a decision, not an error
+    /// assert_eq!(fourth.remaining, 0);
+    /// assert!(fourth.retry_after.as_secs() > 0); // one more every 20 s
+    /// // Subjects are independent.
+    /// assert!(logins.check("user:8").await?.allowed);
+    /// # Ok(()) }
+    /// ```
     pub async fn check(&self, subject: &str) -> Result<Decision, RateLimitError> {
         self.check_n(subject, 1).await
     }

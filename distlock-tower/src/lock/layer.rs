@@ -57,7 +57,29 @@ pub(crate) struct Config {
 /// Defaults: ttl 30 s renewed by the watchdog while held, no waiting (`423 Locked` at once
 /// when busy), no maximum hold, `400 Bad Request` for a request without a key.
 ///
-/// See the [module docs](super) for an example.
+/// ```
+/// use std::time::Duration;
+/// use axum::{Router, routing::post};
+/// use distlock_tower::extract::{Header, Prefixed};
+/// use distlock_tower::lock::{BusyStatus, HeldLock, LockLayer};
+///
+/// async fn import(lock: HeldLock) -> String {
+///     format!("importing under fence {}", lock.fence())
+/// }
+///
+/// // One import per tenant at a time, across every replica; others wait up to 5 s, then get
+/// // 409 Conflict with Retry-After.
+/// let client = distlock::Client::in_memory(); // Client::connect("redis://...") in production
+/// let app: Router = Router::new().route("/import", post(import)).route_layer(
+///     LockLayer::new(client, Prefixed::new("import:", Header::from_static("x-tenant")))
+///         .ttl(Duration::from_secs(15))
+///         .wait(Duration::from_secs(5))
+///         .max_hold(Duration::from_secs(600))
+///         .busy_status(BusyStatus::Conflict),
+/// );
+/// ```
+///
+/// The [module docs](super) show the responses.
 #[derive(Clone, Debug)]
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct LockLayer<K> {

@@ -67,7 +67,34 @@ impl Config {
 /// key. What happens when the store is down is the limiter's
 /// [`Outage`](distlock::ratelimit::Outage) policy.
 ///
-/// See the [module docs](super) for an example.
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use axum::{Router, routing::{get, post}};
+/// use distlock::ratelimit::{Policy, Rate};
+/// use distlock_tower::client_ip::ClientIp;
+/// use distlock_tower::rate_limit::RateLimitLayer;
+///
+/// let client = distlock::Client::in_memory(); // Client::connect("redis://...") in production
+/// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(20)?)?);
+/// let search = client.rate_limiter(Policy::sliding_log("search", Rate::per_minute(30)?)?);
+///
+/// // Per client IP behind a load balancer in 10.0.0.0/8; searches get their own, stricter
+/// // limiter; a request over the limit that would pass within 250 ms waits instead.
+/// let app: Router = Router::new()
+///     .route("/items", get(|| async { "items" }))
+///     .route("/search", post(|| async { "results" }))
+///     .route_layer(
+///         RateLimitLayer::new(api, ClientIp::trusting(["10.0.0.0/8".parse()?]))
+///             .route("/search", search)
+///             .wait(Duration::from_millis(250))
+///             .legacy_headers(true),
+///     );
+/// // Serve with `app.into_make_service_with_connect_info::<SocketAddr>()`.
+/// # Ok(()) }
+/// ```
+///
+/// The [module docs](super) show the responses.
 #[derive(Clone, Debug)]
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct RateLimitLayer<K> {

@@ -1,0 +1,136 @@
+//! A periodic job that runs on one replica at a time: the scheduled-job lock that ShedLock
+//! made familiar.
+//!
+//! Every replica wakes up at each multiple of the period on its own wall clock, as cron
+//! would, and tries the job's lock once. The replica that gets it runs the job; the others
+//! find it busy and skip this period. Two details make that hold up:
+//!
+//! * **A minimum hold.** A job that takes 50 ms would free its lock long before a replica
+//!   whose clock is 300 ms behind wakes up, and that replica would run the job a second time
+//!   in the same period. So the winner keeps the lock for at least [`Schedule::min_hold`]
+//!   (¾ of the period) after it starts, whatever the job's length: clocks may disagree by up
+//!   to that much.
+//! * **A maximum hold.** The watchdog renews the lease while the job runs, but no longer than
+//!   [`Schedule::max_hold`]; a job stuck past it loses the lock (and is dropped at its next
+//!   `.await`) so the job is not blocked for ever.
+//!
+//! Each run records its replica, its fence and its start and end (on the store's clock)
+//! with a fenced append, so a run whose lease expired cannot record after a newer one.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::LockError;
+use tokio::time::Instant;
+
+use crate::AppState;
+use crate::error::AppError;
+use crate::store::{Fenced, JobRun, Log};
+
+/// The job's lock name.
+pub const JOB_LOCK: &str = "job:settle-payments";
+/// The job's name in its records.
+pub const JOB_NAME: &str = "settle-payments";
+
+/// When the job is due and how long a run keeps its lock.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    /// Due at every multiple of this on the wall clock.
+    pub period: Duration,
+    /// A run keeps the lock at least this long after it starts.
+    pub min_hold: Duration,
+    /// A run keeps the lock at most this long (then it is lost and the run dropped).
+    pub max_hold: Duration,
+}
+
+impl Schedule {
+    /// Every `period`, holding the lock for ¾ of it at least and 10 periods (at least 30 s)
+    /// at most.
+    pub fn every(period: Duration) -> Self {
+        Self {
+            period,
+            min_hold: period * 3 / 4,
+            max_hold: (period * 10).max(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// Runs the job whenever it is due, for ever.
+pub async fn run_forever(state: AppState, schedule: Schedule) {
+    loop {
+        tokio::time::sleep(until_next_tick(schedule.period)).await;
+        match run_once(&state, &schedule).await {
+            Ok(Some(run)) => tracing::info!(
+                job = JOB_NAME,
+                fence = run.fence,
+                took_ms = run.ended_ms.saturating_sub(run.started_ms),
+                "ran"
+            ),
+            Ok(None) => tracing::debug!(job = JOB_NAME, "another replica has it this period"),
+            Err(err) => tracing::warn!(job = JOB_NAME, error = %err, "run failed"),
+        }
+    }
+}
+
+/// One due run: `Ok(None)` if another replica holds the job's lock.
+pub async fn run_once(state: &AppState, schedule: &Schedule) -> Result<Option<JobRun>, AppError> {
+    let outcome = state
+        .locks
+        .lock(JOB_LOCK)
+        .ttl(Duration::from_secs(10))
+        .max_hold(schedule.max_hold)
+        .run(|lease| async move {
+            let started = Instant::now();
+            let run = settle_payments(state, lease.fence()).await?;
+            // Keep the lock for the rest of the minimum hold (see the module docs).
+            tokio::time::sleep_until(started + schedule.min_hold).await;
+            Ok::<_, AppError>(run)
+        })
+        .await;
+    match outcome {
+        Ok(run) => run.map(Some),
+        Err(LockError::Busy { .. }) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The job itself: settles the day's payments (here: looks at the sales and takes a while),
+/// then records the run.
+async fn settle_payments(state: &AppState, fence: u64) -> Result<JobRun, AppError> {
+    let started_ms = state.store.now_ms().await?;
+    let seats_sold = state.store.sold_count().await?;
+    tokio::time::sleep(state.settings.job_work_time).await;
+    let run = JobRun {
+        job: JOB_NAME.to_owned(),
+        replica: state.settings.replica.clone(),
+        fence,
+        started_ms,
+        ended_ms: state.store.now_ms().await?,
+        seats_sold,
+    };
+    match state.store.append(Log::JobRuns, fence, &run).await? {
+        Fenced::Ok => Ok(run),
+        Fenced::Sold | Fenced::Stale { .. } => Err(AppError::LostLock),
+    }
+}
+
+/// How long until the next multiple of `period` on the wall clock.
+fn until_next_tick(period: Duration) -> Duration {
+    let period_ms = period.as_millis().max(1);
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let wait = period_ms - now_ms % period_ms;
+    Duration::from_millis(u64::try_from(wait).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_land_on_multiples_of_the_period() {
+        let period = Duration::from_secs(2);
+        let wait = until_next_tick(period);
+        assert!(wait > Duration::ZERO && wait <= period);
+    }
+}

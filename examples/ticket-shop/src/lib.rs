@@ -1,0 +1,171 @@
+//! A small ticket shop that runs as several replicas behind a load balancer, built to show
+//! distlock in a setting you would recognise:
+//!
+//! * per-client rate limits on the API ([`limits`]), with the `RateLimit` fields on every
+//!   response and a stricter, all-or-nothing set of policies on checkout;
+//! * a checkout guarded by `#[distributed_lock]` on the seat, writing under the lock's fencing
+//!   token, so a seat is never sold twice ([`checkout`]);
+//! * a `LockLayer` on an admin route that must run one at a time ([`admin`]);
+//! * a periodic job that runs on one replica at a time, with a minimum hold ([`job`]);
+//! * `GET /health`, which says which store is in use.
+//!
+//! [`app`] builds the router; `main` serves it and the tests drive it.
+
+pub mod admin;
+pub mod api;
+pub mod checkout;
+pub mod config;
+pub mod error;
+pub mod job;
+pub mod limits;
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::Request;
+use axum::routing::{get, post};
+use distlock::InvalidPolicy;
+use distlock_tower::client_ip::{Cidr, ClientIp};
+use distlock_tower::lock::LockLayer;
+use distlock_tower::rate_limit::RateLimitLayer;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+use crate::limits::{CHECKOUT_ROUTE, Limits};
+use crate::store::{MemoryStore, Store};
+
+/// What the handlers share. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// Locks and rate limits: Redis or memory, the same store as [`store`](Self::store).
+    pub locks: distlock::Client,
+    /// The shop's records.
+    pub store: Store,
+    pub limits: Limits,
+    pub settings: Arc<Settings>,
+}
+
+/// The shop's settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Seats `1..=seats` are for sale.
+    pub seats: u32,
+    /// This replica's name.
+    pub replica: String,
+    /// The load balancers whose `X-Forwarded-For` is believed; empty: the peer is the client.
+    pub trusted_proxies: Vec<Cidr>,
+    /// How long charging a card takes (simulated).
+    pub payment_time: Duration,
+    /// How long `POST /admin/reindex` works (simulated).
+    pub reindex_time: Duration,
+    /// How long a run of the periodic job works (simulated).
+    pub job_work_time: Duration,
+}
+
+impl Settings {
+    /// `seats` seats, sold by `replica`, with the default timings.
+    pub fn new(seats: u32, replica: impl Into<String>) -> Self {
+        Self {
+            seats,
+            replica: replica.into(),
+            trusted_proxies: Vec::new(),
+            payment_time: Duration::from_millis(20),
+            reindex_time: Duration::from_secs(1),
+            job_work_time: Duration::from_millis(200),
+        }
+    }
+}
+
+impl AppState {
+    /// The state over `locks` (for locks and rate limits) and `store` (for the records).
+    pub fn new(
+        locks: distlock::Client,
+        store: Store,
+        settings: Settings,
+    ) -> Result<Self, InvalidPolicy> {
+        Ok(Self {
+            limits: Limits::new(&locks)?,
+            locks,
+            store,
+            settings: Arc::new(settings),
+        })
+    }
+
+    /// Everything in this process's memory: no setup, one replica.
+    pub fn in_memory(settings: Settings) -> Result<Self, InvalidPolicy> {
+        Self::new(
+            distlock::Client::in_memory(),
+            Store::Memory(MemoryStore::new()),
+            settings,
+        )
+    }
+}
+
+/// The shop's routes. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`:
+/// the rate limits key on the client's address.
+///
+/// | route | what |
+/// |---|---|
+/// | `GET /health` | store, replica, seats sold; not rate limited |
+/// | `GET /api/seats` | seats for sale |
+/// | `GET /api/seats/{seat}` | one seat, with its sale |
+/// | `POST /api/seats/{seat}/checkout` | buys a seat: `{"buyer": "ada"}` |
+/// | `POST /admin/reindex` | rebuilds the sales report; one at a time across replicas |
+/// | `GET /admin/jobs` | runs of the periodic job |
+pub fn app(state: AppState) -> Router {
+    // Behind a load balancer, the client is the right-most address in X-Forwarded-For that
+    // is not one of our proxies; without trusted proxies, the connection's peer.
+    let client_ip = ClientIp::trusting(state.settings.trusted_proxies.iter().copied());
+
+    let api = Router::new()
+        .route("/api/seats", get(api::list_seats))
+        .route("/api/seats/{seat}", get(api::seat))
+        .route(CHECKOUT_ROUTE, post(api::checkout))
+        .route_layer(
+            RateLimitLayer::new(state.limits.api.clone(), client_ip)
+                .route(CHECKOUT_ROUTE, state.limits.checkout.clone()),
+        );
+
+    // One reindex at a time across every replica; the lock is keyed by a constant.
+    let reindex_key = |_: &Request<Body>| Some("admin:reindex".to_owned());
+    let admin = Router::new()
+        .route(
+            "/admin/reindex",
+            post(admin::reindex).route_layer(
+                LockLayer::new(state.locks.clone(), reindex_key).ttl(Duration::from_secs(10)),
+            ),
+        )
+        .route("/admin/jobs", get(admin::job_runs));
+
+    Router::new()
+        .route("/health", get(health))
+        .merge(api)
+        .merge(admin)
+        .with_state(state)
+}
+
+/// The body of `GET /health`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    /// `"redis"` or `"memory"`.
+    pub store: String,
+    pub replica: String,
+    pub seats: u32,
+    pub seats_sold: u64,
+}
+
+async fn health(State(state): State<AppState>) -> Result<Json<Health>, AppError> {
+    Ok(Json(Health {
+        status: "ok".to_owned(),
+        store: state.store.kind().to_owned(),
+        replica: state.settings.replica.clone(),
+        seats: state.settings.seats,
+        seats_sold: state.store.sold_count().await?,
+    }))
+}

@@ -1,0 +1,116 @@
+//! `ticket-shop`: serves [`app`] on `PORT` (default 3000), with the periodic job beside it.
+//!
+//! ```text
+//! cargo run -p distlock-example-ticket-shop                       # in memory
+//! REDIS_URL=redis://127.0.0.1:6379/ cargo run -p distlock-example-ticket-shop
+//! ```
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use distlock_example_ticket_shop::config::{Config, USAGE};
+use distlock_example_ticket_shop::job::{self, Schedule};
+use distlock_example_ticket_shop::store::{MemoryStore, RedisStore, Store};
+use distlock_example_ticket_shop::{AppState, Settings, app};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("ticket-shop: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::stdout().is_terminal())
+        .init();
+    match serve(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    // One URL for both: the lock client keeps its own connections, the shop's records get
+    // theirs.
+    let (locks, store) = match &config.redis_url {
+        Some(url) => (
+            distlock::Client::connect(url).await?,
+            Store::Redis(RedisStore::connect(url).await?),
+        ),
+        None => (
+            distlock::Client::in_memory(),
+            Store::Memory(MemoryStore::new()),
+        ),
+    };
+    let mut settings = Settings::new(config.seats, config.replica.clone());
+    settings.trusted_proxies = config.trusted_proxies.clone();
+    let state = AppState::new(locks, store, settings)?;
+
+    let job = tokio::spawn(job::run_forever(
+        state.clone(),
+        Schedule::every(config.job_period),
+    ));
+
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        store = state.store.kind(),
+        replica = %config.replica,
+        seats = config.seats,
+        trusted_proxies = ?config.trusted_proxies,
+        "listening on http://{addr}"
+    );
+    if config.redis_url.is_none() {
+        tracing::info!(
+            "in-memory store: set REDIS_URL to share seats, locks and limits between replicas"
+        );
+    }
+    let served = axum::serve(
+        listener,
+        app(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await;
+    job.abort();
+    served?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what `docker stop` and Kubernetes send).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
