@@ -68,11 +68,8 @@ async fn main() -> ExitCode {
     }
     eprintln!("\n{}", report::table(&results));
     if let Some(path) = &args.chart {
-        let title = format!(
-            "distlock vs raw redis-rs, {} CPUs",
-            std::thread::available_parallelism().map_or(0, usize::from)
-        );
-        match chart::svg(&results, &title) {
+        let title = "distlock vs raw redis-rs: same server, same run";
+        match chart::svg(&results, title) {
             Some(svg) => {
                 if let Err(e) = std::fs::write(path, svg) {
                     eprintln!("distlock-bench: cannot write {}: {e}", path.display());
