@@ -17,7 +17,7 @@ use crate::stats::Samples;
 use crate::workloads::{Peer, Workload};
 
 /// GCRA on one key: the key holds the theoretical arrival time (TAT) in µs of server time.
-/// ARGV[1] emission interval in µs, ARGV[2] burst. Reply {allowed, retry_after_us}.
+/// `ARGV[1]` emission interval in µs, `ARGV[2]` burst. Reply `{allowed, retry_after_us}`.
 static RAW_GCRA: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
