@@ -15,6 +15,7 @@ pub mod client_ip;
 pub mod extract;
 pub mod lock;
 pub mod rate_limit;
+mod retry_after;
 
 pub use extract::ExtractKey;
 pub use lock::{HeldLock, LockLayer};

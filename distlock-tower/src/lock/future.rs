@@ -204,34 +204,9 @@ impl Refusal {
         if let Self::Busy(retry_after) = self {
             response.headers_mut().insert(
                 header::RETRY_AFTER,
-                HeaderValue::from(retry_after_secs(*retry_after)),
+                crate::retry_after::header(*retry_after),
             );
         }
         response
-    }
-}
-
-/// `Retry-After` in whole seconds: rounded up, and never 0 (which would invite an immediate
-/// retry that finds the lock still held).
-pub(crate) fn retry_after_secs(retry_after: Duration) -> u64 {
-    let secs = retry_after
-        .as_secs()
-        .saturating_add(u64::from(retry_after.subsec_nanos() > 0));
-    secs.max(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_rounds_up_and_is_never_zero() {
-        assert_eq!(retry_after_secs(Duration::ZERO), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
-        assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
-        assert_eq!(retry_after_secs(Duration::from_secs(30)), 30);
-        assert_eq!(retry_after_secs(Duration::from_nanos(29_000_000_001)), 30);
-        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
     }
 }

@@ -9,8 +9,6 @@
 //! * Optionally the older `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 //!   `X-RateLimit-Reset` (seconds), for the binding policy.
 
-use std::time::Duration;
-
 use distlock::ratelimit::{Decision, Policy};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -25,16 +23,7 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 /// `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Whole seconds, rounded up.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
-/// `Retry-After` for a wait: whole seconds, rounded up, never 0 (a client told "0" would
-/// retry at once and be refused again).
-pub(crate) fn retry_after(wait: Duration) -> HeaderValue {
-    HeaderValue::from(ceil_secs(wait).max(1))
-}
+pub(crate) use crate::retry_after::{ceil_secs, header as retry_after};
 
 /// `RateLimit-Policy` for a limiter's policies. Names are restricted to `[A-Za-z0-9._-]`,
 /// so they are valid sf-strings as they are.
@@ -101,20 +90,4 @@ pub(crate) fn describe(
 pub(crate) struct HeaderStyle {
     pub(crate) ietf: bool,
     pub(crate) legacy: bool,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seconds_round_up_and_retry_after_is_never_zero() {
-        assert_eq!(ceil_secs(Duration::ZERO), 0);
-        assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
-        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
-        assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
-        assert_eq!(retry_after(Duration::ZERO), "1");
-        assert_eq!(retry_after(Duration::from_micros(1)), "1");
-        assert_eq!(retry_after(Duration::from_millis(1500)), "2");
-    }
 }
