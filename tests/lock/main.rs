@@ -4,7 +4,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod fixture;
 mod processes;
 mod semantics;
 mod tokens;

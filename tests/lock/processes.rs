@@ -2,106 +2,14 @@
 //! ignored `child_entry` test, selected with `--exact --ignored`) with a role in the
 //! environment. Children talk to the parent in lines prefixed `CHILD `.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use distlock::{Client, LockError, ReleaseOutcome};
 use redis::Script;
 
-use crate::fixture::connect;
 use crate::support::RedisServer;
-
-const ROLE: &str = "DISTLOCK_TEST_CHILD_ROLE";
-const URL: &str = "DISTLOCK_TEST_REDIS_URL";
-
-/// A child process running this test binary in a role; its `CHILD ` lines arrive on a channel.
-struct ChildProcess {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl ChildProcess {
-    fn spawn(role: &str, url: &str) -> Self {
-        let exe = std::env::current_exe().expect("current test binary");
-        let mut child = Command::new(exe)
-            .args([
-                "--exact",
-                "processes::child_entry",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE, role)
-            .env(URL, url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn child test process");
-        let stdout = child.stdout.take().expect("child stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest may have printed `test ... ` on the same line before ours.
-                if let Some(at) = line.find("CHILD ")
-                    && tx.send(line[at + "CHILD ".len()..].to_owned()).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        Self { child, lines }
-    }
-
-    fn expect_line(&self, prefix: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => {}
-                Err(e) => panic!("no `{prefix}` line from the child within {within:?}: {e}"),
-            }
-        }
-    }
-
-    fn signal(&self, signal: i32) {
-        let pid = i32::try_from(self.child.id()).expect("pid");
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child.
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill({pid}, {signal})");
-    }
-
-    fn wait_success(mut self, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait child") {
-                assert!(status.success(), "child failed: {status}");
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "child did not finish within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn say(line: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "CHILD {line}");
-    let _ = out.flush();
-}
+use crate::support::child::{self, ChildProcess, say};
+use crate::support::fixture::connect;
 
 /// A fenced resource: a Redis key that accepts a write only with a fence above the last one.
 static FENCED_WRITE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
@@ -125,11 +33,14 @@ async fn fenced_write(conn: &mut redis::aio::MultiplexedConnection, fence: u64) 
     ok == 1
 }
 
+/// This binary's entry test for child processes.
+const ENTRY: &str = "processes::child_entry";
+
 /// Entry point of the child processes; does nothing unless the parent set a role.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "runs only as a child process of the tests in this module"]
 async fn child_entry() {
-    let (Ok(role), Ok(url)) = (std::env::var(ROLE), std::env::var(URL)) else {
+    let Some((role, url)) = child::role() else {
         return;
     };
     let client = connect(&url).await;
@@ -235,7 +146,7 @@ async fn child_fenced(client: Client, url: &str) {
 async fn mutual_exclusion_across_4_processes() {
     let server = RedisServer::start();
     let children: Vec<ChildProcess> = (0..4)
-        .map(|_| ChildProcess::spawn("exclusion", &server.url()))
+        .map(|_| ChildProcess::spawn(ENTRY, "exclusion", &server.url()))
         .collect();
     for child in &children {
         child.expect_line("DONE", Duration::from_secs(240));
@@ -264,7 +175,7 @@ async fn mutual_exclusion_across_4_processes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_frees_the_lock_within_its_ttl() {
     let server = RedisServer::start();
-    let child = ChildProcess::spawn("hold", &server.url());
+    let child = ChildProcess::spawn(ENTRY, "hold", &server.url());
     child.expect_line("ACQUIRED", Duration::from_secs(30));
     let client = connect(&server.url()).await;
     assert!(matches!(
@@ -293,7 +204,7 @@ async fn killed_holder_frees_the_lock_within_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holder_is_fenced_off_and_sees_the_loss() {
     let server = RedisServer::start();
-    let child = ChildProcess::spawn("fenced", &server.url());
+    let child = ChildProcess::spawn(ENTRY, "fenced", &server.url());
     let line = child.expect_line("ACQUIRED", Duration::from_secs(30));
     let old_fence: u64 = line.trim_start_matches("ACQUIRED ").parse().expect("fence");
     child.signal(libc::SIGSTOP);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use distlock::{LockError, LossReason, ReleaseOutcome};
 use rand::Rng;
 
-use crate::fixture::{Fixture, on_both_stores};
+use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
     mutual_exclusion_16_tasks,

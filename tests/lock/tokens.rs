@@ -8,7 +8,7 @@ use std::time::Duration;
 use distlock::LockError;
 use tracing_subscriber::fmt::MakeWriter;
 
-use crate::fixture::Fixture;
+use crate::support::fixture::Fixture;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

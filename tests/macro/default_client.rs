@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use distlock::{Client, LockError, distributed_lock};
 
-use crate::fixture::Store;
+use crate::support::fixture::Fixture;
 
 #[distributed_lock(key = "nightly:{job}", ttl = "2s")]
 async fn nightly(job: &str) -> Result<(String, Option<Duration>), LockError> {
@@ -24,7 +24,7 @@ async fn default_client_is_used_and_its_absence_is_an_error() {
         other => panic!("expected NoDefaultClient, got {other:?}"),
     }
 
-    let store = Store::redis().await;
+    let store = Fixture::redis().await;
     distlock::set_default_client(store.client.clone());
     let (name, pttl) = nightly("backup").await.expect("runs on the default client");
     assert_eq!(name, "nightly:backup");

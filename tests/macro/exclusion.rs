@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use distlock::{Client, LockError, distributed_lock};
 use rand::Rng as _;
 
-use crate::fixture::{Store, on_both_stores};
+use crate::support::fixture::{Fixture, on_both_stores};
 
 const TASKS: usize = 16;
 const SECTIONS: usize = 250;
@@ -44,7 +44,7 @@ async fn critical_section(client: &Client, shared: &Shared) -> Result<(), LockEr
     Ok(())
 }
 
-async fn locked_fn_never_overlaps_across_16_tasks(store: Store) {
+async fn locked_fn_never_overlaps_across_16_tasks(store: Fixture) {
     let shared = Arc::new(Shared::default());
     let mut tasks = Vec::new();
     for _ in 0..TASKS {

@@ -7,6 +7,5 @@ mod support;
 
 mod default_client;
 mod exclusion;
-mod fixture;
 mod processes;
 mod semantics;

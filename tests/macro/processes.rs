@@ -3,24 +3,15 @@
 //! locked function against one Redis. The counter and the occupancy gauge live in Redis, so
 //! an overlap in either process shows up.
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock::{Client, LockError, distributed_lock};
 use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
 
-use crate::fixture::connect;
 use crate::support::RedisServer;
-
-/// Tells a child what to do; a test run without it (the normal case) makes `child_entry` a
-/// no-op.
-const ROLE_VAR: &str = "DISTLOCK_MACRO_TEST_ROLE";
-const URL_VAR: &str = "DISTLOCK_MACRO_TEST_URL";
-/// Prefix of the lines a child reports on.
-const REPORT: &str = "MACRO-CHILD ";
+use crate::support::child::{self, ChildProcess};
+use crate::support::fixture::connect;
 
 const PROCESSES: usize = 2;
 const TASKS: usize = 4;
@@ -69,89 +60,25 @@ async fn run_sections(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "runs only as a child process of `locked_fn_never_overlaps_across_processes`"]
 async fn child_entry() {
-    let (Ok(role), Ok(url)) = (std::env::var(ROLE_VAR), std::env::var(URL_VAR)) else {
+    let Some((role, url)) = child::role() else {
         return;
     };
     assert_eq!(role, "sections", "unknown role");
     run_sections(&url).await;
-    println!("{REPORT}DONE");
-}
-
-/// A child process and the report lines it prints.
-struct ChildProcess {
-    child: Child,
-    reports: mpsc::Receiver<String>,
-}
-
-impl ChildProcess {
-    fn spawn(role: &str, url: &str) -> Self {
-        let exe = std::env::current_exe().expect("path of this test binary");
-        let mut child = Command::new(exe)
-            .args([
-                "--exact",
-                "processes::child_entry",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE_VAR, role)
-            .env(URL_VAR, url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn a child test process");
-        let stdout = child.stdout.take().expect("child stdout");
-        let (tx, reports) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest may print `test processes::child_entry ... ` before our text.
-                if let Some(at) = line.find(REPORT)
-                    && tx.send(line[at + REPORT.len()..].to_owned()).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        Self { child, reports }
-    }
-
-    /// Waits for the child to report `line` and exit successfully.
-    fn expect_done(mut self, line: &str, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.reports.recv_timeout(left) {
-                Ok(report) if report == line => break,
-                Ok(_) => {}
-                Err(err) => panic!("the child did not report `{line}` within {within:?}: {err}"),
-            }
-        }
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the child") {
-                assert!(status.success(), "the child failed: {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "the child did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    child::say("DONE");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locked_fn_never_overlaps_across_processes() {
     let server = RedisServer::start();
     let children: Vec<ChildProcess> = (0..PROCESSES)
-        .map(|_| ChildProcess::spawn("sections", &server.url()))
+        .map(|_| ChildProcess::spawn("processes::child_entry", "sections", &server.url()))
         .collect();
+    for child in &children {
+        child.expect_line("DONE", Duration::from_secs(240));
+    }
     for child in children {
-        child.expect_done("DONE", Duration::from_secs(240));
+        child.wait_success(Duration::from_secs(10));
     }
     let mut conn = server.conn().await;
     let counter: i64 = conn.get("counter").await.expect("counter");

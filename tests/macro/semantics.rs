@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use distlock::{Client, LockError, LossReason, distributed_lock};
 use tokio::sync::oneshot;
 
-use crate::fixture::{Store, connect, on_both_stores};
 use crate::support::RedisServer;
+use crate::support::fixture::{Fixture, connect, on_both_stores};
 
 on_both_stores!(
     reentrant_nested_call_joins_the_held_lease,
@@ -39,7 +39,7 @@ async fn audit(client: &Client, id: u64) -> Result<u64, LockError> {
     Ok(distlock::current_lease().expect("held").fence())
 }
 
-async fn reentrant_nested_call_joins_the_held_lease(store: Store) {
+async fn reentrant_nested_call_joins_the_held_lease(store: Fixture) {
     let started = Instant::now();
     let (outer, inner) = transfer(&store.client, 1).await.expect("transfer");
     assert_eq!(outer, inner, "the nested call ran under the outer lease");
@@ -75,7 +75,7 @@ async fn strict_inner_fails(client: &Client, id: u64) -> Result<(), LockError> {
     unreachable!("the lock is held by the caller");
 }
 
-async fn non_reentrant_nested_call_waits_for_the_outer_one(store: Store) {
+async fn non_reentrant_nested_call_waits_for_the_outer_one(store: Fixture) {
     let started = Instant::now();
     let (waiting, failing) = strict_outer(&store.client, 2).await.expect("outer");
     match waiting {
@@ -105,7 +105,7 @@ async fn try_report(client: &Client, day: u32) -> Result<(), LockError> {
     Ok(())
 }
 
-async fn spawned_task_does_not_inherit_the_lease(store: Store) {
+async fn spawned_task_does_not_inherit_the_lease(store: Fixture) {
     let spawned = report(&store.client, 3).await.expect("report");
     assert!(
         matches!(spawned, Err(LockError::Busy { .. })),
@@ -125,7 +125,7 @@ async fn long_job(client: &Client, finished: Arc<AtomicBool>) -> Result<(), Lock
     Ok(())
 }
 
-async fn deleted_key_ends_the_body_with_lease_lost(store: Store) {
+async fn deleted_key_ends_the_body_with_lease_lost(store: Fixture) {
     let key = store.lock_key("stolen");
     let thief = store.another_client().await;
     let steal = tokio::spawn(async move {
@@ -216,7 +216,7 @@ async fn fenced_write(client: &Client, resource: &str) -> Result<(u64, String), 
     Ok((lease.fence(), lease.name().to_owned()))
 }
 
-async fn fence_is_visible_in_the_body_and_increases(store: Store) {
+async fn fence_is_visible_in_the_body_and_increases(store: Fixture) {
     let mut last = 0;
     for _ in 0..5 {
         let (fence, name) = fenced_write(&store.client, "disk").await.expect("write");
@@ -245,7 +245,7 @@ async fn wait_if_busy(client: &Client, id: u32) -> Result<(), LockError> {
     Ok(())
 }
 
-async fn on_busy_error_fails_at_once(store: Store) {
+async fn on_busy_error_fails_at_once(store: Fixture) {
     let other = store.another_client().await;
     let held = other
         .lock("busy:1")
@@ -292,7 +292,7 @@ async fn pair(
     Ok(distlock::current_lease().expect("held").name().to_owned())
 }
 
-async fn separators_in_values_do_not_make_keys_collide(store: Store) {
+async fn separators_in_values_do_not_make_keys_collide(store: Fixture) {
     let (entered_tx, entered) = oneshot::channel();
     let (release, release_rx) = oneshot::channel();
     let client = store.client.clone();
@@ -345,7 +345,7 @@ async fn parse(client: &Client, text: &str) -> Result<u32, AppError> {
     Ok(value * 2)
 }
 
-async fn return_and_question_mark_work_and_release(store: Store) {
+async fn return_and_question_mark_work_and_release(store: Fixture) {
     assert_eq!(parse(&store.client, "").await.expect("early return"), 0);
     assert!(!store.is_held("parse").await);
     match parse(&store.client, "x").await {
@@ -379,7 +379,7 @@ impl Ledger {
     }
 }
 
-async fn mut_self_method_runs_under_the_lock(store: Store) {
+async fn mut_self_method_runs_under_the_lock(store: Fixture) {
     // Two ledgers with the same id in two tasks: they take turns.
     let mut tasks = Vec::new();
     for _ in 0..2 {

@@ -11,8 +11,8 @@ use tokio::sync::Barrier;
 use tokio::time::Instant;
 
 use crate::common::{ALGORITHMS, EPOCH_US, policy};
-use crate::fixture::{Fixture, connect, on_both_stores};
 use crate::support::RedisServer;
+use crate::support::fixture::{Fixture, connect, on_both_stores};
 
 on_both_stores!(
     exactly_100_of_150_at_one_instant,

@@ -5,11 +5,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-// Shared with the lock tests; not every helper is used here.
-#[allow(dead_code)]
-#[path = "../lock/fixture.rs"]
-mod fixture;
-
 mod common;
 mod exactness;
 mod memory_bound;

@@ -15,8 +15,8 @@ use distlock::ratelimit::{Algorithm, RateLimiter};
 use redis::aio::MultiplexedConnection;
 
 use crate::common::{ALGORITHMS, policy};
-use crate::fixture::connect;
 use crate::support::RedisServer;
+use crate::support::fixture::connect;
 
 const DISTINCT_KEYS: usize = 100_000;
 

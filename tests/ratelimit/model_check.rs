@@ -12,8 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::common::{ALGORITHMS, EPOCH_US, us};
-use crate::fixture::{Fixture, on_both_stores};
 use crate::model::Models;
+use crate::support::fixture::{Fixture, on_both_stores};
 
 const TRACES_PER_ALGORITHM: usize = 4;
 const MIXED_TRACES: usize = 6;

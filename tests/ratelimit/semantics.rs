@@ -9,7 +9,7 @@ use distlock::ratelimit::{Algorithm, Origin, Policy, Rate};
 use distlock::{InvalidName, InvalidPolicy, RateLimitError};
 
 use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
-use crate::fixture::{Fixture, on_both_stores};
+use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
     gcra_answers_like_cl_throttle,

@@ -10,8 +10,10 @@
 //!
 //! There is no mock of Redis anywhere: if `redis-server` is not installed the
 //! tests fail (panic) with instructions instead of silently skipping.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod child;
+pub mod fixture;
 pub mod proxy;
 pub mod server;
 

@@ -11,82 +11,15 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use bytes::Bytes;
-use distlock::Client;
 use distlock_tower::extract::{PathSegment, Prefixed};
 use distlock_tower::lock::{HeldLock, LockLayer};
 use http::{Request, Response, StatusCode};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
-use crate::support::RedisServer;
-
 pub const TTL: Duration = Duration::from_secs(5);
 
-pub struct Fixture {
-    pub client: Client,
-    pub server: Option<RedisServer>,
-}
-
-impl Fixture {
-    pub async fn redis() -> Self {
-        let server = RedisServer::start();
-        let client = Client::builder()
-            .response_timeout(Duration::from_secs(2))
-            .connect(&server.url())
-            .await
-            .expect("connect to the test redis-server");
-        Self {
-            client,
-            server: Some(server),
-        }
-    }
-
-    pub fn memory() -> Self {
-        Self {
-            client: Client::in_memory(),
-            server: None,
-        }
-    }
-
-    /// Whether the store holds no lock named `name` (checked in the store, not through the
-    /// layer).
-    pub async fn is_free(&self, name: &str) -> bool {
-        let inspect = self.client.__inspect();
-        let key = inspect.lock_key(name).expect("valid lock name");
-        inspect.pttl(&key).await.expect("store answers").is_none()
-    }
-
-    /// Waits (bounded) until the lock `name` is free in the store.
-    pub async fn wait_free(&self, name: &str, within: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        while tokio::time::Instant::now() < deadline {
-            if self.is_free(name).await {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
-    }
-}
-
-/// Generates, for each named `async fn body(fx: Fixture)`, a module with a `redis` and a
-/// `memory` test running it on each store.
-macro_rules! on_both_stores {
-    ($($body:ident),* $(,)?) => {$(
-        mod $body {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                super::$body($crate::app::Fixture::redis().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory() {
-                super::$body($crate::app::Fixture::memory()).await;
-            }
-        }
-    )*};
-}
-pub(crate) use on_both_stores;
+pub(crate) use crate::support::fixture::{Fixture, on_both_stores};
 
 /// What the handlers saw.
 #[derive(Default)]

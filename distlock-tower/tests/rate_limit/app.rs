@@ -9,59 +9,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
-use distlock::Client;
 use http::{Request, Response};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
-use crate::support::RedisServer;
-
-pub struct Fixture {
-    pub client: Client,
-    /// Kept so the server lives as long as the test.
-    _server: Option<RedisServer>,
-}
-
-impl Fixture {
-    pub async fn redis() -> Self {
-        let server = RedisServer::start();
-        let client = Client::builder()
-            .response_timeout(Duration::from_secs(2))
-            .connect(&server.url())
-            .await
-            .expect("connect to the test redis-server");
-        Self {
-            client,
-            _server: Some(server),
-        }
-    }
-
-    pub fn memory() -> Self {
-        Self {
-            client: Client::in_memory(),
-            _server: None,
-        }
-    }
-}
-
-/// Generates, for each named `async fn body(fx: Fixture)`, a module with a `redis` and a
-/// `memory` test running it on each store.
-macro_rules! on_both_stores {
-    ($($body:ident),* $(,)?) => {$(
-        mod $body {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                super::$body($crate::app::Fixture::redis().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory() {
-                super::$body($crate::app::Fixture::memory()).await;
-            }
-        }
-    )*};
-}
-pub(crate) use on_both_stores;
+pub(crate) use crate::support::fixture::{Fixture, on_both_stores};
 
 /// `GET /`, `GET /a`, `GET /b`, `GET /items/{id}`: each answers its route.
 pub fn routes() -> Router {
