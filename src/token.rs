@@ -1,4 +1,4 @@
-//! Lease tokens: 128 bits from the operating system's CSPRNG, unique per lease.
+//! Lease tokens: 128 bits from a CSPRNG, unique per lease.
 
 use std::fmt;
 
@@ -8,15 +8,15 @@ use std::fmt;
 pub(crate) struct Token(String);
 
 impl Token {
-    /// Draws a fresh token from the OS CSPRNG.
+    /// Draws a fresh token from `rand`'s thread-local CSPRNG (ChaCha, seeded and periodically
+    /// reseeded from the operating system), which costs no system call per lease.
     ///
     /// # Panics
-    /// If the operating system has no random source, which no supported platform lacks; a
-    /// predictable token would break the lock's safety, so there is no fallback.
+    /// If the operating system has no random source to seed it from, which no supported
+    /// platform lacks; a predictable token would break the lock's safety, so there is no
+    /// fallback.
     pub(crate) fn generate() -> Self {
-        let mut bytes = [0u8; 16];
-        #[allow(clippy::expect_used)]
-        getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
+        let bytes: [u8; 16] = rand::random();
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut hex = String::with_capacity(32);
         for b in bytes {
