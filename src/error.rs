@@ -13,7 +13,7 @@ use std::time::Duration;
 ///
 /// None of these means "the lock is busy": contention is reported as
 /// [`LockError::Busy`] or [`LockError::Timeout`], never as a store error.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The connection failed or was dropped (refused, reset, closed). Retrying later may work;

@@ -29,7 +29,7 @@ impl Inspector<'_> {
         Ok(LockKeys::new(&self.client.inner.prefix, name)?.lock)
     }
 
-    /// The fence key of `name`.
+    /// The fence key `name` mints its fences from (one per prefix, shared by every lock).
     pub fn fence_key(&self, name: &str) -> Result<String, InvalidName> {
         Ok(LockKeys::new(&self.client.inner.prefix, name)?.fence)
     }

@@ -53,7 +53,7 @@ pub(crate) struct LockKeys {
     pub(crate) name: String,
     /// Holds the holder's token, with the lease's ttl.
     pub(crate) lock: String,
-    /// Holds the last fencing token handed out.
+    /// Holds the last fencing token handed out under the prefix (one key for every lock).
     pub(crate) fence: String,
     /// Pub/sub channel a release publishes to.
     pub(crate) channel: String,
@@ -65,7 +65,7 @@ impl LockKeys {
         Ok(Self {
             name: name.to_owned(),
             lock: format!("{prefix}:lock:{{{tag}}}"),
-            fence: format!("{prefix}:fence:{{{tag}}}"),
+            fence: format!("{prefix}:fence"),
             channel: format!("{prefix}:released:{{{tag}}}"),
         })
     }
@@ -183,11 +183,20 @@ mod tests {
     }
 
     #[test]
-    fn all_keys_of_a_lock_share_the_library_tag() {
+    fn the_lock_key_and_channel_share_the_library_tag() {
         let keys = LockKeys::new("p", "evil}{tag}").expect("valid name");
         let tag = hash_tag(&keys.lock);
         assert_eq!(tag, "evil%7D%7Btag%7D");
-        assert_eq!(hash_tag(&keys.fence), tag);
         assert_eq!(hash_tag(&keys.channel), tag);
+    }
+
+    #[test]
+    fn every_lock_of_a_prefix_shares_one_fence_key() {
+        let a = LockKeys::new("p", "order:1").expect("valid name");
+        let b = LockKeys::new("p", "evil}{tag}").expect("valid name");
+        let c = LockKeys::new("q", "order:1").expect("valid name");
+        assert_eq!(a.fence, "p:fence");
+        assert_eq!(a.fence, b.fence);
+        assert_ne!(a.fence, c.fence);
     }
 }

@@ -1,32 +1,53 @@
--- acquire.lua: take a lock if it is free, and mint its fencing token.
+-- acquire.lua: take one or more locks, each if it is free, and mint their fencing tokens.
+-- Concurrent acquires of one client share one call (see src/store/batch.rs).
 --
--- KEYS[1]  the lock key            (string: the holder's token)
--- KEYS[2]  the lock's fence key    (string: the last token handed out); same hash slot as KEYS[1]
--- ARGV[1]  the new holder's token  (unguessable, unique per lease)
--- ARGV[2]  lease ttl in milliseconds (> 0)
--- ARGV[3]  fence key ttl in milliseconds (> ARGV[2]); refreshed on every grant
+-- KEYS[2i-1]  lock i's key        (string: the holder's token)
+-- KEYS[2i]    lock i's fence key  (string: the last fence handed out under the key prefix;
+--             one key serves every lock of a prefix, so items usually share it)
+-- ARGV[2i-1]  lock i's new token  (unguessable, unique per lease)
+-- ARGV[2i]    lock i's ttl in milliseconds (> 0)
 --
--- Reply {1, fence, ttl}   granted. Also when KEYS[1] already holds ARGV[1] (a retry of a grant
---                          whose reply was lost): the ttl is reset and the same fence returned.
--- Reply {0, 0, pttl}      busy: another token holds the lock for pttl more milliseconds
---                          (-1: the key has no expiry, which this library never creates).
+-- Reply {code_1, value_1, code_2, value_2, ...}, two integers per lock, in order:
+--   1, fence   granted. Also when the key already holds the token (a retry of a grant whose
+--              reply was lost): the ttl is reset and a new, higher fence returned.
+--   0, pttl    busy: another token holds the lock for pttl more milliseconds (-1: the key
+--              has no expiry, which this library never creates).
 --
--- The fence is max(previous + 1, server time in microseconds), so tokens strictly increase per
--- lock even if the fence key expired or a failover lost its last increments, as long as the
--- server clock does not step back further than the tokens handed out since.
-local ttl = tonumber(ARGV[2])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
-  local now = redis.call('TIME')
-  local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
-  if fence < now_us then
-    fence = now_us
+-- A fence is max(last + 1, server time in microseconds): fences strictly increase per lock
+-- (and per prefix) even if the fence key was lost to a failover or a flush, as long as the
+-- server clock does not step back further than the fences handed out since. A call that
+-- grants several locks hands out consecutive numbers, so a fence leads the clock by at most
+-- the number of grants in one call.
+local now = redis.call('TIME')
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local last = {}
+local reply = {}
+for i = 1, #KEYS / 2 do
+  local key, fence_key = KEYS[2 * i - 1], KEYS[2 * i]
+  local token, ttl = ARGV[2 * i - 1], ARGV[2 * i]
+  local granted = redis.call('SET', key, token, 'NX', 'PX', ttl)
+  if not granted and redis.call('GET', key) == token then
+    redis.call('PEXPIRE', key, ttl)
+    granted = true
   end
-  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
-  return {1, fence, ttl}
+  if granted then
+    local prev = last[fence_key]
+    if prev == nil then
+      prev = tonumber(redis.call('GET', fence_key) or '0') or 0
+    end
+    local fence = prev + 1
+    if fence < now_us then
+      fence = now_us
+    end
+    last[fence_key] = fence
+    reply[2 * i - 1] = 1
+    reply[2 * i] = fence
+  else
+    reply[2 * i - 1] = 0
+    reply[2 * i] = redis.call('PTTL', key)
+  end
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl}
+for fence_key, fence in pairs(last) do
+  redis.call('SET', fence_key, string.format('%.0f', fence))
 end
-return {0, 0, redis.call('PTTL', KEYS[1])}
+return reply

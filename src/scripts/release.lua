@@ -1,19 +1,25 @@
--- release.lua: delete a lock only if this token still holds it, and wake one waiter.
+-- release.lua: delete one or more locks, each only if its token still holds it, and wake one
+-- waiter of each. Concurrent releases of one client share one call (see src/store/batch.rs).
 --
--- KEYS[1]  the lock key
--- ARGV[1]  the holder's token
--- ARGV[2]  the lock's release channel (a pub/sub channel, not a key)
+-- KEYS[i]       lock i's key
+-- ARGV[2i-1]    lock i's token
+-- ARGV[2i]      lock i's release channel (a pub/sub channel, not a key)
 --
--- Reply  1  released: the key held ARGV[1]; it was deleted and ARGV[2] was published to
+-- Reply  one integer per lock, in order:
+--        1  released: the key held the token; it was deleted and the channel published to
 --        0  already expired: the key is gone; nothing was changed
 --       -1  held by another token; nothing was changed
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
-  return 1
+local reply = {}
+for i = 1, #KEYS do
+  local holder = redis.call('GET', KEYS[i])
+  if holder == ARGV[2 * i - 1] then
+    redis.call('DEL', KEYS[i])
+    redis.call('PUBLISH', ARGV[2 * i], '')
+    reply[i] = 1
+  elseif holder == false then
+    reply[i] = 0
+  else
+    reply[i] = -1
+  end
 end
-if holder == false then
-  return 0
-end
-return -1
+return reply

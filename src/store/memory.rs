@@ -13,13 +13,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Wakeups, fence_ttl};
+use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Wakeups};
 use crate::keys::LockKeys;
 use crate::ratelimit::algorithm::{self, State as RateState};
 use crate::token::Token;
 
 /// Expired entries are swept every this many writes, so abandoned keys do not pile up.
 const SWEEP_EVERY: u64 = 1024;
+/// The fence key has no ttl on Redis; here it is kept for a time no process outlives.
+const FENCE_KEPT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 #[derive(Clone, Default)]
 pub(crate) struct MemoryStore {
@@ -131,31 +133,22 @@ impl MemoryStore {
     pub(crate) fn acquire(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> AcquireReply {
         let now = Instant::now();
         let mut state = self.state();
-        let last_fence = |state: &State| {
-            state
-                .get(&keys.fence, now)
-                .and_then(|v| v.data.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        match state.held(&keys.lock, token, now) {
-            Held::Yes => {
-                state.set(&keys.lock, token.as_str().to_owned(), ttl, now);
-                AcquireReply::Granted {
-                    fence: last_fence(&state),
-                }
-            }
-            Held::Other => AcquireReply::Busy {
+        if state.held(&keys.lock, token, now) == Held::Other {
+            return AcquireReply::Busy {
                 pttl: state
                     .get(&keys.lock, now)
                     .map(|v| v.expires_at.saturating_duration_since(now)),
-            },
-            Held::Gone => {
-                let fence = (last_fence(&state) + 1).max(now_micros());
-                state.set(&keys.lock, token.as_str().to_owned(), ttl, now);
-                state.set(&keys.fence, fence.to_string(), fence_ttl(ttl), now);
-                AcquireReply::Granted { fence }
-            }
+            };
         }
+        // Free, or already ours (a retried grant): either way a new, higher fence.
+        let last = state
+            .get(&keys.fence, now)
+            .and_then(|v| v.data.parse::<u64>().ok())
+            .unwrap_or(0);
+        let fence = (last + 1).max(now_micros());
+        state.set(&keys.lock, token.as_str().to_owned(), ttl, now);
+        state.set(&keys.fence, fence.to_string(), FENCE_KEPT, now);
+        AcquireReply::Granted { fence }
     }
 
     pub(crate) fn release(&self, keys: &LockKeys, token: &Token) -> Held {

@@ -9,6 +9,7 @@
 //! every key of one operation in one hash slot, and batched renewals are per-item results that
 //! a cluster backend can split by slot.
 
+mod batch;
 mod memory;
 pub(crate) mod redis;
 mod wakeups;
@@ -113,12 +114,6 @@ impl Verdict {
             reset_us: clamp(reset_us),
         }
     }
-}
-
-/// How long a fence key outlives the lease that last bumped it. Tokens keep increasing after
-/// it expires anyway (they are re-seeded from server time); this only bounds memory.
-pub(crate) fn fence_ttl(ttl: Duration) -> Duration {
-    (ttl * 2).max(Duration::from_secs(24 * 3600))
 }
 
 /// Milliseconds for Redis, at least 1.

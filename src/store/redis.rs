@@ -8,12 +8,12 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ProtocolVersion, PushInfo, PushKind, Script, Value};
 
+use super::batch::{Batch, Batcher};
 use super::wakeups::Subscriber;
-use super::{
-    AcquireReply, Held, RateReply, RateRequest, RenewItem, Verdict, Wakeups, fence_ttl, millis,
-};
+use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Verdict, Wakeups, millis};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
+use crate::ratelimit::Spec;
 use crate::token::Token;
 
 static ACQUIRE: LazyLock<Script> =
@@ -44,11 +44,20 @@ pub(crate) struct RedisSettings {
     pub(crate) reconnect_retries: usize,
 }
 
+/// How many calls of one kind go to Redis on their own at once before further ones are
+/// batched (see `batch.rs`).
+const MAX_IN_FLIGHT: usize = 8;
+/// Most items in one batched script call (keeps each call short on the server).
+const MAX_BATCH: usize = 64;
+
 #[derive(Clone)]
 pub(crate) struct RedisStore {
     conn: ConnectionManager,
     settings: RedisSettings,
     wakeups: Arc<Wakeups>,
+    acquires: Batcher<Acquires>,
+    releases: Batcher<Releases>,
+    rates: Batcher<Rates>,
 }
 
 impl RedisStore {
@@ -93,6 +102,24 @@ impl RedisStore {
             ),
         }
         Ok(Self {
+            acquires: Batcher::new(
+                Acquires { conn: conn.clone() },
+                MAX_IN_FLIGHT,
+                MAX_BATCH,
+                settings.response_timeout,
+            ),
+            releases: Batcher::new(
+                Releases { conn: conn.clone() },
+                MAX_IN_FLIGHT,
+                MAX_BATCH,
+                settings.response_timeout,
+            ),
+            rates: Batcher::new(
+                Rates { conn: conn.clone() },
+                MAX_IN_FLIGHT,
+                MAX_BATCH,
+                settings.response_timeout,
+            ),
             conn,
             settings,
             wakeups,
@@ -117,41 +144,29 @@ impl RedisStore {
         token: &Token,
         ttl: Duration,
     ) -> Result<AcquireReply, StoreError> {
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> = ACQUIRE
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .arg(token.as_str())
-            .arg(millis(ttl))
-            .arg(millis(fence_ttl(ttl)))
-            .invoke_async(&mut conn)
+        let item = AcquireItem {
+            lock: keys.lock.clone(),
+            fence: keys.fence.clone(),
+            channel: keys.channel.clone(),
+            token: token.clone(),
+            ttl_ms: millis(ttl),
+        };
+        self.acquires
+            .run(item)
             .await
-            .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
-        match reply.as_slice() {
-            [1, fence, _] => Ok(AcquireReply::Granted {
-                fence: u64::try_from(*fence).map_err(|_| StoreError::Protocol {
-                    message: format!("negative fence {fence} from acquire"),
-                })?,
-            }),
-            [0, _, pttl] => Ok(AcquireReply::Busy {
-                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-            }),
-            other => Err(StoreError::Protocol {
-                message: format!("expected {{granted, fence, pttl}} from acquire, got {other:?}"),
-            }),
-        }
+            .map_err(|e| e.with_deadline(self.op_timeout()))
     }
 
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
-        let mut conn = self.conn.clone();
-        let code: i64 = RELEASE
-            .key(&keys.lock)
-            .arg(token.as_str())
-            .arg(&keys.channel)
-            .invoke_async(&mut conn)
+        let item = ReleaseItem {
+            lock: keys.lock.clone(),
+            channel: keys.channel.clone(),
+            token: token.clone(),
+        };
+        self.releases
+            .run(item)
             .await
-            .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
-        Held::from_reply(code)
+            .map_err(|e| e.with_deadline(self.op_timeout()))
     }
 
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
@@ -179,26 +194,199 @@ impl RedisStore {
     }
 }
 
+/// One lock to acquire, owned so it can wait in a batch.
+pub(crate) struct AcquireItem {
+    lock: String,
+    fence: String,
+    channel: String,
+    token: Token,
+    ttl_ms: u64,
+}
+
+/// Acquires, many per call (`acquire.lua`).
+#[derive(Clone)]
+pub(crate) struct Acquires {
+    conn: ConnectionManager,
+}
+
+impl Batch for Acquires {
+    type Item = AcquireItem;
+    type Reply = AcquireReply;
+
+    async fn run(&self, items: &[AcquireItem]) -> Result<Vec<AcquireReply>, StoreError> {
+        let mut invocation = ACQUIRE.prepare_invoke();
+        for item in items {
+            invocation
+                .key(&item.lock)
+                .key(&item.fence)
+                .arg(item.token.as_str())
+                .arg(item.ttl_ms);
+        }
+        let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        if reply.len() != 2 * items.len() {
+            return Err(StoreError::Protocol {
+                message: format!(
+                    "expected 2 × {} integers from acquire, got {reply:?}",
+                    items.len()
+                ),
+            });
+        }
+        reply
+            .chunks_exact(2)
+            .map(|pair| match *pair {
+                [1, fence] => u64::try_from(fence)
+                    .map(|fence| AcquireReply::Granted { fence })
+                    .map_err(|_| StoreError::Protocol {
+                        message: format!("negative fence {fence} from acquire"),
+                    }),
+                [0, pttl] => Ok(AcquireReply::Busy {
+                    pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                }),
+                _ => Err(StoreError::Protocol {
+                    message: format!(
+                        "expected {{granted, fence or pttl}} from acquire, got {pair:?}"
+                    ),
+                }),
+            })
+            .collect()
+    }
+
+    /// A grant nobody waits for any more: give it back at once rather than at its ttl.
+    fn abandoned(&self, item: AcquireItem, reply: AcquireReply) {
+        if !matches!(reply, AcquireReply::Granted { .. }) {
+            return;
+        }
+        let releases = Releases {
+            conn: self.conn.clone(),
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let item = ReleaseItem {
+                    lock: item.lock,
+                    channel: item.channel,
+                    token: item.token,
+                };
+                if let Err(err) = releases.run(std::slice::from_ref(&item)).await {
+                    tracing::debug!(error = %err, "distlock: releasing an abandoned grant failed; it expires with its ttl");
+                }
+            });
+        }
+    }
+}
+
+/// One lock to release, owned so it can wait in a batch.
+pub(crate) struct ReleaseItem {
+    lock: String,
+    channel: String,
+    token: Token,
+}
+
+/// Releases, many per call (`release.lua`).
+#[derive(Clone)]
+pub(crate) struct Releases {
+    conn: ConnectionManager,
+}
+
+impl Batch for Releases {
+    type Item = ReleaseItem;
+    type Reply = Held;
+
+    async fn run(&self, items: &[ReleaseItem]) -> Result<Vec<Held>, StoreError> {
+        let mut invocation = RELEASE.prepare_invoke();
+        for item in items {
+            invocation
+                .key(&item.lock)
+                .arg(item.token.as_str())
+                .arg(&item.channel);
+        }
+        let codes: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        if codes.len() != items.len() {
+            return Err(StoreError::Protocol {
+                message: format!(
+                    "release answered {} codes for {} locks",
+                    codes.len(),
+                    items.len()
+                ),
+            });
+        }
+        codes.into_iter().map(Held::from_reply).collect()
+    }
+}
+
 impl RedisStore {
     pub(crate) async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
-        let mut invocation = RATE_LIMIT.prepare_invoke();
-        for key in req.keys {
-            invocation.key(key);
-        }
-        match req.now_us {
-            Some(now) => invocation.arg(now),
-            None => invocation.arg(""),
+        let item = RateItem {
+            keys: req.keys.to_vec(),
+            specs: req.specs.to_vec(),
+            cost: req.cost,
         };
-        invocation.arg(req.cost);
-        for spec in req.specs {
-            invocation.arg(spec.code()).arg(spec.a).arg(spec.b);
+        let result = match req.now_us {
+            // Checks at an injected time (tests only) cannot share a call with others.
+            Some(now) => {
+                let reply = Rates {
+                    conn: self.conn.clone(),
+                }
+                .invoke(&now.to_string(), std::slice::from_ref(&item))
+                .await;
+                reply.and_then(|mut replies| {
+                    replies.pop().ok_or_else(|| StoreError::Protocol {
+                        message: "ratelimit answered no check".to_owned(),
+                    })
+                })
+            }
+            None => self.rates.run(item).await,
+        };
+        result.map_err(|e| e.with_deadline(self.op_timeout()))
+    }
+}
+
+/// One rate-limit check, owned so it can wait in a batch.
+pub(crate) struct RateItem {
+    keys: Vec<String>,
+    specs: Vec<Spec>,
+    cost: u32,
+}
+
+/// Rate-limit checks, many per call (`ratelimit.lua`).
+#[derive(Clone)]
+pub(crate) struct Rates {
+    conn: ConnectionManager,
+}
+
+impl Rates {
+    async fn invoke(&self, now: &str, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
+        let mut invocation = RATE_LIMIT.prepare_invoke();
+        invocation.arg(now);
+        for item in items {
+            invocation.arg(item.cost).arg(item.specs.len());
+            for (key, spec) in item.keys.iter().zip(&item.specs) {
+                invocation.key(key).arg(spec.code()).arg(spec.a).arg(spec.b);
+            }
         }
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
-        parse_rate_reply(&reply, req.keys.len())
+        let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        let mut rest = reply.as_slice();
+        let mut replies = Vec::with_capacity(items.len());
+        for item in items {
+            let len = (1 + 4 * item.keys.len()).min(rest.len());
+            let (this, tail) = rest.split_at(len);
+            replies.push(parse_rate_reply(this, item.keys.len())?);
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            return Err(StoreError::Protocol {
+                message: format!("ratelimit answered {} integers too many", rest.len()),
+            });
+        }
+        Ok(replies)
+    }
+}
+
+impl Batch for Rates {
+    type Item = RateItem;
+    type Reply = RateReply;
+
+    async fn run(&self, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
+        self.invoke("", items).await
     }
 }
 

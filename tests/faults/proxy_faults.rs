@@ -326,6 +326,7 @@ async fn ambiguous_acquire_is_an_error_and_leaves_no_lock() {
     let ttl = Duration::from_secs(1);
     let pause = Duration::from_millis(1000);
     let renewals = client.__inspect().renewal_calls();
+    let fence_before = get(&mut conn, &fence_key).await;
 
     let () = redis::cmd("CLIENT")
         .arg("PAUSE")
@@ -357,13 +358,9 @@ async fn ambiguous_acquire_is_an_error_and_leaves_no_lock() {
         None,
         "the lock key outlived the ttl"
     );
-    let fence: Option<String> = redis::cmd("GET")
-        .arg(&fence_key)
-        .query_async(&mut conn)
-        .await
-        .expect("GET fence");
-    assert!(
-        fence.is_some(),
+    assert_ne!(
+        get(&mut conn, &fence_key).await,
+        fence_before,
         "the paused acquire was never applied: the test did not exercise an ambiguous grant"
     );
     assert_eq!(client.__inspect().watched_leases(), 0);
@@ -372,4 +369,12 @@ async fn ambiguous_acquire_is_an_error_and_leaves_no_lock() {
         renewals,
         "renewals were sent"
     );
+}
+
+async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("GET")
 }

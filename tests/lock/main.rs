@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod batching;
 mod processes;
 mod semantics;
 mod tokens;

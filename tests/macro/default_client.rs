@@ -41,13 +41,17 @@ async fn default_client_is_used_and_its_absence_is_an_error() {
     distlock::set_default_client(memory.clone());
     let (_, pttl) = nightly("backup").await.expect("runs on the new default");
     assert!(pttl.is_some());
+    // Its grant minted a fence in the new default's store.
+    let fence_key = memory
+        .__inspect()
+        .fence_key("nightly:backup")
+        .expect("valid name");
     assert!(
         memory
             .__inspect()
             .keys()
             .await
             .expect("keys")
-            .iter()
-            .any(|k| k.contains("nightly"))
+            .contains(&fence_key)
     );
 }

@@ -1,0 +1,343 @@
+//! Batching of concurrent operations of one kind into one script call.
+//!
+//! A call goes straight to Redis while fewer than `max_in_flight` calls of its kind are on the
+//! wire, so a lone caller pays nothing extra: no queue, no extra task. Once that many are out,
+//! further calls queue, and the first call to finish hands the whole queue (up to `max_batch`
+//! items) to a task that sends it as one script call, then keeps draining until the queue is
+//! empty. Under load, one round trip and one script run serve many callers, which is what
+//! makes the server's cost per operation fall below a hand-written command per operation.
+//!
+//! A queued caller that gives up (its future dropped, e.g. by a timeout) does not unsend its
+//! item: if the item was already in a batch on the wire, its reply arrives with nobody to take
+//! it, and [`Batch::abandoned`] undoes it (an acquire that was granted is released).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::error::StoreError;
+
+/// One kind of batchable operation.
+pub(crate) trait Batch: Clone + Send + Sync + 'static {
+    type Item: Send + 'static;
+    type Reply: Send + 'static;
+
+    /// Runs `items` in one call: one reply per item, in order, or one error for all.
+    fn run(
+        &self,
+        items: &[Self::Item],
+    ) -> impl Future<Output = Result<Vec<Self::Reply>, StoreError>> + Send;
+
+    /// The reply to an item whose caller is gone.
+    fn abandoned(&self, item: Self::Item, reply: Self::Reply) {
+        let _ = (item, reply);
+    }
+}
+
+type Waiter<B> = (
+    <B as Batch>::Item,
+    oneshot::Sender<Result<<B as Batch>::Reply, StoreError>>,
+);
+
+pub(crate) struct Batcher<B: Batch> {
+    op: B,
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Batch> Clone for Batcher<B> {
+    fn clone(&self) -> Self {
+        Self {
+            op: self.op.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Shared<B: Batch> {
+    queue: Mutex<Queue<B>>,
+    max_in_flight: usize,
+    max_batch: usize,
+    /// Bounds each batch a draining task sends, so a silent connection cannot stall the queue.
+    timeout: Duration,
+}
+
+struct Queue<B: Batch> {
+    in_flight: usize,
+    waiting: VecDeque<Waiter<B>>,
+}
+
+impl<B: Batch> Batcher<B> {
+    pub(crate) fn new(op: B, max_in_flight: usize, max_batch: usize, timeout: Duration) -> Self {
+        Self {
+            op,
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue {
+                    in_flight: 0,
+                    waiting: VecDeque::new(),
+                }),
+                max_in_flight: max_in_flight.max(1),
+                max_batch: max_batch.max(1),
+                timeout,
+            }),
+        }
+    }
+
+    /// Runs one item, alone or in a batch.
+    pub(crate) async fn run(&self, item: B::Item) -> Result<B::Reply, StoreError> {
+        let queued = self.shared.enter(item);
+        let item = match queued {
+            Ok(item) => item,
+            Err(rx) => {
+                return rx.await.unwrap_or_else(|_| {
+                    Err(StoreError::Unreachable {
+                        message: "the batch carrying this operation was dropped".to_owned(),
+                    })
+                });
+            }
+        };
+        // Our slot is handed on (or given back) when this guard drops, even if we are cancelled.
+        let _slot = Slot { batcher: self };
+        let mut replies = self.op.run(std::slice::from_ref(&item)).await?;
+        match (replies.pop(), replies.is_empty()) {
+            (Some(reply), true) => Ok(reply),
+            _ => Err(StoreError::Protocol {
+                message: "a batch of one got a reply count other than one".to_owned(),
+            }),
+        }
+    }
+
+    /// Gives back an in-flight slot, or uses it to drain the queue.
+    fn release_slot(&self) {
+        let batch = self.shared.take_batch();
+        if batch.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let this = self.clone();
+                runtime.spawn(async move { this.drain(batch).await });
+            }
+            Err(_) => {
+                // No runtime to run them on (it is shutting down): fail them rather than hang.
+                fail(
+                    batch,
+                    &StoreError::Unreachable {
+                        message: "the runtime is shutting down".to_owned(),
+                    },
+                );
+                self.shared.lock().in_flight -= 1;
+            }
+        }
+    }
+
+    /// Sends batches until the queue is empty, then gives the slot back.
+    async fn drain(self, mut batch: Vec<Waiter<B>>) {
+        while !batch.is_empty() {
+            let (items, senders): (Vec<B::Item>, Vec<_>) = batch.into_iter().unzip();
+            let result = tokio::time::timeout(self.shared.timeout, self.op.run(&items))
+                .await
+                .unwrap_or(Err(StoreError::Timeout {
+                    after: self.shared.timeout,
+                }));
+            match result {
+                Ok(replies) if replies.len() == items.len() => {
+                    for ((item, tx), reply) in items.into_iter().zip(senders).zip(replies) {
+                        if let Err(Ok(reply)) = tx.send(Ok(reply)) {
+                            self.op.abandoned(item, reply);
+                        }
+                    }
+                }
+                Ok(replies) => {
+                    let err = StoreError::Protocol {
+                        message: format!(
+                            "a batch of {} got {} replies",
+                            items.len(),
+                            replies.len()
+                        ),
+                    };
+                    fail(senders.into_iter().map(|tx| ((), tx)).collect(), &err);
+                }
+                Err(err) => fail(senders.into_iter().map(|tx| ((), tx)).collect(), &err),
+            }
+            // Let the callers just answered run first: their next operations join the next
+            // batch instead of trickling in one by one behind it.
+            tokio::task::yield_now().await;
+            batch = self.shared.take_batch();
+        }
+    }
+}
+
+impl<B: Batch> Shared<B> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<B>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a slot (`Ok`: go ahead alone) or queues the item (`Err`: wait for its reply).
+    #[allow(clippy::type_complexity)]
+    fn enter(
+        &self,
+        item: B::Item,
+    ) -> Result<B::Item, oneshot::Receiver<Result<B::Reply, StoreError>>> {
+        let mut queue = self.lock();
+        if queue.in_flight < self.max_in_flight {
+            queue.in_flight += 1;
+            return Ok(item);
+        }
+        let (tx, rx) = oneshot::channel();
+        queue.waiting.push_back((item, tx));
+        Err(rx)
+    }
+
+    /// The next batch for a slot holder; if there is none, the slot is given back.
+    fn take_batch(&self) -> Vec<Waiter<B>> {
+        let mut queue = self.lock();
+        let n = queue.waiting.len().min(self.max_batch);
+        if n == 0 {
+            queue.in_flight -= 1;
+        }
+        queue.waiting.drain(..n).collect()
+    }
+}
+
+fn fail<I, R>(waiters: Vec<(I, oneshot::Sender<Result<R, StoreError>>)>, err: &StoreError) {
+    for (_, tx) in waiters {
+        let _ = tx.send(Err(err.clone()));
+    }
+}
+
+struct Slot<'a, B: Batch> {
+    batcher: &'a Batcher<B>,
+}
+
+impl<B: Batch> Drop for Slot<'_, B> {
+    fn drop(&mut self) {
+        self.batcher.release_slot();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The batcher's own bookkeeping, with an operation that echoes its items after a delay
+    //! (Redis semantics are tested against Redis in `tests/`).
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Clone, Default)]
+    struct Echo {
+        calls: Arc<AtomicUsize>,
+        largest: Arc<AtomicUsize>,
+        abandoned: Arc<Mutex<Vec<u32>>>,
+        fail: bool,
+    }
+
+    impl Batch for Echo {
+        type Item = u32;
+        type Reply = u32;
+
+        async fn run(&self, items: &[u32]) -> Result<Vec<u32>, StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.largest.fetch_max(items.len(), Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if self.fail {
+                return Err(StoreError::Unreachable {
+                    message: "down".to_owned(),
+                });
+            }
+            Ok(items.iter().map(|i| i * 10).collect())
+        }
+
+        fn abandoned(&self, item: u32, reply: u32) {
+            assert_eq!(reply, item * 10);
+            self.abandoned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(item);
+        }
+    }
+
+    #[tokio::test]
+    async fn each_caller_gets_its_own_reply_and_calls_are_shared() {
+        let op = Echo::default();
+        let batcher = Batcher::new(op.clone(), 2, 16, Duration::from_secs(5));
+        let calls: Vec<_> = (0..100u32)
+            .map(|i| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move { (i, batcher.run(i).await) })
+            })
+            .collect();
+        for call in calls {
+            let (i, reply) = call.await.expect("task");
+            assert_eq!(reply.expect("reply"), i * 10);
+        }
+        let n = op.calls.load(Ordering::SeqCst);
+        assert!(n < 100, "{n} calls for 100 items");
+        assert!(
+            op.largest.load(Ordering::SeqCst) <= 16,
+            "a batch above the cap"
+        );
+        settles(&batcher).await;
+    }
+
+    #[tokio::test]
+    async fn a_reply_nobody_waits_for_is_handed_to_abandoned() {
+        let op = Echo::default();
+        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.run(1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Queued behind the first call, then given up on before its batch is answered.
+        let gave_up = tokio::time::timeout(Duration::from_millis(25), batcher.run(2)).await;
+        assert!(gave_up.is_err(), "the queued call answered too soon");
+        assert_eq!(first.await.expect("task").expect("reply"), 10);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            *op.abandoned.lock().unwrap_or_else(PoisonError::into_inner),
+            vec![2]
+        );
+        settles(&batcher).await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_fails_every_caller_in_it() {
+        let op = Echo {
+            fail: true,
+            ..Echo::default()
+        };
+        let batcher = Batcher::new(op, 1, 16, Duration::from_secs(5));
+        let calls: Vec<_> = (0..10u32)
+            .map(|i| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move { batcher.run(i).await })
+            })
+            .collect();
+        for call in calls {
+            let err = call.await.expect("task").expect_err("the op fails");
+            assert!(matches!(err, StoreError::Unreachable { .. }), "{err}");
+        }
+        settles(&batcher).await;
+    }
+
+    /// Every slot is given back and nothing waits, soon after the last caller was answered
+    /// (a draining task gives its slot back right after it finds the queue empty).
+    async fn settles(batcher: &Batcher<Echo>) {
+        for _ in 0..100 {
+            {
+                let queue = batcher.shared.lock();
+                if queue.in_flight == 0 && queue.waiting.is_empty() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let queue = batcher.shared.lock();
+        panic!(
+            "{} slots still taken, {} items waiting",
+            queue.in_flight,
+            queue.waiting.len()
+        );
+    }
+}
