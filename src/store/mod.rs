@@ -5,9 +5,11 @@
 //! backend parameter. Every backend implements the same semantics (see the scripts under
 //! `src/scripts/` for the contract); the in-memory one does it in Rust under a mutex.
 //!
-//! Redis Cluster and a Redlock quorum will be further variants: the key layout already puts
-//! every key of one operation in one hash slot, and batched renewals are per-item results that
-//! a cluster backend can split by slot.
+//! Redis Cluster and a Redlock quorum will be further variants. A lock key and its channel share
+//! the name's hash tag, and batched acquires, releases, renewals and rate-limit checks are
+//! per-item results that a cluster backend can split by slot. The single-primary backend mints
+//! fences from one key per prefix; a cluster backend needs one fence key per slot instead (a
+//! key whose tag hashes to the lock's slot), with the same `max(last + 1, TIME)` rule.
 
 mod batch;
 mod memory;
