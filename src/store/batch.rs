@@ -114,26 +114,26 @@ impl<B: Batch> Batcher<B> {
         if batch.is_empty() {
             return;
         }
+        // The guard travels inside the task: if the task is dropped unfinished (its runtime
+        // shuts down, even before it first runs), the guard fails every waiter and gives the
+        // slot back, so the batcher never loses a slot.
+        let guard = DrainGuard {
+            shared: self.shared.clone(),
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let this = self.clone();
-                runtime.spawn(async move { this.drain(batch).await });
+                runtime.spawn(async move { this.drain(batch, guard).await });
             }
             Err(_) => {
-                // No runtime to run them on (it is shutting down): fail them rather than hang.
-                fail(
-                    batch,
-                    &StoreError::Unreachable {
-                        message: "the runtime is shutting down".to_owned(),
-                    },
-                );
-                self.shared.lock().in_flight -= 1;
+                fail(batch, &runtime_gone());
+                drop(guard);
             }
         }
     }
 
     /// Sends batches until the queue is empty, then gives the slot back.
-    async fn drain(self, mut batch: Vec<Waiter<B>>) {
+    async fn drain(self, mut batch: Vec<Waiter<B>>, guard: DrainGuard<B>) {
         while !batch.is_empty() {
             let (items, senders): (Vec<B::Item>, Vec<_>) = batch.into_iter().unzip();
             let result = tokio::time::timeout(self.shared.timeout, self.op.run(&items))
@@ -166,6 +166,29 @@ impl<B: Batch> Batcher<B> {
             tokio::task::yield_now().await;
             batch = self.shared.take_batch();
         }
+        // `take_batch` gave the slot back when it found the queue empty.
+        std::mem::forget(guard);
+    }
+}
+
+fn runtime_gone() -> StoreError {
+    StoreError::Unreachable {
+        message: "the runtime is shutting down".to_owned(),
+    }
+}
+
+/// Held by a draining task; dropped only if the task ends early (see `release_slot`).
+struct DrainGuard<B: Batch> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Batch> Drop for DrainGuard<B> {
+    fn drop(&mut self) {
+        let mut queue = self.shared.lock();
+        let waiting: Vec<_> = queue.waiting.drain(..).collect();
+        queue.in_flight -= 1;
+        drop(queue);
+        fail(waiting, &runtime_gone());
     }
 }
 
@@ -193,6 +216,8 @@ impl<B: Batch> Shared<B> {
     /// The next batch for a slot holder; if there is none, the slot is given back.
     fn take_batch(&self) -> Vec<Waiter<B>> {
         let mut queue = self.lock();
+        // Callers that gave up while queued: their items are not sent at all.
+        queue.waiting.retain(|(_, tx)| !tx.is_closed());
         let n = queue.waiting.len().min(self.max_batch);
         if n == 0 {
             queue.in_flight -= 1;
@@ -299,6 +324,67 @@ mod tests {
             vec![2]
         );
         settles(&batcher).await;
+    }
+
+    #[tokio::test]
+    async fn an_item_given_up_on_while_queued_is_never_sent() {
+        let op = Echo::default();
+        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.run(1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let gave_up = tokio::time::timeout(Duration::from_millis(5), batcher.run(2)).await;
+        assert!(gave_up.is_err(), "the queued call answered too soon");
+        assert_eq!(first.await.expect("task").expect("reply"), 10);
+        settles(&batcher).await;
+        assert_eq!(
+            op.calls.load(Ordering::SeqCst),
+            1,
+            "the abandoned item was sent"
+        );
+        assert!(
+            op.abandoned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+        );
+    }
+
+    /// A draining task dropped with its runtime gives its slot back and fails its waiters, so
+    /// the same batcher works on the next runtime (a client that outlives one).
+    #[test]
+    fn a_runtime_shut_down_mid_drain_loses_no_slot() {
+        let op = Echo::default();
+        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
+        let first_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let calls: Vec<_> = (0..10u32)
+            .map(|i| {
+                let batcher = batcher.clone();
+                first_runtime.spawn(async move { batcher.run(i).await })
+            })
+            .collect();
+        // The first call is on the wire (20 ms) and the rest queue behind it, then the runtime
+        // goes away while a drain task holds the slot or is about to.
+        std::thread::sleep(Duration::from_millis(30));
+        first_runtime.shutdown_timeout(Duration::from_secs(1));
+        drop(calls);
+        let second_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        second_runtime.block_on(async {
+            let reply = tokio::time::timeout(Duration::from_secs(1), batcher.run(7))
+                .await
+                .expect("a lone call goes straight out again");
+            assert_eq!(reply.expect("reply"), 70);
+            settles(&batcher).await;
+        });
     }
 
     #[tokio::test]
