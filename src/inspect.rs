@@ -26,12 +26,14 @@ impl Client {
 impl Inspector<'_> {
     /// The lock key of `name`.
     pub fn lock_key(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(LockKeys::new(&self.client.inner.prefix, name)?.lock)
+        Ok(LockKeys::new(&self.client.inner.prefix, name)?.lock.clone())
     }
 
     /// The fence key `name` mints its fences from (one per prefix, shared by every lock).
     pub fn fence_key(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(LockKeys::new(&self.client.inner.prefix, name)?.fence)
+        Ok(LockKeys::new(&self.client.inner.prefix, name)?
+            .fence
+            .clone())
     }
 
     /// Remaining ttl of a key; `None` if it does not exist.

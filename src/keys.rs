@@ -1,10 +1,14 @@
-//! Key layout: every key of one lock is `<prefix>:<kind>:{<encoded name>}`.
+//! Key layout: a lock is `<prefix>:lock:{<encoded name>}` with the release channel
+//! `<prefix>:released:{<encoded name>}`; every lock of a prefix mints fences from
+//! `<prefix>:fence`.
 //!
-//! The braces are a Redis Cluster hash tag owned by the library: all keys of one lock (and the
-//! keys of one rate-limit subject) land in one slot, so one script can touch them all. User text
+//! The braces are a Redis Cluster hash tag owned by the library: a lock key and its channel (and
+//! the keys of one rate-limit subject) land in one slot. User text
 //! never adds braces of its own: `%`, `{`, `}` and control characters are percent-encoded, which
 //! makes the encoding injective (distinct names give distinct keys) and leaves the tag
 //! unforgeable.
+
+use std::sync::Arc;
 
 use crate::error::InvalidName;
 
@@ -46,9 +50,13 @@ fn push_escaped(out: &mut String, c: char) {
     });
 }
 
-/// The keys and channel of one lock.
+/// The keys and channel of one lock, shared (a clone is a reference count) by the lease, its
+/// handles and the store operations queued for it.
 #[derive(Clone, Debug)]
-pub(crate) struct LockKeys {
+pub(crate) struct LockKeys(Arc<Keys>);
+
+#[derive(Debug)]
+pub(crate) struct Keys {
     /// The name as the user gave it (for errors and tracing).
     pub(crate) name: String,
     /// Holds the holder's token, with the lease's ttl.
@@ -62,12 +70,20 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, InvalidName> {
         let tag = encode_name(name)?;
-        Ok(Self {
+        Ok(Self(Arc::new(Keys {
             name: name.to_owned(),
             lock: format!("{prefix}:lock:{{{tag}}}"),
             fence: format!("{prefix}:fence"),
             channel: format!("{prefix}:released:{{{tag}}}"),
-        })
+        })))
+    }
+}
+
+impl std::ops::Deref for LockKeys {
+    type Target = Keys;
+
+    fn deref(&self) -> &Keys {
+        &self.0
     }
 }
 

@@ -1,11 +1,12 @@
 //! Lease tokens: 128 bits from a CSPRNG, unique per lease.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The secret that proves ownership of a lease. Never printed: `Debug` shows only that it is
-/// redacted, and it has no `Display`.
+/// redacted, and it has no `Display`. A clone is a reference count.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Token(String);
+pub(crate) struct Token(Arc<str>);
 
 impl Token {
     /// Draws a fresh token from `rand`'s thread-local CSPRNG (ChaCha, seeded and periodically
@@ -23,7 +24,7 @@ impl Token {
             hex.push(char::from(DIGITS[usize::from(b >> 4)]));
             hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
         }
-        Self(hex)
+        Self(hex.into())
     }
 
     pub(crate) fn as_str(&self) -> &str {

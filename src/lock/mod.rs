@@ -344,7 +344,7 @@ impl LockBuilder {
             Ok(value) => match lease.release().await {
                 Ok(ReleaseOutcome::Released) => Ok(value),
                 Ok(_) => Err(LockError::LeaseLost {
-                    name: keys.name,
+                    name: keys.name.clone(),
                     reason: crate::LossReason::NotHeld,
                 }),
                 Err(err) => {

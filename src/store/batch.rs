@@ -307,17 +307,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_nobody_waits_for_is_handed_to_abandoned() {
-        let op = Echo::default();
-        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
-        let first = tokio::spawn({
-            let batcher = batcher.clone();
-            async move { batcher.run(1).await }
-        });
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        // Queued behind the first call, then given up on before its batch is answered.
-        let gave_up = tokio::time::timeout(Duration::from_millis(25), batcher.run(2)).await;
-        assert!(gave_up.is_err(), "the queued call answered too soon");
-        assert_eq!(first.await.expect("task").expect("reply"), 10);
+        // Given up on after its batch went out (at 20 ms), before it is answered (at 40 ms).
+        let (op, batcher) = queue_one_and_give_up(Duration::from_millis(25)).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(
             *op.abandoned.lock().unwrap_or_else(PoisonError::into_inner),
@@ -328,16 +319,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_item_given_up_on_while_queued_is_never_sent() {
-        let op = Echo::default();
-        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
-        let first = tokio::spawn({
-            let batcher = batcher.clone();
-            async move { batcher.run(1).await }
-        });
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let gave_up = tokio::time::timeout(Duration::from_millis(5), batcher.run(2)).await;
-        assert!(gave_up.is_err(), "the queued call answered too soon");
-        assert_eq!(first.await.expect("task").expect("reply"), 10);
+        // Given up on while the first call is still on the wire.
+        let (op, batcher) = queue_one_and_give_up(Duration::from_millis(5)).await;
         settles(&batcher).await;
         assert_eq!(
             op.calls.load(Ordering::SeqCst),
@@ -405,6 +388,22 @@ mod tests {
             assert!(matches!(err, StoreError::Unreachable { .. }), "{err}");
         }
         settles(&batcher).await;
+    }
+
+    /// One slot: item 1 goes out alone (20 ms); item 2 queues behind it and its caller gives up
+    /// after `patience`. Returns once item 1 is answered.
+    async fn queue_one_and_give_up(patience: Duration) -> (Echo, Batcher<Echo>) {
+        let op = Echo::default();
+        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.run(1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let gave_up = tokio::time::timeout(patience, batcher.run(2)).await;
+        assert!(gave_up.is_err(), "the queued call answered too soon");
+        assert_eq!(first.await.expect("task").expect("reply"), 10);
+        (op, batcher)
     }
 
     /// Every slot is given back and nothing waits, soon after the last caller was answered

@@ -102,24 +102,9 @@ impl RedisStore {
             ),
         }
         Ok(Self {
-            acquires: Batcher::new(
-                Acquires { conn: conn.clone() },
-                MAX_IN_FLIGHT,
-                MAX_BATCH,
-                settings.response_timeout,
-            ),
-            releases: Batcher::new(
-                Releases { conn: conn.clone() },
-                MAX_IN_FLIGHT,
-                MAX_BATCH,
-                settings.response_timeout,
-            ),
-            rates: Batcher::new(
-                Rates { conn: conn.clone() },
-                MAX_IN_FLIGHT,
-                MAX_BATCH,
-                settings.response_timeout,
-            ),
+            acquires: batcher(Acquires { conn: conn.clone() }, &settings),
+            releases: batcher(Releases { conn: conn.clone() }, &settings),
+            rates: batcher(Rates { conn: conn.clone() }, &settings),
             conn,
             settings,
             wakeups,
@@ -145,9 +130,7 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<AcquireReply, StoreError> {
         let item = AcquireItem {
-            lock: keys.lock.clone(),
-            fence: keys.fence.clone(),
-            channel: keys.channel.clone(),
+            keys: keys.clone(),
             token: token.clone(),
             ttl_ms: millis(ttl),
         };
@@ -159,8 +142,7 @@ impl RedisStore {
 
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
         let item = ReleaseItem {
-            lock: keys.lock.clone(),
-            channel: keys.channel.clone(),
+            keys: keys.clone(),
             token: token.clone(),
         };
         self.releases
@@ -194,11 +176,13 @@ impl RedisStore {
     }
 }
 
+fn batcher<B: Batch>(op: B, settings: &RedisSettings) -> Batcher<B> {
+    Batcher::new(op, MAX_IN_FLIGHT, MAX_BATCH, settings.response_timeout)
+}
+
 /// One lock to acquire, owned so it can wait in a batch.
 pub(crate) struct AcquireItem {
-    lock: String,
-    fence: String,
-    channel: String,
+    keys: LockKeys,
     token: Token,
     ttl_ms: u64,
 }
@@ -217,8 +201,8 @@ impl Batch for Acquires {
         let mut invocation = ACQUIRE.prepare_invoke();
         for item in items {
             invocation
-                .key(&item.lock)
-                .key(&item.fence)
+                .key(&item.keys.lock)
+                .key(&item.keys.fence)
                 .arg(item.token.as_str())
                 .arg(item.ttl_ms);
         }
@@ -262,8 +246,7 @@ impl Batch for Acquires {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let item = ReleaseItem {
-                    lock: item.lock,
-                    channel: item.channel,
+                    keys: item.keys,
                     token: item.token,
                 };
                 if let Err(err) = releases.run(std::slice::from_ref(&item)).await {
@@ -276,8 +259,7 @@ impl Batch for Acquires {
 
 /// One lock to release, owned so it can wait in a batch.
 pub(crate) struct ReleaseItem {
-    lock: String,
-    channel: String,
+    keys: LockKeys,
     token: Token,
 }
 
@@ -295,9 +277,9 @@ impl Batch for Releases {
         let mut invocation = RELEASE.prepare_invoke();
         for item in items {
             invocation
-                .key(&item.lock)
+                .key(&item.keys.lock)
                 .arg(item.token.as_str())
-                .arg(&item.channel);
+                .arg(&item.keys.channel);
         }
         let codes: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
         if codes.len() != items.len() {
