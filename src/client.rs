@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
-use crate::error::StoreError;
+use crate::error::{InvalidName, StoreError};
+use crate::keys::LockKeys;
 use crate::lock::LockBuilder;
 use crate::lock::watchdog::Watchdog;
 use crate::store::{MemoryStore, RedisStore, Store, redis::RedisSettings};
@@ -35,6 +36,8 @@ pub(crate) struct ClientInner {
     pub(crate) id: u64,
     pub(crate) store: Store,
     pub(crate) prefix: String,
+    /// `<prefix>:fence`, built once and shared by every lock's keys.
+    pub(crate) fence_key: Arc<str>,
     pub(crate) watchdog: Watchdog,
 }
 
@@ -48,6 +51,11 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// The keys of lock `name` on this client.
+    pub(crate) fn lock_keys(&self, name: &str) -> Result<LockKeys, InvalidName> {
+        LockKeys::new(&self.inner.prefix, &self.inner.fence_key, name)
+    }
+
     /// Connects to a single Redis primary: `redis://[user[:password]@]host[:port][/db]`, or
     /// `rediss://` for TLS (with the `tls` feature). Fails once, clearly, on a bad URL, a
     /// refused connection or wrong credentials.
@@ -191,6 +199,7 @@ impl ClientBuilder {
             inner: Arc::new(ClientInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 store,
+                fence_key: crate::keys::fence_key(&self.prefix),
                 prefix: self.prefix,
                 watchdog,
             }),

@@ -7,7 +7,6 @@ use redis::AsyncCommands;
 
 use crate::Client;
 use crate::error::{InvalidName, StoreError};
-use crate::keys::LockKeys;
 use crate::store::Store;
 
 /// Store-level views of one client, for tests.
@@ -26,14 +25,12 @@ impl Client {
 impl Inspector<'_> {
     /// The lock key of `name`.
     pub fn lock_key(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(LockKeys::new(&self.client.inner.prefix, name)?.lock.clone())
+        Ok(self.client.lock_keys(name)?.lock.clone())
     }
 
     /// The fence key `name` mints its fences from (one per prefix, shared by every lock).
     pub fn fence_key(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(LockKeys::new(&self.client.inner.prefix, name)?
-            .fence
-            .clone())
+        Ok(self.client.lock_keys(name)?.fence.to_string())
     }
 
     /// Remaining ttl of a key; `None` if it does not exist.
@@ -87,6 +84,11 @@ impl Inspector<'_> {
     /// Renewal round trips the watchdog has sent.
     pub fn renewal_calls(&self) -> u64 {
         self.client.inner.watchdog.renewal_calls()
+    }
+
+    /// Times the watchdog task has looked at its leases.
+    pub fn watchdog_scans(&self) -> u64 {
+        self.client.inner.watchdog.scans()
     }
 
     /// Leases the watchdog is tracking.

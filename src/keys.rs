@@ -17,6 +17,13 @@ pub const MAX_NAME_LEN: usize = 512;
 
 /// Encodes a user-supplied name for use inside a hash tag.
 pub(crate) fn encode_name(name: &str) -> Result<String, InvalidName> {
+    check_name(name)?;
+    let mut out = String::with_capacity(name.len());
+    push_encoded(&mut out, name);
+    Ok(out)
+}
+
+fn check_name(name: &str) -> Result<(), InvalidName> {
     if name.is_empty() {
         return Err(InvalidName::Empty);
     }
@@ -26,28 +33,37 @@ pub(crate) fn encode_name(name: &str) -> Result<String, InvalidName> {
             max: MAX_NAME_LEN,
         });
     }
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        match c {
-            '%' | '{' | '}' => push_escaped(&mut out, c),
-            c if c.is_control() => {
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("%{b:02X}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    Ok(out)
+    Ok(())
 }
 
-fn push_escaped(out: &mut String, c: char) {
-    out.push_str(match c {
-        '%' => "%25",
-        '{' => "%7B",
-        _ => "%7D",
-    });
+/// Appends `name` encoded: `%`, `{`, `}` and control characters (C0, DEL and C1) become
+/// `%XX` escapes of their UTF-8 bytes; everything else is copied.
+fn push_encoded(out: &mut String, name: &str) {
+    // Almost every name needs no escape: copy it whole. A C1 control is U+0080..=U+009F,
+    // which UTF-8 writes as 0xC2 0x80..=0x9F, so a name without 0xC2 has none.
+    let plain = |b: u8| !matches!(b, b'%' | b'{' | b'}' | 0x00..=0x1F | 0x7F | 0xC2);
+    if name.bytes().all(plain) {
+        out.push_str(name);
+        return;
+    }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for c in name.chars() {
+        if matches!(c, '%' | '{' | '}') || c.is_control() {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push('%');
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xF)]));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// The key every lock of `prefix` mints its fences from.
+pub(crate) fn fence_key(prefix: &str) -> Arc<str> {
+    format!("{prefix}:fence").into()
 }
 
 /// The keys and channel of one lock, shared (a clone is a reference count) by the lease, its
@@ -61,20 +77,34 @@ pub(crate) struct Keys {
     pub(crate) name: String,
     /// Holds the holder's token, with the lease's ttl.
     pub(crate) lock: String,
-    /// Holds the last fencing token handed out under the prefix (one key for every lock).
-    pub(crate) fence: String,
+    /// Holds the last fencing token handed out under the prefix (one key for every lock,
+    /// shared with the client).
+    pub(crate) fence: Arc<str>,
     /// Pub/sub channel a release publishes to.
     pub(crate) channel: String,
 }
 
 impl LockKeys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, InvalidName> {
-        let tag = encode_name(name)?;
+    /// The keys of lock `name` under `prefix`, whose fence key is `fence` (see [`fence_key`]).
+    /// Built with plain appends: this runs once per acquire.
+    pub(crate) fn new(prefix: &str, fence: &Arc<str>, name: &str) -> Result<Self, InvalidName> {
+        check_name(name)?;
+        let mut lock = String::with_capacity(prefix.len() + name.len() + 8);
+        lock.push_str(prefix);
+        lock.push_str(":lock:{");
+        let tag_start = lock.len();
+        push_encoded(&mut lock, name);
+        lock.push('}');
+        let tagged = &lock[tag_start - 1..];
+        let mut channel = String::with_capacity(prefix.len() + 10 + tagged.len());
+        channel.push_str(prefix);
+        channel.push_str(":released:");
+        channel.push_str(tagged);
         Ok(Self(Arc::new(Keys {
             name: name.to_owned(),
-            lock: format!("{prefix}:lock:{{{tag}}}"),
-            fence: format!("{prefix}:fence"),
-            channel: format!("{prefix}:released:{{{tag}}}"),
+            lock,
+            fence: fence.clone(),
+            channel,
         })))
     }
 }
@@ -127,6 +157,10 @@ mod tests {
         assert_eq!(encode_name("a{b}c%d").as_deref(), Ok("a%7Bb%7Dc%25d"));
         assert_eq!(encode_name("order:42").as_deref(), Ok("order:42"));
         assert_eq!(encode_name("\n").as_deref(), Ok("%0A"));
+        // DEL and the C1 controls are escaped byte by byte; other non-ASCII text is kept.
+        assert_eq!(encode_name("a\u{7f}").as_deref(), Ok("a%7F"));
+        assert_eq!(encode_name("\u{85}é\u{a0}").as_deref(), Ok("%C2%85é\u{a0}"));
+        assert_eq!(encode_name("été{").as_deref(), Ok("été%7B"));
     }
 
     #[test]
@@ -166,7 +200,7 @@ mod tests {
             let name: String = (0..len)
                 .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())])
                 .collect();
-            let keys = LockKeys::new("p", &name).expect("valid name");
+            let keys = LockKeys::new("p", &fence_key("p"), &name).expect("valid name");
             let tag = hash_tag(&keys.lock);
             assert!(
                 !tag.contains(['{', '}']),
@@ -200,7 +234,7 @@ mod tests {
 
     #[test]
     fn the_lock_key_and_channel_share_the_library_tag() {
-        let keys = LockKeys::new("p", "evil}{tag}").expect("valid name");
+        let keys = LockKeys::new("p", &fence_key("p"), "evil}{tag}").expect("valid name");
         let tag = hash_tag(&keys.lock);
         assert_eq!(tag, "evil%7D%7Btag%7D");
         assert_eq!(hash_tag(&keys.channel), tag);
@@ -208,10 +242,10 @@ mod tests {
 
     #[test]
     fn every_lock_of_a_prefix_shares_one_fence_key() {
-        let a = LockKeys::new("p", "order:1").expect("valid name");
-        let b = LockKeys::new("p", "evil}{tag}").expect("valid name");
-        let c = LockKeys::new("q", "order:1").expect("valid name");
-        assert_eq!(a.fence, "p:fence");
+        let a = LockKeys::new("p", &fence_key("p"), "order:1").expect("valid name");
+        let b = LockKeys::new("p", &fence_key("p"), "evil}{tag}").expect("valid name");
+        let c = LockKeys::new("q", &fence_key("q"), "order:1").expect("valid name");
+        assert_eq!(&*a.fence, "p:fence");
         assert_eq!(a.fence, b.fence);
         assert_ne!(a.fence, c.fence);
     }

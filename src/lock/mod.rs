@@ -124,7 +124,7 @@ impl LockBuilder {
     }
 
     fn validate(&self) -> Result<LockKeys, LockError> {
-        let keys = LockKeys::new(&self.client.inner.prefix, &self.name)?;
+        let keys = self.client.lock_keys(&self.name)?;
         if !(MIN_TTL..=MAX_TTL).contains(&self.ttl) {
             return Err(LockError::InvalidConfig {
                 reason: format!(

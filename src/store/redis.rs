@@ -202,7 +202,7 @@ impl Batch for Acquires {
         for item in items {
             invocation
                 .key(&item.keys.lock)
-                .key(&item.keys.fence)
+                .key(&*item.keys.fence)
                 .arg(item.token.as_str())
                 .arg(item.ttl_ms);
         }
