@@ -7,7 +7,13 @@
 //! the deadline checks, and each is bounded by the earliest deadline in it.
 //!
 //! The task starts with the first lease and stops after [`IDLE_EXIT`] with nothing to watch;
-//! if the runtime it ran on went away, the next lease starts a new one.
+//! if the runtime it ran on went away, the next lease starts a new one. Whether a task is
+//! running is decided under the lease map's lock, so a lease added while the task is exiting
+//! starts a new task rather than going unwatched.
+//!
+//! A new lease wakes the task only if it needs attention before the task's next look. With
+//! nothing to watch the task looks every [`IDLE_LOOK`], so a service that takes and releases
+//! one lease at a time (the map is empty at every look) does not wake it for every lease.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,15 +32,23 @@ use crate::store::{Held, RenewItem, Store};
 pub(crate) const MAX_BATCH: usize = 512;
 /// How long the task lingers with no lease before it exits.
 const IDLE_EXIT: Duration = Duration::from_secs(30);
+/// How often the task looks while it has no lease (leases first due later need no wake-up).
+const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
+struct Leases {
+    map: HashMap<u64, Arc<LeaseShared>>,
+    /// A task is running (or spawned) for this watchdog.
+    running: bool,
+}
+
 struct Shared {
     store: Store,
-    leases: Mutex<HashMap<u64, Arc<LeaseShared>>>,
+    leases: Mutex<Leases>,
     /// When the task will next look at its leases on its own (`None`: not sleeping on a
     /// timer, e.g. scanning). A new lease wakes it only if it needs attention earlier.
     next_wake: Mutex<Option<Instant>>,
@@ -42,6 +56,8 @@ struct Shared {
     wake: Notify,
     /// Renewal round trips sent (one per batch), for tests and the benchmark.
     renewal_calls: AtomicU64,
+    /// Times the task looked at its leases, for tests.
+    scans: AtomicU64,
 }
 
 impl Watchdog {
@@ -49,11 +65,15 @@ impl Watchdog {
         Self {
             shared: Arc::new(Shared {
                 store,
-                leases: Mutex::new(HashMap::new()),
+                leases: Mutex::new(Leases {
+                    map: HashMap::new(),
+                    running: false,
+                }),
                 next_wake: Mutex::new(None),
                 next_id: AtomicU64::new(0),
                 wake: Notify::new(),
                 renewal_calls: AtomicU64::new(0),
+                scans: AtomicU64::new(0),
             }),
             task: Mutex::new(None),
         }
@@ -67,8 +87,14 @@ impl Watchdog {
             t.next_renew.map_or(t.valid_until, |r| r.min(t.valid_until))
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        self.shared.lock_leases().insert(id, lease);
-        self.ensure_running();
+        let start = {
+            let mut leases = self.shared.lock_leases();
+            leases.map.insert(id, lease);
+            !std::mem::replace(&mut leases.running, true)
+        };
+        if start {
+            self.start();
+        }
         // Waking the task costs a scan of every lease: only do it when this one needs
         // attention before the task would look anyway.
         let next_wake = *self
@@ -84,7 +110,7 @@ impl Watchdog {
 
     /// Stops watching a lease that was released (O(1); the task need not wake up).
     pub(crate) fn unwatch(&self, id: u64) {
-        self.shared.lock_leases().remove(&id);
+        self.shared.lock_leases().map.remove(&id);
     }
 
     /// Makes the task look at its leases again (a lease was added or its times changed).
@@ -96,19 +122,27 @@ impl Watchdog {
         self.shared.renewal_calls.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.shared.lock_leases().len()
+    pub(crate) fn scans(&self) -> u64 {
+        self.shared.scans.load(Ordering::Relaxed)
     }
 
-    fn ensure_running(&self) {
-        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-        if task.as_ref().is_some_and(|t| !t.is_finished()) {
-            return;
-        }
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lock_leases().map.len()
+    }
+
+    /// Spawns the task, once `watch` has marked it running (not under the map's lock: a
+    /// runtime that is shutting down drops the task at once, and its guard takes the lock).
+    fn start(&self) {
+        let running = Running {
+            shared: self.shared.clone(),
+            armed: true,
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime: nothing renews; the next lease tries again (the guard resets).
             return;
         };
-        *task = Some(runtime.spawn(run(self.shared.clone())));
+        let task = runtime.spawn(run(self.shared.clone(), running));
+        *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
     }
 }
 
@@ -126,12 +160,27 @@ impl Drop for Watchdog {
 }
 
 impl Shared {
-    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<LeaseShared>>> {
+    fn lock_leases(&self) -> std::sync::MutexGuard<'_, Leases> {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-async fn run(shared: Arc<Shared>) {
+/// Carried by the task: if the task is dropped unfinished (its runtime shut down), the next
+/// lease starts a new one.
+struct Running {
+    shared: Arc<Shared>,
+    armed: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.lock_leases().running = false;
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>, mut running: Running) {
     let mut idle_since: Option<Instant> = None;
     loop {
         *shared
@@ -150,10 +199,16 @@ async fn run(shared: Arc<Shared>) {
             }
             None => {
                 let since = *idle_since.get_or_insert(now);
-                if now >= since + IDLE_EXIT && shared.lock_leases().is_empty() {
-                    return;
+                if now >= since + IDLE_EXIT {
+                    let mut leases = shared.lock_leases();
+                    if leases.map.is_empty() {
+                        // Decided under the lock: a lease added from here on starts a new task.
+                        leases.running = false;
+                        running.armed = false;
+                        return;
+                    }
                 }
-                since + IDLE_EXIT
+                (since + IDLE_EXIT).min(now + IDLE_LOOK)
             }
         };
         *shared
@@ -172,11 +227,12 @@ async fn run(shared: Arc<Shared>) {
 /// lease) those due within ttl/12, which ride along in the same round trip. Returns them and
 /// when to look again (`None`: nothing to watch).
 fn scan(shared: &Shared, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
+    shared.scans.fetch_add(1, Ordering::Relaxed);
     let mut due = Vec::new();
     let mut soon = Vec::new();
     let mut next: Option<Instant> = None;
     let mut earliest = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
-    shared.lock_leases().retain(|_, lease| {
+    shared.lock_leases().map.retain(|_, lease| {
         if lease.is_ended() {
             return false;
         }

@@ -959,3 +959,84 @@ async fn names_that_look_alike_are_different_locks(fx: Fixture) {
         );
     }
 }
+
+/// A service that takes and releases one lease at a time leaves the watchdog with nothing to
+/// watch at every look; a new lease that is not due before the watchdog's next look must not
+/// wake it (a wake-up per lease is a task switch and a scan on the hot path). One runtime
+/// thread, as in a `current_thread` service: the task can only look between leases, so it
+/// always finds the map empty. The watchdog does not depend on the store; memory suffices.
+#[tokio::test]
+async fn one_lease_at_a_time_does_not_wake_the_watchdog_each_time() {
+    const LEASES: u64 = 200;
+    let client = distlock::Client::in_memory();
+    let inspect = client.__inspect();
+    // A short lease starts the task, which looks again at its renewal time (ttl/3) and then
+    // finds nothing to watch: the idle state every later lease arrives in.
+    let lease = client
+        .lock("seq")
+        .ttl(Duration::from_millis(60))
+        .acquire()
+        .await
+        .expect("acquire");
+    lease.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = inspect.watchdog_scans();
+    for _ in 0..LEASES {
+        let lease = client.lock("seq").acquire().await.expect("acquire");
+        assert_eq!(inspect.watched_leases(), 1, "the lease is watched");
+        lease.release().await.expect("release");
+        tokio::task::yield_now().await;
+    }
+    let scans = inspect.watchdog_scans() - before;
+    assert!(
+        scans < LEASES / 10,
+        "{scans} watchdog scans for {LEASES} one-at-a-time leases"
+    );
+}
+
+/// The watchdog task exits after a long idle spell; the next lease starts a new one and is
+/// renewed. On a paused clock, so the 30 s idle spell costs nothing.
+#[tokio::test(start_paused = true)]
+async fn a_lease_after_the_watchdog_went_idle_is_still_renewed() {
+    let client = distlock::Client::in_memory();
+    let inspect = client.__inspect();
+    let lease = client
+        .lock("idle")
+        .ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("acquire");
+    lease.release().await.expect("release");
+    // Long enough for the task to find nothing to watch for its whole idle allowance.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let scans = inspect.watchdog_scans();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        inspect.watchdog_scans(),
+        scans,
+        "the idle watchdog task did not exit"
+    );
+
+    let renewals = inspect.renewal_calls();
+    let lease = client
+        .lock("idle")
+        .ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        !lease.is_lost(),
+        "the lease was lost: {:?}",
+        lease.lost_reason()
+    );
+    assert!(
+        inspect.renewal_calls() >= renewals + 3,
+        "a 10 s hold of a 3 s lease was renewed {} times",
+        inspect.renewal_calls() - renewals
+    );
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
