@@ -7,11 +7,12 @@
 -- ARGV[2i-1]  lock i's new token  (unguessable, unique per lease)
 -- ARGV[2i]    lock i's ttl in milliseconds (> 0)
 --
--- Reply {code_1, value_1, code_2, value_2, ...}, two integers per lock, in order:
---   1, fence   granted. Also when the key already holds the token (a retry of a grant whose
---              reply was lost): the ttl is reset and a new, higher fence returned.
---   0, pttl    busy: another token holds the lock for pttl more milliseconds (-1: the key
---              has no expiry, which this library never creates).
+-- Reply  one integer per lock, in order (a bare integer when there is one lock, an array
+--        otherwise):
+--   fence > 0       granted. Also when the key already holds the token (a retry of a grant
+--                   whose reply was lost): the ttl is reset and a new, higher fence returned.
+--   -(pttl + 1)     busy: another token holds the lock for pttl more milliseconds; 0 when the
+--                   key has no expiry (pttl -1), which this library never creates.
 --
 -- A fence is max(last + 1, server time in microseconds): fences strictly increase per lock
 -- (and per prefix) even if the fence key was lost to a failover or a flush, as long as the
@@ -40,14 +41,15 @@ for i = 1, #KEYS / 2 do
       fence = now_us
     end
     last[fence_key] = fence
-    reply[2 * i - 1] = 1
-    reply[2 * i] = fence
+    reply[i] = fence
   else
-    reply[2 * i - 1] = 0
-    reply[2 * i] = redis.call('PTTL', key)
+    reply[i] = -redis.call('PTTL', key) - 1
   end
 end
 for fence_key, fence in pairs(last) do
   redis.call('SET', fence_key, string.format('%.0f', fence))
+end
+if #reply == 1 then
+  return reply[1]
 end
 return reply

@@ -5,7 +5,8 @@
 -- ARGV[2i-1]    lock i's token
 -- ARGV[2i]      lock i's release channel (a pub/sub channel, not a key)
 --
--- Reply  one integer per lock, in order:
+-- Reply  one integer per lock, in order (a bare integer when there is one lock, an array
+--        otherwise):
 --        1  released: the key held the token; it was deleted and the channel published to
 --        0  already expired: the key is gone; nothing was changed
 --       -1  held by another token; nothing was changed
@@ -21,5 +22,8 @@ for i = 1, #KEYS do
   else
     reply[i] = -1
   end
+end
+if #reply == 1 then
+  return reply[1]
 end
 return reply

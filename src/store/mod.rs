@@ -12,6 +12,7 @@
 //! key whose tag hashes to the lock's slot), with the same `max(last + 1, TIME)` rule.
 
 mod batch;
+mod lua;
 mod memory;
 pub(crate) mod redis;
 mod wakeups;
@@ -45,6 +46,18 @@ pub(crate) enum AcquireReply {
     Busy {
         pttl: Option<Duration>,
     },
+}
+
+impl AcquireReply {
+    /// One item of `acquire.lua`'s reply: a fence (> 0), or −(pttl + 1) when busy.
+    pub(crate) fn from_code(code: i64) -> Self {
+        match u64::try_from(code) {
+            Ok(fence) if fence > 0 => Self::Granted { fence },
+            _ => Self::Busy {
+                pttl: u64::try_from(-(code + 1)).ok().map(Duration::from_millis),
+            },
+        }
+    }
 }
 
 /// Whether a key held the expected token (the reply of release and renew).
@@ -199,5 +212,35 @@ impl Store {
             Self::Redis(s) => s.op_timeout(),
             Self::Memory(_) => Duration::from_secs(1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_codes_decode_to_grants_and_busy_replies() {
+        let busy = |ms| AcquireReply::Busy {
+            pttl: Some(Duration::from_millis(ms)),
+        };
+        assert_eq!(
+            AcquireReply::from_code(1_700_000_000_000_001),
+            AcquireReply::Granted {
+                fence: 1_700_000_000_000_001
+            }
+        );
+        assert_eq!(
+            AcquireReply::from_code(1),
+            AcquireReply::Granted { fence: 1 }
+        );
+        assert_eq!(AcquireReply::from_code(-1), busy(0));
+        assert_eq!(AcquireReply::from_code(-30_001), busy(30_000));
+        assert_eq!(
+            AcquireReply::from_code(0),
+            AcquireReply::Busy { pttl: None },
+            "a key without expiry"
+        );
+        assert_eq!(AcquireReply::from_code(i64::MIN), busy(i64::MAX as u64));
     }
 }

@@ -6,9 +6,10 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ProtocolVersion, PushInfo, PushKind, Script, Value};
+use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
 use super::batch::{Batch, Batcher};
+use super::lua::Lua;
 use super::wakeups::Subscriber;
 use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Verdict, Wakeups, millis};
 use crate::error::StoreError;
@@ -16,16 +17,13 @@ use crate::keys::LockKeys;
 use crate::ratelimit::Spec;
 use crate::token::Token;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/renew.lua")));
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/acquire.lua")));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/release.lua")));
+static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/renew.lua")));
 /// One script for every rate-limit check: the shared helpers, one file per algorithm, then
 /// the two-phase driver (see `ratelimit.lua` for the contract).
-static RATE_LIMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static RATE_LIMIT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../scripts/ratelimit/common.lua"),
         include_str!("../scripts/ratelimit/gcra.lua"),
         include_str!("../scripts/ratelimit/token_bucket.lua"),
@@ -152,19 +150,18 @@ impl RedisStore {
     }
 
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
-        let mut invocation = RENEW.prepare_invoke();
+        let mut cmd = RENEW.call(items.len(), 2 * items.len(), 96 * items.len());
         for item in items {
-            invocation.key(item.key);
+            cmd.arg(item.key);
         }
         for item in items {
-            invocation.arg(item.token.as_str());
+            cmd.arg(item.token.as_str());
         }
         for item in items {
-            invocation.arg(millis(item.ttl));
+            cmd.arg(millis(item.ttl));
         }
-        let mut conn = self.conn.clone();
-        let codes: Vec<i64> = invocation
-            .invoke_async(&mut conn)
+        let codes: Vec<i64> = RENEW
+            .invoke(&cmd, &self.conn)
             .await
             .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
         if codes.len() != items.len() {
@@ -198,41 +195,16 @@ impl Batch for Acquires {
     type Reply = AcquireReply;
 
     async fn run(&self, items: &[AcquireItem]) -> Result<Vec<AcquireReply>, StoreError> {
-        let mut invocation = ACQUIRE.prepare_invoke();
+        let mut cmd = ACQUIRE.call(2 * items.len(), 2 * items.len(), 128 * items.len());
         for item in items {
-            invocation
-                .key(&item.keys.lock)
-                .key(&*item.keys.fence)
-                .arg(item.token.as_str())
-                .arg(item.ttl_ms);
+            cmd.arg(&item.keys.lock).arg(&*item.keys.fence);
         }
-        let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
-        if reply.len() != 2 * items.len() {
-            return Err(StoreError::Protocol {
-                message: format!(
-                    "expected 2 × {} integers from acquire, got {reply:?}",
-                    items.len()
-                ),
-            });
+        for item in items {
+            cmd.arg(item.token.as_str()).arg(item.ttl_ms);
         }
-        reply
-            .chunks_exact(2)
-            .map(|pair| match *pair {
-                [1, fence] => u64::try_from(fence)
-                    .map(|fence| AcquireReply::Granted { fence })
-                    .map_err(|_| StoreError::Protocol {
-                        message: format!("negative fence {fence} from acquire"),
-                    }),
-                [0, pttl] => Ok(AcquireReply::Busy {
-                    pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                }),
-                _ => Err(StoreError::Protocol {
-                    message: format!(
-                        "expected {{granted, fence or pttl}} from acquire, got {pair:?}"
-                    ),
-                }),
-            })
-            .collect()
+        let reply = ACQUIRE.invoke(&cmd, &self.conn).await?;
+        let codes = codes(reply, items.len(), "acquire")?;
+        Ok(codes.into_iter().map(AcquireReply::from_code).collect())
     }
 
     /// A grant nobody waits for any more: give it back at once rather than at its ttl.
@@ -274,24 +246,18 @@ impl Batch for Releases {
     type Reply = Held;
 
     async fn run(&self, items: &[ReleaseItem]) -> Result<Vec<Held>, StoreError> {
-        let mut invocation = RELEASE.prepare_invoke();
+        let mut cmd = RELEASE.call(items.len(), 2 * items.len(), 128 * items.len());
         for item in items {
-            invocation
-                .key(&item.keys.lock)
-                .arg(item.token.as_str())
-                .arg(&item.keys.channel);
+            cmd.arg(&item.keys.lock);
         }
-        let codes: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
-        if codes.len() != items.len() {
-            return Err(StoreError::Protocol {
-                message: format!(
-                    "release answered {} codes for {} locks",
-                    codes.len(),
-                    items.len()
-                ),
-            });
+        for item in items {
+            cmd.arg(item.token.as_str()).arg(&item.keys.channel);
         }
-        codes.into_iter().map(Held::from_reply).collect()
+        let reply = RELEASE.invoke(&cmd, &self.conn).await?;
+        codes(reply, items.len(), "release")?
+            .into_iter()
+            .map(Held::from_reply)
+            .collect()
     }
 }
 
@@ -337,15 +303,21 @@ pub(crate) struct Rates {
 
 impl Rates {
     async fn invoke(&self, now: &str, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
-        let mut invocation = RATE_LIMIT.prepare_invoke();
-        invocation.arg(now);
+        let keys: usize = items.iter().map(|item| item.keys.len()).sum();
+        let mut cmd = RATE_LIMIT.call(keys, 1 + 2 * items.len() + 3 * keys, 128 * keys);
         for item in items {
-            invocation.arg(item.cost).arg(item.specs.len());
-            for (key, spec) in item.keys.iter().zip(&item.specs) {
-                invocation.key(key).arg(spec.code()).arg(spec.a).arg(spec.b);
+            for key in &item.keys {
+                cmd.arg(key);
             }
         }
-        let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        cmd.arg(now);
+        for item in items {
+            cmd.arg(item.cost).arg(item.specs.len());
+            for spec in &item.specs {
+                cmd.arg(spec.code()).arg(spec.a).arg(spec.b);
+            }
+        }
+        let reply: Vec<i64> = RATE_LIMIT.invoke(&cmd, &self.conn).await?;
         let mut rest = reply.as_slice();
         let mut replies = Vec::with_capacity(items.len());
         for item in items {
@@ -370,6 +342,29 @@ impl Batch for Rates {
     async fn run(&self, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
         self.invoke("", items).await
     }
+}
+
+/// The per-item integers of a many-item script: an array, or a bare integer when one item
+/// was sent (an integer reply is cheaper to parse than an array of one).
+fn codes(reply: Value, items: usize, script: &str) -> Result<Vec<i64>, StoreError> {
+    let codes = match reply {
+        Value::Int(code) => vec![code],
+        Value::Array(values) => values
+            .into_iter()
+            .map(|v| match v {
+                Value::Int(code) => Some(code),
+                _ => None,
+            })
+            .collect::<Option<Vec<i64>>>()
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if codes.len() != items {
+        return Err(StoreError::Protocol {
+            message: format!("{script} answered {} codes for {items} items", codes.len()),
+        });
+    }
+    Ok(codes)
 }
 
 /// `{applied, then allowed, remaining, retry_us, reset_us per policy}`.

@@ -1,0 +1,47 @@
+//! Script calls built straight into one `EVALSHA` command.
+//!
+//! `redis::ScriptInvocation` buffers every key and argument in a `Vec` of its own and copies
+//! them all into the command when it is sent; on the hot path (one acquire, one release) that
+//! is most of the client's work besides the round trip. Here the caller writes the keys and
+//! arguments into the command directly, and a `NOSCRIPT` reply (the script cache was flushed,
+//! or the server restarted) loads the script and sends the command once more, as redis-rs does.
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+
+pub(crate) struct Lua {
+    script: Script,
+}
+
+impl Lua {
+    pub(crate) fn new(code: &str) -> Self {
+        Self {
+            script: Script::new(code),
+        }
+    }
+
+    /// `EVALSHA <sha> <keys>`, to which the caller appends `keys` keys, then the arguments.
+    /// `args` and `bytes` size the command's buffers (estimates; it grows if they are short).
+    pub(crate) fn call(&self, keys: usize, args: usize, bytes: usize) -> Cmd {
+        let mut cmd = Cmd::with_capacity(3 + keys + args, 64 + bytes);
+        cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(keys);
+        cmd
+    }
+
+    /// Sends `cmd` (from [`call`](Self::call)); on `NOSCRIPT`, loads the script and sends it
+    /// once more.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        conn: &ConnectionManager,
+    ) -> RedisResult<T> {
+        let mut conn = conn.clone();
+        match cmd.query_async(&mut conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(&mut conn).await?;
+                cmd.query_async(&mut conn).await
+            }
+            reply => reply,
+        }
+    }
+}
