@@ -19,11 +19,19 @@
 -- server clock does not step back further than the fences handed out since. A call that
 -- grants several locks hands out consecutive numbers, so a fence leads the clock by at most
 -- the number of grants in one call.
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = {}
-local reply = {}
-for i = 1, #KEYS / 2 do
+--
+-- Cost: a grant under a fence key is one `SET fence now GET` (raise the key to the clock and
+-- learn what it held) on the common path; only when the key is ahead of the clock (grants in
+-- the same microsecond, or the clock stepped back), or when one call grants several locks
+-- under one key, does the key get a second write with the exact last fence.
+local n = #KEYS / 2
+local reply = n > 1 and {} or nil
+local now_str, now -- the server clock in µs (text and number), read at the first grant
+-- The fence key in use, the last fence handed out under it, and whether the key lags behind
+-- that fence. Items nearly always share one key; a switch writes the old key back first.
+local fk, last, lags
+local result
+for i = 1, n do
   local key, fence_key = KEYS[2 * i - 1], KEYS[2 * i]
   local token, ttl = ARGV[2 * i - 1], ARGV[2 * i]
   local granted = redis.call('SET', key, token, 'NX', 'PX', ttl)
@@ -32,24 +40,33 @@ for i = 1, #KEYS / 2 do
     granted = true
   end
   if granted then
-    local prev = last[fence_key]
-    if prev == nil then
-      prev = tonumber(redis.call('GET', fence_key) or '0') or 0
+    if now_str == nil then
+      local t = redis.call('TIME')
+      now_str = t[1] .. string.sub('00000' .. t[2], -6)
+      now = tonumber(now_str)
     end
-    local fence = prev + 1
-    if fence < now_us then
-      fence = now_us
+    if fence_key ~= fk then
+      if lags then
+        redis.call('SET', fk, string.format('%.0f', last))
+      end
+      -- Raise the key to the clock and learn what it held: one write on the common path.
+      local old = tonumber(redis.call('SET', fence_key, now_str, 'GET') or '0') or 0
+      fk, last, lags = fence_key, now, false
+      if old >= now then
+        last, lags = old + 1, true
+      end
+    else
+      last, lags = last + 1, true
     end
-    last[fence_key] = fence
-    reply[i] = fence
+    result = last
   else
-    reply[i] = -redis.call('PTTL', key) - 1
+    result = -redis.call('PTTL', key) - 1
+  end
+  if reply then
+    reply[i] = result
   end
 end
-for fence_key, fence in pairs(last) do
-  redis.call('SET', fence_key, string.format('%.0f', fence))
+if lags then
+  redis.call('SET', fk, string.format('%.0f', last))
 end
-if #reply == 1 then
-  return reply[1]
-end
-return reply
+return reply or result

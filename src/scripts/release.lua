@@ -10,20 +10,22 @@
 --        1  released: the key held the token; it was deleted and the channel published to
 --        0  already expired: the key is gone; nothing was changed
 --       -1  held by another token; nothing was changed
-local reply = {}
-for i = 1, #KEYS do
+local n = #KEYS
+local reply = n > 1 and {} or nil
+local result
+for i = 1, n do
   local holder = redis.call('GET', KEYS[i])
   if holder == ARGV[2 * i - 1] then
     redis.call('DEL', KEYS[i])
     redis.call('PUBLISH', ARGV[2 * i], '')
-    reply[i] = 1
+    result = 1
   elseif holder == false then
-    reply[i] = 0
+    result = 0
   else
-    reply[i] = -1
+    result = -1
+  end
+  if reply then
+    reply[i] = result
   end
 end
-if #reply == 1 then
-  return reply[1]
-end
-return reply
+return reply or result

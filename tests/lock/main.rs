@@ -6,5 +6,6 @@ mod support;
 
 mod batching;
 mod processes;
+mod scripts;
 mod semantics;
 mod tokens;

@@ -1,0 +1,205 @@
+//! The lock scripts' contract, called directly on a real server: the cases the client rarely
+//! produces on its own (a fence key ahead of the clock, several fence keys in one call, a
+//! retried grant), checked item by item.
+
+use redis::aio::MultiplexedConnection;
+
+use crate::support::server::RedisServer;
+
+const ACQUIRE: &str = include_str!("../../src/scripts/acquire.lua");
+const RELEASE: &str = include_str!("../../src/scripts/release.lua");
+
+/// `(lock key, fence key, token, ttl ms)` per item.
+async fn acquire(conn: &mut MultiplexedConnection, items: &[(&str, &str, &str, u64)]) -> Vec<i64> {
+    let script = redis::Script::new(ACQUIRE);
+    let mut call = script.prepare_invoke();
+    for (lock, fence, _, _) in items {
+        call.key(*lock).key(*fence);
+    }
+    for (_, _, token, ttl) in items {
+        call.arg(*token).arg(*ttl);
+    }
+    if items.len() == 1 {
+        vec![call.invoke_async(conn).await.expect("acquire")]
+    } else {
+        call.invoke_async(conn).await.expect("acquire")
+    }
+}
+
+async fn server_micros(conn: &mut MultiplexedConnection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    s * 1_000_000 + us
+}
+
+async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<i64> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("GET")
+}
+
+async fn set(conn: &mut MultiplexedConnection, key: &str, value: i64) {
+    let () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(conn)
+        .await
+        .expect("SET");
+}
+
+/// Without a fence key the fence is the server clock; with one behind the clock, the clock
+/// still wins; the key always ends holding the last fence handed out.
+#[tokio::test]
+async fn a_fence_is_the_clock_unless_the_key_is_ahead_of_it() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+
+    let before = server_micros(&mut conn).await;
+    let fence = acquire(&mut conn, &[("p:lock:{a}", "p:fence", "t1", 30_000)]).await[0];
+    let after = server_micros(&mut conn).await;
+    assert!(
+        (before..=after).contains(&fence),
+        "fence {fence} is not the clock ({before}..={after})"
+    );
+    assert_eq!(get(&mut conn, "p:fence").await, Some(fence));
+
+    // A key far behind the clock (an old, restored value): the clock wins again.
+    set(&mut conn, "p:fence", 5).await;
+    let fence = acquire(&mut conn, &[("p:lock:{b}", "p:fence", "t2", 30_000)]).await[0];
+    assert!(
+        fence >= after,
+        "fence {fence} fell behind the clock {after}"
+    );
+    assert_eq!(get(&mut conn, "p:fence").await, Some(fence));
+
+    // A key ahead of the clock (grants in one microsecond, or the clock stepped back): the
+    // next fence is one more than the key, and the key moves to it.
+    let ahead = server_micros(&mut conn).await + 3_600_000_000;
+    set(&mut conn, "p:fence", ahead).await;
+    let fence = acquire(&mut conn, &[("p:lock:{c}", "p:fence", "t3", 30_000)]).await[0];
+    assert_eq!(fence, ahead + 1);
+    assert_eq!(get(&mut conn, "p:fence").await, Some(ahead + 1));
+}
+
+/// One call granting several locks under one key hands out consecutive fences, skips busy
+/// items without using a number, and leaves the key at the last fence.
+#[tokio::test]
+async fn one_call_hands_out_consecutive_fences() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let held = acquire(&mut conn, &[("p:lock:{busy}", "p:fence", "other", 30_000)]).await[0];
+
+    let replies = acquire(
+        &mut conn,
+        &[
+            ("p:lock:{1}", "p:fence", "a", 30_000),
+            ("p:lock:{busy}", "p:fence", "b", 30_000),
+            ("p:lock:{2}", "p:fence", "c", 30_000),
+            ("p:lock:{3}", "p:fence", "d", 30_000),
+        ],
+    )
+    .await;
+    assert_eq!(replies.len(), 4);
+    assert!(replies[0] > held, "{replies:?} after {held}");
+    assert!(
+        (-30_001..=-29_000).contains(&replies[1]),
+        "busy item: {replies:?}"
+    );
+    assert_eq!(replies[2], replies[0] + 1);
+    assert_eq!(replies[3], replies[0] + 2);
+    assert_eq!(get(&mut conn, "p:fence").await, Some(replies[3]));
+}
+
+/// Items under different fence keys, interleaved: each key's fences increase in item order
+/// and each key ends at its own last fence.
+#[tokio::test]
+async fn interleaved_fence_keys_each_keep_their_order() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let ahead = server_micros(&mut conn).await + 3_600_000_000;
+    set(&mut conn, "p:fence", ahead).await;
+
+    let replies = acquire(
+        &mut conn,
+        &[
+            ("p:lock:{1}", "p:fence", "a", 30_000),
+            ("q:lock:{1}", "q:fence", "b", 30_000),
+            ("p:lock:{2}", "p:fence", "c", 30_000),
+            ("q:lock:{2}", "q:fence", "d", 30_000),
+            ("p:lock:{3}", "p:fence", "e", 30_000),
+        ],
+    )
+    .await;
+    assert_eq!(
+        [replies[0], replies[2], replies[4]],
+        [ahead + 1, ahead + 2, ahead + 3]
+    );
+    assert!(replies[3] > replies[1], "{replies:?}");
+    assert!(
+        replies[1] < ahead,
+        "q's fences follow the clock: {replies:?}"
+    );
+    assert_eq!(get(&mut conn, "p:fence").await, Some(ahead + 3));
+    assert_eq!(get(&mut conn, "q:fence").await, Some(replies[3]));
+}
+
+/// A retried grant (the key already holds our token) resets the ttl and gets a new, higher
+/// fence; a busy reply carries the holder's remaining ttl.
+#[tokio::test]
+async fn a_retried_grant_gets_a_higher_fence() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let first = acquire(&mut conn, &[("p:lock:{r}", "p:fence", "mine", 5_000)]).await[0];
+    let again = acquire(&mut conn, &[("p:lock:{r}", "p:fence", "mine", 60_000)]).await[0];
+    assert!(again > first, "{again} <= {first}");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("p:lock:{r}")
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!(pttl > 5_000, "the retry did not reset the ttl: {pttl}");
+
+    let busy = acquire(&mut conn, &[("p:lock:{r}", "p:fence", "theirs", 60_000)]).await[0];
+    assert!((-60_001..=-55_000).contains(&busy), "busy reply {busy}");
+    assert_eq!(
+        get(&mut conn, "p:fence").await,
+        Some(again),
+        "busy used a fence"
+    );
+}
+
+/// Release answers one code per lock: a bare integer for one lock, an array for several.
+#[tokio::test]
+async fn release_answers_per_lock() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    acquire(&mut conn, &[("p:lock:{x}", "p:fence", "mine", 30_000)]).await;
+    acquire(&mut conn, &[("p:lock:{y}", "p:fence", "theirs", 30_000)]).await;
+    let script = redis::Script::new(RELEASE);
+
+    let codes: Vec<i64> = script
+        .key("p:lock:{x}")
+        .key("p:lock:{y}")
+        .key("p:lock:{z}")
+        .arg("mine")
+        .arg("p:released:{x}")
+        .arg("mine")
+        .arg("p:released:{y}")
+        .arg("mine")
+        .arg("p:released:{z}")
+        .invoke_async(&mut conn)
+        .await
+        .expect("release");
+    assert_eq!(codes, [1, -1, 0]);
+    assert_eq!(get(&mut conn, "p:lock:{x}").await, None);
+
+    let code: i64 = script
+        .key("p:lock:{y}")
+        .arg("theirs")
+        .arg("p:released:{y}")
+        .invoke_async(&mut conn)
+        .await
+        .expect("release");
+    assert_eq!(code, 1);
+}
