@@ -15,8 +15,10 @@ use crate::error::InvalidName;
 /// The longest name accepted, in bytes, before encoding.
 pub const MAX_NAME_LEN: usize = 512;
 
-/// Encodes a user-supplied name for use inside a hash tag.
-pub(crate) fn encode_name(name: &str) -> Result<String, InvalidName> {
+/// Encodes a user-supplied name for use inside a hash tag (keys are built with
+/// [`push_encoded`] directly; this is for tests of the encoding).
+#[cfg(test)]
+fn encode_name(name: &str) -> Result<String, InvalidName> {
     check_name(name)?;
     let mut out = String::with_capacity(name.len());
     push_encoded(&mut out, name);
@@ -117,22 +119,33 @@ impl std::ops::Deref for LockKeys {
     }
 }
 
-/// The key of one rate-limit policy for one subject:
-/// `<prefix>:rl:<policy>:<algorithm>:{<subject>}`.
+/// The keys of rate-limit policies are `<prefix>:rl:<policy>:<algorithm>:{<subject>}`; this is
+/// the part before the subject, built once per policy.
 ///
 /// The subject is the hash tag, so every policy of one check lands in one slot (one script
 /// can read them all) while different subjects spread over the cluster. Policy names are
 /// restricted to `[A-Za-z0-9._-]` when the policy is built, so they need no encoding; the
-/// subject comes from [`encode_name`]. The algorithm is part of the key because each one
+/// subject is encoded like a lock name. The algorithm is part of the key because each one
 /// stores its own format (a sorted set for the sliding log): switching a policy to another
 /// algorithm starts from fresh state instead of misreading the old one.
-pub(crate) fn rate_key(
-    prefix: &str,
-    policy: &str,
-    algorithm: &str,
-    encoded_subject: &str,
-) -> String {
-    format!("{prefix}:rl:{policy}:{algorithm}:{{{encoded_subject}}}")
+pub(crate) fn rate_key_head(prefix: &str, policy: &str, algorithm: &str) -> Box<str> {
+    format!("{prefix}:rl:{policy}:{algorithm}:{{").into()
+}
+
+/// The key of each policy (given by its [`rate_key_head`]) for `subject`. Runs once per
+/// check, so it appends rather than formats.
+pub(crate) fn rate_keys(heads: &[Box<str>], subject: &str) -> Result<Vec<String>, InvalidName> {
+    check_name(subject)?;
+    Ok(heads
+        .iter()
+        .map(|head| {
+            let mut key = String::with_capacity(head.len() + subject.len() + 1);
+            key.push_str(head);
+            push_encoded(&mut key, subject);
+            key.push('}');
+            key
+        })
+        .collect())
 }
 
 /// Returns the hash tag Redis Cluster would use for `key` (the text between the first `{` and
@@ -224,9 +237,14 @@ mod tests {
 
     #[test]
     fn rate_keys_put_the_subject_in_the_tag() {
-        let subject = encode_name("user:{7}").expect("valid subject");
-        let a = rate_key("p", "per-second", "gcra", &subject);
-        let b = rate_key("p", "per-hour", "sl", &subject);
+        let heads = [
+            rate_key_head("p", "per-second", "gcra"),
+            rate_key_head("p", "per-hour", "sl"),
+        ];
+        let keys = rate_keys(&heads, "user:{7}").expect("valid subject");
+        let [a, b] = &keys[..] else {
+            panic!("{keys:?}")
+        };
         assert_eq!(a, "p:rl:per-second:gcra:{user:%7B7%7D}");
         assert_eq!(hash_tag(&a), hash_tag(&b));
         assert_eq!(hash_tag(&a), "user:%7B7%7D");

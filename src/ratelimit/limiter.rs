@@ -13,7 +13,7 @@ use super::deny_cache::DenyCache;
 use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
 use crate::error::{InvalidPolicy, RateLimitError, StoreError};
-use crate::keys::{encode_name, rate_key};
+use crate::keys::{rate_key_head, rate_keys};
 use crate::store::{MemoryStore, RateReply, RateRequest};
 
 /// The most policies one limiter combines (one key each, in one script).
@@ -90,6 +90,8 @@ pub struct RateLimiter {
     client: Client,
     policies: Arc<[Policy]>,
     specs: Arc<[Spec]>,
+    /// Each policy's key up to the subject (see [`rate_key_head`]).
+    key_heads: Arc<[Box<str>]>,
     outage: Outage,
     deadline: Duration,
     shadow: bool,
@@ -220,11 +222,16 @@ impl Client {
 impl RateLimiter {
     fn new(client: Client, policies: Vec<Policy>) -> Self {
         let specs = policies.iter().map(Policy::spec).collect();
+        let key_heads = policies
+            .iter()
+            .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
+            .collect();
         let deadline = client.store().op_timeout();
         Self {
             client,
             policies: policies.into(),
             specs,
+            key_heads,
             outage: Outage::default(),
             deadline,
             shadow: false,
@@ -412,13 +419,7 @@ impl RateLimiter {
     }
 
     fn keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
-        let tag = encode_name(subject)?;
-        let prefix = self.client.prefix();
-        Ok(self
-            .policies
-            .iter()
-            .map(|p| rate_key(prefix, p.name(), p.algorithm().key_part(), &tag))
-            .collect())
+        Ok(rate_keys(&self.key_heads, subject)?)
     }
 
     /// One round trip, bounded by the deadline and the in-flight limit.
