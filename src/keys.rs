@@ -246,8 +246,8 @@ mod tests {
             panic!("{keys:?}")
         };
         assert_eq!(a, "p:rl:per-second:gcra:{user:%7B7%7D}");
-        assert_eq!(hash_tag(&a), hash_tag(&b));
-        assert_eq!(hash_tag(&a), "user:%7B7%7D");
+        assert_eq!(hash_tag(a), hash_tag(b));
+        assert_eq!(hash_tag(a), "user:%7B7%7D");
     }
 
     #[test]
