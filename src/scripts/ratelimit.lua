@@ -13,8 +13,10 @@
 --              parameters: interval µs and burst for 1-2, period µs and limit for 3-5
 --   KEYS       n keys, one per policy; all share the subject's hash tag
 --
--- Reply, for each check in order: applied, then allowed_i, remaining_i, retry_i, reset_i for
--- each of its policies:
+-- Reply, for each check in order, one text of integers separated by spaces (a bare text
+-- when there is one check, an array of them otherwise; one text parses much faster than an
+-- array of integers): applied, then allowed_i, remaining_i, retry_i, reset_i for each of its
+-- policies:
 --   applied      1 if every policy allowed and cost > 0, so every policy consumed `cost`;
 --                0 otherwise, and then nothing was written for this check
 --   allowed_i    1 if policy i alone allows the request
@@ -60,10 +62,9 @@ while arg <= #ARGV do
   end
 
   local applied = all_allowed and cost > 0
+  local text = '0'
   if applied then
-    reply[#reply + 1] = 1
-  else
-    reply[#reply + 1] = 0
+    text = '1'
   end
   for i = 1, n do
     local d = decisions[i]
@@ -75,10 +76,12 @@ while arg <= #ARGV do
       d.apply(slack)
       remaining, reset = d.after_remaining, d.after_reset
     end
-    reply[#reply + 1] = allowed
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = d.retry
-    reply[#reply + 1] = reset
+    -- %d prints the whole number exactly (every value here is an integer below 2^53).
+    text = text .. string.format(' %d %d %d %d', allowed, remaining, d.retry, reset)
   end
+  reply[#reply + 1] = text
+end
+if #reply == 1 then
+  return reply[1]
 end
 return reply

@@ -317,21 +317,25 @@ impl Rates {
                 cmd.arg(spec.code()).arg(spec.a).arg(spec.b);
             }
         }
-        let reply: Vec<i64> = RATE_LIMIT.invoke(&cmd, &self.conn).await?;
-        let mut rest = reply.as_slice();
-        let mut replies = Vec::with_capacity(items.len());
-        for item in items {
-            let len = (1 + 4 * item.keys.len()).min(rest.len());
-            let (this, tail) = rest.split_at(len);
-            replies.push(parse_rate_reply(this, item.keys.len())?);
-            rest = tail;
-        }
-        if !rest.is_empty() {
+        let reply: Value = RATE_LIMIT.invoke(&cmd, &self.conn).await?;
+        let texts = match reply {
+            Value::Array(texts) => texts,
+            text => vec![text],
+        };
+        if texts.len() != items.len() {
             return Err(StoreError::Protocol {
-                message: format!("ratelimit answered {} integers too many", rest.len()),
+                message: format!(
+                    "ratelimit answered {} checks for {}",
+                    texts.len(),
+                    items.len()
+                ),
             });
         }
-        Ok(replies)
+        texts
+            .iter()
+            .zip(items)
+            .map(|(text, item)| parse_rate_reply(text, item.keys.len()))
+            .collect()
     }
 }
 
@@ -367,23 +371,36 @@ fn codes(reply: Value, items: usize, script: &str) -> Result<Vec<i64>, StoreErro
     Ok(codes)
 }
 
-/// `{applied, then allowed, remaining, retry_us, reset_us per policy}`.
-fn parse_rate_reply(reply: &[i64], policies: usize) -> Result<RateReply, StoreError> {
+/// One check's text: `applied`, then `allowed remaining retry_us reset_us` per policy, as
+/// integers separated by single spaces.
+fn parse_rate_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
     let bad = || StoreError::Protocol {
-        message: format!("expected 1 + 4 × {policies} integers from ratelimit, got {reply:?}"),
+        message: format!("expected 1 + 4 × {policies} integers from ratelimit, got {text:?}"),
     };
-    let (&applied, rest) = reply.split_first().ok_or_else(bad)?;
-    if rest.len() != 4 * policies || !matches!(applied, 0 | 1) {
+    let bytes = match text {
+        Value::BulkString(bytes) => bytes.as_slice(),
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return Err(bad()),
+    };
+    let mut numbers = bytes.split(|&b| b == b' ').map(|n| {
+        std::str::from_utf8(n)
+            .ok()
+            .and_then(|n| n.parse::<i64>().ok())
+    });
+    let applied = match numbers.next().flatten() {
+        Some(applied @ (0 | 1)) => applied == 1,
+        _ => return Err(bad()),
+    };
+    let mut verdicts = Vec::with_capacity(policies);
+    for _ in 0..policies {
+        let mut next = || numbers.next().flatten().ok_or_else(bad);
+        let (allowed, remaining, retry, reset) = (next()?, next()?, next()?, next()?);
+        verdicts.push(Verdict::new(allowed == 1, remaining, retry, reset));
+    }
+    if numbers.next().is_some() {
         return Err(bad());
     }
-    let verdicts = rest
-        .chunks_exact(4)
-        .map(|v| Verdict::new(v[0] == 1, v[1], v[2], v[3]))
-        .collect();
-    Ok(RateReply {
-        applied: applied == 1,
-        verdicts,
-    })
+    Ok(RateReply { applied, verdicts })
 }
 
 /// The shared pub/sub connection: RESP3, so subscriptions and their messages travel as push
@@ -448,6 +465,47 @@ impl Subscriber for PubSubLink {
                     tracing::debug!(error = %err, "distlock: unsubscribe failed");
                 }
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn rate_replies_parse_per_policy() {
+        let reply = parse_rate_reply(&text("1 1 9 0 100000 0 0 4503599627370495 86400000000"), 2)
+            .expect("valid");
+        assert!(reply.applied);
+        assert_eq!(reply.verdicts[0], Verdict::new(true, 9, 0, 100_000));
+        assert_eq!(
+            reply.verdicts[1],
+            Verdict::new(false, 0, 4_503_599_627_370_495, 86_400_000_000)
+        );
+        let denied = parse_rate_reply(&text("0 0 0 250 1000"), 1).expect("valid");
+        assert!(!denied.applied && !denied.verdicts[0].allowed);
+    }
+
+    #[test]
+    fn malformed_rate_replies_are_protocol_errors() {
+        for bad in [
+            text(""),
+            text("1 1 9 0"),
+            text("1 1 9 0 100 7"),
+            text("2 1 9 0 100"),
+            text("1 1 x 0 100"),
+            text("1  1 9 0 100"),
+            Value::Int(1),
+        ] {
+            assert!(
+                matches!(parse_rate_reply(&bad, 1), Err(StoreError::Protocol { .. })),
+                "{bad:?}"
+            );
         }
     }
 }
