@@ -8,6 +8,9 @@
 use std::fmt;
 use std::time::Duration;
 
+/// The oldest Redis version supported (checked when a client connects).
+pub const MIN_REDIS_VERSION: &str = "6.2";
+
 /// A failure of the store behind a [`Client`](crate::Client): Redis could not be reached,
 /// did not answer in time, or refused the command.
 ///
@@ -50,6 +53,13 @@ pub enum StoreError {
     Config {
         /// What is wrong.
         message: String,
+    },
+    /// The server is older than the oldest Redis this library works with (6.2: its scripts
+    /// use `SET ... GET`, and release wake-ups use RESP3 pub/sub).
+    #[error("Redis {version} is too old: distlock needs Redis {MIN_REDIS_VERSION} or newer")]
+    Unsupported {
+        /// The version the server reported.
+        version: String,
     },
     /// Redis answered something this library did not expect (a bug, or a key of ours that was
     /// overwritten by something else).

@@ -21,7 +21,8 @@ mod token;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use error::{
-    InvalidName, InvalidPolicy, LockError, LossReason, RateLimitError, RefusedKind, StoreError,
+    InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, RateLimitError,
+    RefusedKind, StoreError,
 };
 pub use inspect::Inspector;
 pub use keys::MAX_NAME_LEN;

@@ -87,13 +87,16 @@ impl Watchdog {
             t.next_renew.map_or(t.valid_until, |r| r.min(t.valid_until))
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        // Only a caller that can spawn claims the task, so a claim never blocks a later
+        // caller that could have started it.
+        let runtime = tokio::runtime::Handle::try_current().ok();
         let start = {
             let mut leases = self.shared.lock_leases();
             leases.map.insert(id, lease);
-            !std::mem::replace(&mut leases.running, true)
+            runtime.is_some() && !std::mem::replace(&mut leases.running, true)
         };
-        if start {
-            self.start();
+        if let (true, Some(runtime)) = (start, runtime) {
+            self.start(&runtime);
         }
         // Waking the task costs a scan of every lease: only do it when this one needs
         // attention before the task would look anyway.
@@ -131,18 +134,19 @@ impl Watchdog {
     }
 
     /// Spawns the task, once `watch` has marked it running (not under the map's lock: a
-    /// runtime that is shutting down drops the task at once, and its guard takes the lock).
-    fn start(&self) {
+    /// runtime that is shutting down drops the task at once, and its guard takes the lock
+    /// to reset the mark).
+    fn start(&self, runtime: &tokio::runtime::Handle) {
         let running = Running {
             shared: self.shared.clone(),
             armed: true,
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime: nothing renews; the next lease tries again (the guard resets).
-            return;
-        };
         let task = runtime.spawn(run(self.shared.clone(), running));
-        *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+        // A runtime that is shutting down drops the task at once; keep only a live handle, so
+        // `drop` aborts the task that runs.
+        if !task.is_finished() {
+            *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+        }
     }
 }
 

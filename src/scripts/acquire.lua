@@ -23,7 +23,10 @@
 -- Cost: a grant under a fence key is one `SET fence now GET` (raise the key to the clock and
 -- learn what it held) on the common path; only when the key is ahead of the clock (grants in
 -- the same microsecond, or the clock stepped back), or when one call grants several locks
--- under one key, does the key get a second write with the exact last fence.
+-- under one key, does the key get a second write with the exact last fence. The key never
+-- holds less than a fence returned by an earlier call, even if this call fails part way
+-- (Redis does not roll a script back): fences of this call that it has not written yet are
+-- returned to nobody when it fails. Needs Redis 6.2 or newer (SET ... GET).
 local n = #KEYS / 2
 local reply = n > 1 and {} or nil
 local now_str, now -- the server clock in µs (text and number), read at the first grant
@@ -53,7 +56,11 @@ for i = 1, n do
       local old = tonumber(redis.call('SET', fence_key, now_str, 'GET') or '0') or 0
       fk, last, lags = fence_key, now, false
       if old >= now then
-        last, lags = old + 1, true
+        -- The key was ahead of the clock and was just lowered: put it back above at once. A
+        -- script is not rolled back if a later item fails, so the key must never be left
+        -- below a fence an earlier call returned.
+        last = old + 1
+        redis.call('SET', fk, string.format('%.0f', last))
       end
     else
       last, lags = last + 1, true

@@ -72,10 +72,11 @@ impl RedisStore {
         let probe = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_response_timeout(Some(settings.response_timeout));
-        client
+        let mut probe = client
             .get_multiplexed_async_connection_with_config(&probe)
             .await
             .map_err(|e| StoreError::from(e).with_deadline(settings.connect_timeout))?;
+        check_version(&mut probe).await?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(settings.response_timeout))
             .set_connection_timeout(Some(settings.connect_timeout))
@@ -170,6 +171,42 @@ impl RedisStore {
             });
         }
         codes.into_iter().map(Held::from_reply).collect()
+    }
+}
+
+/// Refuses a server older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION) with a clear
+/// error, instead of failing later inside a script (after a lock was already taken). A server
+/// that does not answer `INFO server` (an ACL that forbids it) or reports no version is let
+/// through.
+async fn check_version(conn: &mut redis::aio::MultiplexedConnection) -> Result<(), StoreError> {
+    let Ok(info) = redis::cmd("INFO")
+        .arg("server")
+        .query_async::<String>(conn)
+        .await
+    else {
+        return Ok(());
+    };
+    match info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+    {
+        Some(version) if !version_supported(version.trim()) => Err(StoreError::Unsupported {
+            version: version.trim().to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `major.minor[.patch]` is at least [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION);
+/// an unparsable version is given the benefit of the doubt.
+fn version_supported(version: &str) -> bool {
+    let parse = |v: &str| -> Option<(u32, u32)> {
+        let mut parts = v.split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    match (parse(version), parse(crate::MIN_REDIS_VERSION)) {
+        (Some(have), Some(need)) => have >= need,
+        _ => true,
     }
 }
 
@@ -475,6 +512,17 @@ mod tests {
 
     fn text(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn versions_before_6_2_are_refused() {
+        for old in ["5.0.14", "6.0.20", "6.1.0", "2.8"] {
+            assert!(!version_supported(old), "{old}");
+        }
+        for ok in ["6.2.0", "6.2.14", "7.0.15", "7.4.1", "8.0.2", "10.1"] {
+            assert!(version_supported(ok), "{ok}");
+        }
+        assert!(version_supported("unknown"), "no version: let through");
     }
 
     #[test]

@@ -71,3 +71,20 @@ async fn wrong_password_fails_once_and_fast() {
         ReleaseOutcome::Released
     );
 }
+
+/// The version check at connect reads `INFO server`; an ACL user that may not run `INFO`
+/// still connects (the check is skipped), and locks work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_info_still_connects() {
+    let server = RedisServer::builder()
+        .acl_user("locker", &["on", ">pw", "~*", "&*", "+@all", "-info"])
+        .start();
+    let client = Client::connect(&server.url_for_user("locker", "pw"))
+        .await
+        .expect("connect without INFO");
+    let lease = client.lock("no-info").acquire().await.expect("acquire");
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}

@@ -203,3 +203,39 @@ async fn release_answers_per_lock() {
         .expect("release");
     assert_eq!(code, 1);
 }
+
+/// A call that fails part way (here a later item's key holds a hash, so its GET is refused)
+/// is not rolled back by Redis: whatever it wrote must leave the fence key no lower than the
+/// fences earlier calls returned.
+#[tokio::test]
+async fn a_call_failing_part_way_never_lowers_the_fence_key() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let ahead = server_micros(&mut conn).await + 3_600_000_000;
+    set(&mut conn, "p:fence", ahead).await;
+    let () = redis::cmd("HSET")
+        .arg("p:lock:{hash}")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .expect("HSET");
+
+    let script = redis::Script::new(ACQUIRE);
+    let failed: redis::RedisResult<Vec<i64>> = script
+        .key("p:lock:{a}")
+        .key("p:fence")
+        .key("p:lock:{hash}")
+        .key("p:fence")
+        .arg("t")
+        .arg(30_000)
+        .arg("t")
+        .arg(30_000)
+        .invoke_async(&mut conn)
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    let key = get(&mut conn, "p:fence").await.expect("fence key");
+    assert!(key >= ahead, "the fence key fell from {ahead} to {key}");
+    let next = acquire(&mut conn, &[("p:lock:{b}", "p:fence", "t", 30_000)]).await[0];
+    assert!(next > ahead, "fence {next} is not above {ahead}");
+}
