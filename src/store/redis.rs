@@ -355,19 +355,7 @@ impl Rates {
             }
         }
         let reply: Value = RATE_LIMIT.invoke(&cmd, &self.conn).await?;
-        let texts = match reply {
-            Value::Array(texts) => texts,
-            text => vec![text],
-        };
-        if texts.len() != items.len() {
-            return Err(StoreError::Protocol {
-                message: format!(
-                    "ratelimit answered {} checks for {}",
-                    texts.len(),
-                    items.len()
-                ),
-            });
-        }
+        let texts = per_item(reply, items.len(), "ratelimit")?;
         texts
             .iter()
             .zip(items)
@@ -385,27 +373,32 @@ impl Batch for Rates {
     }
 }
 
-/// The per-item integers of a many-item script: an array, or a bare integer when one item
-/// was sent (an integer reply is cheaper to parse than an array of one).
-fn codes(reply: Value, items: usize, script: &str) -> Result<Vec<i64>, StoreError> {
-    let codes = match reply {
-        Value::Int(code) => vec![code],
-        Value::Array(values) => values
-            .into_iter()
-            .map(|v| match v {
-                Value::Int(code) => Some(code),
-                _ => None,
-            })
-            .collect::<Option<Vec<i64>>>()
-            .unwrap_or_default(),
-        _ => Vec::new(),
+/// The per-item replies of a many-item script: an array, or the bare reply when one item was
+/// sent (a bare value is cheaper to parse than an array of one).
+fn per_item(reply: Value, items: usize, script: &str) -> Result<Vec<Value>, StoreError> {
+    let replies = match reply {
+        Value::Array(replies) => replies,
+        reply => vec![reply],
     };
-    if codes.len() != items {
+    if replies.len() != items {
         return Err(StoreError::Protocol {
-            message: format!("{script} answered {} codes for {items} items", codes.len()),
+            message: format!("{script} answered {} items for {items}", replies.len()),
         });
     }
-    Ok(codes)
+    Ok(replies)
+}
+
+/// The per-item integers of `acquire.lua` or `release.lua`.
+fn codes(reply: Value, items: usize, script: &str) -> Result<Vec<i64>, StoreError> {
+    per_item(reply, items, script)?
+        .into_iter()
+        .map(|v| match v {
+            Value::Int(code) => Ok(code),
+            other => Err(StoreError::Protocol {
+                message: format!("{script} answered {other:?} where an integer was expected"),
+            }),
+        })
+        .collect()
 }
 
 /// One check's text: `applied`, then `allowed remaining retry_us reset_us` per policy, as
