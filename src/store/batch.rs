@@ -1,11 +1,20 @@
 //! Batching of concurrent operations of one kind into one script call.
 //!
-//! A call goes straight to Redis while fewer than `max_in_flight` calls of its kind are on the
-//! wire, so a lone caller pays nothing extra: no queue, no extra task. Once that many are out,
-//! further calls queue, and the first call to finish hands the whole queue (up to `max_batch`
-//! items) to a task that sends it as one script call, then keeps draining until the queue is
-//! empty. Under load, one round trip and one script run serve many callers, which is what
-//! makes the server's cost per operation fall below a hand-written command per operation.
+//! A call goes straight to Redis when nothing of its kind is on the wire, so a lone caller pays
+//! nothing extra: no queue, no extra task. Otherwise it queues, and the queue is sent as one
+//! script call by a drain task, on one of at most `max_in_flight` slots:
+//!
+//! * the first queued item starts a drain task that first lets every task that is ready run
+//!   (their items join the queue: under load, the callers one reply woke), then sends the
+//!   queue;
+//! * a queue that reaches `flush_at` items is sent at once, on another slot if one is free, so
+//!   several calls are on the wire while the client works on the replies of others and the
+//!   server never waits for one big batch to be assembled;
+//! * a drain task keeps sending what queued meanwhile until the queue is empty, then gives its
+//!   slot back.
+//!
+//! Under load, one round trip and one script run serve many callers: the server pays the cost
+//! of a call (parsing, the script's setup, the reply's system call) once per batch.
 //!
 //! A queued caller that gives up (its future dropped, e.g. by a timeout) does not unsend its
 //! item: if the item was already in a batch on the wire, its reply arrives with nobody to take
@@ -59,26 +68,40 @@ struct Shared<B: Batch> {
     queue: Mutex<Queue<B>>,
     max_in_flight: usize,
     max_batch: usize,
+    /// A queue this long is sent at once instead of at the next flush.
+    flush_at: usize,
     /// Bounds each batch a draining task sends, so a silent connection cannot stall the queue.
     timeout: Duration,
 }
 
 struct Queue<B: Batch> {
     in_flight: usize,
+    /// A flush task is started and has not taken its batch yet: later items join it.
+    flush_pending: bool,
     waiting: VecDeque<Waiter<B>>,
 }
 
 impl<B: Batch> Batcher<B> {
-    pub(crate) fn new(op: B, max_in_flight: usize, max_batch: usize, timeout: Duration) -> Self {
+    /// `max_in_flight` calls of this kind at most on the wire at once, `max_batch` items at
+    /// most in one, and a queue `flush_at` long is sent without waiting for the next flush.
+    pub(crate) fn new(
+        op: B,
+        max_in_flight: usize,
+        max_batch: usize,
+        flush_at: usize,
+        timeout: Duration,
+    ) -> Self {
         Self {
             op,
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue {
                     in_flight: 0,
+                    flush_pending: false,
                     waiting: VecDeque::new(),
                 }),
                 max_in_flight: max_in_flight.max(1),
                 max_batch: max_batch.max(1),
+                flush_at: flush_at.clamp(1, max_batch.max(1)),
                 timeout,
             }),
         }
@@ -86,10 +109,14 @@ impl<B: Batch> Batcher<B> {
 
     /// Runs one item, alone or in a batch.
     pub(crate) async fn run(&self, item: B::Item) -> Result<B::Reply, StoreError> {
-        let queued = self.shared.enter(item);
-        let item = match queued {
-            Ok(item) => item,
-            Err(rx) => {
+        let item = match self.shared.enter(item) {
+            Entered::Alone(item) => item,
+            Entered::Queued(rx, flush) => {
+                match flush {
+                    Flush::Joined => {}
+                    Flush::Later => self.start_drain(None),
+                    Flush::Now => self.start_drain(Some(self.shared.take_batch(false))),
+                }
                 return rx.await.unwrap_or_else(|_| {
                     Err(StoreError::Unreachable {
                         message: "the batch carrying this operation was dropped".to_owned(),
@@ -110,10 +137,17 @@ impl<B: Batch> Batcher<B> {
 
     /// Gives back an in-flight slot, or uses it to drain the queue.
     fn release_slot(&self) {
-        let batch = self.shared.take_batch();
+        let batch = self.shared.take_batch(false);
         if batch.is_empty() {
             return;
         }
+        self.start_drain(Some(batch));
+    }
+
+    /// Starts a task on a slot already taken for it. It sends `first`, or, without one, first
+    /// lets every task that is ready to run do so (their items join the queue) and sends what
+    /// has queued; then it drains.
+    fn start_drain(&self, first: Option<Vec<Waiter<B>>>) {
         // The guard travels inside the task: if the task is dropped unfinished (its runtime
         // shuts down, even before it first runs), the guard fails every waiter and gives the
         // slot back, so the batcher never loses a slot.
@@ -123,10 +157,19 @@ impl<B: Batch> Batcher<B> {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let this = self.clone();
-                runtime.spawn(async move { this.drain(batch, guard).await });
+                runtime.spawn(async move {
+                    let batch = match first {
+                        Some(batch) => batch,
+                        None => {
+                            tokio::task::yield_now().await;
+                            this.shared.take_batch(true)
+                        }
+                    };
+                    this.drain(batch, guard).await;
+                });
             }
             Err(_) => {
-                fail(batch, &runtime_gone());
+                fail(first.unwrap_or_default(), &runtime_gone());
                 drop(guard);
             }
         }
@@ -164,7 +207,7 @@ impl<B: Batch> Batcher<B> {
             // Let the callers just answered run first: their next operations join the next
             // batch instead of trickling in one by one behind it.
             tokio::task::yield_now().await;
-            batch = self.shared.take_batch();
+            batch = self.shared.take_batch(false);
         }
         // `take_batch` gave the slot back when it found the queue empty.
         std::mem::forget(guard);
@@ -187,6 +230,8 @@ impl<B: Batch> Drop for DrainGuard<B> {
         let mut queue = self.shared.lock();
         let waiting: Vec<_> = queue.waiting.drain(..).collect();
         queue.in_flight -= 1;
+        // If this was a flush task that never ran, the next caller must be able to start one.
+        queue.flush_pending = false;
         drop(queue);
         fail(waiting, &runtime_gone());
     }
@@ -197,25 +242,39 @@ impl<B: Batch> Shared<B> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes a slot (`Ok`: go ahead alone) or queues the item (`Err`: wait for its reply).
-    #[allow(clippy::type_complexity)]
-    fn enter(
-        &self,
-        item: B::Item,
-    ) -> Result<B::Item, oneshot::Receiver<Result<B::Reply, StoreError>>> {
+    /// Takes a slot to go alone when nothing of this kind is on the wire, or else queues the
+    /// item and says whether its caller starts a drain task (on a slot taken for it here).
+    fn enter(&self, item: B::Item) -> Entered<B> {
         let mut queue = self.lock();
-        if queue.in_flight < self.max_in_flight {
-            queue.in_flight += 1;
-            return Ok(item);
+        if queue.in_flight == 0 {
+            queue.in_flight = 1;
+            return Entered::Alone(item);
         }
         let (tx, rx) = oneshot::channel();
         queue.waiting.push_back((item, tx));
-        Err(rx)
+        let flush = if queue.in_flight >= self.max_in_flight {
+            Flush::Joined
+        } else if queue.waiting.len() >= self.flush_at {
+            Flush::Now
+        } else if !queue.flush_pending {
+            queue.flush_pending = true;
+            Flush::Later
+        } else {
+            Flush::Joined
+        };
+        if !matches!(flush, Flush::Joined) {
+            queue.in_flight += 1;
+        }
+        Entered::Queued(rx, flush)
     }
 
-    /// The next batch for a slot holder; if there is none, the slot is given back.
-    fn take_batch(&self) -> Vec<Waiter<B>> {
+    /// The next batch for a slot holder (`flush`: the pending flush task); if there is none,
+    /// the slot is given back.
+    fn take_batch(&self, flush: bool) -> Vec<Waiter<B>> {
         let mut queue = self.lock();
+        if flush {
+            queue.flush_pending = false;
+        }
         // Callers that gave up while queued: their items are not sent at all.
         queue.waiting.retain(|(_, tx)| !tx.is_closed());
         let n = queue.waiting.len().min(self.max_batch);
@@ -224,6 +283,21 @@ impl<B: Batch> Shared<B> {
         }
         queue.waiting.drain(..n).collect()
     }
+}
+
+enum Entered<B: Batch> {
+    Alone(B::Item),
+    Queued(oneshot::Receiver<Result<B::Reply, StoreError>>, Flush),
+}
+
+/// What a queued caller starts.
+enum Flush {
+    /// Nothing: a drain task will take its item.
+    Joined,
+    /// A drain task that sends what queued while the tasks ready to run ran.
+    Later,
+    /// A drain task that sends the queue as it is: enough items have queued.
+    Now,
 }
 
 fn fail<I, R>(waiters: Vec<(I, oneshot::Sender<Result<R, StoreError>>)>, err: &StoreError) {
@@ -285,7 +359,7 @@ mod tests {
     #[tokio::test]
     async fn each_caller_gets_its_own_reply_and_calls_are_shared() {
         let op = Echo::default();
-        let batcher = Batcher::new(op.clone(), 2, 16, Duration::from_secs(5));
+        let batcher = Batcher::new(op.clone(), 2, 16, 4, Duration::from_secs(5));
         let calls: Vec<_> = (0..100u32)
             .map(|i| {
                 let batcher = batcher.clone();
@@ -303,6 +377,48 @@ mod tests {
             "a batch above the cap"
         );
         settles(&batcher).await;
+    }
+
+    /// One item on the wire (20 ms), then `n` callers in one tick; returns once all are
+    /// answered.
+    async fn one_on_the_wire_then(op: &Echo, flush_at: usize, n: u32) {
+        let batcher = Batcher::new(op.clone(), 8, 16, flush_at, Duration::from_secs(5));
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.run(100).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let calls: Vec<_> = (0..n)
+            .map(|i| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move { (i, batcher.run(i).await) })
+            })
+            .collect();
+        for call in calls {
+            let (i, reply) = call.await.expect("task");
+            assert_eq!(reply.expect("reply"), i * 10);
+        }
+        assert_eq!(first.await.expect("task").expect("reply"), 1000);
+        settles(&batcher).await;
+    }
+
+    #[tokio::test]
+    async fn callers_that_arrive_together_share_one_call() {
+        let op = Echo::default();
+        one_on_the_wire_then(&op, 16, 6).await;
+        // The lone first call, then one call for the six, not one each.
+        assert_eq!(op.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(op.largest.load(Ordering::SeqCst), 6);
+    }
+
+    #[tokio::test]
+    async fn a_queue_of_flush_at_items_goes_out_at_once() {
+        let op = Echo::default();
+        one_on_the_wire_then(&op, 2, 6).await;
+        // Every second arrival sends the two queued: three calls on the wire together, not
+        // one call of six sent after the others are ready.
+        assert_eq!(op.calls.load(Ordering::SeqCst), 4);
+        assert_eq!(op.largest.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
@@ -340,7 +456,7 @@ mod tests {
     #[test]
     fn a_runtime_shut_down_mid_drain_loses_no_slot() {
         let op = Echo::default();
-        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
+        let batcher = Batcher::new(op.clone(), 1, 16, 4, Duration::from_secs(5));
         let first_runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -376,7 +492,7 @@ mod tests {
             fail: true,
             ..Echo::default()
         };
-        let batcher = Batcher::new(op, 1, 16, Duration::from_secs(5));
+        let batcher = Batcher::new(op, 1, 16, 4, Duration::from_secs(5));
         let calls: Vec<_> = (0..10u32)
             .map(|i| {
                 let batcher = batcher.clone();
@@ -394,7 +510,7 @@ mod tests {
     /// after `patience`. Returns once item 1 is answered.
     async fn queue_one_and_give_up(patience: Duration) -> (Echo, Batcher<Echo>) {
         let op = Echo::default();
-        let batcher = Batcher::new(op.clone(), 1, 16, Duration::from_secs(5));
+        let batcher = Batcher::new(op.clone(), 1, 16, 4, Duration::from_secs(5));
         let first = tokio::spawn({
             let batcher = batcher.clone();
             async move { batcher.run(1).await }

@@ -42,11 +42,14 @@ pub(crate) struct RedisSettings {
     pub(crate) reconnect_retries: usize,
 }
 
-/// How many calls of one kind go to Redis on their own at once before further ones are
-/// batched (see `batch.rs`).
+/// Most calls of one kind on the wire at once (see `batch.rs`).
 const MAX_IN_FLIGHT: usize = 8;
 /// Most items in one batched script call (keeps each call short on the server).
 const MAX_BATCH: usize = 64;
+/// A queue this long is sent at once rather than at the next flush: big enough to share the
+/// cost of a call, small enough that several calls keep the server busy while the client
+/// works (measured with the benchmark's lock_uncontended_parallel, see BENCHMARKS.md).
+const FLUSH_AT: usize = 6;
 
 #[derive(Clone)]
 pub(crate) struct RedisStore {
@@ -211,7 +214,13 @@ fn version_supported(version: &str) -> bool {
 }
 
 fn batcher<B: Batch>(op: B, settings: &RedisSettings) -> Batcher<B> {
-    Batcher::new(op, MAX_IN_FLIGHT, MAX_BATCH, settings.response_timeout)
+    Batcher::new(
+        op,
+        MAX_IN_FLIGHT,
+        MAX_BATCH,
+        FLUSH_AT,
+        settings.response_timeout,
+    )
 }
 
 /// One lock to acquire, owned so it can wait in a batch.
