@@ -1,44 +1,16 @@
 //! TESTPLAN 24: the lease token (the secret that proves ownership) never shows in `Debug`,
 //! `Display` or tracing output, on either store, through acquire, renewal, loss and release.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::LockError;
-use tracing_subscriber::fmt::MakeWriter;
 
 use crate::support::fixture::Fixture;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("capture").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
+use crate::traces::Capture;
 
 async fn token_never_shows(fx: Fixture) {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
     // Current-thread runtime: every task (the watchdog too) runs on this thread.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let capture = Capture::start(tracing::Level::TRACE);
 
     let inspect = fx.client.__inspect();
     let mut shown = String::new();
@@ -72,7 +44,7 @@ async fn token_never_shows(fx: Fixture) {
     shown.push_str(&format!("{outcome:?}"));
     shown.push_str(&format!("{:?}", fx.client));
 
-    let logged = String::from_utf8(captured.0.lock().expect("capture").clone()).expect("utf-8");
+    let logged = capture.text();
     assert!(
         logged.contains("lease lost"),
         "the loss was not traced at all:\n{logged}"

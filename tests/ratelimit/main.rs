@@ -4,6 +4,9 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+// Only the binaries that capture traces: the others lack tracing-subscriber.
+#[path = "../support/traces.rs"]
+mod traces;
 
 mod common;
 mod exactness;

@@ -1,8 +1,6 @@
 //! What a check answers, on both stores: the `CL.THROTTLE` fields, peek, cost, several
 //! policies all-or-nothing, the deny cache, shadow mode, ttls, and invalid input.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::ratelimit::{Algorithm, Origin, Policy, Rate};
@@ -10,6 +8,7 @@ use distlock::{InvalidName, InvalidPolicy, RateLimitError};
 
 use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
 use crate::support::fixture::{Fixture, on_both_stores};
+use crate::traces::Capture;
 
 on_both_stores!(
     gcra_answers_like_cl_throttle,
@@ -252,32 +251,10 @@ async fn deny_cache_stays_bounded(fx: Fixture) {
     assert_eq!(limiter.__deny_cache_len(), 8);
 }
 
-/// Collects what a `tracing` subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Shadow mode counts as usual but lets everything through, flags the requests it would
 /// have denied, and logs them.
 async fn shadow_mode_reports_and_never_denies(fx: Fixture) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let capture = Capture::start(tracing::Level::INFO);
 
     let rate = Rate::per(3, Duration::from_secs(10)).expect("valid");
     let limiter = fx
@@ -299,7 +276,7 @@ async fn shadow_mode_reports_and_never_denies(fx: Fixture) {
     // It counted only what enforcement would have let through.
     let peek = limiter.peek("tenant:1").await.expect("peek");
     assert_eq!(peek.policies[0].remaining, 0);
-    let log = String::from_utf8(captured.0.lock().expect("log").clone()).expect("utf-8");
+    let log = capture.text();
     assert_eq!(
         log.matches("shadow mode: the rate limit would have denied")
             .count(),
