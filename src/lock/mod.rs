@@ -6,6 +6,10 @@
 //! lost message therefore costs at most one ttl, never the whole wait. If the subscription
 //! cannot be made, it polls with jittered exponential backoff, still never sleeping past the
 //! holder's ttl.
+//!
+//! A listening waiter's attempts mark a busy lock as waited for, and a release publishes only
+//! for a marked lock, so uncontended locks cost no PUBLISH. A waiter woken while other local
+//! waiters still sleep marks the lock it is granted, for them (see `acquire.lua`).
 
 pub(crate) mod lease;
 pub(crate) mod reentrant;
@@ -23,7 +27,7 @@ use self::lease::{LeaseShared, release_in_background};
 use crate::Client;
 use crate::error::LockError;
 use crate::keys::LockKeys;
-use crate::store::{AcquireReply, Store, Subscription};
+use crate::store::{AcquireReply, Store, Subscription, Waits};
 use crate::token::Token;
 
 /// The shortest lease ttl accepted.
@@ -206,7 +210,13 @@ impl LockBuilder {
                 n.as_mut().enable();
             }
 
-            let pttl = match self.attempt(store, &keys, &token).await? {
+            // A listening waiter marks a busy lock, so its release publishes (acquire.lua).
+            let waits = match &subscription {
+                None => Waits::No,
+                Some(_) if store.wakeups().waiters(&keys.channel) > 1 => Waits::WithOthers,
+                Some(_) => Waits::Listening,
+            };
+            let pttl = match self.attempt(store, &keys, &token, waits).await? {
                 Attempt::Granted(shared) => {
                     tracing::debug!(
                         fence = shared.fence,
@@ -278,6 +288,7 @@ impl LockBuilder {
         store: &Store,
         keys: &LockKeys,
         token: &Token,
+        waits: Waits,
     ) -> Result<Attempt, LockError> {
         let mut guard = GrantGuard {
             client: &self.client,
@@ -286,7 +297,7 @@ impl LockBuilder {
             armed: true,
         };
         let sent_at = Instant::now();
-        let reply = store.acquire(keys, token, self.ttl).await?;
+        let reply = store.acquire(keys, token, self.ttl, waits).await?;
         guard.armed = false;
         Ok(match reply {
             AcquireReply::Granted { fence } => Attempt::Granted(Arc::new(LeaseShared::new(

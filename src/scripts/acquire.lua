@@ -1,11 +1,15 @@
 -- acquire.lua: take one or more locks, each if it is free, and mint their fencing tokens.
 -- Concurrent acquires of one client share one call (see src/store/batch.rs).
 --
--- KEYS[2i-1]  lock i's key        (string: the holder's token)
+-- KEYS[2i-1]  lock i's key        (string: the holder's token, followed by '*' once someone
+--             waits for its release: see release.lua)
 -- KEYS[2i]    lock i's fence key  (string: the last fence handed out under the key prefix;
 --             one key serves every lock of a prefix, so items usually share it)
--- ARGV[2i-1]  lock i's new token  (unguessable, unique per lease)
--- ARGV[2i]    lock i's ttl in milliseconds (> 0)
+-- ARGV[3i-2]  lock i's new token  (unguessable, unique per lease)
+-- ARGV[3i-1]  lock i's ttl in milliseconds (> 0)
+-- ARGV[3i]    whether the caller waits for a release: '0' no; '1' it listens on the release
+--             channel, so mark a busy lock as waited for; '2' also mark the lock if it is
+--             granted (other waiters of the caller's client may still be asleep on it)
 --
 -- Reply  one integer per lock, in order (a bare integer when there is one lock, an array
 --        otherwise):
@@ -13,6 +17,10 @@
 --                   whose reply was lost): the ttl is reset and a new, higher fence returned.
 --   -(pttl + 1)     busy: another token holds the lock for pttl more milliseconds; 0 when the
 --                   key has no expiry (pttl -1), which this library never creates.
+--
+-- A release publishes a wake-up only if the lock is marked as waited for: a waiter marks it
+-- after it has subscribed, so a release never publishes to nobody on the hot path and never
+-- skips a waiter that could miss it.
 --
 -- A fence is max(last + 1, server time in microseconds): fences strictly increase per lock
 -- (and per prefix) even if the fence key was lost to a failover or a flush, as long as the
@@ -36,11 +44,16 @@ local fk, last, lags
 local result
 for i = 1, n do
   local key, fence_key = KEYS[2 * i - 1], KEYS[2 * i]
-  local token, ttl = ARGV[2 * i - 1], ARGV[2 * i]
-  local granted = redis.call('SET', key, token, 'NX', 'PX', ttl)
-  if not granted and redis.call('GET', key) == token then
-    redis.call('PEXPIRE', key, ttl)
-    granted = true
+  local token, ttl, waits = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local granted = redis.call('SET', key, waits == '2' and token .. '*' or token, 'NX', 'PX', ttl)
+  if not granted then
+    local holder = redis.call('GET', key)
+    if holder == token or holder == token .. '*' then
+      redis.call('PEXPIRE', key, ttl)
+      granted = true
+    elseif waits ~= '0' and string.byte(holder, -1) ~= 42 then -- 42: '*'
+      redis.call('APPEND', key, '*')
+    end
   end
   if granted then
     if now_str == nil then

@@ -1,26 +1,34 @@
--- release.lua: delete one or more locks, each only if its token still holds it, and wake one
--- waiter of each. Concurrent releases of one client share one call (see src/store/batch.rs).
+-- release.lua: delete one or more locks, each only if its token still holds it, and wake the
+-- waiters of each, if any. Concurrent releases of one client share one call (see
+-- src/store/batch.rs).
 --
 -- KEYS[i]       lock i's key
 -- ARGV[2i-1]    lock i's token
 -- ARGV[2i]      lock i's release channel (a pub/sub channel, not a key)
 --
+-- The key holds the token, or the token and '*' when a waiter marked it (acquire.lua): only
+-- then is the channel published to, so an uncontended release costs no PUBLISH.
+--
 -- Reply  one integer per lock, in order (a bare integer when there is one lock, an array
 --        otherwise):
---        1  released: the key held the token; it was deleted and the channel published to
+--        1  released: the key held the token; it was deleted (and the channel published to
+--           if it was marked)
 --        0  already expired: the key is gone; nothing was changed
 --       -1  held by another token; nothing was changed
 local n = #KEYS
 local reply = n > 1 and {} or nil
 local result
 for i = 1, n do
-  local holder = redis.call('GET', KEYS[i])
-  if holder == ARGV[2 * i - 1] then
+  local holder, token = redis.call('GET', KEYS[i]), ARGV[2 * i - 1]
+  if holder == token then
     redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[2 * i], '')
     result = 1
   elseif holder == false then
     result = 0
+  elseif holder == token .. '*' then
+    redis.call('DEL', KEYS[i])
+    redis.call('PUBLISH', ARGV[2 * i], '')
+    result = 1
   else
     result = -1
   end

@@ -3,18 +3,20 @@
 -- of one client in one round trip). It never re-creates a key that is gone.
 --
 -- KEYS[1..n]        lock keys
--- ARGV[1..n]        the tokens expected in KEYS[1..n]
+-- ARGV[1..n]        the tokens expected in KEYS[1..n] (a key may also hold its token followed
+--                   by '*', the mark a waiter leaves: see release.lua)
 -- ARGV[n+1..2n]     the new ttl of each lease in milliseconds (> 0)
 --
 -- Reply  an array of n integers, one per key, in order:
---        1  extended: the key held its token and now expires in the given ttl
+--        1  extended: the key held its token and now expires in the given ttl (a mark
+--           stays)
 --        0  gone: the key had expired; nothing was changed
 --       -1  held by another token; nothing was changed
 local n = #KEYS
 local replies = {}
 for i = 1, n do
   local holder = redis.call('GET', KEYS[i])
-  if holder == ARGV[i] then
+  if holder == ARGV[i] or holder == ARGV[i] .. '*' then
     redis.call('PEXPIRE', KEYS[i], ARGV[n + i])
     replies[i] = 1
   elseif holder == false then

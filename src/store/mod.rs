@@ -60,6 +60,30 @@ impl AcquireReply {
     }
 }
 
+/// Whether an acquire's caller waits for the lock's release, which decides whether its holder
+/// publishes a wake-up when it releases (`acquire.lua`). The in-memory store wakes its local
+/// waiters on every release and ignores this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// A first attempt, or a caller that does not wait.
+    No,
+    /// The caller listens on the release channel: a busy lock is marked as waited for.
+    Listening,
+    /// As `Listening`, and other local waiters listen too: a granted lock is also marked, as
+    /// they may be asleep on a mark its releaser consumed.
+    WithOthers,
+}
+
+impl Waits {
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Self::No => "0",
+            Self::Listening => "1",
+            Self::WithOthers => "2",
+        }
+    }
+}
+
 /// Whether a key held the expected token (the reply of release and renew).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
@@ -149,10 +173,11 @@ impl Store {
         keys: &LockKeys,
         token: &Token,
         ttl: Duration,
+        waits: Waits,
     ) -> Result<AcquireReply, StoreError> {
         self.bounded(async {
             match self {
-                Self::Redis(s) => s.acquire(keys, token, ttl).await,
+                Self::Redis(s) => s.acquire(keys, token, ttl, waits).await,
                 Self::Memory(s) => Ok(s.acquire(keys, token, ttl)),
             }
         })

@@ -11,7 +11,9 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use super::batch::{Batch, Batcher};
 use super::lua::Lua;
 use super::wakeups::Subscriber;
-use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Verdict, Wakeups, millis};
+use super::{
+    AcquireReply, Held, RateReply, RateRequest, RenewItem, Verdict, Waits, Wakeups, millis,
+};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::ratelimit::Spec;
@@ -130,11 +132,13 @@ impl RedisStore {
         keys: &LockKeys,
         token: &Token,
         ttl: Duration,
+        waits: Waits,
     ) -> Result<AcquireReply, StoreError> {
         let item = AcquireItem {
             keys: keys.clone(),
             token: token.clone(),
             ttl_ms: millis(ttl),
+            waits,
         };
         self.acquires
             .run(item)
@@ -228,6 +232,7 @@ pub(crate) struct AcquireItem {
     keys: LockKeys,
     token: Token,
     ttl_ms: u64,
+    waits: Waits,
 }
 
 /// Acquires, many per call (`acquire.lua`).
@@ -241,12 +246,14 @@ impl Batch for Acquires {
     type Reply = AcquireReply;
 
     async fn run(&self, items: &[AcquireItem]) -> Result<Vec<AcquireReply>, StoreError> {
-        let mut cmd = ACQUIRE.call(2 * items.len(), 2 * items.len(), 128 * items.len());
+        let mut cmd = ACQUIRE.call(2 * items.len(), 3 * items.len(), 128 * items.len());
         for item in items {
             cmd.arg(&item.keys.lock).arg(&*item.keys.fence);
         }
         for item in items {
-            cmd.arg(item.token.as_str()).arg(item.ttl_ms);
+            cmd.arg(item.token.as_str())
+                .arg(item.ttl_ms)
+                .arg(item.waits.arg());
         }
         let reply = ACQUIRE.invoke(&cmd, &self.conn).await?;
         let codes = codes(reply, items.len(), "acquire")?;

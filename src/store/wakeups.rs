@@ -108,6 +108,15 @@ impl Wakeups {
         }
     }
 
+    /// How many local waiters listen on `channel`.
+    pub(crate) fn waiters(&self, channel: &str) -> usize {
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(channel)
+            .map_or(0, |entry| entry.waiters)
+    }
+
     /// A release was published on `channel`: wake one local waiter.
     pub(crate) fn wake_one(&self, channel: &str) {
         let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);

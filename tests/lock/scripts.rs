@@ -1,23 +1,36 @@
 //! The lock scripts' contract, called directly on a real server: the cases the client rarely
 //! produces on its own (a fence key ahead of the clock, several fence keys in one call, a
-//! retried grant), checked item by item.
+//! retried grant, a waiter's mark), checked item by item.
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 
 use crate::support::server::RedisServer;
 
 const ACQUIRE: &str = include_str!("../../src/scripts/acquire.lua");
 const RELEASE: &str = include_str!("../../src/scripts/release.lua");
+const RENEW: &str = include_str!("../../src/scripts/renew.lua");
 
-/// `(lock key, fence key, token, ttl ms)` per item.
+/// `(lock key, fence key, token, ttl ms)` per item, by a caller that does not wait.
 async fn acquire(conn: &mut MultiplexedConnection, items: &[(&str, &str, &str, u64)]) -> Vec<i64> {
+    acquire_as(conn, items, "0").await
+}
+
+/// As `acquire`, every item with the caller's `waits` argument.
+async fn acquire_as(
+    conn: &mut MultiplexedConnection,
+    items: &[(&str, &str, &str, u64)],
+    waits: &str,
+) -> Vec<i64> {
     let script = redis::Script::new(ACQUIRE);
     let mut call = script.prepare_invoke();
     for (lock, fence, _, _) in items {
         call.key(*lock).key(*fence);
     }
     for (_, _, token, ttl) in items {
-        call.arg(*token).arg(*ttl);
+        call.arg(*token).arg(*ttl).arg(waits);
     }
     if items.len() == 1 {
         vec![call.invoke_async(conn).await.expect("acquire")]
@@ -229,8 +242,10 @@ async fn a_call_failing_part_way_never_lowers_the_fence_key() {
         .key("p:fence")
         .arg("t")
         .arg(30_000)
+        .arg("0")
         .arg("t")
         .arg(30_000)
+        .arg("0")
         .invoke_async(&mut conn)
         .await;
     assert!(failed.is_err(), "{failed:?}");
@@ -238,4 +253,120 @@ async fn a_call_failing_part_way_never_lowers_the_fence_key() {
     assert!(key >= ahead, "the fence key fell from {ahead} to {key}");
     let next = acquire(&mut conn, &[("p:lock:{b}", "p:fence", "t", 30_000)]).await[0];
     assert!(next > ahead, "fence {next} is not above {ahead}");
+}
+
+async fn release(conn: &mut MultiplexedConnection, lock: &str, token: &str, channel: &str) -> i64 {
+    redis::Script::new(RELEASE)
+        .key(lock)
+        .arg(token)
+        .arg(channel)
+        .invoke_async(conn)
+        .await
+        .expect("release")
+}
+
+async fn value(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("GET")
+}
+
+/// Whether the release just made published on `CHANNEL`: a marker published after it comes
+/// first if not (messages on one channel arrive in the order they were published).
+async fn published(
+    conn: &mut MultiplexedConnection,
+    messages: &mut (impl futures_util::Stream<Item = redis::Msg> + Unpin),
+) -> bool {
+    let () = redis::cmd("PUBLISH")
+        .arg(CHANNEL)
+        .arg("marker")
+        .query_async(conn)
+        .await
+        .expect("PUBLISH");
+    let mut next = async || -> String {
+        tokio::time::timeout(Duration::from_secs(5), messages.next())
+            .await
+            .expect("a message in time")
+            .expect("subscription open")
+            .get_payload()
+            .expect("payload")
+    };
+    let first = next().await;
+    if first == "marker" {
+        return false;
+    }
+    assert_eq!((first.as_str(), next().await.as_str()), ("", "marker"));
+    true
+}
+
+const LOCK: &str = "p:lock:{m}";
+const CHANNEL: &str = "p:released:{m}";
+
+/// A release publishes a wake-up only when a listening waiter marked the lock (or a waiter
+/// was granted it while others of its client still wait). A marked lock is still its
+/// holder's: a retried grant and a renewal recognise it, and keep the mark.
+#[tokio::test]
+async fn a_release_publishes_only_for_a_lock_a_waiter_marked() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(CHANNEL).await.expect("subscribe");
+    let mut messages = pubsub.into_on_message();
+    // Nobody waited: no message.
+    assert!(acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0] > 0);
+    assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, 1);
+    assert!(
+        !published(&mut conn, &mut messages).await,
+        "a release nobody waited for published"
+    );
+
+    // A busy attempt by a caller that does not listen leaves no mark.
+    acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await;
+    assert!(acquire(&mut conn, &[(LOCK, "p:fence", "w", 30_000)]).await[0] < 0);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h"));
+    assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, 1);
+    assert!(!published(&mut conn, &mut messages).await);
+
+    // A listening waiter's busy attempt marks the lock once; the holder's retried grant and
+    // renewal still recognise it as theirs and keep the mark; its release publishes.
+    let first = acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0];
+    for _ in 0..2 {
+        assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1").await[0] < 0);
+    }
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
+    let again = acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0];
+    assert!(again > first, "the retried grant on a marked lock: {again}");
+    let renewed: Vec<i64> = redis::Script::new(RENEW)
+        .key(LOCK)
+        .arg("h")
+        .arg(40_000)
+        .invoke_async(&mut conn)
+        .await
+        .expect("renew");
+    assert_eq!(renewed, [1]);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
+    assert_eq!(
+        release(&mut conn, LOCK, "w", CHANNEL).await,
+        -1,
+        "a waiter's token"
+    );
+    assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, 1);
+    assert!(
+        published(&mut conn, &mut messages).await,
+        "a marked release did not publish"
+    );
+
+    // A waiter granted the lock while others of its client wait marks it at once.
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "2").await[0] > 0);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("w*"));
+    assert_eq!(release(&mut conn, LOCK, "w", CHANNEL).await, 1);
+    assert!(published(&mut conn, &mut messages).await);
+    // ...and a lone listening waiter granted it does not.
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1").await[0] > 0);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("w"));
+    assert_eq!(release(&mut conn, LOCK, "w", CHANNEL).await, 1);
+    assert!(!published(&mut conn, &mut messages).await);
 }

@@ -22,6 +22,7 @@ on_both_stores!(
     panic_in_critical_section_releases_the_lock,
     missed_wakeup_costs_at_most_one_pttl,
     many_waiters_leave_no_subscription_behind,
+    waiters_of_one_client_are_woken_release_by_release,
     reentrant_run_joins_the_outer_lease,
     non_reentrant_run_waits_for_itself,
     run_ends_the_body_when_the_lease_is_lost,
@@ -629,6 +630,47 @@ async fn many_waiters_leave_no_subscription_behind(fx: Fixture) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Waiters of one client asleep on a lock are each woken by a release, not by their timers,
+/// however many there are: a release wakes one of them, and the one woken marks the lock it
+/// is granted so that its own release wakes the next. The holder's ttl (30 s) is what a
+/// missed wake-up would cost.
+async fn waiters_of_one_client_are_woken_release_by_release(fx: Fixture) {
+    const WAITERS: usize = 6;
+    let holder = fx.client.lock("chain").acquire().await.expect("holder");
+    let other = fx.another_client().await;
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        // Four on one client, two on another: both kinds of hand-off.
+        let client = if i < 4 {
+            fx.client.clone()
+        } else {
+            other.clone()
+        };
+        tasks.push(tokio::spawn(async move {
+            let lease = client
+                .lock("chain")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+                .expect("waiter");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lease.release().await.expect("release");
+        }));
+    }
+    // Every waiter has tried, listens and sleeps.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    holder.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("waiter task");
+    }
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "{WAITERS} hand-offs took {took:?}: a waiter slept until its timer"
+    );
 }
 
 async fn reentrant_run_joins_the_outer_lease(fx: Fixture) {
