@@ -44,7 +44,8 @@ impl Inspector<'_> {
         }
     }
 
-    /// The value of a string key (a lock key holds its holder's token).
+    /// The value of a string key (a lock key holds its holder's token, followed by `*` once a
+    /// waiter has marked it).
     pub async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
         match self.client.store() {
             Store::Memory(m) => Ok(m.get(key)),

@@ -77,7 +77,8 @@ pub(crate) struct LockKeys(Arc<Keys>);
 pub(crate) struct Keys {
     /// The name as the user gave it (for errors and tracing).
     pub(crate) name: String,
-    /// Holds the holder's token, with the lease's ttl.
+    /// Holds the holder's token (followed by `*` once a waiter marked it), with the lease's
+    /// ttl.
     pub(crate) lock: String,
     /// Holds the last fencing token handed out under the prefix (one key for every lock,
     /// shared with the client).

@@ -37,6 +37,19 @@ pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The default lease ttl.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
+/// A release's wake-up taken by one local waiter. Only the woken waiter's next attempt marks
+/// the lock for the waiters still asleep (see `acquire.lua`), so if that attempt never
+/// answers (a store error, or the caller gives up), the wake-up is passed on to one of them.
+struct WakeUp(Option<Arc<tokio::sync::Notify>>);
+
+impl Drop for WakeUp {
+    fn drop(&mut self) {
+        if let Some(notify) = self.0.take() {
+            notify.notify_one();
+        }
+    }
+}
+
 /// First and largest sleep of the polling fallback.
 const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
@@ -200,6 +213,8 @@ impl LockBuilder {
         let mut backoff = BACKOFF_MIN;
         let mut attempts = 0u32;
         let mut woken_by = "start";
+        // The release wake-up this waiter took, if its next attempt has not answered yet.
+        let mut wake_up: Option<WakeUp> = None;
         loop {
             attempts += 1;
             // Registered before the attempt, so a release that lands between the attempt and
@@ -216,7 +231,12 @@ impl LockBuilder {
                 Some(_) if store.wakeups().waiters(&keys.channel) > 1 => Waits::WithOthers,
                 Some(_) => Waits::Listening,
             };
-            let pttl = match self.attempt(store, &keys, &token, waits).await? {
+            let attempt = self.attempt(store, &keys, &token, waits).await?;
+            // Answered: granted, or busy and marked (the wake-up did its work).
+            if let Some(mut used) = wake_up.take() {
+                used.0 = None;
+            }
+            let pttl = match attempt {
                 Attempt::Granted(shared) => {
                     tracing::debug!(
                         fence = shared.fence,
@@ -270,7 +290,10 @@ impl LockBuilder {
             let sleep = sleep.min(remaining);
             woken_by = match notified {
                 Some(n) => tokio::select! {
-                    () = n => "release",
+                    () = n => {
+                        wake_up = notify.as_ref().map(|n| WakeUp(Some(n.clone())));
+                        "release"
+                    }
                     () = tokio::time::sleep(sleep) => "timer",
                 },
                 None => {

@@ -13,14 +13,18 @@
 --
 -- Reply  one integer per lock, in order (a bare integer when there is one lock, an array
 --        otherwise):
---   fence > 0       granted. Also when the key already holds the token (a retry of a grant
---                   whose reply was lost): the ttl is reset and a new, higher fence returned.
+--   fence > 0       granted. Also when the key already holds the token, marked or not (a
+--                   retry of a grant whose reply was lost): the ttl is reset and a new,
+--                   higher fence returned.
 --   -(pttl + 1)     busy: another token holds the lock for pttl more milliseconds; 0 when the
 --                   key has no expiry (pttl -1), which this library never creates.
 --
--- A release publishes a wake-up only if the lock is marked as waited for: a waiter marks it
--- after it has subscribed, so a release never publishes to nobody on the hot path and never
--- skips a waiter that could miss it.
+-- A release publishes a wake-up only if the lock is marked as waited for, so an uncontended
+-- release publishes nothing. A waiter marks the lock once it has registered on the channel
+-- (with its client's subscription made, or under way when another local waiter made it: a
+-- release in that window can be missed, as before, and costs the waiter at most the
+-- holder's ttl). A release wakes one waiter per client; the woken one marks the lock it
+-- finds busy, or the lock it is granted while others of its client still wait.
 --
 -- A fence is max(last + 1, server time in microseconds): fences strictly increase per lock
 -- (and per prefix) even if the fence key was lost to a failover or a flush, as long as the

@@ -4,9 +4,9 @@
 //! nothing extra: no queue, no extra task. Otherwise it queues, and the queue is sent as one
 //! script call by a drain task, on one of at most `max_in_flight` slots:
 //!
-//! * the first queued item starts a drain task that first lets every task that is ready run
-//!   (their items join the queue: under load, the callers one reply woke), then sends the
-//!   queue;
+//! * the first queued item starts a drain task that first yields to the tasks that are ready
+//!   to run (their items join the queue: under load, the callers one reply woke), then sends
+//!   the queue;
 //! * a queue that reaches `flush_at` items is sent at once, on another slot if one is free, so
 //!   several calls are on the wire while the client works on the replies of others and the
 //!   server never waits for one big batch to be assembled;
@@ -115,7 +115,14 @@ impl<B: Batch> Batcher<B> {
                 match flush {
                     Flush::Joined => {}
                     Flush::Later => self.start_drain(None),
-                    Flush::Now => self.start_drain(Some(self.shared.take_batch(false))),
+                    Flush::Now => {
+                        // Another slot holder may have taken the queue meanwhile; then
+                        // `take_batch` has given our slot back already.
+                        let batch = self.shared.take_batch(false);
+                        if !batch.is_empty() {
+                            self.start_drain(Some(batch));
+                        }
+                    }
                 }
                 return rx.await.unwrap_or_else(|_| {
                     Err(StoreError::Unreachable {
@@ -486,6 +493,45 @@ mod tests {
         });
     }
 
+    /// As above, with a flush task not yet run and a batch sent at `flush_at` when the runtime
+    /// goes away.
+    #[test]
+    fn a_runtime_shut_down_with_a_flush_pending_loses_no_slot() {
+        let op = Echo::default();
+        let batcher = Batcher::new(op.clone(), 4, 16, 2, Duration::from_secs(5));
+        let first_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        first_runtime.block_on(async {
+            tokio::spawn({
+                let batcher = batcher.clone();
+                async move { batcher.run(1).await }
+            });
+            // Item 1 goes out alone (20 ms); then 2 starts a flush task, 3 sends [2, 3] at
+            // once, 4 joins the pending flush.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            for i in 2..5u32 {
+                let batcher = batcher.clone();
+                tokio::spawn(async move { batcher.run(i).await });
+            }
+            tokio::task::yield_now().await;
+            assert!(batcher.shared.lock().flush_pending, "no flush task pending");
+        });
+        drop(first_runtime);
+        let second_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        second_runtime.block_on(async {
+            let reply = tokio::time::timeout(Duration::from_secs(1), batcher.run(7))
+                .await
+                .expect("a lone call goes straight out again");
+            assert_eq!(reply.expect("reply"), 70);
+            settles(&batcher).await;
+        });
+    }
+
     #[tokio::test]
     async fn a_failed_batch_fails_every_caller_in_it() {
         let op = Echo {
@@ -528,7 +574,7 @@ mod tests {
         for _ in 0..100 {
             {
                 let queue = batcher.shared.lock();
-                if queue.in_flight == 0 && queue.waiting.is_empty() {
+                if queue.in_flight == 0 && queue.waiting.is_empty() && !queue.flush_pending {
                     return;
                 }
             }
@@ -536,9 +582,10 @@ mod tests {
         }
         let queue = batcher.shared.lock();
         panic!(
-            "{} slots still taken, {} items waiting",
+            "{} slots still taken, {} items waiting, flush pending: {}",
             queue.in_flight,
-            queue.waiting.len()
+            queue.waiting.len(),
+            queue.flush_pending
         );
     }
 }
