@@ -115,14 +115,7 @@ impl<B: Batch> Batcher<B> {
                 match flush {
                     Flush::Joined => {}
                     Flush::Later => self.start_drain(None),
-                    Flush::Now => {
-                        // Another slot holder may have taken the queue meanwhile; then
-                        // `take_batch` has given our slot back already.
-                        let batch = self.shared.take_batch(false);
-                        if !batch.is_empty() {
-                            self.start_drain(Some(batch));
-                        }
-                    }
+                    Flush::Now(batch) => self.start_drain(Some(batch)),
                 }
                 return rx.await.unwrap_or_else(|_| {
                     Err(StoreError::Unreachable {
@@ -262,7 +255,8 @@ impl<B: Batch> Shared<B> {
         let flush = if queue.in_flight >= self.max_in_flight {
             Flush::Joined
         } else if queue.waiting.len() >= self.flush_at {
-            Flush::Now
+            // Taken under the same lock, so it holds at least this caller's item.
+            Flush::Now(queue.next_batch(self.max_batch))
         } else if !queue.flush_pending {
             queue.flush_pending = true;
             Flush::Later
@@ -282,29 +276,36 @@ impl<B: Batch> Shared<B> {
         if flush {
             queue.flush_pending = false;
         }
-        // Callers that gave up while queued: their items are not sent at all.
-        queue.waiting.retain(|(_, tx)| !tx.is_closed());
-        let n = queue.waiting.len().min(self.max_batch);
-        if n == 0 {
+        let batch = queue.next_batch(self.max_batch);
+        if batch.is_empty() {
             queue.in_flight -= 1;
         }
-        queue.waiting.drain(..n).collect()
+        batch
+    }
+}
+
+impl<B: Batch> Queue<B> {
+    /// Up to `max` queued items, without those whose callers gave up (never sent at all).
+    fn next_batch(&mut self, max: usize) -> Vec<Waiter<B>> {
+        self.waiting.retain(|(_, tx)| !tx.is_closed());
+        let n = self.waiting.len().min(max);
+        self.waiting.drain(..n).collect()
     }
 }
 
 enum Entered<B: Batch> {
     Alone(B::Item),
-    Queued(oneshot::Receiver<Result<B::Reply, StoreError>>, Flush),
+    Queued(oneshot::Receiver<Result<B::Reply, StoreError>>, Flush<B>),
 }
 
 /// What a queued caller starts.
-enum Flush {
+enum Flush<B: Batch> {
     /// Nothing: a drain task will take its item.
     Joined,
     /// A drain task that sends what queued while the tasks ready to run ran.
     Later,
-    /// A drain task that sends the queue as it is: enough items have queued.
-    Now,
+    /// A drain task that sends this batch (enough items had queued), taken with the slot.
+    Now(Vec<Waiter<B>>),
 }
 
 fn fail<I, R>(waiters: Vec<(I, oneshot::Sender<Result<R, StoreError>>)>, err: &StoreError) {
@@ -480,17 +481,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         first_runtime.shutdown_timeout(Duration::from_secs(1));
         drop(calls);
-        let second_runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        second_runtime.block_on(async {
-            let reply = tokio::time::timeout(Duration::from_secs(1), batcher.run(7))
-                .await
-                .expect("a lone call goes straight out again");
-            assert_eq!(reply.expect("reply"), 70);
-            settles(&batcher).await;
-        });
+        works_on_a_new_runtime(&batcher);
     }
 
     /// As above, with a flush task not yet run and a batch sent at `flush_at` when the runtime
@@ -519,17 +510,7 @@ mod tests {
             assert!(batcher.shared.lock().flush_pending, "no flush task pending");
         });
         drop(first_runtime);
-        let second_runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        second_runtime.block_on(async {
-            let reply = tokio::time::timeout(Duration::from_secs(1), batcher.run(7))
-                .await
-                .expect("a lone call goes straight out again");
-            assert_eq!(reply.expect("reply"), 70);
-            settles(&batcher).await;
-        });
+        works_on_a_new_runtime(&batcher);
     }
 
     #[tokio::test]
@@ -566,6 +547,21 @@ mod tests {
         assert!(gave_up.is_err(), "the queued call answered too soon");
         assert_eq!(first.await.expect("task").expect("reply"), 10);
         (op, batcher)
+    }
+
+    /// On a fresh runtime, a lone call goes straight out and every slot comes back.
+    fn works_on_a_new_runtime(batcher: &Batcher<Echo>) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let reply = tokio::time::timeout(Duration::from_secs(1), batcher.run(7))
+                .await
+                .expect("a lone call goes straight out again");
+            assert_eq!(reply.expect("reply"), 70);
+            settles(batcher).await;
+        });
     }
 
     /// Every slot is given back and nothing waits, soon after the last caller was answered
