@@ -39,6 +39,8 @@ pub(crate) struct ClientInner {
     /// `<prefix>:fence`, built once and shared by every lock's keys.
     pub(crate) fence_key: Arc<str>,
     pub(crate) watchdog: Watchdog,
+    /// This client's waiters that a releaser can hand a lock to.
+    pub(crate) handoffs: crate::lock::handoff::Handoffs,
 }
 
 impl std::fmt::Debug for Client {
@@ -202,6 +204,7 @@ impl ClientBuilder {
                 fence_key: crate::keys::fence_key(&self.prefix),
                 prefix: self.prefix,
                 watchdog,
+                handoffs: crate::lock::handoff::Handoffs::default(),
             }),
         }
     }

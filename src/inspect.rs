@@ -82,6 +82,11 @@ impl Inspector<'_> {
         self.client.store().wakeups().channels_in_use()
     }
 
+    /// Waiters queued for a hand-off, over every lock.
+    pub fn queued_for_handoff(&self) -> usize {
+        self.client.inner.handoffs.queued()
+    }
+
     /// Renewal round trips the watchdog has sent.
     pub fn renewal_calls(&self) -> u64 {
         self.client.inner.watchdog.renewal_calls()

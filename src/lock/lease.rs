@@ -389,8 +389,13 @@ impl Lease {
     /// response timeout; stops the watchdog for this lease whatever the outcome.
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         let shared = self.finish();
-        let store = self.client.store();
-        let held = store.release(&shared.keys, &shared.token).await?;
+        let held = match super::handoff::pass_on(&self.client, &shared).await {
+            Some(handed) => handed?,
+            None => {
+                let store = self.client.store();
+                store.release(&shared.keys, &shared.token).await?
+            }
+        };
         let outcome = ReleaseOutcome::from(held);
         if outcome != ReleaseOutcome::Released {
             tracing::warn!(lock = %shared.keys.name, ?outcome, "distlock: released a lease that was no longer held");

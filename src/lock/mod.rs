@@ -11,6 +11,7 @@
 //! for a marked lock, so uncontended locks cost no PUBLISH. A waiter woken while other local
 //! waiters still sleep marks the lock it is granted, for them (see `acquire.lua`).
 
+pub(crate) mod handoff;
 pub(crate) mod lease;
 pub(crate) mod reentrant;
 pub(crate) mod watchdog;
@@ -22,6 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use self::handoff::{Handed, Ticket};
 pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome, safety_margin};
 use self::lease::{LeaseShared, release_in_background};
 use crate::Client;
@@ -202,7 +204,7 @@ impl LockBuilder {
 
     async fn acquire_keys(&self, keys: LockKeys) -> Result<Lease, LockError> {
         let store = self.client.store();
-        let token = Token::generate();
+        let mut token = Token::generate();
         let started = Instant::now();
         let deadline = match self.wait {
             Wait::Upto(d) => Some(started + d),
@@ -215,6 +217,8 @@ impl LockBuilder {
         let mut woken_by = "start";
         // The release wake-up this waiter took, if its next attempt has not answered yet.
         let mut wake_up: Option<WakeUp> = None;
+        // This waiter's place in its client's queue for a hand-off (see `handoff.rs`).
+        let mut ticket: Option<Ticket> = None;
         loop {
             attempts += 1;
             // Registered before the attempt, so a release that lands between the attempt and
@@ -281,6 +285,9 @@ impl LockBuilder {
                     }
                 }
             }
+            if ticket.is_none() && store.hands_off() {
+                ticket = Some(Ticket::join(&self.client, &keys, self.ttl));
+            }
             let jitter = jitter_for(busy_for);
             let mut sleep = busy_for.saturating_add(jitter);
             if subscription.is_none() {
@@ -288,18 +295,54 @@ impl LockBuilder {
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
             let sleep = sleep.min(remaining);
-            woken_by = match notified {
-                Some(n) => tokio::select! {
-                    () = n => {
-                        wake_up = notify.as_ref().map(|n| WakeUp(Some(n.clone())));
+            let handed = async {
+                match ticket.as_mut() {
+                    Some(ticket) => ticket.handed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let released = async {
+                match notified {
+                    Some(n) => n.await,
+                    None => std::future::pending().await,
+                }
+            };
+            woken_by = tokio::select! {
+                handed = handed => match handed {
+                    Handed::Granted { token, fence, sent_at } => {
+                        let shared = Arc::new(LeaseShared::new(
+                            keys.clone(),
+                            token,
+                            fence,
+                            self.ttl,
+                            sent_at,
+                            self.watchdog,
+                            self.max_hold,
+                        ));
+                        tracing::debug!(
+                            fence,
+                            attempts,
+                            waited_ms =
+                                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                            woken_by = "handoff",
+                            "distlock: acquired"
+                        );
+                        return Ok(Lease::new(self.client.clone(), shared));
+                    }
+                    Handed::Retry { token: given } => {
+                        // The word is used up: queue again at the next sleep.
+                        ticket = None;
+                        if let Some(given) = given {
+                            token = given;
+                        }
                         "release"
                     }
-                    () = tokio::time::sleep(sleep) => "timer",
                 },
-                None => {
-                    tokio::time::sleep(sleep).await;
-                    "timer"
+                () = released => {
+                    wake_up = notify.as_ref().map(|n| WakeUp(Some(n.clone())));
+                    "release"
                 }
+                () = tokio::time::sleep(sleep) => "timer",
             };
         }
     }

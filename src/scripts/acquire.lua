@@ -26,28 +26,14 @@
 -- holder's ttl). A release wakes one waiter per client; the woken one marks the lock it
 -- finds busy, or the lock it is granted while others of its client still wait.
 --
--- A fence is max(last + 1, server time in microseconds): fences strictly increase per lock
--- (and per prefix) even if the fence key was lost to a failover or a flush, as long as the
--- server clock does not step back further than the fences handed out since. A call that
--- grants several locks hands out consecutive numbers, so a fence leads the clock by at most
--- the number of grants in one call.
---
--- Cost: a grant under a fence key is one `SET fence now GET` (raise the key to the clock and
--- learn what it held) on the common path; only when the key is ahead of the clock (grants in
--- the same microsecond, or the clock stepped back), or when one call grants several locks
--- under one key, does the key get a second write with the exact last fence. The key never
--- holds less than a fence returned by an earlier call, even if this call fails part way
--- (Redis does not roll a script back): fences of this call that it has not written yet are
--- returned to nobody when it fails. Needs Redis 6.2 or newer (SET ... GET).
+-- Fences come from fence.lua (concatenated in front): every run of consecutive grants under
+-- one fence key (busy items in between do not break a run) gets consecutive numbers from one
+-- write, after every lock of the call has been tried.
 local n = #KEYS / 2
-local reply = n > 1 and {} or nil
-local now_str, now -- the server clock in µs (text and number), read at the first grant
--- The fence key in use, the last fence handed out under it, and whether the key lags behind
--- that fence. Items nearly always share one key; a switch writes the old key back first.
-local fk, last, lags
-local result
+-- true for a grant until its fence is known, then the fence; -(pttl + 1) when busy.
+local replies = {}
 for i = 1, n do
-  local key, fence_key = KEYS[2 * i - 1], KEYS[2 * i]
+  local key = KEYS[2 * i - 1]
   local token, ttl, waits = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local granted = redis.call('SET', key, waits == '2' and token .. '*' or token, 'NX', 'PX', ttl)
   if not granted then
@@ -60,37 +46,36 @@ for i = 1, n do
     end
   end
   if granted then
-    if now_str == nil then
-      local t = redis.call('TIME')
-      now_str = t[1] .. string.sub('00000' .. t[2], -6)
-      now = tonumber(now_str)
-    end
-    if fence_key ~= fk then
-      if lags then
-        redis.call('SET', fk, string.format('%.0f', last))
-      end
-      -- Raise the key to the clock and learn what it held: one write on the common path.
-      local old = tonumber(redis.call('SET', fence_key, now_str, 'GET') or '0') or 0
-      fk, last, lags = fence_key, now, false
-      if old >= now then
-        -- The key was ahead of the clock and was just lowered: put it back above at once. A
-        -- script is not rolled back if a later item fails, so the key must never be left
-        -- below a fence an earlier call returned.
-        last = old + 1
-        redis.call('SET', fk, string.format('%.0f', last))
-      end
-    else
-      last, lags = last + 1, true
-    end
-    result = last
+    replies[i] = true
   else
-    result = -redis.call('PTTL', key) - 1
-  end
-  if reply then
-    reply[i] = result
+    replies[i] = -redis.call('PTTL', key) - 1
   end
 end
-if lags then
-  redis.call('SET', fk, string.format('%.0f', last))
+local i = 1
+while i <= n do
+  if replies[i] == true then
+    local fence_key = KEYS[2 * i]
+    -- The run: this grant and the next ones under the same key, busy items skipped.
+    local j, count = i, 0
+    while j <= n and (replies[j] ~= true or KEYS[2 * j] == fence_key) do
+      if replies[j] == true then
+        count = count + 1
+      end
+      j = j + 1
+    end
+    local fence = mint(fence_key, count)
+    for k = i, j - 1 do
+      if replies[k] == true then
+        replies[k] = fence
+        fence = fence + 1
+      end
+    end
+    i = j
+  else
+    i = i + 1
+  end
 end
-return reply or result
+if n == 1 then
+  return replies[1]
+end
+return replies

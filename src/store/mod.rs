@@ -108,6 +108,24 @@ impl Held {
     }
 }
 
+/// The answer to a hand-off (`handoff.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandoffReply {
+    /// The lock passed to the new token, under this fence.
+    Passed { fence: u64 },
+    /// It did not pass: the key was gone, or another token held it.
+    Not(Held),
+}
+
+impl HandoffReply {
+    pub(crate) fn from_code(code: i64) -> Result<Self, StoreError> {
+        match u64::try_from(code) {
+            Ok(fence) if fence > 0 => Ok(Self::Passed { fence }),
+            _ => Held::from_reply(code).map(Self::Not),
+        }
+    }
+}
+
 /// One lease in a renewal batch.
 pub(crate) struct RenewItem<'a> {
     pub(crate) key: &'a str,
@@ -189,6 +207,32 @@ impl Store {
             match self {
                 Self::Redis(s) => s.release(keys, token).await,
                 Self::Memory(s) => Ok(s.release(keys, token)),
+            }
+        })
+        .await
+    }
+
+    /// Whether a holder can pass its lock straight to a local waiter
+    /// ([`handoff`](Self::handoff)). The in-memory store wakes its waiters at once anyway.
+    pub(crate) fn hands_off(&self) -> bool {
+        matches!(self, Self::Redis(_))
+    }
+
+    /// Passes a held lock from token `from` to token `to`, with a new ttl and fence. Only on
+    /// a store that [`hands_off`](Self::hands_off).
+    pub(crate) async fn handoff(
+        &self,
+        keys: &LockKeys,
+        from: &Token,
+        to: &Token,
+        ttl: Duration,
+    ) -> Result<HandoffReply, StoreError> {
+        self.bounded(async {
+            match self {
+                Self::Redis(s) => s.handoff(keys, from, to, ttl).await,
+                Self::Memory(_) => Err(StoreError::Protocol {
+                    message: "the in-memory store does not hand locks off".to_owned(),
+                }),
             }
         })
         .await

@@ -12,14 +12,26 @@ use super::batch::{Batch, Batcher};
 use super::lua::Lua;
 use super::wakeups::Subscriber;
 use super::{
-    AcquireReply, Held, RateReply, RateRequest, RenewItem, Verdict, Waits, Wakeups, millis,
+    AcquireReply, HandoffReply, Held, RateReply, RateRequest, RenewItem, Verdict, Waits, Wakeups,
+    millis,
 };
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::ratelimit::Spec;
 use crate::token::Token;
 
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/acquire.lua")));
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../scripts/fence.lua"),
+        include_str!("../scripts/acquire.lua"),
+    ))
+});
+static HANDOFF: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../scripts/fence.lua"),
+        include_str!("../scripts/handoff.lua"),
+    ))
+});
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/release.lua")));
 static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/renew.lua")));
 /// One script for every rate-limit check: the shared helpers, one file per algorithm, then
@@ -155,6 +167,28 @@ impl RedisStore {
             .run(item)
             .await
             .map_err(|e| e.with_deadline(self.op_timeout()))
+    }
+
+    /// Passes a held lock from `from` to `to` with a new ttl (`handoff.lua`). Not batched: it
+    /// only runs for a contended lock.
+    pub(crate) async fn handoff(
+        &self,
+        keys: &LockKeys,
+        from: &Token,
+        to: &Token,
+        ttl: Duration,
+    ) -> Result<HandoffReply, StoreError> {
+        let mut cmd = HANDOFF.call(2, 3, 256);
+        cmd.arg(&keys.lock)
+            .arg(&*keys.fence)
+            .arg(from.as_str())
+            .arg(to.as_str())
+            .arg(millis(ttl));
+        let code: i64 = HANDOFF
+            .invoke(&cmd, &self.conn)
+            .await
+            .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
+        HandoffReply::from_code(code)
     }
 
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {

@@ -8,6 +8,7 @@ mod support;
 mod traces;
 
 mod batching;
+mod handoff;
 mod processes;
 mod scripts;
 mod semantics;

@@ -9,7 +9,14 @@ use redis::aio::MultiplexedConnection;
 
 use crate::support::server::RedisServer;
 
-const ACQUIRE: &str = include_str!("../../src/scripts/acquire.lua");
+const ACQUIRE: &str = concat!(
+    include_str!("../../src/scripts/fence.lua"),
+    include_str!("../../src/scripts/acquire.lua"),
+);
+const HANDOFF: &str = concat!(
+    include_str!("../../src/scripts/fence.lua"),
+    include_str!("../../src/scripts/handoff.lua"),
+);
 const RELEASE: &str = include_str!("../../src/scripts/release.lua");
 const RENEW: &str = include_str!("../../src/scripts/renew.lua");
 
@@ -369,4 +376,52 @@ async fn a_release_publishes_only_for_a_lock_a_waiter_marked() {
     assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("w"));
     assert_eq!(release(&mut conn, LOCK, "w", CHANNEL).await, 1);
     assert!(!published(&mut conn, &mut messages).await);
+}
+
+async fn handoff(conn: &mut MultiplexedConnection, lock: &str, from: &str, to: &str) -> i64 {
+    redis::Script::new(HANDOFF)
+        .key(lock)
+        .key("p:fence")
+        .arg(from)
+        .arg(to)
+        .arg(20_000)
+        .invoke_async(conn)
+        .await
+        .expect("handoff")
+}
+
+/// A hand-off passes the lock only from its holder (marked or not), to the new token with
+/// the new ttl and a higher fence, keeping the mark; otherwise it changes nothing.
+#[tokio::test]
+async fn a_handoff_passes_the_lock_only_from_its_holder() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let lock = "p:lock:{h}";
+    assert_eq!(handoff(&mut conn, lock, "h", "w").await, 0, "no lock: gone");
+    assert_eq!(value(&mut conn, lock).await, None);
+
+    let first = acquire(&mut conn, &[(lock, "p:fence", "h", 30_000)]).await[0];
+    assert_eq!(
+        handoff(&mut conn, lock, "x", "w").await,
+        -1,
+        "not the holder"
+    );
+    assert_eq!(value(&mut conn, lock).await.as_deref(), Some("h"));
+
+    let second = handoff(&mut conn, lock, "h", "w").await;
+    assert!(second > first, "fence {second} after {first}");
+    assert_eq!(value(&mut conn, lock).await.as_deref(), Some("w"));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(lock)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!((19_000..=20_000).contains(&pttl), "ttl {pttl}");
+    assert_eq!(get(&mut conn, "p:fence").await, Some(second));
+
+    // A listening waiter marks it; the next hand-off keeps the mark for the new holder.
+    assert!(acquire_as(&mut conn, &[(lock, "p:fence", "v", 30_000)], "1").await[0] < 0);
+    let third = handoff(&mut conn, lock, "w", "u").await;
+    assert!(third > second, "fence {third} after {second}");
+    assert_eq!(value(&mut conn, lock).await.as_deref(), Some("u*"));
 }

@@ -1,0 +1,25 @@
+-- handoff.lua: pass a lock straight from its holder to a waiter of the holder's client, in
+-- place of a release and the waiter's next acquire (see src/lock/handoff.rs). Runs after
+-- fence.lua.
+--
+-- KEYS[1]  the lock's key
+-- KEYS[2]  its fence key
+-- ARGV[1]  the holder's token
+-- ARGV[2]  the waiter's new token (unguessable, unique per lease)
+-- ARGV[3]  the waiter's ttl in milliseconds (> 0)
+--
+-- Reply  fence > 0   passed: the key held the holder's token; it now holds the new one (still
+--                    marked with '*' if it was, so its release wakes the other waiters), with
+--                    the new ttl, and this is the new lease's fence
+--        0           the key is gone (the holder's lease expired): nothing was changed
+--        -1          another token holds it: nothing was changed
+local holder = redis.call('GET', KEYS[1])
+if holder == false then
+  return 0
+end
+local marked = holder == ARGV[1] .. '*'
+if holder ~= ARGV[1] and not marked then
+  return -1
+end
+redis.call('SET', KEYS[1], marked and ARGV[2] .. '*' or ARGV[2], 'PX', ARGV[3])
+return mint(KEYS[2], 1)
