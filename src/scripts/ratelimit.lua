@@ -39,17 +39,11 @@ else
 end
 
 local algorithms = { gcra, token_bucket, fixed_window, sliding_window, sliding_log }
-local reply = {}
 local arg = 2
 local key = 1
-while arg <= #ARGV do
-  local cost = tonumber(ARGV[arg])
-  local n = tonumber(ARGV[arg + 1])
-  arg = arg + 2
-  local need = cost
-  if need < 1 then
-    need = 1
-  end
+
+-- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply.
+local function check(cost, need, n)
   local decisions = {}
   local all_allowed = true
   for i = 1, n do
@@ -79,7 +73,49 @@ while arg <= #ARGV do
     -- %d prints the whole number exactly (every value here is an integer below 2^53).
     text = text .. string.format(' %d %d %d %d', allowed, remaining, d.retry, reset)
   end
-  reply[#reply + 1] = text
+  return text
+end
+
+local reply = {}
+while arg <= #ARGV do
+  local cost = tonumber(ARGV[arg])
+  local n = tonumber(ARGV[arg + 1])
+  arg = arg + 2
+  local need = cost
+  if need < 1 then
+    need = 1
+  end
+  if n == 1 and ARGV[arg] == '1' then
+    -- One GCRA policy, the most common check: gcra() inlined, without its tables and closure
+    -- (an eighth of the script's server time on this path). The same arithmetic and reply as
+    -- gcra() through check(): change both together.
+    local interval = tonumber(ARGV[arg + 1])
+    local tolerance = interval * tonumber(ARGV[arg + 2])
+    local k = KEYS[key]
+    arg = arg + 3
+    key = key + 1
+    local tat = tonumber(redis.call('GET', k) or '0') or 0
+    if tat < now then
+      tat = now
+    end
+    local allow_at = tat + need * interval - tolerance
+    local text
+    if allow_at > now then
+      text = string.format('0 0 %d %d %d', idiv(non_negative(tolerance - (tat - now)), interval),
+        allow_at - now, tat - now)
+    elseif cost > 0 then
+      local new_tat = tat + cost * interval
+      redis.call('SET', k, int_str(new_tat), 'PX', ttl_ms(new_tat - now, slack))
+      text = string.format('1 1 %d 0 %d', idiv(non_negative(tolerance - (new_tat - now)), interval),
+        new_tat - now)
+    else
+      text = string.format('0 1 %d 0 %d', idiv(non_negative(tolerance - (tat - now)), interval),
+        tat - now)
+    end
+    reply[#reply + 1] = text
+  else
+    reply[#reply + 1] = check(cost, need, n)
+  end
 end
 if #reply == 1 then
   return reply[1]

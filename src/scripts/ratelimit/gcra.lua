@@ -1,5 +1,6 @@
 -- ratelimit/gcra.lua: GCRA (leaky bucket as a meter), the model of redis-cell's CL.THROTTLE.
--- Mirrors src/ratelimit/algorithm/gcra.rs.
+-- Mirrors src/ratelimit/algorithm/gcra.rs; ratelimit.lua inlines it for a check of one GCRA
+-- policy, so change both together.
 --
 -- gcra(key, now, cost, need, interval, burst) with the contract of common.lua.
 -- key      string: the theoretical arrival time (TAT) in µs; absent = no debt
