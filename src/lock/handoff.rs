@@ -1,18 +1,22 @@
-//! Hand-off: a holder that releases a lock some waiter of its own client is waiting for passes
+//! Hand-off: a holder that releases a lock some waiter of its own client is queued for passes
 //! the lock straight to that waiter (`handoff.lua`: one round trip that swaps the token and
 //! mints the waiter's fence), instead of releasing it, publishing a wake-up and letting the
 //! waiter come back for it. A contended lock then changes hands in one round trip, not two
-//! plus a pub/sub message, and local waiters are served in the order they started waiting.
+//! plus a pub/sub message. A waiter queues once it has found the lock busy twice (its first
+//! attempt, and the one after subscribing), and is served in queue order; a waiter woken by
+//! a release message may still get there first.
 //!
-//! Waiters of other processes cannot be handed the lock. So that they are not starved by a
-//! busy local queue, a lock is handed off at most [`MAX_IN_ROW`] times in a row; the next
-//! release is an ordinary one, which wakes one waiter of every client to race for the lock.
+//! Waiters of other clients cannot be handed the lock. So that hand-offs alone cannot keep
+//! them out, a lock is handed off at most [`MAX_IN_ROW`] times in a row (the count travels
+//! with the lease); the next release frees it, which wakes the waiters that marked it, of
+//! every client, to race for it. No order between clients is promised, as before hand-offs:
+//! a releaser that asks again at once usually wins that race.
 //!
-//! Each hand-off goes to a fresh token the releaser picks, so a grant can never be confused
-//! with one the waiter made itself. A grant nobody takes (the waiter gave up while it was on
-//! the wire, or before it read it) is released in the background; a hand-off whose outcome is
-//! unknown (a store error) tells the waiter to retry with the token it may have been given,
-//! which the acquire script recognises as its own.
+//! Each hand-off installs a fresh token the releaser picks. A grant nobody takes (the waiter
+//! gave up while it was on the wire, or before it read it) is released in the background. A
+//! hand-off whose outcome is unknown (a store error, or the releaser was dropped) tells the
+//! waiter to retry with that token, which the acquire script recognises as a grant to retry,
+//! and releases the releaser's own token if it still holds the lock.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,15 +40,8 @@ pub(crate) const MAX_IN_ROW: u32 = 8;
 /// The local waiters of one client, per lock key.
 #[derive(Default)]
 pub(crate) struct Handoffs {
-    lines: Mutex<HashMap<String, Line>>,
+    lines: Mutex<HashMap<String, VecDeque<Slot>>>,
     next_id: AtomicU64,
-}
-
-#[derive(Default)]
-struct Line {
-    waiters: VecDeque<Slot>,
-    /// Hand-offs since the last ordinary release of this lock by this client.
-    in_row: u32,
 }
 
 /// A waiter as the releaser sees it.
@@ -62,6 +59,8 @@ pub(crate) enum Handed {
         token: Token,
         fence: u64,
         sent_at: Instant,
+        /// Hand-offs in a row, this one included.
+        in_row: u32,
     },
     /// Try again now (the lock was released, or the hand-off failed), with this token if the
     /// hand-off may have given it the lock.
@@ -69,38 +68,24 @@ pub(crate) enum Handed {
 }
 
 impl Handoffs {
-    fn lines(&self) -> std::sync::MutexGuard<'_, HashMap<String, Line>> {
+    fn lines(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Slot>>> {
         self.lines.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waiters queued, over every lock.
+    /// Waiters queued, over every lock (a lock's queue goes when its last waiter does).
     pub(crate) fn queued(&self) -> usize {
-        self.lines().values().map(|line| line.waiters.len()).sum()
+        self.lines().values().map(VecDeque::len).sum()
     }
 
-    /// The next live waiter to hand `lock` to, unless it has been handed off
-    /// [`MAX_IN_ROW`] times in a row (then the count starts again).
+    /// The next live waiter queued for `lock`, taken off its queue.
     fn next(&self, lock: &str) -> Option<Slot> {
         let mut lines = self.lines();
-        let line = lines.get_mut(lock)?;
-        let slot = if line.in_row < MAX_IN_ROW {
-            std::iter::from_fn(|| line.waiters.pop_front()).find(|slot| !slot.tx.is_closed())
-        } else {
-            None
-        };
-        match slot {
-            Some(slot) => {
-                line.in_row += 1;
-                Some(slot)
-            }
-            None => {
-                line.in_row = 0;
-                if line.waiters.is_empty() {
-                    lines.remove(lock);
-                }
-                None
-            }
+        let queue = lines.get_mut(lock)?;
+        let slot = std::iter::from_fn(|| queue.pop_front()).find(|slot| !slot.tx.is_closed());
+        if queue.is_empty() {
+            lines.remove(lock);
         }
+        slot
     }
 }
 
@@ -123,7 +108,6 @@ impl Ticket {
             .lines()
             .entry(keys.lock.clone())
             .or_default()
-            .waiters
             .push_back(Slot { id, ttl, tx });
         Self {
             client: client.clone(),
@@ -139,15 +123,24 @@ impl Ticket {
             .await
             .unwrap_or(Handed::Retry { token: None })
     }
+
+    /// A releaser's word if one has arrived.
+    pub(crate) fn try_handed(&mut self) -> Option<Handed> {
+        match self.rx.try_recv() {
+            Ok(handed) => Some(handed),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Handed::Retry { token: None }),
+        }
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         {
             let mut lines = self.client.inner.handoffs.lines();
-            if let Some(line) = lines.get_mut(&self.keys.lock) {
-                line.waiters.retain(|slot| slot.id != self.id);
-                if line.waiters.is_empty() && line.in_row == 0 {
+            if let Some(queue) = lines.get_mut(&self.keys.lock) {
+                queue.retain(|slot| slot.id != self.id);
+                if queue.is_empty() {
                     lines.remove(&self.keys.lock);
                 }
             }
@@ -162,15 +155,15 @@ impl Drop for Ticket {
     }
 }
 
-/// Releases `shared` by handing it to the next local waiter, if there is one (and the lock
-/// has not been handed off too often in a row). `None`: nobody to hand it to; release it the
-/// ordinary way.
+/// Releases `shared` by handing it to the next local waiter, if one is queued and the lock
+/// has not been handed off [`MAX_IN_ROW`] times in a row. `None`: release it the ordinary
+/// way.
 pub(crate) async fn pass_on(
     client: &Client,
     shared: &LeaseShared,
 ) -> Option<Result<Held, StoreError>> {
     let store = client.store();
-    if !store.hands_off() {
+    if !store.hands_off() || shared.handed_in_row >= MAX_IN_ROW {
         return None;
     }
     let slot = client.inner.handoffs.next(&shared.keys.lock)?;
@@ -178,6 +171,7 @@ pub(crate) async fn pass_on(
         client,
         keys: &shared.keys,
         tx: Some(slot.tx),
+        from: shared.token.clone(),
         to: Token::generate(),
     };
     let sent_at = Instant::now();
@@ -190,6 +184,7 @@ pub(crate) async fn pass_on(
                 token: word.to.clone(),
                 fence,
                 sent_at,
+                in_row: shared.handed_in_row + 1,
             });
             Ok(Held::Yes)
         }
@@ -202,11 +197,13 @@ pub(crate) async fn pass_on(
 }
 
 /// A releaser's word to one waiter. If the releaser is dropped or fails before it is sent,
-/// the waiter is told to retry with the token it may have been given.
+/// the outcome is unknown: the waiter is told to retry with the token it may have been given,
+/// and the releaser's token is released in case the lock is still its.
 struct Word<'a> {
     client: &'a Client,
     keys: &'a LockKeys,
     tx: Option<oneshot::Sender<Handed>>,
+    from: Token,
     to: Token,
 }
 
@@ -224,11 +221,13 @@ impl Word<'_> {
 
 impl Drop for Word<'_> {
     fn drop(&mut self) {
-        if let Some(tx) = self.tx.take()
-            && let Err(Handed::Retry { token: Some(token) }) = tx.send(Handed::Retry {
-                token: Some(self.to.clone()),
-            })
-        {
+        let Some(tx) = self.tx.take() else {
+            return;
+        };
+        release_in_background(self.client.clone(), self.keys.clone(), self.from.clone());
+        if let Err(Handed::Retry { token: Some(token) }) = tx.send(Handed::Retry {
+            token: Some(self.to.clone()),
+        }) {
             release_in_background(self.client.clone(), self.keys.clone(), token);
         }
     }

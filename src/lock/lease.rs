@@ -22,7 +22,8 @@ use crate::token::Token;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReleaseOutcome {
-    /// The lock was ours and is now free; one waiter was woken.
+    /// The lock was ours and is no longer: it is free (and its waiters were woken), or it
+    /// was handed straight to a waiter of the same client.
     Released,
     /// The key had already expired (nobody held it). Whatever ran under the lease may have
     /// overlapped with another holder.
@@ -61,6 +62,9 @@ pub(crate) struct LeaseShared {
     pub(crate) fence: u64,
     pub(crate) renews: bool,
     pub(crate) max_hold_until: Option<Instant>,
+    /// How many times in a row the lock had been handed off when this lease got it (0 when
+    /// it was acquired the ordinary way; see `handoff.rs`).
+    pub(crate) handed_in_row: u32,
     ended: CancellationToken,
     reason: OnceLock<LossReason>,
     times: Mutex<Times>,
@@ -92,6 +96,7 @@ impl LeaseShared {
             fence,
             renews,
             max_hold_until: max_hold.map(|m| sent_at + m),
+            handed_in_row: 0,
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
             times: Mutex::new(Times {
@@ -385,8 +390,9 @@ impl Lease {
         }
     }
 
-    /// Releases the lock if it is still ours, and wakes one waiter. Bounded by the client's
-    /// response timeout; stops the watchdog for this lease whatever the outcome.
+    /// Releases the lock if it is still ours: hands it to a waiter of the same client if one
+    /// is queued for it, else frees it and wakes the waiters that asked. Bounded by the
+    /// client's response timeout; stops the watchdog for this lease whatever the outcome.
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         let shared = self.finish();
         let held = match super::handoff::pass_on(&self.client, &shared).await {

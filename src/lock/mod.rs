@@ -10,6 +10,9 @@
 //! A listening waiter's attempts mark a busy lock as waited for, and a release publishes only
 //! for a marked lock, so uncontended locks cost no PUBLISH. A waiter woken while other local
 //! waiters still sleep marks the lock it is granted, for them (see `acquire.lua`).
+//!
+//! A waiter also queues with its client for a hand-off: a release by a lease of the same
+//! client passes the lock straight to the first queued waiter (see `handoff.rs`).
 
 pub(crate) mod handoff;
 pub(crate) mod lease;
@@ -254,6 +257,14 @@ impl LockBuilder {
                 }
                 Attempt::Busy(pttl) => pttl,
             };
+            // Handed the lock while this attempt was on the wire (it found its own new token).
+            if let Some(handed) = ticket.as_mut().and_then(Ticket::try_handed) {
+                ticket = None;
+                if let Some(lease) = self.take(&keys, handed, &mut token, started) {
+                    return Ok(lease);
+                }
+                continue;
+            }
             let now = Instant::now();
             let busy_for = pttl.unwrap_or(BACKOFF_MAX);
             let remaining = match (self.wait, deadline) {
@@ -308,42 +319,70 @@ impl LockBuilder {
                 }
             };
             woken_by = tokio::select! {
-                handed = handed => match handed {
-                    Handed::Granted { token, fence, sent_at } => {
-                        let shared = Arc::new(LeaseShared::new(
-                            keys.clone(),
-                            token,
-                            fence,
-                            self.ttl,
-                            sent_at,
-                            self.watchdog,
-                            self.max_hold,
-                        ));
-                        tracing::debug!(
-                            fence,
-                            attempts,
-                            waited_ms =
-                                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                            woken_by = "handoff",
-                            "distlock: acquired"
-                        );
-                        return Ok(Lease::new(self.client.clone(), shared));
+                // A grant handed over wins a tie with the timer: it is already ours.
+                biased;
+                handed = handed => {
+                    ticket = None;
+                    if let Some(lease) = self.take(&keys, handed, &mut token, started) {
+                        return Ok(lease);
                     }
-                    Handed::Retry { token: given } => {
-                        // The word is used up: queue again at the next sleep.
-                        ticket = None;
-                        if let Some(given) = given {
-                            token = given;
-                        }
-                        "release"
-                    }
-                },
+                    "release"
+                }
                 () = released => {
                     wake_up = notify.as_ref().map(|n| WakeUp(Some(n.clone())));
                     "release"
                 }
                 () = tokio::time::sleep(sleep) => "timer",
             };
+        }
+    }
+
+    /// A releaser's word to this waiter (see `handoff.rs`): the lease if it was handed the
+    /// lock, else `None` to try again at once (with the token the word names, if any). A
+    /// grant already past its safety deadline (this future was not polled for a long time)
+    /// is given back rather than used.
+    fn take(
+        &self,
+        keys: &LockKeys,
+        handed: Handed,
+        token: &mut Token,
+        started: Instant,
+    ) -> Option<Lease> {
+        match handed {
+            Handed::Granted {
+                token: given,
+                fence,
+                sent_at,
+                in_row,
+            } => {
+                let mut shared = LeaseShared::new(
+                    keys.clone(),
+                    given,
+                    fence,
+                    self.ttl,
+                    sent_at,
+                    self.watchdog,
+                    self.max_hold,
+                );
+                if shared.times().valid_until <= Instant::now() {
+                    release_in_background(self.client.clone(), keys.clone(), shared.token);
+                    return None;
+                }
+                shared.handed_in_row = in_row;
+                tracing::debug!(
+                    fence,
+                    waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    woken_by = "handoff",
+                    "distlock: acquired"
+                );
+                Some(Lease::new(self.client.clone(), Arc::new(shared)))
+            }
+            Handed::Retry { token: given } => {
+                if let Some(given) = given {
+                    *token = given;
+                }
+                None
+            }
         }
     }
 
