@@ -245,22 +245,14 @@ impl LockBuilder {
             }
             let pttl = match attempt {
                 Attempt::Granted(shared) => {
-                    tracing::debug!(
-                        fence = shared.fence,
-                        attempts,
-                        waited_ms =
-                            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        woken_by,
-                        "distlock: acquired"
-                    );
-                    return Ok(Lease::new(self.client.clone(), shared));
+                    return Ok(self.acquired(shared, attempts, started, woken_by));
                 }
                 Attempt::Busy(pttl) => pttl,
             };
             // Handed the lock while this attempt was on the wire (it found its own new token).
             if let Some(handed) = ticket.as_mut().and_then(Ticket::try_handed) {
                 ticket = None;
-                if let Some(lease) = self.take(&keys, handed, &mut token, started) {
+                if let Some(lease) = self.take(&keys, handed, &mut token, attempts, started) {
                     return Ok(lease);
                 }
                 continue;
@@ -323,7 +315,7 @@ impl LockBuilder {
                 biased;
                 handed = handed => {
                     ticket = None;
-                    if let Some(lease) = self.take(&keys, handed, &mut token, started) {
+                    if let Some(lease) = self.take(&keys, handed, &mut token, attempts, started) {
                         return Ok(lease);
                     }
                     "release"
@@ -346,6 +338,7 @@ impl LockBuilder {
         keys: &LockKeys,
         handed: Handed,
         token: &mut Token,
+        attempts: u32,
         started: Instant,
     ) -> Option<Lease> {
         match handed {
@@ -355,27 +348,13 @@ impl LockBuilder {
                 sent_at,
                 in_row,
             } => {
-                let mut shared = LeaseShared::new(
-                    keys.clone(),
-                    given,
-                    fence,
-                    self.ttl,
-                    sent_at,
-                    self.watchdog,
-                    self.max_hold,
-                );
+                let mut shared = self.shared(keys, given, fence, sent_at);
                 if shared.times().valid_until <= Instant::now() {
                     release_in_background(self.client.clone(), keys.clone(), shared.token);
                     return None;
                 }
                 shared.handed_in_row = in_row;
-                tracing::debug!(
-                    fence,
-                    waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    woken_by = "handoff",
-                    "distlock: acquired"
-                );
-                Some(Lease::new(self.client.clone(), Arc::new(shared)))
+                Some(self.acquired(Arc::new(shared), attempts, started, "handoff"))
             }
             Handed::Retry { token: given } => {
                 if let Some(given) = given {
@@ -384,6 +363,37 @@ impl LockBuilder {
                 None
             }
         }
+    }
+
+    /// The state of a lease granted under `token` and `fence`, its ttl counted from `sent_at`.
+    fn shared(&self, keys: &LockKeys, token: Token, fence: u64, sent_at: Instant) -> LeaseShared {
+        LeaseShared::new(
+            keys.clone(),
+            token,
+            fence,
+            self.ttl,
+            sent_at,
+            self.watchdog,
+            self.max_hold,
+        )
+    }
+
+    /// Starts the lease just granted.
+    fn acquired(
+        &self,
+        shared: Arc<LeaseShared>,
+        attempts: u32,
+        started: Instant,
+        woken_by: &str,
+    ) -> Lease {
+        tracing::debug!(
+            fence = shared.fence,
+            attempts,
+            waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            woken_by,
+            "distlock: acquired"
+        );
+        Lease::new(self.client.clone(), shared)
     }
 
     /// One acquire round trip, released in the background if it is cancelled or its outcome
@@ -405,15 +415,9 @@ impl LockBuilder {
         let reply = store.acquire(keys, token, self.ttl, waits).await?;
         guard.armed = false;
         Ok(match reply {
-            AcquireReply::Granted { fence } => Attempt::Granted(Arc::new(LeaseShared::new(
-                keys.clone(),
-                token.clone(),
-                fence,
-                self.ttl,
-                sent_at,
-                self.watchdog,
-                self.max_hold,
-            ))),
+            AcquireReply::Granted { fence } => {
+                Attempt::Granted(Arc::new(self.shared(keys, token.clone(), fence, sent_at)))
+            }
             AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
         })
     }
