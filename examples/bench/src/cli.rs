@@ -12,6 +12,8 @@ usage: distlock-bench [flags]
   --duration D         time budget per run, humantime (default: 5s; 3s for ratelimit_accuracy)
   --ops N              cap on operations per run (default: the workload's own)
   --tasks N            override the workload's concurrency
+  --rounds N           run each (peer, workload) N times, peers alternating, and report the
+                       median run by ops/s (errors summed, violations the worst; default: 1)
   --chart FILE         also write an SVG chart of distlock vs raw per workload
   --help
 
@@ -26,6 +28,7 @@ pub struct Args {
     pub duration: Option<Duration>,
     pub ops: Option<u64>,
     pub tasks: Option<usize>,
+    pub rounds: usize,
     pub chart: Option<std::path::PathBuf>,
     pub help: bool,
 }
@@ -39,6 +42,7 @@ impl Args {
             duration: None,
             ops: None,
             tasks: None,
+            rounds: 1,
             chart: None,
             help: false,
         };
@@ -77,6 +81,13 @@ impl Args {
                         return Err("--tasks must be at least 1".into());
                     }
                     args.tasks = Some(n);
+                }
+                "--rounds" => {
+                    let n: usize = value()?.parse().map_err(|e| format!("--rounds: {e}"))?;
+                    if n == 0 {
+                        return Err("--rounds must be at least 1".into());
+                    }
+                    args.rounds = n;
                 }
                 "--chart" => args.chart = Some(value()?.into()),
                 "--help" | "-h" => args.help = true,

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p distlock-bench -- [--url redis://127.0.0.1:6379/] [--workloads a,b]
-//!     [--peers distlock,raw] [--duration 5s] [--ops N] [--tasks N]
+//!     [--peers distlock,raw] [--duration 5s] [--ops N] [--tasks N] [--rounds N]
 //! ```
 //! Without `--url` it starts its own `redis-server` on a free loopback port.
 
@@ -49,21 +49,45 @@ async fn main() -> ExitCode {
     };
     let mut results = Vec::new();
     for workload in &args.workloads {
-        for peer in &args.peers {
-            match workloads::run(*workload, *peer, &url, &args).await {
-                Ok(result) => {
-                    println!("{}", result.json());
-                    results.push(result);
-                }
-                Err(message) => {
-                    eprintln!(
-                        "distlock-bench: {} / {}: {message}",
-                        peer.name(),
-                        workload.name()
-                    );
-                    return ExitCode::FAILURE;
+        let mut runs: Vec<Vec<report::Outcome>> = vec![Vec::new(); args.peers.len()];
+        for round in 0..args.rounds {
+            // The order flips every round, so a drift in the machine's speed (another tenant,
+            // the server's memory growing) does not favour the peer that always runs first.
+            let mut order: Vec<usize> = (0..args.peers.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let peer = args.peers[i];
+                match workloads::run(*workload, peer, &url, &args).await {
+                    Ok(result) => {
+                        if args.rounds > 1 {
+                            eprintln!(
+                                "round {}/{}: {} {}: {:.0} ops/s",
+                                round + 1,
+                                args.rounds,
+                                workload.name(),
+                                peer.name(),
+                                result.ops_per_s
+                            );
+                        }
+                        runs[i].push(result);
+                    }
+                    Err(message) => {
+                        eprintln!(
+                            "distlock-bench: {} / {}: {message}",
+                            peer.name(),
+                            workload.name()
+                        );
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
+        }
+        for peer_runs in runs {
+            let result = report::median(peer_runs);
+            println!("{}", result.json());
+            results.push(result);
         }
     }
     eprintln!("\n{}", report::table(&results));

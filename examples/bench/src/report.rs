@@ -40,6 +40,31 @@ impl Outcome {
     }
 }
 
+/// One figure for several runs of one (peer, workload): the median run by throughput (the
+/// lower middle of an even count), with the errors of every run added up and the worst run's
+/// violations, so repeating a run can steady the figures but never hide a fault. More than one
+/// run adds `"rounds"` and the spread of throughput (`"ops_per_s_min"`, `"ops_per_s_max"`).
+///
+/// # Panics
+/// If `runs` is empty.
+pub fn median(mut runs: Vec<Outcome>) -> Outcome {
+    assert!(!runs.is_empty(), "median of no runs");
+    runs.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+    let rounds = runs.len();
+    let errors = runs.iter().map(|r| r.errors).sum();
+    let violations = runs.iter().map(|r| r.violations).max().unwrap_or(0);
+    let (min, max) = (runs[0].ops_per_s, runs[rounds - 1].ops_per_s);
+    let mut median = runs.swap_remove((rounds - 1) / 2);
+    median.errors = errors;
+    median.violations = violations;
+    if rounds > 1 {
+        median.extra.push(("rounds", rounds.to_string()));
+        median.extra.push(("ops_per_s_min", format!("{min:.1}")));
+        median.extra.push(("ops_per_s_max", format!("{max:.1}")));
+    }
+    median
+}
+
 /// The table, with distlock's throughput as a ratio of raw's where both ran.
 pub fn table(results: &[Outcome]) -> String {
     let mut out = format!(
@@ -69,4 +94,51 @@ pub fn table(results: &[Outcome]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ops_per_s: f64, errors: u64, violations: u64) -> Outcome {
+        Outcome {
+            peer: "distlock",
+            workload: "lock_uncontended_seq",
+            ops_per_s,
+            p50_us: 1_000_000.0 / ops_per_s,
+            p99_us: 0.0,
+            max_us: 0.0,
+            errors,
+            violations,
+            n: 1,
+            extra: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_median_run_is_reported_with_every_fault_kept() {
+        let m = median(vec![run(300.0, 0, 0), run(100.0, 2, 0), run(200.0, 1, 5)]);
+        assert_eq!(m.ops_per_s, 200.0);
+        assert_eq!(m.p50_us, 5_000.0, "the figures come from the median run");
+        assert_eq!(m.errors, 3, "errors of all runs count");
+        assert_eq!(m.violations, 5, "the worst run's violations are kept");
+        let json = m.json();
+        assert!(json.contains(r#""rounds":3"#), "{json}");
+        assert!(json.contains(r#""ops_per_s_min":100.0"#), "{json}");
+        assert!(json.contains(r#""ops_per_s_max":300.0"#), "{json}");
+    }
+
+    #[test]
+    fn an_even_count_takes_the_lower_middle_and_one_run_is_left_as_is() {
+        let m = median(vec![
+            run(400.0, 0, 0),
+            run(100.0, 0, 0),
+            run(300.0, 0, 0),
+            run(200.0, 0, 0),
+        ]);
+        assert_eq!(m.ops_per_s, 200.0);
+        let one = median(vec![run(100.0, 1, 2)]);
+        assert_eq!((one.errors, one.violations), (1, 2));
+        assert!(one.extra.is_empty(), "a single run adds no fields");
+    }
 }
