@@ -42,7 +42,8 @@ pub enum StoreError {
         /// The server's own words.
         message: String,
     },
-    /// The server rejected the credentials in the URL. This is never retried.
+    /// The server rejected the credentials in the URL (`WRONGPASS`), or needs credentials
+    /// and the URL has none (`NOAUTH`). Reported by `connect`; never retried.
     #[error("Redis rejected the credentials: {message}")]
     Auth {
         /// The server's own words.
@@ -129,7 +130,10 @@ impl From<redis::RedisError> for StoreError {
             }
             ErrorKind::Extension => {
                 let kind = refused_kind_from_message(err.code(), &message);
-                if kind == RefusedKind::Other("WRONGPASS".into()) {
+                // WRONGPASS: wrong credentials; NOAUTH: the server needs credentials and the
+                // URL has none. Either way the configuration is at fault, not the server.
+                if matches!(&kind, RefusedKind::Other(code) if code == "WRONGPASS" || code == "NOAUTH")
+                {
                     return Self::Auth { message };
                 }
                 Self::Refused { kind, message }
@@ -204,6 +208,14 @@ pub enum LockError {
         name: String,
         /// Why.
         reason: LossReason,
+    },
+    /// [`Lease::extend`](crate::Lease::extend) was called after the lease's
+    /// [`max_hold`](crate::LockBuilder::max_hold) had passed: the lease runs out its last ttl
+    /// and cannot be extended.
+    #[error("the lease on `{name}` has been held for its max_hold and cannot be extended")]
+    MaxHoldReached {
+        /// The lock's name.
+        name: String,
     },
     /// The store failed; see [`StoreError`].
     #[error(transparent)]

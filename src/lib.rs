@@ -27,8 +27,8 @@ pub use error::{
 pub use inspect::Inspector;
 pub use keys::MAX_NAME_LEN;
 pub use lock::{
-    DEFAULT_TTL, Lease, LeaseHandle, LockBuilder, MAX_TTL, MIN_TTL, ReleaseOutcome, current_lease,
-    safety_margin,
+    DEFAULT_TTL, Lease, LeaseHandle, LockBuilder, MAX_TTL, MIN_TTL, ReleaseOutcome, RunReport,
+    current_lease, safety_margin,
 };
 
 #[doc(hidden)]

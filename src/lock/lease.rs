@@ -12,8 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::timing::{Answer, ExpiryOp, OpGate, OpKind, Timing};
 use crate::Client;
-use crate::error::{LockError, LossReason};
+use crate::error::{LockError, LossReason, StoreError};
 use crate::keys::LockKeys;
 use crate::store::{Held, RenewItem};
 use crate::token::Token;
@@ -60,24 +61,14 @@ pub(crate) struct LeaseShared {
     pub(crate) keys: LockKeys,
     pub(crate) token: Token,
     pub(crate) fence: u64,
-    pub(crate) renews: bool,
-    pub(crate) max_hold_until: Option<Instant>,
     /// How many times in a row the lock had been handed off when this lease got it (0 when
     /// it was acquired the ordinary way; see `handoff.rs`).
     pub(crate) handed_in_row: u32,
+    /// One expiry-setting op (renewal or extend) on the wire at a time (see `timing.rs`).
+    pub(crate) op: OpGate,
     ended: CancellationToken,
     reason: OnceLock<LossReason>,
-    times: Mutex<Times>,
-}
-
-pub(crate) struct Times {
-    pub(crate) ttl: Duration,
-    /// The local safety deadline.
-    pub(crate) valid_until: Instant,
-    /// When the watchdog should next renew; `None` once it must not (max hold reached).
-    pub(crate) next_renew: Option<Instant>,
-    /// A renewal of this lease is under way.
-    pub(crate) in_flight: bool,
+    timing: Mutex<Timing>,
 }
 
 impl LeaseShared {
@@ -94,22 +85,21 @@ impl LeaseShared {
             keys,
             token,
             fence,
-            renews,
-            max_hold_until: max_hold.map(|m| sent_at + m),
             handed_in_row: 0,
+            op: OpGate::new(),
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
-            times: Mutex::new(Times {
-                ttl,
-                valid_until: sent_at + ttl.saturating_sub(safety_margin(ttl)),
-                next_renew: renews.then(|| sent_at + ttl / 3),
-                in_flight: false,
-            }),
+            timing: Mutex::new(Timing::granted(ttl, sent_at, renews, max_hold)),
         }
     }
 
-    pub(crate) fn times(&self) -> std::sync::MutexGuard<'_, Times> {
-        self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The lease's timing; changed only through [`ExpiryOp`](super::timing::ExpiryOp).
+    pub(crate) fn timing(&self) -> std::sync::MutexGuard<'_, Timing> {
+        self.timing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.timing().valid_until()
     }
 
     pub(crate) fn is_ended(&self) -> bool {
@@ -124,43 +114,11 @@ impl LeaseShared {
         self.ended.cancel();
     }
 
-    /// The ttl to ask for in a renewal sent at `now`, capped by `max_hold`; `None` if the
-    /// lease must not be renewed any more.
-    pub(crate) fn renewal_ttl(&self, now: Instant) -> Option<Duration> {
-        let ttl = self.times().ttl;
-        match self.max_hold_until {
-            Some(until) if until <= now => None,
-            Some(until) => Some(ttl.min(until - now)),
-            None => Some(ttl),
-        }
-    }
-
-    /// A renewal sent at `sent_at` for `ttl` succeeded.
-    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
-        let mut t = self.times();
-        t.valid_until = t
-            .valid_until
-            .max(sent_at + ttl.saturating_sub(safety_margin(ttl)));
-        t.in_flight = false;
-        // A renewal capped by max_hold is the last one.
-        t.next_renew = (self.renews && ttl == t.ttl).then(|| sent_at + t.ttl / 3);
-    }
-
-    /// A renewal failed without an answer (timeout, connection error): try again soon, and let
-    /// the deadline decide if it keeps failing.
-    pub(crate) fn renewal_failed(&self, now: Instant) {
-        let mut t = self.times();
-        t.in_flight = false;
-        if t.next_renew.is_some() {
-            t.next_renew = Some(now + (t.ttl / 10).max(Duration::from_millis(10)));
-        }
-    }
-
     fn check_deadline(&self) -> bool {
         if self.is_ended() {
             return true;
         }
-        if Instant::now() >= self.times().valid_until {
+        if Instant::now() >= self.valid_until() {
             self.end(LossReason::Expired);
             return true;
         }
@@ -232,8 +190,7 @@ impl LeaseHandle {
             return Duration::ZERO;
         }
         self.shared
-            .times()
-            .valid_until
+            .valid_until()
             .saturating_duration_since(Instant::now())
     }
 
@@ -242,7 +199,7 @@ impl LeaseHandle {
     /// no renewal answer ever comes.
     pub async fn lost(&self) {
         loop {
-            let until = self.shared.times().valid_until;
+            let until = self.shared.valid_until();
             tokio::select! {
                 () = self.shared.ended.cancelled() => return,
                 () = tokio::time::sleep_until(until) => {
@@ -352,42 +309,58 @@ impl Lease {
     }
 
     /// Sets the lease to expire `ttl` from now (the watchdog, if on, keeps renewing with this
-    /// ttl). Never re-creates an expired lock: if the lock is no longer ours, the lease is
-    /// marked lost and `Err(LeaseLost)` is returned.
+    /// ttl). `ttl` has the builder's bounds ([`MIN_TTL`](crate::MIN_TTL) to
+    /// [`MAX_TTL`](crate::MAX_TTL)), and the lease never outlives its
+    /// [`max_hold`](crate::LockBuilder::max_hold): past what remains of it, the ttl is cut.
+    ///
+    /// Takes turns with the watchdog: if a renewal is on the wire, this waits for its answer
+    /// first, so the two can never be applied out of order. Never re-creates an expired lock:
+    /// if the lock is no longer ours, the lease is marked lost and `Err(LeaseLost)` is
+    /// returned.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for a ttl out of bounds, [`LockError::MaxHoldReached`]
+    /// once `max_hold` has passed, [`LockError::LeaseLost`], and [`LockError::Store`] (the
+    /// outcome is unknown: the local deadline then assumes the earlier of the two expiries).
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        if ttl < super::MIN_TTL {
-            return Err(LockError::InvalidConfig {
-                reason: format!("ttl {ttl:?} is below the minimum of {:?}", super::MIN_TTL),
-            });
-        }
+        super::check_ttl(ttl)?;
         self.ensure_held()?;
         let shared = &self.handle.shared;
         let store = self.client.store();
-        let sent_at = Instant::now();
+        let limit = store.op_timeout();
+        let permit = tokio::time::timeout(limit, shared.op.take())
+            .await
+            .map_err(|_| StoreError::Timeout { after: limit })?;
+        // A renewal answered meanwhile may have found the lease gone.
+        self.ensure_held()?;
+        let Some(op) = ExpiryOp::start(shared.clone(), permit, OpKind::Extend(ttl)) else {
+            return Err(LockError::MaxHoldReached {
+                name: shared.keys.name.clone(),
+            });
+        };
         let item = RenewItem {
             key: &shared.keys.lock,
             token: &shared.token,
-            ttl,
+            ttl: op.ttl(),
         };
-        let held = store.renew(&[item]).await?;
-        match held.first() {
-            Some(Held::Yes) => {
-                {
-                    let mut t = shared.times();
-                    t.ttl = ttl;
-                    t.valid_until = sent_at + ttl.saturating_sub(safety_margin(ttl));
-                    if shared.renews && t.next_renew.is_some() {
-                        t.next_renew = Some(sent_at + ttl / 3);
-                    }
-                }
-                self.client.inner.watchdog.poke();
+        let result = match store.renew(&[item]).await {
+            Ok(held) if held.as_slice() == [Held::Yes] => {
+                op.finish(Answer::Held);
                 Ok(())
             }
-            _ => {
+            Ok(_) => {
+                op.finish(Answer::NotHeld);
                 shared.end(LossReason::NotHeld);
                 Err(self.lost_error())
             }
-        }
+            Err(err) => {
+                op.finish(Answer::Unknown);
+                Err(LockError::Store(err))
+            }
+        };
+        // The next renewal (or the deadline) moved: let the watchdog look again.
+        self.client.inner.watchdog.poke();
+        result
     }
 
     /// Releases the lock if it is still ours: hands it to a waiter of the same client if one

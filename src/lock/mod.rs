@@ -17,6 +17,7 @@
 pub(crate) mod handoff;
 pub(crate) mod lease;
 pub(crate) mod reentrant;
+pub(crate) mod timing;
 pub(crate) mod watchdog;
 
 use std::future::Future;
@@ -107,10 +108,14 @@ impl LockBuilder {
         self
     }
 
-    /// Waits up to `wait` for a busy lock; `Duration::ZERO` tries once.
+    /// Waits up to `wait` for a busy lock; `Duration::ZERO` tries once, and `Duration::MAX`
+    /// (or any wait too long to be a point in time) waits forever, as
+    /// [`wait_forever`](Self::wait_forever).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = if wait.is_zero() {
             Wait::No
+        } else if Instant::now().checked_add(wait).is_none() || wait == Duration::MAX {
+            Wait::Forever
         } else {
             Wait::Upto(wait)
         };
@@ -131,7 +136,10 @@ impl LockBuilder {
     }
 
     /// Stops renewing once the lease has been held this long, so a stuck holder cannot keep
-    /// the lock for ever. The lease then runs out its last ttl and is lost.
+    /// the lock for ever. The lease then runs out its last ttl and is lost. The last renewal
+    /// (and any [`extend`](Lease::extend)) is cut so that the key expires at `max_hold`.
+    /// Zero is refused; `Duration::MAX` (or anything too long to be a point in time) means no
+    /// limit.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
@@ -147,14 +155,7 @@ impl LockBuilder {
 
     fn validate(&self) -> Result<LockKeys, LockError> {
         let keys = self.client.lock_keys(&self.name)?;
-        if !(MIN_TTL..=MAX_TTL).contains(&self.ttl) {
-            return Err(LockError::InvalidConfig {
-                reason: format!(
-                    "ttl {:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}",
-                    self.ttl
-                ),
-            });
-        }
+        check_ttl(self.ttl)?;
         if self.max_hold.is_some_and(|m| m.is_zero()) {
             return Err(LockError::InvalidConfig {
                 reason: "max_hold must be greater than zero".to_owned(),
@@ -210,7 +211,8 @@ impl LockBuilder {
         let mut token = Token::generate();
         let started = Instant::now();
         let deadline = match self.wait {
-            Wait::Upto(d) => Some(started + d),
+            // `wait` made sure it fits.
+            Wait::Upto(d) => started.checked_add(d),
             Wait::No | Wait::Forever => None,
         };
         let mut subscription: Option<Subscription> = None;
@@ -349,7 +351,7 @@ impl LockBuilder {
                 in_row,
             } => {
                 let mut shared = self.shared(keys, given, fence, sent_at);
-                if shared.times().valid_until <= Instant::now() {
+                if shared.valid_until() <= Instant::now() {
                     release_in_background(self.client.clone(), keys.clone(), shared.token);
                     return None;
                 }
@@ -425,10 +427,13 @@ impl LockBuilder {
     /// Acquires the lock, runs `body` while it is held, and releases it.
     ///
     /// The body is raced against the lease's lost signal: if the lease is lost, the body is
-    /// dropped at its next await point and `Err(LeaseLost)` is returned. If the release finds
-    /// the lock was no longer ours, the body ran (at least partly) without exclusivity and
-    /// `Err(LeaseLost)` is returned too. Inside the body, [`current_lease`](crate::current_lease)
-    /// returns the lease.
+    /// dropped at its next await point and `Err(LeaseLost)` is returned. A body that runs to
+    /// completion first returns its value, **whatever the release then finds**: its work is
+    /// done (a caller that retried on an error would do it twice), and it finished while the
+    /// lease was, as far as this process could tell, still valid. A release that finds the
+    /// lock already gone or taken (the key was deleted or evicted behind the holder's back)
+    /// is logged at WARN; [`run_reporting`](Self::run_reporting) returns it. Inside the body,
+    /// [`current_lease`](crate::current_lease) returns the lease.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
@@ -437,7 +442,34 @@ impl LockBuilder {
     /// assert!(fence > 0);
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    /// Those of [`acquire`](Self::acquire), and [`LockError::LeaseLost`] if the lease was lost
+    /// before the body finished.
     pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        Ok(self.run_reporting(body).await?.value)
+    }
+
+    /// As [`run`](Self::run), and also says what the release found.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// use distlock::ReleaseOutcome;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let report = client.lock("job:nightly").run_reporting(|_| async { 42 }).await?;
+    /// assert_eq!(report.value, 42);
+    /// assert!(matches!(report.release, Some(Ok(ReleaseOutcome::Released))));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub async fn run_reporting<F, Fut, T>(self, body: F) -> Result<RunReport<T>, LockError>
     where
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
@@ -448,34 +480,70 @@ impl LockBuilder {
             && let Some(outer) = reentrant::find(client_id, &keys.lock)
         {
             outer.ensure_held()?;
-            return guarded(outer.clone(), body(outer)).await;
+            let fence = outer.fence();
+            let value = guarded(outer.clone(), body(outer)).await?;
+            return Ok(RunReport {
+                value,
+                fence,
+                release: None,
+            });
         }
         let lock_key = keys.lock.clone();
         let lease = self.acquire().await?;
         let handle = lease.handle();
-        let result = reentrant::scope(
+        let fence = handle.fence();
+        let value = reentrant::scope(
             client_id,
             lock_key,
             handle.clone(),
             guarded(handle.clone(), body(handle)),
         )
-        .await;
-        match result {
-            Ok(value) => match lease.release().await {
-                Ok(ReleaseOutcome::Released) => Ok(value),
-                Ok(_) => Err(LockError::LeaseLost {
-                    name: keys.name.clone(),
-                    reason: crate::LossReason::NotHeld,
-                }),
-                Err(err) => {
-                    // The work is done; the key expires after its ttl.
-                    tracing::warn!(lock = %keys.name, error = %err, "distlock: release after run failed");
-                    Ok(value)
-                }
-            },
-            Err(lost) => Err(lost),
+        .await?;
+        let release = lease.release().await;
+        match &release {
+            Ok(ReleaseOutcome::Released) => {}
+            Ok(outcome) => {
+                tracing::warn!(lock = %keys.name, fence, ?outcome, "distlock: the body finished, but the release found the lock no longer ours; returning the body's value");
+            }
+            Err(err) => {
+                // The work is done; the key expires after its ttl.
+                tracing::warn!(lock = %keys.name, fence, error = %err, "distlock: release after run failed");
+            }
         }
+        Ok(RunReport {
+            value,
+            fence,
+            release: Some(release),
+        })
     }
+}
+
+/// What [`LockBuilder::run_reporting`] ran: the body's value, and what the release found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RunReport<T> {
+    /// The body's value.
+    pub value: T,
+    /// The fence of the lease the body ran under.
+    pub fence: u64,
+    /// What the release found: `Released` normally; `AlreadyExpired` or `HeldByOther` if the
+    /// key was gone or taken when the body had finished; an error if the store did not
+    /// answer. `None` when the run joined an enclosing lease (reentrant) and released
+    /// nothing.
+    pub release: Option<Result<ReleaseOutcome, LockError>>,
+}
+
+/// Refuses a lease ttl outside [`MIN_TTL`]`..=`[`MAX_TTL`] (the builder's and `extend`'s
+/// bounds).
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), LockError> {
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Ok(());
+    }
+    Err(LockError::InvalidConfig {
+        reason: format!(
+            "ttl {ttl:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}"
+        ),
+    })
 }
 
 /// Runs `body` until it finishes or the lease is lost, whichever is first (loss wins a tie).

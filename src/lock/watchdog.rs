@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::lease::LeaseShared;
+use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::LossReason;
 use crate::store::{Held, RenewItem, Store};
 
@@ -83,8 +84,9 @@ impl Watchdog {
     /// Returns the id to [`unwatch`](Self::unwatch) it with.
     pub(crate) fn watch(&self, lease: Arc<LeaseShared>) -> u64 {
         let first_event = {
-            let t = lease.times();
-            t.next_renew.map_or(t.valid_until, |r| r.min(t.valid_until))
+            let t = lease.timing();
+            t.next_renew()
+                .map_or(t.valid_until(), |r| r.min(t.valid_until()))
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         // Only a caller that can spawn claims the task, so a claim never blocks a later
@@ -193,8 +195,10 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             .unwrap_or_else(PoisonError::into_inner) = None;
         let now = Instant::now();
         let (due, next) = scan(&shared, now);
-        for batch in due.chunks(MAX_BATCH) {
-            tokio::spawn(renew(shared.clone(), batch.to_vec()));
+        let mut due = due.into_iter().peekable();
+        while due.peek().is_some() {
+            let batch: Vec<Due> = due.by_ref().take(MAX_BATCH).collect();
+            tokio::spawn(renew(shared.clone(), batch));
         }
         let next = match next {
             Some(next) => {
@@ -228,9 +232,11 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
 
 /// Drops ended leases, fires the lost signal of those past their deadline, and picks the ones
 /// due for renewal: every lease whose renewal time has come, plus (only when there is such a
-/// lease) those due within ttl/12, which ride along in the same round trip. Returns them and
-/// when to look again (`None`: nothing to watch).
-fn scan(shared: &Shared, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
+/// lease) those due within ttl/12, which ride along in the same round trip. A lease whose
+/// `extend` is on the wire is skipped: its answer sets the next renewal and wakes the task.
+/// Returns the due leases' ops, each holding its lease's op permit, and when to look again
+/// (`None`: nothing to watch).
+fn scan(shared: &Shared, now: Instant) -> (Vec<Due>, Option<Instant>) {
     shared.scans.fetch_add(1, Ordering::Relaxed);
     let mut due = Vec::new();
     let mut soon = Vec::new();
@@ -240,17 +246,20 @@ fn scan(shared: &Shared, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant
         if lease.is_ended() {
             return false;
         }
-        let t = lease.times();
-        if now >= t.valid_until {
-            drop(t);
+        let t = lease.timing();
+        let (valid_until, next_renew, ttl) = (t.valid_until(), t.next_renew(), t.ttl());
+        drop(t);
+        if now >= valid_until {
             lease.end(LossReason::Expired);
             return false;
         }
-        earliest(t.valid_until);
-        if let (Some(renew_at), false) = (t.next_renew, t.in_flight) {
+        earliest(valid_until);
+        if let Some(renew_at) = next_renew
+            && !lease.op.busy()
+        {
             if now >= renew_at {
                 due.push(lease.clone());
-            } else if now + t.ttl / 12 >= renew_at {
+            } else if now + ttl / 12 >= renew_at {
                 soon.push((lease.clone(), renew_at));
             } else {
                 earliest(renew_at);
@@ -262,75 +271,84 @@ fn scan(shared: &Shared, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant
         for (_, renew_at) in &soon {
             earliest(*renew_at);
         }
-    } else {
-        due.extend(soon.into_iter().map(|(lease, _)| lease));
-        for lease in &due {
-            lease.times().in_flight = true;
-        }
+        return (Vec::new(), next);
     }
+    due.extend(soon.into_iter().map(|(lease, _)| lease));
+    // An `extend` may take a permit between the look above and here: that lease is skipped,
+    // and the extend's answer wakes the task to look again.
+    let due = due
+        .into_iter()
+        .filter_map(|lease| {
+            let permit = lease.op.try_take()?;
+            Some(Due { lease, permit })
+        })
+        .collect();
     (due, next)
 }
 
-async fn renew(shared: Arc<Shared>, leases: Vec<Arc<LeaseShared>>) {
-    let sent_at = Instant::now();
-    let mut batch = Vec::with_capacity(leases.len());
+/// A lease due for renewal, with its op permit.
+struct Due {
+    lease: Arc<LeaseShared>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
+    let mut ops = Vec::with_capacity(due.len());
     let mut deadline: Option<Instant> = None;
-    for lease in leases {
-        match lease.renewal_ttl(sent_at) {
-            Some(ttl) => {
-                let valid_until = lease.times().valid_until;
-                deadline = Some(deadline.map_or(valid_until, |d| d.min(valid_until)));
-                batch.push((lease, ttl));
-            }
-            None => {
-                // max_hold reached: let the key run out; the deadline fires the lost signal.
-                let mut t = lease.times();
-                t.next_renew = None;
-                t.in_flight = false;
-            }
+    for Due { lease, permit } in due {
+        // `None`: max_hold reached; the key runs out and the deadline fires the lost signal.
+        if let Some(op) = ExpiryOp::start(lease, permit, OpKind::Renewal) {
+            let valid_until = op.lease().valid_until();
+            deadline = Some(deadline.map_or(valid_until, |d| d.min(valid_until)));
+            ops.push(op);
         }
     }
     let Some(deadline) = deadline else {
         return;
     };
-    let items: Vec<RenewItem<'_>> = batch
+    let items: Vec<RenewItem<'_>> = ops
         .iter()
-        .map(|(lease, ttl)| RenewItem {
-            key: &lease.keys.lock,
-            token: &lease.token,
-            ttl: *ttl,
+        .map(|op| RenewItem {
+            key: &op.lease().keys.lock,
+            token: &op.lease().token,
+            ttl: op.ttl(),
         })
         .collect();
     shared.renewal_calls.fetch_add(1, Ordering::Relaxed);
     let reply = tokio::time::timeout_at(deadline, shared.store.renew(&items)).await;
     drop(items);
     match reply {
-        Ok(Ok(replies)) => {
-            for ((lease, ttl), held) in batch.iter().zip(replies) {
+        Ok(Ok(replies)) if replies.len() == ops.len() => {
+            for (op, held) in ops.into_iter().zip(replies) {
+                let lease = op.lease().clone();
                 match held {
-                    Held::Yes => lease.renewed(sent_at, *ttl),
-                    Held::Gone | Held::Other => lease.end(LossReason::NotHeld),
+                    Held::Yes => op.finish(Answer::Held),
+                    Held::Gone | Held::Other => {
+                        op.finish(Answer::NotHeld);
+                        lease.end(LossReason::NotHeld);
+                    }
                 }
             }
         }
-        Ok(Err(err)) => {
-            tracing::warn!(leases = batch.len(), error = %err, "distlock: renewal failed; retrying until the leases' deadlines");
-            mark_failed(&batch);
+        Ok(Ok(_)) | Ok(Err(_)) => {
+            if let Ok(Err(err)) = &reply {
+                tracing::warn!(leases = ops.len(), error = %err, "distlock: renewal failed; retrying until the leases' deadlines");
+            }
+            finish_unknown(ops);
         }
         Err(_) => {
             tracing::warn!(
-                leases = batch.len(),
+                leases = ops.len(),
                 "distlock: renewal got no answer before the earliest lease deadline"
             );
-            mark_failed(&batch);
+            finish_unknown(ops);
         }
     }
     shared.wake.notify_one();
 }
 
-fn mark_failed(batch: &[(Arc<LeaseShared>, Duration)]) {
-    let now = Instant::now();
-    for (lease, _) in batch {
-        lease.renewal_failed(now);
+fn finish_unknown(ops: Vec<ExpiryOp>) {
+    for op in ops {
+        op.finish(Answer::Unknown);
     }
 }

@@ -12,4 +12,5 @@ mod handoff;
 mod processes;
 mod scripts;
 mod semantics;
+mod timing;
 mod tokens;

@@ -1,0 +1,261 @@
+//! A lease's timing under concurrent renewals and extends (TESTPLAN 26), finished bodies
+//! (TESTPLAN 28), and the lock API's boundary values (TESTPLAN 41).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use distlock::{LockError, MAX_TTL, MIN_TTL, ReleaseOutcome, safety_margin};
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::support::fixture::{Fixture, on_both_stores};
+
+on_both_stores!(
+    local_deadline_never_outruns_the_key,
+    extend_respects_max_hold,
+    finished_body_returns_its_value_whatever_the_release_finds,
+    lock_durations_at_their_bounds,
+);
+
+/// TESTPLAN 26: a short-ttl lease renewed by the watchdog while another task calls `extend`
+/// with random shorter and longer ttls. Sampled about every millisecond: the local deadline
+/// never lies past the key's expiry on the server (plus the margin), and the lease, held and
+/// renewable throughout, is never lost.
+async fn local_deadline_never_outruns_the_key(fx: Fixture) {
+    const TTL: Duration = Duration::from_millis(300);
+    const HAMMER: Duration = Duration::from_secs(3);
+    let lease = fx
+        .client
+        .lock("timing")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("acquire");
+    let key = fx.lock_key("timing");
+    let inspect = fx.another_client().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let lease = Arc::new(lease);
+    let extender = tokio::spawn({
+        let lease = lease.clone();
+        let stop = stop.clone();
+        async move {
+            let mut extends = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let ttl = Duration::from_millis(rand::rng().random_range(100..=900));
+                lease.extend(ttl).await.expect("extend of a held lease");
+                extends += 1;
+                let pause = rand::rng().random_range(0..3_000);
+                tokio::time::sleep(Duration::from_micros(pause)).await;
+            }
+            extends
+        }
+    });
+    let started = Instant::now();
+    let mut samples = 0u32;
+    while started.elapsed() < HAMMER {
+        // The local deadline just before and just after the server's PTTL is read: an
+        // answer landing in between may move it either way, so the earlier claim counts.
+        let before = Instant::now();
+        let local_before = before + lease.valid_for();
+        let pttl = inspect
+            .__inspect()
+            .pttl(&key)
+            .await
+            .expect("pttl")
+            .unwrap_or_else(|| panic!("the key expired while held; log: {}", fx.log()));
+        let after = Instant::now();
+        let local_after = after + lease.valid_for();
+        let local = local_before.min(local_after);
+        // The server read PTTL somewhere in [before, after]; its expiry is at most this.
+        let server = after + pttl + Duration::from_millis(1);
+        let slack = safety_margin(MAX_TTL.min(Duration::from_secs(1)));
+        assert!(
+            local <= server + slack,
+            "local deadline {:?} past the server's expiry (pttl {pttl:?} read {:?} after the \
+             sample began)",
+            local - server,
+            after - before,
+        );
+        assert!(!lease.is_lost(), "lost while held: {:?}", lease.lost_reason());
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let extends = extender.await.expect("extender");
+    assert!(extends > 50, "only {extends} extends");
+    assert!(samples > 500, "only {samples} samples");
+    // Renewal goes on after the hammering: the last ttl is at most 900 ms, and the lease is
+    // still held well past it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!lease.is_lost(), "lost after the hammering: renewals stopped");
+    assert!(fx.is_held("timing").await);
+    let lease = Arc::into_inner(lease).expect("only owner");
+    assert_eq!(lease.release().await.expect("release"), ReleaseOutcome::Released);
+}
+
+/// `extend` has the builder's bounds and never lets the key outlive `max_hold`.
+async fn extend_respects_max_hold(fx: Fixture) {
+    let lease = fx
+        .client
+        .lock("extend-max-hold")
+        .ttl(Duration::from_secs(2))
+        .max_hold(Duration::from_millis(600))
+        .acquire()
+        .await
+        .expect("acquire");
+    lease
+        .extend(Duration::from_secs(60))
+        .await
+        .expect("extend within max_hold");
+    // Cut to what is left of max_hold: about 600 ms, not a minute.
+    let pttl = fx
+        .client
+        .__inspect()
+        .pttl(&fx.lock_key("extend-max-hold"))
+        .await
+        .expect("pttl")
+        .expect("held");
+    assert!(pttl <= Duration::from_millis(600), "pttl {pttl:?}");
+    assert!(lease.valid_for() <= Duration::from_millis(600));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    match lease.extend(Duration::from_secs(1)).await {
+        Err(LockError::MaxHoldReached { .. } | LockError::LeaseLost { .. }) => {}
+        other => panic!("extend after max_hold: {other:?}"),
+    }
+    assert!(fx.is_free("extend-max-hold").await, "the key outlived max_hold");
+}
+
+/// TESTPLAN 28: a body that ran to completion returns its value even if the release then
+/// finds the key gone (deleted between the two); `run_reporting` says what it found.
+async fn finished_body_returns_its_value_whatever_the_release_finds(fx: Fixture) {
+    let key = fx.lock_key("finished");
+    let inspect = fx.client.clone();
+    let value = fx
+        .client
+        .lock("finished")
+        .run(|_lease| async move {
+            assert!(inspect.__inspect().delete(&key).await.expect("delete"));
+            "committed"
+        })
+        .await
+        .expect("the body finished: its value comes back");
+    assert_eq!(value, "committed");
+
+    let key = fx.lock_key("finished");
+    let inspect = fx.client.clone();
+    let report = fx
+        .client
+        .lock("finished")
+        .run_reporting(|lease| async move {
+            assert!(inspect.__inspect().delete(&key).await.expect("delete"));
+            lease.fence()
+        })
+        .await
+        .expect("finished");
+    assert_eq!(report.value, report.fence);
+    assert!(
+        matches!(report.release, Some(Ok(ReleaseOutcome::AlreadyExpired))),
+        "{:?}",
+        report.release
+    );
+
+    // The rule does not cover a body cut short by a loss.
+    let lost = fx
+        .client
+        .lock("finished")
+        .ttl(Duration::from_millis(200))
+        .watchdog(false)
+        .run(|_| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        })
+        .await;
+    assert!(matches!(lost, Err(LockError::LeaseLost { .. })), "{lost:?}");
+}
+
+/// TESTPLAN 41 for locks: every `Duration` of the lock API at 0, 1 ms, its bounds and `MAX`
+/// is a typed error or a defined meaning, never a panic.
+async fn lock_durations_at_their_bounds(fx: Fixture) {
+    let client = &fx.client;
+    let invalid = |r: Result<distlock::Lease, LockError>| {
+        assert!(
+            matches!(r, Err(LockError::InvalidConfig { .. })),
+            "expected InvalidConfig, got {r:?}"
+        );
+    };
+    let one_ns = Duration::from_nanos(1);
+    for ttl in [
+        Duration::ZERO,
+        one_ns,
+        MIN_TTL - one_ns,
+        MAX_TTL + one_ns,
+        Duration::MAX,
+    ] {
+        invalid(client.lock("bounds").ttl(ttl).acquire().await);
+    }
+    for ttl in [MIN_TTL, MAX_TTL] {
+        let lease = client
+            .lock("bounds")
+            .ttl(ttl)
+            .acquire()
+            .await
+            .expect("a ttl at its bound");
+        lease.release().await.expect("release");
+    }
+    invalid(client.lock("bounds").max_hold(Duration::ZERO).acquire().await);
+
+    // max_hold(MAX) means no limit: renewed like any lease.
+    let lease = client
+        .lock("bounds")
+        .ttl(Duration::from_millis(150))
+        .max_hold(Duration::MAX)
+        .acquire()
+        .await
+        .expect("max_hold MAX");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!lease.is_lost(), "renewed");
+
+    // extend: the builder's bounds.
+    for ttl in [
+        Duration::ZERO,
+        MIN_TTL - one_ns,
+        MAX_TTL + one_ns,
+        Duration::from_secs(100 * 365 * 24 * 3600),
+        Duration::MAX,
+    ] {
+        let r = lease.extend(ttl).await;
+        assert!(
+            matches!(r, Err(LockError::InvalidConfig { .. })),
+            "extend({ttl:?}): {r:?}"
+        );
+    }
+    lease.extend(MAX_TTL).await.expect("extend to MAX_TTL");
+    lease.extend(Duration::from_secs(1)).await.expect("extend");
+
+    // wait: ZERO tries once; MAX (and anything past the clock's range) waits as long as it
+    // takes, in acquire and in run.
+    let busy = client.lock("bounds").wait(Duration::ZERO).acquire().await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("bounds").wait(Duration::MAX).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "wait(MAX) gave up");
+    lease.release().await.expect("release");
+    let lease = waiter.await.expect("no panic").expect("acquired after waiting");
+    let runner = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("bounds")
+                .wait(Duration::from_secs(u64::MAX))
+                .run(|_| async { 7 })
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!runner.is_finished(), "run with a huge wait gave up");
+    lease.release().await.expect("release");
+    assert_eq!(runner.await.expect("no panic").expect("run"), 7);
+}
