@@ -218,14 +218,21 @@ impl RedisStore {
 /// Refuses a server older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION) with a clear
 /// error, instead of failing later inside a script (after a lock was already taken). A server
 /// that does not answer `INFO server` (an ACL that forbids it) or reports no version is let
-/// through.
+/// through; one that wants credentials the URL does not carry (`NOAUTH`) is an
+/// [`Auth`](StoreError::Auth) error here, not at the first lock.
 async fn check_version(conn: &mut redis::aio::MultiplexedConnection) -> Result<(), StoreError> {
-    let Ok(info) = redis::cmd("INFO")
+    let info = match redis::cmd("INFO")
         .arg("server")
         .query_async::<String>(conn)
         .await
-    else {
-        return Ok(());
+    {
+        Ok(info) => info,
+        Err(err) => {
+            return match StoreError::from(err) {
+                auth @ StoreError::Auth { .. } => Err(auth),
+                _ => Ok(()),
+            };
+        }
     };
     match info
         .lines()

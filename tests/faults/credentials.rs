@@ -88,3 +88,17 @@ async fn a_user_without_info_still_connects() {
         ReleaseOutcome::Released
     );
 }
+
+/// TESTPLAN 41: a URL without the password the server requires is `Auth` at connect, like a
+/// wrong one, not a `Refused(NOAUTH)` at the first lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_password_is_auth_at_connect() {
+    let server = RedisServer::builder().password("right-password").start();
+    let bare = format!("redis://{}/", server.addr());
+    let (result, took) = timed(Client::connect(&bare)).await;
+    match &result {
+        Err(StoreError::Auth { message }) => assert!(message.contains("NOAUTH"), "{message}"),
+        other => panic!("connect without a password: expected Auth, got {other:?} after {took:?}"),
+    }
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
