@@ -9,13 +9,20 @@
 //! one of them. Everything left of that point was written by the client and is ignored, so a
 //! client cannot pick its own bucket by sending a forged header.
 //!
+//! The walk works on the raw bytes of each line, split on `,`, and parses each hop on its
+//! own: a hop that is not text is simply not an address. So whatever bytes a client puts in
+//! its part of the line (obs-text, tabs, anything a header value may hold) never hide the hops
+//! the proxies appended after it.
+//!
 //! IPv6 clients are grouped by /64 by default (one customer usually gets a whole /64, and
 //! rotating through it is free), IPv4 clients by /32; both are configurable. IPv4-mapped
 //! IPv6 addresses count as IPv4.
 //!
-//! Nothing here panics on hostile input: huge, repeated, empty or garbage headers, ports,
-//! brackets, IPv6 zones and obfuscated identifiers are all handled, and the walk stops after
-//! [`MAX_HOPS`] hops.
+//! Nothing here panics on hostile input: huge, repeated, empty or garbage headers, bytes that
+//! are not text, ports, brackets, IPv6 zones and obfuscated identifiers are all handled, and
+//! the walk stops after [`MAX_HOPS`] hops. The key is [absent](crate::extract::Extracted::Absent)
+//! only when the request has no [`ConnectInfo<SocketAddr>`]; it is never invalid (at worst it
+//! is the trusted peer's own address).
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -37,10 +44,10 @@
 //!
 //! // 10.0.0.1 (peer) and 10.0.0.2 are our proxies; 203.0.113.7 is the client; 6.6.6.6 was
 //! // made up by the client and is ignored.
-//! assert_eq!(behind_lb.extract_key(&request).as_deref(), Some("203.0.113.7"));
+//! assert_eq!(behind_lb.extract_key(&request).key(), Some("203.0.113.7"));
 //!
 //! // Without trusted proxies the header is ignored: the peer is the client.
-//! assert_eq!(ClientIp::peer().extract_key(&request).as_deref(), Some("10.0.0.1"));
+//! assert_eq!(ClientIp::peer().extract_key(&request).key(), Some("10.0.0.1"));
 //! # Ok(()) }
 //! ```
 
@@ -50,9 +57,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use axum::extract::ConnectInfo;
-use http::{HeaderMap, HeaderName, Request, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, header};
 
-use crate::extract::ExtractKey;
+use crate::config_error::ConfigError;
+use crate::extract::{ExtractKey, Extracted};
 
 /// The most hops a forwarded-header walk visits before it stops (at the last trusted hop).
 pub const MAX_HOPS: usize = 32;
@@ -160,8 +168,8 @@ pub enum ForwardedHeader {
 }
 
 /// Extracts the client's IP address (grouped into a network, see the
-/// [module docs](self)) as the request's key; missing when the request has no
-/// [`ConnectInfo<SocketAddr>`].
+/// [module docs](self)) as the request's key; [absent](Extracted::Absent) when the request
+/// has no [`ConnectInfo<SocketAddr>`].
 #[derive(Clone, Debug)]
 pub struct ClientIp {
     trusted: Arc<[Cidr]>,
@@ -201,26 +209,51 @@ impl ClientIp {
     /// How many leading bits of an IPv6 address make one client (default 64).
     ///
     /// # Panics
-    /// If `bits` is above 128.
+    /// If `bits` is above 128; [`try_ipv6_prefix`](Self::try_ipv6_prefix) returns the error
+    /// instead.
     #[must_use]
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        assert!(
-            bits <= 128,
-            "an IPv6 prefix has at most 128 bits, got {bits}"
-        );
+    pub fn ipv6_prefix(self, bits: u8) -> Self {
+        self.try_ipv6_prefix(bits)
+            .unwrap_or_else(|err| panic!("ClientIp::ipv6_prefix: {err}"))
+    }
+
+    /// [`ipv6_prefix`](Self::ipv6_prefix), or [`ConfigError::PrefixTooLong`] if `bits` is
+    /// above 128.
+    pub fn try_ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
+        if bits > 128 {
+            return Err(ConfigError::PrefixTooLong {
+                version: 6,
+                bits,
+                max: 128,
+            });
+        }
         self.ipv6_prefix = bits;
-        self
+        Ok(self)
     }
 
     /// How many leading bits of an IPv4 address make one client (default 32).
     ///
     /// # Panics
-    /// If `bits` is above 32.
+    /// If `bits` is above 32; [`try_ipv4_prefix`](Self::try_ipv4_prefix) returns the error
+    /// instead.
     #[must_use]
-    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
-        assert!(bits <= 32, "an IPv4 prefix has at most 32 bits, got {bits}");
+    pub fn ipv4_prefix(self, bits: u8) -> Self {
+        self.try_ipv4_prefix(bits)
+            .unwrap_or_else(|err| panic!("ClientIp::ipv4_prefix: {err}"))
+    }
+
+    /// [`ipv4_prefix`](Self::ipv4_prefix), or [`ConfigError::PrefixTooLong`] if `bits` is
+    /// above 32.
+    pub fn try_ipv4_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
+        if bits > 32 {
+            return Err(ConfigError::PrefixTooLong {
+                version: 4,
+                bits,
+                max: 32,
+            });
+        }
         self.ipv4_prefix = bits;
-        self
+        Ok(self)
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
@@ -243,25 +276,31 @@ impl ClientIp {
             ForwardedHeader::Forwarded => header::FORWARDED,
         };
         // Repeated header lines form one list, in order; walk it from the last line's end.
-        let lines: Vec<&str> = headers
+        // Split the raw bytes, not text: a line is not text as soon as the client put one
+        // byte of obs-text in its own part, and dropping the whole line would drop the hops
+        // the proxies appended too. Each hop is decoded on its own, and only when reached.
+        let lines: Vec<&[u8]> = headers
             .get_all(&name)
             .iter()
-            .filter_map(|v| v.to_str().ok())
+            .map(HeaderValue::as_bytes)
             .collect();
         let hops = lines
             .iter()
             .rev()
-            .flat_map(|line| line.rsplit(','))
+            .flat_map(|line| line.rsplit(|b| *b == b','))
             .take(MAX_HOPS);
         let mut client = peer;
         for hop in hops {
-            let parsed = match self.header {
-                ForwardedHeader::XForwardedFor => parse_hop(hop),
-                ForwardedHeader::Forwarded => forwarded_for(hop).and_then(parse_hop),
-            };
+            let parsed = std::str::from_utf8(hop)
+                .ok()
+                .and_then(|hop| match self.header {
+                    ForwardedHeader::XForwardedFor => parse_hop(hop),
+                    ForwardedHeader::Forwarded => forwarded_for(hop).and_then(parse_hop),
+                });
             let Some(ip) = parsed else {
-                // Not an address: only a trusted proxy could have put it right of the client,
-                // so something is misconfigured; stay with the last trusted hop.
+                // Not an address (not even text, perhaps): only a trusted proxy could have put
+                // it right of the client, so something is misconfigured; stay with the last
+                // trusted hop.
                 return client;
             };
             client = ip;
@@ -288,8 +327,8 @@ impl ClientIp {
 }
 
 impl<B> ExtractKey<B> for ClientIp {
-    fn extract_key(&self, request: &Request<B>) -> Option<String> {
-        self.client_ip(request).map(|ip| self.group(ip))
+    fn extract_key(&self, request: &Request<B>) -> Extracted {
+        self.client_ip(request).map(|ip| self.group(ip)).into()
     }
 }
 
@@ -352,6 +391,33 @@ mod tests {
         ] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn prefixes_out_of_range_are_typed_errors() {
+        assert_eq!(
+            ClientIp::peer().try_ipv6_prefix(129).err(),
+            Some(ConfigError::PrefixTooLong {
+                version: 6,
+                bits: 129,
+                max: 128
+            })
+        );
+        assert_eq!(
+            ClientIp::peer().try_ipv4_prefix(33).err(),
+            Some(ConfigError::PrefixTooLong {
+                version: 4,
+                bits: 33,
+                max: 32
+            })
+        );
+        let ok = ClientIp::peer()
+            .try_ipv6_prefix(128)
+            .and_then(|c| c.try_ipv4_prefix(0))
+            .expect("in range");
+        assert_eq!((ok.ipv6_prefix, ok.ipv4_prefix), (128, 0));
+        let panicked = std::panic::catch_unwind(|| ClientIp::peer().ipv4_prefix(33));
+        assert!(panicked.is_err(), "the unchecked form still panics");
     }
 
     #[test]

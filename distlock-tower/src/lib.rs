@@ -8,15 +8,22 @@
 //! * [`extract`]: which key a request belongs to ([`ExtractKey`] and the provided extractors),
 //!   shared by every layer of this crate; [`client_ip`] adds the client's IP address, behind
 //!   trusted proxies too.
+//!
+//! Builders panic on a setting they cannot work with (documented under `# Panics`), so a
+//! misconfigured router stops the process where it is built; each such method has a checked
+//! twin (`try_ttl`, `try_cost`, ...) that returns a [`ConfigError`] instead.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod client_ip;
+mod config_error;
 pub mod extract;
 pub mod lock;
 pub mod rate_limit;
+mod readiness;
 mod retry_after;
 
-pub use extract::ExtractKey;
+pub use config_error::ConfigError;
+pub use extract::{ExtractKey, Extracted, MissingKey};
 pub use lock::{HeldLock, LockLayer};
 pub use rate_limit::RateLimitLayer;

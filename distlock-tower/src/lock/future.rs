@@ -14,6 +14,11 @@ use tower::Service;
 use super::HeldLock;
 use super::body::{self, ResponseBody};
 use super::layer::Config;
+use crate::extract::InvalidKey;
+use crate::readiness::InnerService;
+
+/// `Retry-After` of a `503` (store unavailable, lease lost).
+const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 type BoxedFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
@@ -71,18 +76,28 @@ impl<B, E> Future for ResponseFuture<B, E> {
 
 /// Takes the lock for `key`, then runs the inner service under it.
 ///
-/// The handler is raced against the lease's lost signal; the lease then moves into the
-/// response body, which releases it once the body is done (or dropped).
+/// `readied` is the inner service that the layer's `poll_ready` readied. When the acquisition
+/// may wait (the layer has a `wait`), its readiness is given back first (see
+/// [`InnerService`]) and the service is readied again under the lock.
+///
+/// The handler (readying included) is raced against the lease's lost signal; the lease then
+/// moves into the response body, which releases it once the body is done (or dropped).
 pub(crate) async fn run_locked<S, ReqBody, ResBody>(
-    mut inner: S,
+    readied: S,
     mut request: Request<ReqBody>,
     key: String,
     config: Arc<Config>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     ResBody: Body<Data = Bytes>,
 {
+    let mut inner = InnerService::Ready(readied);
+    if !config.wait.is_zero() {
+        // The lock may be busy for up to `wait`: hold nothing of the inner service meanwhile,
+        // or a `ConcurrencyLimit` under this layer would serve no other key until it is free.
+        inner.release_readiness();
+    }
     let lease = match acquire(&config, &key).await {
         Ok(lease) => lease,
         Err(refusal) => return Ok(refusal.response(&config)),
@@ -91,6 +106,7 @@ where
     request
         .extensions_mut()
         .insert(HeldLock::new(handle.clone()));
+    // Readying (if the readiness was given back) and the call both count as the handler.
     let handler = inner.call(request);
     let response = tokio::select! {
         // Loss wins a tie: a response finished after the loss was not made under the lock.
@@ -141,8 +157,10 @@ pub(crate) enum Refusal {
     Busy(Duration),
     /// The key extractor found no key.
     NoKey,
-    /// The key cannot be a lock name (empty, too long).
-    InvalidKey,
+    /// The key extractor found a key the request carries, malformed.
+    MalformedKey(InvalidKey),
+    /// The key cannot be a lock name (empty, too long): the store refused it.
+    UnusableName,
     /// The store failed or did not answer in time.
     StoreUnavailable,
     /// The lease was lost while the handler ran.
@@ -160,7 +178,7 @@ impl Refusal {
             }
             LockError::InvalidName(err) => {
                 tracing::debug!(error = %err, "distlock-tower: request key is not a valid lock name");
-                Self::InvalidKey
+                Self::UnusableName
             }
             LockError::Store(err) => {
                 tracing::warn!(lock = %key, error = %err, "distlock-tower: lock store unavailable; answering 503");
@@ -177,35 +195,53 @@ impl Refusal {
         let (status, text) = match self {
             Self::Busy(_) => (
                 config.busy_status.status_code(),
-                "locked: another request holds this resource\n",
+                Bytes::from_static(b"locked: another request holds this resource\n"),
             ),
-            Self::NoKey => (StatusCode::BAD_REQUEST, "this request names no lock key\n"),
-            Self::InvalidKey => (
+            Self::NoKey => (
                 StatusCode::BAD_REQUEST,
-                "this request's lock key is invalid\n",
+                Bytes::from_static(b"this request names no lock key\n"),
+            ),
+            Self::MalformedKey(why) => (
+                StatusCode::BAD_REQUEST,
+                Bytes::from(format!("this request's lock key is invalid: {why}\n")),
+            ),
+            Self::UnusableName => (
+                StatusCode::BAD_REQUEST,
+                Bytes::from_static(b"this request's lock key is invalid\n"),
             ),
             Self::StoreUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "lock store unavailable, try again later\n",
+                Bytes::from_static(b"lock store unavailable, try again later\n"),
             ),
             Self::Lost => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "the lock was lost while handling this request\n",
+                Bytes::from_static(b"the lock was lost while handling this request\n"),
             ),
-            Self::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "lock error\n"),
+            Self::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Bytes::from_static(b"lock error\n"),
+            ),
         };
-        let mut response =
-            Response::new(ResponseBody::message(Bytes::from_static(text.as_bytes())));
+        let mut response = Response::new(ResponseBody::message(text));
         *response.status_mut() = status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        if let Self::Busy(retry_after) = self {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                crate::retry_after::header(*retry_after),
-            );
+        let retry_after = match self {
+            // The holder's remaining ttl, as the store reported it: the longest the lock can
+            // stay busy unless the holder renews it.
+            Self::Busy(retry_after) => Some(*retry_after),
+            // A store that failed or was too slow usually answers again within moments; a
+            // lost lease is free again, or held by whoever took it over (a retry then gets
+            // that holder's 423 and its ttl). One second, as the rate-limit layer's 503.
+            Self::StoreUnavailable | Self::Lost => Some(STORE_RETRY_AFTER),
+            Self::NoKey | Self::MalformedKey(_) | Self::UnusableName | Self::Internal => None,
+        };
+        if let Some(retry_after) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, crate::retry_after::header(retry_after));
         }
         response
     }

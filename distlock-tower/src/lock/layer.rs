@@ -5,6 +5,8 @@ use distlock::{Client, MAX_TTL, MIN_TTL};
 use tower::Layer;
 
 use super::Lock;
+use crate::config_error::ConfigError;
+use crate::extract::MissingKey;
 
 /// The status of a request refused because another request holds its lock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,19 +28,6 @@ impl BusyStatus {
     }
 }
 
-/// What a request gets when the key extractor finds no key in it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MissingKey {
-    /// `400 Bad Request`; the inner service is not called. The default: a client can always
-    /// leave a header out, so "no key" must not mean "no lock" unless you say so.
-    #[default]
-    Reject,
-    /// Call the inner service without a lock (its handlers see no [`HeldLock`](super::HeldLock)).
-    /// For routes where only some requests need the lock.
-    Allow,
-}
-
 /// The settings every service of one layer shares.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -55,7 +44,8 @@ pub(crate) struct Config {
 /// its response body has been sent.
 ///
 /// Defaults: ttl 30 s renewed by the watchdog while held, no waiting (`423 Locked` at once
-/// when busy), no maximum hold, `400 Bad Request` for a request without a key.
+/// when busy), no maximum hold, `400 Bad Request` for a request without a key (and always
+/// for a request whose key is invalid).
 ///
 /// ```
 /// use std::time::Duration;
@@ -110,24 +100,40 @@ impl<K> LockLayer<K> {
     }
 
     /// The lease's time to live in the store (default 30 s). With the watchdog on it is renewed
-    /// every ttl/3, so it only bounds how long a crashed server keeps the lock; it is also the
-    /// most a `Retry-After` can say.
+    /// every ttl/3, so it only bounds how long a crashed server keeps the lock. A request
+    /// refused because another holds the lock is told the *holder's* remaining ttl in
+    /// `Retry-After`, whoever took it and with whatever ttl.
     ///
     /// # Panics
     /// If `ttl` is outside [`MIN_TTL`]`..=`[`MAX_TTL`]: a configuration mistake is reported when
-    /// the router is built, not as a failure of every request.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        assert!(
-            (MIN_TTL..=MAX_TTL).contains(&ttl),
-            "LockLayer ttl {ttl:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}"
-        );
+    /// the router is built, not as a failure of every request. [`try_ttl`](Self::try_ttl)
+    /// returns the error instead.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.try_ttl(ttl)
+            .unwrap_or_else(|err| panic!("LockLayer::ttl: {err}"))
+    }
+
+    /// [`ttl`](Self::ttl), or [`ConfigError::TtlOutOfRange`] if `ttl` is outside
+    /// [`MIN_TTL`]`..=`[`MAX_TTL`].
+    pub fn try_ttl(mut self, ttl: Duration) -> Result<Self, ConfigError> {
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return Err(ConfigError::TtlOutOfRange {
+                ttl,
+                min: MIN_TTL,
+                max: MAX_TTL,
+            });
+        }
         self.config.ttl = ttl;
-        self
+        Ok(self)
     }
 
     /// Waits up to `wait` for a busy lock before refusing the request (default zero: refuse at
     /// once). Waiters are woken one at a time as the holder releases, so requests on one key
     /// are served one after another. The request's own timeout, if any, still applies.
+    ///
+    /// With a wait, a request gives back the inner service's readiness (a `ConcurrencyLimit`
+    /// permit, say) before it asks for the lock, and readies the service again once it holds
+    /// it: a request waiting for one key never keeps requests on other keys out.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.config.wait = wait;
         self
@@ -145,14 +151,19 @@ impl<K> LockLayer<K> {
     /// client reading a stream very slowly cannot keep the lock for ever.
     ///
     /// # Panics
-    /// If `max_hold` is zero.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        assert!(
-            !max_hold.is_zero(),
-            "LockLayer max_hold must be greater than zero"
-        );
+    /// If `max_hold` is zero; [`try_max_hold`](Self::try_max_hold) returns the error instead.
+    pub fn max_hold(self, max_hold: Duration) -> Self {
+        self.try_max_hold(max_hold)
+            .unwrap_or_else(|err| panic!("LockLayer::max_hold: {err}"))
+    }
+
+    /// [`max_hold`](Self::max_hold), or [`ConfigError::ZeroMaxHold`] if `max_hold` is zero.
+    pub fn try_max_hold(mut self, max_hold: Duration) -> Result<Self, ConfigError> {
+        if max_hold.is_zero() {
+            return Err(ConfigError::ZeroMaxHold);
+        }
         self.config.max_hold = Some(max_hold);
-        self
+        Ok(self)
     }
 
     /// The status of a request refused because its lock is busy: `423 Locked` (default) or
@@ -162,7 +173,10 @@ impl<K> LockLayer<K> {
         self
     }
 
-    /// What a request without a key gets (default [`MissingKey::Reject`]).
+    /// What a request without a key gets (default [`MissingKey::Reject`]: `400`). A request
+    /// whose key is [invalid](crate::extract::Extracted::Invalid) (a key header sent twice,
+    /// over-long, not text) is answered `400` whatever this says, so that no request runs
+    /// unlocked by malforming its key.
     pub fn on_missing_key(mut self, behaviour: MissingKey) -> Self {
         self.config.missing_key = behaviour;
         self
@@ -174,5 +188,54 @@ impl<S, K: Clone> Layer<S> for LockLayer<K> {
 
     fn layer(&self, inner: S) -> Self::Service {
         Lock::new(inner, Arc::new(self.config.clone()), self.extract.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer() -> LockLayer<crate::extract::MatchedPath> {
+        LockLayer::new(Client::in_memory(), crate::extract::MatchedPath)
+    }
+
+    #[test]
+    fn out_of_range_settings_are_typed_errors() {
+        for ttl in [
+            Duration::ZERO,
+            MIN_TTL / 2,
+            MAX_TTL + Duration::from_secs(1),
+        ] {
+            assert_eq!(
+                layer().try_ttl(ttl).err(),
+                Some(ConfigError::TtlOutOfRange {
+                    ttl,
+                    min: MIN_TTL,
+                    max: MAX_TTL
+                }),
+                "{ttl:?}"
+            );
+        }
+        for ttl in [MIN_TTL, MAX_TTL] {
+            assert_eq!(layer().try_ttl(ttl).map(|l| l.config.ttl).ok(), Some(ttl));
+        }
+        assert_eq!(
+            layer().try_max_hold(Duration::ZERO).err(),
+            Some(ConfigError::ZeroMaxHold)
+        );
+        let one = Duration::from_nanos(1);
+        assert_eq!(
+            layer()
+                .try_max_hold(one)
+                .ok()
+                .and_then(|l| l.config.max_hold),
+            Some(one)
+        );
+    }
+
+    #[test]
+    fn the_unchecked_forms_still_panic() {
+        assert!(std::panic::catch_unwind(|| layer().ttl(Duration::ZERO)).is_err());
+        assert!(std::panic::catch_unwind(|| layer().max_hold(Duration::ZERO)).is_err());
     }
 }

@@ -73,12 +73,13 @@
 //!
 //! | situation | response |
 //! |---|---|
-//! | the lock is held by another request | `423 Locked` (or `409 Conflict`, [`BusyStatus`]) with `Retry-After`: the holder's remaining ttl in whole seconds, rounded up, at least 1 |
-//! | ... and [`wait`](LockLayer::wait) is set | waits up to that long, one waiter served per release, then as above |
-//! | the request has no key | `400 Bad Request`, or the inner service unlocked ([`MissingKey`]) |
+//! | the lock is held by another holder | `423 Locked` (or `409 Conflict`, [`BusyStatus`]) with `Retry-After`: the holder's remaining ttl in whole seconds, rounded up, at least 1, whoever took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl |
+//! | ... and [`wait`](LockLayer::wait) is set | waits up to that long (holding nothing of the inner service), one waiter served per release, then as above |
+//! | the request has no key ([`Extracted::Absent`](crate::extract::Extracted::Absent)) | `400 Bad Request`, or the inner service unlocked ([`MissingKey`]) |
+//! | an invalid key (key header sent twice, over-long, empty, not text: [`Extracted::Invalid`](crate::extract::Extracted::Invalid)) | `400 Bad Request`, whatever the [`MissingKey`] setting |
 //! | the key cannot be a lock name (longer than [`distlock::MAX_NAME_LEN`]) | `400 Bad Request` |
-//! | the store is down or too slow | `503 Service Unavailable`, after at most the client's response timeout |
-//! | the lease was lost while the handler ran | `503 Service Unavailable` (see below) |
+//! | the store is down or too slow | `503 Service Unavailable`, `Retry-After: 1`, after at most the client's response timeout |
+//! | the lease was lost while the handler ran | `503 Service Unavailable`, `Retry-After: 1` (see below) |
 //!
 //! # When the lease is lost
 //!
@@ -102,8 +103,10 @@ mod held;
 mod layer;
 mod service;
 
+/// What a request without a key gets: the one type shared by every layer of this crate.
+pub use crate::extract::MissingKey;
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use held::{HeldLock, MissingHeldLock};
-pub use layer::{BusyStatus, LockLayer, MissingKey};
+pub use layer::{BusyStatus, LockLayer};
 pub use service::Lock;

@@ -7,15 +7,18 @@ use http_body::Body;
 use tower::Service;
 
 use super::future::{self, Refusal};
-use super::layer::{Config, MissingKey};
+use super::layer::Config;
 use super::{ResponseBody, ResponseFuture};
-use crate::extract::ExtractKey;
+use crate::extract::{ExtractKey, Extracted, MissingKey};
 
 /// Middleware that runs each request under a distributed lock named by the request's key,
 /// held until the response body has been sent. Built by [`LockLayer`](super::LockLayer).
 ///
 /// Cheap to clone: the settings are shared, the key extractor is cloned. Readiness is the
-/// inner service's; the inner service is called only once the lock is held.
+/// inner service's; the inner service is called only once the lock is held. With a
+/// [`wait`](super::LockLayer::wait), a request gives that readiness back before it asks for
+/// the lock (so it holds no `ConcurrencyLimit` permit or `Buffer` slot while it waits) and
+/// readies the service again once it holds the lock.
 ///
 /// See the [module docs](super) for an example.
 #[derive(Clone, Debug)]
@@ -69,14 +72,25 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let Some(key) = self.extract.extract_key(&request) else {
-            return match self.config.missing_key {
-                MissingKey::Allow => ResponseFuture::unlocked(self.inner.call(request)),
-                MissingKey::Reject => ResponseFuture::refused(&Refusal::NoKey, &self.config),
-            };
+        let key = match self.extract.extract_key(&request) {
+            Extracted::Key(key) => key,
+            Extracted::Absent => {
+                return match self.config.missing_key {
+                    MissingKey::Allow => ResponseFuture::unlocked(self.inner.call(request)),
+                    MissingKey::Reject => ResponseFuture::refused(&Refusal::NoKey, &self.config),
+                };
+            }
+            // Never unlocked, whatever `MissingKey` says: a request must not escape the lock
+            // by sending its key header twice.
+            Extracted::Invalid(why) => {
+                tracing::debug!(reason = %why, "distlock-tower: invalid lock key; answering 400");
+                return ResponseFuture::refused(&Refusal::MalformedKey(why), &self.config);
+            }
         };
         // The inner service is called only after the lock is taken, in the future: take the
-        // clone that `poll_ready` readied and leave a fresh clone in its place.
+        // clone that `poll_ready` readied and leave a fresh clone in its place (which holds no
+        // readiness, so the next `poll_ready` on this instance never waits on a reservation
+        // held by this request).
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::locked(future::run_locked(

@@ -14,7 +14,9 @@ use tower::Service;
 
 use super::ResponseBody;
 use super::headers::{self, describe};
-use super::layer::{Config, Limiter, MissingKey};
+use super::layer::{Config, Limiter};
+use crate::extract::{Extracted, MissingKey};
+use crate::readiness::InnerService;
 
 type BoxedFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
@@ -54,31 +56,47 @@ impl<B, E> Future for ResponseFuture<B, E> {
 
 /// Checks the request (waiting if configured), then calls the inner service or answers
 /// for it.
+///
+/// `readied` is the inner service that the layer's `poll_ready` readied; it is given back
+/// (see [`InnerService`]) before the request sleeps in wait mode.
 pub(crate) async fn run<S, ReqBody, ResBody>(
-    mut inner: S,
+    readied: S,
     request: Request<ReqBody>,
-    subject: Option<String>,
+    subject: Extracted,
     config: Arc<Config>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     ResBody: Body<Data = Bytes>,
 {
-    let Some(subject) = subject else {
-        return match config.missing_key {
-            MissingKey::Allow => Ok(inner.call(request).await?.map(ResponseBody::inner)),
-            MissingKey::Reject => Ok(message(
+    let mut inner = InnerService::Ready(readied);
+    let subject = match subject {
+        Extracted::Key(subject) => subject,
+        Extracted::Absent => {
+            return match config.missing_key {
+                MissingKey::Allow => Ok(inner.call(request).await?.map(ResponseBody::inner)),
+                MissingKey::Reject => Ok(message(
+                    StatusCode::BAD_REQUEST,
+                    "this request has no rate-limit key\n",
+                )),
+            };
+        }
+        // Never unmetered, whatever `MissingKey` says: a client must not escape its limit by
+        // sending its key header twice.
+        Extracted::Invalid(why) => {
+            tracing::debug!(reason = %why, "distlock-tower: invalid rate-limit key; answering 400");
+            return Ok(message(
                 StatusCode::BAD_REQUEST,
-                "this request has no rate-limit key\n",
-            )),
-        };
+                format!("this request's rate-limit key is invalid: {why}\n"),
+            ));
+        }
     };
     let matched = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map(axum::extract::MatchedPath::as_str);
     let limiter = config.limiter_for(matched);
-    let decision = match check(limiter, &subject, &config).await {
+    let decision = match check(limiter, &subject, &config, &mut inner).await {
         Ok(decision) => decision,
         Err(refusal) => return Ok(refusal),
     };
@@ -93,19 +111,23 @@ where
 }
 
 /// The allowed decision, or the response refusing the request. Waits (and checks again)
-/// while the wait fits in the configured maximum.
-async fn check<B>(
+/// while the wait fits in the configured maximum, having given back the inner service's
+/// readiness first.
+async fn check<S: Clone, B>(
     limiter: &Limiter,
     subject: &str,
     config: &Config,
+    inner: &mut InnerService<S>,
 ) -> Result<Decision, Response<ResponseBody<B>>> {
     let started = Instant::now();
     loop {
         match limiter.limiter.check_n(subject, config.cost).await {
             Ok(decision) if decision.allowed => return Ok(decision),
             Ok(decision) => {
-                if started.elapsed() + decision.retry_after <= config.max_wait {
-                    // Nothing is consumed while waiting: dropping this future is free.
+                if started.elapsed().saturating_add(decision.retry_after) <= config.max_wait {
+                    // Nothing is consumed while waiting: dropping this future is free. Nor is
+                    // anything of the inner service held (a concurrency permit, say).
+                    inner.release_readiness();
                     tokio::time::sleep(decision.retry_after).await;
                     continue;
                 }

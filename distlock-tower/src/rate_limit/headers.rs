@@ -8,6 +8,11 @@
 //! * `Retry-After` on refusals: whole seconds, rounded up, at least 1.
 //! * Optionally the older `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 //!   `X-RateLimit-Reset` (seconds), for the binding policy.
+//!
+//! Layers compose: a layer adds its members after those already in the response (an inner
+//! rate-limit layer's, or the inner service's own), on one field line, so every policy that
+//! judged the request is listed. The single-valued `X-RateLimit-*` fields are the binding
+//! layer's: the one with the fewest requests left.
 
 use distlock::ratelimit::{Decision, Policy};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -61,7 +66,7 @@ pub(crate) fn ratelimit_field(decision: &Decision) -> HeaderValue {
 }
 
 /// Adds the fields that describe `decision` (nothing of the kind for a fail-open pass,
-/// whose figures mean nothing).
+/// whose figures mean nothing), after whatever rate-limit fields the response already has.
 pub(crate) fn describe(
     headers: &mut HeaderMap,
     decision: &Decision,
@@ -72,16 +77,57 @@ pub(crate) fn describe(
         return;
     }
     if style.ietf {
-        headers.insert(RATELIMIT_POLICY, policy.clone());
-        headers.insert(RATELIMIT, ratelimit_field(decision));
+        append_members(headers, RATELIMIT_POLICY, policy);
+        append_members(headers, RATELIMIT, &ratelimit_field(decision));
     }
     if style.legacy {
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit));
-        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining));
-        headers.insert(
-            X_RATELIMIT_RESET,
-            HeaderValue::from(ceil_secs(decision.reset_after)),
-        );
+        // One value each, so they can name one policy only: the binding one. A layer with
+        // as many left as the one already there (say, the inner layer that refused) keeps it.
+        let theirs = headers
+            .get(X_RATELIMIT_REMAINING)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if theirs.is_none_or(|theirs| decision.remaining < theirs) {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining));
+            headers.insert(
+                X_RATELIMIT_RESET,
+                HeaderValue::from(ceil_secs(decision.reset_after)),
+            );
+        }
+    }
+}
+
+/// Adds `members` to the Structured Field List `name`, after the members already there.
+///
+/// HTTP combines the lines of a list field by joining them with `,` (RFC 9110, section 5.3),
+/// and so do sf-list parsers (RFC 9651, section 4.2); this writes the combined value as one
+/// line, so that a client reading only the first line still sees every member.
+fn append_members(headers: &mut HeaderMap, name: HeaderName, members: &HeaderValue) {
+    if members.as_bytes().trim_ascii().is_empty() {
+        return;
+    }
+    let mut line: Vec<u8> = Vec::new();
+    for existing in headers.get_all(&name) {
+        let existing = existing.as_bytes().trim_ascii();
+        if !existing.is_empty() {
+            line.extend_from_slice(existing);
+            line.extend_from_slice(b", ");
+        }
+    }
+    if line.is_empty() {
+        headers.insert(name, members.clone());
+        return;
+    }
+    line.extend_from_slice(members.as_bytes());
+    // Header values joined by ", " are a header value; keep both lines if that ever fails.
+    match HeaderValue::from_bytes(&line) {
+        Ok(combined) => {
+            headers.insert(name, combined);
+        }
+        Err(_) => {
+            headers.append(name, members.clone());
+        }
     }
 }
 
@@ -90,4 +136,47 @@ pub(crate) fn describe(
 pub(crate) struct HeaderStyle {
     pub(crate) ietf: bool,
     pub(crate) legacy: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_appended_on_one_line() {
+        let mut headers = HeaderMap::new();
+        append_members(
+            &mut headers,
+            RATELIMIT,
+            &HeaderValue::from_static(r#""inner";r=1;t=1"#),
+        );
+        append_members(
+            &mut headers,
+            RATELIMIT,
+            &HeaderValue::from_static(r#""outer";r=4;t=1, "daily";r=9;t=60"#),
+        );
+        let lines: Vec<_> = headers.get_all(RATELIMIT).iter().collect();
+        assert_eq!(
+            lines,
+            [r#""inner";r=1;t=1, "outer";r=4;t=1, "daily";r=9;t=60"#]
+        );
+    }
+
+    #[test]
+    fn lines_already_there_are_combined_and_empty_ones_dropped() {
+        let mut headers = HeaderMap::new();
+        headers.append(RATELIMIT, HeaderValue::from_static(r#""a";r=1;t=1"#));
+        headers.append(RATELIMIT, HeaderValue::from_static(" "));
+        headers.append(RATELIMIT, HeaderValue::from_static(r#""b";r=2;t=2 "#));
+        append_members(
+            &mut headers,
+            RATELIMIT,
+            &HeaderValue::from_static(r#""c";r=3;t=3"#),
+        );
+        let lines: Vec<_> = headers.get_all(RATELIMIT).iter().collect();
+        assert_eq!(lines, [r#""a";r=1;t=1, "b";r=2;t=2, "c";r=3;t=3"#]);
+        // Nothing to add leaves the field alone.
+        append_members(&mut headers, RATELIMIT, &HeaderValue::from_static(""));
+        assert_eq!(headers.get_all(RATELIMIT).iter().count(), 1);
+    }
 }

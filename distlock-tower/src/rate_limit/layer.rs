@@ -7,18 +7,8 @@ use tower::Layer;
 
 use super::RateLimit;
 use super::headers::{HeaderStyle, policy_field};
-
-/// What a request gets when the key extractor finds no key in it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MissingKey {
-    /// `400 Bad Request`; the inner service is not called. The default: a client can always
-    /// leave a header out, so "no key" must not mean "no limit" unless you say so.
-    #[default]
-    Reject,
-    /// Call the inner service unmetered. For routes where only some requests are limited.
-    Allow,
-}
+use crate::config_error::ConfigError;
+use crate::extract::MissingKey;
 
 /// A limiter and its precomputed `RateLimit-Policy` field.
 #[derive(Clone, Debug)]
@@ -64,8 +54,11 @@ impl Config {
 ///
 /// Defaults: cost 1 per request, no waiting, the IETF `RateLimit-Policy` / `RateLimit`
 /// fields on every response (no `X-RateLimit-*`), `400 Bad Request` for a request without a
-/// key. What happens when the store is down is the limiter's
-/// [`Outage`](distlock::ratelimit::Outage) policy.
+/// key (and always for a request whose key is invalid). What happens when the store is down
+/// is the limiter's [`Outage`](distlock::ratelimit::Outage) policy.
+///
+/// Layers stack: an outer layer (say, per client IP) and an inner one (per API key) each
+/// judge the request, and both show in the `RateLimit` fields.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -132,28 +125,50 @@ impl<K> RateLimitLayer<K> {
     /// `Router::route_layer` on nested routers; both work.
     ///
     /// # Panics
-    /// If the layer's [`cost`](Self::cost) can never pass one of `limiter`'s policies.
-    pub fn route(mut self, route: impl Into<String>, limiter: RateLimiter) -> Self {
-        assert_cost_fits(self.config.cost, &limiter);
+    /// If the layer's [`cost`](Self::cost) can never pass one of `limiter`'s policies;
+    /// [`try_route`](Self::try_route) returns the error instead.
+    pub fn route(self, route: impl Into<String>, limiter: RateLimiter) -> Self {
+        self.try_route(route, limiter)
+            .unwrap_or_else(|err| panic!("RateLimitLayer::route: {err}"))
+    }
+
+    /// [`route`](Self::route), or [`ConfigError::CostTooLarge`] if the layer's
+    /// [`cost`](Self::cost) can never pass one of `limiter`'s policies.
+    pub fn try_route(
+        mut self,
+        route: impl Into<String>,
+        limiter: RateLimiter,
+    ) -> Result<Self, ConfigError> {
+        check_cost_fits(self.config.cost, &limiter)?;
         self.config
             .routes
             .push((route.into(), Limiter::new(limiter)));
-        self
+        Ok(self)
     }
 
     /// What each request costs (default 1). Use one layer per cost, e.g. a heavier cost on
-    /// an expensive route.
+    /// an expensive route. A cost of 0 consumes nothing: the request passes while its
+    /// subject could still afford one more, which makes a route that is refused once others
+    /// have used up the budget, without spending any of it.
     ///
     /// # Panics
     /// If `cost` is more than some policy allows at once: such a layer would refuse every
-    /// request, so it is refused where the router is built.
-    pub fn cost(mut self, cost: u32) -> Self {
-        assert_cost_fits(cost, &self.config.default.limiter);
+    /// request, so it is refused where the router is built. [`try_cost`](Self::try_cost)
+    /// returns the error instead.
+    pub fn cost(self, cost: u32) -> Self {
+        self.try_cost(cost)
+            .unwrap_or_else(|err| panic!("RateLimitLayer::cost: {err}"))
+    }
+
+    /// [`cost`](Self::cost), or [`ConfigError::CostTooLarge`] if `cost` is more than one of
+    /// the layer's policies (default or per route) allows at once.
+    pub fn try_cost(mut self, cost: u32) -> Result<Self, ConfigError> {
+        check_cost_fits(cost, &self.config.default.limiter)?;
         for (_, l) in &self.config.routes {
-            assert_cost_fits(cost, &l.limiter);
+            check_cost_fits(cost, &l.limiter)?;
         }
         self.config.cost = cost;
-        self
+        Ok(self)
     }
 
     /// Waits instead of refusing when the request would be allowed within `max_wait`
@@ -180,20 +195,24 @@ impl<K> RateLimitLayer<K> {
         self
     }
 
-    /// What a request without a key gets (default [`MissingKey::Reject`]).
+    /// What a request without a key gets (default [`MissingKey::Reject`]: `400`). A request
+    /// whose key is [invalid](crate::extract::Extracted::Invalid) (a key header sent twice,
+    /// over-long, not text) is answered `400` whatever this says, so that no client passes
+    /// unmetered by malforming its key.
     pub fn on_missing_key(mut self, behaviour: MissingKey) -> Self {
         self.config.missing_key = behaviour;
         self
     }
 }
 
-fn assert_cost_fits(cost: u32, limiter: &RateLimiter) {
-    if let Some(p) = limiter.policies().iter().find(|p| cost > p.limit()) {
-        panic!(
-            "RateLimitLayer cost {cost} can never pass policy `{}`, which allows at most {} at once",
-            p.name(),
-            p.limit()
-        );
+fn check_cost_fits(cost: u32, limiter: &RateLimiter) -> Result<(), ConfigError> {
+    match limiter.policies().iter().find(|p| cost > p.limit()) {
+        Some(p) => Err(ConfigError::CostTooLarge {
+            cost,
+            policy: p.name().to_owned(),
+            capacity: p.limit(),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -202,5 +221,64 @@ impl<S, K: Clone> Layer<S> for RateLimitLayer<K> {
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(inner, Arc::new(self.config.clone()), self.extract.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock::ratelimit::{Policy, Rate};
+
+    use super::*;
+    use crate::client_ip::ClientIp;
+
+    fn limiter(name: &str, burst: u32) -> RateLimiter {
+        let rate = Rate::per_minute(60)
+            .and_then(|r| r.burst(burst))
+            .expect("valid rate");
+        distlock::Client::in_memory().rate_limiter(Policy::gcra(name, rate).expect("valid policy"))
+    }
+
+    #[test]
+    fn a_cost_that_cannot_fit_is_a_typed_error() {
+        let layer = || RateLimitLayer::new(limiter("api", 5), ClientIp::peer());
+        let err = layer().try_cost(6).err();
+        assert_eq!(
+            err,
+            Some(ConfigError::CostTooLarge {
+                cost: 6,
+                policy: "api".to_owned(),
+                capacity: 5
+            })
+        );
+        let ok = layer().try_cost(5).expect("fits");
+        assert_eq!(ok.config.cost, 5);
+
+        // A route whose policy cannot take the layer's cost, and a cost a route cannot take.
+        let err = layer()
+            .try_cost(3)
+            .and_then(|l| l.try_route("/small", limiter("small", 2)))
+            .err();
+        assert!(
+            matches!(&err, Some(ConfigError::CostTooLarge { policy, .. }) if policy == "small"),
+            "{err:?}"
+        );
+        let err = layer()
+            .try_route("/small", limiter("small", 2))
+            .and_then(|l| l.try_cost(3))
+            .err();
+        assert!(
+            matches!(&err, Some(ConfigError::CostTooLarge { policy, .. }) if policy == "small"),
+            "{err:?}"
+        );
+        assert!(err.is_some_and(|e| e.to_string().contains("can never pass policy `small`")));
+    }
+
+    #[test]
+    fn the_unchecked_forms_still_panic() {
+        let layer = || RateLimitLayer::new(limiter("api", 5), ClientIp::peer());
+        assert!(std::panic::catch_unwind(|| layer().cost(6)).is_err());
+        assert!(
+            std::panic::catch_unwind(|| layer().cost(3).route("/x", limiter("small", 2))).is_err()
+        );
     }
 }

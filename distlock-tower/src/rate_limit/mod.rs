@@ -51,11 +51,13 @@
 //! |---|---|
 //! | allowed | the inner service's response, plus `RateLimit-Policy` and `RateLimit` |
 //! | denied | `429 Too Many Requests`, `Retry-After` (whole seconds, rounded up, at least 1), `RateLimit-Policy`, `RateLimit` |
-//! | denied, but allowed within [`wait`](RateLimitLayer::wait) | waits, then as allowed |
+//! | denied, but allowed within [`wait`](RateLimitLayer::wait) | waits (holding nothing of the inner service), then as allowed |
 //! | store unavailable, limiter fails closed (the default) | `503 Service Unavailable`, `Retry-After: 1`, within the limiter's deadline |
 //! | store unavailable, limiter fails open | the inner service's response, without `RateLimit` fields |
 //! | store unavailable, local fallback | as allowed or denied, decided in this process |
-//! | no key in the request | `400 Bad Request`, or unmetered ([`MissingKey`]) |
+//! | no key in the request ([`Extracted::Absent`](crate::extract::Extracted::Absent)) | `400 Bad Request`, or unmetered ([`MissingKey`]) |
+//! | an invalid key (key header sent twice, over-long, empty, not text: [`Extracted::Invalid`](crate::extract::Extracted::Invalid)) | `400 Bad Request`, whatever the [`MissingKey`] setting |
+//! | a key the limiter cannot use as a subject | `400 Bad Request` |
 //! | shadow-mode limiter | always the inner service's response; the fields still tell |
 //!
 //! The fields follow draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy:
@@ -63,6 +65,16 @@
 //! `RateLimit: "api";r=42;t=17` what is left (`r`) and when it is full again (`t` seconds).
 //! [`legacy_headers`](RateLimitLayer::legacy_headers) adds `X-RateLimit-Limit`,
 //! `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
+//!
+//! # Stacked layers
+//!
+//! Layers compose: with an outer layer per client IP and an inner one per API key, each
+//! judges the request and adds its members to `RateLimit-Policy` and `RateLimit`, after those
+//! already there, so a response lists every policy that judged it: an allowed request and a
+//! `429` from the inner layer show both, a `429` from the outer layer only the outer one (the
+//! inner layer never saw the request). The single-valued `X-RateLimit-*` fields show the
+//! layer with the fewest requests left. The outer layer counts a request the inner one then
+//! refuses.
 //!
 //! # Per-route policies
 //!
@@ -75,7 +87,9 @@ pub mod headers;
 mod layer;
 mod service;
 
+/// What a request without a key gets: the one type shared by every layer of this crate.
+pub use crate::extract::MissingKey;
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
-pub use layer::{MissingKey, RateLimitLayer};
+pub use layer::RateLimitLayer;
 pub use service::RateLimit;

@@ -16,7 +16,10 @@ use crate::extract::ExtractKey;
 ///
 /// Cheap to clone (axum clones it per connection): the settings and the limiter's deny cache
 /// are shared, the key extractor is cloned, and every clone counts against the same store.
-/// Readiness is the inner service's; it is called only once the request is allowed.
+/// Readiness is the inner service's; it is called only once the request is allowed. A
+/// request that waits in the limiter ([`wait`](super::RateLimitLayer::wait)) first gives
+/// that readiness back, so it holds no capacity of the inner service (a `ConcurrencyLimit`
+/// permit, a `Buffer` slot) while it sleeps, and readies the service again once allowed.
 #[derive(Clone, Debug)]
 pub struct RateLimit<S, K> {
     inner: S,
@@ -70,7 +73,9 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let subject = self.extract.extract_key(&request);
         // The inner service is called later, in the future, once the request is allowed:
-        // take the clone that `poll_ready` readied and leave a fresh clone in its place.
+        // take the clone that `poll_ready` readied and leave a fresh clone in its place (which
+        // holds no readiness, so the next `poll_ready` on this instance never waits on a
+        // reservation held by this request).
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::new(future::run(

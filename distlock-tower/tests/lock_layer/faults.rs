@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use distlock::Client;
 use http::StatusCode;
 
-use crate::app::{Fixture, Seen, app, call, http_client, layer, serve, text};
+use crate::app::{Fixture, Seen, app, call, http_client, layer, retry_after, serve, text};
 use crate::support::RedisServer;
 
 /// A fixture whose client gives up on a command after `timeout`.
@@ -35,6 +35,7 @@ async fn redis_killed_is_503_quickly() {
     let response = call(&app, "/orders/1").await;
     let elapsed = started.elapsed();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry_after(&response), 1, "503 says when to retry");
     assert!(text(response).await.contains("unavailable"));
     // Bounded by the client's 2 s response timeout, not by the 5 s wait.
     assert!(
@@ -52,6 +53,14 @@ async fn redis_killed_is_503_quickly() {
         .await
         .expect("the server answers");
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .map(|v| v.as_bytes()),
+        Some(&b"1"[..]),
+        "503 over TCP says when to retry"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "answered after {:?}",

@@ -6,6 +6,9 @@
 mod support;
 
 mod app;
+mod composed;
 mod faults;
+mod invalid_key;
 mod oneshot;
+mod retry_after;
 mod tcp;

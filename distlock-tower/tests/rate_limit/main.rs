@@ -7,6 +7,8 @@ mod support;
 
 mod app;
 mod client_ip;
+mod composed;
 mod faults;
+mod invalid_key;
 mod oneshot;
 mod tcp;

@@ -1,0 +1,91 @@
+//! TESTPLAN 30 for the lock layer: a duplicated, over-long, empty or non-text key header is
+//! `400` under every missing-key setting; a request never runs unlocked by malforming its
+//! key.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use distlock_tower::extract::{Header, MAX_KEY_LEN};
+use distlock_tower::lock::{HeldLock, LockLayer, MissingKey};
+use http::{HeaderValue, Request, StatusCode};
+use tower::ServiceExt;
+
+use crate::app::{Fixture, on_both_stores, text};
+
+on_both_stores!(malformed_key_headers_are_400_whatever_the_missing_key_setting);
+
+fn malformed_key_requests() -> Vec<(&'static str, Request<Body>)> {
+    let with = |values: &[&[u8]]| {
+        let mut request = Request::get("/").body(Body::empty()).expect("request");
+        for value in values {
+            let value = HeaderValue::from_bytes(value).expect("bytes HeaderValue accepts");
+            request.headers_mut().append("x-lock", value);
+        }
+        request
+    };
+    let long = "k".repeat(MAX_KEY_LEN + 1);
+    vec![
+        ("duplicated", with(&[b"k", b"k"])),
+        ("duplicated, different", with(&[b"k", b"j"])),
+        ("over-long", with(&[long.as_bytes()])),
+        ("not text", with(&[b"\xff\xfe"])),
+        ("not ASCII", with(&["caf\u{e9}".as_bytes()])),
+        ("empty", with(&[b""])),
+        ("whitespace only", with(&[b" \t "])),
+    ]
+}
+
+async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixture) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = |layer: LockLayer<Header>| {
+        let calls = Arc::clone(&calls);
+        Router::new()
+            .route(
+                "/",
+                get(move |lock: Option<HeldLock>| async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    lock.map_or_else(|| "unlocked".to_owned(), |l| l.name().to_owned())
+                }),
+            )
+            .route_layer(layer)
+    };
+    let layer = || LockLayer::new(fx.client.clone(), Header::from_static("x-lock"));
+    let apps: [(&str, Router); 3] = [
+        ("default", app(layer())),
+        ("reject", app(layer().on_missing_key(MissingKey::Reject))),
+        ("allow", app(layer().on_missing_key(MissingKey::Allow))),
+    ];
+    for (setting, app) in &apps {
+        for (what, request) in malformed_key_requests() {
+            let response = app.clone().oneshot(request).await.expect("infallible");
+            let status = response.status();
+            let body = text(response).await;
+            assert_eq!(
+                status,
+                StatusCode::BAD_REQUEST,
+                "{setting}: {what} key header answered {body:?}"
+            );
+            assert!(body.contains("key"), "{setting}: {what}: {body:?}");
+        }
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no handler ran");
+    // The absent header still follows the setting.
+    let absent = || Request::get("/").body(Body::empty()).expect("request");
+    let response = apps[2]
+        .1
+        .clone()
+        .oneshot(absent())
+        .await
+        .expect("infallible");
+    assert_eq!(text(response).await, "unlocked");
+    let response = apps[1]
+        .1
+        .clone()
+        .oneshot(absent())
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}
