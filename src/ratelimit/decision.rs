@@ -131,20 +131,6 @@ impl Decision {
             policies,
         }
     }
-
-    /// The same decision `elapsed` later: waits shrink, nothing else changes. Used by the deny
-    /// cache.
-    pub(crate) fn aged(&self, elapsed: Duration, origin: Origin) -> Self {
-        let mut aged = self.clone();
-        aged.origin = origin;
-        aged.retry_after = aged.retry_after.saturating_sub(elapsed);
-        aged.reset_after = aged.reset_after.saturating_sub(elapsed);
-        for p in &mut aged.policies {
-            p.retry_after = p.retry_after.saturating_sub(elapsed);
-            p.reset_after = p.reset_after.saturating_sub(elapsed);
-        }
-        aged
-    }
 }
 
 #[cfg(test)]

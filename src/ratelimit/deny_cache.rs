@@ -1,24 +1,90 @@
-//! The local deny cache: after the store denies a subject and says when to come back, the
-//! same subject is denied locally until then, with no round trip.
+//! The local deny cache: after the store denies a subject, later checks on it that the store
+//! would deny too are answered locally, with the figures the store would report, and no
+//! round trip.
 //!
-//! It is exact, not a heuristic: a denial of cost `c` with `retry_after = t` means no
-//! request of cost `c` or more can pass before `t` (others only consume more, never less),
-//! and `t` is counted from when the check was *sent*, which is no later than the moment the
-//! store decided. Smaller costs and peeks below the cached cost still ask the store.
+//! # Why a hit is exact
 //!
-//! Bounded: at most `capacity` subjects. When full, expired entries are swept, but only once
-//! the earliest expiry has passed (so a full cache of live entries costs nothing per
-//! insert); if it is still full, the new denial is simply not cached.
+//! Write `T_k` for the moment from which a request needing `k` units (a peek needs 1) would
+//! pass if nothing more were consumed. Every algorithm has two properties, which the
+//! reference model of `tests/ratelimit/model.rs` is built on and the stores are checked
+//! against:
+//! * time only helps: while nothing is consumed, a request that can pass stays passable, so
+//!   `T_k` is a fixed moment, and it grows with `k`;
+//! * the figures are readings of the `T_k`: at time `n`, `retry_after = T_k − n` for the
+//!   request's own `k` (zero once it passes), `reset_after = T_limit − n` (zero once full),
+//!   and `remaining` is the largest `k` with `T_k ≤ n`.
+//!
+//! So one denial, seen at `s` for a request needing `c`, states per policy that
+//! `T_c = s + retry_after` (if that policy denied), `T_limit = s + reset_after`, and
+//! `T_r ≤ s < T_{r+1}` for `r = remaining`. While nothing is consumed these moments stay
+//! put, and the figures at a later `n`, for a request needing `k`, follow wherever the
+//! policy's algorithm pins the `T_k` involved ([`Recovery`]):
+//! * **GCRA and the token bucket**: `T_k = tat + k·T − burst·T` with `tat = s + reset_after`
+//!   (the bucket is GCRA with whole tokens), so every figure for every `k` is exact:
+//!   `reset` shrinks with time, `retry = reset + k·T − burst·T`,
+//!   `remaining = ⌊(burst·T − reset) / T⌋`.
+//! * **Fixed window**: the count stays until the window ends and then counts as zero, so
+//!   `T_k = s` for `k ≤ r` and `T_k = s + reset_after` (the window's end) for every larger
+//!   `k`: exact for every `k` too.
+//! * **Sliding window counter and sliding log**: the previous window's weight shrinks and
+//!   logged requests slide out at moments the figures do not tell, so only the moments above
+//!   are known. A hit is served only if its `retry` is one of them (`k = c`, or
+//!   `k = limit`) and `remaining` is pinned: `r` at `s` itself; otherwise between what
+//!   passes (`r`, and `c` once `T_c` is past) and what still waits (`c − 1` before `T_c`,
+//!   `limit − 1` before `T_limit`), which must meet. Anything else asks the store.
+//!
+//! A check with several policies is answered only if every policy's figures follow and at
+//! least one policy denies; its binding policy is then chosen as for the store's answer.
+//!
+//! # Keeping "nothing consumed" true
+//!
+//! Every answer of the store for a subject replaces or removes its entry: a denial (a peek
+//! too) restates the figures, anything allowed removes them, and so does a check that got
+//! no answer (the store may have applied it). An entry is never replaced by the figures of
+//! a check sent before its own, and an allowed check that consumed removes the entry
+//! whenever it was sent (it may have been applied after the entry's check). A denial that
+//! arrives after a consuming answer it was in flight with is not cached at all: which of
+//! the two the store decided first is unknown. That is tracked per hash slot of the
+//! subject ([`CONSUMED_SLOTS`]), so it costs no memory per subject; a collision only
+//! leaves a denial uncached.
+//!
+//! Requests from *other* processes only consume more: the true `T_k` move later, so a local
+//! denial stays right; only its figures may be optimistic, as the store's own `retry_after`
+//! is ("assuming nobody else consumes meanwhile").
+//!
+//! Times are counted from when the check was *sent*, which is no later than when the store
+//! decided: every moment the cache derives is at most the true one, so it never denies
+//! what the store would allow, and its waits are short by at most the round trip.
+//!
+//! # Bounds
+//!
+//! At most `capacity` subjects. An entry expires when the denial it was made from would
+//! pass (a larger cost may wait longer; the store answers it then). When full, expired
+//! entries are swept, but only once the earliest expiry has passed (so a full cache of live
+//! entries costs nothing per insert); if it is still full, the new denial is simply not
+//! cached. A hit is one hash lookup and arithmetic on the cached figures; it allocates
+//! only the returned decision's list of policies.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Decision, Origin};
+use super::algorithm::Spec;
+use super::{Algorithm, Decision, Origin, PolicyDecision};
+
+/// How many slots remember the latest consuming answer, by hash of the subject.
+const CONSUMED_SLOTS: usize = 256;
 
 pub(crate) struct DenyCache {
     capacity: usize,
+    /// How each policy's figures move with time, in the limiter's order.
+    recovery: Box<[Recovery]>,
+    /// Consuming answers (or unanswered checks) recorded so far; a check reads it when sent.
+    consumed: AtomicU64,
     inner: Mutex<Inner>,
 }
 
@@ -26,51 +92,246 @@ struct Inner {
     entries: HashMap<String, Entry>,
     /// No entry expires before this; sweeping earlier would free nothing.
     earliest: Option<Instant>,
+    /// Per hash slot of the subject, the value of `consumed` after the latest consuming
+    /// answer recorded for a subject in that slot.
+    last_consumed: Box<[u64]>,
 }
 
 struct Entry {
     /// When the check was sent; the cached figures are as of then.
-    at: Instant,
+    sent: Instant,
     until: Instant,
-    cost: u32,
+    /// Units the denied check needed (a peek needs 1).
+    need: u32,
     decision: Decision,
 }
 
+/// When a check was sent, as the cache needs it to judge the answer: taken just before the
+/// round trip with [`DenyCache::sending`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sent {
+    at: Instant,
+    /// [`DenyCache::consumed`] at the time.
+    consumed: u64,
+}
+
+/// How a policy's figures move while nothing is consumed (see the module doc): what the
+/// cache must know of an algorithm to age a denial exactly, and no more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recovery {
+    /// GCRA and the token bucket: one unit back every `interval`, up to `tolerance`
+    /// (`burst · interval`); every figure for every cost follows from `reset_after`.
+    Linear {
+        interval: Duration,
+        tolerance: Duration,
+    },
+    /// The fixed window: nothing changes until the window ends (`reset_after` from the
+    /// denial, when anything was counted), then everything is back.
+    WindowEnd,
+    /// The sliding window counter and the sliding log: only the moments the figures state.
+    Observed,
+}
+
+impl Recovery {
+    fn of(spec: &Spec) -> Self {
+        match spec.algorithm {
+            Algorithm::Gcra | Algorithm::TokenBucket => {
+                let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+                Self::Linear {
+                    // Validated rates have an interval of at least 1 µs.
+                    interval: micros(spec.a).max(Duration::from_micros(1)),
+                    tolerance: micros(spec.a.saturating_mul(spec.b)),
+                }
+            }
+            Algorithm::FixedWindow => Self::WindowEnd,
+            Algorithm::SlidingWindow | Algorithm::SlidingLog => Self::Observed,
+        }
+    }
+
+    /// One policy's figures `elapsed` after it reported `seen` for a request needing
+    /// `seen_need`, for a request needing `need`; `None` when they do not follow exactly.
+    fn project(
+        self,
+        seen: &PolicyDecision,
+        seen_need: u32,
+        need: u32,
+        elapsed: Duration,
+    ) -> Option<Figures> {
+        let reset = seen.reset_after.saturating_sub(elapsed);
+        let k = u64::from(need);
+        match self {
+            Self::Linear {
+                interval,
+                tolerance,
+            } => {
+                let retry = reset
+                    .checked_add(interval.checked_mul(need)?)?
+                    .saturating_sub(tolerance);
+                // In u64 nanoseconds (centuries), a cheaper division than u128's.
+                let nanos = |d: Duration| u64::try_from(d.as_nanos()).ok();
+                let remaining = nanos(tolerance.saturating_sub(reset))? / nanos(interval)?;
+                Some(Figures {
+                    remaining,
+                    retry,
+                    reset,
+                })
+            }
+            Self::WindowEnd if reset > Duration::ZERO => Some(Figures {
+                remaining: seen.remaining,
+                retry: if k <= seen.remaining {
+                    Duration::ZERO
+                } else {
+                    reset
+                },
+                reset,
+            }),
+            // The window has ended (or nothing was counted): everything is back.
+            Self::WindowEnd => Some(Figures {
+                remaining: seen.limit,
+                retry: Duration::ZERO,
+                reset,
+            }),
+            Self::Observed => {
+                let c = u64::from(seen_need);
+                let full = reset.is_zero();
+                let c_waits = !seen.allowed && elapsed < seen.retry_after;
+                // `remaining` lies in low..=high: what is known to pass, and less than what
+                // is known to wait.
+                let low = if full {
+                    seen.limit
+                } else if seen.allowed || c_waits {
+                    seen.remaining
+                } else {
+                    seen.remaining.max(c)
+                };
+                let mut high = if full {
+                    seen.limit
+                } else {
+                    seen.limit.saturating_sub(1)
+                };
+                if c_waits {
+                    high = high.min(c - 1);
+                }
+                if elapsed.is_zero() {
+                    high = high.min(seen.remaining);
+                }
+                if low != high {
+                    return None;
+                }
+                let retry = if k <= low {
+                    Duration::ZERO
+                } else if c_waits && k == c {
+                    seen.retry_after - elapsed
+                } else if k == seen.limit {
+                    reset
+                } else {
+                    return None;
+                };
+                Some(Figures {
+                    remaining: low,
+                    retry,
+                    reset,
+                })
+            }
+        }
+    }
+}
+
+/// One policy's figures at some moment, for some cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Figures {
+    remaining: u64,
+    /// Zero when the request passes.
+    retry: Duration,
+    reset: Duration,
+}
+
 impl DenyCache {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A cache of up to `capacity` subjects for a limiter with these policies.
+    pub(crate) fn new(capacity: usize, specs: &[Spec]) -> Self {
         Self {
             capacity,
+            recovery: specs.iter().map(Recovery::of).collect(),
+            consumed: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
                 earliest: None,
+                last_consumed: vec![0; CONSUMED_SLOTS].into_boxed_slice(),
             }),
         }
     }
 
-    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn inner(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A cached denial that covers a request of `cost` (peeks count as 1) at `now`.
+    /// Marks a check as sent now; pass the mark to [`record`](Self::record) with its answer.
+    pub(crate) fn sending(&self) -> Sent {
+        Sent {
+            at: Instant::now(),
+            consumed: self.consumed.load(Ordering::Acquire),
+        }
+    }
+
+    /// What the store would answer a request of `cost` (0 peeks) on `subject` at `now`, if
+    /// that is a denial the cached figures pin down exactly.
     pub(crate) fn lookup(&self, subject: &str, cost: u32, now: Instant) -> Option<Decision> {
+        let need = cost.max(1);
         let mut inner = self.inner();
         let entry = inner.entries.get(subject)?;
         if now >= entry.until {
             inner.entries.remove(subject);
             return None;
         }
-        (cost.max(1) >= entry.cost).then(|| entry.decision.aged(now - entry.at, Origin::DenyCache))
+        let elapsed = now.saturating_duration_since(entry.sent);
+        let seen = &entry.decision.policies;
+        let mut policies = Vec::with_capacity(seen.len());
+        let mut denied = false;
+        for (seen, recovery) in seen.iter().zip(self.recovery.iter()) {
+            let figures = recovery.project(seen, entry.need, need, elapsed)?;
+            denied |= !figures.retry.is_zero();
+            policies.push(PolicyDecision {
+                policy: Arc::clone(&seen.policy),
+                allowed: figures.retry.is_zero(),
+                limit: seen.limit,
+                remaining: figures.remaining,
+                retry_after: figures.retry,
+                reset_after: figures.reset,
+            });
+        }
+        drop(inner);
+        denied.then(|| Decision::from_policies(policies, Origin::DenyCache))
     }
 
-    /// Remembers a denial of a check sent at `sent`.
-    pub(crate) fn insert(&self, subject: &str, cost: u32, sent: Instant, decision: &Decision) {
-        let until = sent + decision.retry_after;
+    /// Takes the store's answer to a check of `cost` on `subject` (see the module doc): a
+    /// denial is remembered, anything else forgets the subject.
+    pub(crate) fn record(&self, subject: &str, cost: u32, sent: Sent, decision: &Decision) {
+        if decision.allowed && cost > 0 {
+            self.consumed_at_most_now(subject);
+            return;
+        }
+        let mut inner = self.inner();
+        if inner
+            .entries
+            .get(subject)
+            .is_some_and(|entry| entry.sent > sent.at)
+        {
+            return; // It states newer figures.
+        }
+        inner.entries.remove(subject);
+        if decision.allowed {
+            return;
+        }
+        let slot = slot(&inner, subject);
+        if inner.last_consumed[slot] > sent.consumed {
+            return; // A consuming answer arrived while this check was in flight.
+        }
+        let until = sent.at + decision.retry_after;
         let now = Instant::now();
         if until <= now {
             return;
         }
-        let mut inner = self.inner();
-        if inner.entries.len() >= self.capacity && !inner.entries.contains_key(subject) {
+        if inner.entries.len() >= self.capacity {
             if inner.earliest.is_some_and(|e| e <= now) {
                 inner.entries.retain(|_, e| e.until > now);
                 inner.earliest = inner.entries.values().map(|e| e.until).min();
@@ -83,12 +344,26 @@ impl DenyCache {
         inner.entries.insert(
             subject.to_owned(),
             Entry {
-                at: sent,
+                sent: sent.at,
                 until,
-                cost: cost.max(1),
+                need: cost.max(1),
                 decision: decision.clone(),
             },
         );
+    }
+
+    /// A check on `subject` that may have consumed got no answer: forget the subject.
+    pub(crate) fn unanswered(&self, subject: &str) {
+        self.consumed_at_most_now(subject);
+    }
+
+    /// Something was consumed from `subject`, at the latest now: its entry, and any denial
+    /// still in flight for it, may predate that.
+    fn consumed_at_most_now(&self, subject: &str) {
+        let mut inner = self.inner();
+        inner.entries.remove(subject);
+        let slot = slot(&inner, subject);
+        inner.last_consumed[slot] = self.consumed.fetch_add(1, Ordering::AcqRel) + 1;
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -100,59 +375,198 @@ impl DenyCache {
     }
 }
 
+/// The subject's slot in [`Inner::last_consumed`].
+fn slot(inner: &Inner, subject: &str) -> usize {
+    let hash = inner.entries.hasher().hash_one(subject);
+    // The remainder is below CONSUMED_SLOTS, so it fits.
+    usize::try_from(hash % CONSUMED_SLOTS as u64).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
     use super::*;
-    use crate::ratelimit::PolicyDecision;
 
-    fn denial(retry_ms: u64) -> Decision {
+    const MS: i64 = 1000;
+
+    fn spec(algorithm: Algorithm, a_ms: i64, b: i64) -> Spec {
+        Spec {
+            algorithm,
+            a: a_ms * MS,
+            b,
+        }
+    }
+
+    fn figures(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_ms: u64,
+        reset_ms: u64,
+    ) -> PolicyDecision {
+        PolicyDecision {
+            policy: Arc::from("p"),
+            allowed,
+            limit,
+            remaining,
+            retry_after: Duration::from_millis(retry_ms),
+            reset_after: Duration::from_millis(reset_ms),
+        }
+    }
+
+    fn denial(limit: u64, remaining: u64, retry_ms: u64, reset_ms: u64) -> Decision {
         Decision::from_policies(
-            vec![PolicyDecision {
-                policy: Arc::from("p"),
-                allowed: false,
-                limit: 1,
-                remaining: 0,
-                retry_after: Duration::from_millis(retry_ms),
-                reset_after: Duration::from_millis(retry_ms),
-            }],
+            vec![figures(false, limit, remaining, retry_ms, reset_ms)],
             Origin::Store,
         )
     }
 
+    fn allowed() -> Decision {
+        Decision::from_policies(vec![figures(true, 1, 0, 0, 100)], Origin::Store)
+    }
+
+    /// (allowed, remaining, retry ms, reset ms) of a hit.
+    fn seen(d: &Decision) -> (bool, u64, u64, u64) {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).expect("fits");
+        (d.allowed, d.remaining, ms(d.retry_after), ms(d.reset_after))
+    }
+
+    async fn advance_ms(ms: u64) {
+        tokio::time::advance(Duration::from_millis(ms)).await;
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn denies_until_retry_after_for_the_same_or_a_larger_cost() {
-        let cache = DenyCache::new(4);
-        let sent = Instant::now();
-        cache.insert("a", 2, sent, &denial(100));
-        assert!(
-            cache.lookup("a", 1, Instant::now()).is_none(),
-            "a smaller cost asks"
+    async fn gcra_answers_every_cost_exactly() {
+        // One per 100 ms, burst 5; the store saw 4.8 intervals queued: cost 1 waits 80 ms.
+        let cache = DenyCache::new(4, &[spec(Algorithm::Gcra, 100, 5)]);
+        cache.record("a", 1, cache.sending(), &denial(5, 0, 80, 480));
+        let at = |cost| cache.lookup("a", cost, Instant::now()).map(|d| seen(&d));
+        assert_eq!(at(1), Some((false, 0, 80, 480)));
+        assert_eq!(at(0), Some((false, 0, 80, 480)), "a peek needs 1");
+        assert_eq!(at(3), Some((false, 0, 280, 480)), "two intervals more");
+        advance_ms(60).await;
+        assert_eq!(at(1), Some((false, 0, 20, 420)));
+        assert_eq!(
+            at(5),
+            Some((false, 0, 420, 420)),
+            "the full burst waits for the reset"
         );
-        let hit = cache.lookup("a", 3, Instant::now()).expect("cached");
-        assert_eq!(hit.origin, Origin::DenyCache);
-        tokio::time::advance(Duration::from_millis(60)).await;
-        let hit = cache.lookup("a", 2, Instant::now()).expect("still cached");
-        assert_eq!(hit.retry_after, Duration::from_millis(40));
-        tokio::time::advance(Duration::from_millis(40)).await;
-        assert!(cache.lookup("a", 2, Instant::now()).is_none(), "expired");
-        assert_eq!(cache.len(), 0);
+        advance_ms(30).await;
+        assert_eq!(at(1), None, "cost 1 passes now: the store decides");
+        assert_eq!(
+            cache.len(),
+            0,
+            "and the entry expired with the denial it held"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fixed_window_holds_until_its_end() {
+        let cache = DenyCache::new(4, &[spec(Algorithm::FixedWindow, 1000, 5)]);
+        // 3 counted, cost 4 denied until the window ends in 300 ms.
+        cache.record("a", 4, cache.sending(), &denial(5, 2, 300, 300));
+        let at = |cost| cache.lookup("a", cost, Instant::now()).map(|d| seen(&d));
+        assert_eq!(at(3), Some((false, 2, 300, 300)));
+        assert_eq!(at(5), Some((false, 2, 300, 300)));
+        assert_eq!(at(2), None, "fits: the store decides");
+        advance_ms(100).await;
+        assert_eq!(at(3), Some((false, 2, 200, 200)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sliding_algorithms_answer_only_what_the_figures_pin() {
+        let cache = DenyCache::new(4, &[spec(Algorithm::SlidingLog, 1000, 5)]);
+        // Cost 3 denied with 1 left: `remaining` could grow to 2 before the wait is over.
+        cache.record("a", 3, cache.sending(), &denial(5, 1, 300, 900));
+        let at = |cost| cache.lookup("a", cost, Instant::now()).map(|d| seen(&d));
+        assert_eq!(at(3), Some((false, 1, 300, 900)), "at the same instant");
+        assert_eq!(at(5), Some((false, 1, 900, 900)));
+        assert_eq!(at(2), None, "its wait is not known");
+        advance_ms(1).await;
+        assert_eq!(at(3), None, "remaining is no longer pinned");
+        // Cost 2 denied with 1 left: remaining stays 1 until cost 2 passes.
+        cache.record("a", 2, cache.sending(), &denial(5, 1, 300, 900));
+        advance_ms(100).await;
+        assert_eq!(at(2), Some((false, 1, 200, 800)));
+        assert_eq!(at(4), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hit_needs_every_policy_pinned_and_one_denying() {
+        let cache = DenyCache::new(
+            4,
+            &[
+                spec(Algorithm::Gcra, 100, 5),
+                spec(Algorithm::SlidingWindow, 1000, 10),
+            ],
+        );
+        let both = |second: PolicyDecision| {
+            Decision::from_policies(vec![figures(false, 5, 0, 80, 480), second], Origin::Store)
+        };
+        // The counter allowed with 9 left of 10: pinned until its reset.
+        cache.record("a", 1, cache.sending(), &both(figures(true, 10, 9, 0, 700)));
+        advance_ms(10).await;
+        let hit = cache.lookup("a", 1, Instant::now()).expect("both pinned");
+        assert_eq!(seen(&hit), (false, 0, 70, 470));
+        assert_eq!(hit.policies[1].remaining, 9);
+        assert_eq!(hit.policies[1].reset_after, Duration::from_millis(690));
+        // With 5 left it may have more by now: not served.
+        cache.record("a", 1, cache.sending(), &both(figures(true, 10, 5, 0, 700)));
+        advance_ms(10).await;
+        assert!(cache.lookup("a", 1, Instant::now()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn any_answer_replaces_the_entry_but_never_with_older_figures() {
+        let cache = DenyCache::new(4, &[spec(Algorithm::Gcra, 100, 5)]);
+        let older = cache.sending();
+        advance_ms(1).await;
+        let newer = cache.sending();
+        cache.record("a", 1, newer, &denial(5, 0, 80, 480));
+        cache.record("a", 1, older, &denial(5, 0, 50, 450));
+        let hit = cache.lookup("a", 1, Instant::now()).expect("cached");
+        assert_eq!(
+            seen(&hit),
+            (false, 0, 80, 480),
+            "the older answer was ignored"
+        );
+        // An allowed peek sent later forgets it.
+        cache.record("a", 0, cache.sending(), &allowed());
+        assert!(cache.lookup("a", 1, Instant::now()).is_none());
+        // A consuming answer forgets it whenever it was sent.
+        cache.record("a", 1, cache.sending(), &denial(5, 0, 80, 480));
+        cache.record("a", 1, older, &allowed());
+        assert!(cache.lookup("a", 1, Instant::now()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_denial_in_flight_with_a_consuming_answer_is_not_cached() {
+        let cache = DenyCache::new(4, &[spec(Algorithm::Gcra, 100, 5)]);
+        let in_flight = cache.sending();
+        cache.record("a", 1, cache.sending(), &allowed());
+        cache.record("a", 3, in_flight, &denial(5, 2, 80, 280));
+        assert_eq!(cache.len(), 0, "it may predate the consumption");
+        cache.record("a", 3, cache.sending(), &denial(5, 2, 80, 280));
+        assert_eq!(cache.len(), 1, "sent after it: cached");
+        cache.unanswered("a");
+        assert_eq!(
+            cache.len(),
+            0,
+            "a check without an answer may have consumed"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn stays_bounded_and_sweeps_only_when_something_expired() {
-        let cache = DenyCache::new(3);
-        let now = Instant::now();
+        let cache = DenyCache::new(3, &[spec(Algorithm::Gcra, 100, 1)]);
+        let sent = cache.sending();
         for (i, ms) in [10, 20, 30].into_iter().enumerate() {
-            cache.insert(&format!("s{i}"), 1, now, &denial(ms));
+            cache.record(&format!("s{i}"), 1, sent, &denial(1, 0, ms, ms));
         }
-        cache.insert("late", 1, now, &denial(50));
+        cache.record("late", 1, sent, &denial(1, 0, 50, 50));
         assert_eq!(cache.len(), 3, "full of live entries: not cached");
         assert!(cache.lookup("late", 1, Instant::now()).is_none());
-        tokio::time::advance(Duration::from_millis(15)).await;
-        cache.insert("late", 1, Instant::now(), &denial(50));
+        advance_ms(15).await;
+        cache.record("late", 1, cache.sending(), &denial(1, 0, 50, 50));
         assert_eq!(cache.len(), 3, "one expired entry made room");
         assert!(cache.lookup("late", 1, Instant::now()).is_some());
         assert!(cache.lookup("s0", 1, Instant::now()).is_none());

@@ -110,9 +110,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(deny_cache: usize, max_in_flight: usize) -> Arc<Self> {
+    fn new(deny_cache: usize, max_in_flight: usize, specs: &[Spec]) -> Arc<Self> {
         Arc::new(Self {
-            deny_cache: (deny_cache > 0).then(|| DenyCache::new(deny_cache)),
+            deny_cache: (deny_cache > 0).then(|| DenyCache::new(deny_cache, specs)),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
@@ -221,7 +221,7 @@ impl Client {
 
 impl RateLimiter {
     fn new(client: Client, policies: Vec<Policy>) -> Self {
-        let specs = policies.iter().map(Policy::spec).collect();
+        let specs: Arc<[Spec]> = policies.iter().map(Policy::spec).collect();
         let key_heads = policies
             .iter()
             .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
@@ -230,12 +230,12 @@ impl RateLimiter {
         Self {
             client,
             policies: policies.into(),
-            specs,
             key_heads,
             outage: Outage::default(),
             deadline,
             shadow: false,
-            shared: Shared::new(DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT),
+            shared: Shared::new(DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, &specs),
+            specs,
         }
     }
 
@@ -266,9 +266,16 @@ impl RateLimiter {
 
     /// The local deny cache's size in subjects (default [`DEFAULT_DENY_CACHE`]); 0 turns it
     /// off. Call before cloning the limiter: clones made earlier keep the old cache.
+    ///
+    /// After the store denies a subject, until that denial's `retry_after`, a check on the
+    /// subject that the store would deny too is answered locally ([`Origin::DenyCache`]),
+    /// with the figures the store would give for that check's own cost, every policy's.
+    /// Checks whose figures the cache cannot tell exactly ask the store, and every answer of
+    /// the store refreshes what the cache knows. Waits are counted from when the denied
+    /// check was sent, so they can be short by up to a round trip.
     #[must_use]
     pub fn deny_cache(mut self, subjects: usize) -> Self {
-        self.shared = Shared::new(subjects, self.shared.max_in_flight);
+        self.shared = Shared::new(subjects, self.shared.max_in_flight, &self.specs);
         self
     }
 
@@ -282,7 +289,7 @@ impl RateLimiter {
             .deny_cache
             .as_ref()
             .map_or(0, DenyCache::capacity);
-        self.shared = Shared::new(cache, checks.max(1));
+        self.shared = Shared::new(cache, checks.max(1), &self.specs);
         self
     }
 
@@ -339,7 +346,7 @@ impl RateLimiter {
     pub async fn check_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
         self.validate_cost(cost)?;
         // Invalid subjects are never cached, so the cache can be asked before the keys are
-        // built: a hit costs no allocation and no round trip.
+        // built: a hit costs no key, no round trip, and no allocation but the decision's.
         let cache = self.shared.deny_cache.as_ref();
         if let Some(hit) = cache.and_then(|c| c.lookup(subject, cost, Instant::now())) {
             // A hit is ready at once; spend tokio's cooperative budget so a caller hammering
@@ -348,21 +355,30 @@ impl RateLimiter {
             return Ok(self.enforce(subject, hit));
         }
         let keys = self.keys(subject)?;
-        let sent = Instant::now();
+        let sent = cache.map(DenyCache::sending);
         match self.ask_store(&keys, cost, None).await {
             Ok(reply) => {
                 if self.shared.degraded.swap(false, Ordering::Relaxed) {
                     tracing::info!(target: "distlock::ratelimit", "rate-limit store is back");
                 }
                 let decision = self.decision(reply, Origin::Store);
-                if !decision.allowed
-                    && let Some(cache) = cache
-                {
-                    cache.insert(subject, cost, sent, &decision);
+                // Every answer refreshes or drops the subject's entry, so the cache never
+                // serves figures the store has moved past.
+                if let (Some(cache), Some(sent)) = (cache, sent) {
+                    cache.record(subject, cost, sent, &decision);
                 }
                 Ok(self.enforce(subject, decision))
             }
-            Err(unavailable) => self.on_unavailable(subject, &keys, cost, unavailable),
+            Err(unavailable) => {
+                // Sent but unanswered (a timeout, a dropped connection): the store may have
+                // applied it, so the cached figures may be stale.
+                if let (Some(cache), Unavailable::Store(_)) = (cache, &unavailable)
+                    && cost > 0
+                {
+                    cache.unanswered(subject);
+                }
+                self.on_unavailable(subject, &keys, cost, unavailable)
+            }
         }
     }
 

@@ -8,7 +8,9 @@ mod support;
 #[path = "../support/traces.rs"]
 mod traces;
 
+mod cached_model_check;
 mod common;
+mod deny_cache;
 mod exactness;
 mod memory_bound;
 mod model;

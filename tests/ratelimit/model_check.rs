@@ -19,7 +19,7 @@ const TRACES_PER_ALGORITHM: usize = 4;
 const MIXED_TRACES: usize = 6;
 const STEPS: usize = 120;
 
-fn random_policy(rng: &mut StdRng, algorithm: Algorithm, name: &str) -> Policy {
+pub(crate) fn random_policy(rng: &mut StdRng, algorithm: Algorithm, name: &str) -> Policy {
     let count = rng.random_range(1..=12);
     let period = Duration::from_micros(rng.random_range(2_000..=3_000_000));
     let mut rate = Rate::per(count, period).expect("valid rate");

@@ -198,7 +198,7 @@ async fn several_policies_are_all_or_nothing(fx: Fixture) {
 }
 
 /// After a denial the same subject is denied locally until retry_after, without a round
-/// trip; a smaller cost still asks the store.
+/// trip; a smaller cost GCRA still denies gets its own, shorter wait, locally too.
 async fn deny_cache_answers_without_a_round_trip(fx: Fixture) {
     let rate = Rate::per(2, Duration::from_secs(10)).expect("valid");
     let limiter = fx
@@ -215,9 +215,15 @@ async fn deny_cache_answers_without_a_round_trip(fx: Fixture) {
         assert!(d.retry_after <= Duration::from_secs(10) && d.retry_after > Duration::ZERO);
     }
     assert_eq!(limiter.__store_calls(), calls, "the cache made round trips");
+    // One emission interval (5 s) less to wait for one unit less.
     let d = limiter.check_n("dc", 1).await.expect("check");
-    assert_eq!(d.origin, Origin::Store, "a smaller cost asks the store");
-    assert!(!d.allowed);
+    assert!(!d.allowed && d.origin == Origin::DenyCache, "{}", brief(&d));
+    assert!(d.retry_after <= Duration::from_secs(5), "{}", brief(&d));
+    assert_eq!(
+        limiter.__store_calls(),
+        calls,
+        "the cache made a round trip"
+    );
     // Clones share the cache.
     let clone = limiter.clone();
     assert_eq!(
