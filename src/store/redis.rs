@@ -538,21 +538,18 @@ impl PubSubLink {
 impl Subscriber for PubSubLink {
     fn subscribe(
         &self,
-        channel: String,
+        channels: Vec<String>,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         let mut conn = self.conn.clone();
-        Box::pin(async move { Ok(conn.subscribe(channel).await?) })
+        Box::pin(async move { Ok(conn.subscribe(channels).await?) })
     }
 
-    fn unsubscribe(&self, channel: String) {
+    fn unsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         let mut conn = self.conn.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(err) = conn.unsubscribe(&channel).await {
-                    tracing::debug!(error = %err, "distlock: unsubscribe failed");
-                }
-            });
-        }
+        Box::pin(async move { Ok(conn.unsubscribe(channels).await?) })
     }
 }
 

@@ -14,3 +14,4 @@ mod scripts;
 mod semantics;
 mod timing;
 mod tokens;
+mod wakeups;
