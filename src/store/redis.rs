@@ -178,12 +178,13 @@ impl RedisStore {
         to: &Token,
         ttl: Duration,
     ) -> Result<HandoffReply, StoreError> {
-        let mut cmd = HANDOFF.call(2, 3, 256);
+        let mut cmd = HANDOFF.call(2, 4, 320);
         cmd.arg(&keys.lock)
             .arg(&*keys.fence)
             .arg(from.as_str())
             .arg(to.as_str())
-            .arg(millis(ttl));
+            .arg(millis(ttl))
+            .arg(&keys.channel);
         let code: i64 = HANDOFF
             .invoke(&cmd, &self.conn)
             .await
@@ -514,7 +515,8 @@ impl PubSubLink {
                 match push.kind {
                     PushKind::Message => {
                         if let Some(Value::BulkString(channel)) = push.data.first() {
-                            wakeups.wake_one(&String::from_utf8_lossy(channel));
+                            let reserved = matches!(push.data.get(1), Some(Value::BulkString(m)) if m.as_slice() == b"!");
+                            wakeups.wake_one(&String::from_utf8_lossy(channel), reserved);
                         }
                     }
                     PushKind::Disconnection => wakeups.wake_all(),

@@ -6,7 +6,8 @@
 //! free lock. A wake-up that finds no waiter is kept as a permit for the next one, and a
 //! waiter that is dropped after being picked passes its wake-up on (tokio's `Notify` does
 //! both), so no release is lost locally. Messages lost on the wire cost a waiter at most its
-//! PTTL-bounded sleep.
+//! PTTL-bounded sleep. A waiter that has waited long also listens on a second `Notify` of its
+//! channel, which a release that reserved the lock for such waiters (`!`) wakes first.
 //!
 //! # Who subscribes
 //!
@@ -61,8 +62,13 @@ struct State {
 
 struct Entry {
     notify: Arc<Notify>,
+    /// Wakes the waiters that have waited long, first, when a release reserved the lock for
+    /// them (a `!` message; see `acquire.lua`).
+    starving_notify: Arc<Notify>,
     /// Waiters registered on the channel, confirmed or not.
     waiters: usize,
+    /// Of those, how many have waited long.
+    starving: usize,
     /// Whether the server has the subscription, as far as the reconciler knows.
     on_server: bool,
     /// What joiners waiting for the server are told.
@@ -84,7 +90,9 @@ impl Entry {
     fn new() -> Self {
         Self {
             notify: Arc::new(Notify::new()),
+            starving_notify: Arc::new(Notify::new()),
             waiters: 0,
+            starving: 0,
             on_server: false,
             confirm: watch::Sender::new(Confirm::Pending),
         }
@@ -96,17 +104,38 @@ pub(crate) struct Subscription {
     wakeups: Arc<Wakeups>,
     channel: String,
     notify: Arc<Notify>,
+    /// Set once the waiter has waited long (see [`Subscription::starve`]).
+    starving: Option<Arc<Notify>>,
 }
 
 impl Subscription {
     pub(crate) fn notify(&self) -> &Arc<Notify> {
         &self.notify
     }
+
+    /// The waiter has waited long: a release that reserves the lock for such waiters wakes
+    /// it (through the returned `Notify`) before the others of its client.
+    pub(crate) fn starve(&mut self) -> Arc<Notify> {
+        if let Some(notify) = &self.starving {
+            return notify.clone();
+        }
+        let mut state = self.wakeups.state();
+        let notify = match state.channels.get_mut(&self.channel) {
+            Some(entry) => {
+                entry.starving += 1;
+                entry.starving_notify.clone()
+            }
+            // Cannot happen while registered; a lone Notify then simply never fires.
+            None => Arc::new(Notify::new()),
+        };
+        self.starving = Some(notify.clone());
+        notify
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.wakeups.leave(&self.channel);
+        self.wakeups.leave(&self.channel, self.starving.is_some());
     }
 }
 
@@ -157,6 +186,7 @@ impl Wakeups {
             wakeups: self.clone(),
             channel: channel.to_owned(),
             notify,
+            starving: None,
         };
         let Some(mut confirm) = confirm else {
             return Ok(subscription);
@@ -177,12 +207,15 @@ impl Wakeups {
         }
     }
 
-    fn leave(self: &Arc<Self>, channel: &str) {
+    fn leave(self: &Arc<Self>, channel: &str, starving: bool) {
         let mut state = self.state();
         let Some(entry) = state.channels.get_mut(channel) else {
             return;
         };
         entry.waiters = entry.waiters.saturating_sub(1);
+        if starving {
+            entry.starving = entry.starving.saturating_sub(1);
+        }
         if entry.waiters > 0 {
             return;
         }
@@ -273,10 +306,17 @@ impl Wakeups {
             .map_or(0, |entry| entry.waiters)
     }
 
-    /// A release was published on `channel`: wake one local waiter.
-    pub(crate) fn wake_one(&self, channel: &str) {
+    /// A release was published on `channel`: wake one local waiter. If the release reserved
+    /// the lock for waiters that have waited long (`reserved`), wake one of those if this
+    /// client has any (only they can take it), else one of the others, who will find the
+    /// lock reserved and retry when the reservation runs out.
+    pub(crate) fn wake_one(&self, channel: &str, reserved: bool) {
         if let Some(entry) = self.state().channels.get(channel) {
-            entry.notify.notify_one();
+            if reserved && entry.starving > 0 {
+                entry.starving_notify.notify_one();
+            } else {
+                entry.notify.notify_one();
+            }
         }
     }
 
@@ -284,6 +324,7 @@ impl Wakeups {
     pub(crate) fn wake_all(&self) {
         for entry in self.state().channels.values() {
             entry.notify.notify_waiters();
+            entry.starving_notify.notify_waiters();
         }
     }
 
