@@ -33,6 +33,11 @@ impl Inspector<'_> {
         Ok(self.client.lock_keys(name)?.fence.to_string())
     }
 
+    /// The pub/sub channel a release of `name` publishes its wake-up to.
+    pub fn release_channel(&self, name: &str) -> Result<String, InvalidName> {
+        Ok(self.client.lock_keys(name)?.channel.clone())
+    }
+
     /// Remaining ttl of a key; `None` if it does not exist.
     pub async fn pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
         match self.client.store() {

@@ -192,6 +192,12 @@ pub(crate) async fn pass_on(
             word.send(Handed::Retry { token: None });
             Ok(held)
         }
+        Ok(HandoffReply::Reserved) => {
+            // Released to the waiters that waited long, of every client; ours retries (and
+            // takes it at once if it is one of them).
+            word.send(Handed::Retry { token: None });
+            Ok(Held::Yes)
+        }
         Err(err) => Err(err),
     })
 }

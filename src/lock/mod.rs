@@ -56,6 +56,16 @@ impl Drop for WakeUp {
     }
 }
 
+/// A waiter that has waited this long marks the lock so that its next release reserves it for
+/// such waiters, of any client (see `acquire.lua`): a client that releases and re-takes a lock
+/// at once cannot keep another client's waiter out for longer than about this, plus a release
+/// and a round trip.
+pub(crate) const STARVE_AFTER: Duration = Duration::from_millis(20);
+/// How long a lock reserved for the waiters that waited long stays reserved if none of them
+/// takes it (they vanished): the most a vanished waiter can block the lock for. The scripts
+/// hold the same figure (`release.lua`, `handoff.lua`).
+pub(crate) const CLAIM: Duration = Duration::from_millis(250);
+
 /// First and largest sleep of the polling fallback.
 const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
@@ -224,8 +234,17 @@ impl LockBuilder {
         let mut wake_up: Option<WakeUp> = None;
         // This waiter's place in its client's queue for a hand-off (see `handoff.rs`).
         let mut ticket: Option<Ticket> = None;
+        // Set once this waiter has waited long: releases reserved for such waiters wake it.
+        let mut starving: Option<Arc<tokio::sync::Notify>> = None;
         loop {
             attempts += 1;
+            let starves = started.elapsed() >= STARVE_AFTER;
+            if starves
+                && starving.is_none()
+                && let Some(subscription) = subscription.as_mut()
+            {
+                starving = Some(subscription.starve());
+            }
             // Registered before the attempt, so a release that lands between the attempt and
             // the sleep still wakes us.
             let notify = subscription.as_ref().map(|s| s.notify().clone());
@@ -233,10 +252,17 @@ impl LockBuilder {
             if let Some(n) = notified.as_mut() {
                 n.as_mut().enable();
             }
+            let mut notified_starving = starving.as_ref().map(|n| Box::pin(n.notified()));
+            if let Some(n) = notified_starving.as_mut() {
+                n.as_mut().enable();
+            }
 
-            // A listening waiter marks a busy lock, so its release publishes (acquire.lua).
+            // A listening waiter marks a busy lock, so its release publishes; one that has
+            // waited long marks it so that its release reserves it (acquire.lua).
             let waits = match &subscription {
+                None if starves && subscribe_failed => Waits::Starving,
                 None => Waits::No,
+                Some(_) if starves => Waits::Starving,
                 Some(_) if store.wakeups().waiters(&keys.channel) > 1 => Waits::WithOthers,
                 Some(_) => Waits::Listening,
             };
@@ -312,6 +338,12 @@ impl LockBuilder {
                     None => std::future::pending().await,
                 }
             };
+            let reserved = async {
+                match notified_starving {
+                    Some(n) => n.await,
+                    None => std::future::pending().await,
+                }
+            };
             woken_by = tokio::select! {
                 // A grant handed over wins a tie with the timer: it is already ours.
                 biased;
@@ -321,6 +353,10 @@ impl LockBuilder {
                         return Ok(lease);
                     }
                     "release"
+                }
+                () = reserved => {
+                    wake_up = starving.as_ref().map(|n| WakeUp(Some(n.clone())));
+                    "reserved"
                 }
                 () = released => {
                     wake_up = notify.as_ref().map(|n| WakeUp(Some(n.clone())));

@@ -361,7 +361,14 @@ mod tests {
             before.min(deadline(t0, short)),
             "lowered when sent"
         );
-        t.apply(seq, t0, OpKind::Extend(short), ask(short), Answer::Unknown, t0);
+        t.apply(
+            seq,
+            t0,
+            OpKind::Extend(short),
+            ask(short),
+            Answer::Unknown,
+            t0,
+        );
         assert_eq!(t.valid_until(), before.min(deadline(t0, short)));
         assert_eq!(t.ttl(), TTL, "a failed extend does not change the ttl");
     }

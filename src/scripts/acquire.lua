@@ -1,30 +1,40 @@
 -- acquire.lua: take one or more locks, each if it is free, and mint their fencing tokens.
 -- Concurrent acquires of one client share one call (see src/store/batch.rs).
 --
--- KEYS[2i-1]  lock i's key        (string: the holder's token, followed by '*' once someone
---             waits for its release: see release.lua)
+-- KEYS[2i-1]  lock i's key        (string: see "The lock's value" below)
 -- KEYS[2i]    lock i's fence key  (string: the last fence handed out under the key prefix;
 --             one key serves every lock of a prefix, so items usually share it)
--- ARGV[3i-2]  lock i's new token  (unguessable, unique per lease)
+-- ARGV[3i-2]  lock i's new token  (unguessable, unique per lease; hex digits only)
 -- ARGV[3i-1]  lock i's ttl in milliseconds (> 0)
 -- ARGV[3i]    whether the caller waits for a release: '0' no; '1' it listens on the release
 --             channel, so mark a busy lock as waited for; '2' also mark the lock if it is
---             granted (other waiters of the caller's client may still be asleep on it)
+--             granted (other waiters of the caller's client may still be asleep on it);
+--             '3' it has waited long ("starving"): as '2', and mark a busy lock so that its
+--             release reserves it for starving waiters, and take a reserved lock
 --
 -- Reply  one integer per lock, in order (a bare integer when there is one lock, an array
 --        otherwise):
 --   fence > 0       granted. Also when the key already holds the token, marked or not (a
 --                   retry of a grant whose reply was lost): the ttl is reset and a new,
 --                   higher fence returned.
---   -(pttl + 1)     busy: another token holds the lock for pttl more milliseconds; 0 when the
---                   key has no expiry (pttl -1), which this library never creates.
+--   -(pttl + 1)     busy: another token holds the lock (or it is reserved) for pttl more
+--                   milliseconds; 0 when the key has no expiry (pttl -1), which this library
+--                   never creates.
+--
+-- The lock's value:
+--   T     held by token T
+--   T*    held, and a waiter listens: its release publishes '' on the release channel
+--   T!    held, and a waiter has waited long: its release reserves the lock ('!') and
+--         publishes '!' (release.lua)
+--   !     reserved: free for a starving waiter ('3') only, for a short claim time; then
+--         it expires and the lock is free for anyone
+-- So a client that releases and re-takes a lock at once cannot keep another client's
+-- starving waiter out: its release reserves the lock for that waiter.
 --
 -- A release publishes a wake-up only if the lock is marked as waited for, so an uncontended
--- release publishes nothing. A waiter marks the lock once it has registered on the channel
--- (with its client's subscription made, or under way when another local waiter made it: a
--- release in that window can be missed, as before, and costs the waiter at most the
--- holder's ttl). A release wakes one waiter per client; the woken one marks the lock it
--- finds busy, or the lock it is granted while others of its client still wait.
+-- release publishes nothing. A waiter marks the lock once the server has confirmed its
+-- subscription to the channel. A release wakes one waiter per client; the woken one marks
+-- the lock it finds busy, or the lock it is granted while others of its client still wait.
 --
 -- Fences come from fence.lua (concatenated in front): every run of consecutive grants under
 -- one fence key (busy items in between do not break a run) gets consecutive numbers from one
@@ -35,14 +45,29 @@ local replies = {}
 for i = 1, n do
   local key = KEYS[2 * i - 1]
   local token, ttl, waits = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  local granted = redis.call('SET', key, waits == '2' and token .. '*' or token, 'NX', 'PX', ttl)
+  local marks_grant = waits == '2' or waits == '3'
+  local granted = redis.call('SET', key, marks_grant and token .. '*' or token, 'NX', 'PX', ttl)
   if not granted then
     local holder = redis.call('GET', key)
-    if holder == token or holder == token .. '*' then
+    if holder == token or holder == token .. '*' or holder == token .. '!' then
       redis.call('PEXPIRE', key, ttl)
       granted = true
-    elseif waits ~= '0' and string.byte(holder, -1) ~= 42 then -- 42: '*'
-      redis.call('APPEND', key, '*')
+    elseif holder == '!' then
+      if waits == '3' then
+        redis.call('SET', key, token .. '*', 'PX', ttl)
+        granted = true
+      end
+    elseif waits ~= '0' then
+      local last = string.byte(holder, -1)
+      if waits == '3' and last ~= 33 then -- 33: '!'
+        if last == 42 then -- 42: '*'
+          redis.call('SETRANGE', key, #holder - 1, '!')
+        else
+          redis.call('APPEND', key, '!')
+        end
+      elseif last ~= 42 and last ~= 33 then
+        redis.call('APPEND', key, '*')
+      end
     end
   end
   if granted then

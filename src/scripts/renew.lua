@@ -4,7 +4,7 @@
 --
 -- KEYS[1..n]        lock keys
 -- ARGV[1..n]        the tokens expected in KEYS[1..n] (a key may also hold its token followed
---                   by '*', the mark a waiter leaves: see release.lua)
+--                   by a mark a waiter leaves, '*' or '!': see acquire.lua)
 -- ARGV[n+1..2n]     the new ttl of each lease in milliseconds (> 0)
 --
 -- Reply  an array of n integers, one per key, in order:
@@ -16,7 +16,7 @@ local n = #KEYS
 local replies = {}
 for i = 1, n do
   local holder = redis.call('GET', KEYS[i])
-  if holder == ARGV[i] or holder == ARGV[i] .. '*' then
+  if holder == ARGV[i] or holder == ARGV[i] .. '*' or holder == ARGV[i] .. '!' then
     redis.call('PEXPIRE', KEYS[i], ARGV[n + i])
     replies[i] = 1
   elseif holder == false then

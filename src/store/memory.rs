@@ -13,8 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Wakeups};
+use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Waits, Wakeups};
 use crate::keys::LockKeys;
+use crate::lock::CLAIM;
 use crate::ratelimit::algorithm::{self, State as RateState};
 use crate::token::Token;
 
@@ -22,6 +23,10 @@ use crate::token::Token;
 const SWEEP_EVERY: u64 = 1024;
 /// The fence key has no ttl on Redis; here it is kept for a time no process outlives.
 const FENCE_KEPT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// A lock's value ends with this while a waiter starves, and is only this while reserved for
+/// such a waiter (the same marks as `acquire.lua`; the `*` mark is not needed here, since
+/// every release wakes a local waiter).
+const STARVING: &str = "!";
 
 #[derive(Clone, Default)]
 pub(crate) struct MemoryStore {
@@ -102,8 +107,10 @@ impl State {
         );
     }
 
+    /// Whether `key` holds `token` (marked `!` or not).
     fn held(&self, key: &str, token: &Token, now: Instant) -> Held {
         match self.get(key, now) {
+            Some(v) if v.data.strip_suffix(STARVING) == Some(token.as_str()) => Held::Yes,
             Some(v) if v.data == token.as_str() => Held::Yes,
             Some(_) => Held::Other,
             None => Held::Gone,
@@ -130,23 +137,45 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn acquire(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> AcquireReply {
+    pub(crate) fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> AcquireReply {
         let now = Instant::now();
         let mut state = self.state();
         if state.held(&keys.lock, token, now) == Held::Other {
-            return AcquireReply::Busy {
-                pttl: state
-                    .get(&keys.lock, now)
-                    .map(|v| v.expires_at.saturating_duration_since(now)),
-            };
+            let starving = waits == Waits::Starving;
+            if let Some(v) = state
+                .values
+                .get_mut(&keys.lock)
+                .filter(|v| v.expires_at > now)
+            {
+                let reserved = v.data == STARVING;
+                if !(reserved && starving) {
+                    if starving && !v.data.ends_with(STARVING) {
+                        v.data.push_str(STARVING);
+                    }
+                    return AcquireReply::Busy {
+                        pttl: Some(v.expires_at.saturating_duration_since(now)),
+                    };
+                }
+            }
         }
-        // Free, or already ours (a retried grant): either way a new, higher fence.
+        // Free, reserved for this starving waiter, or already ours (a retried grant, whose
+        // mark stays): either way a new, higher fence.
         let last = state
             .get(&keys.fence, now)
             .and_then(|v| v.data.parse::<u64>().ok())
             .unwrap_or(0);
         let fence = (last + 1).max(now_micros());
-        state.set(&keys.lock, token.as_str().to_owned(), ttl, now);
+        let value = match state.get(&keys.lock, now) {
+            Some(v) if v.data != STARVING => v.data.clone(),
+            _ => token.as_str().to_owned(),
+        };
+        state.set(&keys.lock, value, ttl, now);
         state.set(&keys.fence, fence.to_string(), FENCE_KEPT, now);
         AcquireReply::Granted { fence }
     }
@@ -156,9 +185,17 @@ impl MemoryStore {
         let mut state = self.state();
         let held = state.held(&keys.lock, token, now);
         if held == Held::Yes {
-            state.values.remove(&keys.lock);
+            let starving = state
+                .get(&keys.lock, now)
+                .is_some_and(|v| v.data.ends_with(STARVING));
+            if starving {
+                // Reserved for a waiter that has waited long, as release.lua does.
+                state.set(&keys.lock, STARVING.to_owned(), CLAIM, now);
+            } else {
+                state.values.remove(&keys.lock);
+            }
             drop(state);
-            self.wakeups.wake_one(&keys.channel);
+            self.wakeups.wake_one(&keys.channel, starving);
         }
         held
     }

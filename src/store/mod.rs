@@ -61,8 +61,9 @@ impl AcquireReply {
 }
 
 /// Whether an acquire's caller waits for the lock's release, which decides whether its holder
-/// publishes a wake-up when it releases (`acquire.lua`). The in-memory store wakes its local
-/// waiters on every release and ignores this.
+/// publishes a wake-up when it releases, and whether the release reserves the lock for a
+/// waiter that has waited long (`acquire.lua`). The in-memory store wakes its local waiters on
+/// every release and only looks at [`Waits::Starving`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Waits {
     /// A first attempt, or a caller that does not wait.
@@ -72,6 +73,10 @@ pub(crate) enum Waits {
     /// As `Listening`, and other local waiters listen too: a granted lock is also marked, as
     /// they may be asleep on a mark its releaser consumed.
     WithOthers,
+    /// As `WithOthers`, and the caller has waited longer than the starvation threshold: a
+    /// busy lock is marked so that its release reserves it for such a waiter, and a reserved
+    /// lock is taken.
+    Starving,
 }
 
 impl Waits {
@@ -80,6 +85,7 @@ impl Waits {
             Self::No => "0",
             Self::Listening => "1",
             Self::WithOthers => "2",
+            Self::Starving => "3",
         }
     }
 }
@@ -115,12 +121,16 @@ pub(crate) enum HandoffReply {
     Passed { fence: u64 },
     /// It did not pass: the key was gone, or another token held it.
     Not(Held),
+    /// It did not pass: a waiter had waited long, so the lock was released to the starving
+    /// waiters of every client instead (reserved for them, and `!` published).
+    Reserved,
 }
 
 impl HandoffReply {
     pub(crate) fn from_code(code: i64) -> Result<Self, StoreError> {
         match u64::try_from(code) {
             Ok(fence) if fence > 0 => Ok(Self::Passed { fence }),
+            _ if code == -2 => Ok(Self::Reserved),
             _ => Held::from_reply(code).map(Self::Not),
         }
     }
@@ -196,7 +206,7 @@ impl Store {
         self.bounded(async {
             match self {
                 Self::Redis(s) => s.acquire(keys, token, ttl, waits).await,
-                Self::Memory(s) => Ok(s.acquire(keys, token, ttl)),
+                Self::Memory(s) => Ok(s.acquire(keys, token, ttl, waits)),
             }
         })
         .await

@@ -178,12 +178,13 @@ impl RedisStore {
         to: &Token,
         ttl: Duration,
     ) -> Result<HandoffReply, StoreError> {
-        let mut cmd = HANDOFF.call(2, 3, 256);
+        let mut cmd = HANDOFF.call(2, 4, 320);
         cmd.arg(&keys.lock)
             .arg(&*keys.fence)
             .arg(from.as_str())
             .arg(to.as_str())
-            .arg(millis(ttl));
+            .arg(millis(ttl))
+            .arg(&keys.channel);
         let code: i64 = HANDOFF
             .invoke(&cmd, &self.conn)
             .await
@@ -514,7 +515,8 @@ impl PubSubLink {
                 match push.kind {
                     PushKind::Message => {
                         if let Some(Value::BulkString(channel)) = push.data.first() {
-                            wakeups.wake_one(&String::from_utf8_lossy(channel));
+                            let reserved = matches!(push.data.get(1), Some(Value::BulkString(m)) if m.as_slice() == b"!");
+                            wakeups.wake_one(&String::from_utf8_lossy(channel), reserved);
                         }
                     }
                     PushKind::Disconnection => wakeups.wake_all(),
@@ -538,21 +540,18 @@ impl PubSubLink {
 impl Subscriber for PubSubLink {
     fn subscribe(
         &self,
-        channel: String,
+        channels: Vec<String>,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         let mut conn = self.conn.clone();
-        Box::pin(async move { Ok(conn.subscribe(channel).await?) })
+        Box::pin(async move { Ok(conn.subscribe(channels).await?) })
     }
 
-    fn unsubscribe(&self, channel: String) {
+    fn unsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         let mut conn = self.conn.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(err) = conn.unsubscribe(&channel).await {
-                    tracing::debug!(error = %err, "distlock: unsubscribe failed");
-                }
-            });
-        }
+        Box::pin(async move { Ok(conn.unsubscribe(channels).await?) })
     }
 }
 

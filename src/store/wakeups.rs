@@ -1,40 +1,102 @@
 //! Release wake-ups: one registry per client that maps a lock's release channel to the local
-//! waiters on it.
+//! waiters on it, and owns the pub/sub connection's subscription set.
 //!
-//! Waiters on the same lock share one channel subscription (the first subscribes, the last
-//! unsubscribes). A release message wakes **one** local waiter (`Notify::notify_one`): waking
-//! them all would only make them race for the one free lock. A wake-up that finds no waiter is
-//! kept as a permit for the next one, and a waiter that is dropped after being picked passes
-//! its wake-up on (tokio's `Notify` does both), so no release is lost locally. Messages lost on
-//! the wire cost a waiter at most its PTTL-bounded sleep.
+//! Waiters on the same lock share one channel subscription. A release message wakes **one**
+//! local waiter (`Notify::notify_one`): waking them all would only make them race for the one
+//! free lock. A wake-up that finds no waiter is kept as a permit for the next one, and a
+//! waiter that is dropped after being picked passes its wake-up on (tokio's `Notify` does
+//! both), so no release is lost locally. Messages lost on the wire cost a waiter at most its
+//! PTTL-bounded sleep. A waiter that has waited long also listens on a second `Notify` of its
+//! channel, which a release that reserved the lock for such waiters (`!`) wakes first.
+//!
+//! # Who subscribes
+//!
+//! Waiters only say what they want: joining and leaving change a per-channel count under the
+//! registry's lock, synchronously, so a waiter dropped at any point (even before its first
+//! poll is over) leaves exactly what it added. The server's subscription set has one owner,
+//! a **reconciler** task spawned on demand and never cancelled with a waiter: it compares what
+//! is wanted (channels with waiters) with what the server has, sends `UNSUBSCRIBE` and
+//! `SUBSCRIBE` for the difference, waits for the server's confirmations, and repeats until
+//! the two agree, then exits. One reconciler at a time, one step after another, so an
+//! `UNSUBSCRIBE` can never overtake a later `SUBSCRIBE` of the same channel, and a waiter
+//! cancelled mid-subscribe can never leave the others on a channel nobody subscribed to.
+//!
+//! A waiter counts as listening only once the server has confirmed its channel: until then
+//! it waits on the channel's confirmation (or learns that subscribing failed, and polls).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::error::StoreError;
 
-/// What the registry needs from a pub/sub connection.
+/// What the registry needs from a pub/sub connection. Each call returns once the server has
+/// confirmed every channel in it (or failed).
 pub(crate) trait Subscriber: Send + Sync {
     fn subscribe(
         &self,
-        channel: String,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
-    /// Best-effort, in the background.
-    fn unsubscribe(&self, channel: String);
+        channels: Vec<String>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
+
+    fn unsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
 }
 
 #[derive(Default)]
 pub(crate) struct Wakeups {
-    channels: Mutex<HashMap<String, Entry>>,
+    state: Mutex<State>,
     /// `None` for the in-memory store, whose releases call [`Wakeups::wake_one`] directly.
     link: OnceLock<Box<dyn Subscriber>>,
 }
 
+#[derive(Default)]
+struct State {
+    channels: HashMap<String, Entry>,
+    /// A reconciler task is running (or spawned).
+    reconciling: bool,
+}
+
 struct Entry {
     notify: Arc<Notify>,
+    /// Wakes the waiters that have waited long, first, when a release reserved the lock for
+    /// them (a `!` message; see `acquire.lua`).
+    starving_notify: Arc<Notify>,
+    /// Waiters registered on the channel, confirmed or not.
     waiters: usize,
+    /// Of those, how many have waited long.
+    starving: usize,
+    /// Whether the server has the subscription, as far as the reconciler knows.
+    on_server: bool,
+    /// What joiners waiting for the server are told.
+    confirm: watch::Sender<Confirm>,
+}
+
+/// The state of a channel's subscription as its joiners see it.
+#[derive(Clone, Debug)]
+enum Confirm {
+    /// Not (or no longer) confirmed: the reconciler will subscribe.
+    Pending,
+    /// The server confirmed it.
+    Subscribed,
+    /// Subscribing failed; the joiners waiting for it poll instead. A new joiner tries again.
+    Failed(StoreError),
+}
+
+impl Entry {
+    fn new() -> Self {
+        Self {
+            notify: Arc::new(Notify::new()),
+            starving_notify: Arc::new(Notify::new()),
+            waiters: 0,
+            starving: 0,
+            on_server: false,
+            confirm: watch::Sender::new(Confirm::Pending),
+        }
+    }
 }
 
 /// A waiter's registration on one channel; dropping it unregisters.
@@ -42,17 +104,38 @@ pub(crate) struct Subscription {
     wakeups: Arc<Wakeups>,
     channel: String,
     notify: Arc<Notify>,
+    /// Set once the waiter has waited long (see [`Subscription::starve`]).
+    starving: Option<Arc<Notify>>,
 }
 
 impl Subscription {
     pub(crate) fn notify(&self) -> &Arc<Notify> {
         &self.notify
     }
+
+    /// The waiter has waited long: a release that reserves the lock for such waiters wakes
+    /// it (through the returned `Notify`) before the others of its client.
+    pub(crate) fn starve(&mut self) -> Arc<Notify> {
+        if let Some(notify) = &self.starving {
+            return notify.clone();
+        }
+        let mut state = self.wakeups.state();
+        let notify = match state.channels.get_mut(&self.channel) {
+            Some(entry) => {
+                entry.starving += 1;
+                entry.starving_notify.clone()
+            }
+            // Cannot happen while registered; a lone Notify then simply never fires.
+            None => Arc::new(Notify::new()),
+        };
+        self.starving = Some(notify.clone());
+        notify
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.wakeups.leave(&self.channel);
+        self.wakeups.leave(&self.channel, self.starving.is_some());
     }
 }
 
@@ -66,78 +149,258 @@ impl Wakeups {
         let _ = self.link.set(link);
     }
 
-    /// Registers a waiter on `channel`; the first waiter subscribes on the server. If that
-    /// fails, the error is returned and the caller falls back to polling with backoff.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a waiter on `channel` and returns once the server has confirmed the
+    /// channel's subscription. If subscribing fails, the error is returned (the waiter is
+    /// unregistered) and the caller falls back to polling with backoff.
     pub(crate) async fn subscribe(
         self: &Arc<Self>,
         channel: &str,
     ) -> Result<Subscription, StoreError> {
-        let (notify, first) = {
-            let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-            let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
-                notify: Arc::new(Notify::new()),
-                waiters: 0,
-            });
+        let (notify, confirm) = {
+            let mut state = self.state();
+            let entry = state
+                .channels
+                .entry(channel.to_owned())
+                .or_insert_with(Entry::new);
             entry.waiters += 1;
-            (entry.notify.clone(), entry.waiters == 1)
+            let notify = entry.notify.clone();
+            let confirmed =
+                matches!(*entry.confirm.borrow(), Confirm::Subscribed) && entry.on_server;
+            if self.link.get().is_none() || confirmed {
+                (notify, None)
+            } else {
+                if matches!(*entry.confirm.borrow(), Confirm::Failed(_)) {
+                    entry.confirm.send_replace(Confirm::Pending);
+                }
+                let rx = entry.confirm.subscribe();
+                self.kick(&mut state);
+                (notify, Some(rx))
+            }
         };
         // Built before the await, so a cancelled or failed subscribe still unregisters.
         let subscription = Subscription {
             wakeups: self.clone(),
             channel: channel.to_owned(),
             notify,
+            starving: None,
         };
-        if first && let Some(link) = self.link.get() {
-            link.subscribe(channel.to_owned()).await?;
-        }
-        Ok(subscription)
-    }
-
-    fn leave(&self, channel: &str) {
-        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(entry) = channels.get_mut(channel) else {
-            return;
+        let Some(mut confirm) = confirm else {
+            return Ok(subscription);
         };
-        entry.waiters -= 1;
-        if entry.waiters == 0 {
-            channels.remove(channel);
-            drop(channels);
-            if let Some(link) = self.link.get() {
-                link.unsubscribe(channel.to_owned());
+        loop {
+            let seen = confirm.borrow_and_update().clone();
+            match seen {
+                Confirm::Subscribed => return Ok(subscription),
+                Confirm::Failed(err) => return Err(err),
+                Confirm::Pending => {
+                    if confirm.changed().await.is_err() {
+                        return Err(StoreError::Unreachable {
+                            message: "the wake-up registry went away".to_owned(),
+                        });
+                    }
+                }
             }
         }
     }
 
-    /// How many local waiters listen on `channel`.
+    fn leave(self: &Arc<Self>, channel: &str, starving: bool) {
+        let mut state = self.state();
+        let Some(entry) = state.channels.get_mut(channel) else {
+            return;
+        };
+        entry.waiters = entry.waiters.saturating_sub(1);
+        if starving {
+            entry.starving = entry.starving.saturating_sub(1);
+        }
+        if entry.waiters > 0 {
+            return;
+        }
+        if self.link.get().is_none() || (!entry.on_server && !state.reconciling) {
+            // Nothing on the server to undo. (With the reconciler running, the entry is its
+            // to remove: a subscribe of it may be on the wire.)
+            state.channels.remove(channel);
+            return;
+        }
+        self.kick(&mut state);
+    }
+
+    /// Starts the reconciler unless it is running (it re-reads the wanted set each round).
+    fn kick(self: &Arc<Self>, state: &mut State) {
+        if state.reconciling || self.link.get().is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to run it on: the difference is settled at the next kick.
+            return;
+        };
+        state.reconciling = true;
+        let mut guard = Reconciling {
+            wakeups: self.clone(),
+            armed: true,
+        };
+        runtime.spawn(async move {
+            guard.wakeups.reconcile().await;
+            guard.disarm();
+        });
+    }
+
+    /// Brings the server's subscription set to the wanted one, round after round, until they
+    /// agree; then marks the reconciler stopped (under the same lock that decided it).
+    async fn reconcile(&self) {
+        let Some(link) = self.link.get() else {
+            return;
+        };
+        loop {
+            let (subscribe, unsubscribe) = {
+                let mut state = self.state();
+                let (subscribe, unsubscribe) = state.plan();
+                if subscribe.is_empty() && unsubscribe.is_empty() {
+                    state.reconciling = false;
+                    return;
+                }
+                (subscribe, unsubscribe)
+            };
+            if !unsubscribe.is_empty() {
+                let result = link.unsubscribe(unsubscribe.clone()).await;
+                if let Err(err) = &result {
+                    // The connection failed: it has no subscriptions until it reconnects, and
+                    // a stale one it may bring back is harmless (its messages wake nobody).
+                    tracing::debug!(error = %err, "distlock: unsubscribe failed");
+                }
+                let mut state = self.state();
+                for channel in &unsubscribe {
+                    if let Some(entry) = state.channels.get_mut(channel) {
+                        entry.on_server = false;
+                    }
+                }
+            }
+            if !subscribe.is_empty() {
+                let result = link.subscribe(subscribe.clone()).await;
+                let mut state = self.state();
+                for channel in &subscribe {
+                    if let Some(entry) = state.channels.get_mut(channel) {
+                        match &result {
+                            Ok(()) => {
+                                entry.on_server = true;
+                                entry.confirm.send_replace(Confirm::Subscribed);
+                            }
+                            Err(err) => {
+                                entry.confirm.send_replace(Confirm::Failed(err.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many local waiters are registered on `channel`.
     pub(crate) fn waiters(&self, channel: &str) -> usize {
-        self.channels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.state()
+            .channels
             .get(channel)
             .map_or(0, |entry| entry.waiters)
     }
 
-    /// A release was published on `channel`: wake one local waiter.
-    pub(crate) fn wake_one(&self, channel: &str) {
-        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = channels.get(channel) {
-            entry.notify.notify_one();
+    /// A release was published on `channel`: wake one local waiter. If the release reserved
+    /// the lock for waiters that have waited long (`reserved`), wake one of those if this
+    /// client has any (only they can take it), else one of the others, who will find the
+    /// lock reserved and retry when the reservation runs out.
+    pub(crate) fn wake_one(&self, channel: &str, reserved: bool) {
+        if let Some(entry) = self.state().channels.get(channel) {
+            if reserved && entry.starving > 0 {
+                entry.starving_notify.notify_one();
+            } else {
+                entry.notify.notify_one();
+            }
         }
     }
 
     /// The pub/sub connection dropped and messages may have been missed: every waiter retries.
     pub(crate) fn wake_all(&self) {
-        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        for entry in channels.values() {
+        for entry in self.state().channels.values() {
             entry.notify.notify_waiters();
+            entry.starving_notify.notify_waiters();
         }
     }
 
     /// How many channels have local waiters (for leak checks in tests).
     pub(crate) fn channels_in_use(&self) -> usize {
-        self.channels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.state()
+            .channels
+            .values()
+            .filter(|entry| entry.waiters > 0)
+            .count()
+    }
+}
+
+impl State {
+    /// One round of the reconciler: the channels to subscribe (wanted, not on the server,
+    /// not failed) and to unsubscribe (on the server, not wanted). Removes entries that are
+    /// neither wanted nor on the server, and confirms at once a channel wanted again before
+    /// its unsubscribe was sent.
+    fn plan(&mut self) -> (Vec<String>, Vec<String>) {
+        let mut subscribe = Vec::new();
+        let mut unsubscribe = Vec::new();
+        self.channels.retain(|channel, entry| {
+            let wanted = entry.waiters > 0;
+            match (wanted, entry.on_server) {
+                (false, false) => return false,
+                (false, true) => {
+                    // Joiners from now on wait for the subscription that follows.
+                    entry.confirm.send_replace(Confirm::Pending);
+                    unsubscribe.push(channel.clone());
+                }
+                (true, false) => {
+                    if matches!(*entry.confirm.borrow(), Confirm::Pending) {
+                        subscribe.push(channel.clone());
+                    }
+                }
+                (true, true) => {
+                    if !matches!(*entry.confirm.borrow(), Confirm::Subscribed) {
+                        entry.confirm.send_replace(Confirm::Subscribed);
+                    }
+                }
+            }
+            true
+        });
+        (subscribe, unsubscribe)
+    }
+}
+
+/// Carried by the reconciler task: if the task is dropped unfinished (its runtime shut
+/// down), the next kick starts a new one, and the joiners waiting on it are told to poll.
+struct Reconciling {
+    wakeups: Arc<Wakeups>,
+    armed: bool,
+}
+
+impl Reconciling {
+    /// The reconciler finished: it cleared the flag itself, under the lock that decided it.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Reconciling {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut state = self.wakeups.state();
+        state.reconciling = false;
+        for entry in state.channels.values_mut() {
+            if matches!(*entry.confirm.borrow(), Confirm::Pending) {
+                entry
+                    .confirm
+                    .send_replace(Confirm::Failed(StoreError::Unreachable {
+                        message: "the runtime is shutting down".to_owned(),
+                    }));
+            }
+        }
     }
 }

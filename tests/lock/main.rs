@@ -8,9 +8,11 @@ mod support;
 mod traces;
 
 mod batching;
+mod fairness;
 mod handoff;
 mod processes;
 mod scripts;
 mod semantics;
 mod timing;
 mod tokens;
+mod wakeups;

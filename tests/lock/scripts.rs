@@ -1,6 +1,6 @@
 //! The lock scripts' contract, called directly on a real server: the cases the client rarely
 //! produces on its own (a fence key ahead of the clock, several fence keys in one call, a
-//! retried grant, a waiter's mark), checked item by item.
+//! retried grant, a waiter's mark, a starving waiter's reservation), checked item by item.
 
 use std::time::Duration;
 
@@ -385,6 +385,7 @@ async fn handoff(conn: &mut MultiplexedConnection, lock: &str, from: &str, to: &
         .arg(from)
         .arg(to)
         .arg(20_000)
+        .arg(CHANNEL)
         .invoke_async(conn)
         .await
         .expect("handoff")
@@ -424,4 +425,95 @@ async fn a_handoff_passes_the_lock_only_from_its_holder() {
     let third = handoff(&mut conn, lock, "w", "u").await;
     assert!(third > second, "fence {third} after {second}");
     assert_eq!(value(&mut conn, lock).await.as_deref(), Some("u*"));
+}
+
+async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("PTTL")
+}
+
+/// The next message on `CHANNEL`.
+async fn next_message(
+    messages: &mut (impl futures_util::Stream<Item = redis::Msg> + Unpin),
+) -> String {
+    tokio::time::timeout(Duration::from_secs(5), messages.next())
+        .await
+        .expect("a message in time")
+        .expect("subscription open")
+        .get_payload()
+        .expect("payload")
+}
+
+/// A waiter that has waited long ('3') marks a busy lock '!' (over a '*' mark, or none); the
+/// holder's renewal and retried grant keep it; the release does not free the lock but
+/// reserves it ('!', for at most 250 ms) and publishes '!'; only a starving waiter takes a
+/// reserved lock, and nobody's token releases it. A hand-off of a '!' lock reserves it too.
+#[tokio::test]
+async fn a_starving_waiter_is_served_before_the_releaser() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(CHANNEL).await.expect("subscribe");
+    let mut messages = pubsub.into_on_message();
+
+    let first = acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0];
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1").await[0] < 0);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "s", 30_000)], "3").await[0] < 0);
+    assert_eq!(
+        value(&mut conn, LOCK).await.as_deref(),
+        Some("h!"),
+        "'*' becomes '!'"
+    );
+    // Marks do not pile up; a listening waiter does not downgrade it.
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "s", 30_000)], "3").await[0] < 0);
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1").await[0] < 0);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h!"));
+    let renewed: Vec<i64> = redis::Script::new(RENEW)
+        .key(LOCK)
+        .arg("h")
+        .arg(40_000)
+        .invoke_async(&mut conn)
+        .await
+        .expect("renew");
+    assert_eq!(renewed, [1]);
+    let again = acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0];
+    assert!(again > first);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h!"));
+
+    assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, 1);
+    assert_eq!(next_message(&mut messages).await, "!");
+    assert_eq!(
+        value(&mut conn, LOCK).await.as_deref(),
+        Some("!"),
+        "reserved"
+    );
+    let claim = pttl(&mut conn, LOCK).await;
+    assert!((1..=250).contains(&claim), "claim {claim} ms");
+    // The releaser, a plain caller and a listening waiter cannot take it; nobody releases it.
+    for waits in ["0", "1", "2"] {
+        let busy = acquire_as(&mut conn, &[(LOCK, "p:fence", "h", 30_000)], waits).await[0];
+        assert!(busy < 0 && -busy - 1 <= 250, "waits {waits}: {busy}");
+    }
+    assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, -1);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("!"));
+    // The starving waiter takes it, marked for the others, with its full ttl and a new fence.
+    let granted = acquire_as(&mut conn, &[(LOCK, "p:fence", "s", 30_000)], "3").await[0];
+    assert!(granted > again, "fence {granted}");
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("s*"));
+    assert!(pttl(&mut conn, LOCK).await > 29_000);
+
+    // A starving mark on a lock its holder hands off: reserved instead (-2), '!' published.
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "x", 30_000)], "3").await[0] < 0);
+    assert_eq!(handoff(&mut conn, LOCK, "s", "local").await, -2);
+    assert_eq!(next_message(&mut messages).await, "!");
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("!"));
+
+    // Unclaimed, the reservation runs out and the lock is anyone's.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(acquire(&mut conn, &[(LOCK, "p:fence", "late", 30_000)]).await[0] > 0);
 }

@@ -77,7 +77,11 @@ async fn local_deadline_never_outruns_the_key(fx: Fixture) {
             local - server,
             after - before,
         );
-        assert!(!lease.is_lost(), "lost while held: {:?}", lease.lost_reason());
+        assert!(
+            !lease.is_lost(),
+            "lost while held: {:?}",
+            lease.lost_reason()
+        );
         samples += 1;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -88,10 +92,16 @@ async fn local_deadline_never_outruns_the_key(fx: Fixture) {
     // Renewal goes on after the hammering: the last ttl is at most 900 ms, and the lease is
     // still held well past it.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!lease.is_lost(), "lost after the hammering: renewals stopped");
+    assert!(
+        !lease.is_lost(),
+        "lost after the hammering: renewals stopped"
+    );
     assert!(fx.is_held("timing").await);
     let lease = Arc::into_inner(lease).expect("only owner");
-    assert_eq!(lease.release().await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 /// `extend` has the builder's bounds and never lets the key outlive `max_hold`.
@@ -123,7 +133,10 @@ async fn extend_respects_max_hold(fx: Fixture) {
         Err(LockError::MaxHoldReached { .. } | LockError::LeaseLost { .. }) => {}
         other => panic!("extend after max_hold: {other:?}"),
     }
-    assert!(fx.is_free("extend-max-hold").await, "the key outlived max_hold");
+    assert!(
+        fx.is_free("extend-max-hold").await,
+        "the key outlived max_hold"
+    );
 }
 
 /// TESTPLAN 28: a body that ran to completion returns its value even if the release then
@@ -202,7 +215,13 @@ async fn lock_durations_at_their_bounds(fx: Fixture) {
             .expect("a ttl at its bound");
         lease.release().await.expect("release");
     }
-    invalid(client.lock("bounds").max_hold(Duration::ZERO).acquire().await);
+    invalid(
+        client
+            .lock("bounds")
+            .max_hold(Duration::ZERO)
+            .acquire()
+            .await,
+    );
 
     // max_hold(MAX) means no limit: renewed like any lease.
     let lease = client
@@ -243,7 +262,10 @@ async fn lock_durations_at_their_bounds(fx: Fixture) {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiter.is_finished(), "wait(MAX) gave up");
     lease.release().await.expect("release");
-    let lease = waiter.await.expect("no panic").expect("acquired after waiting");
+    let lease = waiter
+        .await
+        .expect("no panic")
+        .expect("acquired after waiting");
     let runner = tokio::spawn({
         let client = client.clone();
         async move {

@@ -1,0 +1,248 @@
+//! Waiting across clients (TESTPLAN 40): a client that releases and re-takes a lock in a tight
+//! loop cannot keep another client's waiter out for longer than a short bound, and a waiter
+//! that vanishes cannot block the lock for longer than the short claim it was given.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::support::fixture::{Fixture, on_both_stores};
+
+on_both_stores!(
+    a_tight_loop_cannot_starve_another_clients_waiter,
+    vanished_starving_waiters_block_the_lock_for_a_claim_at_most,
+);
+
+/// The longest a waiter of another client may wait while the lock is released every few
+/// hundred microseconds: the starvation threshold (20 ms) plus a few releases and round trips,
+/// with room for a busy CI machine.
+const BOUND: Duration = Duration::from_millis(150);
+
+/// TESTPLAN 40: two tasks of client A re-take the lock in a tight loop (hold, release, acquire
+/// again at once); client B takes it 30 times, each time waiting for it. B's longest wait stays under
+/// [`BOUND`], and A keeps making progress too.
+async fn a_tight_loop_cannot_starve_another_clients_waiter(fx: Fixture) {
+    const TURNS: usize = 30;
+    let a = fx.another_client().await;
+    let b = fx.another_client().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let a_sections = Arc::new(AtomicU64::new(0));
+    // Two tasks of A, so A's releases also hand the lock to A's own waiter.
+    let loopers: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn({
+                let stop = stop.clone();
+                let a_sections = a_sections.clone();
+                let a = a.clone();
+                async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let lease = a
+                            .lock("fair")
+                            .ttl(Duration::from_secs(5))
+                            .wait(Duration::from_secs(10))
+                            .acquire()
+                            .await
+                            .expect("looper");
+                        a_sections.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                        lease.release().await.expect("release");
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let the loop get going.
+    while a_sections.load(Ordering::Relaxed) < 20 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut longest = Duration::ZERO;
+    for turn in 0..TURNS {
+        let asked = Instant::now();
+        let lease = b
+            .lock("fair")
+            .ttl(Duration::from_secs(5))
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "turn {turn}: B never got the lock while A looped ({} sections): {e}",
+                    a_sections.load(Ordering::Relaxed)
+                )
+            });
+        longest = longest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        lease.release().await.expect("release");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for looper in loopers {
+        looper.await.expect("looper");
+    }
+    assert!(
+        longest < BOUND,
+        "B's longest wait was {longest:?} (bound {BOUND:?}); A ran {} sections",
+        a_sections.load(Ordering::Relaxed)
+    );
+}
+
+/// TESTPLAN 40: waiters that waited long (and so marked the lock for themselves) and then
+/// vanish never block the lock for longer than the short claim their mark earns them, however
+/// often it happens, and nobody deadlocks.
+async fn vanished_starving_waiters_block_the_lock_for_a_claim_at_most(fx: Fixture) {
+    /// The claim (250 ms) plus room for a busy machine.
+    const FREE_WITHIN: Duration = Duration::from_millis(500);
+    let holder_client = fx.another_client().await;
+    let waiter_client = fx.another_client().await;
+    let latecomer = fx.another_client().await;
+    for round in 0..5 {
+        // A short ttl (renewed by the watchdog), so the waiters retry on their timers and,
+        // past the starvation threshold, mark the lock for themselves.
+        let holder = holder_client
+            .lock("vanish")
+            .ttl(Duration::from_millis(100))
+            .acquire()
+            .await
+            .expect("holder");
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let client = waiter_client.clone();
+                tokio::spawn(async move {
+                    client
+                        .lock("vanish")
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                })
+            })
+            .collect();
+        let key = fx.lock_key("vanish");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let value = fx.client.__inspect().get(&key).await.expect("GET");
+            if value.is_some_and(|v| v.ends_with('!')) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the waiters never starved"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for waiter in &waiters {
+            waiter.abort();
+        }
+        for waiter in waiters {
+            let _ = waiter.await;
+        }
+        let released = Instant::now();
+        holder.release().await.expect("release");
+        let lease = latecomer
+            .lock("vanish")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let took = released.elapsed();
+        assert!(
+            took < FREE_WITHIN,
+            "round {round}: the lock stayed blocked {took:?} after its release"
+        );
+        lease.release().await.expect("release");
+    }
+}
+
+/// Acquire attempts the server has run: each attempt of `acquire.lua` makes exactly one `SET`
+/// (and nothing else here does, but the holder's grant and its fence).
+async fn set_calls(fx: &Fixture) -> u64 {
+    let mut conn = fx.server.as_ref().expect("redis").conn().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_set:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("calls"))
+}
+
+/// TESTPLAN 16: 500 waiters (5 clients) on one hot key held for 5 s: the attempts stay within
+/// 2× of what the waiting rule predicts (two attempts each to start, then one per holder's
+/// remaining ttl), starving marks included; then all of them get the lock, one at a time,
+/// and leave no subscription behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_retry_storm_on_a_hot_key() {
+    const WAITERS: usize = 500;
+    const CLIENTS: usize = 5;
+    const HOLD: Duration = Duration::from_secs(5);
+    const TTL: Duration = Duration::from_secs(1);
+    let fx = Fixture::redis().await;
+    let holder = fx
+        .client
+        .lock("hot")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("holder");
+    let before = set_calls(&fx).await;
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(fx.another_client().await);
+    }
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let client = clients[i % CLIENTS].clone();
+            tokio::spawn(async move {
+                let lease = client
+                    .lock("hot")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("waiter");
+                lease.release().await.expect("release");
+            })
+        })
+        .collect();
+    tokio::time::sleep(HOLD).await;
+    let attempts = set_calls(&fx).await - before;
+    // The watchdog renews at ttl/3, so a waiter's sleep (the PTTL it was told) is at least
+    // two thirds of the ttl.
+    let min_sleep = TTL * 2 / 3;
+    let per_waiter = 2.0 + HOLD.as_secs_f64() / min_sleep.as_secs_f64() + 1.0;
+    let predicted = per_waiter * WAITERS as f64;
+    assert!(
+        (attempts as f64) <= 2.0 * predicted,
+        "{attempts} attempts in {HOLD:?}; the waiting rule predicts at most {predicted:.0}"
+    );
+    assert!(
+        attempts >= 2 * WAITERS as u64,
+        "{attempts} attempts: the waiters did not all try"
+    );
+    holder.release().await.expect("release");
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("every waiter gets the lock in turn")
+            .expect("waiter task");
+    }
+    let mut conn = fx.server.as_ref().expect("redis").conn().await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .query_async(&mut conn)
+            .await
+            .expect("PUBSUB");
+        if channels.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "subscriptions left: {channels:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
