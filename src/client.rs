@@ -130,20 +130,23 @@ impl ClientBuilder {
     }
 
     /// How long one command may take before it fails with [`StoreError::Timeout`]
-    /// (default 2 s). Every public operation is bounded by it.
+    /// (default 2 s). Every public operation is bounded by it. Zero is refused at
+    /// `connect`; `Duration::MAX` means no bound.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
     }
 
-    /// How long one connection attempt may take (default 2 s).
+    /// How long one connection attempt may take (default 2 s). Zero is refused at
+    /// `connect`; `Duration::MAX` means no bound.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// How many times the connection manager retries a reconnect before a command fails
-    /// (default 6, with jittered exponential backoff up to 1 s).
+    /// (default 6, with jittered exponential backoff up to 1 s). 0 fails a command at once
+    /// when the connection is down.
     pub fn reconnect_retries(mut self, retries: usize) -> Self {
         self.reconnect_retries = retries;
         self
@@ -186,12 +189,27 @@ impl ClientBuilder {
     /// Builds a client over a fresh in-memory store.
     ///
     /// # Panics
-    /// If the prefix is invalid (see [`ClientBuilder::prefix`]).
+    /// If the prefix is invalid (see [`ClientBuilder::prefix`]);
+    /// [`try_in_memory`](Self::try_in_memory) returns the error instead.
     pub fn in_memory(self) -> Client {
-        if let Err(err) = self.validate() {
-            panic!("{err}");
-        }
-        self.build(Store::Memory(MemoryStore::new()))
+        self.try_in_memory()
+            .unwrap_or_else(|err| panic!("ClientBuilder::in_memory: {err}"))
+    }
+
+    /// Builds a client over a fresh in-memory store, or says why the settings are invalid.
+    ///
+    /// ```
+    /// use distlock::{Client, StoreError};
+    ///
+    /// let err = Client::builder().prefix("no{braces}").try_in_memory().unwrap_err();
+    /// assert!(matches!(err, StoreError::Config { .. }));
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError::Config`] for an invalid prefix or a zero timeout.
+    pub fn try_in_memory(self) -> Result<Client, StoreError> {
+        self.validate()?;
+        Ok(self.build(Store::Memory(MemoryStore::new())))
     }
 
     fn build(self, store: Store) -> Client {

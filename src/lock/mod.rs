@@ -236,6 +236,8 @@ impl LockBuilder {
         let mut ticket: Option<Ticket> = None;
         // Set once this waiter has waited long: releases reserved for such waiters wake it.
         let mut starving: Option<Arc<tokio::sync::Notify>> = None;
+        // Set once this waiter has marked the lock as starving.
+        let mut unmark: Option<Unmark<'_>> = None;
         loop {
             attempts += 1;
             let starves = started.elapsed() >= STARVE_AFTER;
@@ -267,12 +269,24 @@ impl LockBuilder {
                 Some(_) => Waits::Listening,
             };
             let attempt = self.attempt(store, &keys, &token, waits).await?;
+            // A busy attempt as a starving waiter marked the lock for us: if we give up, the
+            // mark is taken back (see `unmark.lua`).
+            if waits == Waits::Starving && matches!(attempt, Attempt::Busy(_)) && unmark.is_none() {
+                unmark = Some(Unmark {
+                    client: &self.client,
+                    keys: &keys,
+                    armed: true,
+                });
+            }
+
             // Answered: granted, or busy and marked (the wake-up did its work).
             if let Some(mut used) = wake_up.take() {
                 used.0 = None;
             }
             let pttl = match attempt {
                 Attempt::Granted(shared) => {
+                    // Ours now: any mark went with the old holder's value.
+                    disarm(&mut unmark);
                     return Ok(self.acquired(shared, attempts, started, woken_by));
                 }
                 Attempt::Busy(pttl) => pttl,
@@ -281,6 +295,7 @@ impl LockBuilder {
             if let Some(handed) = ticket.as_mut().and_then(Ticket::try_handed) {
                 ticket = None;
                 if let Some(lease) = self.take(&keys, handed, &mut token, attempts, started) {
+                    disarm(&mut unmark);
                     return Ok(lease);
                 }
                 continue;
@@ -295,6 +310,12 @@ impl LockBuilder {
                     });
                 }
                 (_, Some(deadline)) if now >= deadline => {
+                    if let Some(unmark) = unmark.as_mut() {
+                        let others = subscription
+                            .as_ref()
+                            .is_some_and(Subscription::others_starving);
+                        unmark.now(others).await;
+                    }
                     return Err(LockError::Timeout {
                         name: keys.name.clone(),
                         waited: now - started,
@@ -350,6 +371,7 @@ impl LockBuilder {
                 handed = handed => {
                     ticket = None;
                     if let Some(lease) = self.take(&keys, handed, &mut token, attempts, started) {
+                        disarm(&mut unmark);
                         return Ok(lease);
                     }
                     "release"
@@ -601,6 +623,51 @@ pub fn current_lease() -> Option<LeaseHandle> {
 enum Attempt {
     Granted(Arc<LeaseShared>),
     Busy(Option<Duration>),
+}
+
+/// The starving mark a waiter left on a lock (see `unmark.lua`): taken back when it gives up,
+/// at once when it times out, in the background when it is cancelled.
+struct Unmark<'a> {
+    client: &'a Client,
+    keys: &'a LockKeys,
+    armed: bool,
+}
+
+impl Unmark<'_> {
+    /// The waiter timed out: take the mark back before saying so, unless another waiter of
+    /// this client still starves on the lock (`others`). Best effort.
+    async fn now(&mut self, others: bool) {
+        if !std::mem::take(&mut self.armed) || others {
+            return;
+        }
+        if let Err(err) = self.client.store().unmark(self.keys).await {
+            tracing::debug!(lock = %self.keys.name, error = %err, "distlock: could not take a starving mark back; the next release reserves the lock for a claim");
+        }
+    }
+}
+
+/// The waiter got the lock: there is no mark of its own to take back.
+fn disarm(unmark: &mut Option<Unmark<'_>>) {
+    if let Some(unmark) = unmark {
+        unmark.armed = false;
+    }
+}
+
+impl Drop for Unmark<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (client, keys) = (self.client.clone(), self.keys.clone());
+        runtime.spawn(async move {
+            // Another waiter of this client may still starve on it; its next attempt marks
+            // the lock again.
+            let _ = client.store().unmark(&keys).await;
+        });
+    }
 }
 
 /// Releases a possible grant if the attempt is cancelled or fails without a clear answer.

@@ -280,7 +280,7 @@ impl RateLimiter {
     }
 
     /// How many checks may wait on the store at once (default [`DEFAULT_MAX_IN_FLIGHT`],
-    /// at least 1). One more is not queued: the outage policy answers it at once, so a slow
+    /// at least 1; larger than tokio's `Semaphore::MAX_PERMITS` is cut to it). One more is not queued: the outage policy answers it at once, so a slow
     /// store never builds an unbounded backlog. Call before cloning the limiter.
     #[must_use]
     pub fn max_in_flight(mut self, checks: usize) -> Self {
@@ -289,7 +289,8 @@ impl RateLimiter {
             .deny_cache
             .as_ref()
             .map_or(0, DenyCache::capacity);
-        self.shared = Shared::new(cache, checks.max(1), &self.specs);
+        let checks = checks.clamp(1, Semaphore::MAX_PERMITS);
+        self.shared = Shared::new(cache, checks, &self.specs);
         self
     }
 

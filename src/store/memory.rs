@@ -200,6 +200,24 @@ impl MemoryStore {
         held
     }
 
+    /// Takes back a starving waiter's mark, as `unmark.lua` does.
+    pub(crate) fn unmark(&self, keys: &LockKeys) {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(v) = state
+            .values
+            .get_mut(&keys.lock)
+            .filter(|v| v.expires_at > now)
+        else {
+            return;
+        };
+        if v.data == STARVING {
+            state.values.remove(&keys.lock);
+        } else if v.data.ends_with(STARVING) {
+            v.data.truncate(v.data.len() - STARVING.len());
+        }
+    }
+
     pub(crate) fn renew(&self, items: &[RenewItem<'_>]) -> Vec<Held> {
         let now = Instant::now();
         let mut state = self.state();

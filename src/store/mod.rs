@@ -222,6 +222,21 @@ impl Store {
         .await
     }
 
+    /// Takes back the mark a waiter that waited long left on a lock, when it gives up and no
+    /// other waiter of this client starves on it (`unmark.lua`).
+    pub(crate) async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
+        self.bounded(async {
+            match self {
+                Self::Redis(s) => s.unmark(keys).await,
+                Self::Memory(s) => {
+                    s.unmark(keys);
+                    Ok(())
+                }
+            }
+        })
+        .await
+    }
+
     /// Whether a holder can pass its lock straight to a local waiter
     /// ([`handoff`](Self::handoff)). The in-memory store wakes its waiters at once anyway.
     pub(crate) fn hands_off(&self) -> bool {

@@ -34,6 +34,7 @@ static HANDOFF: LazyLock<Lua> = LazyLock::new(|| {
 });
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/release.lua")));
 static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/renew.lua")));
+static UNMARK: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/unmark.lua")));
 /// One script for every rate-limit check: the shared helpers, one file per algorithm, then
 /// the two-phase driver (see `ratelimit.lua` for the contract).
 static RATE_LIMIT: LazyLock<Lua> = LazyLock::new(|| {
@@ -99,14 +100,10 @@ impl RedisStore {
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_number_of_retries(settings.reconnect_retries)
             .set_max_delay(Duration::from_secs(1));
-        let conn = tokio::time::timeout(
-            settings.connect_timeout * 2,
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        .map_err(|_| StoreError::Timeout {
-            after: settings.connect_timeout * 2,
-        })??;
+        let limit = settings.connect_timeout.saturating_mul(2);
+        let conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(client, config))
+            .await
+            .map_err(|_| StoreError::Timeout { after: limit })??;
 
         let wakeups = Wakeups::new();
         match PubSubLink::new(&info, &settings, &wakeups) {
@@ -190,6 +187,18 @@ impl RedisStore {
             .await
             .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
         HandoffReply::from_code(code)
+    }
+
+    /// Takes back a starving waiter's mark (`unmark.lua`). Not batched: it only runs when a
+    /// waiter that waited long gives up.
+    pub(crate) async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
+        let mut cmd = UNMARK.call(1, 0, 64);
+        cmd.arg(&keys.lock);
+        let _: i64 = UNMARK
+            .invoke(&cmd, &self.conn)
+            .await
+            .map_err(|e| StoreError::from(e).with_deadline(self.op_timeout()))?;
+        Ok(())
     }
 
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {

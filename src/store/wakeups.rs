@@ -131,6 +131,16 @@ impl Subscription {
         self.starving = Some(notify.clone());
         notify
     }
+
+    /// Whether other waiters of this client that waited long wait on this channel.
+    pub(crate) fn others_starving(&self) -> bool {
+        let mine = usize::from(self.starving.is_some());
+        self.wakeups
+            .state()
+            .channels
+            .get(&self.channel)
+            .is_some_and(|entry| entry.starving > mine)
+    }
 }
 
 impl Drop for Subscription {

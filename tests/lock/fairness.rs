@@ -13,6 +13,7 @@ use crate::support::fixture::{Fixture, on_both_stores};
 on_both_stores!(
     a_tight_loop_cannot_starve_another_clients_waiter,
     vanished_starving_waiters_block_the_lock_for_a_claim_at_most,
+    a_waiter_that_gives_up_takes_its_mark_back,
 );
 
 /// The longest a waiter of another client may wait while the lock is released every few
@@ -244,5 +245,69 @@ async fn no_retry_storm_on_a_hot_key() {
             "subscriptions left: {channels:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A waiter that waited long enough to mark the lock for itself and then times out (or is
+/// cancelled) takes the mark back: the holder's next release frees the lock for anyone at
+/// once, instead of reserving it for nobody.
+async fn a_waiter_that_gives_up_takes_its_mark_back(fx: Fixture) {
+    let holder_client = fx.another_client().await;
+    let waiter_client = fx.another_client().await;
+    let key = fx.lock_key("giving-up");
+    for cancel in [false, true] {
+        let holder = holder_client
+            .lock("giving-up")
+            .ttl(Duration::from_millis(100))
+            .acquire()
+            .await
+            .expect("holder");
+        let waiter = tokio::spawn({
+            let client = waiter_client.clone();
+            async move {
+                client
+                    .lock("giving-up")
+                    .wait(Duration::from_millis(400))
+                    .acquire()
+                    .await
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let value = fx.client.__inspect().get(&key).await.expect("GET");
+            if value.is_some_and(|v| v.ends_with('!')) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the waiter never starved");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if cancel {
+            waiter.abort();
+            let _ = waiter.await;
+        } else {
+            let timed_out = waiter.await.expect("waiter task");
+            assert!(
+                matches!(timed_out, Err(distlock::LockError::Timeout { .. })),
+                "{timed_out:?}"
+            );
+        }
+        // The cancelled waiter takes it back in the background.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            let value = fx.client.__inspect().get(&key).await.expect("GET");
+            if value.as_deref().is_some_and(|v| !v.ends_with('!')) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cancel {cancel}: the mark stayed: {value:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        holder.release().await.expect("release");
+        assert!(
+            fx.is_free("giving-up").await,
+            "cancel {cancel}: released, yet not free"
+        );
     }
 }

@@ -19,6 +19,7 @@ const HANDOFF: &str = concat!(
 );
 const RELEASE: &str = include_str!("../../src/scripts/release.lua");
 const RENEW: &str = include_str!("../../src/scripts/renew.lua");
+const UNMARK: &str = include_str!("../../src/scripts/unmark.lua");
 
 /// `(lock key, fence key, token, ttl ms)` per item, by a caller that does not wait.
 async fn acquire(conn: &mut MultiplexedConnection, items: &[(&str, &str, &str, u64)]) -> Vec<i64> {
@@ -516,4 +517,40 @@ async fn a_starving_waiter_is_served_before_the_releaser() {
     // Unclaimed, the reservation runs out and the lock is anyone's.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(acquire(&mut conn, &[(LOCK, "p:fence", "late", 30_000)]).await[0] > 0);
+}
+
+async fn unmark(conn: &mut MultiplexedConnection, lock: &str) -> i64 {
+    redis::Script::new(UNMARK)
+        .key(lock)
+        .invoke_async(conn)
+        .await
+        .expect("unmark")
+}
+
+/// A starving waiter that gives up takes its mark back: 'T!' becomes 'T*' (the ttl kept), a
+/// reserved lock is freed, anything else is left alone.
+#[tokio::test]
+async fn unmark_takes_a_starving_mark_back() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    assert_eq!(unmark(&mut conn, LOCK).await, 0, "no lock");
+    assert!(acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0] > 0);
+    assert_eq!(unmark(&mut conn, LOCK).await, 0, "unmarked");
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h"));
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1").await[0] < 0);
+    assert_eq!(unmark(&mut conn, LOCK).await, 0, "a listening mark stays");
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "s", 30_000)], "3").await[0] < 0);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h!"));
+    assert_eq!(unmark(&mut conn, LOCK).await, 1);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
+    assert!(
+        pttl(&mut conn, LOCK).await > 29_000,
+        "the holder's ttl is kept"
+    );
+    assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "s", 30_000)], "3").await[0] < 0);
+    assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, 1);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("!"));
+    assert_eq!(unmark(&mut conn, LOCK).await, 1);
+    assert_eq!(value(&mut conn, LOCK).await, None, "a reservation is freed");
 }

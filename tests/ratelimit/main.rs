@@ -8,6 +8,7 @@ mod support;
 #[path = "../support/traces.rs"]
 mod traces;
 
+mod bounds;
 mod cached_model_check;
 mod common;
 mod deny_cache;
