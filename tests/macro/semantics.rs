@@ -17,6 +17,7 @@ on_both_stores!(
     non_reentrant_nested_call_waits_for_the_outer_one,
     spawned_task_does_not_inherit_the_lease,
     deleted_key_ends_the_body_with_lease_lost,
+    finished_body_keeps_its_value_when_the_key_is_gone,
     fence_is_visible_in_the_body_and_increases,
     on_busy_error_fails_at_once,
     separators_in_values_do_not_make_keys_collide,
@@ -123,6 +124,24 @@ async fn long_job(client: &Client, finished: Arc<AtomicBool>) -> Result<(), Lock
     tokio::time::sleep(Duration::from_secs(5)).await;
     finished.store(true, Ordering::SeqCst);
     Ok(())
+}
+
+#[distributed_lock(key = "settled:{id}", client = client)]
+async fn settle_then_lose_the_key(client: &Client, id: u64) -> Result<&'static str, LockError> {
+    // The work is committed; then the key vanishes behind the holder's back.
+    let key = client
+        .__inspect()
+        .lock_key(&format!("settled:{id}"))
+        .expect("name");
+    assert!(client.__inspect().delete(&key).await.expect("delete"));
+    Ok("committed")
+}
+
+/// TESTPLAN 28 through the macro: a body that ran to completion returns its value even if
+/// the release then finds the key gone (a caller retrying on `LeaseLost` would settle twice).
+async fn finished_body_keeps_its_value_when_the_key_is_gone(store: Fixture) {
+    let value = settle_then_lose_the_key(&store.client, 1).await;
+    assert_eq!(value.expect("the body finished"), "committed");
 }
 
 async fn deleted_key_ends_the_body_with_lease_lost(store: Fixture) {

@@ -101,10 +101,13 @@ async fn limiter_settings_at_their_bounds(fx: Fixture) {
     for deadline in durations() {
         // Zero is raised to 1 ms; MAX means the client's own response timeout bounds it.
         let limiter = fx.client.rate_limiter(policy.clone()).deadline(deadline);
-        limiter
-            .check("deadline")
-            .await
-            .expect("a check within any deadline");
+        match limiter.check("deadline").await {
+            Ok(_) => {}
+            // A deadline of a millisecond or so may pass on a busy machine: a typed answer.
+            Err(RateLimitError::Store(StoreError::Timeout { .. }))
+                if deadline < Duration::from_millis(100) => {}
+            Err(err) => panic!("deadline {deadline:?}: {err}"),
+        }
     }
     for size in [0, 1, 2, usize::MAX] {
         let limiter = fx.client.rate_limiter(policy.clone()).deny_cache(size);
@@ -191,7 +194,11 @@ async fn client_settings_at_their_bounds() {
         ] {
             match builder.connect(&server.url()).await {
                 Ok(client) => {
-                    let lease = client.lock("client-bounds").acquire().await;
+                    // A lock of its own: a lease taken under a tiny timeout may outlive it.
+                    let lease = client
+                        .lock(format!("client-bounds-{timeout:?}"))
+                        .acquire()
+                        .await;
                     if timeout >= Duration::from_secs(1) {
                         lease.expect("acquire").release().await.expect("release");
                     }
