@@ -37,5 +37,7 @@ pub use self::decision::{Decision, Origin, PolicyDecision};
 pub use self::limiter::{
     DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Outage, RateLimiter,
 };
+pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
+pub use self::rate::ParseRateError;
 pub use self::rate::{MAX_PERIOD, MIN_PERIOD, Rate};

@@ -1,11 +1,14 @@
-//! [`Policy`]: a named [`Rate`] enforced by one [`Algorithm`].
+//! [`Policy`]: a named [`Rate`] enforced by one [`Algorithm`], and its text and `serde` forms
+//! for configuration.
 
 use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Rate;
 use super::algorithm::Spec;
+use super::rate::{RateProblem, parse_rate};
 use crate::error::InvalidPolicy;
 
 /// The most requests per window a sliding log accepts (it stores one entry per request).
@@ -78,6 +81,47 @@ impl Algorithm {
     fn has_burst(self) -> bool {
         matches!(self, Self::Gcra | Self::TokenBucket)
     }
+
+    /// The name in configuration: [`name`](Self::name) with `-` for spaces
+    /// (`"token-bucket"`). [`FromStr`] also takes `_` or spaces and ignores case.
+    fn config_name(self) -> &'static str {
+        match self {
+            Self::Gcra => "gcra",
+            Self::TokenBucket => "token-bucket",
+            Self::FixedWindow => "fixed-window",
+            Self::SlidingWindow => "sliding-window",
+            Self::SlidingLog => "sliding-log",
+        }
+    }
+
+    const ALL: [Self; 5] = [
+        Self::Gcra,
+        Self::TokenBucket,
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::SlidingLog,
+    ];
+}
+
+impl FromStr for Algorithm {
+    type Err = ParsePolicyError;
+
+    /// `gcra`, `token-bucket`, `fixed-window`, `sliding-window` or `sliding-log`; `_` or a
+    /// space may stand for `-`, and case does not matter (`"Token bucket"`).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let words: Vec<&str> = text
+            .split(|c: char| c.is_whitespace() || c == '-' || c == '_')
+            .filter(|word| !word.is_empty())
+            .collect();
+        let wanted = words.join("-").to_ascii_lowercase();
+        Self::ALL
+            .into_iter()
+            .find(|algorithm| algorithm.config_name() == wanted)
+            .ok_or_else(|| ParsePolicyError {
+                input: text.to_owned(),
+                problem: PolicyProblem::Algorithm(text.trim().to_owned()),
+            })
+    }
 }
 
 impl fmt::Display for Algorithm {
@@ -105,6 +149,66 @@ impl fmt::Display for Algorithm {
 /// assert!(Policy::fixed_window("w", Rate::per_second(10)?.burst(3)?).is_err());
 /// # Ok(()) }
 /// ```
+///
+/// # From configuration
+///
+/// A policy parses from one line of text ([`FromStr`]) and prints as one
+/// ([`Display`](fmt::Display)): its name, a colon, the algorithm (GCRA when left out) and the
+/// [rate's text form](Rate#text-form):
+///
+/// ```text
+/// policy    = name ":" [algorithm] rate      "api: 100/s burst 20", "uploads: sliding-log 5/min"
+/// algorithm = "gcra" | "token-bucket" | "fixed-window" | "sliding-window" | "sliding-log"
+/// ```
+///
+/// (`_` or a space may stand for `-` in the algorithm, and case does not matter.) Errors are a
+/// [`ParsePolicyError`] that says which part was wrong.
+///
+/// With the `serde` feature a policy (de)serialises as a struct with the fields `name`,
+/// `algorithm` (optional, `"gcra"` by default) and `rate` (its text form), and an
+/// [`Algorithm`] as its name. Errors name the field that is wrong, as in
+/// ``field `rate`: invalid rate "100/x": unknown unit `x`; use ms, s, min, h or d``.
+///
+/// ```
+/// use distlock::ratelimit::{Algorithm, Policy, Rate};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api: Policy = "api: 100/s burst 20".parse()?;
+/// assert_eq!(api, Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?);
+/// assert_eq!(api.to_string(), "api: gcra 100/s burst 20");
+///
+/// let hourly: Policy = "hourly: fixed-window 1000/h".parse()?;
+/// assert_eq!(hourly.algorithm(), Algorithm::FixedWindow);
+///
+/// let err = "api: 100/s burst".parse::<Policy>().unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid rate \"100/s burst\" in policy \"api: 100/s burst\": `burst` needs a number \
+///      after it (`burst 20`)"
+/// );
+/// # #[cfg(feature = "serde")] {
+/// // With the `serde` feature, e.g. from TOML:
+/// use std::collections::HashMap;
+/// let config: HashMap<String, Vec<Policy>> = toml::from_str(
+///     r#"
+///     [[limits]]
+///     name = "api"
+///     rate = "100/s burst 20"
+///
+///     [[limits]]
+///     name = "uploads"
+///     algorithm = "sliding-log"
+///     rate = "10 per 5min"
+///     "#,
+/// )?;
+/// assert_eq!(config["limits"][0], api);
+/// assert_eq!(config["limits"][1].algorithm(), Algorithm::SlidingLog);
+///
+/// let err = toml::from_str::<Policy>("name = \"api\"\nrate = \"100/x\"").unwrap_err();
+/// assert!(err.to_string().contains("field `rate`: invalid rate \"100/x\": unknown unit `x`"));
+/// # }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Policy {
     name: Arc<str>,
@@ -121,11 +225,7 @@ impl Policy {
         algorithm: Algorithm,
         rate: Rate,
     ) -> Result<Self, InvalidPolicy> {
-        let name = name.into();
-        let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-        if name.is_empty() || name.len() > MAX_POLICY_NAME_LEN || !name.chars().all(valid_char) {
-            return Err(InvalidPolicy::Name { name });
-        }
+        let name = checked_name(name.into())?;
         if !algorithm.has_burst() && rate.capacity() != rate.count() {
             return Err(InvalidPolicy::BurstNotSupported {
                 policy: name,
@@ -230,6 +330,368 @@ impl Policy {
     }
 }
 
+/// `name` if it is 1 to 64 characters of `A-Z a-z 0-9 . _ -` (it goes into keys and HTTP
+/// headers).
+fn checked_name(name: String) -> Result<String, InvalidPolicy> {
+    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > MAX_POLICY_NAME_LEN || !name.chars().all(valid_char) {
+        return Err(InvalidPolicy::Name { name });
+    }
+    Ok(name)
+}
+
+impl fmt::Display for Policy {
+    /// `name: algorithm rate`, e.g. `api: gcra 100/s burst 20`: text that [`FromStr`] parses
+    /// back to an equal policy.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} {}",
+            self.name,
+            self.algorithm.config_name(),
+            self.rate
+        )
+    }
+}
+
+impl FromStr for Policy {
+    type Err = ParsePolicyError;
+
+    /// Parses `name: [algorithm] rate`, e.g. `"api: 100/s burst 20"` or
+    /// `"hourly: fixed-window 1000/h"`; see [From configuration](Policy#from-configuration).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let fail = |problem| ParsePolicyError {
+            input: text.to_owned(),
+            problem,
+        };
+        // Names, algorithms and rates have no `:`, so a colon too many is in the name.
+        let (name, spec) = text
+            .rsplit_once(':')
+            .ok_or_else(|| fail(PolicyProblem::NoName))?;
+        // The algorithm is the words before the rate: the first word that starts with a digit.
+        let rate_at = spec
+            .char_indices()
+            .find(|&(i, c)| {
+                c.is_ascii_digit()
+                    && spec[..i]
+                        .chars()
+                        .next_back()
+                        .is_none_or(char::is_whitespace)
+            })
+            .map_or(spec.len(), |(i, _)| i);
+        let (algorithm, rate) = spec.split_at(rate_at);
+        let algorithm = if algorithm.trim().is_empty() {
+            Algorithm::default()
+        } else {
+            algorithm
+                .parse()
+                .map_err(|e: ParsePolicyError| fail(e.problem))?
+        };
+        let rate = parse_rate(rate).map_err(|problem| {
+            fail(PolicyProblem::Rate {
+                rate: rate.trim().to_owned(),
+                problem,
+            })
+        })?;
+        Self::new(name.trim(), algorithm, rate).map_err(|e| fail(PolicyProblem::Invalid(e)))
+    }
+}
+
+/// Why a text is not a [`Policy`] or an [`Algorithm`]: which part was wrong, and what was
+/// expected there.
+///
+/// A text that is well formed but names a policy that cannot work (a bad name, a burst for a
+/// window algorithm, a zero count) carries the [`InvalidPolicy`] the constructors give;
+/// [`invalid_policy`](Self::invalid_policy) returns it. The message includes it, so
+/// [`source`](std::error::Error::source) is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsePolicyError {
+    input: String,
+    problem: PolicyProblem,
+}
+
+impl ParsePolicyError {
+    /// The text that was parsed.
+    #[must_use]
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+
+    /// The constructor's refusal, when the text was well formed but the policy or its rate
+    /// is invalid.
+    #[must_use]
+    pub fn invalid_policy(&self) -> Option<&InvalidPolicy> {
+        match &self.problem {
+            PolicyProblem::Invalid(invalid)
+            | PolicyProblem::Rate {
+                problem: RateProblem::Invalid(invalid),
+                ..
+            } => Some(invalid),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ParsePolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let input = &self.input;
+        match &self.problem {
+            PolicyProblem::NoName => write!(
+                f,
+                "invalid policy {input:?}: no name; write `<name>: [<algorithm>] <rate>`, \
+                 e.g. \"api: 100/s burst 20\" or \"uploads: sliding-log 5/min\""
+            ),
+            PolicyProblem::Algorithm(found) => {
+                write!(f, "unknown algorithm {found:?}")?;
+                if input.trim() != found {
+                    write!(f, " in policy {input:?}")?;
+                }
+                f.write_str("; use gcra, token-bucket, fixed-window, sliding-window or sliding-log")
+            }
+            PolicyProblem::Rate {
+                problem: RateProblem::Invalid(invalid),
+                ..
+            }
+            | PolicyProblem::Invalid(invalid) => write!(f, "{invalid} (from {input:?})"),
+            PolicyProblem::Rate { rate, problem } => {
+                write!(f, "invalid rate {rate:?} in policy {input:?}: {problem}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ParsePolicyError {}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PolicyProblem {
+    /// No `name:` in front.
+    NoName,
+    /// Not one of the algorithms' names.
+    Algorithm(String),
+    /// The rate part is not a rate.
+    Rate { rate: String, problem: RateProblem },
+    /// Well formed, refused by [`Policy::new`] or [`Rate`]'s constructors.
+    Invalid(InvalidPolicy),
+}
+
+#[cfg(feature = "serde")]
+mod serde_impl {
+    //! `Algorithm` as its configuration name; `Policy` as a struct of `name`, `algorithm`
+    //! (optional) and `rate` (text). Each field is checked as it is read, so an error names
+    //! the field and formats that track positions (TOML, JSON) point at its value.
+
+    use std::fmt;
+    use std::marker::PhantomData;
+    use std::str::FromStr;
+
+    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::ser::SerializeStruct;
+    use serde::{Deserialize, Serialize, Serializer};
+
+    use super::{Algorithm, Policy, Rate, checked_name};
+    use crate::error::InvalidPolicy;
+
+    impl Serialize for Algorithm {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str(self.config_name())
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Algorithm {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_str(AlgorithmVisitor)
+        }
+    }
+
+    struct AlgorithmVisitor;
+
+    impl Visitor<'_> for AlgorithmVisitor {
+        type Value = Algorithm;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(ALGORITHM.looks_like)
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Algorithm, E> {
+            text.parse().map_err(E::custom)
+        }
+    }
+
+    impl Serialize for Policy {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut policy = serializer.serialize_struct("Policy", 3)?;
+            policy.serialize_field("name", self.name())?;
+            policy.serialize_field("algorithm", &self.algorithm)?;
+            policy.serialize_field("rate", &self.rate)?;
+            policy.end()
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Policy {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_struct("Policy", FIELDS, PolicyVisitor)
+        }
+    }
+
+    const FIELDS: &[&str] = &["name", "algorithm", "rate"];
+
+    /// A field's name and what its text looks like, for messages.
+    #[derive(Clone, Copy)]
+    struct Field {
+        name: &'static str,
+        looks_like: &'static str,
+    }
+
+    const NAME: Field = Field {
+        name: "name",
+        looks_like: "1 to 64 of A-Z a-z 0-9 . _ -, such as \"api\"",
+    };
+    const ALGORITHM: Field = Field {
+        name: "algorithm",
+        looks_like: "\"gcra\", \"token-bucket\", \"fixed-window\", \"sliding-window\" or \
+                     \"sliding-log\"",
+    };
+    const RATE: Field = Field {
+        name: "rate",
+        looks_like: "a rate such as \"100/s burst 20\" or \"10 per 2s\"",
+    };
+
+    /// A policy's name, checked on its own.
+    struct Name(String);
+
+    impl FromStr for Name {
+        type Err = InvalidPolicy;
+
+        fn from_str(text: &str) -> Result<Self, InvalidPolicy> {
+            checked_name(text.to_owned()).map(Name)
+        }
+    }
+
+    /// Reads one field's text and parses it: a value of the wrong type, or text that does
+    /// not parse, is refused with the field's name.
+    struct Parsed<T>(Field, PhantomData<T>);
+
+    fn parsed<T>(field: Field) -> Parsed<T> {
+        Parsed(field, PhantomData)
+    }
+
+    impl<'de, T> DeserializeSeed<'de> for Parsed<T>
+    where
+        T: FromStr,
+        T::Err: fmt::Display,
+    {
+        type Value = T;
+
+        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
+            deserializer.deserialize_str(self)
+        }
+    }
+
+    impl<T> Visitor<'_> for Parsed<T>
+    where
+        T: FromStr,
+        T::Err: fmt::Display,
+    {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            let Field { name, looks_like } = self.0;
+            write!(f, "field `{name}`: text, {looks_like}")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<T, E> {
+            text.parse()
+                .map_err(|e| E::custom(format_args!("field `{}`: {e}", self.0.name)))
+        }
+    }
+
+    /// Which of the fields a key names.
+    enum Key {
+        Name,
+        Algorithm,
+        Rate,
+    }
+
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_identifier(KeyVisitor)
+        }
+    }
+
+    struct KeyVisitor;
+
+    impl Visitor<'_> for KeyVisitor {
+        type Value = Key;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("`name`, `algorithm` or `rate`")
+        }
+
+        fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
+            match key {
+                "name" => Ok(Key::Name),
+                "algorithm" => Ok(Key::Algorithm),
+                "rate" => Ok(Key::Rate),
+                _ => Err(E::unknown_field(key, FIELDS)),
+            }
+        }
+    }
+
+    struct PolicyVisitor;
+
+    impl<'de> Visitor<'de> for PolicyVisitor {
+        type Value = Policy;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a rate-limit policy: `name`, `algorithm` (optional) and `rate`")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Policy, A::Error> {
+            let mut name: Option<Name> = None;
+            let mut algorithm: Option<Algorithm> = None;
+            let mut rate: Option<Rate> = None;
+            while let Some(key) = map.next_key()? {
+                let repeated = match key {
+                    Key::Name => name
+                        .replace(map.next_value_seed(parsed(NAME))?)
+                        .map(|_| NAME),
+                    Key::Algorithm => algorithm
+                        .replace(map.next_value_seed(parsed(ALGORITHM))?)
+                        .map(|_| ALGORITHM),
+                    Key::Rate => rate
+                        .replace(map.next_value_seed(parsed(RATE))?)
+                        .map(|_| RATE),
+                };
+                if let Some(field) = repeated {
+                    return Err(de::Error::duplicate_field(field.name));
+                }
+            }
+            let name = name.ok_or_else(|| de::Error::missing_field(NAME.name))?;
+            let rate = rate.ok_or_else(|| de::Error::missing_field(RATE.name))?;
+            build(name, algorithm.unwrap_or_default(), rate)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Policy, A::Error> {
+            let name = seq
+                .next_element_seed(parsed(NAME))?
+                .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+            let algorithm = seq
+                .next_element_seed(parsed(ALGORITHM))?
+                .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+            let rate = seq
+                .next_element_seed(parsed(RATE))?
+                .ok_or_else(|| de::Error::invalid_length(2, &self))?;
+            build(name, algorithm, rate)
+        }
+    }
+
+    /// The policy of checked fields; what is left to refuse involves two of them.
+    fn build<E: de::Error>(name: Name, algorithm: Algorithm, rate: Rate) -> Result<Policy, E> {
+        Policy::new(name.0, algorithm, rate)
+            .map_err(|e| E::custom(format_args!("fields `algorithm` and `rate`: {e}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,5 +735,259 @@ mod tests {
         assert_eq!(p.window(), Duration::from_millis(200));
         let w = Policy::fixed_window("w", Rate::per_minute(10).expect("valid")).expect("valid");
         assert_eq!(w.window(), Duration::from_secs(60));
+    }
+
+    fn parse(text: &str) -> Policy {
+        text.parse()
+            .unwrap_or_else(|e| panic!("{text:?} should parse: {e}"))
+    }
+
+    fn parse_err(text: &str) -> ParsePolicyError {
+        match text.parse::<Policy>() {
+            Ok(policy) => panic!("{text:?} should not parse, got {policy:?}"),
+            Err(e) => {
+                assert_eq!(e.input(), text);
+                e
+            }
+        }
+    }
+
+    fn policy(name: &str, algorithm: Algorithm, rate: &str) -> Policy {
+        Policy::new(name, algorithm, rate.parse().expect("valid rate")).expect("valid policy")
+    }
+
+    #[test]
+    fn parses_name_algorithm_and_rate() {
+        assert_eq!(
+            parse("api: 100/s burst 20"),
+            policy("api", Algorithm::Gcra, "100/s burst 20")
+        );
+        assert_eq!(
+            parse("uploads: sliding-log 5/min"),
+            policy("uploads", Algorithm::SlidingLog, "5/min")
+        );
+        for text in [
+            "hourly: fixed-window 1000/h",
+            "hourly:fixed_window 1000/h",
+            "hourly : Fixed Window 1000 per 1 hour",
+            " hourly:FIXED-WINDOW 1000/h ",
+        ] {
+            assert_eq!(
+                parse(text),
+                policy("hourly", Algorithm::FixedWindow, "1000/h"),
+                "{text:?}"
+            );
+        }
+        assert_eq!(
+            parse("b: token bucket 10/s burst 3").algorithm(),
+            Algorithm::TokenBucket
+        );
+        assert_eq!(
+            parse("w: sliding-window 10/s").algorithm(),
+            Algorithm::SlidingWindow
+        );
+        assert_eq!(parse("g: gcra 1/s").algorithm(), Algorithm::Gcra);
+    }
+
+    #[test]
+    fn prints_text_that_parses_back() {
+        for algorithm in Algorithm::ALL {
+            let p = policy("p.1_x-y", algorithm, "10 per 2s");
+            assert_eq!(parse(&p.to_string()), p, "{p}");
+            assert_eq!(
+                p.to_string().parse::<Policy>().map(|p| p.algorithm()),
+                Ok(algorithm)
+            );
+        }
+        let api = policy("api", Algorithm::Gcra, "100/s burst 20");
+        assert_eq!(api.to_string(), "api: gcra 100/s burst 20");
+        let log = policy("uploads", Algorithm::SlidingLog, "5/min");
+        assert_eq!(log.to_string(), "uploads: sliding-log 5/min");
+    }
+
+    #[test]
+    fn algorithm_names() {
+        for algorithm in Algorithm::ALL {
+            assert_eq!(algorithm.config_name().parse(), Ok(algorithm));
+            assert_eq!(algorithm.name().parse(), Ok(algorithm));
+        }
+        let err = "leaky bucket".parse::<Algorithm>().expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            "unknown algorithm \"leaky bucket\"; use gcra, token-bucket, fixed-window, \
+             sliding-window or sliding-log"
+        );
+        assert!("token--bucket".parse::<Algorithm>().is_ok());
+        assert!("tokenbucket".parse::<Algorithm>().is_err());
+        assert!("".parse::<Algorithm>().is_err());
+    }
+
+    #[test]
+    fn says_which_part_is_wrong() {
+        let cases = [
+            (
+                "100/s",
+                "invalid policy \"100/s\": no name; write `<name>: [<algorithm>] <rate>`",
+            ),
+            (
+                "api: leaky 10/s",
+                "unknown algorithm \"leaky\" in policy \"api: leaky 10/s\"; use gcra",
+            ),
+            (
+                "api: 100/x",
+                "invalid rate \"100/x\" in policy \"api: 100/x\": unknown unit `x`",
+            ),
+            ("api:", "invalid rate \"\" in policy \"api:\": it is empty"),
+            (
+                "api: gcra",
+                "invalid rate \"\" in policy \"api: gcra\": it is empty",
+            ),
+            (
+                "a b: 10/s",
+                "invalid policy name \"a b\": use 1 to 64 characters",
+            ),
+            (": 10/s", "invalid policy name \"\""),
+            ("api:v2: 10/s", "invalid policy name \"api:v2\""),
+            ("api: v2 10/s", "unknown algorithm \"v2\""),
+        ];
+        for (text, expected) in cases {
+            let message = parse_err(text).to_string();
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn refuses_well_formed_policies_that_cannot_work() {
+        let err = parse_err("w: fixed-window 10/s burst 3");
+        assert!(matches!(
+            err.invalid_policy(),
+            Some(InvalidPolicy::BurstNotSupported { .. })
+        ));
+        assert!(
+            err.to_string()
+                .ends_with("(from \"w: fixed-window 10/s burst 3\")")
+        );
+        let err = parse_err("l: sliding-log 10001/s");
+        assert!(matches!(
+            err.invalid_policy(),
+            Some(InvalidPolicy::LogTooLarge { .. })
+        ));
+        let err = parse_err("api: 0/s");
+        assert_eq!(
+            err.invalid_policy(),
+            Some(&InvalidPolicy::Zero { what: "count" })
+        );
+        assert_eq!(
+            err.to_string(),
+            "invalid rate: the count must be at least 1 (from \"api: 0/s\")"
+        );
+        assert_eq!(parse_err("api: 1/x").invalid_policy(), None);
+    }
+
+    #[cfg(feature = "serde")]
+    mod serde {
+        use super::*;
+
+        fn from_json(json: &str) -> Result<Policy, String> {
+            serde_json::from_str(json).map_err(|e| e.to_string())
+        }
+
+        fn json_err(json: &str) -> String {
+            match from_json(json) {
+                Ok(policy) => panic!("{json} should not deserialise, got {policy:?}"),
+                Err(message) => message,
+            }
+        }
+
+        #[test]
+        fn round_trips_through_json_and_toml() {
+            for algorithm in Algorithm::ALL {
+                let p = policy("api", algorithm, "10 per 2s");
+                let json = serde_json::to_string(&p).expect("serialise");
+                assert_eq!(from_json(&json), Ok(p.clone()), "{json}");
+                let toml = toml::to_string(&p).expect("serialise");
+                assert_eq!(toml::from_str::<Policy>(&toml).expect("round trip"), p);
+            }
+            let api = policy("api", Algorithm::Gcra, "100/s burst 20");
+            assert_eq!(
+                serde_json::to_string(&api).expect("serialise"),
+                r#"{"name":"api","algorithm":"gcra","rate":"100/s burst 20"}"#
+            );
+            assert_eq!(
+                serde_json::to_string(&Algorithm::TokenBucket).expect("serialise"),
+                r#""token-bucket""#
+            );
+            // The algorithm is optional, and formats without field names use the order.
+            assert_eq!(
+                from_json(r#"{"rate":"100/s burst 20","name":"api"}"#),
+                Ok(api.clone())
+            );
+            assert_eq!(from_json(r#"["api","gcra","100/s burst 20"]"#), Ok(api));
+        }
+
+        #[test]
+        fn errors_name_the_field() {
+            let cases = [
+                (
+                    r#"{"name":"api","rate":"100/x"}"#,
+                    "field `rate`: invalid rate \"100/x\": unknown unit `x`",
+                ),
+                (
+                    r#"{"name":"api","rate":"0/s"}"#,
+                    "field `rate`: invalid rate: the count must be at least 1",
+                ),
+                (
+                    r#"{"name":"api","rate":100}"#,
+                    "invalid type: integer `100`, expected field `rate`: text, a rate such as",
+                ),
+                (
+                    r#"{"name":"a b","rate":"1/s"}"#,
+                    "field `name`: invalid policy name \"a b\"",
+                ),
+                (
+                    r#"{"name":7,"rate":"1/s"}"#,
+                    "invalid type: integer `7`, expected field `name`: text",
+                ),
+                (
+                    r#"{"name":"api","algorithm":"leaky","rate":"1/s"}"#,
+                    "field `algorithm`: unknown algorithm \"leaky\"",
+                ),
+                (
+                    r#"{"name":"w","algorithm":"fixed-window","rate":"10/s burst 3"}"#,
+                    "fields `algorithm` and `rate`: invalid policy `w`",
+                ),
+                (r#"{"name":"api"}"#, "missing field `rate`"),
+                (r#"{"rate":"1/s"}"#, "missing field `name`"),
+                (
+                    r#"{"name":"api","rate":"1/s","burst":3}"#,
+                    "unknown field `burst`, expected one of `name`, `algorithm`, `rate`",
+                ),
+                (
+                    r#"{"name":"api","rate":"1/s","rate":"2/s"}"#,
+                    "duplicate field `rate`",
+                ),
+                (r#"["api","gcra"]"#, "invalid length 2"),
+                (
+                    r#""api: 1/s""#,
+                    "invalid type: string \"api: 1/s\", expected a rate-limit policy",
+                ),
+            ];
+            for (json, expected) in cases {
+                let message = json_err(json);
+                assert!(message.contains(expected), "{json}: {message}");
+            }
+        }
+
+        #[test]
+        fn toml_errors_point_at_the_line() {
+            let err = toml::from_str::<Policy>("name = \"api\"\nrate = \"100/x\"\n")
+                .expect_err("bad unit")
+                .to_string();
+            assert!(
+                err.contains("field `rate`: invalid rate \"100/x\""),
+                "{err}"
+            );
+            assert!(err.contains("line 2"), "{err}");
+        }
     }
 }

@@ -1,5 +1,8 @@
-//! [`Rate`]: how many requests per period, and how many may go at once.
+//! [`Rate`]: how many requests per period, and how many may go at once, and its text form
+//! (`"100/s burst 20"`) for configuration files.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::InvalidPolicy;
@@ -40,6 +43,45 @@ const MAX_REFILL: Duration = Duration::from_secs(2 * 366 * 24 * 3600);
 /// assert_eq!(uploads.capacity(), 5);
 ///
 /// assert!(Rate::per_second(0).is_err());
+/// # Ok(()) }
+/// ```
+///
+/// # Text form
+///
+/// A rate also parses from text ([`FromStr`]) and prints as text ([`Display`](fmt::Display)),
+/// for limits that come from configuration:
+///
+/// ```text
+/// rate   = count ("/" | "per") period ["burst" count]
+/// period = [count] unit                  such as "s", "2s", "10 min", "500ms"
+/// unit   = "ms" | "s" | "min" | "h" | "d"
+/// count  = a whole number, "_" may separate its digits ("10_000")
+/// ```
+///
+/// Units also take their long names (`sec`, `second(s)`, `m`, `minute(s)`, `hr`, `hour(s)`,
+/// `day(s)`, ...), and `us` and `ns` exist so that every period prints exactly; keywords and
+/// units ignore case, and spaces between the parts are optional. A rate prints in one
+/// canonical form that parses back to it (`"100/s burst 20"`, `"10 per 2s"`). Text that is not a rate is refused with a [`ParseRateError`] that says what
+/// was wrong and what was expected; a well-formed rate that cannot work (`"0/s"`) with the
+/// [`InvalidPolicy`] its constructor would give. With the `serde` feature a rate serialises
+/// as this text.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock::ratelimit::Rate;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// assert_eq!("100/s burst 20".parse::<Rate>()?, Rate::per_second(100)?.burst(20)?);
+/// assert_eq!("1000/h".parse::<Rate>()?, Rate::per_hour(1000)?);
+/// assert_eq!("5/min".parse::<Rate>()?, Rate::per_minute(5)?);
+/// assert_eq!("10 per 2s".parse::<Rate>()?, Rate::per(10, Duration::from_secs(2))?);
+/// assert_eq!(Rate::per(10, Duration::from_secs(2))?.to_string(), "10 per 2s");
+///
+/// let err = "100/x".parse::<Rate>().unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid rate \"100/x\": unknown unit `x`; use ms, s, min, h or d"
+/// );
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -147,6 +189,334 @@ impl Rate {
     }
 }
 
+/// Units of the text form: accepted spellings (lowercase) and their length. The first
+/// spelling is the one a rate prints with; [`fmt::Display`] picks the largest unit that
+/// divides the period.
+const UNITS: &[(&[&str], Duration)] = &[
+    (&["d", "day", "days"], Duration::from_secs(24 * 3600)),
+    (
+        &["h", "hr", "hrs", "hour", "hours"],
+        Duration::from_secs(3600),
+    ),
+    (
+        &["min", "m", "mins", "minute", "minutes"],
+        Duration::from_secs(60),
+    ),
+    (
+        &["s", "sec", "secs", "second", "seconds"],
+        Duration::from_secs(1),
+    ),
+    (
+        &["ms", "msec", "millisecond", "milliseconds"],
+        Duration::from_millis(1),
+    ),
+    (
+        &["us", "\u{b5}s", "\u{3bc}s", "microsecond", "microseconds"],
+        Duration::from_micros(1),
+    ),
+    (
+        &["ns", "nanosecond", "nanoseconds"],
+        Duration::from_nanos(1),
+    ),
+];
+
+impl fmt::Display for Rate {
+    /// `count/unit`, `count per Nunit`, then ` burst b` when the burst differs from the count:
+    /// text that [`FromStr`] parses back to an equal rate.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let period = self.period.as_nanos();
+        let (spellings, unit) = UNITS
+            .iter()
+            .find(|(_, unit)| period.is_multiple_of(unit.as_nanos()))
+            .unwrap_or(&UNITS[UNITS.len() - 1]);
+        let name = spellings[0];
+        match period / unit.as_nanos() {
+            1 => write!(f, "{}/{name}", self.count)?,
+            n => write!(f, "{} per {n}{name}", self.count)?,
+        }
+        if self.burst != self.count {
+            write!(f, " burst {}", self.burst)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Rate {
+    type Err = ParseRateError;
+
+    /// Parses the [text form](Rate#text-form): `"100/s burst 20"`, `"1000/h"`, `"10 per 2s"`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        parse_rate(text).map_err(|problem| ParseRateError {
+            input: text.to_owned(),
+            problem,
+        })
+    }
+}
+
+/// Parses a whole rate; the error says what is wrong without repeating the text.
+pub(crate) fn parse_rate(text: &str) -> Result<Rate, RateProblem> {
+    let tokens = tokenize(text)?;
+    let mut tokens = tokens.iter().copied().peekable();
+    let count = match tokens.next() {
+        None => return Err(RateProblem::Empty),
+        Some(t) if t.kind == Kind::Number => number(t.text)?,
+        Some(t) => return Err(RateProblem::ExpectedCount(t.text.to_owned())),
+    };
+    match tokens.next() {
+        Some(t) if t.kind == Kind::Slash || t.is_word("per") => {}
+        None => return Err(RateProblem::NoPeriod),
+        Some(t) => return Err(RateProblem::ExpectedPer(t.text.to_owned())),
+    }
+    let multiple = match tokens.next_if(|t| t.kind == Kind::Number) {
+        Some(t) => number(t.text)?,
+        None => 1,
+    };
+    let unit = match tokens.next() {
+        Some(t) if t.kind == Kind::Word => unit(t.text)?,
+        None => return Err(RateProblem::NoUnit),
+        Some(t) => return Err(RateProblem::Unit(t.text.to_owned())),
+    };
+    // At most u32::MAX days: far from overflowing a Duration.
+    let mut rate = Rate::per(count, unit * multiple).map_err(RateProblem::Invalid)?;
+    if tokens.next_if(|t| t.is_word("burst")).is_some() {
+        rate = match tokens.next() {
+            Some(t) if t.kind == Kind::Number => {
+                rate.burst(number(t.text)?).map_err(RateProblem::Invalid)?
+            }
+            None => return Err(RateProblem::NoBurst),
+            Some(t) => return Err(RateProblem::ExpectedBurst(t.text.to_owned())),
+        };
+    }
+    match tokens.next() {
+        None => Ok(rate),
+        Some(t) => Err(RateProblem::Trailing(text[t.at..].trim_end().to_owned())),
+    }
+}
+
+/// One piece of a rate's text.
+#[derive(Debug, Clone, Copy)]
+struct Token<'a> {
+    kind: Kind,
+    text: &'a str,
+    /// Byte offset of `text` in the whole text.
+    at: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Digits, perhaps with `_` between them.
+    Number,
+    /// Letters: a unit or a keyword.
+    Word,
+    /// `/`.
+    Slash,
+}
+
+impl Token<'_> {
+    fn is_word(self, keyword: &str) -> bool {
+        self.kind == Kind::Word && self.text.eq_ignore_ascii_case(keyword)
+    }
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token<'_>>, RateProblem> {
+    let mut tokens = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let kind = if c.is_whitespace() {
+            continue;
+        } else if c.is_ascii_digit() {
+            Kind::Number
+        } else if c.is_alphabetic() {
+            Kind::Word
+        } else if c == '/' {
+            Kind::Slash
+        } else {
+            return Err(RateProblem::Character(c));
+        };
+        let mut end = at + c.len_utf8();
+        if kind != Kind::Slash {
+            let continues = |c: char| match kind {
+                Kind::Number => c.is_ascii_digit() || c == '_',
+                _ => c.is_alphabetic(),
+            };
+            while let Some((i, next)) = chars.next_if(|&(_, next)| continues(next)) {
+                end = i + next.len_utf8();
+            }
+        }
+        tokens.push(Token {
+            kind,
+            text: &text[at..end],
+            at,
+        });
+    }
+    Ok(tokens)
+}
+
+/// A count: digits with optional single `_` between them, up to `u32::MAX`. Zero is left to
+/// the constructors, which say which part may not be zero.
+fn number(digits: &str) -> Result<u32, RateProblem> {
+    if digits.ends_with('_') || digits.contains("__") {
+        return Err(RateProblem::Number(digits.to_owned()));
+    }
+    digits
+        .replace('_', "")
+        .parse()
+        .map_err(|_| RateProblem::Number(digits.to_owned()))
+}
+
+fn unit(word: &str) -> Result<Duration, RateProblem> {
+    let lower = word.to_lowercase();
+    UNITS
+        .iter()
+        .find(|(spellings, _)| spellings.contains(&lower.as_str()))
+        .map(|&(_, unit)| unit)
+        .ok_or_else(|| RateProblem::Unit(word.to_owned()))
+}
+
+/// Why a text is not a [`Rate`]: what was wrong, and what the [text form](Rate#text-form)
+/// expects there.
+///
+/// A text that is well formed but names a rate that cannot work (`"0/s"`, `"1 per 400d"`)
+/// carries the [`InvalidPolicy`] the constructors give; [`invalid_policy`](Self::invalid_policy)
+/// returns it. The message includes it, so [`source`](std::error::Error::source) is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseRateError {
+    input: String,
+    problem: RateProblem,
+}
+
+impl ParseRateError {
+    /// The text that was parsed.
+    #[must_use]
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+
+    /// The constructor's refusal, when the text was well formed but the rate is invalid.
+    #[must_use]
+    pub fn invalid_policy(&self) -> Option<&InvalidPolicy> {
+        match &self.problem {
+            RateProblem::Invalid(invalid) => Some(invalid),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ParseRateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.problem {
+            RateProblem::Invalid(invalid) => write!(f, "{invalid} (from {:?})", self.input),
+            problem => write!(f, "invalid rate {:?}: {problem}", self.input),
+        }
+    }
+}
+
+impl std::error::Error for ParseRateError {}
+
+/// What is wrong with a rate's text; shared with the policy parser, which adds its own
+/// context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RateProblem {
+    Empty,
+    Character(char),
+    ExpectedCount(String),
+    Number(String),
+    NoPeriod,
+    ExpectedPer(String),
+    NoUnit,
+    Unit(String),
+    NoBurst,
+    ExpectedBurst(String),
+    Trailing(String),
+    Invalid(InvalidPolicy),
+}
+
+/// What a rate looks like, for messages.
+const EXAMPLES: &str = "\"100/s\", \"1000/h burst 50\", \"10 per 2s\"";
+
+impl fmt::Display for RateProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => write!(
+                f,
+                "it is empty; write `<count>/<period> [burst <n>]`, e.g. {EXAMPLES}"
+            ),
+            Self::Character(c) => write!(
+                f,
+                "unexpected {c:?}; a rate is `<count>/<period> [burst <n>]`, e.g. {EXAMPLES}"
+            ),
+            Self::ExpectedCount(found) => write!(
+                f,
+                "it starts with `{found}` instead of a count; write `<count>/<period>`, e.g. \
+                 {EXAMPLES}"
+            ),
+            Self::Number(found) => {
+                write!(f, "`{found}` is not a whole number from 0 to {}", u32::MAX)
+            }
+            Self::NoPeriod => write!(
+                f,
+                "no period; write `<count>/<period>` or `<count> per <period>`, e.g. {EXAMPLES}"
+            ),
+            Self::ExpectedPer(found) => {
+                write!(f, "expected `/` or `per` after the count, found `{found}`")
+            }
+            Self::NoUnit => write!(
+                f,
+                "the period has no unit; use ms, s, min, h or d (`10 per 2s`)"
+            ),
+            Self::Unit(found) => write!(f, "unknown unit `{found}`; use ms, s, min, h or d"),
+            Self::NoBurst => write!(f, "`burst` needs a number after it (`burst 20`)"),
+            Self::ExpectedBurst(found) => write!(
+                f,
+                "expected the burst's number after `burst`, found `{found}`"
+            ),
+            Self::Trailing(found) => write!(
+                f,
+                "unexpected `{found}` after the period; only `burst <n>` may follow"
+            ),
+            Self::Invalid(invalid) => invalid.fmt(f),
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+mod serde_impl {
+    //! A rate (de)serialises as its text form, in every format.
+
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::{Deserialize, Serialize, Serializer};
+
+    use super::Rate;
+
+    impl Serialize for Rate {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_str(self)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Rate {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_str(RateVisitor)
+        }
+    }
+
+    struct RateVisitor;
+
+    impl Visitor<'_> for RateVisitor {
+        type Value = Rate;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a rate as text, such as \"100/s burst 20\" or \"10 per 2s\"")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Rate, E> {
+            text.parse().map_err(E::custom)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +560,218 @@ mod tests {
             Err(InvalidPolicy::BurstTooLong { .. })
         ));
         assert!(Rate::per(u32::MAX, MAX_PERIOD).is_ok());
+    }
+
+    fn parse(text: &str) -> Rate {
+        text.parse()
+            .unwrap_or_else(|e| panic!("{text:?} should parse: {e}"))
+    }
+
+    fn parse_err(text: &str) -> String {
+        match text.parse::<Rate>() {
+            Ok(rate) => panic!("{text:?} should not parse, got {rate:?}"),
+            Err(e) => {
+                assert_eq!(e.input(), text);
+                e.to_string()
+            }
+        }
+    }
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let per = |count, period| Rate::per(count, period).expect("valid");
+        let secs = Duration::from_secs;
+        assert_eq!(
+            parse("100/s burst 20"),
+            per(100, secs(1)).burst(20).expect("valid")
+        );
+        assert_eq!(parse("1000/h"), per(1000, secs(3600)));
+        assert_eq!(parse("5/min"), per(5, secs(60)));
+        assert_eq!(parse("10 per 2s"), per(10, secs(2)));
+        // Spacing, case, long unit names, digit separators.
+        for text in [
+            "10/2s",
+            "10 / 2 s",
+            "10per2s",
+            "10 PER 2 Seconds",
+            "10 per 2 sec",
+        ] {
+            assert_eq!(parse(text), per(10, secs(2)), "{text:?}");
+        }
+        assert_eq!(parse("10_000/d"), per(10_000, secs(24 * 3600)));
+        assert_eq!(parse("3/m"), per(3, secs(60)));
+        assert_eq!(parse("3 per 1 minute"), per(3, secs(60)));
+        assert_eq!(parse("7/hours"), per(7, secs(3600)));
+        assert_eq!(parse("1 per 500ms"), per(1, Duration::from_millis(500)));
+        assert_eq!(parse("1 per 1500us"), per(1, Duration::from_micros(1500)));
+        assert_eq!(
+            parse("1 per 1500\u{b5}s"),
+            per(1, Duration::from_micros(1500))
+        );
+        assert_eq!(
+            parse("  2/s  Burst  1 "),
+            per(2, secs(1)).burst(1).expect("valid")
+        );
+    }
+
+    #[test]
+    fn prints_text_that_parses_back() {
+        let rates = [
+            Rate::per_second(100).and_then(|r| r.burst(20)),
+            Rate::per_hour(1000),
+            Rate::per(10, Duration::from_secs(2)),
+            Rate::per(1, Duration::from_millis(1500)),
+            Rate::per(1, Duration::from_nanos(1_000_001)),
+            Rate::per(7, Duration::from_secs(90 * 60)),
+            Rate::per(u32::MAX, MAX_PERIOD),
+            Rate::per_day(1).and_then(|r| r.burst(2)),
+        ];
+        for rate in rates {
+            let rate = rate.expect("valid");
+            let text = rate.to_string();
+            assert_eq!(parse(&text), rate, "{text:?}");
+        }
+        let text = |rate: Result<Rate, InvalidPolicy>| rate.expect("valid").to_string();
+        assert_eq!(
+            text(Rate::per_second(100).and_then(|r| r.burst(20))),
+            "100/s burst 20"
+        );
+        assert_eq!(text(Rate::per_minute(5)), "5/min");
+        assert_eq!(text(Rate::per(10, Duration::from_secs(2))), "10 per 2s");
+        assert_eq!(
+            text(Rate::per(7, Duration::from_secs(90 * 60))),
+            "7 per 90min"
+        );
+        assert_eq!(
+            text(Rate::per(1, Duration::from_millis(1500))),
+            "1 per 1500ms"
+        );
+        assert_eq!(
+            text(Rate::per(4, Duration::from_secs(48 * 3600))),
+            "4 per 2d"
+        );
+    }
+
+    #[test]
+    fn says_what_is_wrong() {
+        let cases = [
+            (
+                "",
+                "invalid rate \"\": it is empty; write `<count>/<period> [burst <n>]`",
+            ),
+            ("  ", "it is empty"),
+            ("s/100", "it starts with `s` instead of a count"),
+            (
+                "100",
+                "no period; write `<count>/<period>` or `<count> per <period>`",
+            ),
+            (
+                "100 every s",
+                "expected `/` or `per` after the count, found `every`",
+            ),
+            ("100/", "the period has no unit; use ms, s, min, h or d"),
+            ("100/2", "the period has no unit"),
+            (
+                "100/x",
+                "invalid rate \"100/x\": unknown unit `x`; use ms, s, min, h or d",
+            ),
+            ("100/s/s", "unexpected `/s` after the period"),
+            ("100/s burst", "`burst` needs a number after it"),
+            (
+                "100/s burst x",
+                "expected the burst's number after `burst`, found `x`",
+            ),
+            (
+                "100/s 20",
+                "unexpected `20` after the period; only `burst <n>` may follow",
+            ),
+            ("100/s burst 2 x y", "unexpected `x y` after the period"),
+            ("100/s, burst 20", "unexpected ','"),
+            ("1.5/s", "unexpected '.'"),
+            ("-1/s", "unexpected '-'"),
+            (
+                "4294967296/s",
+                "`4294967296` is not a whole number from 0 to 4294967295",
+            ),
+            ("1__0/s", "`1__0` is not a whole number"),
+            ("10_/s", "`10_` is not a whole number"),
+        ];
+        for (text, expected) in cases {
+            let message = parse_err(text);
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn refuses_well_formed_rates_that_cannot_work() {
+        let invalid = |text: &str| {
+            let err = text.parse::<Rate>().expect_err(text);
+            (err.invalid_policy().cloned(), err.to_string())
+        };
+        let (kind, message) = invalid("0/s");
+        assert_eq!(kind, Some(InvalidPolicy::Zero { what: "count" }));
+        assert_eq!(
+            message,
+            "invalid rate: the count must be at least 1 (from \"0/s\")"
+        );
+        let (kind, _) = invalid("5/s burst 0");
+        assert_eq!(kind, Some(InvalidPolicy::Zero { what: "burst" }));
+        assert!(matches!(
+            invalid("1 per 0s").0,
+            Some(InvalidPolicy::Period { .. })
+        ));
+        assert!(matches!(
+            invalid("1 per 367d").0,
+            Some(InvalidPolicy::Period { .. })
+        ));
+        // The largest multiple of the largest unit does not overflow.
+        assert!(matches!(
+            invalid("1 per 4294967295d").0,
+            Some(InvalidPolicy::Period { .. })
+        ));
+        assert!(matches!(
+            invalid("1001/ms").0,
+            Some(InvalidPolicy::TooFast { .. })
+        ));
+        assert!(matches!(
+            invalid("1/d burst 1000").0,
+            Some(InvalidPolicy::BurstTooLong { .. })
+        ));
+        assert_eq!(
+            "100/x"
+                .parse::<Rate>()
+                .expect_err("bad unit")
+                .invalid_policy(),
+            None
+        );
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn serialises_as_its_text() {
+        let rate = Rate::per_second(100)
+            .and_then(|r| r.burst(20))
+            .expect("valid");
+        let json = serde_json::to_string(&rate).expect("serialise");
+        assert_eq!(json, "\"100/s burst 20\"");
+        assert_eq!(
+            serde_json::from_str::<Rate>(&json).expect("round trip"),
+            rate
+        );
+
+        let message = |json: &str| {
+            serde_json::from_str::<Rate>(json)
+                .expect_err(json)
+                .to_string()
+        };
+        assert!(
+            message("\"100/x\"").starts_with("invalid rate \"100/x\": unknown unit `x`"),
+            "{}",
+            message("\"100/x\"")
+        );
+        assert!(message("100").starts_with(
+            "invalid type: integer `100`, expected a rate as text, such as \"100/s burst 20\""
+        ));
+        assert!(message("\"0/s\"").contains("the count must be at least 1"));
     }
 }

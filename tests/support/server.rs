@@ -12,6 +12,7 @@ use std::io::{self, BufRead, BufReader, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +23,11 @@ const REDIS_SERVER: &str = "redis-server";
 const NOT_FOUND_HELP: &str = "redis-server not found on PATH: install it with \
      `sudo apt-get install -y redis-server` (Debian/Ubuntu) or run ./scripts/test.sh, \
      which installs it";
+
+/// The oldest `redis-server` the harness runs, as (major, minor). It starts every server with
+/// `--enable-debug-command`, which Redis 7.0 introduced: an older server would exit with
+/// "Bad directive or wrong number of arguments". (The library itself supports Redis 6.2.)
+const MIN_VERSION: (u32, u32) = (7, 0);
 
 /// How long [`RedisServer::start`] / [`RedisServer::restart`] wait for `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,10 +127,12 @@ impl RedisServerBuilder {
     ///
     /// # Panics
     ///
-    /// If `redis-server` is not on `PATH`, if it exits for another reason
-    /// than a port clash (e.g. bad config; the panic message includes its log),
-    /// or if it does not answer in time.
+    /// If `redis-server` is not on `PATH` or is older than 7.0 (see
+    /// [`require_supported_version`]), if it exits for another reason than a
+    /// port clash (e.g. bad config; the panic message includes its log), or if
+    /// it does not answer in time.
     pub fn start(self) -> RedisServer {
+        require_supported_version();
         let dir = make_temp_dir();
         let mut last_failure = String::new();
         for _ in 0..PORT_ATTEMPTS {
@@ -503,6 +511,63 @@ impl Drop for StoppedGuard<'_> {
             self.server.cont_process();
         }
     }
+}
+
+/// Panics unless `redis-server --version` reports at least 7.0, with a message
+/// that says which version was found and how to get a newer one.
+///
+/// Runs `redis-server --version` once per process; later calls repeat the
+/// first verdict. [`RedisServerBuilder::start`] calls it before spawning
+/// anything; call it first in any other harness that starts `redis-server`.
+pub fn require_supported_version() {
+    static VERDICT: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Err(message) = VERDICT.get_or_init(check_version) {
+        panic!("{message}");
+    }
+}
+
+/// Runs `redis-server --version` and compares it with [`MIN_VERSION`].
+fn check_version() -> Result<(), String> {
+    let output = match Command::new(REDIS_SERVER)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(output) => output,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NOT_FOUND_HELP.to_owned()),
+        Err(e) => return Err(format!("failed to run `{REDIS_SERVER} --version`: {e}")),
+    };
+    let banner = String::from_utf8_lossy(&output.stdout);
+    let banner = banner.trim();
+    let Some((found, version)) = parse_version(banner) else {
+        return Err(format!(
+            "cannot read the version of {REDIS_SERVER} from `{REDIS_SERVER} --version`, \
+             which printed {banner:?} ({})",
+            output.status
+        ));
+    };
+    if version < MIN_VERSION {
+        let (major, minor) = MIN_VERSION;
+        return Err(format!(
+            "the test harness needs redis-server ≥ {major}.{minor}, found {found}: it starts \
+             servers with --enable-debug-command, new in Redis 7.0. Install a newer one \
+             (`./scripts/test.sh --check-only` says how) or put one first on PATH"
+        ));
+    }
+    Ok(())
+}
+
+/// The version in a `redis-server --version` banner (`Redis server v=7.0.15
+/// sha=...`; Valkey prints `Valkey server v=8.0.1 ...`): the text after `v=`
+/// and its (major, minor).
+fn parse_version(banner: &str) -> Option<(&str, (u32, u32))> {
+    let found = banner
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))?;
+    let mut parts = found.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((found, (major, minor)))
 }
 
 /// Sends `sig` to `pid`, panicking on failure.
