@@ -12,6 +12,7 @@
 pub mod __private;
 mod client;
 mod error;
+pub mod http;
 mod inspect;
 mod keys;
 mod lock;

@@ -1,8 +1,10 @@
 //! The client's IP address as a rate-limit subject: the connection's peer, or, behind proxies
 //! you trust, the address they forwarded.
 //!
-//! [`ClientIp`] reads the peer from axum's [`ConnectInfo<SocketAddr>`] (serve the router with
-//! `into_make_service_with_connect_info::<SocketAddr>()`). It believes `X-Forwarded-For` or
+//! [`ClientIp`] reads the peer from axum's `ConnectInfo<SocketAddr>` (serve the router with
+//! `into_make_service_with_connect_info::<SocketAddr>()`), or, without axum (or when a server
+//! of your own puts it there), from a plain [`SocketAddr`] in the request's extensions: one
+//! `request.extensions_mut().insert(peer)` per request in your accept loop. It believes `X-Forwarded-For` or
 //! `Forwarded` (RFC 7239) only when the peer is one of the [`Cidr`]s you configured as
 //! trusted, and then walks the header **right to left**: each hop was appended by the proxy to
 //! its right, so the walk skips trusted proxies and stops at the first address that is not
@@ -21,8 +23,9 @@
 //! Nothing here panics on hostile input: huge, repeated, empty or garbage headers, bytes that
 //! are not text, ports, brackets, IPv6 zones and obfuscated identifiers are all handled, and
 //! the walk stops after [`MAX_HOPS`] hops. The key is [absent](crate::extract::Extracted::Absent)
-//! only when the request has no [`ConnectInfo<SocketAddr>`]; it is never invalid (at worst it
-//! is the trusted peer's own address).
+//! only when the request carries no peer address; it is never invalid (at worst it is the
+//! trusted peer's own address). A layer logs a hint at `debug` level when that happens, since
+//! it almost always means the server was started without `ConnectInfo`.
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -52,12 +55,12 @@
 //! ```
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use axum::extract::ConnectInfo;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, header};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Request, header};
+use ipnet::{IpNet, Ipv4Net};
 
 use crate::config_error::ConfigError;
 use crate::extract::{ExtractKey, Extracted};
@@ -67,11 +70,14 @@ pub const MAX_HOPS: usize = 32;
 
 /// An IP network in CIDR notation: `10.0.0.0/8`, `2001:db8::/32`, or one address
 /// (`192.0.2.1`, meaning /32 or /128). Host bits are cleared, so `10.1.2.3/8` is `10.0.0.0/8`.
+///
+/// A thin layer over [`ipnet::IpNet`], which does the parsing and the masking (convert with
+/// `From` either way). What this type adds is ours: a bare address is a network of one, host
+/// bits are cleared rather than kept, and an IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, what
+/// a dual-stack socket reports for an IPv4 peer) belongs to the IPv4 network, since it is the
+/// same client. `IpNet` itself tells the two families apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 /// A string that is not an address or CIDR network.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -85,26 +91,47 @@ impl Cidr {
     /// than the address (32 for IPv4, 128 for IPv6).
     #[must_use]
     pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
-        let network = truncate(addr, prefix)?;
-        Some(Self { network, prefix })
+        IpNet::new(addr, prefix).ok().map(Self::from)
     }
 
     /// The network address.
     #[must_use]
     pub fn network(&self) -> IpAddr {
-        self.network
+        self.0.network()
     }
 
     /// The prefix length.
     #[must_use]
     pub fn prefix(&self) -> u8 {
-        self.prefix
+        self.0.prefix_len()
     }
 
     /// Whether `ip` is inside this network. IPv4-mapped IPv6 addresses match IPv4 networks.
     #[must_use]
     pub fn contains(&self, ip: IpAddr) -> bool {
-        truncate(ip.to_canonical(), self.prefix) == Some(self.network)
+        self.0.contains(&ip.to_canonical())
+    }
+}
+
+/// The network `net` names, host bits cleared; an IPv4-mapped IPv6 network of at least 96
+/// bits becomes the IPv4 network it maps.
+impl From<IpNet> for Cidr {
+    fn from(net: IpNet) -> Self {
+        let net = net.trunc();
+        match net {
+            IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+                Some(v4) => Ipv4Net::new(v4, v6.prefix_len() - 96)
+                    .map_or(Self(net), |v4| Self(IpNet::V4(v4))),
+                None => Self(net),
+            },
+            other => Self(other),
+        }
+    }
+}
+
+impl From<Cidr> for IpNet {
+    fn from(cidr: Cidr) -> Self {
+        cidr.0
     }
 }
 
@@ -115,43 +142,19 @@ impl FromStr for Cidr {
         let invalid = || InvalidCidr {
             text: text.to_owned(),
         };
-        let (addr, prefix) = match text.trim().split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (text.trim(), None),
+        let trimmed = text.trim();
+        let net = if trimmed.contains('/') {
+            IpNet::from_str(trimmed).map_err(|_| invalid())?
+        } else {
+            IpNet::from(IpAddr::from_str(trimmed).map_err(|_| invalid())?)
         };
-        let addr = IpAddr::from_str(addr)
-            .map_err(|_| invalid())?
-            .to_canonical();
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
-                p.parse::<u8>().map_err(|_| invalid())?
-            }
-            Some(_) => return Err(invalid()),
-            None => max,
-        };
-        Self::new(addr, prefix).ok_or_else(invalid)
+        Ok(Self::from(net))
     }
 }
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
-    }
-}
-
-/// `addr` with all but its first `prefix` bits cleared; `None` if `prefix` is too long.
-fn truncate(addr: IpAddr, prefix: u8) -> Option<IpAddr> {
-    match addr {
-        IpAddr::V4(v4) if prefix <= 32 => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask)))
-        }
-        IpAddr::V6(v6) if prefix <= 128 => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            Some(IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask)))
-        }
-        _ => None,
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -169,7 +172,7 @@ pub enum ForwardedHeader {
 
 /// Extracts the client's IP address (grouped into a network, see the
 /// [module docs](self)) as the request's key; [absent](Extracted::Absent) when the request
-/// has no [`ConnectInfo<SocketAddr>`].
+/// carries no peer address (see [`peer_addr`]).
 #[derive(Clone, Debug)]
 pub struct ClientIp {
     trusted: Arc<[Cidr]>,
@@ -260,9 +263,10 @@ impl ClientIp {
         self.trusted.iter().any(|c| c.contains(ip))
     }
 
-    /// The client's address (not grouped), or `None` without [`ConnectInfo<SocketAddr>`].
+    /// The client's address (not grouped), or `None` when the request carries no peer
+    /// address (see [`peer_addr`]).
     pub fn client_ip<B>(&self, request: &Request<B>) -> Option<IpAddr> {
-        let ConnectInfo(peer) = request.extensions().get::<ConnectInfo<SocketAddr>>()?;
+        let peer = peer_addr(request.extensions())?;
         Some(self.resolve(peer.ip().to_canonical(), request.headers()))
     }
 
@@ -330,6 +334,32 @@ impl<B> ExtractKey<B> for ClientIp {
     fn extract_key(&self, request: &Request<B>) -> Extracted {
         self.client_ip(request).map(|ip| self.group(ip)).into()
     }
+
+    fn absent_hint(&self) -> Option<&'static str> {
+        Some(ABSENT_HINT)
+    }
+}
+
+#[cfg(feature = "axum")]
+const ABSENT_HINT: &str = "ClientIp found no peer address: serve the router with \
+     `into_make_service_with_connect_info::<SocketAddr>()`, or put the peer's `SocketAddr` in \
+     the request's extensions";
+#[cfg(not(feature = "axum"))]
+const ABSENT_HINT: &str = "ClientIp found no peer address: put the peer's `SocketAddr` in the \
+     request's extensions";
+
+/// The connection's peer address as the request carries it: axum's
+/// `ConnectInfo<SocketAddr>` (feature `axum`), else a bare [`SocketAddr`] extension, which any
+/// server can insert.
+#[must_use]
+pub fn peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(peer)) =
+        extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*peer);
+    }
+    extensions.get::<SocketAddr>().copied()
 }
 
 /// The `for` parameter of one `Forwarded` element (`for=192.0.2.1;proto=https`), unquoted.
@@ -380,6 +410,15 @@ mod tests {
         assert!(cidr("0.0.0.0/0").contains("8.8.8.8".parse().expect("ip")));
         assert!(!cidr("0.0.0.0/0").contains("::1".parse().expect("ip")));
         assert!(cidr("::/0").contains("2001:db8::1".parse().expect("ip")));
+        // Through ipnet and back; IPv4-mapped networks are the IPv4 networks they map.
+        let mapped: IpNet = "::ffff:10.1.0.0/104".parse().expect("ipnet");
+        assert_eq!(Cidr::from(mapped), cidr("10.0.0.0/8"));
+        assert_eq!(cidr("::ffff:192.0.2.7"), cidr("192.0.2.7/32"));
+        assert_eq!(
+            IpNet::from(cidr("2001:db8::1/32")),
+            "2001:db8::/32".parse::<IpNet>().expect("ipnet")
+        );
+        assert_eq!(cidr(" 10.0.0.0/8 ").prefix(), 8);
         for bad in [
             "",
             "10.0.0.0/33",
@@ -388,6 +427,8 @@ mod tests {
             "10.0.0.0/-1",
             "x/8",
             "10.0.0/8",
+            "10.0.0.0/8/8",
+            "10.0.0.0 /8",
         ] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad:?}");
         }

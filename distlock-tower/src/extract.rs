@@ -21,9 +21,9 @@
 //! | a closure `Fn(&Request<B>) -> R`, `R` an `Option<String>`, `String` or [`Extracted`] | whatever it returns | `None` | an [`Extracted::Invalid`] it returns |
 //! | [`Header`] | the value of one header, trimmed | no such header | given more than once, empty, not visible ASCII, over [`MAX_KEY_LEN`] |
 //! | [`PathSegment`] | one segment of the URI path, percent-decoded | the path has fewer segments | empty, not UTF-8 once decoded, over [`MAX_KEY_LEN`] |
-//! | [`MatchedPath`] | axum's matched route template, e.g. `/orders/{id}` | outside a router, or on the fallback | never |
+//! | `MatchedPath` (feature `axum`) | axum's matched route template, e.g. `/orders/{id}` | outside a router, or on the fallback | never |
 //! | [`Prefixed`] | another extractor's key behind a fixed prefix | when the inner one is | when the inner one is |
-//! | [`ClientIp`](crate::client_ip::ClientIp) | the client's address (network) | no `ConnectInfo` | never |
+//! | [`ClientIp`](crate::client_ip::ClientIp) | the client's address (network) | no peer address (`ConnectInfo`, or a `SocketAddr` extension) | never |
 //!
 //! Values taken from the request are bounded by [`MAX_KEY_LEN`] bytes and must be text, so a
 //! hostile client cannot make the layer build huge keys. Since an absent key is something
@@ -216,6 +216,14 @@ pub trait ExtractKey<B>: Clone + Send + Sync + 'static {
     ///
     /// Called once per request, before the inner service; it must not block.
     fn extract_key(&self, request: &Request<B>) -> Extracted;
+
+    /// What usually makes this extractor answer [`Extracted::Absent`], for the layer's debug
+    /// event about a request without a key: a fix for a deployment mistake rather than a
+    /// client's, such as [`ClientIp`](crate::client_ip::ClientIp)'s missing peer address.
+    /// `None` (the default) when absence is the client's doing, as a header left out.
+    fn absent_hint(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 impl<B, F, R> ExtractKey<B> for F
@@ -306,41 +314,13 @@ impl<B> ExtractKey<B> for PathSegment {
         if raw.len() > 3 * MAX_KEY_LEN {
             return InvalidKey::TooLong.into();
         }
-        let decoded = percent_decode(raw);
+        // Which segment is the key, and the bounds above, are ours; the decoding is RFC 3986's,
+        // which `percent-encoding` does as axum's `Path` does: a malformed escape stays as it is.
+        let decoded: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
         if decoded.len() > MAX_KEY_LEN {
             return InvalidKey::TooLong.into();
         }
         String::from_utf8(decoded).map_or(InvalidKey::NotText.into(), Extracted::Key)
-    }
-}
-
-/// Decodes `%XX` escapes; anything else, including a `%` not followed by two hex digits, is
-/// kept as it is.
-fn percent_decode(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hi) = bytes.get(i + 1).and_then(|b| hex_value(*b))
-            && let Some(lo) = bytes.get(i + 2).and_then(|b| hex_value(*b))
-        {
-            out.push(hi << 4 | lo);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
-fn hex_value(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 
@@ -351,9 +331,12 @@ fn hex_value(b: u8) -> Option<u8> {
 /// it calls a route's layers (both `Router::layer` and `Router::route_layer`).
 /// [Absent](Extracted::Absent) when the layer runs outside a router, or on the fallback;
 /// never invalid (the template is the application's, not the client's).
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MatchedPath;
 
+#[cfg(feature = "axum")]
 impl<B> ExtractKey<B> for MatchedPath {
     fn extract_key(&self, request: &Request<B>) -> Extracted {
         request
@@ -404,6 +387,10 @@ impl<B, K: ExtractKey<B>> ExtractKey<B> for Prefixed<K> {
             out.push_str(&key);
             out
         })
+    }
+
+    fn absent_hint(&self) -> Option<&'static str> {
+        self.inner.absent_hint()
     }
 }
 
@@ -629,6 +616,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn matched_path_outside_a_router_is_absent() {
         assert_eq!(
@@ -637,6 +625,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "axum")]
     #[tokio::test]
     async fn matched_path_is_the_route_template() {
         use axum::Router;

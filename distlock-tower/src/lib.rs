@@ -1,17 +1,113 @@
 //! Tower layers for `distlock`, for axum routers and any other tower stack over `http` types.
 //!
-//! * [`lock`]: [`LockLayer`] runs each request under a distributed lock named by its key,
-//!   held until the response body has been sent; handlers read the lease through [`HeldLock`].
 //! * [`rate_limit`]: [`RateLimitLayer`] checks each request against a distributed rate
 //!   limiter under its key, answering `429` with `Retry-After` and the IETF `RateLimit`
 //!   fields when it is over.
+//! * [`lock`]: [`LockLayer`] runs each request under a distributed lock named by its key,
+//!   held until the response body has been sent; handlers read the lease through [`HeldLock`].
 //! * [`extract`]: which key a request belongs to ([`ExtractKey`] and the provided extractors),
 //!   shared by every layer of this crate; [`client_ip`] adds the client's IP address, behind
 //!   trusted proxies too.
+//! * [`refusal`]: the responses the layers make themselves (`429`, `423`, `503`, `400`), and
+//!   how to make them your own, RFC 9457 problem documents included.
+//!
+//! # Example: a rate limit per authenticated user
+//!
+//! An authentication layer finds the user and puts it in the request's extensions; the rate
+//! limiter, inside it, keys each request by that user. Layers added with `Router::layer` run
+//! outside in: the last one added sees the request first.
+//!
+//! ```
+//! use axum::{Router, body::Body, extract::Request, middleware::{self, Next}, routing::get};
+//! use axum::response::{IntoResponse, Response};
+//! use distlock::ratelimit::{Policy, Rate};
+//! use distlock_tower::RateLimitLayer;
+//! use http::StatusCode;
+//! use tower::ServiceExt;
+//!
+//! /// Who sent the request, as the authentication layer found it.
+//! #[derive(Clone)]
+//! struct UserId(String);
+//!
+//! /// A stand-in for real authentication: `Authorization: Bearer <user>`.
+//! async fn authenticate(mut request: Request, next: Next) -> Response {
+//!     let user = request
+//!         .headers()
+//!         .get("authorization")
+//!         .and_then(|value| value.to_str().ok())
+//!         .and_then(|value| value.strip_prefix("Bearer "))
+//!         .map(|user| UserId(user.to_owned()));
+//!     let Some(user) = user else {
+//!         return StatusCode::UNAUTHORIZED.into_response();
+//!     };
+//!     request.extensions_mut().insert(user);
+//!     next.run(request).await
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // `Client::connect("redis://...")` in production, shared by every replica.
+//! let client = distlock::Client::in_memory();
+//! let per_user = client.rate_limiter(Policy::gcra("per-user", Rate::per_minute(60)?.burst(2)?)?);
+//!
+//! // The key: the user the authentication layer found. Absent (so `400`) only if that layer
+//! // did not run, which is a wiring mistake the tests below would catch.
+//! let user_key = |request: &Request| {
+//!     request.extensions().get::<UserId>().map(|user| format!("user:{}", user.0))
+//! };
+//!
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(per_user, user_key))
+//!     .layer(middleware::from_fn(authenticate));
+//!
+//! let as_user = |user: &str| {
+//!     Request::get("/").header("authorization", format!("Bearer {user}")).body(Body::empty())
+//! };
+//! for _ in 0..2 {
+//!     assert_eq!(app.clone().oneshot(as_user("alice")?).await?.status(), StatusCode::OK);
+//! }
+//! let refused = app.clone().oneshot(as_user("alice")?).await?;
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()["retry-after"], "1");
+//!
+//! // Another user has a budget of their own; an anonymous request never reaches the limiter.
+//! assert_eq!(app.clone().oneshot(as_user("bob")?).await?.status(), StatusCode::OK);
+//! let anonymous = Request::get("/").body(Body::empty())?;
+//! assert_eq!(app.oneshot(anonymous).await?.status(), StatusCode::UNAUTHORIZED);
+//! # Ok(()) }
+//! ```
+//!
+//! # Responses, errors and what outer layers see
+//!
+//! The layers answer with responses, never errors: `Service::Error` is the inner service's,
+//! so an axum router (whose services are infallible) needs no `HandleErrorLayer` for them, and
+//! a store that cannot answer becomes a `503` (or, for the rate limiter, whatever its outage
+//! policy says). A layer's own answers are made by its [`MakeRefusal`] (see [`refusal`]) and
+//! carry their [`Refusal`] in the response's extensions; responses the rate limiter let
+//! through carry its [`Checks`](rate_limit::Checks) (subject, policy, and whether the store,
+//! the deny cache or the outage policy decided), and those made under a lock the
+//! [`HeldLock`]. Every refusal is a `debug` event of target `distlock_tower`.
+//!
+//! A handler that calls the runtime API itself can return `distlock::LockError` and
+//! `distlock::RateLimitError`: with this crate's `axum` feature they implement
+//! `IntoResponse` (distlock's own `axum` feature), with the statuses and `Retry-After` the
+//! layers send (see `distlock::http`).
+//!
+//! # Features
+//!
+//! * `axum` (default): the axum-specific parts: the [`MatchedPath`](extract::MatchedPath)
+//!   extractor and per-route limiters ([`RateLimitLayer::route`]), axum's `ConnectInfo` as
+//!   [`ClientIp`](client_ip::ClientIp)'s peer address, the [`HeldLock`] extractor, and
+//!   `IntoResponse` for distlock's errors. Without it the crate depends on `http` and `tower`
+//!   only, as tower-http does, and works in any tower stack over `http` types.
+//!
+//! # Configuration mistakes
 //!
 //! Builders panic on a setting they cannot work with (documented under `# Panics`), so a
 //! misconfigured router stops the process where it is built; each such method has a checked
 //! twin (`try_ttl`, `try_cost`, ...) that returns a [`ConfigError`] instead.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -21,9 +117,11 @@ pub mod extract;
 pub mod lock;
 pub mod rate_limit;
 mod readiness;
+pub mod refusal;
 mod retry_after;
 
 pub use config_error::ConfigError;
 pub use extract::{ExtractKey, Extracted, MissingKey};
 pub use lock::{HeldLock, LockLayer};
 pub use rate_limit::RateLimitLayer;
+pub use refusal::{MakeRefusal, Refusal};

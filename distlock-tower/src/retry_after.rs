@@ -1,18 +1,21 @@
 //! `Retry-After`, shared by both layers: whole seconds, rounded up, never 0 (a client told
-//! "0" would retry at once and be refused again).
+//! "0" would retry at once and be refused again). The rounding is the runtime's
+//! ([`distlock::http::retry_after_secs`]), so a handler that answers from a `LockError` and
+//! a layer that answers for it send the same value.
 
 use std::time::Duration;
 
 use http::HeaderValue;
 
-/// Whole seconds, rounded up; saturates instead of overflowing.
+/// Whole seconds, rounded up; saturates instead of overflowing. Zero stays zero: this is for
+/// figures such as `t` of the `RateLimit` field, where 0 means "full now".
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The `Retry-After` value for a wait of `wait`.
 pub(crate) fn header(wait: Duration) -> HeaderValue {
-    HeaderValue::from(ceil_secs(wait).max(1))
+    HeaderValue::from(distlock::http::retry_after_secs(wait))
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ pin_project! {
     /// read the whole response and sends its next request at once finds the lock free. Until
     /// then [`is_end_stream`](Body::is_end_stream) says `false`. A body dropped early (client
     /// gone) releases the lease in the background. Refusals made by the layer itself (423,
-    /// 503...) use this type too, with a short text and no lease.
+    /// 503...) use this type too, with the body its
+    /// [`MakeRefusal`](crate::refusal::MakeRefusal) wrote and no lease.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -227,10 +228,10 @@ fn spawn_release(lease: Lease) -> Option<JoinHandle<()>> {
         match lease.release().await {
             Ok(ReleaseOutcome::Released) => {}
             Ok(outcome) => {
-                tracing::warn!(lock = %name, fence, ?outcome, "distlock-tower: the lock was no longer held when the response ended");
+                tracing::warn!(lock = %name, fence, ?outcome, "the lock was no longer held when the response ended");
             }
             Err(err) => {
-                tracing::warn!(lock = %name, fence, error = %err, "distlock-tower: release failed; the lock expires after its ttl");
+                tracing::warn!(lock = %name, fence, error = %err, "release failed; the lock expires after its ttl");
             }
         }
     }))

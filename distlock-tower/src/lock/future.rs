@@ -7,18 +7,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use distlock::{Lease, LockBuilder, LockError};
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{Request, Response};
 use http_body::Body;
 use tower::Service;
 
 use super::HeldLock;
 use super::body::{self, ResponseBody};
 use super::layer::Config;
-use crate::extract::InvalidKey;
 use crate::readiness::InnerService;
-
-/// `Retry-After` of a `503` (store unavailable, lease lost).
-const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
+use crate::refusal::{MakeRefusal, Refusal};
 
 type BoxedFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
@@ -51,8 +48,8 @@ where
     }
 
     /// A refusal decided in `call`, without calling the inner service.
-    pub(crate) fn refused(refusal: &Refusal, config: &Config) -> Self {
-        let response = refusal.response(config);
+    pub(crate) fn refused<R: MakeRefusal>(refusal: Refusal, config: &Config<R>) -> Self {
+        let response = refuse(refusal, config);
         Self::locked(async move { Ok(response) })
     }
 
@@ -82,14 +79,15 @@ impl<B, E> Future for ResponseFuture<B, E> {
 ///
 /// The handler (readying included) is raced against the lease's lost signal; the lease then
 /// moves into the response body, which releases it once the body is done (or dropped).
-pub(crate) async fn run_locked<S, ReqBody, ResBody>(
+pub(crate) async fn run_locked<S, R, ReqBody, ResBody>(
     readied: S,
     mut request: Request<ReqBody>,
     key: String,
-    config: Arc<Config>,
+    config: Arc<Config<R>>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    R: MakeRefusal,
     ResBody: Body<Data = Bytes>,
 {
     let mut inner = InnerService::Ready(readied);
@@ -100,23 +98,25 @@ where
     }
     let lease = match acquire(&config, &key).await {
         Ok(lease) => lease,
-        Err(refusal) => return Ok(refusal.response(&config)),
+        Err(refusal) => return Ok(refuse(refusal, &config)),
     };
     let handle = lease.handle();
-    request
-        .extensions_mut()
-        .insert(HeldLock::new(handle.clone()));
+    let held = HeldLock::new(handle.clone());
+    request.extensions_mut().insert(held.clone());
     // Readying (if the readiness was given back) and the call both count as the handler.
     let handler = inner.call(request);
-    let response = tokio::select! {
+    let mut response = tokio::select! {
         // Loss wins a tie: a response finished after the loss was not made under the lock.
         biased;
         () = handle.lost() => {
-            tracing::warn!(lock = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "distlock-tower: lease lost while the handler ran; answering 503");
-            return Ok(Refusal::Lost.response(&config));
+            tracing::warn!(lock = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "lease lost while the handler ran");
+            return Ok(refuse(Refusal::lease_lost(&key), &config));
         }
         response = handler => response?,
     };
+    // For outer layers and logging: which lock, which fence. The handle outlives the lease
+    // (it reports the lease lost once released).
+    response.extensions_mut().insert(held);
     if response.body().is_end_stream() {
         // Nothing left to send: release before the head goes out, so a client that sends its
         // next request as soon as it has this response finds the lock free.
@@ -127,7 +127,7 @@ where
 }
 
 /// Acquires the lease, or says how to refuse the request.
-async fn acquire(config: &Config, key: &str) -> Result<Lease, Refusal> {
+async fn acquire<R>(config: &Config<R>, key: &str) -> Result<Lease, Refusal> {
     let builder = |wait: Duration| -> LockBuilder {
         let builder = config
             .client
@@ -147,102 +147,30 @@ async fn acquire(config: &Config, key: &str) -> Result<Lease, Refusal> {
         Err(LockError::Timeout { .. }) => builder(Duration::ZERO).acquire().await,
         other => other,
     };
-    result.map_err(|err| Refusal::from_error(key, err))
-}
-
-/// Why a request is answered by the layer instead of the inner service.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// Held by another request, free again within this long.
-    Busy(Duration),
-    /// The key extractor found no key.
-    NoKey,
-    /// The key extractor found a key the request carries, malformed.
-    MalformedKey(InvalidKey),
-    /// The key cannot be a lock name (empty, too long): the store refused it.
-    UnusableName,
-    /// The store failed or did not answer in time.
-    StoreUnavailable,
-    /// The lease was lost while the handler ran.
-    Lost,
-    /// A layer misconfiguration the builder did not catch.
-    Internal,
-}
-
-impl Refusal {
-    fn from_error(key: &str, err: LockError) -> Self {
-        match err {
-            LockError::Busy { retry_after, .. } => {
-                tracing::debug!(lock = %key, ?retry_after, "distlock-tower: lock busy");
-                Self::Busy(retry_after)
-            }
+    result.map_err(|err| {
+        match &err {
+            LockError::Busy { .. } | LockError::Timeout { .. } => {}
             LockError::InvalidName(err) => {
-                tracing::debug!(error = %err, "distlock-tower: request key is not a valid lock name");
-                Self::UnusableName
+                tracing::debug!(lock = %key, error = %err, "request key is not a valid lock name");
             }
             LockError::Store(err) => {
-                tracing::warn!(lock = %key, error = %err, "distlock-tower: lock store unavailable; answering 503");
-                Self::StoreUnavailable
+                tracing::warn!(lock = %key, error = %err, "lock store unavailable");
             }
-            err => {
-                tracing::error!(lock = %key, error = %err, "distlock-tower: cannot take the lock");
-                Self::Internal
-            }
+            err => tracing::error!(lock = %key, error = %err, "cannot take the lock"),
         }
-    }
+        Refusal::lock_error(key, err, config.busy_status.status_code())
+    })
+}
 
-    pub(crate) fn response<B>(&self, config: &Config) -> Response<ResponseBody<B>> {
-        let (status, text) = match self {
-            Self::Busy(_) => (
-                config.busy_status.status_code(),
-                Bytes::from_static(b"locked: another request holds this resource\n"),
-            ),
-            Self::NoKey => (
-                StatusCode::BAD_REQUEST,
-                Bytes::from_static(b"this request names no lock key\n"),
-            ),
-            Self::MalformedKey(why) => (
-                StatusCode::BAD_REQUEST,
-                Bytes::from(format!("this request's lock key is invalid: {why}\n")),
-            ),
-            Self::UnusableName => (
-                StatusCode::BAD_REQUEST,
-                Bytes::from_static(b"this request's lock key is invalid\n"),
-            ),
-            Self::StoreUnavailable => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Bytes::from_static(b"lock store unavailable, try again later\n"),
-            ),
-            Self::Lost => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Bytes::from_static(b"the lock was lost while handling this request\n"),
-            ),
-            Self::Internal => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                Bytes::from_static(b"lock error\n"),
-            ),
-        };
-        let mut response = Response::new(ResponseBody::message(text));
-        *response.status_mut() = status;
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        let retry_after = match self {
-            // The holder's remaining ttl, as the store reported it: the longest the lock can
-            // stay busy unless the holder renews it.
-            Self::Busy(retry_after) => Some(*retry_after),
-            // A store that failed or was too slow usually answers again within moments; a
-            // lost lease is free again, or held by whoever took it over (a retry then gets
-            // that holder's 423 and its ttl). One second, as the rate-limit layer's 503.
-            Self::StoreUnavailable | Self::Lost => Some(STORE_RETRY_AFTER),
-            Self::NoKey | Self::MalformedKey(_) | Self::UnusableName | Self::Internal => None,
-        };
-        if let Some(retry_after) = retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, crate::retry_after::header(retry_after));
-        }
-        response
-    }
+/// The response for `refusal`, made by the layer's [`MakeRefusal`].
+fn refuse<B, R: MakeRefusal>(refusal: Refusal, config: &Config<R>) -> Response<ResponseBody<B>> {
+    tracing::debug!(
+        lock = refusal.key(),
+        retry_after = refusal.retry_after_secs(),
+        status = refusal.status().as_u16(),
+        reason = refusal.reason().code(),
+        detail = %refusal.detail(),
+        "request refused"
+    );
+    refusal.respond(&config.refusal, ResponseBody::message)
 }

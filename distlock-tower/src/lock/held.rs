@@ -1,20 +1,19 @@
-use std::convert::Infallible;
 use std::ops::Deref;
 
-use axum::extract::{FromRequestParts, OptionalFromRequestParts};
-use axum::response::{IntoResponse, Response};
 use distlock::LeaseHandle;
-use http::StatusCode;
-use http::request::Parts;
 
 /// The lock a request holds, for its handler: fence, name, lost signal.
 ///
 /// [`Lock`](super::Lock) puts it in the request's extensions; in axum, take it as an argument
 /// (`lock: HeldLock`, or `Option<HeldLock>` on routes where requests without a key pass
-/// through unlocked). It dereferences to [`LeaseHandle`]: [`fence`](LeaseHandle::fence),
-/// [`lost`](LeaseHandle::lost), [`is_lost`](LeaseHandle::is_lost),
-/// [`ensure_held`](LeaseHandle::ensure_held). It cannot release the lock: the layer does that
-/// once the response has been sent.
+/// through unlocked; feature `axum`). It dereferences to [`LeaseHandle`]:
+/// [`fence`](LeaseHandle::fence), [`lost`](LeaseHandle::lost),
+/// [`is_lost`](LeaseHandle::is_lost), [`ensure_held`](LeaseHandle::ensure_held). It cannot
+/// release the lock: the layer does that once the response has been sent.
+///
+/// The layer puts it in the response's extensions too, so that outer layers and logging can
+/// see which lock (and which fence) a response was made under. By the time they look, the
+/// lock may already be released: [`is_lost`](LeaseHandle::is_lost) then says so.
 ///
 /// ```
 /// use distlock_tower::lock::HeldLock;
@@ -56,10 +55,15 @@ impl Deref for HeldLock {
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for HeldLock {
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for HeldLock {
     type Rejection = MissingHeldLock;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
         parts
             .extensions
             .get::<Self>()
@@ -68,11 +72,13 @@ impl<S: Send + Sync> FromRequestParts<S> for HeldLock {
     }
 }
 
-impl<S: Send + Sync> OptionalFromRequestParts<S> for HeldLock {
-    type Rejection = Infallible;
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl<S: Send + Sync> axum::extract::OptionalFromRequestParts<S> for HeldLock {
+    type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(
-        parts: &mut Parts,
+        parts: &mut http::request::Parts,
         _state: &S,
     ) -> Result<Option<Self>, Self::Rejection> {
         Ok(parts.extensions.get::<Self>().cloned())
@@ -94,8 +100,10 @@ impl std::fmt::Display for MissingHeldLock {
 
 impl std::error::Error for MissingHeldLock {}
 
-impl IntoResponse for MissingHeldLock {
-    fn into_response(self) -> Response {
-        (StatusCode::INTERNAL_SERVER_ERROR, self.to_string()).into_response()
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl axum::response::IntoResponse for MissingHeldLock {
+    fn into_response(self) -> axum::response::Response {
+        (http::StatusCode::INTERNAL_SERVER_ERROR, self.to_string()).into_response()
     }
 }

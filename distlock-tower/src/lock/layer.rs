@@ -7,6 +7,7 @@ use tower::Layer;
 use super::Lock;
 use crate::config_error::ConfigError;
 use crate::extract::MissingKey;
+use crate::refusal::{MakeRefusal, PlainText};
 
 /// The status of a request refused because another request holds its lock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,7 +31,7 @@ impl BusyStatus {
 
 /// The settings every service of one layer shares.
 #[derive(Clone, Debug)]
-pub(crate) struct Config {
+pub(crate) struct Config<R> {
     pub(crate) client: Client,
     pub(crate) ttl: Duration,
     pub(crate) wait: Duration,
@@ -38,6 +39,8 @@ pub(crate) struct Config {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) busy_status: BusyStatus,
     pub(crate) missing_key: MissingKey,
+    /// Makes the responses the layer answers itself.
+    pub(crate) refusal: R,
 }
 
 /// Applies the [`Lock`] middleware: each request takes a lock named by its key, held until
@@ -69,11 +72,13 @@ pub(crate) struct Config {
 /// );
 /// ```
 ///
-/// The [module docs](super) show the responses.
+/// `R` makes the responses the layer answers itself (`423`, `503`, `400`): [`PlainText`]
+/// unless you set another with [`refusal`](Self::refusal). The [module docs](super) show the
+/// responses.
 #[derive(Clone, Debug)]
 #[must_use = "a layer does nothing until it wraps a service"]
-pub struct LockLayer<K> {
-    config: Config,
+pub struct LockLayer<K, R = PlainText> {
+    config: Config<R>,
     extract: K,
 }
 
@@ -94,8 +99,45 @@ impl<K> LockLayer<K> {
                 max_hold: None,
                 busy_status: BusyStatus::default(),
                 missing_key: MissingKey::default(),
+                refusal: PlainText,
             },
             extract,
+        }
+    }
+}
+
+impl<K, R> LockLayer<K, R> {
+    /// Makes the responses the layer answers itself with `make`: a closure
+    /// `Fn(&Refusal) -> Response<B>`, [`ProblemDetails`](crate::refusal::ProblemDetails) for
+    /// RFC 9457 JSON, or your own [`MakeRefusal`]. The default, [`PlainText`], answers a short
+    /// `text/plain` sentence.
+    ///
+    /// Whatever `make` returns, the layer adds `Retry-After` if it is missing and the
+    /// [`Refusal`](crate::refusal::Refusal) to the response's extensions; see
+    /// [`refusal`](crate::refusal).
+    pub fn refusal<M: MakeRefusal>(self, make: M) -> LockLayer<K, M> {
+        let Config {
+            client,
+            ttl,
+            wait,
+            watchdog,
+            max_hold,
+            busy_status,
+            missing_key,
+            refusal: _,
+        } = self.config;
+        LockLayer {
+            config: Config {
+                client,
+                ttl,
+                wait,
+                watchdog,
+                max_hold,
+                busy_status,
+                missing_key,
+                refusal: make,
+            },
+            extract: self.extract,
         }
     }
 
@@ -183,8 +225,8 @@ impl<K> LockLayer<K> {
     }
 }
 
-impl<S, K: Clone> Layer<S> for LockLayer<K> {
-    type Service = Lock<S, K>;
+impl<S, K: Clone, R: Clone> Layer<S> for LockLayer<K, R> {
+    type Service = Lock<S, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Lock::new(inner, Arc::new(self.config.clone()), self.extract.clone())
@@ -195,8 +237,8 @@ impl<S, K: Clone> Layer<S> for LockLayer<K> {
 mod tests {
     use super::*;
 
-    fn layer() -> LockLayer<crate::extract::MatchedPath> {
-        LockLayer::new(Client::in_memory(), crate::extract::MatchedPath)
+    fn layer() -> LockLayer<crate::extract::PathSegment> {
+        LockLayer::new(Client::in_memory(), crate::extract::PathSegment(0))
     }
 
     #[test]

@@ -69,7 +69,12 @@
 //! # Responses of the layer itself
 //!
 //! The inner service's error type passes through untouched; everything the layer decides is
-//! a response with a short `text/plain` body:
+//! a response, by default with a short `text/plain` body.
+//! [`refusal`](LockLayer::refusal) makes those responses your own (a closure, or RFC 9457
+//! JSON with [`ProblemDetails`](crate::refusal::ProblemDetails)); see
+//! [`refusal`](crate::refusal). The statuses and `Retry-After` values are those of
+//! `distlock::http`, so a handler that takes a lock through the runtime API and returns its
+//! `LockError` (which implements axum's `IntoResponse`) answers a client as the layer does.
 //!
 //! | situation | response |
 //! |---|---|
@@ -80,6 +85,11 @@
 //! | the key cannot be a lock name (longer than [`distlock::MAX_NAME_LEN`]) | `400 Bad Request` |
 //! | the store is down or too slow | `503 Service Unavailable`, `Retry-After: 1`, after at most the client's response timeout |
 //! | the lease was lost while the handler ran | `503 Service Unavailable`, `Retry-After: 1` (see below) |
+//!
+//! A response made under the lock carries the [`HeldLock`] in its extensions (name, fence),
+//! and one the layer made itself its [`Refusal`](crate::refusal::Refusal), for outer layers
+//! and logging. Every refusal is logged as a `debug` event with the lock name and the
+//! `Retry-After`, and so is a request without a key.
 //!
 //! # When the lease is lost
 //!

@@ -6,10 +6,11 @@ use http::{Request, Response};
 use http_body::Body;
 use tower::Service;
 
-use super::future::{self, Refusal};
+use super::future;
 use super::layer::Config;
 use super::{ResponseBody, ResponseFuture};
 use crate::extract::{ExtractKey, Extracted, MissingKey};
+use crate::refusal::{MakeRefusal, PlainText, Refusal, RefusedBy};
 
 /// Middleware that runs each request under a distributed lock named by the request's key,
 /// held until the response body has been sent. Built by [`LockLayer`](super::LockLayer).
@@ -22,14 +23,14 @@ use crate::extract::{ExtractKey, Extracted, MissingKey};
 ///
 /// See the [module docs](super) for an example.
 #[derive(Clone, Debug)]
-pub struct Lock<S, K> {
+pub struct Lock<S, K, R = PlainText> {
     inner: S,
-    config: Arc<Config>,
+    config: Arc<Config<R>>,
     extract: K,
 }
 
-impl<S, K> Lock<S, K> {
-    pub(crate) fn new(inner: S, config: Arc<Config>, extract: K) -> Self {
+impl<S, K, R> Lock<S, K, R> {
+    pub(crate) fn new(inner: S, config: Arc<Config<R>>, extract: K) -> Self {
         Self {
             inner,
             config,
@@ -53,12 +54,13 @@ impl<S, K> Lock<S, K> {
     }
 }
 
-impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for Lock<S, K>
+impl<S, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for Lock<S, K, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     K: ExtractKey<ReqBody>,
+    R: MakeRefusal,
     ReqBody: Send + 'static,
     ResBody: Body<Data = Bytes> + Send + 'static,
 {
@@ -75,16 +77,25 @@ where
         let key = match self.extract.extract_key(&request) {
             Extracted::Key(key) => key,
             Extracted::Absent => {
+                let hint = self.extract.absent_hint();
                 return match self.config.missing_key {
-                    MissingKey::Allow => ResponseFuture::unlocked(self.inner.call(request)),
-                    MissingKey::Reject => ResponseFuture::refused(&Refusal::NoKey, &self.config),
+                    MissingKey::Allow => {
+                        tracing::debug!(hint, "request without a lock key; running it unlocked");
+                        ResponseFuture::unlocked(self.inner.call(request))
+                    }
+                    MissingKey::Reject => {
+                        tracing::debug!(hint, "request without a lock key; answering 400");
+                        ResponseFuture::refused(Refusal::missing_key(RefusedBy::Lock), &self.config)
+                    }
                 };
             }
             // Never unlocked, whatever `MissingKey` says: a request must not escape the lock
             // by sending its key header twice.
             Extracted::Invalid(why) => {
-                tracing::debug!(reason = %why, "distlock-tower: invalid lock key; answering 400");
-                return ResponseFuture::refused(&Refusal::MalformedKey(why), &self.config);
+                return ResponseFuture::refused(
+                    Refusal::invalid_key(RefusedBy::Lock, why),
+                    &self.config,
+                );
             }
         };
         // The inner service is called only after the lock is taken, in the future: take the

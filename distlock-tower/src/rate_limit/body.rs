@@ -7,7 +7,8 @@ use pin_project_lite::pin_project;
 
 pin_project! {
     /// Response body of [`RateLimit`](super::RateLimit): the inner service's body, or the
-    /// short `text/plain` message of a response the layer made itself (429, 503, 400).
+    /// body of a response the layer made itself (429, 503, 400), as its
+    /// [`MakeRefusal`](crate::refusal::MakeRefusal) wrote it.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,

@@ -7,16 +7,18 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use distlock::RateLimitError;
 use distlock::ratelimit::Decision;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{Request, Response};
 use http_body::Body;
 use tokio::time::Instant;
 use tower::Service;
 
 use super::ResponseBody;
-use super::headers::{self, describe};
+use super::checks::{Check, Checks};
+use super::headers::describe;
 use super::layer::{Config, Limiter};
 use crate::extract::{Extracted, MissingKey};
 use crate::readiness::InnerService;
+use crate::refusal::{MakeRefusal, Refusal, RefusedBy};
 
 type BoxedFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
@@ -58,15 +60,18 @@ impl<B, E> Future for ResponseFuture<B, E> {
 /// for it.
 ///
 /// `readied` is the inner service that the layer's `poll_ready` readied; it is given back
-/// (see [`InnerService`]) before the request sleeps in wait mode.
-pub(crate) async fn run<S, ReqBody, ResBody>(
+/// (see [`InnerService`]) before the request sleeps in wait mode. `hint` is the extractor's
+/// [`absent_hint`](crate::ExtractKey::absent_hint) when the key is absent.
+pub(crate) async fn run<S, R, ReqBody, ResBody>(
     readied: S,
     request: Request<ReqBody>,
     subject: Extracted,
-    config: Arc<Config>,
+    hint: Option<&'static str>,
+    config: Arc<Config<R>>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    R: MakeRefusal,
     ResBody: Body<Data = Bytes>,
 {
     let mut inner = InnerService::Ready(readied);
@@ -74,31 +79,37 @@ where
         Extracted::Key(subject) => subject,
         Extracted::Absent => {
             return match config.missing_key {
-                MissingKey::Allow => Ok(inner.call(request).await?.map(ResponseBody::inner)),
-                MissingKey::Reject => Ok(message(
-                    StatusCode::BAD_REQUEST,
-                    "this request has no rate-limit key\n",
-                )),
+                MissingKey::Allow => {
+                    tracing::debug!(
+                        hint,
+                        "request without a rate-limit key; passing it unmetered"
+                    );
+                    Ok(inner.call(request).await?.map(ResponseBody::inner))
+                }
+                MissingKey::Reject => {
+                    tracing::debug!(hint, "request without a rate-limit key; answering 400");
+                    Ok(refuse(
+                        Refusal::missing_key(RefusedBy::RateLimit),
+                        &config,
+                        None,
+                    ))
+                }
             };
         }
         // Never unmetered, whatever `MissingKey` says: a client must not escape its limit by
         // sending its key header twice.
         Extracted::Invalid(why) => {
-            tracing::debug!(reason = %why, "distlock-tower: invalid rate-limit key; answering 400");
-            return Ok(message(
-                StatusCode::BAD_REQUEST,
-                format!("this request's rate-limit key is invalid: {why}\n"),
+            return Ok(refuse(
+                Refusal::invalid_key(RefusedBy::RateLimit, why),
+                &config,
+                None,
             ));
         }
     };
-    let matched = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(axum::extract::MatchedPath::as_str);
-    let limiter = config.limiter_for(matched);
+    let limiter = config.limiter_for(matched_route(&request));
     let decision = match check(limiter, &subject, &config, &mut inner).await {
         Ok(decision) => decision,
-        Err(refusal) => return Ok(refusal),
+        Err(refusal) => return Ok(refuse(refusal, &config, Some(limiter))),
     };
     let mut response = inner.call(request).await?.map(ResponseBody::inner);
     describe(
@@ -107,18 +118,33 @@ where
         &limiter.policy_field,
         config.headers,
     );
+    Checks::record(response.extensions_mut(), Check::new(subject, decision));
     Ok(response)
 }
 
-/// The allowed decision, or the response refusing the request. Waits (and checks again)
-/// while the wait fits in the configured maximum, having given back the inner service's
-/// readiness first.
-async fn check<S: Clone, B>(
+/// The route template axum matched, which selects a per-route limiter.
+#[cfg(feature = "axum")]
+fn matched_route<B>(request: &Request<B>) -> Option<&str> {
+    request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(axum::extract::MatchedPath::as_str)
+}
+
+/// Without axum there are no per-route limiters.
+#[cfg(not(feature = "axum"))]
+fn matched_route<B>(_: &Request<B>) -> Option<&str> {
+    None
+}
+
+/// The allowed decision, or the refusal. Waits (and checks again) while the wait fits in the
+/// configured maximum, having given back the inner service's readiness first.
+async fn check<S: Clone, R>(
     limiter: &Limiter,
     subject: &str,
-    config: &Config,
+    config: &Config<R>,
     inner: &mut InnerService<S>,
-) -> Result<Decision, Response<ResponseBody<B>>> {
+) -> Result<Decision, Refusal> {
     let started = Instant::now();
     loop {
         match limiter.limiter.check_n(subject, config.cost).await {
@@ -131,59 +157,53 @@ async fn check<S: Clone, B>(
                     tokio::time::sleep(decision.retry_after).await;
                     continue;
                 }
-                return Err(too_many(&decision, limiter, config));
-            }
-            Err(RateLimitError::InvalidSubject(err)) => {
-                tracing::debug!(error = %err, "distlock-tower: unusable rate-limit key");
-                return Err(message(
-                    StatusCode::BAD_REQUEST,
-                    "this request's rate-limit key is unusable\n",
-                ));
+                return Err(Refusal::too_many_requests(subject, decision));
             }
             Err(err) => {
-                // The limiter fails closed: the store could not answer within its deadline.
-                tracing::warn!(error = %err, "distlock-tower: rate-limit store unavailable; answering 503");
-                let mut response = message(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "rate limiting is unavailable; try again shortly\n",
-                );
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(1));
-                return Err(response);
+                match &err {
+                    RateLimitError::InvalidSubject(_) => {
+                        tracing::debug!(subject, error = %err, "unusable rate-limit key");
+                    }
+                    // The limiter fails closed: the store could not answer within its deadline.
+                    RateLimitError::Store(_) | RateLimitError::Overloaded { .. } => {
+                        tracing::warn!(subject, error = %err, "rate-limit store unavailable");
+                    }
+                    _ => tracing::error!(subject, error = %err, "rate-limit check failed"),
+                }
+                return Err(Refusal::rate_limit_error(subject, err));
             }
         }
     }
 }
 
-/// `429 Too Many Requests` with `Retry-After` and the rate-limit fields.
-fn too_many<B>(
-    decision: &Decision,
-    limiter: &Limiter,
-    config: &Config,
+/// The response for `refusal`, made by the layer's [`MakeRefusal`]; a `429` also gets the
+/// rate-limit fields and its [`Check`] in the extensions.
+fn refuse<B, R: MakeRefusal>(
+    refusal: Refusal,
+    config: &Config<R>,
+    limiter: Option<&Limiter>,
 ) -> Response<ResponseBody<B>> {
-    let mut response = message(
-        StatusCode::TOO_MANY_REQUESTS,
-        format!(
-            "too many requests; retry in {} s\n",
-            headers::ceil_secs(decision.retry_after).max(1)
-        ),
+    let decision = refusal.decision().cloned();
+    tracing::debug!(
+        subject = refusal.key(),
+        policy = decision.as_ref().map(|d| &*d.policy),
+        origin = decision.as_ref().map(|d| tracing::field::debug(d.origin)),
+        retry_after = refusal.retry_after_secs(),
+        status = refusal.status().as_u16(),
+        reason = refusal.reason().code(),
+        detail = %refusal.detail(),
+        "request refused"
     );
-    let headers = response.headers_mut();
-    headers.insert(
-        header::RETRY_AFTER,
-        headers::retry_after(decision.retry_after),
-    );
-    describe(headers, decision, &limiter.policy_field, config.headers);
-    response
-}
-
-fn message<B>(status: StatusCode, text: impl Into<Bytes>) -> Response<ResponseBody<B>> {
-    let mut response = Response::new(ResponseBody::message(text));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    let subject = refusal.key().map(str::to_owned);
+    let mut response = refusal.respond(&config.refusal, ResponseBody::message);
+    if let (Some(decision), Some(limiter), Some(subject)) = (decision, limiter, subject) {
+        describe(
+            response.headers_mut(),
+            &decision,
+            &limiter.policy_field,
+            config.headers,
+        );
+        Checks::record(response.extensions_mut(), Check::new(subject, decision));
+    }
     response
 }

@@ -16,6 +16,7 @@
 
 use distlock::ratelimit::{Decision, Policy};
 use http::{HeaderMap, HeaderName, HeaderValue};
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -28,41 +29,60 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 /// `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-pub(crate) use crate::retry_after::{ceil_secs, header as retry_after};
+use crate::retry_after::ceil_secs;
 
-/// `RateLimit-Policy` for a limiter's policies. Names are restricted to `[A-Za-z0-9._-]`,
-/// so they are valid sf-strings as they are.
+/// `RateLimit-Policy` for a limiter's policies.
 pub(crate) fn policy_field(policies: &[Policy]) -> HeaderValue {
-    let items: Vec<String> = policies
-        .iter()
-        .map(|p| {
-            format!(
-                "\"{}\";q={};w={}",
-                p.name(),
-                p.limit(),
-                ceil_secs(p.window()).max(1)
-            )
-        })
-        .collect();
-    // Only ASCII digits, names of [A-Za-z0-9._-], quotes, `;`, `=` and `,`.
-    HeaderValue::from_str(&items.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))
+    let mut list = ListSerializer::new();
+    for p in policies {
+        member(
+            &mut list,
+            p.name(),
+            [
+                ("q", u64::from(p.limit())),
+                ("w", ceil_secs(p.window()).max(1)),
+            ],
+        );
+    }
+    field_value(list)
 }
 
 /// `RateLimit` for a decision.
 pub(crate) fn ratelimit_field(decision: &Decision) -> HeaderValue {
-    let items: Vec<String> = decision
-        .policies
-        .iter()
-        .map(|p| {
-            format!(
-                "\"{}\";r={};t={}",
-                p.policy,
-                p.remaining,
-                ceil_secs(p.reset_after)
-            )
-        })
-        .collect();
-    HeaderValue::from_str(&items.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))
+    let mut list = ListSerializer::new();
+    for p in &decision.policies {
+        member(
+            &mut list,
+            &p.policy,
+            [("r", p.remaining), ("t", ceil_secs(p.reset_after))],
+        );
+    }
+    field_value(list)
+}
+
+/// One member of a rate-limit List: the policy's name as an sf-string, with integer
+/// parameters. Names are `[A-Za-z0-9._-]` (the runtime refuses others), always valid
+/// sf-strings; a figure above the largest sf-integer (10^15 - 1) is sent as that.
+fn member<const N: usize>(
+    list: &mut ListSerializer<String>,
+    name: &str,
+    params: [(&'static str, u64); N],
+) {
+    let Ok(name) = StringRef::from_str(name) else {
+        return;
+    };
+    let mut item = list.bare_item(name);
+    for (key, value) in params {
+        let value = Integer::try_from(value).unwrap_or(Integer::MAX);
+        item = item.parameter(KeyRef::constant(key), value);
+    }
+}
+
+/// The serialised List as a field value; an empty one when there are no members.
+fn field_value(list: ListSerializer<String>) -> HeaderValue {
+    list.finish()
+        .and_then(|text| HeaderValue::from_str(&text).ok())
+        .unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
 /// Adds the fields that describe `decision` (nothing of the kind for a fail-open pass,
@@ -103,6 +123,10 @@ pub(crate) fn describe(
 /// HTTP combines the lines of a list field by joining them with `,` (RFC 9110, section 5.3),
 /// and so do sf-list parsers (RFC 9651, section 4.2); this writes the combined value as one
 /// line, so that a client reading only the first line still sees every member.
+///
+/// Joined as bytes, not parsed and serialised again with `sfv`: the members already there may
+/// come from an inner service we do not control, and a member we could not parse must still
+/// reach the client as that service wrote it, next to ours.
 fn append_members(headers: &mut HeaderMap, name: HeaderName, members: &HeaderValue) {
     if members.as_bytes().trim_ascii().is_empty() {
         return;
@@ -140,7 +164,22 @@ pub(crate) struct HeaderStyle {
 
 #[cfg(test)]
 mod tests {
+    use distlock::ratelimit::Rate;
+
     use super::*;
+
+    #[test]
+    fn fields_are_sf_lists_of_named_items() {
+        let policies = [
+            Policy::gcra("api", Rate::per_minute(60).expect("rate")).expect("policy"),
+            Policy::fixed_window("daily.v2", Rate::per_day(1000).expect("rate")).expect("policy"),
+        ];
+        assert_eq!(
+            policy_field(&policies),
+            r#""api";q=60;w=60, "daily.v2";q=1000;w=86400"#
+        );
+        assert_eq!(policy_field(&[]), "");
+    }
 
     #[test]
     fn members_are_appended_on_one_line() {

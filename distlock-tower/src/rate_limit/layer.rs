@@ -9,6 +9,7 @@ use super::RateLimit;
 use super::headers::{HeaderStyle, policy_field};
 use crate::config_error::ConfigError;
 use crate::extract::MissingKey;
+use crate::refusal::{MakeRefusal, PlainText};
 
 /// A limiter and its precomputed `RateLimit-Policy` field.
 #[derive(Clone, Debug)]
@@ -29,7 +30,7 @@ impl Limiter {
 
 /// The settings every service of one layer shares.
 #[derive(Clone, Debug)]
-pub(crate) struct Config {
+pub(crate) struct Config<R> {
     pub(crate) default: Limiter,
     /// Per-route limiters, by axum's matched route template.
     pub(crate) routes: Vec<(String, Limiter)>,
@@ -37,9 +38,11 @@ pub(crate) struct Config {
     pub(crate) max_wait: Duration,
     pub(crate) headers: HeaderStyle,
     pub(crate) missing_key: MissingKey,
+    /// Makes the responses the layer answers itself.
+    pub(crate) refusal: R,
 }
 
-impl Config {
+impl<R> Config<R> {
     /// The limiter for a request: its route's, else the default.
     pub(crate) fn limiter_for(&self, matched: Option<&str>) -> &Limiter {
         matched
@@ -58,7 +61,11 @@ impl Config {
 /// is the limiter's [`Outage`](distlock::ratelimit::Outage) policy.
 ///
 /// Layers stack: an outer layer (say, per client IP) and an inner one (per API key) each
-/// judge the request, and both show in the `RateLimit` fields.
+/// judge the request, and both show in the `RateLimit` fields and in the response's
+/// [`Checks`](super::Checks).
+///
+/// `R` makes the responses the layer answers itself (`429`, `503`, `400`):
+/// [`PlainText`] unless you set another with [`refusal`](Self::refusal).
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -90,8 +97,8 @@ impl Config {
 /// The [module docs](super) show the responses.
 #[derive(Clone, Debug)]
 #[must_use = "a layer does nothing until it wraps a service"]
-pub struct RateLimitLayer<K> {
-    config: Config,
+pub struct RateLimitLayer<K, R = PlainText> {
+    config: Config<R>,
     extract: K,
 }
 
@@ -110,8 +117,43 @@ impl<K> RateLimitLayer<K> {
                     legacy: false,
                 },
                 missing_key: MissingKey::default(),
+                refusal: PlainText,
             },
             extract,
+        }
+    }
+}
+
+impl<K, R> RateLimitLayer<K, R> {
+    /// Makes the responses the layer answers itself with `make`: a closure
+    /// `Fn(&Refusal) -> Response<B>`, [`ProblemDetails`](crate::refusal::ProblemDetails) for
+    /// RFC 9457 JSON, or your own [`MakeRefusal`]. The default, [`PlainText`], answers a short
+    /// `text/plain` sentence.
+    ///
+    /// Whatever `make` returns, the layer adds `Retry-After` if it is missing, the rate-limit
+    /// fields of a `429` (as configured), and the [`Refusal`](crate::refusal::Refusal) to the
+    /// response's extensions; see [`refusal`](crate::refusal).
+    pub fn refusal<M: MakeRefusal>(self, make: M) -> RateLimitLayer<K, M> {
+        let Config {
+            default,
+            routes,
+            cost,
+            max_wait,
+            headers,
+            missing_key,
+            refusal: _,
+        } = self.config;
+        RateLimitLayer {
+            config: Config {
+                default,
+                routes,
+                cost,
+                max_wait,
+                headers,
+                missing_key,
+                refusal: make,
+            },
+            extract: self.extract,
         }
     }
 
@@ -127,6 +169,8 @@ impl<K> RateLimitLayer<K> {
     /// # Panics
     /// If the layer's [`cost`](Self::cost) can never pass one of `limiter`'s policies;
     /// [`try_route`](Self::try_route) returns the error instead.
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
     pub fn route(self, route: impl Into<String>, limiter: RateLimiter) -> Self {
         self.try_route(route, limiter)
             .unwrap_or_else(|err| panic!("RateLimitLayer::route: {err}"))
@@ -134,6 +178,8 @@ impl<K> RateLimitLayer<K> {
 
     /// [`route`](Self::route), or [`ConfigError::CostTooLarge`] if the layer's
     /// [`cost`](Self::cost) can never pass one of `limiter`'s policies.
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
     pub fn try_route(
         mut self,
         route: impl Into<String>,
@@ -216,8 +262,8 @@ fn check_cost_fits(cost: u32, limiter: &RateLimiter) -> Result<(), ConfigError> 
     }
 }
 
-impl<S, K: Clone> Layer<S> for RateLimitLayer<K> {
-    type Service = RateLimit<S, K>;
+impl<S, K: Clone, R: Clone> Layer<S> for RateLimitLayer<K, R> {
+    type Service = RateLimit<S, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(inner, Arc::new(self.config.clone()), self.extract.clone())
@@ -252,7 +298,12 @@ mod tests {
         );
         let ok = layer().try_cost(5).expect("fits");
         assert_eq!(ok.config.cost, 5);
+    }
 
+    #[cfg(feature = "axum")]
+    #[test]
+    fn a_route_and_a_cost_that_cannot_fit_are_typed_errors() {
+        let layer = || RateLimitLayer::new(limiter("api", 5), ClientIp::peer());
         // A route whose policy cannot take the layer's cost, and a cost a route cannot take.
         let err = layer()
             .try_cost(3)
@@ -277,6 +328,7 @@ mod tests {
     fn the_unchecked_forms_still_panic() {
         let layer = || RateLimitLayer::new(limiter("api", 5), ClientIp::peer());
         assert!(std::panic::catch_unwind(|| layer().cost(6)).is_err());
+        #[cfg(feature = "axum")]
         assert!(
             std::panic::catch_unwind(|| layer().cost(3).route("/x", limiter("small", 2))).is_err()
         );

@@ -45,7 +45,10 @@
 //! # Responses
 //!
 //! The inner service's error type passes through untouched (axum needs infallible
-//! services); everything the layer decides is a response with a short `text/plain` body.
+//! services); everything the layer decides is a response, by default with a short
+//! `text/plain` body. [`refusal`](RateLimitLayer::refusal) makes those responses your own (a
+//! closure, or RFC 9457 JSON with [`ProblemDetails`](crate::refusal::ProblemDetails)); see
+//! [`refusal`](crate::refusal).
 //!
 //! | situation | response |
 //! |---|---|
@@ -66,6 +69,16 @@
 //! [`legacy_headers`](RateLimitLayer::legacy_headers) adds `X-RateLimit-Limit`,
 //! `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
 //!
+//! Every response the layer lets through, and its own `429`, carries the layer's [`Check`]
+//! (the subject and the limiter's [`Decision`](distlock::ratelimit::Decision), which says
+//! which policy decided and whether the store, the deny cache or the outage policy answered)
+//! in its extensions, collected in [`Checks`] for outer layers and logging. A response the
+//! layer made itself carries its [`Refusal`](crate::refusal::Refusal) too.
+//!
+//! Every refusal is logged as a `debug` event with the subject, the policy and the
+//! `Retry-After`; a request without a key too, with a hint when the extractor knows the
+//! likely cause (a server started without `ConnectInfo`, for [`ClientIp`](crate::client_ip::ClientIp)).
+//!
 //! # Stacked layers
 //!
 //! Layers compose: with an outer layer per client IP and an inner one per API key, each
@@ -79,9 +92,10 @@
 //! # Per-route policies
 //!
 //! Either one layer on the router with a table keyed by axum's matched route
-//! ([`route`](RateLimitLayer::route)), or one layer per route (`MethodRouter::layer`).
+//! (`RateLimitLayer::route`, feature `axum`), or one layer per route (`MethodRouter::layer`).
 
 mod body;
+mod checks;
 mod future;
 pub mod headers;
 mod layer;
@@ -90,6 +104,7 @@ mod service;
 /// What a request without a key gets: the one type shared by every layer of this crate.
 pub use crate::extract::MissingKey;
 pub use body::ResponseBody;
+pub use checks::{Check, Checks};
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
 pub use service::RateLimit;

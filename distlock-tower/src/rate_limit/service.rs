@@ -9,7 +9,8 @@ use tower::Service;
 use super::ResponseBody;
 use super::future::{self, ResponseFuture};
 use super::layer::Config;
-use crate::extract::ExtractKey;
+use crate::extract::{ExtractKey, Extracted};
+use crate::refusal::{MakeRefusal, PlainText};
 
 /// Middleware that checks each request against a rate limiter under the subject its key
 /// extractor finds. Built by [`RateLimitLayer`](super::RateLimitLayer).
@@ -21,14 +22,14 @@ use crate::extract::ExtractKey;
 /// that readiness back, so it holds no capacity of the inner service (a `ConcurrencyLimit`
 /// permit, a `Buffer` slot) while it sleeps, and readies the service again once allowed.
 #[derive(Clone, Debug)]
-pub struct RateLimit<S, K> {
+pub struct RateLimit<S, K, R = PlainText> {
     inner: S,
-    config: Arc<Config>,
+    config: Arc<Config<R>>,
     extract: K,
 }
 
-impl<S, K> RateLimit<S, K> {
-    pub(crate) fn new(inner: S, config: Arc<Config>, extract: K) -> Self {
+impl<S, K, R> RateLimit<S, K, R> {
+    pub(crate) fn new(inner: S, config: Arc<Config<R>>, extract: K) -> Self {
         Self {
             inner,
             config,
@@ -52,12 +53,13 @@ impl<S, K> RateLimit<S, K> {
     }
 }
 
-impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K>
+impl<S, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     K: ExtractKey<ReqBody>,
+    R: MakeRefusal,
     ReqBody: Send + 'static,
     ResBody: Body<Data = Bytes> + Send + 'static,
 {
@@ -72,6 +74,10 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let subject = self.extract.extract_key(&request);
+        let hint = match subject {
+            Extracted::Absent => self.extract.absent_hint(),
+            _ => None,
+        };
         // The inner service is called later, in the future, once the request is allowed:
         // take the clone that `poll_ready` readied and leave a fresh clone in its place (which
         // holds no readiness, so the next `poll_ready` on this instance never waits on a
@@ -82,6 +88,7 @@ where
             inner,
             request,
             subject,
+            hint,
             Arc::clone(&self.config),
         ))
     }

@@ -13,6 +13,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use distlock_tower::extract::{PathSegment, Prefixed};
 use distlock_tower::lock::{HeldLock, LockLayer};
+use distlock_tower::refusal::MakeRefusal;
 use http::{Request, Response, StatusCode};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
@@ -58,7 +59,7 @@ pub fn order_key() -> Prefixed<PathSegment> {
 }
 
 /// The app with `layer` applied to every route.
-pub fn app(layer: LockLayer<Prefixed<PathSegment>>, seen: &Shared) -> Router {
+pub fn app<R: MakeRefusal>(layer: LockLayer<Prefixed<PathSegment>, R>, seen: &Shared) -> Router {
     routes().route_layer(layer).with_state(Arc::clone(seen))
 }
 

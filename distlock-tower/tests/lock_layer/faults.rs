@@ -90,3 +90,63 @@ async fn redis_frozen_is_503_after_the_response_timeout() {
         "answered after {elapsed:?}"
     );
 }
+
+/// With Redis killed, the layer (through a hook, and by default) and a handler that calls the
+/// runtime API (`IntoResponse` for `LockError`) all answer `503` with `Retry-After: 1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_is_the_same_503_from_the_layer_and_from_a_handler() {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::routing::get;
+    use distlock::LockError;
+    use distlock_tower::lock::LockLayer;
+    use distlock_tower::refusal::{Reason, Refusal};
+    use http::{Request, Response};
+    use tower::ServiceExt;
+
+    async fn direct(State(client): State<Client>) -> Result<String, LockError> {
+        let lease = client.lock("job").acquire().await?;
+        Ok(lease.fence().to_string())
+    }
+    let mut fx = fixture_with_timeout(Duration::from_millis(300)).await;
+    let hook = |refusal: &Refusal| {
+        let mut response = Response::new(format!("hook: {}", refusal.reason()));
+        *response.status_mut() = refusal.status();
+        response
+    };
+    let job = |_: &Request<Body>| Some("job".to_owned());
+    let app: Router = Router::new()
+        .route(
+            "/layer",
+            get(|| async { "ran" }).route_layer(LockLayer::new(fx.client.clone(), job)),
+        )
+        .route(
+            "/hook",
+            get(|| async { "ran" })
+                .route_layer(LockLayer::new(fx.client.clone(), job).refusal(hook)),
+        )
+        .route("/direct", get(direct))
+        .with_state(fx.client.clone());
+    fx.server.as_mut().expect("redis fixture").kill();
+    let mut bodies = Vec::new();
+    for uri in ["/layer", "/hook", "/direct"] {
+        let response = app
+            .clone()
+            .oneshot(Request::get(uri).body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+        assert_eq!(retry_after(&response), 1, "{uri}");
+        if uri == "/hook" {
+            let why = response.extensions().get::<Refusal>().expect("refusal");
+            assert_eq!(why.reason(), &Reason::StoreUnavailable);
+        }
+        bodies.push(text(response).await);
+    }
+    assert_eq!(bodies[1], "hook: store-unavailable");
+    assert_eq!(
+        bodies[0], bodies[2],
+        "the handler answers as the layer does"
+    );
+}

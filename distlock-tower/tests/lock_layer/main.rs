@@ -4,11 +4,14 @@
 
 #[path = "../../../tests/support/mod.rs"]
 mod support;
+#[path = "../../../tests/support/traces.rs"]
+mod traces;
 
 mod app;
 mod composed;
 mod faults;
 mod invalid_key;
 mod oneshot;
+mod responses;
 mod retry_after;
 mod tcp;

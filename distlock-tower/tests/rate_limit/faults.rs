@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use distlock::Client;
-use distlock::ratelimit::{Outage, Policy, Rate};
+use distlock::ratelimit::{Origin, Outage, Policy, Rate};
 use distlock_tower::client_ip::ClientIp;
-use distlock_tower::rate_limit::RateLimitLayer;
-use http::StatusCode;
+use distlock_tower::rate_limit::{Checks, RateLimitLayer};
+use distlock_tower::refusal::{ProblemDetails, Reason, Refusal};
+use http::{Response, StatusCode};
 use tokio::time::Instant;
 
-use crate::app::{call, header, request_from, retry_after, routes};
+use crate::app::{call, header, request_from, retry_after, routes, text};
 use crate::support::{Proxy, RedisServer};
 
 const DEADLINE: Duration = Duration::from_millis(150);
@@ -78,4 +79,64 @@ async fn store_trouble_becomes_the_outage_policys_response() {
         assert!(header(&response, "ratelimit").is_none(), "{fault}");
         assert!(took <= DEADLINE + SLACK, "{fault}: passed after {took:?}");
     }
+}
+
+/// With the store down: a hook answers the `503` (the layer adds `Retry-After: 1`), a problem
+/// document parses, and a fail-open pass says so in its check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_trouble_through_a_hook_and_in_the_checks() {
+    let mut server = RedisServer::start();
+    let proxy = Proxy::start(server.addr()).await;
+    let client = client_via(&proxy).await;
+    let policy = Policy::gcra("api", Rate::per_minute(60).expect("valid")).expect("valid");
+    let limiter = || client.rate_limiter(policy.clone()).deadline(DEADLINE);
+    let hook = |refusal: &Refusal| {
+        let mut response = Response::new(format!("down: {}", refusal.reason()));
+        *response.status_mut() = refusal.status();
+        response
+    };
+    let hooked = routes().layer(RateLimitLayer::new(limiter(), ClientIp::peer()).refusal(hook));
+    let problem = routes()
+        .layer(RateLimitLayer::new(limiter(), ClientIp::peer()).refusal(ProblemDetails::new()));
+    let open = routes().layer(RateLimitLayer::new(
+        limiter().on_outage(Outage::FailOpen),
+        ClientIp::peer(),
+    ));
+    let peer = "192.0.2.1:1";
+    let ok = call(&open, request_from("/", peer, &[])).await;
+    let origin = |response: &http::Response<_>| {
+        response
+            .extensions()
+            .get::<Checks>()
+            .and_then(Checks::binding)
+            .map(|c| c.decision.origin)
+    };
+    assert_eq!(origin(&ok), Some(Origin::Store));
+
+    server.kill();
+    let response = call(&hooked, request_from("/", peer, &[])).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry_after(&response), 1, "added by the layer");
+    let why = response.extensions().get::<Refusal>().expect("refusal");
+    assert_eq!(why.reason(), &Reason::StoreUnavailable);
+    assert!(why.error().is_some());
+    assert_eq!(text(response).await, "down: store-unavailable");
+
+    let response = call(&problem, request_from("/", peer, &[])).await;
+    assert_eq!(
+        header(&response, "content-type"),
+        Some("application/problem+json")
+    );
+    let json: serde_json::Value = serde_json::from_str(&text(response).await).expect("JSON");
+    assert_eq!(json["status"], 503);
+    assert_eq!(json["title"], "Service Unavailable");
+    assert_eq!(json["retry_after"], 1);
+
+    let passed = call(&open, request_from("/", peer, &[])).await;
+    assert_eq!(passed.status(), StatusCode::OK);
+    assert_eq!(
+        origin(&passed),
+        Some(Origin::FailOpen),
+        "the outage policy decided"
+    );
 }

@@ -4,6 +4,8 @@
 
 #[path = "../../../tests/support/mod.rs"]
 mod support;
+#[path = "../../../tests/support/traces.rs"]
+mod traces;
 
 mod app;
 mod client_ip;
@@ -11,4 +13,5 @@ mod composed;
 mod faults;
 mod invalid_key;
 mod oneshot;
+mod responses;
 mod tcp;

@@ -1,0 +1,685 @@
+//! The responses the layers make themselves, and how to make them your own.
+//!
+//! When a layer answers a request instead of the inner service (`429`, `423`/`409`, `503`,
+//! `400`, `500`), it describes why in a [`Refusal`]: the [`Reason`], the status it would
+//! answer, the `Retry-After` wait, the subject or lock name, the rate-limit [`Decision`] and
+//! the runtime's error, if any. A [`MakeRefusal`] turns it into the response. Set one with
+//! `.refusal(..)` on either layer:
+//!
+//! * [`PlainText`], the default: a short `text/plain` sentence, as the layers always sent.
+//! * [`ProblemDetails`]: an RFC 9457 `application/problem+json` document.
+//! * a closure `Fn(&Refusal) -> Response<B>`, `B` anything that converts into [`Bytes`]
+//!   (`String`, `Vec<u8>`, `&'static str`, `Bytes`), or your own type implementing
+//!   [`MakeRefusal`]. [`Refusal::default_response`] and [`Refusal::problem_response`] are
+//!   there to fall back on for the kinds you do not want to change.
+//!
+//! Whatever makes the response, the layer then adds what belongs to its protocol: a
+//! `Retry-After` when the refusal has a wait and the response does not set one itself, the
+//! `RateLimit-Policy` / `RateLimit` fields of a rate-limit refusal (as the layer is
+//! configured), and the [`Refusal`] itself in the response's extensions, so that outer layers
+//! and logging can tell why the request was refused. The inner service's error type is never
+//! involved: a refusal is always a response.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use axum::{Router, body::Body, routing::get};
+//! use distlock::ratelimit::{Policy, Rate};
+//! use distlock_tower::extract::Header;
+//! use distlock_tower::rate_limit::RateLimitLayer;
+//! use distlock_tower::refusal::{Reason, Refusal};
+//! use http::{Request, Response, StatusCode};
+//! use tower::ServiceExt;
+//!
+//! /// Our API answers JSON; only the rate-limit refusal gets a body of its own.
+//! fn refuse(refusal: &Refusal) -> Response<String> {
+//!     match refusal.reason() {
+//!         Reason::TooManyRequests => Response::builder()
+//!             .status(StatusCode::TOO_MANY_REQUESTS)
+//!             .header("content-type", "application/json")
+//!             .body(format!(
+//!                 r#"{{"error":"slow down","retry_in":{}}}"#,
+//!                 refusal.retry_after_secs().unwrap_or(1)
+//!             ))
+//!             .unwrap(),
+//!         _ => refusal.default_response().map(|body| String::from_utf8_lossy(&body).into_owned()),
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = distlock::Client::in_memory();
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(1)?)?);
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")).refusal(refuse));
+//!
+//! let request = || Request::get("/").header("x-api-key", "k1").body(Body::empty()).unwrap();
+//! app.clone().oneshot(request()).await?;
+//! let refused = app.oneshot(request()).await?;
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()["content-type"], "application/json");
+//! // Added by the layer: the hook did not set them.
+//! assert_eq!(refused.headers()["retry-after"], "1");
+//! assert!(refused.headers().contains_key("ratelimit"));
+//! // And the refusal, for outer layers and logging.
+//! let why = refused.extensions().get::<Refusal>().unwrap();
+//! assert_eq!(why.decision().map(|d| &*d.policy), Some("api"));
+//! # Ok(()) }
+//! ```
+
+mod problem;
+
+use std::borrow::Cow;
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use distlock::ratelimit::Decision;
+use distlock::{LockError, RateLimitError};
+use http::{HeaderValue, Response, StatusCode, header};
+
+pub use problem::ProblemDetails;
+
+use crate::extract::InvalidKey;
+use crate::retry_after;
+
+/// Why a layer answered a request itself instead of calling the inner service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The rate limiter denied the request (`429`); [`Refusal::decision`] says which policy
+    /// and for how long.
+    TooManyRequests,
+    /// Another holder has the request's lock (`423`, or `409` with
+    /// [`BusyStatus::Conflict`](crate::lock::BusyStatus::Conflict)), after the layer's wait if
+    /// it has one.
+    LockBusy,
+    /// The key extractor found no key and the layer rejects such requests (`400`).
+    MissingKey,
+    /// The request carries its key, malformed (`400`), whatever the missing-key setting.
+    InvalidKey(InvalidKey),
+    /// The key cannot be a lock name or rate-limit subject, e.g. too long once prefixed
+    /// (`400`); [`Refusal::error`] has the runtime's error.
+    UnusableKey,
+    /// The store failed or did not answer in time, and the limiter fails closed or the lock
+    /// could not be taken (`503`); [`Refusal::error`] has the runtime's error.
+    StoreUnavailable,
+    /// The lease was lost while the handler ran (`503`): the handler was dropped.
+    LeaseLost,
+    /// An error the layer's configuration should have ruled out (`500`, or the status of
+    /// [`distlock::http`]); [`Refusal::error`] has it.
+    Internal,
+}
+
+impl Reason {
+    /// A stable, lower-case name for logs, metrics and problem types: `too-many-requests`,
+    /// `lock-busy`, `missing-key`, `invalid-key`, `unusable-key`, `store-unavailable`,
+    /// `lease-lost`, `internal`.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::TooManyRequests => "too-many-requests",
+            Self::LockBusy => "lock-busy",
+            Self::MissingKey => "missing-key",
+            Self::InvalidKey(_) => "invalid-key",
+            Self::UnusableKey => "unusable-key",
+            Self::StoreUnavailable => "store-unavailable",
+            Self::LeaseLost => "lease-lost",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// Which layer refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RefusedBy {
+    /// A [`RateLimitLayer`](crate::RateLimitLayer).
+    RateLimit,
+    /// A [`LockLayer`](crate::LockLayer).
+    Lock,
+}
+
+/// Why a layer answered a request itself, with everything it knows about it: given to the
+/// layer's [`MakeRefusal`], and put in the extensions of the response.
+///
+/// The key (a rate-limit subject, a lock name) is here for your code and your logs. The
+/// default responses never send it to the client, since it may be an API key or an address;
+/// do the same in a hook of your own unless you know it is harmless.
+#[derive(Clone)]
+pub struct Refusal {
+    reason: Reason,
+    refused_by: RefusedBy,
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    key: Option<Arc<str>>,
+    decision: Option<Decision>,
+    error: Option<Arc<dyn Error + Send + Sync>>,
+}
+
+impl fmt::Debug for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refusal")
+            .field("reason", &self.reason)
+            .field("refused_by", &self.refused_by)
+            .field("status", &self.status)
+            .field("retry_after", &self.retry_after)
+            .field("key", &self.key)
+            .field("decision", &self.decision)
+            .field("error", &self.error.as_ref().map(ToString::to_string))
+            .finish()
+    }
+}
+
+impl Refusal {
+    fn new(refused_by: RefusedBy, reason: Reason, status: StatusCode) -> Self {
+        Self {
+            reason,
+            refused_by,
+            status,
+            retry_after: None,
+            key: None,
+            decision: None,
+            error: None,
+        }
+    }
+
+    fn with_key(mut self, key: &str) -> Self {
+        self.key = Some(Arc::from(key));
+        self
+    }
+
+    fn with_error<E: Error + Send + Sync + 'static>(mut self, error: E) -> Self {
+        self.error = Some(Arc::new(error));
+        self
+    }
+
+    /// The request had no key, and the layer rejects such requests.
+    pub(crate) fn missing_key(refused_by: RefusedBy) -> Self {
+        Self::new(refused_by, Reason::MissingKey, StatusCode::BAD_REQUEST)
+    }
+
+    /// The request's key is malformed.
+    pub(crate) fn invalid_key(refused_by: RefusedBy, why: InvalidKey) -> Self {
+        Self::new(refused_by, Reason::InvalidKey(why), StatusCode::BAD_REQUEST)
+    }
+
+    /// The rate limiter denied `subject`.
+    pub(crate) fn too_many_requests(subject: &str, decision: Decision) -> Self {
+        let mut refusal = Self::new(
+            RefusedBy::RateLimit,
+            Reason::TooManyRequests,
+            StatusCode::TOO_MANY_REQUESTS,
+        )
+        .with_key(subject);
+        refusal.retry_after = Some(decision.retry_after);
+        refusal.decision = Some(decision);
+        refusal
+    }
+
+    /// The rate limiter failed for `subject`. Status and `Retry-After` are the runtime's
+    /// mapping ([`RateLimitError::http_status`]), the one a handler's `IntoResponse` uses.
+    pub(crate) fn rate_limit_error(subject: &str, err: RateLimitError) -> Self {
+        let reason = match &err {
+            RateLimitError::InvalidSubject(_) => Reason::UnusableKey,
+            RateLimitError::Store(_) | RateLimitError::Overloaded { .. } => {
+                Reason::StoreUnavailable
+            }
+            _ => Reason::Internal,
+        };
+        let mapped = err.http_status();
+        let mut refusal = Self::new(RefusedBy::RateLimit, reason, status_code(mapped.code))
+            .with_key(subject)
+            .with_error(err);
+        refusal.retry_after = mapped.retry_after;
+        refusal
+    }
+
+    /// Taking the lock `name` failed. Status and `Retry-After` are the runtime's mapping
+    /// ([`LockError::http_status`]), the one a handler's `IntoResponse` uses, except that a
+    /// busy lock answers the layer's `busy` status (`423` or `409`).
+    pub(crate) fn lock_error(name: &str, err: LockError, busy: StatusCode) -> Self {
+        let mapped = err.http_status();
+        let (reason, status) = match &err {
+            LockError::Busy { .. } | LockError::Timeout { .. } => (Reason::LockBusy, busy),
+            LockError::InvalidName(_) => (Reason::UnusableKey, status_code(mapped.code)),
+            LockError::Store(_) => (Reason::StoreUnavailable, status_code(mapped.code)),
+            LockError::LeaseLost { .. } => (Reason::LeaseLost, status_code(mapped.code)),
+            _ => (Reason::Internal, status_code(mapped.code)),
+        };
+        let mut refusal = Self::new(RefusedBy::Lock, reason, status)
+            .with_key(name)
+            .with_error(err);
+        refusal.retry_after = mapped.retry_after;
+        refusal
+    }
+
+    /// The lease on `name` was lost while the handler ran.
+    pub(crate) fn lease_lost(name: &str) -> Self {
+        let mut refusal = Self::new(
+            RefusedBy::Lock,
+            Reason::LeaseLost,
+            StatusCode::SERVICE_UNAVAILABLE,
+        )
+        .with_key(name);
+        refusal.retry_after = Some(distlock::http::STORE_RETRY_AFTER);
+        refusal
+    }
+
+    /// Why the layer refused.
+    #[must_use]
+    pub fn reason(&self) -> &Reason {
+        &self.reason
+    }
+
+    /// Which layer refused.
+    #[must_use]
+    pub fn refused_by(&self) -> RefusedBy {
+        self.refused_by
+    }
+
+    /// The status the layer answers by default: `429`, `423` or `409` (the lock layer's
+    /// [`busy_status`](crate::LockLayer::busy_status)), `400`, `503`, or the runtime's status
+    /// for an unexpected error.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// How long the client should wait before retrying: the rate limiter's `retry_after`, the
+    /// lock holder's remaining ttl, or 1 s after a store failure or a lost lease. `None` when
+    /// a retry will not help (a bad key) or nothing is known.
+    #[must_use]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// [`retry_after`](Self::retry_after) as the `Retry-After` value: whole seconds, rounded
+    /// up, at least 1.
+    #[must_use]
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(distlock::http::retry_after_secs)
+    }
+
+    /// The request's key when it had a usable one: the rate-limit subject, or the lock name.
+    /// Not for the client (see the type's docs).
+    #[must_use]
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The rate limiter's decision, for [`Reason::TooManyRequests`]: the binding policy, its
+    /// figures, and where the answer came from ([`Decision::origin`]: the store, the deny
+    /// cache, the local fallback).
+    #[must_use]
+    pub fn decision(&self) -> Option<&Decision> {
+        self.decision.as_ref()
+    }
+
+    /// The runtime's error behind the refusal, if there was one: a
+    /// [`distlock::RateLimitError`] or [`distlock::LockError`] (downcast it to read it).
+    #[must_use]
+    pub fn error(&self) -> Option<&(dyn Error + Send + Sync + 'static)> {
+        self.error.as_deref()
+    }
+
+    /// One sentence for the client on what happened: the body of the default response and
+    /// the `detail` of a problem document. It never contains the key.
+    #[must_use]
+    pub fn detail(&self) -> Cow<'static, str> {
+        let rate_limit = self.refused_by == RefusedBy::RateLimit;
+        match (&self.reason, rate_limit) {
+            (Reason::TooManyRequests, _) => Cow::Owned(format!(
+                "too many requests; retry in {} s",
+                self.retry_after_secs().unwrap_or(1)
+            )),
+            (Reason::LockBusy, _) => "locked: another request holds this resource".into(),
+            (Reason::MissingKey, true) => "this request has no rate-limit key".into(),
+            (Reason::MissingKey, false) => "this request names no lock key".into(),
+            (Reason::InvalidKey(why), true) => {
+                Cow::Owned(format!("this request's rate-limit key is invalid: {why}"))
+            }
+            (Reason::InvalidKey(why), false) => {
+                Cow::Owned(format!("this request's lock key is invalid: {why}"))
+            }
+            (Reason::UnusableKey, true) => "this request's rate-limit key is unusable".into(),
+            (Reason::UnusableKey, false) => "this request's lock key is invalid".into(),
+            (Reason::StoreUnavailable, true) => {
+                "rate limiting is unavailable; try again shortly".into()
+            }
+            (Reason::StoreUnavailable, false) => "lock store unavailable, try again later".into(),
+            (Reason::LeaseLost, _) => "the lock was lost while handling this request".into(),
+            (Reason::Internal, true) => "rate limit error".into(),
+            (Reason::Internal, false) => "lock error".into(),
+        }
+    }
+
+    /// The response the layer sends by default ([`PlainText`]): [`status`](Self::status),
+    /// [`detail`](Self::detail) as `text/plain`, and `Retry-After` when there is a wait.
+    #[must_use]
+    pub fn default_response(&self) -> Response<Bytes> {
+        let mut text = self.detail().into_owned();
+        text.push('\n');
+        self.response(
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+            Bytes::from(text),
+        )
+    }
+
+    /// The refusal as an RFC 9457 problem document, as [`ProblemDetails::new`] makes it.
+    #[must_use]
+    pub fn problem_response(&self) -> Response<Bytes> {
+        ProblemDetails::new().make_refusal(self)
+    }
+
+    /// A response with the refusal's status and `Retry-After`, and this body.
+    fn response(&self, content_type: HeaderValue, body: Bytes) -> Response<Bytes> {
+        let mut response = Response::new(body);
+        *response.status_mut() = self.status;
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, content_type);
+        if let Some(wait) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, retry_after::header(wait));
+        }
+        response
+    }
+
+    /// The response for this refusal: made by `make`, then given the `Retry-After` it lacks
+    /// and the refusal in its extensions. The body type is the layer's.
+    pub(crate) fn respond<M: MakeRefusal, B>(
+        self,
+        make: &M,
+        body: impl FnOnce(Bytes) -> B,
+    ) -> Response<B> {
+        let response = make.make_refusal(&self);
+        let mut response = response.map(|b| body(b.into()));
+        if let Some(wait) = self.retry_after
+            && !response.headers().contains_key(header::RETRY_AFTER)
+        {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, retry_after::header(wait));
+        }
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+/// A status code of the runtime's mapping, which only uses valid ones.
+fn status_code(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// Makes the response of a [`Refusal`]: the hook behind both layers' `.refusal(..)`.
+///
+/// Implemented for closures `Fn(&Refusal) -> Response<B>` where `B` converts into [`Bytes`],
+/// for [`PlainText`] (the default) and for [`ProblemDetails`]. The layer adds a missing
+/// `Retry-After`, the rate-limit fields and the refusal itself to whatever it returns (see the
+/// [module docs](self)). It is called on the request's task and must not block; it is shared
+/// by every clone of the layer's services, so it must be cheap to clone.
+pub trait MakeRefusal: Clone + Send + Sync + 'static {
+    /// The body of the responses it makes.
+    type Body: Into<Bytes>;
+
+    /// The response for `refusal`.
+    fn make_refusal(&self, refusal: &Refusal) -> Response<Self::Body>;
+}
+
+impl<F, B> MakeRefusal for F
+where
+    F: Fn(&Refusal) -> Response<B> + Clone + Send + Sync + 'static,
+    B: Into<Bytes>,
+{
+    type Body = B;
+
+    fn make_refusal(&self, refusal: &Refusal) -> Response<B> {
+        self(refusal)
+    }
+}
+
+/// The default [`MakeRefusal`]: [`Refusal::default_response`], a short `text/plain`
+/// sentence with the refusal's status and `Retry-After`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlainText;
+
+impl MakeRefusal for PlainText {
+    type Body = Bytes;
+
+    fn make_refusal(&self, refusal: &Refusal) -> Response<Bytes> {
+        refusal.default_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock::ratelimit::{Policy, Rate};
+    use distlock::{InvalidName, StoreError};
+
+    use super::*;
+
+    /// A denial by the policy `api` (1 per second, burst 1), about a second to wait.
+    async fn denied() -> Decision {
+        let rate = Rate::per_second(1)
+            .and_then(|r| r.burst(1))
+            .expect("valid rate");
+        let limiter = distlock::Client::in_memory()
+            .rate_limiter(Policy::gcra("api", rate).expect("valid policy"));
+        limiter.check("s").await.expect("in memory");
+        let decision = limiter.check("s").await.expect("in memory");
+        assert!(!decision.allowed);
+        decision
+    }
+
+    fn body(response: &Response<Bytes>) -> &str {
+        std::str::from_utf8(response.body()).expect("UTF-8")
+    }
+
+    /// The default responses, kind by kind, are the texts, statuses and `Retry-After` values
+    /// the layers sent before responses could be customised.
+    #[tokio::test]
+    async fn default_responses_are_unchanged() {
+        let store = || StoreError::Unreachable {
+            message: "refused".to_owned(),
+        };
+        let table: Vec<(Refusal, u16, Option<&str>, &str)> = vec![
+            (
+                Refusal::too_many_requests("1.2.3.4", denied().await),
+                429,
+                Some("1"),
+                "too many requests; retry in 1 s\n",
+            ),
+            (
+                Refusal::missing_key(RefusedBy::RateLimit),
+                400,
+                None,
+                "this request has no rate-limit key\n",
+            ),
+            (
+                Refusal::invalid_key(RefusedBy::RateLimit, InvalidKey::Repeated),
+                400,
+                None,
+                "this request's rate-limit key is invalid: the key is given more than once\n",
+            ),
+            (
+                Refusal::rate_limit_error("k", RateLimitError::InvalidSubject(InvalidName::Empty)),
+                400,
+                None,
+                "this request's rate-limit key is unusable\n",
+            ),
+            (
+                Refusal::rate_limit_error("k", RateLimitError::Store(store())),
+                503,
+                Some("1"),
+                "rate limiting is unavailable; try again shortly\n",
+            ),
+            (
+                Refusal::rate_limit_error("k", RateLimitError::Overloaded { in_flight: 1 }),
+                503,
+                Some("1"),
+                "rate limiting is unavailable; try again shortly\n",
+            ),
+            (
+                Refusal::lock_error(
+                    "order:1",
+                    LockError::Busy {
+                        name: "order:1".to_owned(),
+                        retry_after: Duration::from_millis(9001),
+                    },
+                    StatusCode::LOCKED,
+                ),
+                423,
+                Some("10"),
+                "locked: another request holds this resource\n",
+            ),
+            (
+                Refusal::lock_error(
+                    "order:1",
+                    LockError::Busy {
+                        name: "order:1".to_owned(),
+                        retry_after: Duration::from_secs(3),
+                    },
+                    StatusCode::CONFLICT,
+                ),
+                409,
+                Some("3"),
+                "locked: another request holds this resource\n",
+            ),
+            (
+                Refusal::missing_key(RefusedBy::Lock),
+                400,
+                None,
+                "this request names no lock key\n",
+            ),
+            (
+                Refusal::invalid_key(RefusedBy::Lock, InvalidKey::Empty),
+                400,
+                None,
+                "this request's lock key is invalid: the key is empty\n",
+            ),
+            (
+                Refusal::lock_error(
+                    "k",
+                    LockError::InvalidName(InvalidName::Empty),
+                    StatusCode::LOCKED,
+                ),
+                400,
+                None,
+                "this request's lock key is invalid\n",
+            ),
+            (
+                Refusal::lock_error("k", LockError::Store(store()), StatusCode::LOCKED),
+                503,
+                Some("1"),
+                "lock store unavailable, try again later\n",
+            ),
+            (
+                Refusal::lease_lost("k"),
+                503,
+                Some("1"),
+                "the lock was lost while handling this request\n",
+            ),
+            (
+                Refusal::lock_error(
+                    "k",
+                    LockError::InvalidConfig {
+                        reason: "x".to_owned(),
+                    },
+                    StatusCode::LOCKED,
+                ),
+                500,
+                None,
+                "lock error\n",
+            ),
+        ];
+        for (refusal, status, retry_after, text) in table {
+            let response = PlainText.make_refusal(&refusal);
+            let what = format!("{:?} by {:?}", refusal.reason(), refusal.refused_by());
+            assert_eq!(response.status().as_u16(), status, "{what}");
+            assert_eq!(
+                response
+                    .headers()
+                    .get(header::RETRY_AFTER)
+                    .map(|v| v.to_str().expect("ASCII")),
+                retry_after,
+                "{what}"
+            );
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                "text/plain; charset=utf-8",
+                "{what}"
+            );
+            assert_eq!(body(&response), text, "{what}");
+            assert!(
+                !body(&response).contains("order:1"),
+                "{what}: the key is not sent"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_carries_the_details_and_the_error() {
+        let decision = denied().await;
+        let refusal = Refusal::too_many_requests("1.2.3.4", decision.clone());
+        assert_eq!(refusal.key(), Some("1.2.3.4"));
+        assert_eq!(refusal.retry_after(), Some(decision.retry_after));
+        assert_eq!(refusal.retry_after_secs(), Some(1));
+        assert_eq!(refusal.decision().map(|d| &*d.policy), Some("api"));
+        assert!(refusal.error().is_none());
+        assert_eq!(refusal.reason().code(), "too-many-requests");
+
+        let refusal = Refusal::lock_error(
+            "order:1",
+            LockError::Store(StoreError::Timeout {
+                after: Duration::from_millis(5),
+            }),
+            StatusCode::LOCKED,
+        );
+        let err = refusal
+            .error()
+            .and_then(|e| e.downcast_ref::<LockError>())
+            .expect("the runtime's error");
+        assert!(matches!(err, LockError::Store(_)));
+        assert!(format!("{refusal:?}").contains("did not answer"));
+    }
+
+    #[test]
+    fn respond_adds_a_missing_retry_after_and_the_refusal() {
+        let refusal = Refusal::lease_lost("k");
+        let bare = |r: &Refusal| {
+            let mut response = Response::new("gone");
+            *response.status_mut() = r.status();
+            response
+        };
+        let response = refusal.clone().respond(&bare, |b| b);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(
+            response
+                .extensions()
+                .get::<Refusal>()
+                .map(|r| r.reason().clone()),
+            Some(Reason::LeaseLost)
+        );
+        // One the hook set is kept.
+        let own = |r: &Refusal| {
+            Response::builder()
+                .status(r.status())
+                .header(header::RETRY_AFTER, "60")
+                .body(String::new())
+                .expect("response")
+        };
+        let response = refusal.respond(&own, |b| b);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "60");
+    }
+}

@@ -1,0 +1,416 @@
+//! How the runtime's errors answer an HTTP request: a status code and a `Retry-After`.
+//!
+//! A handler that calls the runtime API itself (`client.lock(..).acquire()`,
+//! `limiter.check(..)`) should answer its client the way `distlock-tower`'s layers do, so that
+//! a client sees one behaviour whether the layer or the handler took the lock. This module is
+//! that one mapping: [`LockError::http_status`] and [`RateLimitError::http_status`], which the
+//! layers use for every error the runtime returns them, and, with the `axum` feature,
+//! `IntoResponse` for both error types, built on the same mapping.
+//!
+//! | error | status | `Retry-After` |
+//! |---|---|---|
+//! | [`LockError::Busy`] | `423 Locked` | the holder's remaining ttl |
+//! | [`LockError::Timeout`] | `423 Locked` | none (the wait does not say how long the holder has left) |
+//! | [`LockError::LeaseLost`] | `503 Service Unavailable` | 1 s |
+//! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
+//! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
+//! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`RateLimitError::InvalidPolicy`] | `500 Internal Server Error` | none |
+//!
+//! The choices, and why:
+//!
+//! * **A timed-out wait is `423`, not `503`.** The lock is still held by someone else: that is
+//!   contention, which a client resolves by retrying, not an outage that should page anyone.
+//!   Only [`Busy`](LockError::Busy) knows the holder's remaining ttl; to send it after a
+//!   wait, try once more without waiting when the wait times out, as the lock layer does.
+//! * **A cost that can never pass is `413`.** Retrying the same request never helps; the
+//!   client must send a smaller one (fewer items in a batch), which is what `413` says. A
+//!   `400` would claim the request is malformed.
+//! * **Every store failure is `503` with `Retry-After: 1`.** A store that failed or was too
+//!   slow usually answers again within moments; a lost lease is free again, or held by
+//!   whoever took it over (a retry then gets that holder's `423` and its ttl).
+//! * **A configuration mistake is `500`**, without `Retry-After`: no retry will fix it.
+//!
+//! A denied rate-limit check is not an error (it is an `Ok` decision); answer it `429` with
+//! [`retry_after_secs`]`(decision.retry_after)`, as the rate-limit layer does.
+//!
+//! ```
+//! use std::time::Duration;
+//! use distlock::LockError;
+//!
+//! let busy = LockError::Busy { name: "order:42".into(), retry_after: Duration::from_millis(1500) };
+//! let status = busy.http_status();
+//! assert_eq!(status.code, 423);
+//! assert_eq!(status.retry_after_secs(), Some(2)); // whole seconds, rounded up
+//! ```
+//!
+//! With the `axum` feature, a handler can return the errors as they are:
+//!
+//! ```
+//! # #[cfg(feature = "axum")] {
+//! use distlock::{Client, LockError};
+//!
+//! async fn settle(client: Client) -> Result<String, LockError> {
+//!     let lease = client.lock("order:42").acquire().await?; // busy: 423 with Retry-After
+//!     let fence = lease.fence();
+//!     lease.release().await?;
+//!     Ok(format!("settled under fence {fence}"))
+//! }
+//! # let _ = settle;
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use crate::{LockError, RateLimitError};
+
+/// `Retry-After` of a `503`: a store failure, an overloaded limiter, a lost lease.
+pub const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The answer an error gives an HTTP request: a status code and, when a retry can help, how
+/// long to wait before it.
+///
+/// The code is a plain `u16` so that this mapping needs no HTTP crate: the runtime and the
+/// tower layers share it whether or not axum is in the build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HttpStatus {
+    /// The status code: 400, 413, 423, 500 or 503 (see the [module docs](self)).
+    pub code: u16,
+    /// How long the client should wait before it retries, for `Retry-After`; `None` when no
+    /// retry will help or nothing is known.
+    pub retry_after: Option<Duration>,
+}
+
+impl HttpStatus {
+    const fn new(code: u16, retry_after: Option<Duration>) -> Self {
+        Self { code, retry_after }
+    }
+
+    /// [`retry_after`](Self::retry_after) as the `Retry-After` value: whole seconds, rounded
+    /// up, at least 1 (see [`retry_after_secs`]).
+    #[must_use]
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(retry_after_secs)
+    }
+}
+
+/// A wait as the value of `Retry-After`: whole seconds, rounded up, and never 0, since a
+/// client told "0" retries at once and is refused again. Saturates instead of overflowing.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock::http::retry_after_secs;
+///
+/// assert_eq!(retry_after_secs(Duration::ZERO), 1);
+/// assert_eq!(retry_after_secs(Duration::from_millis(10)), 1);
+/// assert_eq!(retry_after_secs(Duration::from_millis(29_001)), 30);
+/// ```
+#[must_use]
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    let whole = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
+    whole.max(1)
+}
+
+impl LockError {
+    /// How this error answers an HTTP request; see the [`http`](crate::http) module for the
+    /// table and the reasons.
+    #[must_use]
+    pub fn http_status(&self) -> HttpStatus {
+        match self {
+            Self::Busy { retry_after, .. } => HttpStatus::new(423, Some(*retry_after)),
+            Self::Timeout { .. } => HttpStatus::new(423, None),
+            Self::LeaseLost { .. } | Self::Store(_) => {
+                HttpStatus::new(503, Some(STORE_RETRY_AFTER))
+            }
+            Self::InvalidName(_) => HttpStatus::new(400, None),
+            Self::MaxHoldReached { .. } | Self::InvalidConfig { .. } | Self::NoDefaultClient => {
+                HttpStatus::new(500, None)
+            }
+        }
+    }
+}
+
+impl RateLimitError {
+    /// How this error answers an HTTP request; see the [`http`](crate::http) module for the
+    /// table and the reasons.
+    #[must_use]
+    pub fn http_status(&self) -> HttpStatus {
+        match self {
+            Self::Store(_) | Self::Overloaded { .. } => {
+                HttpStatus::new(503, Some(STORE_RETRY_AFTER))
+            }
+            Self::InvalidSubject(_) => HttpStatus::new(400, None),
+            Self::CostTooLarge { .. } => HttpStatus::new(413, None),
+            Self::InvalidPolicy(_) => HttpStatus::new(500, None),
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+mod into_response {
+    //! `IntoResponse` for the error types. The body is a short fixed text per kind, never the
+    //! error's `Display`: that names locks and subjects and quotes the store's own words,
+    //! which are for logs, not for clients.
+
+    use ::http::{HeaderValue, StatusCode, header};
+    use axum_core::response::{IntoResponse, Response};
+
+    use super::HttpStatus;
+    use crate::{LockError, RateLimitError};
+
+    fn respond(status: HttpStatus, text: &'static str) -> Response {
+        let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (code, text).into_response();
+        if let Some(secs) = status.retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+
+    /// Answers as the lock layer does: `423` with `Retry-After` when busy, `503` with
+    /// `Retry-After: 1` when the store failed or the lease was lost, `400` for a name that
+    /// cannot be a lock, `500` for a configuration mistake (see [`crate::http`]).
+    impl IntoResponse for LockError {
+        fn into_response(self) -> Response {
+            let text = match &self {
+                Self::Busy { .. } | Self::Timeout { .. } => {
+                    "locked: another request holds this resource\n"
+                }
+                Self::LeaseLost { .. } => "the lock was lost while handling this request\n",
+                Self::Store(_) => "lock store unavailable, try again later\n",
+                Self::InvalidName(_) => "this request's lock key is invalid\n",
+                _ => "lock error\n",
+            };
+            respond(self.http_status(), text)
+        }
+    }
+
+    /// Answers as the rate-limit layer does: `503` with `Retry-After: 1` when the store cannot
+    /// answer (failing closed), `400` for a subject that cannot be a key, `413` for a cost
+    /// that can never pass, `500` for a configuration mistake (see [`crate::http`]).
+    impl IntoResponse for RateLimitError {
+        fn into_response(self) -> Response {
+            let text = match &self {
+                Self::Store(_) | Self::Overloaded { .. } => {
+                    "rate limiting is unavailable; try again shortly\n"
+                }
+                Self::InvalidSubject(_) => "this request's rate-limit key is unusable\n",
+                Self::CostTooLarge { .. } => {
+                    "this request costs more than the rate limit ever allows at once\n"
+                }
+                _ => "rate limit error\n",
+            };
+            respond(self.http_status(), text)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{InvalidName, InvalidPolicy, LossReason, StoreError};
+
+    fn store() -> StoreError {
+        StoreError::Timeout {
+            after: Duration::from_millis(50),
+        }
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_never_zero() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(30)), 30);
+        assert_eq!(retry_after_secs(Duration::from_nanos(29_000_000_001)), 30);
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn lock_errors_map_as_the_table_says() {
+        let name = || "order:42".to_owned();
+        let table = [
+            (
+                LockError::Busy {
+                    name: name(),
+                    retry_after: Duration::from_millis(2500),
+                },
+                423,
+                Some(3),
+            ),
+            (
+                LockError::Timeout {
+                    name: name(),
+                    waited: Duration::from_secs(5),
+                },
+                423,
+                None,
+            ),
+            (
+                LockError::LeaseLost {
+                    name: name(),
+                    reason: LossReason::Expired,
+                },
+                503,
+                Some(1),
+            ),
+            (LockError::Store(store()), 503, Some(1)),
+            (LockError::InvalidName(InvalidName::Empty), 400, None),
+            (LockError::MaxHoldReached { name: name() }, 500, None),
+            (
+                LockError::InvalidConfig {
+                    reason: "ttl".to_owned(),
+                },
+                500,
+                None,
+            ),
+            (LockError::NoDefaultClient, 500, None),
+        ];
+        for (err, code, secs) in table {
+            let status = err.http_status();
+            assert_eq!(
+                (status.code, status.retry_after_secs()),
+                (code, secs),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn rate_limit_errors_map_as_the_table_says() {
+        let table = [
+            (RateLimitError::Store(store()), 503, Some(1)),
+            (RateLimitError::Overloaded { in_flight: 4096 }, 503, Some(1)),
+            (
+                RateLimitError::InvalidSubject(InvalidName::TooLong { len: 600, max: 512 }),
+                400,
+                None,
+            ),
+            (
+                RateLimitError::CostTooLarge {
+                    cost: 9,
+                    policy: "api".to_owned(),
+                    capacity: 5,
+                },
+                413,
+                None,
+            ),
+            (
+                RateLimitError::InvalidPolicy(InvalidPolicy::NoPolicies),
+                500,
+                None,
+            ),
+        ];
+        for (err, code, secs) in table {
+            let status = err.http_status();
+            assert_eq!(
+                (status.code, status.retry_after_secs()),
+                (code, secs),
+                "{err}"
+            );
+        }
+    }
+
+    /// Through real axum handlers: a handler returning the runtime's errors answers with the
+    /// mapped status, `Retry-After` and a short text that does not echo the lock's name.
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn axum_handlers_answer_with_the_mapping() {
+        use axum::body::Body;
+        use axum::handler::Handler;
+        use axum::http::{Request, StatusCode};
+
+        async fn call<H, T>(handler: H) -> (StatusCode, Option<String>, String)
+        where
+            H: Handler<T, ()>,
+        {
+            let request = Request::get("/").body(Body::empty()).expect("request");
+            let response = handler.call(request, ()).await;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().expect("ASCII").to_owned());
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .expect("body");
+            (
+                status,
+                retry_after,
+                String::from_utf8_lossy(&body).into_owned(),
+            )
+        }
+
+        let client = crate::Client::in_memory();
+        let held = client.lock("order:42").acquire().await.expect("free");
+
+        // The handler takes the lock through the runtime API; it is held elsewhere.
+        let busy = {
+            let client = client.clone();
+            move || async move {
+                let lease = client.lock("order:42").acquire().await?;
+                Ok::<_, LockError>(lease.fence().to_string())
+            }
+        };
+        let (status, retry_after, body) = call(busy).await;
+        assert_eq!(status, StatusCode::LOCKED);
+        let secs: u64 = retry_after.expect("Retry-After").parse().expect("seconds");
+        assert!((1..=30).contains(&secs), "the holder's ttl: {secs}");
+        assert!(body.starts_with("locked"), "{body}");
+        assert!(!body.contains("order:42"), "the name is not echoed: {body}");
+        held.release().await.expect("release");
+
+        let too_long = {
+            let client = client.clone();
+            move || async move {
+                let lease = client
+                    .lock("x".repeat(crate::MAX_NAME_LEN + 1))
+                    .acquire()
+                    .await?;
+                Ok::<_, LockError>(lease.fence().to_string())
+            }
+        };
+        let (status, retry_after, _) = call(too_long).await;
+        assert_eq!((status, retry_after), (StatusCode::BAD_REQUEST, None));
+
+        let store_down = || async { Err::<String, _>(LockError::Store(store())) };
+        let (status, retry_after, body) = call(store_down).await;
+        assert_eq!(
+            (status, retry_after.as_deref()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+        assert!(
+            !body.contains("Redis"),
+            "store details stay in the logs: {body}"
+        );
+
+        let rate_limited_store_down = || async { Err::<String, _>(RateLimitError::Store(store())) };
+        let (status, retry_after, _) = call(rate_limited_store_down).await;
+        assert_eq!(
+            (status, retry_after.as_deref()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+
+        let limiter = client.rate_limiter(
+            crate::ratelimit::Policy::gcra(
+                "api",
+                crate::ratelimit::Rate::per_second(1)
+                    .and_then(|r| r.burst(2))
+                    .expect("rate"),
+            )
+            .expect("policy"),
+        );
+        let too_costly = move || async move {
+            let decision = limiter.check_n("user:7", 3).await?;
+            Ok::<_, RateLimitError>(decision.remaining.to_string())
+        };
+        let (status, retry_after, _) = call(too_costly).await;
+        assert_eq!((status, retry_after), (StatusCode::PAYLOAD_TOO_LARGE, None));
+    }
+}
