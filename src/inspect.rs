@@ -1,5 +1,6 @@
-//! Hidden hooks for this crate's own integration tests: look at and tamper with the store the
-//! same way on both backends. Not part of the public API; may change at any time.
+//! Hidden hooks for this crate's own integration tests (the `test-util` feature): look at and
+//! tamper with the store the same way on every backend. Not part of the public API; may
+//! change at any time.
 
 use std::time::Duration;
 

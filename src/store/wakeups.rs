@@ -32,18 +32,17 @@ use tokio::sync::{Notify, watch};
 
 use crate::error::StoreError;
 
-/// What the registry needs from a pub/sub connection. Each call returns once the server has
-/// confirmed every channel in it (or failed).
-pub(crate) trait Subscriber: Send + Sync {
-    fn subscribe(
-        &self,
-        channels: Vec<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
+/// What a pub/sub call returns.
+pub(crate) type SubscribeFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
-    fn unsubscribe(
-        &self,
-        channels: Vec<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
+/// What the registry needs from a pub/sub connection (plain channels on a single primary,
+/// sharded ones on a cluster). Each call returns once the server has confirmed every channel
+/// in it (or failed).
+pub(crate) trait Subscriber: Send + Sync {
+    fn subscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_>;
+
+    fn unsubscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_>;
 }
 
 #[derive(Default)]
@@ -339,6 +338,7 @@ impl Wakeups {
     }
 
     /// How many channels have local waiters (for leak checks in tests).
+    #[cfg(feature = "test-util")]
     pub(crate) fn channels_in_use(&self) -> usize {
         self.state()
             .channels
