@@ -12,6 +12,7 @@
 //!   backend.rs    the seam
 //!   scripts/      one module per Lua script
 //!   redis/        a single primary: connect, pub/sub, operations
+//!   cluster/      a Redis Cluster: per-slot batches and fences, sharded pub/sub
 //!   memory/       in memory, with the rate-limit algorithms in Rust
 //!   batch.rs      batching of concurrent calls per connection target
 //!   wakeups.rs    local waiters and the subscriptions that wake them
@@ -19,6 +20,7 @@
 
 mod backend;
 pub(crate) mod batch;
+pub(crate) mod cluster;
 mod memory;
 pub(crate) mod redis;
 pub(crate) mod scripts;
@@ -28,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use self::backend::Backend;
+pub(crate) use self::cluster::ClusterStore;
 pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::redis::RedisStore;
 pub(crate) use self::scripts::Held;
@@ -41,10 +44,11 @@ use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::token::Token;
 
-/// A backend: a single Redis primary, or memory.
+/// A backend: a single Redis primary, a Redis Cluster, or memory.
 #[derive(Clone)]
 pub(crate) enum Store {
     Redis(RedisStore),
+    Cluster(ClusterStore),
     Memory(MemoryStore),
 }
 
@@ -53,6 +57,7 @@ macro_rules! on_backend {
     ($store:expr, $s:ident => $call:expr) => {
         match $store {
             Store::Redis($s) => $call,
+            Store::Cluster($s) => $call,
             Store::Memory($s) => $call,
         }
     };
@@ -62,6 +67,7 @@ impl Store {
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Redis(_) => "redis",
+            Self::Cluster(_) => "cluster",
             Self::Memory(_) => "memory",
         }
     }
@@ -129,6 +135,7 @@ impl Store {
     ) -> Result<RateReply, StoreError> {
         match self {
             Self::Redis(s) => s.rate_limit_at(req, now_us).await,
+            Self::Cluster(s) => s.rate_limit_at(req, now_us).await,
             Self::Memory(s) => Ok(s.rate_limit_at(req, now_us)),
         }
     }

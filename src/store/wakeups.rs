@@ -307,6 +307,27 @@ impl Wakeups {
         }
     }
 
+    /// The server dropped its subscription to `channel` (a sharded channel whose slot moved,
+    /// or our own unsubscribe confirmed): if waiters still want it, wake them (a release may
+    /// have been missed meanwhile) and subscribe again, where the slot lives now.
+    pub(crate) fn dropped(self: &Arc<Self>, channel: &str) {
+        let mut state = self.state();
+        let Some(entry) = state.channels.get_mut(channel) else {
+            return;
+        };
+        if !entry.on_server {
+            return;
+        }
+        entry.on_server = false;
+        if entry.waiters == 0 {
+            return;
+        }
+        entry.confirm.send_replace(Confirm::Pending);
+        entry.notify.notify_waiters();
+        entry.starving_notify.notify_waiters();
+        self.kick(&mut state);
+    }
+
     /// How many local waiters are registered on `channel`.
     pub(crate) fn waiters(&self, channel: &str) -> usize {
         self.state()

@@ -14,10 +14,14 @@ const ACQUIRE: &str = concat!(
     include_str!("../../src/store/scripts/acquire.lua"),
 );
 const HANDOFF: &str = concat!(
+    "local PUBLISH = 'PUBLISH'\n",
     include_str!("../../src/store/scripts/fence.lua"),
     include_str!("../../src/store/scripts/handoff.lua"),
 );
-const RELEASE: &str = include_str!("../../src/store/scripts/release.lua");
+const RELEASE: &str = concat!(
+    "local PUBLISH = 'PUBLISH'\n",
+    include_str!("../../src/store/scripts/release.lua")
+);
 const RENEW: &str = include_str!("../../src/store/scripts/renew.lua");
 const UNMARK: &str = include_str!("../../src/store/scripts/unmark.lua");
 

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
-pub(crate) use self::connect::RedisSettings;
+pub(crate) use self::connect::{RedisSettings, check_cluster_mode, probe};
 use self::pubsub::PubSubLink;
+pub(crate) use self::pubsub::route_push;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
@@ -19,7 +20,7 @@ use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{Held, millis, unmark};
+use super::scripts::{Held, Publish, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
@@ -69,8 +70,20 @@ impl RedisStore {
         }
         let timeout = settings.response_timeout;
         Ok(Self {
-            acquires: batcher(Acquires { conn: conn.clone() }, timeout),
-            releases: batcher(Releases { conn: conn.clone() }, timeout),
+            acquires: batcher(
+                Acquires {
+                    conn: conn.clone(),
+                    publish: Publish::Plain,
+                },
+                timeout,
+            ),
+            releases: batcher(
+                Releases {
+                    conn: conn.clone(),
+                    publish: Publish::Plain,
+                },
+                timeout,
+            ),
             rates: batcher(Rates { conn: conn.clone() }, timeout),
             conn,
             settings,
@@ -145,7 +158,7 @@ impl Backend for RedisStore {
         to: &Token,
         ttl: Duration,
     ) -> Result<HandoffReply, StoreError> {
-        handoff::run(&self.conn, keys, from, to, ttl)
+        handoff::run(&self.conn, Publish::Plain, keys, from, to, ttl)
             .await
             .map_err(|e| self.deadline(e))
     }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::Value;
 
 use super::release::Releases;
-use super::{Conn, Lua, codes};
+use super::{Conn, Lua, Publish, codes};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::store::batch::Batch;
@@ -87,6 +87,8 @@ pub(crate) struct AcquireItem {
 #[derive(Clone)]
 pub(crate) struct Acquires<C> {
     pub(crate) conn: C,
+    /// How the release of an abandoned grant publishes.
+    pub(crate) publish: Publish,
 }
 
 impl<C: Conn> Batch for Acquires<C> {
@@ -113,6 +115,7 @@ impl<C: Conn> Batch for Acquires<C> {
         if matches!(reply, AcquireReply::Granted { .. }) {
             Releases {
                 conn: self.conn.clone(),
+                publish: self.publish,
             }
             .in_background(item.keys, item.token);
         }

@@ -4,13 +4,21 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::{Conn, Held, Lua, millis};
+use super::{Conn, Held, Lua, Publish, millis, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::token::Token;
 
-pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
+static PLAIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        publish_prelude!(Plain),
+        include_str!("fence.lua"),
+        include_str!("handoff.lua")
+    ))
+});
+static SHARDED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        publish_prelude!(Sharded),
         include_str!("fence.lua"),
         include_str!("handoff.lua")
     ))
@@ -42,18 +50,23 @@ impl HandoffReply {
 /// only runs for a contended lock.
 pub(crate) async fn run<C: Conn>(
     conn: &C,
+    publish: Publish,
     keys: &LockKeys,
     from: &Token,
     to: &Token,
     ttl: Duration,
 ) -> Result<HandoffReply, StoreError> {
-    let mut cmd = SCRIPT.call(2, 4, 320);
+    let script = match publish {
+        Publish::Plain => &PLAIN,
+        Publish::Sharded => &SHARDED,
+    };
+    let mut cmd = script.call(2, 4, 320);
     cmd.arg(&keys.lock)
         .arg(&*keys.fence)
         .arg(from.as_str())
         .arg(to.as_str())
         .arg(millis(ttl))
         .arg(&keys.channel);
-    let code: i64 = SCRIPT.invoke(&cmd, conn).await?;
+    let code: i64 = script.invoke(&cmd, conn).await?;
     HandoffReply::from_code(code)
 }

@@ -24,6 +24,26 @@ use redis::Value;
 pub(crate) use self::lua::{Conn, Lua};
 use crate::error::StoreError;
 
+/// How a script publishes a release wake-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// `PUBLISH` (a single primary).
+    Plain,
+    /// `SPUBLISH`: sharded pub/sub on the channel's slot (a cluster, Redis 7).
+    Sharded,
+}
+
+/// The script text's prelude that tells it how to publish.
+macro_rules! publish_prelude {
+    (Plain) => {
+        "local PUBLISH = 'PUBLISH'\n"
+    };
+    (Sharded) => {
+        "local PUBLISH = 'SPUBLISH'\n"
+    };
+}
+pub(crate) use publish_prelude;
+
 /// Milliseconds for Redis, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)

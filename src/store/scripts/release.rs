@@ -6,13 +6,31 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Conn, Held, Lua, codes};
+use super::{Conn, Held, Lua, Publish, codes, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::store::batch::Batch;
 use crate::token::Token;
 
-pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("release.lua")));
+static PLAIN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        publish_prelude!(Plain),
+        include_str!("release.lua")
+    ))
+});
+static SHARDED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        publish_prelude!(Sharded),
+        include_str!("release.lua")
+    ))
+});
+
+fn script(publish: Publish) -> &'static Lua {
+    match publish {
+        Publish::Plain => &PLAIN,
+        Publish::Sharded => &SHARDED,
+    }
+}
 
 /// How long a lock reserved for the waiters that waited long stays reserved if none of them
 /// takes it (they vanished): the most a vanished waiter can block the lock for. The scripts
@@ -29,6 +47,7 @@ pub(crate) struct ReleaseItem {
 #[derive(Clone)]
 pub(crate) struct Releases<C> {
     pub(crate) conn: C,
+    pub(crate) publish: Publish,
 }
 
 impl<C: Conn> Releases<C> {
@@ -51,14 +70,15 @@ impl<C: Conn> Batch for Releases<C> {
     type Reply = Held;
 
     async fn run(&self, items: &[ReleaseItem]) -> Result<Vec<Held>, StoreError> {
-        let mut cmd = SCRIPT.call(items.len(), 2 * items.len(), 128 * items.len());
+        let script = script(self.publish);
+        let mut cmd = script.call(items.len(), 2 * items.len(), 128 * items.len());
         for item in items {
             cmd.arg(&item.keys.lock);
         }
         for item in items {
             cmd.arg(item.token.as_str()).arg(&item.keys.channel);
         }
-        let reply: Value = SCRIPT.invoke(&cmd, &self.conn).await?;
+        let reply: Value = script.invoke(&cmd, &self.conn).await?;
         codes(reply, items.len(), "release")?
             .into_iter()
             .map(Held::from_reply)
