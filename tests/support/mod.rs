@@ -13,6 +13,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 pub mod child;
+pub mod cluster;
 pub mod fixture;
 pub mod proxy;
 pub mod server;
