@@ -11,7 +11,7 @@ use crate::error::{InvalidName, StoreError};
 use crate::keys::LockKeys;
 use crate::lock::LockBuilder;
 use crate::lock::watchdog::Watchdog;
-use crate::store::{MemoryStore, RedisStore, Store, redis::RedisSettings};
+use crate::store::{ClusterStore, MemoryStore, RedisStore, Store, redis::RedisSettings};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "distlock";
@@ -36,8 +36,8 @@ pub(crate) struct ClientInner {
     pub(crate) id: u64,
     pub(crate) store: Store,
     pub(crate) prefix: String,
-    /// `<prefix>:fence`, built once and shared by every lock's keys.
-    pub(crate) fence_key: Arc<str>,
+    /// The fence keys of this client's locks: one per prefix, or one per slot on a cluster.
+    pub(crate) fences: crate::keys::Fences,
     pub(crate) watchdog: Watchdog,
     /// This client's waiters that a releaser can hand a lock to.
     pub(crate) handoffs: crate::lock::handoff::Handoffs,
@@ -55,7 +55,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// The keys of lock `name` on this client.
     pub(crate) fn lock_keys(&self, name: &str) -> Result<LockKeys, InvalidName> {
-        LockKeys::new(&self.inner.prefix, &self.inner.fence_key, name)
+        LockKeys::new(&self.inner.prefix, &self.inner.fences, name)
     }
 
     /// Connects to a single Redis primary: `redis://[user[:password]@]host[:port][/db]`, or
@@ -63,6 +63,31 @@ impl Client {
     /// refused connection or wrong credentials.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::builder().connect(url).await
+    }
+
+    /// Connects to a Redis Cluster through one or more of its nodes (`redis://host:port`, each
+    /// with the same credentials; `rediss://` with the `tls` feature). The cluster must run
+    /// Redis 7.0 or newer (release wake-ups use sharded pub/sub). Every lock and rate-limit
+    /// operation is one single-slot script on the node that owns it; `MOVED` and `ASK` are
+    /// followed and retried within the response timeout. Fails once, clearly, if the first
+    /// node is not in cluster mode (use [`connect`](Self::connect)), cannot be reached, or
+    /// rejects the credentials.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::StoreError> {
+    /// let client = distlock::Client::connect_cluster([
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    /// ])
+    /// .await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_cluster<I, S>(nodes: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().connect_cluster(nodes).await
     }
 
     /// A client over an in-memory store with the same semantics as Redis, for tests and local
@@ -83,7 +108,7 @@ impl Client {
         LockBuilder::new(self.clone(), name.into())
     }
 
-    /// `"redis"` or `"memory"`.
+    /// `"redis"` (a single primary), `"cluster"` or `"memory"`.
     #[must_use]
     pub fn store_kind(&self) -> &'static str {
         self.inner.store.kind()
@@ -98,6 +123,13 @@ impl Client {
     pub(crate) fn store(&self) -> &Store {
         &self.inner.store
     }
+}
+
+/// A URL as connection settings, or a `Config` error that quotes what is wrong.
+fn connection_info(url: &str) -> Result<redis::ConnectionInfo, StoreError> {
+    url.into_connection_info().map_err(|e| StoreError::Config {
+        message: format!("cannot use Redis URL: {e}"),
+    })
 }
 
 /// Settings for a [`Client`]. Consuming builder; every setter validates on `connect`.
@@ -174,16 +206,32 @@ impl ClientBuilder {
     /// Connects to Redis; see [`Client::connect`].
     pub async fn connect(self, url: &str) -> Result<Client, StoreError> {
         self.validate()?;
-        let info = url.into_connection_info().map_err(|e| StoreError::Config {
-            message: format!("cannot use Redis URL: {e}"),
-        })?;
-        let settings = RedisSettings {
+        let info = connection_info(url)?;
+        let store = RedisStore::connect(info, self.settings()).await?;
+        Ok(self.build(Store::Redis(store)))
+    }
+
+    /// Connects to a Redis Cluster; see [`Client::connect_cluster`].
+    pub async fn connect_cluster<I, S>(self, nodes: I) -> Result<Client, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.validate()?;
+        let nodes = nodes
+            .into_iter()
+            .map(|url| connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let store = ClusterStore::connect(nodes, self.settings()).await?;
+        Ok(self.build(Store::Cluster(store)))
+    }
+
+    fn settings(&self) -> RedisSettings {
+        RedisSettings {
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
             reconnect_retries: self.reconnect_retries,
-        };
-        let store = RedisStore::connect(info, settings).await?;
-        Ok(self.build(Store::Redis(store)))
+        }
     }
 
     /// Builds a client over a fresh in-memory store.
@@ -215,11 +263,15 @@ impl ClientBuilder {
     fn build(self, store: Store) -> Client {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let watchdog = Watchdog::new(store.clone());
+        let fences = match store {
+            Store::Cluster(_) => crate::keys::Fences::per_slot(&self.prefix),
+            Store::Redis(_) | Store::Memory(_) => crate::keys::Fences::shared(&self.prefix),
+        };
         Client {
             inner: Arc::new(ClientInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 store,
-                fence_key: crate::keys::fence_key(&self.prefix),
+                fences,
                 prefix: self.prefix,
                 watchdog,
                 handoffs: crate::lock::handoff::Handoffs::default(),

@@ -1,5 +1,6 @@
-//! Hidden hooks for this crate's own integration tests: look at and tamper with the store the
-//! same way on both backends. Not part of the public API; may change at any time.
+//! Hidden hooks for this crate's own integration tests (the `test-util` feature): look at and
+//! tamper with the store the same way on every backend. Not part of the public API; may
+//! change at any time.
 
 use std::time::Duration;
 
@@ -46,6 +47,10 @@ impl Inspector<'_> {
                 let ms: i64 = r.connection().pttl(key).await?;
                 Ok(u64::try_from(ms).ok().map(Duration::from_millis))
             }
+            Store::Cluster(c) => {
+                let ms: i64 = c.connection().pttl(key).await?;
+                Ok(u64::try_from(ms).ok().map(Duration::from_millis))
+            }
         }
     }
 
@@ -55,6 +60,7 @@ impl Inspector<'_> {
         match self.client.store() {
             Store::Memory(m) => Ok(m.get(key)),
             Store::Redis(r) => Ok(r.connection().get(key).await?),
+            Store::Cluster(c) => Ok(c.connection().get(key).await?),
         }
     }
 
@@ -64,6 +70,10 @@ impl Inspector<'_> {
             Store::Memory(m) => Ok(m.delete(key)),
             Store::Redis(r) => {
                 let n: i64 = r.connection().del(key).await?;
+                Ok(n > 0)
+            }
+            Store::Cluster(c) => {
+                let n: i64 = c.connection().del(key).await?;
                 Ok(n > 0)
             }
         }
@@ -79,6 +89,8 @@ impl Inspector<'_> {
                 .filter(|k| k.starts_with(prefix.as_str()))
                 .collect()),
             Store::Redis(r) => Ok(r.connection().keys(format!("{prefix}:*")).await?),
+            // KEYS goes to every primary; the answers are joined.
+            Store::Cluster(c) => Ok(c.connection().keys(format!("{prefix}:*")).await?),
         }
     }
 

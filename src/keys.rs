@@ -1,6 +1,8 @@
 //! Key layout: a lock is `<prefix>:lock:{<encoded name>}` with the release channel
 //! `<prefix>:released:{<encoded name>}`; every lock of a prefix mints fences from
-//! `<prefix>:fence`.
+//! `<prefix>:fence` on a single primary, and on a cluster from the fence key of its own hash
+//! slot, `<prefix>:fence:{<tag>}`, where `<tag>` is a short text that hashes to that slot (one
+//! fence key per slot at most, none per name).
 //!
 //! The braces are a Redis Cluster hash tag owned by the library: a lock key and its channel (and
 //! the keys of one rate-limit subject) land in one slot. User text
@@ -8,9 +10,12 @@
 //! makes the encoding injective (distinct names give distinct keys) and leaves the tag
 //! unforgeable.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::InvalidName;
+
+/// Hash slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
 
 /// The longest name accepted, in bytes, before encoding.
 pub const MAX_NAME_LEN: usize = 512;
@@ -63,9 +68,78 @@ fn push_encoded(out: &mut String, name: &str) {
     }
 }
 
-/// The key every lock of `prefix` mints its fences from.
-pub(crate) fn fence_key(prefix: &str) -> Arc<str> {
-    format!("{prefix}:fence").into()
+/// Which key a lock mints its fences from.
+#[derive(Debug)]
+pub(crate) enum Fences {
+    /// One key for every lock of the prefix, `<prefix>:fence` (a single primary, memory):
+    /// every acquire touches the same key, which costs nothing on one server.
+    Shared(Arc<str>),
+    /// One key per hash slot, `<prefix>:fence:{<tag of the slot>}` (a cluster), so that a
+    /// lock's fence key lives in the lock's own slot and an acquire stays one single-slot
+    /// script. Built the first time a slot is used.
+    PerSlot {
+        prefix: Box<str>,
+        keys: Box<[OnceLock<Arc<str>>]>,
+    },
+}
+
+impl Fences {
+    pub(crate) fn shared(prefix: &str) -> Self {
+        Self::Shared(format!("{prefix}:fence").into())
+    }
+
+    pub(crate) fn per_slot(prefix: &str) -> Self {
+        Self::PerSlot {
+            prefix: prefix.into(),
+            keys: (0..SLOTS).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The fence key for a lock whose hash tag is `tag`.
+    fn for_tag(&self, tag: &str) -> Arc<str> {
+        match self {
+            Self::Shared(key) => key.clone(),
+            Self::PerSlot { prefix, keys } => {
+                let slot = slot_of_tag(tag.as_bytes());
+                keys[usize::from(slot)]
+                    .get_or_init(|| format!("{prefix}:fence:{{{}}}", slot_tag(slot)).into())
+                    .clone()
+            }
+        }
+    }
+}
+
+/// The hash slot of a key whose hash tag is `tag` (CRC16/XMODEM modulo 16384, as Redis
+/// Cluster computes it).
+pub(crate) fn slot_of_tag(tag: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(tag) % SLOTS
+}
+
+/// The hash slot of `key`, honouring its hash tag.
+pub(crate) fn slot_of(key: &str) -> u16 {
+    slot_of_tag(hash_tag(key).as_bytes())
+}
+
+/// A short text whose hash slot is `slot`: the first decimal number that lands there. The
+/// table is built once per process (about 200 000 hashes of numbers up to six digits).
+fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: OnceLock<Box<[Box<str>]>> = OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags: Vec<Option<Box<str>>> = vec![None; usize::from(SLOTS)];
+        let mut missing = tags.len();
+        let mut n = 0u64;
+        while missing > 0 {
+            let text = n.to_string();
+            let entry = &mut tags[usize::from(slot_of_tag(text.as_bytes()))];
+            if entry.is_none() {
+                *entry = Some(text.into());
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags.into_iter().map(Option::unwrap_or_default).collect()
+    });
+    &tags[usize::from(slot)]
 }
 
 /// The keys and channel of one lock, shared (a clone is a reference count) by the lease, its
@@ -80,17 +154,17 @@ pub(crate) struct Keys {
     /// Holds the holder's token (followed by `*` once a waiter marked it), with the lease's
     /// ttl.
     pub(crate) lock: String,
-    /// Holds the last fencing token handed out under the prefix (one key for every lock,
-    /// shared with the client).
+    /// Holds the last fencing token handed out under the prefix (one key for every lock on a
+    /// single primary; one per slot on a cluster), shared with the client.
     pub(crate) fence: Arc<str>,
     /// Pub/sub channel a release publishes to.
     pub(crate) channel: String,
 }
 
 impl LockKeys {
-    /// The keys of lock `name` under `prefix`, whose fence key is `fence` (see [`fence_key`]).
-    /// Built with plain appends: this runs once per acquire.
-    pub(crate) fn new(prefix: &str, fence: &Arc<str>, name: &str) -> Result<Self, InvalidName> {
+    /// The keys of lock `name` under `prefix`, minting from `fences`. Built with plain
+    /// appends: this runs once per acquire.
+    pub(crate) fn new(prefix: &str, fences: &Fences, name: &str) -> Result<Self, InvalidName> {
         check_name(name)?;
         let mut lock = String::with_capacity(prefix.len() + name.len() + 8);
         lock.push_str(prefix);
@@ -103,10 +177,11 @@ impl LockKeys {
         channel.push_str(prefix);
         channel.push_str(":released:");
         channel.push_str(tagged);
+        let fence = fences.for_tag(&tagged[1..tagged.len() - 1]);
         Ok(Self(Arc::new(Keys {
             name: name.to_owned(),
             lock,
-            fence: fence.clone(),
+            fence,
             channel,
         })))
     }
@@ -214,7 +289,7 @@ mod tests {
             let name: String = (0..len)
                 .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())])
                 .collect();
-            let keys = LockKeys::new("p", &fence_key("p"), &name).expect("valid name");
+            let keys = LockKeys::new("p", &Fences::shared("p"), &name).expect("valid name");
             let tag = hash_tag(&keys.lock);
             assert!(
                 !tag.contains(['{', '}']),
@@ -253,7 +328,7 @@ mod tests {
 
     #[test]
     fn the_lock_key_and_channel_share_the_library_tag() {
-        let keys = LockKeys::new("p", &fence_key("p"), "evil}{tag}").expect("valid name");
+        let keys = LockKeys::new("p", &Fences::shared("p"), "evil}{tag}").expect("valid name");
         let tag = hash_tag(&keys.lock);
         assert_eq!(tag, "evil%7D%7Btag%7D");
         assert_eq!(hash_tag(&keys.channel), tag);
@@ -261,11 +336,43 @@ mod tests {
 
     #[test]
     fn every_lock_of_a_prefix_shares_one_fence_key() {
-        let a = LockKeys::new("p", &fence_key("p"), "order:1").expect("valid name");
-        let b = LockKeys::new("p", &fence_key("p"), "evil}{tag}").expect("valid name");
-        let c = LockKeys::new("q", &fence_key("q"), "order:1").expect("valid name");
+        let a = LockKeys::new("p", &Fences::shared("p"), "order:1").expect("valid name");
+        let b = LockKeys::new("p", &Fences::shared("p"), "evil}{tag}").expect("valid name");
+        let c = LockKeys::new("q", &Fences::shared("q"), "order:1").expect("valid name");
         assert_eq!(&*a.fence, "p:fence");
         assert_eq!(a.fence, b.fence);
         assert_ne!(a.fence, c.fence);
+    }
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot_of("123456789"), 0x31C3 % SLOTS);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
+        assert_eq!(slot_of("foo{}{bar}"), slot_of("foo{}{bar}"));
+        assert_eq!(slot_of("foo{{bar}}zap"), slot_of("{bar"));
+    }
+
+    #[test]
+    fn on_a_cluster_a_locks_fence_key_is_in_the_locks_slot() {
+        let fences = Fences::per_slot("p");
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..2000 {
+            let name = format!("order:{i}{{x}}:%");
+            let keys = LockKeys::new("p", &fences, &name).expect("valid name");
+            assert_eq!(slot_of(&keys.fence), slot_of(&keys.lock), "{name}");
+            assert_eq!(slot_of(&keys.channel), slot_of(&keys.lock), "{name}");
+            assert!(keys.fence.starts_with("p:fence:{"));
+            seen.insert(keys.fence.clone());
+        }
+        // One key per slot, shared by every name in it: never one per name.
+        let again = LockKeys::new("p", &fences, "order:7{x}:%").expect("valid name");
+        assert!(seen.contains(&again.fence));
+        assert!(seen.len() <= usize::from(SLOTS));
+        // Every slot has a tag, and the tag lands in it.
+        for slot in (0..SLOTS).step_by(97).chain([SLOTS - 1]) {
+            assert_eq!(slot_of_tag(slot_tag(slot).as_bytes()), slot);
+        }
     }
 }

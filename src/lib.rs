@@ -13,6 +13,7 @@ pub mod __private;
 mod client;
 mod error;
 pub mod http;
+#[cfg(feature = "test-util")]
 mod inspect;
 mod keys;
 mod lock;
@@ -25,6 +26,8 @@ pub use error::{
     InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, RateLimitError,
     RefusedKind, StoreError,
 };
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
 pub use inspect::Inspector;
 pub use keys::MAX_NAME_LEN;
 pub use lock::{

@@ -73,6 +73,7 @@ impl Handoffs {
     }
 
     /// Waiters queued, over every lock (a lock's queue goes when its last waiter does).
+    #[cfg(feature = "test-util")]
     pub(crate) fn queued(&self) -> usize {
         self.lines().values().map(VecDeque::len).sum()
     }

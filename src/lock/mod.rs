@@ -61,10 +61,6 @@ impl Drop for WakeUp {
 /// at once cannot keep another client's waiter out for longer than about this, plus a release
 /// and a round trip.
 pub(crate) const STARVE_AFTER: Duration = Duration::from_millis(20);
-/// How long a lock reserved for the waiters that waited long stays reserved if none of them
-/// takes it (they vanished): the most a vanished waiter can block the lock for. The scripts
-/// hold the same figure (`release.lua`, `handoff.lua`).
-pub(crate) const CLAIM: Duration = Duration::from_millis(250);
 
 /// First and largest sleep of the polling fallback.
 const BACKOFF_MIN: Duration = Duration::from_millis(5);

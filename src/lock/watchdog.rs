@@ -123,14 +123,17 @@ impl Watchdog {
         self.shared.wake.notify_one();
     }
 
+    #[cfg(feature = "test-util")]
     pub(crate) fn renewal_calls(&self) -> u64 {
         self.shared.renewal_calls.load(Ordering::Relaxed)
     }
 
+    #[cfg(feature = "test-util")]
     pub(crate) fn scans(&self) -> u64 {
         self.shared.scans.load(Ordering::Relaxed)
     }
 
+    #[cfg(feature = "test-util")]
     pub(crate) fn len(&self) -> usize {
         self.shared.lock_leases().map.len()
     }

@@ -73,8 +73,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::algorithm::Spec;
-use super::{Algorithm, Decision, Origin, PolicyDecision};
+use super::{Algorithm, Decision, Origin, Policy, PolicyDecision};
 
 /// How many slots remember the latest consuming answer, by hash of the subject.
 const CONSUMED_SLOTS: usize = 256;
@@ -133,14 +132,17 @@ enum Recovery {
 }
 
 impl Recovery {
-    fn of(spec: &Spec) -> Self {
-        match spec.algorithm {
+    fn of(policy: &Policy) -> Self {
+        match policy.algorithm() {
             Algorithm::Gcra | Algorithm::TokenBucket => {
-                let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+                // Validated rates have an interval of at least 1 µs.
+                let interval = policy
+                    .rate()
+                    .emission_interval()
+                    .max(Duration::from_micros(1));
                 Self::Linear {
-                    // Validated rates have an interval of at least 1 µs.
-                    interval: micros(spec.a).max(Duration::from_micros(1)),
-                    tolerance: micros(spec.a.saturating_mul(spec.b)),
+                    interval,
+                    tolerance: interval.saturating_mul(policy.rate().capacity()),
                 }
             }
             Algorithm::FixedWindow => Self::WindowEnd,
@@ -248,10 +250,10 @@ struct Figures {
 
 impl DenyCache {
     /// A cache of up to `capacity` subjects for a limiter with these policies.
-    pub(crate) fn new(capacity: usize, specs: &[Spec]) -> Self {
+    pub(crate) fn new(capacity: usize, policies: &[Policy]) -> Self {
         Self {
             capacity,
-            recovery: specs.iter().map(Recovery::of).collect(),
+            recovery: policies.iter().map(Recovery::of).collect(),
             consumed: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
@@ -370,6 +372,7 @@ impl DenyCache {
         self.capacity
     }
 
+    #[cfg(feature = "test-util")]
     pub(crate) fn len(&self) -> usize {
         self.inner().entries.len()
     }
@@ -386,14 +389,18 @@ fn slot(inner: &Inner, subject: &str) -> usize {
 mod tests {
     use super::*;
 
-    const MS: i64 = 1000;
+    use crate::ratelimit::Rate;
 
-    fn spec(algorithm: Algorithm, a_ms: i64, b: i64) -> Spec {
-        Spec {
-            algorithm,
-            a: a_ms * MS,
-            b,
-        }
+    /// A policy: for GCRA and the token bucket, an emission interval of `unit_ms` and a
+    /// burst of `count`; for the window algorithms, `count` per `unit_ms`.
+    fn spec(algorithm: Algorithm, unit_ms: u64, count: u32) -> Policy {
+        let unit = Duration::from_millis(unit_ms);
+        let rate = if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) {
+            Rate::per(1, unit).and_then(|r| r.burst(count))
+        } else {
+            Rate::per(count, unit)
+        };
+        Policy::new("p", algorithm, rate.expect("valid rate")).expect("valid policy")
     }
 
     fn figures(

@@ -2,19 +2,20 @@
 //! deny cache, the deadline, the outage policy, shadow mode).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(feature = "test-util")]
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::algorithm::Spec;
 use super::deny_cache::DenyCache;
 use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
 use crate::error::{InvalidPolicy, RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
-use crate::store::{MemoryStore, RateReply, RateRequest};
+use crate::store::{MemoryStore, PolicyParams, RateReply, RateRequest};
 
 /// The most policies one limiter combines (one key each, in one script).
 pub const MAX_POLICIES: usize = 8;
@@ -89,7 +90,7 @@ pub enum Outage {
 pub struct RateLimiter {
     client: Client,
     policies: Arc<[Policy]>,
-    specs: Arc<[Spec]>,
+    params: Arc<[PolicyParams]>,
     /// Each policy's key up to the subject (see [`rate_key_head`]).
     key_heads: Arc<[Box<str>]>,
     outage: Outage,
@@ -106,17 +107,19 @@ struct Shared {
     fallback: MemoryStore,
     degraded: AtomicBool,
     /// Round trips attempted, for tests.
+    #[cfg(feature = "test-util")]
     store_calls: AtomicU64,
 }
 
 impl Shared {
-    fn new(deny_cache: usize, max_in_flight: usize, specs: &[Spec]) -> Arc<Self> {
+    fn new(deny_cache: usize, max_in_flight: usize, policies: &[Policy]) -> Arc<Self> {
         Arc::new(Self {
-            deny_cache: (deny_cache > 0).then(|| DenyCache::new(deny_cache, specs)),
+            deny_cache: (deny_cache > 0).then(|| DenyCache::new(deny_cache, policies)),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
             degraded: AtomicBool::new(false),
+            #[cfg(feature = "test-util")]
             store_calls: AtomicU64::new(0),
         })
     }
@@ -221,7 +224,8 @@ impl Client {
 
 impl RateLimiter {
     fn new(client: Client, policies: Vec<Policy>) -> Self {
-        let specs: Arc<[Spec]> = policies.iter().map(Policy::spec).collect();
+        let policies: Arc<[Policy]> = policies.into();
+        let params: Arc<[PolicyParams]> = policies.iter().map(Policy::params).collect();
         let key_heads = policies
             .iter()
             .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
@@ -229,13 +233,13 @@ impl RateLimiter {
         let deadline = client.store().op_timeout();
         Self {
             client,
-            policies: policies.into(),
+            policies: Arc::clone(&policies),
             key_heads,
             outage: Outage::default(),
             deadline,
             shadow: false,
-            shared: Shared::new(DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, &specs),
-            specs,
+            shared: Shared::new(DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, &policies),
+            params,
         }
     }
 
@@ -275,7 +279,7 @@ impl RateLimiter {
     /// check was sent, so they can be short by up to a round trip.
     #[must_use]
     pub fn deny_cache(mut self, subjects: usize) -> Self {
-        self.shared = Shared::new(subjects, self.shared.max_in_flight, &self.specs);
+        self.shared = Shared::new(subjects, self.shared.max_in_flight, &self.policies);
         self
     }
 
@@ -290,7 +294,7 @@ impl RateLimiter {
             .as_ref()
             .map_or(0, DenyCache::capacity);
         let checks = checks.clamp(1, Semaphore::MAX_PERMITS);
-        self.shared = Shared::new(cache, checks, &self.specs);
+        self.shared = Shared::new(cache, checks, &self.policies);
         self
     }
 
@@ -357,7 +361,7 @@ impl RateLimiter {
         }
         let keys = self.keys(subject)?;
         let sent = cache.map(DenyCache::sending);
-        match self.ask_store(&keys, cost, None).await {
+        match self.ask_store(&keys, cost).await {
             Ok(reply) => {
                 if self.shared.degraded.swap(false, Ordering::Relaxed) {
                     tracing::info!(target: "distlock::ratelimit", "rate-limit store is back");
@@ -383,10 +387,11 @@ impl RateLimiter {
         }
     }
 
-    /// Test hook: one check decided at `now_us` (µs since the epoch) instead of the store's
-    /// clock, straight to the store (no deny cache, no shadow mode, no outage policy). On
-    /// Redis every ttl it sets gets an hour of slack, since the server expires keys on its
-    /// own clock. Not part of the API.
+    /// Test hook (`test-util`): one check decided at `now_us` (µs since the epoch) instead of
+    /// the store's clock, straight to the store (no deny cache, no shadow mode, no outage
+    /// policy). On Redis it is a separate script text, and every ttl it sets gets an hour of
+    /// slack, since the server expires keys on its own clock.
+    #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub async fn __check_at(
         &self,
@@ -396,29 +401,38 @@ impl RateLimiter {
     ) -> Result<Decision, RateLimitError> {
         self.validate_cost(cost)?;
         let keys = self.keys(subject)?;
-        let reply = self.ask_store(&keys, cost, Some(now_us)).await?;
+        let req = RateRequest {
+            keys: &keys,
+            params: &self.params,
+            cost,
+        };
+        let reply = self.client.store().rate_limit_at(&req, now_us).await?;
         Ok(self.decision(reply, Origin::Store))
     }
 
-    /// Test hook: the store keys of `subject`, one per policy. Not part of the API.
+    /// Test hook (`test-util`): the store keys of `subject`, one per policy.
+    #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub fn __keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
         self.keys(subject)
     }
 
-    /// Test hook: subjects in the deny cache. Not part of the API.
+    /// Test hook (`test-util`): subjects in the deny cache.
+    #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub fn __deny_cache_len(&self) -> usize {
         self.shared.deny_cache.as_ref().map_or(0, DenyCache::len)
     }
 
-    /// Test hook: round trips this limiter (and its clones) attempted. Not part of the API.
+    /// Test hook (`test-util`): round trips this limiter (and its clones) attempted.
+    #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub fn __store_calls(&self) -> u64 {
         self.shared.store_calls.load(Ordering::Relaxed)
     }
 
-    /// Test hook: checks waiting on the store right now. Not part of the API.
+    /// Test hook (`test-util`): checks waiting on the store right now.
+    #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub fn __in_flight(&self) -> usize {
         self.shared.max_in_flight - self.shared.in_flight.available_permits()
@@ -440,21 +454,16 @@ impl RateLimiter {
     }
 
     /// One round trip, bounded by the deadline and the in-flight limit.
-    async fn ask_store(
-        &self,
-        keys: &[String],
-        cost: u32,
-        now_us: Option<u64>,
-    ) -> Result<RateReply, Unavailable> {
+    async fn ask_store(&self, keys: &[String], cost: u32) -> Result<RateReply, Unavailable> {
         let Ok(_permit) = self.shared.in_flight.try_acquire() else {
             return Err(Unavailable::Overloaded(self.shared.max_in_flight));
         };
+        #[cfg(feature = "test-util")]
         self.shared.store_calls.fetch_add(1, Ordering::Relaxed);
         let req = RateRequest {
             keys,
-            specs: &self.specs,
+            params: &self.params,
             cost,
-            now_us,
         };
         let reply = tokio::time::timeout(self.deadline, self.client.store().rate_limit(&req))
             .await
@@ -551,11 +560,10 @@ impl RateLimiter {
             Outage::LocalFallback => {
                 let req = RateRequest {
                     keys,
-                    specs: &self.specs,
+                    params: &self.params,
                     cost,
-                    now_us: None,
                 };
-                let reply = self.shared.fallback.rate_limit(&req);
+                let reply = self.shared.fallback.check_rate(&req);
                 Ok(self.enforce(subject, self.decision(reply, Origin::LocalFallback)))
             }
         }

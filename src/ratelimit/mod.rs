@@ -25,14 +25,12 @@
 //! # Ok(()) }
 //! ```
 
-pub(crate) mod algorithm;
 mod decision;
 mod deny_cache;
 mod limiter;
 mod policy;
 mod rate;
 
-pub(crate) use self::algorithm::Spec;
 pub use self::decision::{Decision, Origin, PolicyDecision};
 pub use self::limiter::{
     DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Outage, RateLimiter,

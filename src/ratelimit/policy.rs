@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Rate;
-use super::algorithm::Spec;
 use super::rate::{RateProblem, parse_rate};
 use crate::error::InvalidPolicy;
+use crate::store::{Kind, PolicyParams};
 
 /// The most requests per window a sliding log accepts (it stores one entry per request).
 pub const MAX_LOG_LIMIT: u32 = 10_000;
@@ -315,17 +315,24 @@ impl Policy {
         }
     }
 
-    pub(crate) fn spec(&self) -> Spec {
-        let (a, b) = if self.algorithm.has_burst() {
+    /// The policy as the stores see it.
+    pub(crate) fn params(&self) -> PolicyParams {
+        let (unit, count) = if self.algorithm.has_burst() {
             (self.rate.interval_us(), self.rate.capacity())
         } else {
             (self.rate.period_us(), self.rate.count())
         };
-        Spec {
-            algorithm: self.algorithm,
-            // Both fit: a is at most MAX_PERIOD in µs (< 2^45), b is a u32.
-            a: i64::try_from(a).unwrap_or(i64::MAX),
-            b: i64::from(b),
+        PolicyParams {
+            kind: match self.algorithm {
+                Algorithm::Gcra => Kind::Gcra,
+                Algorithm::TokenBucket => Kind::TokenBucket,
+                Algorithm::FixedWindow => Kind::FixedWindow,
+                Algorithm::SlidingWindow => Kind::SlidingWindow,
+                Algorithm::SlidingLog => Kind::SlidingLog,
+            },
+            // Both fit: the unit is at most MAX_PERIOD in µs (< 2^45), the count a u32.
+            unit_us: i64::try_from(unit).unwrap_or(i64::MAX),
+            count: i64::from(count),
         }
     }
 }

@@ -32,18 +32,17 @@ use tokio::sync::{Notify, watch};
 
 use crate::error::StoreError;
 
-/// What the registry needs from a pub/sub connection. Each call returns once the server has
-/// confirmed every channel in it (or failed).
-pub(crate) trait Subscriber: Send + Sync {
-    fn subscribe(
-        &self,
-        channels: Vec<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
+/// What a pub/sub call returns.
+pub(crate) type SubscribeFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
-    fn unsubscribe(
-        &self,
-        channels: Vec<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
+/// What the registry needs from a pub/sub connection (plain channels on a single primary,
+/// sharded ones on a cluster). Each call returns once the server has confirmed every channel
+/// in it (or failed).
+pub(crate) trait Subscriber: Send + Sync {
+    fn subscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_>;
+
+    fn unsubscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_>;
 }
 
 #[derive(Default)]
@@ -308,6 +307,27 @@ impl Wakeups {
         }
     }
 
+    /// The server dropped its subscription to `channel` (a sharded channel whose slot moved,
+    /// or our own unsubscribe confirmed): if waiters still want it, wake them (a release may
+    /// have been missed meanwhile) and subscribe again, where the slot lives now.
+    pub(crate) fn dropped(self: &Arc<Self>, channel: &str) {
+        let mut state = self.state();
+        let Some(entry) = state.channels.get_mut(channel) else {
+            return;
+        };
+        if !entry.on_server {
+            return;
+        }
+        entry.on_server = false;
+        if entry.waiters == 0 {
+            return;
+        }
+        entry.confirm.send_replace(Confirm::Pending);
+        entry.notify.notify_waiters();
+        entry.starving_notify.notify_waiters();
+        self.kick(&mut state);
+    }
+
     /// How many local waiters are registered on `channel`.
     pub(crate) fn waiters(&self, channel: &str) -> usize {
         self.state()
@@ -339,6 +359,7 @@ impl Wakeups {
     }
 
     /// How many channels have local waiters (for leak checks in tests).
+    #[cfg(feature = "test-util")]
     pub(crate) fn channels_in_use(&self) -> usize {
         self.state()
             .channels

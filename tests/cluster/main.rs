@@ -7,6 +7,11 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+// The library on the cluster.
+mod faces;
+mod locks;
+mod topology;
+
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};

@@ -10,16 +10,20 @@ use redis::aio::MultiplexedConnection;
 use crate::support::server::RedisServer;
 
 const ACQUIRE: &str = concat!(
-    include_str!("../../src/scripts/fence.lua"),
-    include_str!("../../src/scripts/acquire.lua"),
+    include_str!("../../src/store/scripts/fence.lua"),
+    include_str!("../../src/store/scripts/acquire.lua"),
 );
 const HANDOFF: &str = concat!(
-    include_str!("../../src/scripts/fence.lua"),
-    include_str!("../../src/scripts/handoff.lua"),
+    "local PUBLISH = 'PUBLISH'\n",
+    include_str!("../../src/store/scripts/fence.lua"),
+    include_str!("../../src/store/scripts/handoff.lua"),
 );
-const RELEASE: &str = include_str!("../../src/scripts/release.lua");
-const RENEW: &str = include_str!("../../src/scripts/renew.lua");
-const UNMARK: &str = include_str!("../../src/scripts/unmark.lua");
+const RELEASE: &str = concat!(
+    "local PUBLISH = 'PUBLISH'\n",
+    include_str!("../../src/store/scripts/release.lua")
+);
+const RENEW: &str = include_str!("../../src/store/scripts/renew.lua");
+const UNMARK: &str = include_str!("../../src/store/scripts/unmark.lua");
 
 /// `(lock key, fence key, token, ttl ms)` per item, by a caller that does not wait.
 async fn acquire(conn: &mut MultiplexedConnection, items: &[(&str, &str, &str, u64)]) -> Vec<i64> {

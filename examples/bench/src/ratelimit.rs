@@ -1,5 +1,6 @@
 //! The rate-limit workloads. The raw peer is one hand-written GCRA script, one EVALSHA per
-//! decision, with no local cache: what a careful user writes on top of the `redis` crate.
+//! decision, with no local cache: what a careful user writes on top of the `redis` crate (over
+//! a cluster connection for `cluster_ratelimit_parallel`).
 
 use std::sync::Arc;
 use std::sync::LazyLock;
@@ -8,13 +9,15 @@ use std::time::{Duration, Instant};
 
 use distlock::ratelimit::{Policy, Rate, RateLimiter};
 use redis::Script;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
 
 use crate::cli::Args;
 use crate::raw;
 use crate::report::Outcome;
+use crate::serverstats::{self, Accounting, Probe};
 use crate::stats::Samples;
-use crate::workloads::{Peer, Workload};
+use crate::workloads::{Peer, Targets, Workload};
 
 /// GCRA on one key: the key holds the theoretical arrival time (TAT) in µs of server time.
 /// `ARGV[1]` emission interval in µs, `ARGV[2]` burst. Reply `{allowed, retry_after_us}`.
@@ -45,15 +48,43 @@ enum Decider {
         interval_us: u64,
         burst: u32,
     },
+    RawCluster {
+        conn: ClusterConnection,
+        interval_us: u64,
+        burst: u32,
+    },
+}
+
+/// One decision of the raw script: `Ok(allowed)`.
+async fn raw_gcra(
+    conn: &mut impl ConnectionLike,
+    subject: &str,
+    interval_us: u64,
+    burst: u32,
+) -> Result<bool, String> {
+    let reply: Vec<i64> = RAW_GCRA
+        .key(format!("bench:rl:{{{subject}}}"))
+        .arg(interval_us)
+        .arg(burst)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(reply.first() == Some(&1))
 }
 
 impl Decider {
-    async fn new(peer: Peer, url: &str, rate: Rate, deny_cache: bool) -> Result<Self, String> {
+    async fn new(
+        peer: Peer,
+        workload: Workload,
+        targets: &Targets,
+        rate: Rate,
+        deny_cache: bool,
+    ) -> Result<Self, String> {
+        let interval_us =
+            u64::try_from(rate.emission_interval().as_micros()).map_err(|e| e.to_string())?;
         Ok(match peer {
             Peer::Distlock => {
-                let client = distlock::Client::connect(url)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let client = crate::workloads::distlock_client(workload, targets).await?;
                 let policy = Policy::gcra("bench", rate).map_err(|e| e.to_string())?;
                 let limiter = client.rate_limiter(policy);
                 Self::Distlock(if deny_cache {
@@ -62,10 +93,14 @@ impl Decider {
                     limiter.deny_cache(0)
                 })
             }
+            Peer::Raw if workload.is_cluster() => Self::RawCluster {
+                conn: raw::connect_cluster(&targets.cluster()?.seeds).await?,
+                interval_us,
+                burst: rate.capacity(),
+            },
             Peer::Raw => Self::Raw {
-                conn: raw::connect(url).await?,
-                interval_us: u64::try_from(rate.emission_interval().as_micros())
-                    .map_err(|e| e.to_string())?,
+                conn: raw::connect(targets.single()?).await?,
+                interval_us,
                 burst: rate.capacity(),
             },
         })
@@ -83,16 +118,12 @@ impl Decider {
                 conn,
                 interval_us,
                 burst,
-            } => {
-                let reply: Vec<i64> = RAW_GCRA
-                    .key(format!("bench:rl:{{{subject}}}"))
-                    .arg(*interval_us)
-                    .arg(*burst)
-                    .invoke_async(conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(reply.first() == Some(&1))
-            }
+            } => raw_gcra(conn, subject, *interval_us, *burst).await,
+            Self::RawCluster {
+                conn,
+                interval_us,
+                burst,
+            } => raw_gcra(conn, subject, *interval_us, *burst).await,
         }
     }
 }
@@ -111,7 +142,9 @@ fn shape(workload: Workload, args: &Args) -> Result<Shape, String> {
         .map_err(|e| e.to_string())?;
     let (tasks, budget, cap, subjects, rate) = match workload {
         Workload::RatelimitSeq => (1, Duration::from_secs(5), 20_000, 1, never_denies),
-        Workload::RatelimitParallel => (64, Duration::from_secs(5), 300_000, 1000, never_denies),
+        Workload::RatelimitParallel | Workload::ClusterRatelimitParallel => {
+            (64, Duration::from_secs(5), 300_000, 1000, never_denies)
+        }
         Workload::RatelimitAccuracy => {
             let rate = Rate::per_second(100)
                 .and_then(|r| r.burst(100))
@@ -200,25 +233,37 @@ async fn drive(decider: Decider, shape: &Shape, run_id: u32) -> Result<Run, Stri
 pub async fn run(
     workload: Workload,
     peer: Peer,
-    url: &str,
+    targets: &Targets,
     args: &Args,
 ) -> Result<Outcome, String> {
     let shape = shape(workload, args)?;
-    let mut admin = raw::connect(url).await?;
-    let () = redis::cmd("FLUSHALL")
-        .query_async(&mut admin)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut probe = Probe::connect(&targets.nodes(workload)?).await?;
+    probe.flush().await?;
     let run_id = rand::random::<u32>();
 
     let mut extra = vec![("tasks", shape.tasks.to_string())];
     if workload == Workload::RatelimitDeniedHot {
         // Spend the key first, so every decision in the run is a denial.
-        let mut warm = Decider::new(peer, url, shape.rate, false).await?;
+        let mut warm = Decider::new(peer, workload, targets, shape.rate, false).await?;
         while warm.decide(&format!("s{run_id}:0")).await? {}
     }
-    let decider = Decider::new(peer, url, shape.rate, true).await?;
+    let decider = Decider::new(peer, workload, targets, shape.rate, true).await?;
+    let before = if workload.measures_server() {
+        Some(probe.snapshot().await?)
+    } else {
+        None
+    };
     let mut run = drive(decider, &shape, run_id).await?;
+    if let Some(before) = before {
+        let delta = probe.snapshot().await?.since(&before);
+        // Both peers: one check per script call item, no plain command.
+        let accounting = Accounting {
+            plain: &[],
+            scripted_items_per_op: 1,
+        };
+        let n = run.samples.len() as u64;
+        extra.extend(serverstats::fields(&delta, n, probe.nodes(), accounting));
+    }
 
     let violations = match workload {
         Workload::RatelimitAccuracy => {
@@ -234,7 +279,7 @@ pub async fn run(
         }
         Workload::RatelimitDeniedHot if peer == Peer::Distlock => {
             // The same run with the deny cache off, for the ratio.
-            let without = Decider::new(peer, url, shape.rate, false).await?;
+            let without = Decider::new(peer, workload, targets, shape.rate, false).await?;
             let off = drive(without, &shape, run_id).await?;
             let on_rate = run.samples.len() as f64 / run.elapsed.as_secs_f64();
             let off_rate = off.samples.len() as f64 / off.elapsed.as_secs_f64();

@@ -1,12 +1,15 @@
 //! The baseline: what a careful user writes by hand with the `redis` crate. One multiplexed
-//! connection; `SET NX PX` to acquire, an EVALSHA compare-and-delete to release, polling every
-//! millisecond while a lock is busy.
+//! connection (on a cluster, redis-rs's `cluster_async::ClusterConnection`, which routes each
+//! command to its key's node); `SET NX PX` to acquire, an EVALSHA compare-and-delete to
+//! release, polling every millisecond while a lock is busy.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Script;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -24,9 +27,20 @@ pub async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A cluster connection through `seeds`, with the same response timeout.
+pub async fn connect_cluster(seeds: &[String]) -> Result<ClusterConnection, String> {
+    ClusterClient::builder(seeds.iter().map(String::as_str))
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())?
+        .get_async_connection()
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// One attempt: `true` if granted.
 pub async fn try_acquire(
-    conn: &mut MultiplexedConnection,
+    conn: &mut impl ConnectionLike,
     key: &str,
     token: &str,
     ttl_ms: u64,
@@ -44,7 +58,7 @@ pub async fn try_acquire(
 
 /// Polls every millisecond until granted.
 pub async fn acquire_polling(
-    conn: &mut MultiplexedConnection,
+    conn: &mut impl ConnectionLike,
     key: &str,
     token: &str,
     ttl_ms: u64,
@@ -56,7 +70,7 @@ pub async fn acquire_polling(
 }
 
 pub async fn release(
-    conn: &mut MultiplexedConnection,
+    conn: &mut impl ConnectionLike,
     key: &str,
     token: &str,
 ) -> redis::RedisResult<bool> {

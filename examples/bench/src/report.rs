@@ -38,6 +38,14 @@ impl Outcome {
         line.push('}');
         line
     }
+
+    /// An extra field as a number, if present (and not `null`).
+    pub fn extra_f64(&self, name: &str) -> Option<f64> {
+        self.extra
+            .iter()
+            .find(|(k, _)| *k == name)
+            .and_then(|(_, v)| v.parse().ok())
+    }
 }
 
 /// One figure for several runs of one (peer, workload): the median run by throughput (the
@@ -65,12 +73,29 @@ pub fn median(mut runs: Vec<Outcome>) -> Outcome {
     median
 }
 
-/// The table, with distlock's throughput as a ratio of raw's where both ran.
+/// The table, with distlock's throughput as a ratio of raw's where both ran, and where the
+/// server's cost was measured: its time per operation (commandstats, then the process's CPU),
+/// items per script call, and for a cluster workload its server time per operation as a
+/// multiple of the same peer's on the single primary.
 pub fn table(results: &[Outcome]) -> String {
     let mut out = format!(
-        "{:<28} {:<9} {:>12} {:>10} {:>10} {:>10} {:>7} {:>6} {:>9}\n",
-        "workload", "peer", "ops/s", "p50 µs", "p99 µs", "max µs", "errors", "viol.", "vs raw"
+        "{:<28} {:<9} {:>12} {:>10} {:>10} {:>10} {:>7} {:>6} {:>9} {:>10} {:>10} {:>7} {:>9}\n",
+        "workload",
+        "peer",
+        "ops/s",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "errors",
+        "viol.",
+        "vs raw",
+        "srv µs/op",
+        "cpu µs/op",
+        "items",
+        "÷ single"
     );
+    let blank_or =
+        |v: Option<f64>, digits: usize| v.map_or_else(String::new, |v| format!("{v:.digits$}"));
     for r in results {
         let ratio = results
             .iter()
@@ -79,9 +104,20 @@ pub fn table(results: &[Outcome]) -> String {
             .map_or_else(String::new, |raw| {
                 format!("{:.2}×", r.ops_per_s / raw.ops_per_s)
             });
+        let server = r.extra_f64("server_us_per_op");
+        let vs_single = crate::workloads::Workload::from_name(r.workload)
+            .and_then(|w| w.single_counterpart())
+            .and_then(|single| {
+                results
+                    .iter()
+                    .find(|o| o.workload == single.name() && o.peer == r.peer)
+            })
+            .and_then(|single| Some(server? / single.extra_f64("server_us_per_op")?))
+            .filter(|ratio| ratio.is_finite())
+            .map_or_else(String::new, |ratio| format!("{ratio:.2}×"));
         let _ = writeln!(
             out,
-            "{:<28} {:<9} {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>7} {:>6} {:>9}",
+            "{:<28} {:<9} {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>7} {:>6} {:>9} {:>10} {:>10} {:>7} {:>9}",
             r.workload,
             r.peer,
             r.ops_per_s,
@@ -90,7 +126,11 @@ pub fn table(results: &[Outcome]) -> String {
             r.max_us,
             r.errors,
             r.violations,
-            ratio
+            ratio,
+            blank_or(server, 2),
+            blank_or(r.extra_f64("server_cpu_us_per_op"), 2),
+            blank_or(r.extra_f64("items_per_script_call"), 2),
+            vs_single
         );
     }
     out
@@ -140,5 +180,47 @@ mod tests {
         let one = median(vec![run(100.0, 1, 2)]);
         assert_eq!((one.errors, one.violations), (1, 2));
         assert!(one.extra.is_empty(), "a single run adds no fields");
+    }
+
+    #[test]
+    fn the_table_compares_a_cluster_row_with_its_single_primary_counterpart() {
+        let row = |workload: &'static str, peer: &'static str, ops: f64, srv: &str| Outcome {
+            peer,
+            workload,
+            extra: vec![
+                ("server_us_per_op", srv.to_owned()),
+                ("server_cpu_us_per_op", "20.000".to_owned()),
+                ("items_per_script_call", "4.00".to_owned()),
+            ],
+            ..run(ops, 0, 0)
+        };
+        let results = [
+            row("lock_uncontended_parallel", "distlock", 100.0, "8.000"),
+            row("lock_uncontended_parallel", "raw", 200.0, "5.000"),
+            row("cluster_lock_parallel", "distlock", 50.0, "10.000"),
+            row("cluster_lock_parallel", "raw", 100.0, "null"),
+        ];
+        let table = table(&results);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[0].contains("srv µs/op") && lines[0].contains("÷ single"),
+            "{table}"
+        );
+        assert!(
+            lines[1].contains("0.50×") && lines[1].contains("8.00"),
+            "{table}"
+        );
+        assert!(
+            lines[3].trim_end().ends_with("1.25×"),
+            "10 ÷ 8 for distlock: {table}"
+        );
+        assert!(
+            !lines[4].contains('÷') && lines[4].trim_end().ends_with("4.00"),
+            "a null figure leaves the ratio blank: {table}"
+        );
+        assert!(
+            !lines[2].trim_end().ends_with('×'),
+            "a single row has no ratio: {table}"
+        );
     }
 }

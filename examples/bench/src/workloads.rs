@@ -1,15 +1,17 @@
-//! The workloads of DESIGN §9, each runnable through either peer.
+//! The workloads of DESIGN §9, each runnable through either peer, and their cluster variants.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
 
 use crate::cli::Args;
 use crate::raw;
 use crate::report::Outcome;
+use crate::serverstats::{self, Accounting, Probe};
 use crate::stats::Samples;
 
 /// Lock ttl in every lock workload.
@@ -26,9 +28,14 @@ pub enum Workload {
     RatelimitAccuracy,
     RatelimitDeniedHot,
     LayerOverhead,
+    /// `lock_uncontended_parallel` on a cluster.
+    ClusterLockParallel,
+    /// `ratelimit_parallel` on a cluster.
+    ClusterRatelimitParallel,
 }
 
 impl Workload {
+    /// The default set (CI's smoke run expects exactly these, through both peers).
     pub const ALL: [Workload; 9] = [
         Self::LockUncontendedSeq,
         Self::LockUncontendedParallel,
@@ -41,6 +48,9 @@ impl Workload {
         Self::LayerOverhead,
     ];
 
+    /// Run only when named, or with `--cluster`.
+    pub const CLUSTER: [Workload; 2] = [Self::ClusterLockParallel, Self::ClusterRatelimitParallel];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::LockUncontendedSeq => "lock_uncontended_seq",
@@ -52,18 +62,54 @@ impl Workload {
             Self::RatelimitAccuracy => "ratelimit_accuracy",
             Self::RatelimitDeniedHot => "ratelimit_denied_hot",
             Self::LayerOverhead => "layer_overhead",
+            Self::ClusterLockParallel => "cluster_lock_parallel",
+            Self::ClusterRatelimitParallel => "cluster_ratelimit_parallel",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|w| w.name() == name)
+        Self::ALL
+            .into_iter()
+            .chain(Self::CLUSTER)
+            .find(|w| w.name() == name)
+    }
+
+    /// Runs on the cluster instead of the single primary.
+    pub fn is_cluster(self) -> bool {
+        matches!(
+            self,
+            Self::ClusterLockParallel | Self::ClusterRatelimitParallel
+        )
+    }
+
+    /// The single-primary workload a cluster workload repeats.
+    pub fn single_counterpart(self) -> Option<Self> {
+        match self {
+            Self::ClusterLockParallel => Some(Self::LockUncontendedParallel),
+            Self::ClusterRatelimitParallel => Some(Self::RatelimitParallel),
+            _ => None,
+        }
+    }
+
+    /// Reports the server's cost per operation (the cluster workloads and their single-primary
+    /// counterparts, so the two compare in one run).
+    pub fn measures_server(self) -> bool {
+        matches!(
+            self,
+            Self::LockUncontendedParallel
+                | Self::RatelimitParallel
+                | Self::ClusterLockParallel
+                | Self::ClusterRatelimitParallel
+        )
     }
 
     /// (tasks, default time budget, op cap).
     pub fn shape(self) -> (usize, Duration, u64) {
         match self {
             Self::LockUncontendedSeq => (1, Duration::from_secs(5), 20_000),
-            Self::LockUncontendedParallel => (32, Duration::from_secs(5), 300_000),
+            Self::LockUncontendedParallel | Self::ClusterLockParallel => {
+                (32, Duration::from_secs(5), 300_000)
+            }
             // A fixed count of sections: the time budget is only a safety stop.
             Self::LockContended => (8, Duration::from_secs(120), 2_000),
             // 10 000 leases held for 15 s (the hold, not an op count, is the budget).
@@ -71,6 +117,7 @@ impl Workload {
             // Shaped by their own modules.
             Self::RatelimitSeq
             | Self::RatelimitParallel
+            | Self::ClusterRatelimitParallel
             | Self::RatelimitAccuracy
             | Self::RatelimitDeniedHot
             | Self::LayerOverhead => (1, Duration::from_secs(5), 0),
@@ -99,23 +146,80 @@ impl Peer {
     }
 }
 
+/// Where the workloads run: the single primary and, for the `cluster_*` workloads, a cluster.
+#[derive(Debug, Default)]
+pub struct Targets {
+    pub single: Option<String>,
+    pub cluster: Option<crate::cluster::Target>,
+}
+
+impl Targets {
+    pub fn single(&self) -> Result<&str, String> {
+        self.single
+            .as_deref()
+            .ok_or_else(|| "no single primary".to_owned())
+    }
+
+    pub fn cluster(&self) -> Result<&crate::cluster::Target, String> {
+        self.cluster.as_ref().ok_or_else(|| "no cluster".to_owned())
+    }
+
+    /// The nodes that hold `workload`'s keys: the single primary, or every master.
+    pub fn nodes(&self, workload: Workload) -> Result<Vec<String>, String> {
+        if workload.is_cluster() {
+            Ok(self.cluster()?.masters.clone())
+        } else {
+            Ok(vec![self.single()?.to_owned()])
+        }
+    }
+}
+
+/// A distlock client on the workload's topology.
+pub async fn distlock_client(
+    workload: Workload,
+    targets: &Targets,
+) -> Result<distlock::Client, String> {
+    let client = if workload.is_cluster() {
+        distlock::Client::connect_cluster(&targets.cluster()?.seeds).await
+    } else {
+        distlock::Client::connect(targets.single()?).await
+    };
+    client.map_err(|e| e.to_string())
+}
+
 /// The thing under test: distlock's client, or the hand-written baseline's connection.
 #[derive(Clone)]
 enum Locker {
     Distlock(distlock::Client),
     Raw(MultiplexedConnection),
+    RawCluster(ClusterConnection),
 }
 
 impl Locker {
-    async fn connect(peer: Peer, url: &str) -> Result<Self, String> {
+    async fn connect(peer: Peer, workload: Workload, targets: &Targets) -> Result<Self, String> {
         Ok(match peer {
-            Peer::Distlock => Self::Distlock(
-                distlock::Client::connect(url)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            ),
-            Peer::Raw => Self::Raw(raw::connect(url).await?),
+            Peer::Distlock => Self::Distlock(distlock_client(workload, targets).await?),
+            Peer::Raw if workload.is_cluster() => {
+                Self::RawCluster(raw::connect_cluster(&targets.cluster()?.seeds).await?)
+            }
+            Peer::Raw => Self::Raw(raw::connect(targets.single()?).await?),
         })
+    }
+
+    /// What the server counts as this peer's own commands, for a lock cycle.
+    fn accounting(&self) -> Accounting<'static> {
+        match self {
+            // An acquire and a release, both carried by script calls.
+            Self::Distlock(_) => Accounting {
+                plain: &[],
+                scripted_items_per_op: 2,
+            },
+            // A plain `SET NX PX`, and the release script.
+            Self::Raw(_) | Self::RawCluster(_) => Accounting {
+                plain: &["set"],
+                scripted_items_per_op: 1,
+            },
+        }
     }
 
     /// Acquire (no waiting) and release one lock.
@@ -130,18 +234,8 @@ impl Locker {
                     .map_err(|e| e.to_string())?;
                 lease.release().await.map_err(|e| e.to_string())?;
             }
-            Self::Raw(conn) => {
-                let token = raw::token();
-                if !raw::try_acquire(conn, key, &token, millis(LOCK_TTL))
-                    .await
-                    .map_err(|e| e.to_string())?
-                {
-                    return Err(format!("{key} unexpectedly busy"));
-                }
-                raw::release(conn, key, &token)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
+            Self::Raw(conn) => raw_cycle(conn, key).await?,
+            Self::RawCluster(conn) => raw_cycle(conn, key).await?,
         }
         Ok(())
     }
@@ -167,20 +261,44 @@ impl Locker {
                 lease.release().await.map_err(|e| e.to_string())?;
                 Ok(waited)
             }
-            Self::Raw(conn) => {
-                let token = raw::token();
-                raw::acquire_polling(conn, key, &token, millis(LOCK_TTL))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let waited = start.elapsed();
-                bump(counter).await?;
-                raw::release(conn, key, &token)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(waited)
-            }
+            Self::Raw(conn) => raw_section(conn, key, counter, start).await,
+            Self::RawCluster(conn) => raw_section(conn, key, counter, start).await,
         }
     }
+}
+
+/// The raw peer's lock cycle: `SET NX PX`, then the compare-and-delete script.
+async fn raw_cycle(conn: &mut impl ConnectionLike, key: &str) -> Result<(), String> {
+    let token = raw::token();
+    if !raw::try_acquire(conn, key, &token, millis(LOCK_TTL))
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        return Err(format!("{key} unexpectedly busy"));
+    }
+    raw::release(conn, key, &token)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The raw peer's critical section: poll for the lock, bump, release. Returns the wait.
+async fn raw_section(
+    conn: &mut impl ConnectionLike,
+    key: &str,
+    counter: &mut MultiplexedConnection,
+    start: Instant,
+) -> Result<Duration, String> {
+    let token = raw::token();
+    raw::acquire_polling(conn, key, &token, millis(LOCK_TTL))
+        .await
+        .map_err(|e| e.to_string())?;
+    let waited = start.elapsed();
+    bump(counter).await?;
+    raw::release(conn, key, &token)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(waited)
 }
 
 /// The critical section of `lock_contended`: GET counter, SET counter + 1.
@@ -222,19 +340,20 @@ struct TaskResult {
 pub async fn run(
     workload: Workload,
     peer: Peer,
-    url: &str,
+    targets: &Targets,
     args: &Args,
 ) -> Result<Outcome, String> {
     match workload {
         Workload::WatchdogScale => {
-            return crate::watchdog::run(peer, url, args, workload.shape()).await;
+            return crate::watchdog::run(peer, targets.single()?, args, workload.shape()).await;
         }
         Workload::LayerOverhead => return crate::layer::run(peer, args).await,
         Workload::RatelimitSeq
         | Workload::RatelimitParallel
+        | Workload::ClusterRatelimitParallel
         | Workload::RatelimitAccuracy
         | Workload::RatelimitDeniedHot => {
-            return crate::ratelimit::run(workload, peer, url, args).await;
+            return crate::ratelimit::run(workload, peer, targets, args).await;
         }
         _ => {}
     }
@@ -242,14 +361,20 @@ pub async fn run(
     let tasks = args.tasks.unwrap_or(default_tasks);
     let cap = args.ops.unwrap_or(default_cap);
     let budget_time = args.duration.unwrap_or(default_budget);
-    let locker = Locker::connect(peer, url).await?;
-    let mut admin = raw::connect(url).await?;
-    let () = redis::cmd("FLUSHALL")
-        .query_async(&mut admin)
-        .await
-        .map_err(|e| e.to_string())?;
+    let locker = Locker::connect(peer, workload, targets).await?;
+    let mut probe = Probe::connect(&targets.nodes(workload)?).await?;
+    probe.flush().await?;
+    let mut admin = match workload {
+        Workload::LockContended => Some(raw::connect(targets.single()?).await?),
+        _ => None,
+    };
     let run_id = rand::random::<u32>();
 
+    let before = if workload.measures_server() {
+        Some(probe.snapshot().await?)
+    } else {
+        None
+    };
     let started = Instant::now();
     let budget = Arc::new(Budget {
         deadline: started + budget_time,
@@ -270,12 +395,17 @@ pub async fn run(
             };
             while let Some(op) = budget.claim() {
                 let outcome = match workload {
-                    Workload::LockUncontendedSeq | Workload::LockUncontendedParallel => {
+                    Workload::LockUncontendedSeq
+                    | Workload::LockUncontendedParallel
+                    | Workload::ClusterLockParallel => {
                         let start = Instant::now();
                         let key = format!("bench:{run_id}:{task}:{op}");
                         locker.cycle(&key).await.map(|()| start.elapsed())
                     }
-                    Workload::LockContended => locker.section("bench:hot", &mut counter).await,
+                    Workload::LockContended => match counter.as_mut() {
+                        Some(counter) => locker.section("bench:hot", counter).await,
+                        None => Err("no counter connection".to_owned()),
+                    },
                     _ => Err(format!("{} has its own driver", workload.name())),
                 };
                 match outcome {
@@ -299,9 +429,13 @@ pub async fn run(
         errors += result.errors;
     }
     let elapsed = started.elapsed();
+    let server = match before {
+        Some(before) => Some(probe.snapshot().await?.since(&before)),
+        None => None,
+    };
 
     let mut violations = 0;
-    if workload == Workload::LockContended {
+    if let Some(admin) = admin.as_mut() {
         let counter: Option<u64> = admin
             .get("bench:counter")
             .await
@@ -310,6 +444,18 @@ pub async fn run(
     }
     let n = samples.len() as u64;
     let (p50_us, p99_us, max_us) = samples.percentiles();
+    let mut extra = vec![
+        ("tasks", tasks.to_string()),
+        ("seconds", format!("{:.3}", elapsed.as_secs_f64())),
+    ];
+    if let Some(delta) = server {
+        extra.extend(serverstats::fields(
+            &delta,
+            n,
+            probe.nodes(),
+            locker.accounting(),
+        ));
+    }
     Ok(Outcome {
         peer: peer.name(),
         workload: workload.name(),
@@ -320,9 +466,6 @@ pub async fn run(
         errors,
         violations,
         n,
-        extra: vec![
-            ("tasks", tasks.to_string()),
-            ("seconds", format!("{:.3}", elapsed.as_secs_f64())),
-        ],
+        extra,
     })
 }

@@ -1,12 +1,10 @@
 -- ratelimit.lua: one or more rate-limit checks, each over one or more policies of one
 -- subject, each all or nothing. Concurrent checks of one client share one call (see
--- src/store/batch.rs). Runs after ratelimit/common.lua and the five algorithm files, which
--- define the functions dispatched to below (see common.lua for their contract).
+-- src/store/batch.rs). Runs after ratelimit/common.lua, the five algorithm files, which
+-- define the functions dispatched to below (see common.lua for their contract), and a clock
+-- file (ratelimit/clock.lua: the server's TIME), which defines `now`, `slack` and `arg`.
 --
--- ARGV[1]      '' to read the clock with TIME (always, in production); otherwise a time in
---              µs since the epoch to decide at instead (tests only: then every ttl gets an
---              hour of slack, since the server expires keys on its own clock)
--- Then, for each check in order:
+-- For each check in order:
 --   ARGV       cost: units to consume (>= 0; 0 peeks: decides for a cost of 1, writes
 --              nothing), n: the number of policies, then for each policy its algorithm (1 gcra,
 --              2 token bucket, 3 fixed window, 4 sliding window, 5 sliding log) and its two
@@ -28,18 +26,7 @@
 -- allowed, applies every policy's write. Each write sets a ttl of the state's reset time, so
 -- no key outlives the moment it stops mattering. Checks run one after another, so a later
 -- check in one call sees the writes of an earlier one.
-local now
-local slack = 0
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-  slack = 3600000
-end
-
 local algorithms = { gcra, token_bucket, fixed_window, sliding_window, sliding_log }
-local arg = 2
 local key = 1
 
 -- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply.
@@ -86,31 +73,22 @@ while arg <= #ARGV do
     need = 1
   end
   if n == 1 and ARGV[arg] == '1' then
-    -- One GCRA policy, the most common check: gcra() inlined, without its tables and closure
-    -- (an eighth of the script's server time on this path). The same arithmetic and reply as
-    -- gcra() through check(): change both together.
-    local interval = tonumber(ARGV[arg + 1])
-    local tolerance = interval * tonumber(ARGV[arg + 2])
+    -- One GCRA policy, the most common check: gcra_core() straight, without the decision
+    -- table and closure of check() (an eighth of the script's server time on this path).
+    local interval, burst = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
     local k = KEYS[key]
     arg = arg + 3
     key = key + 1
-    local tat = tonumber(redis.call('GET', k) or '0') or 0
-    if tat < now then
-      tat = now
-    end
-    local allow_at = tat + need * interval - tolerance
+    local allowed, remaining, retry, reset, new_tat = gcra_core(k, now, cost, need, interval, burst)
     local text
-    if allow_at > now then
-      text = string.format('0 0 %d %d %d', idiv(non_negative(tolerance - (tat - now)), interval),
-        allow_at - now, tat - now)
-    elseif cost > 0 then
-      local new_tat = tat + cost * interval
-      redis.call('SET', k, int_str(new_tat), 'PX', ttl_ms(new_tat - now, slack))
-      text = string.format('1 1 %d 0 %d', idiv(non_negative(tolerance - (new_tat - now)), interval),
-        new_tat - now)
+    if not allowed then
+      text = string.format('0 0 %d %d %d', remaining, retry, reset)
+    elseif new_tat then
+      gcra_write(k, new_tat, now, slack)
+      remaining, reset = gcra_after(new_tat, now, interval, burst)
+      text = string.format('1 1 %d 0 %d', remaining, reset)
     else
-      text = string.format('0 1 %d 0 %d', idiv(non_negative(tolerance - (tat - now)), interval),
-        tat - now)
+      text = string.format('0 1 %d 0 %d', remaining, reset)
     end
     reply[#reply + 1] = text
   else

@@ -6,8 +6,14 @@
 //! arguments into the command directly, and a `NOSCRIPT` reply (the script cache was flushed,
 //! or the server restarted) loads the script and sends the command once more, as redis-rs does.
 
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+
+/// A connection scripts can be sent on: a single primary's `ConnectionManager`, or a cluster
+/// connection (which routes an `EVALSHA` by its first key).
+pub(crate) trait Conn: ConnectionLike + Clone + Send + Sync + 'static {}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Conn for C {}
 
 pub(crate) struct Lua {
     script: Script,
@@ -30,10 +36,10 @@ impl Lua {
 
     /// Sends `cmd` (from [`call`](Self::call)); on `NOSCRIPT`, loads the script and sends it
     /// once more.
-    pub(crate) async fn invoke<T: FromRedisValue>(
+    pub(crate) async fn invoke<T: FromRedisValue, C: Conn>(
         &self,
         cmd: &Cmd,
-        conn: &ConnectionManager,
+        conn: &C,
     ) -> RedisResult<T> {
         let mut conn = conn.clone();
         match cmd.query_async(&mut conn).await {

@@ -1,4 +1,4 @@
-//! The token bucket. Mirrors `src/scripts/ratelimit/token_bucket.lua`.
+//! The token bucket. Mirrors `src/store/scripts/ratelimit/token_bucket.lua`.
 //!
 //! `burst` tokens; one token is added every emission interval `T` up to `burst`. State is
 //! the whole tokens left and the time `at` they were counted at, so the fraction of a token

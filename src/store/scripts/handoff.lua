@@ -8,6 +8,7 @@
 -- ARGV[2]  the waiter's new token (unguessable, unique per lease)
 -- ARGV[3]  the waiter's ttl in milliseconds (> 0)
 -- ARGV[4]  the lock's release channel
+-- PUBLISH  set in front of this file, as for release.lua
 --
 -- Reply  fence > 0   passed: the key held the holder's token; it now holds the new one (still
 --                    marked with '*' if it was, so its release wakes the other waiters), with
@@ -24,7 +25,7 @@ if holder == false then
 end
 if holder == ARGV[1] .. '!' then
   redis.call('SET', KEYS[1], '!', 'PX', CLAIM_MS)
-  redis.call('PUBLISH', ARGV[4], '!')
+  redis.call(PUBLISH, ARGV[4], '!')
   return -2
 end
 local marked = holder == ARGV[1] .. '*'

@@ -1,5 +1,5 @@
 //! GCRA, the generic cell rate algorithm (leaky bucket as a meter), as redis-cell's
-//! `CL.THROTTLE`. Mirrors `src/scripts/ratelimit/gcra.lua`.
+//! `CL.THROTTLE`. Mirrors `src/store/scripts/ratelimit/gcra.lua`.
 //!
 //! State is the TAT, the theoretical arrival time: when the subject's requests so far would
 //! have finished had they been spaced one emission interval `T` apart. A request of cost `c`

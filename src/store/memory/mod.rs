@@ -2,10 +2,12 @@
 //! development and the example app. Time is tokio's clock, so `tokio::time::pause` works in
 //! users' tests; fencing tokens use wall-clock microseconds like the scripts use `TIME`.
 //!
-//! Rate-limit state lives in its own map, typed (the algorithms in
-//! `crate::ratelimit::algorithm` work on it directly), with expiry times on the algorithms'
-//! microsecond timeline: wall-clock microseconds at the store's creation advanced by tokio's
-//! clock, or the injected time of a test.
+//! Rate-limit state lives in its own map, typed (the algorithms in [`ratelimit`] work on it
+//! directly), with expiry times on the algorithms' microsecond timeline: wall-clock
+//! microseconds at the store's creation advanced by tokio's clock, or the injected time of a
+//! test.
+
+pub(crate) mod ratelimit;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,10 +15,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use super::{AcquireReply, Held, RateReply, RateRequest, RenewItem, Waits, Wakeups};
+use self::ratelimit::State as RateState;
+use super::backend::Backend;
+use super::scripts::handoff::HandoffReply;
+use super::{AcquireReply, CLAIM, Held, RateReply, RateRequest, RenewItem, Waits, Wakeups};
+use crate::error::StoreError;
 use crate::keys::LockKeys;
-use crate::lock::CLAIM;
-use crate::ratelimit::algorithm::{self, State as RateState};
 use crate::token::Token;
 
 /// Expired entries are swept every this many writes, so abandoned keys do not pile up.
@@ -129,15 +133,11 @@ impl MemoryStore {
         Self::default()
     }
 
-    pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
-        &self.wakeups
-    }
-
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn acquire(
+    fn take_lock(
         &self,
         keys: &LockKeys,
         token: &Token,
@@ -180,7 +180,7 @@ impl MemoryStore {
         AcquireReply::Granted { fence }
     }
 
-    pub(crate) fn release(&self, keys: &LockKeys, token: &Token) -> Held {
+    fn free_lock(&self, keys: &LockKeys, token: &Token) -> Held {
         let now = Instant::now();
         let mut state = self.state();
         let held = state.held(&keys.lock, token, now);
@@ -201,7 +201,7 @@ impl MemoryStore {
     }
 
     /// Takes back a starving waiter's mark, as `unmark.lua` does.
-    pub(crate) fn unmark(&self, keys: &LockKeys) {
+    fn clear_mark(&self, keys: &LockKeys) {
         let now = Instant::now();
         let mut state = self.state();
         let Some(v) = state
@@ -218,7 +218,7 @@ impl MemoryStore {
         }
     }
 
-    pub(crate) fn renew(&self, items: &[RenewItem<'_>]) -> Vec<Held> {
+    fn renew_leases(&self, items: &[RenewItem<'_>]) -> Vec<Held> {
         let now = Instant::now();
         let mut state = self.state();
         items
@@ -239,16 +239,27 @@ impl MemoryStore {
         self.rates.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// One rate-limit check, atomically under the rate map's mutex.
-    pub(crate) fn rate_limit(&self, req: &RateRequest<'_>) -> RateReply {
+    /// One rate-limit check on the store's clock, atomically under the rate map's mutex (also
+    /// the local fallback of a limiter whose store is away).
+    pub(crate) fn check_rate(&self, req: &RateRequest<'_>) -> RateReply {
+        self.check_rate_at(req, None)
+    }
+
+    /// Test-only: one rate-limit check decided at `now_us` (µs since the epoch).
+    #[cfg(feature = "test-util")]
+    pub(crate) fn rate_limit_at(&self, req: &RateRequest<'_>, now_us: u64) -> RateReply {
+        self.check_rate_at(req, Some(now_us))
+    }
+
+    fn check_rate_at(&self, req: &RateRequest<'_>, now_us: Option<u64>) -> RateReply {
         let mut rates = self.rates();
-        let now = req.now_us.map_or_else(
+        let now = now_us.map_or_else(
             || rates.now_us(),
             |t| i64::try_from(t).unwrap_or(i64::MAX / 2),
         );
         let (mut states, old_expiries): (Vec<Option<RateState>>, Vec<Option<i64>>) =
             req.keys.iter().map(|k| rates.take(k, now).unzip()).unzip();
-        let (reply, written) = algorithm::check(req.specs, &mut states, now, req.cost);
+        let (reply, written) = ratelimit::check(req.params, &mut states, now, req.cost);
         let entries = req.keys.iter().zip(states).zip(old_expiries).zip(written);
         for (((key, state), old), written) in entries {
             // A written state expires at its new reset time; an untouched one keeps its own.
@@ -262,6 +273,7 @@ impl MemoryStore {
     }
 
     /// Remaining ttl of a key, for tests (`None` if absent).
+    #[cfg(feature = "test-util")]
     pub(crate) fn pttl(&self, key: &str) -> Option<Duration> {
         let now = Instant::now();
         if let Some(v) = self.state().get(key, now) {
@@ -277,6 +289,7 @@ impl MemoryStore {
     }
 
     /// The value of a live key, for tests.
+    #[cfg(feature = "test-util")]
     pub(crate) fn get(&self, key: &str) -> Option<String> {
         self.state()
             .get(key, Instant::now())
@@ -284,6 +297,7 @@ impl MemoryStore {
     }
 
     /// Live keys, for tests.
+    #[cfg(feature = "test-util")]
     pub(crate) fn live_keys(&self) -> Vec<String> {
         let now = Instant::now();
         let state = self.state();
@@ -307,8 +321,64 @@ impl MemoryStore {
     }
 
     /// Deletes a key, for tests that take a lock away behind its holder's back.
+    #[cfg(feature = "test-util")]
     pub(crate) fn delete(&self, key: &str) -> bool {
         let lock = self.state().values.remove(key).is_some();
         lock | self.rates().entries.remove(key).is_some()
+    }
+}
+
+impl Backend for MemoryStore {
+    async fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        Ok(self.take_lock(keys, token, ttl, waits))
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+        Ok(self.free_lock(keys, token))
+    }
+
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+        Ok(self.renew_leases(items))
+    }
+
+    /// Every release wakes a local waiter at once: nothing to gain from a hand-off.
+    fn hands_off(&self) -> bool {
+        false
+    }
+
+    async fn handoff(
+        &self,
+        _keys: &LockKeys,
+        _from: &Token,
+        _to: &Token,
+        _ttl: Duration,
+    ) -> Result<HandoffReply, StoreError> {
+        Err(StoreError::Protocol {
+            message: "the in-memory store does not hand locks off".to_owned(),
+        })
+    }
+
+    async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
+        self.clear_mark(keys);
+        Ok(())
+    }
+
+    async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
+        Ok(self.check_rate(req))
+    }
+
+    fn wakeups(&self) -> &Arc<Wakeups> {
+        &self.wakeups
+    }
+
+    /// Nothing here waits on I/O; the bound only guards against a stuck runtime.
+    fn op_timeout(&self) -> Duration {
+        Duration::from_secs(1)
     }
 }

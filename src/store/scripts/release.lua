@@ -5,6 +5,8 @@
 -- KEYS[i]       lock i's key
 -- ARGV[2i-1]    lock i's token
 -- ARGV[2i]      lock i's release channel (a pub/sub channel, not a key)
+-- PUBLISH       set in front of this file: 'PUBLISH' on a single primary, 'SPUBLISH' (sharded
+--               pub/sub, in the lock's own slot) on a cluster
 --
 -- The key holds the token, or the token and a mark (acquire.lua): '*' when a waiter listens,
 -- '!' when a waiter has waited long. Unmarked, the key is deleted and nothing is published,
@@ -32,11 +34,11 @@ for i = 1, n do
     result = 0
   elseif holder == token .. '*' then
     redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[2 * i], '')
+    redis.call(PUBLISH, ARGV[2 * i], '')
     result = 1
   elseif holder == token .. '!' then
     redis.call('SET', KEYS[i], '!', 'PX', CLAIM_MS)
-    redis.call('PUBLISH', ARGV[2 * i], '!')
+    redis.call(PUBLISH, ARGV[2 * i], '!')
     result = 1
   else
     result = -1

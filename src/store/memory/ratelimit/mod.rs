@@ -1,6 +1,6 @@
 //! The five algorithms in Rust, for the in-memory store (and as the readable twin of the
-//! Lua in `src/scripts/ratelimit/`): pure functions of (parameters, stored state, now, cost)
-//! with no clock and no I/O.
+//! Lua in `src/store/scripts/ratelimit/`): pure functions of (parameters, stored state, now,
+//! cost) with no clock and no I/O.
 //!
 //! Every function mirrors its Lua counterpart step by step, in integer microseconds (`i64`;
 //! every value stays below 2^53, so Lua's doubles hold them exactly) and, where the sliding
@@ -23,31 +23,7 @@ mod token_bucket;
 
 use std::collections::VecDeque;
 
-use super::Algorithm;
-use crate::store::{RateReply, Verdict};
-
-/// One policy's parameters as the store sees them: for GCRA and the token bucket, `a` is
-/// the emission interval in µs and `b` the burst; for the window algorithms, `a` is the
-/// period in µs and `b` the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Spec {
-    pub(crate) algorithm: Algorithm,
-    pub(crate) a: i64,
-    pub(crate) b: i64,
-}
-
-impl Spec {
-    /// The algorithm's number in the script's ARGV.
-    pub(crate) fn code(&self) -> u8 {
-        match self.algorithm {
-            Algorithm::Gcra => 1,
-            Algorithm::TokenBucket => 2,
-            Algorithm::FixedWindow => 3,
-            Algorithm::SlidingWindow => 4,
-            Algorithm::SlidingLog => 5,
-        }
-    }
-}
+use crate::store::scripts::ratelimit::{Kind, PolicyParams, RateReply, Verdict};
 
 /// What the store keeps for one policy and subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,22 +89,22 @@ impl Outcome {
 }
 
 /// Decides one policy (phase one): reads `state`, writes nothing.
-pub(crate) fn decide(spec: &Spec, state: Option<&State>, now: i64, cost: i64) -> Outcome {
-    let (a, b) = (spec.a, spec.b);
-    match spec.algorithm {
-        Algorithm::Gcra => gcra::decide(a, b, state, now, cost),
-        Algorithm::TokenBucket => token_bucket::decide(a, b, state, now, cost),
-        Algorithm::FixedWindow => fixed_window::decide(a, b, state, now, cost),
-        Algorithm::SlidingWindow => sliding_window::decide(a, b, state, now, cost),
-        Algorithm::SlidingLog => sliding_log::decide(a, b, state, now, cost),
+pub(crate) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
+    let (unit, count) = (p.unit_us, p.count);
+    match p.kind {
+        Kind::Gcra => gcra::decide(unit, count, state, now, cost),
+        Kind::TokenBucket => token_bucket::decide(unit, count, state, now, cost),
+        Kind::FixedWindow => fixed_window::decide(unit, count, state, now, cost),
+        Kind::SlidingWindow => sliding_window::decide(unit, count, state, now, cost),
+        Kind::SlidingLog => sliding_log::decide(unit, count, state, now, cost),
     }
 }
 
 /// Applies one policy's write (phase two).
-fn apply(spec: &Spec, slot: &mut Option<State>, write: Write, now: i64, cost: i64) {
+fn apply(p: &PolicyParams, slot: &mut Option<State>, write: Write, now: i64, cost: i64) {
     match write {
         Write::Replace(state) => *slot = Some(state),
-        Write::LogAppend => sliding_log::append(spec.a, spec.b, slot, now, cost),
+        Write::LogAppend => sliding_log::append(p.unit_us, p.count, slot, now, cost),
     }
 }
 
@@ -136,24 +112,24 @@ fn apply(spec: &Spec, slot: &mut Option<State>, write: Write, now: i64, cost: i6
 /// `cost > 0`. `states[i]` is policy `i`'s state (updated in place); returns the reply and,
 /// per policy, the time its state expires (its reset time), or `None` if it was not written.
 pub(crate) fn check(
-    specs: &[Spec],
+    params: &[PolicyParams],
     states: &mut [Option<State>],
     now: i64,
     cost: u32,
 ) -> (RateReply, Vec<Option<i64>>) {
     let cost = i64::from(cost);
-    let outcomes: Vec<Outcome> = specs
+    let outcomes: Vec<Outcome> = params
         .iter()
         .zip(states.iter())
-        .map(|(spec, state)| decide(spec, state.as_ref(), now, cost))
+        .map(|(p, state)| decide(p, state.as_ref(), now, cost))
         .collect();
     let applied = cost > 0 && outcomes.iter().all(|o| o.allowed);
     let mut verdicts = Vec::with_capacity(outcomes.len());
     let mut expiries = Vec::with_capacity(outcomes.len());
-    for ((spec, slot), outcome) in specs.iter().zip(states.iter_mut()).zip(outcomes) {
+    for ((p, slot), outcome) in params.iter().zip(states.iter_mut()).zip(outcomes) {
         let figures = match outcome.after {
             Some((after, write)) if applied => {
-                apply(spec, slot, write, now, cost);
+                apply(p, slot, write, now, cost);
                 expiries.push(Some(now + after.reset));
                 after
             }

@@ -1,0 +1,65 @@
+//! The seam between the store and its backends: what locks and rate limits need from one.
+//!
+//! Every backend (a single primary, a cluster, memory; a Redlock quorum next) implements the
+//! same operations with the same semantics, which the scripts under `scripts/` define (the
+//! in-memory store re-implements them in Rust). [`Store`](super::Store) picks the backend and
+//! bounds every call with the operation timeout, so a backend never has to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::scripts::Held;
+use super::scripts::acquire::{AcquireReply, Waits};
+use super::scripts::handoff::HandoffReply;
+use super::scripts::ratelimit::{RateReply, RateRequest};
+use super::scripts::renew::RenewItem;
+use super::wakeups::Wakeups;
+use crate::error::StoreError;
+use crate::keys::LockKeys;
+use crate::token::Token;
+
+/// One backend. Batching is the backend's business, per connection target (the one primary,
+/// or one hash slot of a cluster): callers pass one item at a time (renewals excepted, which
+/// the watchdog gathers itself), and concurrent calls share script calls where the target
+/// allows.
+pub(crate) trait Backend {
+    /// Takes the lock of `keys` for `token` if it is free; mints its fence.
+    async fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError>;
+
+    /// Frees the lock if `token` holds it, waking (or reserving it for) its waiters.
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError>;
+
+    /// Sets each lease's ttl if its token still holds it; never re-creates a key.
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError>;
+
+    /// Whether [`handoff`](Self::handoff) is worth calling (the in-memory store wakes its
+    /// waiters at once anyway).
+    fn hands_off(&self) -> bool;
+
+    /// Passes a held lock from `from` to a local waiter's `to`, with a new ttl and fence.
+    async fn handoff(
+        &self,
+        keys: &LockKeys,
+        from: &Token,
+        to: &Token,
+        ttl: Duration,
+    ) -> Result<HandoffReply, StoreError>;
+
+    /// Takes back a starving waiter's mark on a lock.
+    async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError>;
+
+    /// One rate-limit check, atomically.
+    async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError>;
+
+    /// The registry of local waiters, and the subscriptions that wake them.
+    fn wakeups(&self) -> &Arc<Wakeups>;
+
+    /// The most one operation may take.
+    fn op_timeout(&self) -> Duration;
+}

@@ -1,0 +1,181 @@
+//! Connecting to one Redis server: a plain first attempt (so wrong credentials fail once,
+//! clearly), the version check, and the self-reconnecting `ConnectionManager` the store uses.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::StoreError;
+
+/// Connection settings, validated by the client builder.
+#[derive(Clone, Debug)]
+pub(crate) struct RedisSettings {
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) reconnect_retries: usize,
+}
+
+impl RedisSettings {
+    /// The connection manager's settings: our timeouts, bounded jittered reconnects.
+    pub(crate) fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(self.reconnect_retries)
+            .set_max_delay(Duration::from_secs(1))
+    }
+}
+
+/// One plain connection to the server of `client`, with the version checked: the first
+/// contact with a server, so that a wrong URL, wrong credentials or an old server fail here,
+/// once and clearly (the connection manager and the cluster client retry their first
+/// connection on every error, which would turn a clear `Auth` error into a slow timeout).
+pub(crate) async fn probe(
+    client: redis::Client,
+    settings: &RedisSettings,
+) -> Result<redis::aio::MultiplexedConnection, StoreError> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|e| StoreError::from(e).with_deadline(settings.connect_timeout))?;
+    check_version(&mut conn).await?;
+    Ok(conn)
+}
+
+/// Refuses a server whose cluster mode is not the one the client asked for, with an error
+/// that names the right constructor; a cluster also needs Redis 7.0 (sharded pub/sub). A
+/// server that does not answer `INFO` (an ACL that forbids it) is let through.
+pub(crate) async fn check_cluster_mode(
+    conn: &mut redis::aio::MultiplexedConnection,
+    cluster: bool,
+) -> Result<(), StoreError> {
+    let Ok(info) = redis::cmd("INFO")
+        .arg("server")
+        .arg("cluster")
+        .query_async::<String>(conn)
+        .await
+    else {
+        return Ok(());
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    match (field("cluster_enabled"), cluster) {
+        (Some("1"), false) => {
+            return Err(StoreError::Config {
+                message: "this server runs in cluster mode: connect with \
+                          Client::connect_cluster([...node urls])"
+                    .to_owned(),
+            });
+        }
+        (Some("0"), true) => {
+            return Err(StoreError::Config {
+                message: "this server does not run in cluster mode: connect with \
+                          Client::connect(url)"
+                    .to_owned(),
+            });
+        }
+        _ => {}
+    }
+    if cluster
+        && let Some(version) = field("redis_version")
+        && !at_least(version, (7, 0))
+    {
+        return Err(StoreError::Unsupported {
+            version: format!("{version} (a cluster needs 7.0 or newer, for sharded pub/sub)"),
+        });
+    }
+    Ok(())
+}
+
+/// Connects eagerly to the server of `client` ([`probe`], then the cluster-mode check), then
+/// makes the manager, which reconnects by itself from then on.
+pub(crate) async fn manager(
+    client: redis::Client,
+    settings: &RedisSettings,
+) -> Result<ConnectionManager, StoreError> {
+    let mut conn = probe(client.clone(), settings).await?;
+    check_cluster_mode(&mut conn, false).await?;
+    drop(conn);
+    let limit = settings.connect_timeout.saturating_mul(2);
+    tokio::time::timeout(
+        limit,
+        ConnectionManager::new_with_config(client, settings.manager_config()),
+    )
+    .await
+    .map_err(|_| StoreError::Timeout { after: limit })?
+    .map_err(StoreError::from)
+}
+
+/// Refuses a server older than [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION) with a clear
+/// error, instead of failing later inside a script (after a lock was already taken). A server
+/// that does not answer `INFO server` (an ACL that forbids it) or reports no version is let
+/// through; one that wants credentials the URL does not carry (`NOAUTH`) is an
+/// [`Auth`](StoreError::Auth) error here, not at the first lock.
+pub(crate) async fn check_version<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+) -> Result<(), StoreError> {
+    let info = match redis::cmd("INFO")
+        .arg("server")
+        .query_async::<String>(conn)
+        .await
+    {
+        Ok(info) => info,
+        Err(err) => {
+            return match StoreError::from(err) {
+                auth @ StoreError::Auth { .. } => Err(auth),
+                _ => Ok(()),
+            };
+        }
+    };
+    match info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+    {
+        Some(version) if !version_supported(version.trim()) => Err(StoreError::Unsupported {
+            version: version.trim().to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `major.minor[.patch]` is at least [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION);
+/// an unparsable version is given the benefit of the doubt.
+fn version_supported(version: &str) -> bool {
+    match parse_version(crate::MIN_REDIS_VERSION) {
+        Some(need) => at_least(version, need),
+        None => true,
+    }
+}
+
+/// Whether `version` is at least `need`; an unparsable version is given the benefit of the
+/// doubt.
+fn at_least(version: &str, need: (u32, u32)) -> bool {
+    parse_version(version).is_none_or(|have| have >= need)
+}
+
+fn parse_version(v: &str) -> Option<(u32, u32)> {
+    let mut parts = v.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_before_6_2_are_refused() {
+        for old in ["5.0.14", "6.0.20", "6.1.0", "2.8"] {
+            assert!(!version_supported(old), "{old}");
+        }
+        for ok in ["6.2.0", "6.2.14", "7.0.15", "7.4.1", "8.0.2", "10.1"] {
+            assert!(version_supported(ok), "{ok}");
+        }
+        assert!(version_supported("unknown"), "no version: let through");
+    }
+}

@@ -1,0 +1,73 @@
+//! The single primary's pub/sub link for release wake-ups: a second, lazily connected RESP3
+//! `ConnectionManager`, on which subscriptions and their messages travel as push frames; it
+//! reconnects and resubscribes by itself. What to subscribe is decided by the wake-up
+//! registry's reconciler (`wakeups.rs`).
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+use redis::{ProtocolVersion, PushInfo, PushKind, Value};
+
+use super::connect::RedisSettings;
+use crate::error::StoreError;
+use crate::store::wakeups::{SubscribeFuture, Subscriber, Wakeups};
+
+pub(crate) struct PubSubLink {
+    conn: ConnectionManager,
+}
+
+/// Routes one push frame to the registry: a release message wakes a waiter on its channel
+/// (`!` as the message: the release reserved the lock for the waiters that waited long); a
+/// lost connection wakes every waiter, since messages may have been missed meanwhile.
+pub(crate) fn route_push(wakeups: &Wakeups, push: &PushInfo) {
+    match push.kind {
+        PushKind::Message | PushKind::SMessage => {
+            if let Some(Value::BulkString(channel)) = push.data.first() {
+                let reserved =
+                    matches!(push.data.get(1), Some(Value::BulkString(m)) if m.as_slice() == b"!");
+                wakeups.wake_one(&String::from_utf8_lossy(channel), reserved);
+            }
+        }
+        PushKind::Disconnection => wakeups.wake_all(),
+        _ => {}
+    }
+}
+
+impl PubSubLink {
+    pub(crate) fn new(
+        info: &redis::ConnectionInfo,
+        settings: &RedisSettings,
+        wakeups: &Arc<Wakeups>,
+    ) -> Result<Self, StoreError> {
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.clone().set_redis_settings(resp3))?;
+        let weak = Arc::downgrade(wakeups);
+        let on_push = move |push: PushInfo| {
+            if let Some(wakeups) = weak.upgrade() {
+                route_push(&wakeups, &push);
+            }
+            Ok::<(), redis::aio::SendError>(())
+        };
+        let config = settings
+            .manager_config()
+            .set_push_sender(on_push)
+            .set_automatic_resubscription();
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Self { conn })
+    }
+}
+
+impl Subscriber for PubSubLink {
+    fn subscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_> {
+        let mut conn = self.conn.clone();
+        Box::pin(async move { Ok(conn.subscribe(channels).await?) })
+    }
+
+    fn unsubscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_> {
+        let mut conn = self.conn.clone();
+        Box::pin(async move { Ok(conn.unsubscribe(channels).await?) })
+    }
+}

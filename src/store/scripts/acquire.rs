@@ -1,0 +1,155 @@
+//! `acquire.lua`, after `fence.lua`: take locks and mint their fences (contract in the
+//! `.lua` header).
+
+use std::sync::LazyLock;
+
+use redis::Value;
+
+use super::release::Releases;
+use super::{Conn, Lua, Publish, codes};
+use crate::error::StoreError;
+use crate::keys::LockKeys;
+use crate::store::batch::Batch;
+use crate::token::Token;
+
+pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("fence.lua"),
+        include_str!("acquire.lua")
+    ))
+});
+
+/// The answer to one acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    Granted {
+        fence: u64,
+    },
+    /// `pttl` is the holder's remaining ttl; `None` if the key has no expiry.
+    Busy {
+        pttl: Option<std::time::Duration>,
+    },
+}
+
+impl AcquireReply {
+    /// One item of the reply: a fence (> 0), or −(pttl + 1) when busy.
+    pub(crate) fn from_code(code: i64) -> Self {
+        match u64::try_from(code) {
+            Ok(fence) if fence > 0 => Self::Granted { fence },
+            _ => Self::Busy {
+                pttl: u64::try_from(-(code + 1))
+                    .ok()
+                    .map(std::time::Duration::from_millis),
+            },
+        }
+    }
+}
+
+/// Whether an acquire's caller waits for the lock's release, which decides whether its holder
+/// publishes a wake-up when it releases, and whether the release reserves the lock for a
+/// waiter that has waited long. The in-memory store wakes its local waiters on every release
+/// and only looks at [`Waits::Starving`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// A first attempt, or a caller that does not wait.
+    No,
+    /// The caller listens on the release channel: a busy lock is marked as waited for.
+    Listening,
+    /// As `Listening`, and other local waiters listen too: a granted lock is also marked, as
+    /// they may be asleep on a mark its releaser consumed.
+    WithOthers,
+    /// As `WithOthers`, and the caller has waited longer than the starvation threshold: a
+    /// busy lock is marked so that its release reserves it for such a waiter, and a reserved
+    /// lock is taken.
+    Starving,
+}
+
+impl Waits {
+    fn arg(self) -> &'static str {
+        match self {
+            Self::No => "0",
+            Self::Listening => "1",
+            Self::WithOthers => "2",
+            Self::Starving => "3",
+        }
+    }
+}
+
+/// One lock to acquire, owned so it can wait in a batch.
+pub(crate) struct AcquireItem {
+    pub(crate) keys: LockKeys,
+    pub(crate) token: Token,
+    pub(crate) ttl_ms: u64,
+    pub(crate) waits: Waits,
+}
+
+/// Acquires, many per call, on one connection target.
+#[derive(Clone)]
+pub(crate) struct Acquires<C> {
+    pub(crate) conn: C,
+    /// How the release of an abandoned grant publishes.
+    pub(crate) publish: Publish,
+}
+
+impl<C: Conn> Batch for Acquires<C> {
+    type Item = AcquireItem;
+    type Reply = AcquireReply;
+
+    async fn run(&self, items: &[AcquireItem]) -> Result<Vec<AcquireReply>, StoreError> {
+        let mut cmd = SCRIPT.call(2 * items.len(), 3 * items.len(), 128 * items.len());
+        for item in items {
+            cmd.arg(&item.keys.lock).arg(&*item.keys.fence);
+        }
+        for item in items {
+            cmd.arg(item.token.as_str())
+                .arg(item.ttl_ms)
+                .arg(item.waits.arg());
+        }
+        let reply: Value = SCRIPT.invoke(&cmd, &self.conn).await?;
+        let codes = codes(reply, items.len(), "acquire")?;
+        Ok(codes.into_iter().map(AcquireReply::from_code).collect())
+    }
+
+    /// A grant nobody waits for any more: give it back at once rather than at its ttl.
+    fn abandoned(&self, item: AcquireItem, reply: AcquireReply) {
+        if matches!(reply, AcquireReply::Granted { .. }) {
+            Releases {
+                conn: self.conn.clone(),
+                publish: self.publish,
+            }
+            .in_background(item.keys, item.token);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn codes_decode_to_grants_and_busy_replies() {
+        let busy = |ms| AcquireReply::Busy {
+            pttl: Some(Duration::from_millis(ms)),
+        };
+        assert_eq!(
+            AcquireReply::from_code(1_700_000_000_000_001),
+            AcquireReply::Granted {
+                fence: 1_700_000_000_000_001
+            }
+        );
+        assert_eq!(
+            AcquireReply::from_code(1),
+            AcquireReply::Granted { fence: 1 }
+        );
+        assert_eq!(AcquireReply::from_code(-1), busy(0));
+        assert_eq!(AcquireReply::from_code(-30_001), busy(30_000));
+        assert_eq!(
+            AcquireReply::from_code(0),
+            AcquireReply::Busy { pttl: None },
+            "a key without expiry"
+        );
+        assert_eq!(AcquireReply::from_code(i64::MIN), busy(i64::MAX as u64));
+    }
+}

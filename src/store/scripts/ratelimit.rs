@@ -1,0 +1,288 @@
+//! `ratelimit.lua`: one or more rate-limit checks per call, each over one or more policies of
+//! one subject, all or nothing (contract in the `.lua` header). The script is the shared
+//! helpers, one file per algorithm, a clock, then the driver.
+//!
+//! The production script reads the server's clock (`ratelimit/clock.lua`). With the
+//! `test-util` feature, a second script text takes the time from the caller, for the model
+//! checks that replay traces at chosen instants; it is never sent without that feature.
+
+use std::sync::LazyLock;
+
+use redis::Value;
+
+use super::{Conn, Lua, per_item};
+use crate::error::StoreError;
+use crate::store::batch::Batch;
+
+/// The script text up to the clock: the helpers and the algorithms.
+macro_rules! algorithms {
+    () => {
+        concat!(
+            include_str!("ratelimit/common.lua"),
+            include_str!("ratelimit/gcra.lua"),
+            include_str!("ratelimit/token_bucket.lua"),
+            include_str!("ratelimit/fixed_window.lua"),
+            include_str!("ratelimit/sliding_window.lua"),
+            include_str!("ratelimit/sliding_log.lua"),
+        )
+    };
+}
+
+pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        algorithms!(),
+        include_str!("ratelimit/clock.lua"),
+        include_str!("ratelimit.lua"),
+    ))
+});
+
+/// Test-only: the same script deciding at the time given as ARGV[1] (µs since the epoch);
+/// every ttl it sets gets an hour of slack, since the server expires keys on its own clock.
+#[cfg(feature = "test-util")]
+pub(crate) static SCRIPT_AT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        algorithms!(),
+        "local now = tonumber(ARGV[1])\nlocal slack = 3600000\nlocal arg = 2\n",
+        include_str!("ratelimit.lua"),
+    ))
+});
+
+/// The algorithms, as the script numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Gcra,
+    TokenBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+}
+
+impl Kind {
+    /// The algorithm's number in the script's ARGV.
+    fn code(self) -> u8 {
+        match self {
+            Self::Gcra => 1,
+            Self::TokenBucket => 2,
+            Self::FixedWindow => 3,
+            Self::SlidingWindow => 4,
+            Self::SlidingLog => 5,
+        }
+    }
+}
+
+/// One policy as the stores see it. For GCRA and the token bucket, `unit_us` is the emission
+/// interval and `count` the burst; for the window algorithms, `unit_us` is the period and
+/// `count` the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PolicyParams {
+    pub(crate) kind: Kind,
+    pub(crate) unit_us: i64,
+    pub(crate) count: i64,
+}
+
+/// One rate-limit check: one key and one policy per entry, all keys in one hash slot.
+pub(crate) struct RateRequest<'a> {
+    pub(crate) keys: &'a [String],
+    pub(crate) params: &'a [PolicyParams],
+    /// Cost units to consume; 0 peeks (decides for a cost of 1, consumes nothing).
+    pub(crate) cost: u32,
+}
+
+/// The answer to a rate-limit check: whether it was applied (every policy allowed and the
+/// cost was above zero), and each policy's verdict, in request order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RateReply {
+    pub(crate) applied: bool,
+    pub(crate) verdicts: Vec<Verdict>,
+}
+
+/// One policy's verdict; times in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_us: u64,
+    pub(crate) reset_us: u64,
+}
+
+impl Verdict {
+    /// From the algorithms' signed arithmetic; negatives (never produced) clamp to zero.
+    pub(crate) fn new(allowed: bool, remaining: i64, retry_us: i64, reset_us: i64) -> Self {
+        let clamp = |x: i64| u64::try_from(x).unwrap_or(0);
+        Self {
+            allowed,
+            remaining: clamp(remaining),
+            retry_us: clamp(retry_us),
+            reset_us: clamp(reset_us),
+        }
+    }
+}
+
+/// One check, owned so it can wait in a batch.
+pub(crate) struct RateItem {
+    pub(crate) keys: Vec<String>,
+    pub(crate) params: Vec<PolicyParams>,
+    pub(crate) cost: u32,
+}
+
+impl RateItem {
+    pub(crate) fn of(req: &RateRequest<'_>) -> Self {
+        Self {
+            keys: req.keys.to_vec(),
+            params: req.params.to_vec(),
+            cost: req.cost,
+        }
+    }
+}
+
+/// Rate-limit checks, many per call, on one connection target.
+#[derive(Clone)]
+pub(crate) struct Rates<C> {
+    pub(crate) conn: C,
+}
+
+impl<C: Conn> Rates<C> {
+    /// Sends `items` with `script`, after `leading` ARGV (the test clock's time, or none).
+    async fn invoke(
+        &self,
+        script: &Lua,
+        leading: Option<&str>,
+        items: &[RateItem],
+    ) -> Result<Vec<RateReply>, StoreError> {
+        let keys: usize = items.iter().map(|item| item.keys.len()).sum();
+        let mut cmd = script.call(keys, 1 + 2 * items.len() + 3 * keys, 128 * keys);
+        for item in items {
+            for key in &item.keys {
+                cmd.arg(key);
+            }
+        }
+        if let Some(leading) = leading {
+            cmd.arg(leading);
+        }
+        for item in items {
+            cmd.arg(item.cost).arg(item.params.len());
+            for p in &item.params {
+                cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
+            }
+        }
+        let reply: Value = script.invoke(&cmd, &self.conn).await?;
+        let texts = per_item(reply, items.len(), "ratelimit")?;
+        texts
+            .iter()
+            .zip(items)
+            .map(|(text, item)| parse_reply(text, item.keys.len()))
+            .collect()
+    }
+
+    /// Test-only: one check decided at `now_us` (µs since the epoch).
+    #[cfg(feature = "test-util")]
+    pub(crate) async fn at(&self, item: RateItem, now_us: u64) -> Result<RateReply, StoreError> {
+        let mut replies = self
+            .invoke(
+                &SCRIPT_AT,
+                Some(&now_us.to_string()),
+                std::slice::from_ref(&item),
+            )
+            .await?;
+        replies.pop().ok_or_else(|| StoreError::Protocol {
+            message: "ratelimit answered no check".to_owned(),
+        })
+    }
+}
+
+impl<C: Conn> Batch for Rates<C> {
+    type Item = RateItem;
+    type Reply = RateReply;
+
+    async fn run(&self, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
+        self.invoke(&SCRIPT, None, items).await
+    }
+}
+
+/// One check's text: `applied`, then `allowed remaining retry_us reset_us` per policy, as
+/// integers separated by single spaces.
+fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
+    let bad = || StoreError::Protocol {
+        message: format!("expected 1 + 4 × {policies} integers from ratelimit, got {text:?}"),
+    };
+    let bytes = match text {
+        Value::BulkString(bytes) => bytes.as_slice(),
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return Err(bad()),
+    };
+    let mut numbers = bytes.split(|&b| b == b' ').map(|n| {
+        std::str::from_utf8(n)
+            .ok()
+            .and_then(|n| n.parse::<i64>().ok())
+    });
+    let applied = match numbers.next().flatten() {
+        Some(applied @ (0 | 1)) => applied == 1,
+        _ => return Err(bad()),
+    };
+    let mut verdicts = Vec::with_capacity(policies);
+    for _ in 0..policies {
+        let mut next = || numbers.next().flatten().ok_or_else(bad);
+        let (allowed, remaining, retry, reset) = (next()?, next()?, next()?, next()?);
+        verdicts.push(Verdict::new(allowed == 1, remaining, retry, reset));
+    }
+    if numbers.next().is_some() {
+        return Err(bad());
+    }
+    Ok(RateReply { applied, verdicts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replies_parse_per_policy() {
+        let reply = parse_reply(&text("1 1 9 0 100000 0 0 4503599627370495 86400000000"), 2)
+            .expect("valid");
+        assert!(reply.applied);
+        assert_eq!(reply.verdicts[0], Verdict::new(true, 9, 0, 100_000));
+        assert_eq!(
+            reply.verdicts[1],
+            Verdict::new(false, 0, 4_503_599_627_370_495, 86_400_000_000)
+        );
+        let denied = parse_reply(&text("0 0 0 250 1000"), 1).expect("valid");
+        assert!(!denied.applied && !denied.verdicts[0].allowed);
+    }
+
+    #[test]
+    fn malformed_replies_are_protocol_errors() {
+        for bad in [
+            text(""),
+            text("1 1 9 0"),
+            text("1 1 9 0 100 7"),
+            text("2 1 9 0 100"),
+            text("1 1 x 0 100"),
+            text("1  1 9 0 100"),
+            Value::Int(1),
+        ] {
+            assert!(
+                matches!(parse_reply(&bad, 1), Err(StoreError::Protocol { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_production_script_takes_no_time_from_the_client() {
+        let text = concat!(
+            algorithms!(),
+            include_str!("ratelimit/clock.lua"),
+            include_str!("ratelimit.lua")
+        );
+        assert!(text.contains("redis.call('TIME')"));
+        // Checks read their ARGV from `arg` on; only the test clock reads ARGV[1] itself.
+        assert!(
+            !text.contains("ARGV[1]"),
+            "a client-supplied time in production"
+        );
+    }
+}

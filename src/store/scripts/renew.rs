@@ -1,0 +1,42 @@
+//! `renew.lua`: compare-and-`PEXPIRE` many leases, never re-creating a key (contract in the
+//! `.lua` header). Used by the watchdog's batched renewals and by `Lease::extend`.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::{Conn, Held, Lua, millis};
+use crate::error::StoreError;
+use crate::token::Token;
+
+pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("renew.lua")));
+
+/// One lease in a renewal batch.
+pub(crate) struct RenewItem<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) token: &'a Token,
+    pub(crate) ttl: Duration,
+}
+
+/// Renews `items` (all in one hash slot on a cluster) in one call.
+pub(crate) async fn run<C: Conn>(
+    conn: &C,
+    items: &[RenewItem<'_>],
+) -> Result<Vec<Held>, StoreError> {
+    let mut cmd = SCRIPT.call(items.len(), 2 * items.len(), 96 * items.len());
+    for item in items {
+        cmd.arg(item.key);
+    }
+    for item in items {
+        cmd.arg(item.token.as_str());
+    }
+    for item in items {
+        cmd.arg(millis(item.ttl));
+    }
+    let codes: Vec<i64> = SCRIPT.invoke(&cmd, conn).await?;
+    if codes.len() != items.len() {
+        return Err(StoreError::Protocol {
+            message: format!("renew answered {} items for {}", codes.len(), items.len()),
+        });
+    }
+    codes.into_iter().map(Held::from_reply).collect()
+}

@@ -1,0 +1,141 @@
+//! Rate limits, the macro and both layers on a cluster client, unchanged (TESTPLAN 19 on the
+//! cluster): every key of one check lives in the subject's slot, exactly the limit passes when
+//! many callers fire at once, and the three faces of the library work as on one primary.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use distlock::ratelimit::{Policy, Rate};
+use distlock::{Client, LockError, distributed_lock};
+use distlock_tower::extract::{Header, PathSegment, Prefixed};
+use distlock_tower::lock::LockLayer;
+use distlock_tower::rate_limit::RateLimitLayer;
+use http::{Request, StatusCode};
+use tower::ServiceExt as _;
+
+use crate::locks::client;
+use crate::support::cluster::{RedisCluster, slot_of};
+
+/// TESTPLAN 19: 150 callers at one instant against 100 per 10 s: exactly 100 pass, and the
+/// keys of a two-policy check share the subject's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_the_limit_passes_on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "rl").await;
+    let limiter = client
+        .rate_limiter_all([
+            Policy::gcra(
+                "burst",
+                Rate::per(100, Duration::from_secs(10)).expect("rate"),
+            )
+            .expect("policy"),
+            Policy::sliding_window("hourly", Rate::per_hour(10_000).expect("rate"))
+                .expect("policy"),
+        ])
+        .expect("limiter")
+        .deny_cache(0);
+    for subject in ["a", "user:{7}", "}{", "x:y:z"] {
+        let keys = limiter.__keys(subject).expect("keys");
+        assert!(
+            keys.iter().all(|k| slot_of(k) == slot_of(&keys[0])),
+            "{keys:?}"
+        );
+    }
+    let allowed = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(tokio::sync::Barrier::new(150));
+    let tasks: Vec<_> = (0..150)
+        .map(|_| {
+            let (limiter, allowed, start) = (limiter.clone(), allowed.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                if limiter.check("burst:subject").await.expect("check").allowed {
+                    allowed.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(allowed.load(Ordering::SeqCst), 100);
+    // All or nothing: the hourly policy consumed only what passed.
+    let peek = limiter.peek("burst:subject").await.expect("peek");
+    assert_eq!(peek.policies[1].remaining, 10_000 - 100);
+}
+
+#[distributed_lock(key = "settle:{id}", client = client, ttl = "5s", wait = "5s")]
+async fn settle(client: &Client, id: u32, counter: &AtomicU64) -> Result<u64, LockError> {
+    let seen = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(seen + 1, Ordering::SeqCst);
+    Ok(distlock::current_lease()
+        .map(|l| l.fence())
+        .unwrap_or_default())
+}
+
+/// The macro runs unchanged on a cluster client: concurrent calls on one key are serialised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_macro_runs_on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "macro").await;
+    let counter = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, counter) = (client.clone(), counter.clone());
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    assert!(settle(&client, 1, &counter).await.expect("settle") > 0);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 160);
+}
+
+/// Both layers run unchanged on a cluster client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_layers_run_on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "layers").await;
+    let limiter = client.rate_limiter(
+        Policy::gcra(
+            "api",
+            Rate::per_minute(60).expect("rate").burst(2).expect("burst"),
+        )
+        .expect("policy"),
+    );
+    let app = Router::new()
+        .route("/orders/{id}", get(|| async { "settled" }))
+        .route_layer(LockLayer::new(
+            client.clone(),
+            Prefixed::new("order:", PathSegment(1)),
+        ))
+        .layer(RateLimitLayer::new(limiter, Header::from_static("x-key")));
+    let request = |key: &str| {
+        Request::get("/orders/42")
+            .header("x-key", key)
+            .body(Body::empty())
+            .expect("request")
+    };
+    for _ in 0..2 {
+        let response = app.clone().oneshot(request("k")).await.expect("infallible");
+        assert_eq!(response.status(), StatusCode::OK);
+        axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .expect("body");
+    }
+    let refused = app.clone().oneshot(request("k")).await.expect("infallible");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The lock layer: a held order is 423 for another request.
+    let held = client.lock("order:42").acquire().await.expect("acquire");
+    let busy = app.oneshot(request("other")).await.expect("infallible");
+    assert_eq!(busy.status(), StatusCode::LOCKED);
+    held.release().await.expect("release");
+}

@@ -1,0 +1,404 @@
+//! Locks on a real Redis Cluster (TESTPLAN 12): every script is single-slot whatever the name,
+//! mutual exclusion and fences across processes with names on every master, the watchdog,
+//! waiting with sharded wake-ups, hand-off and fairness, all through the public API.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{Client, LockError, ReleaseOutcome};
+use rand::Rng as _;
+use redis::AsyncCommands as _;
+
+use crate::support::child::{self, ChildProcess, say};
+use crate::support::cluster::{RedisCluster, slot_of};
+
+/// A distlock client on `cluster` under its own key prefix (tests share one cluster).
+pub async fn client(cluster: &RedisCluster, prefix: &str) -> Client {
+    Client::builder()
+        .prefix(prefix)
+        .response_timeout(Duration::from_secs(3))
+        .connect_cluster(cluster.seed_urls())
+        .await
+        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()))
+}
+
+/// Lock names whose keys land on every master of `cluster`, `per_master` of each.
+pub async fn names_on_every_master(
+    cluster: &RedisCluster,
+    client: &Client,
+    per_master: usize,
+) -> Vec<String> {
+    let masters = cluster.masters().await;
+    let mut by_master: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut i = 0u32;
+    while by_master.len() < masters.len()
+        || by_master.values().any(|names| names.len() < per_master)
+    {
+        let name = format!("spread:{i}");
+        i += 1;
+        let key = client.__inspect().lock_key(&name).expect("valid name");
+        let owner = cluster.master_of_slot(slot_of(&key)).await.id().to_owned();
+        let names = by_master.entry(owner).or_default();
+        if names.len() < per_master {
+            names.push(name);
+        }
+    }
+    by_master.into_values().flatten().collect()
+}
+
+/// TESTPLAN 12: 1000 random names, braces, colons and percent signs included: each one's lock
+/// key, fence key and channel share one slot (the lock's tag, never one the user text picked),
+/// every acquire and release succeeds on the first call (no MOVED, ASK or CROSSSLOT reaches
+/// the caller), and fences of one name strictly increase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_names_each_stay_in_one_slot() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "slots").await;
+    let alphabet: Vec<char> = "ab{}:%x7 {{}}".chars().collect();
+    let mut rng = rand::rng();
+    let mut slots = HashSet::new();
+    let mut fence_keys = HashSet::new();
+    let mut last_fence: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..1000 {
+        let len = rng.random_range(1..12);
+        let mut name: String = (0..len)
+            .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+            .collect();
+        // A few repeats, to check that one name's fences increase.
+        if i % 10 == 0 {
+            name = "repeat{me}".to_owned();
+        }
+        let inspect = client.__inspect();
+        let key = inspect.lock_key(&name).expect("valid name");
+        let fence_key = inspect.fence_key(&name).expect("valid name");
+        let channel = inspect.release_channel(&name).expect("valid name");
+        let slot = slot_of(&key);
+        assert_eq!(slot_of(&fence_key), slot, "{name:?}: fence key {fence_key}");
+        assert_eq!(slot_of(&channel), slot, "{name:?}: channel {channel}");
+        // The tag is the library's: the whole encoded name, never a piece the user chose.
+        assert!(key.ends_with('}') && key.matches('{').count() == 1, "{key}");
+        slots.insert(slot);
+        fence_keys.insert(fence_key);
+        let lease = client
+            .lock(&name)
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"));
+        if let Some(last) = last_fence.insert(name.clone(), lease.fence()) {
+            assert!(
+                lease.fence() > last,
+                "{name:?}: fence {} after {last}",
+                lease.fence()
+            );
+        }
+        assert_eq!(
+            lease.release().await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    }
+    assert!(
+        slots.len() > 100,
+        "names spread over only {} slots",
+        slots.len()
+    );
+    assert!(
+        fence_keys.len() <= slots.len(),
+        "more fence keys than slots"
+    );
+    // No key is left per name: only the (bounded) fence keys.
+    let left = client.__inspect().keys().await.expect("KEYS");
+    assert!(
+        left.iter().all(|k| k.starts_with("slots:fence:{")),
+        "left behind: {:?}",
+        left.iter()
+            .filter(|k| !k.starts_with("slots:fence:"))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The watchdog renews leases of names on every master (one renewal call per slot, sent at
+/// once); waiters of two clients are woken through sharded pub/sub on each lock's slot, at
+/// once, not at the holder's ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_and_wake_ups_work_on_every_master() {
+    let cluster = RedisCluster::shared();
+    let a = client(cluster, "wake").await;
+    let b = client(cluster, "wake").await;
+    let names = names_on_every_master(cluster, &a, 3).await;
+    let mut leases = Vec::new();
+    for name in &names {
+        leases.push(
+            a.lock(name)
+                .ttl(Duration::from_millis(300))
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for lease in &leases {
+        assert!(
+            !lease.is_lost(),
+            "{} lost: {:?}",
+            lease.name(),
+            lease.lost_reason()
+        );
+    }
+    // Long holds: a waiter that missed the release would sleep up to 10 s.
+    for lease in leases {
+        lease.extend(Duration::from_secs(10)).await.expect("extend");
+        let name = lease.name().to_owned();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            let name = name.clone();
+            async move {
+                let lease = b
+                    .lock(&name)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .expect("waiter");
+                (Instant::now(), lease)
+            }
+        });
+        // Let the waiter subscribe and mark the lock.
+        let key = a.__inspect().lock_key(&name).expect("name");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !a
+            .__inspect()
+            .get(&key)
+            .await
+            .expect("GET")
+            .is_some_and(|v| v.ends_with('*'))
+        {
+            assert!(Instant::now() < deadline, "{name}: nobody waited");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let released = Instant::now();
+        lease.release().await.expect("release");
+        let (got, next) = waiter.await.expect("waiter task");
+        let took = got - released;
+        assert!(
+            took < Duration::from_millis(500),
+            "{name}: the waiter got the lock {took:?} after the release"
+        );
+        next.release().await.expect("release");
+    }
+    assert_eq!(b.__inspect().waiting_channels(), 0);
+}
+
+/// Hand-off between tasks of one client and fairness across clients hold on a cluster too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_names_stay_exclusive_and_fair() {
+    const TASKS: usize = 6;
+    const SECTIONS: u64 = 100;
+    let cluster = RedisCluster::shared();
+    let names = names_on_every_master(cluster, &client(cluster, "busy").await, 1).await;
+    let counters: Arc<BTreeMap<String, AtomicU64>> = Arc::new(
+        names
+            .iter()
+            .map(|n| (n.clone(), AtomicU64::new(0)))
+            .collect(),
+    );
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        // Two clients, so hand-offs and releases to the other client's waiters both happen.
+        let client = client(cluster, "busy").await;
+        let names = names.clone();
+        let counters = counters.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            for i in 0..SECTIONS {
+                let name = &names[(t + i as usize) % names.len()];
+                let asked = Instant::now();
+                let lease = client
+                    .lock(name)
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                longest = longest.max(asked.elapsed());
+                let counter = &counters[name];
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            }
+            longest
+        }));
+    }
+    let mut longest = Duration::ZERO;
+    for task in tasks {
+        longest = longest.max(task.await.expect("task"));
+    }
+    let total: u64 = counters.values().map(|c| c.load(Ordering::SeqCst)).sum();
+    assert_eq!(total, TASKS as u64 * SECTIONS, "lost updates");
+    assert!(
+        longest < Duration::from_secs(5),
+        "a waiter waited {longest:?}"
+    );
+}
+
+/// The entry test of the child processes of [`mutual_exclusion_across_4_processes`].
+const ENTRY: &str = "locks::child_entry";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only as a child process of the tests in this module"]
+async fn child_entry() {
+    let Some((role, urls)) = child::role() else {
+        return;
+    };
+    let nodes: Vec<&str> = urls.split(',').collect();
+    let client = Client::builder()
+        .prefix("procs")
+        .connect_cluster(&nodes)
+        .await
+        .expect("connect_cluster");
+    match role.as_str() {
+        "exclusion" => child_exclusion(client, &nodes).await,
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+const PROCESS_TASKS: usize = 4;
+const PROCESS_SECTIONS: usize = 150;
+
+/// A fenced resource per name: a write is accepted only with a fence above the last one, and
+/// an occupancy count catches two holders inside at once.
+const FENCED_WRITE: &str = r"
+    local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+    if tonumber(ARGV[1]) <= last then return 0 end
+    redis.call('SET', KEYS[1], ARGV[1])
+    return 1
+";
+
+/// 4 tasks × 150 sections over names on every master: in each, occupancy must be 1, the
+/// fenced write must be accepted, and the counter is a read-modify-write.
+async fn child_exclusion(client: Client, nodes: &[&str]) {
+    let names: Vec<String> = (0..6).map(|i| format!("proc:{i}")).collect();
+    let redis = redis::cluster::ClusterClient::new(nodes.to_vec()).expect("cluster client");
+    let mut tasks = Vec::new();
+    for t in 0..PROCESS_TASKS {
+        let client = client.clone();
+        let names = names.clone();
+        let mut conn = redis.get_async_connection().await.expect("conn");
+        tasks.push(tokio::spawn(async move {
+            let fenced = redis::Script::new(FENCED_WRITE);
+            for i in 0..PROCESS_SECTIONS {
+                let name = &names[(t * 7 + i) % names.len()];
+                let lease = client
+                    .lock(name)
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                let tag = format!("{{{name}}}");
+                let inside: i64 = conn.incr(format!("occupancy{tag}"), 1).await.expect("incr");
+                if inside != 1 {
+                    let _: i64 = conn.incr("violations", 1).await.expect("incr");
+                }
+                let accepted: i64 = fenced
+                    .key(format!("fence-seen{tag}"))
+                    .arg(lease.fence())
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("fenced write");
+                if accepted != 1 {
+                    let _: i64 = conn.incr("fence-violations", 1).await.expect("incr");
+                }
+                let seen: i64 = conn.get(format!("counter{tag}")).await.unwrap_or(0);
+                tokio::time::sleep(Duration::from_micros(rand::random_range(0..500))).await;
+                let _: () = conn
+                    .set(format!("counter{tag}"), seen + 1)
+                    .await
+                    .expect("set");
+                let _: i64 = conn.decr(format!("occupancy{tag}"), 1).await.expect("decr");
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    say("DONE");
+}
+
+/// TESTPLAN 12 with processes: 4 OS processes × 4 tasks on names spread over every master:
+/// no two holders inside at once, no lost update, and every fenced write accepted (fences of
+/// a name strictly increase in grant order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_4_processes() {
+    let cluster = RedisCluster::shared();
+    let urls = cluster.seed_urls().join(",");
+    let children: Vec<ChildProcess> = (0..4)
+        .map(|_| ChildProcess::spawn(ENTRY, "exclusion", &urls))
+        .collect();
+    for child in &children {
+        child.expect_line("DONE", Duration::from_secs(240));
+    }
+    for child in children {
+        child.wait_success(Duration::from_secs(10));
+    }
+    let redis = redis::cluster::ClusterClient::new(cluster.seed_urls()).expect("client");
+    let mut conn = redis.get_async_connection().await.expect("conn");
+    let violations: Option<i64> = conn.get("violations").await.expect("GET");
+    let fence_violations: Option<i64> = conn.get("fence-violations").await.expect("GET");
+    assert_eq!(
+        violations.unwrap_or(0),
+        0,
+        "two holders were inside at once"
+    );
+    assert_eq!(fence_violations.unwrap_or(0), 0, "a fence did not increase");
+    let mut total = 0;
+    for i in 0..6 {
+        let counter: Option<i64> = conn.get(format!("counter{{proc:{i}}}")).await.expect("GET");
+        total += counter.unwrap_or(0);
+    }
+    assert_eq!(
+        total,
+        (4 * PROCESS_TASKS * PROCESS_SECTIONS) as i64,
+        "lost updates"
+    );
+}
+
+/// Busy answers, timeouts and invalid input behave as on a single primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_and_timeouts_are_typed() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "typed").await;
+    let lease = client
+        .lock("held")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquire");
+    match client.lock("held").acquire().await {
+        Err(LockError::Busy { retry_after, .. }) => {
+            assert!(retry_after <= Duration::from_secs(5));
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    match client
+        .lock("held")
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await
+    {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert!(matches!(
+        client.lock("").acquire().await,
+        Err(LockError::InvalidName(_))
+    ));
+    lease.release().await.expect("release");
+}
