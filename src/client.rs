@@ -11,7 +11,9 @@ use crate::error::{InvalidName, StoreError};
 use crate::keys::LockKeys;
 use crate::lock::LockBuilder;
 use crate::lock::watchdog::Watchdog;
-use crate::store::{ClusterStore, MemoryStore, RedisStore, Store, redis::RedisSettings};
+use crate::store::{
+    ClusterStore, MemoryStore, QuorumSettings, QuorumStore, RedisStore, Store, redis::RedisSettings,
+};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "distlock";
@@ -90,6 +92,35 @@ impl Client {
         Self::builder().connect_cluster(nodes).await
     }
 
+    /// Connects to a Redlock quorum: an odd number (at least 3) of **independent** Redis
+    /// primaries (no replication between them). A lease is granted only by a majority, within
+    /// what is left of its ttl after the time spent and the clock drift; renewed by a
+    /// majority; released on every node. It survives the loss of a minority of the nodes,
+    /// without relying on replication. Rate limits are refused on such a client
+    /// ([`RateLimitError::UnsupportedStore`](crate::RateLimitError::UnsupportedStore)).
+    ///
+    /// Fails at once on wrong credentials or an unsupported server on any node; nodes that
+    /// cannot be reached are tolerated as long as a majority can (they join when they come
+    /// up). See the README's Redlock section for what it promises and what it does not.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::StoreError> {
+    /// let client = distlock::Client::connect_quorum([
+    ///     "redis://10.0.1.1:6379/",
+    ///     "redis://10.0.2.1:6379/",
+    ///     "redis://10.0.3.1:6379/",
+    /// ])
+    /// .await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_quorum<I, S>(nodes: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().connect_quorum(nodes).await
+    }
+
     /// A client over an in-memory store with the same semantics as Redis, for tests and local
     /// development. Locks are shared by clones of this client only.
     #[must_use]
@@ -108,7 +139,7 @@ impl Client {
         LockBuilder::new(self.clone(), name.into())
     }
 
-    /// `"redis"` (a single primary), `"cluster"` or `"memory"`.
+    /// `"redis"` (a single primary), `"cluster"`, `"quorum"` (Redlock) or `"memory"`.
     #[must_use]
     pub fn store_kind(&self) -> &'static str {
         self.inner.store.kind()
@@ -140,6 +171,8 @@ pub struct ClientBuilder {
     response_timeout: Duration,
     connect_timeout: Duration,
     reconnect_retries: usize,
+    quorum_node_timeout: Option<Duration>,
+    restart_quarantine: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -149,6 +182,8 @@ impl Default for ClientBuilder {
             response_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             reconnect_retries: 6,
+            quorum_node_timeout: None,
+            restart_quarantine: crate::DEFAULT_TTL,
         }
     }
 }
@@ -211,6 +246,43 @@ impl ClientBuilder {
         Ok(self.build(Store::Redis(store)))
     }
 
+    /// Redlock only: how long each node of a quorum may take to answer an acquire or renewal
+    /// (default `min(ttl / 10, 50 ms)`, per lease). A node slower than this does not vote, so
+    /// one frozen node costs an acquire at most this long. At least 1 ms.
+    pub fn quorum_node_timeout(mut self, timeout: Duration) -> Self {
+        self.quorum_node_timeout = Some(timeout);
+        self
+    }
+
+    /// Redlock only: the least time a node that lost its data (restarted without
+    /// persistence, or flushed) sits out of majorities, so that every lease it forgot has
+    /// expired before its vote counts again (default 30 s, the default ttl). The client
+    /// raises it to the longest ttl it has used; set it to the longest ttl any client of the
+    /// quorum uses.
+    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.restart_quarantine = quarantine;
+        self
+    }
+
+    /// Connects to a Redlock quorum; see [`Client::connect_quorum`].
+    pub async fn connect_quorum<I, S>(self, nodes: I) -> Result<Client, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.validate()?;
+        let nodes = nodes
+            .into_iter()
+            .map(|url| connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let quorum = QuorumSettings {
+            node_timeout: self.quorum_node_timeout,
+            restart_quarantine: self.restart_quarantine,
+        };
+        let store = QuorumStore::connect(nodes, &self.prefix, self.settings(), quorum).await?;
+        Ok(self.build(Store::Quorum(store)))
+    }
+
     /// Connects to a Redis Cluster; see [`Client::connect_cluster`].
     pub async fn connect_cluster<I, S>(self, nodes: I) -> Result<Client, StoreError>
     where
@@ -265,7 +337,9 @@ impl ClientBuilder {
         let watchdog = Watchdog::new(store.clone());
         let fences = match store {
             Store::Cluster(_) => crate::keys::Fences::per_slot(&self.prefix),
-            Store::Redis(_) | Store::Memory(_) => crate::keys::Fences::shared(&self.prefix),
+            Store::Redis(_) | Store::Quorum(_) | Store::Memory(_) => {
+                crate::keys::Fences::shared(&self.prefix)
+            }
         };
         Client {
             inner: Arc::new(ClientInner {

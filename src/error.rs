@@ -62,6 +62,21 @@ pub enum StoreError {
         /// The version the server reported.
         version: String,
     },
+    /// A Redlock quorum could not decide: fewer than a majority of its nodes answered (or
+    /// could count). Each failure names its node and what happened there. Nothing was
+    /// granted (an acquire's partial grants were released).
+    #[error(
+        "no majority of the {nodes} Redis nodes answered ({needed} needed); {}",
+        NodeFailure::list(failures)
+    )]
+    NoQuorum {
+        /// Nodes in the quorum.
+        nodes: usize,
+        /// Votes a decision needs (a majority).
+        needed: usize,
+        /// The nodes that did not answer, and why.
+        failures: Vec<NodeFailure>,
+    },
     /// Redis answered something this library did not expect (a bug, or a key of ours that was
     /// overwritten by something else).
     #[error("unexpected reply from Redis: {message}")]
@@ -69,6 +84,29 @@ pub enum StoreError {
         /// What was expected and what came.
         message: String,
     },
+}
+
+/// One node of a Redlock quorum that did not answer, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// `host:port`.
+    pub node: String,
+    /// What happened (unreachable, no answer within the per-node timeout, refused).
+    pub error: String,
+}
+
+impl NodeFailure {
+    fn list(failures: &[Self]) -> String {
+        if failures.is_empty() {
+            return "every node answered, but too few could vote".to_owned();
+        }
+        failures
+            .iter()
+            .map(|f| format!("{}: {}", f.node, f.error))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 /// Why Redis refused a command.
@@ -302,6 +340,14 @@ pub enum RateLimitError {
     /// The subject cannot be turned into a key; see [`InvalidName`].
     #[error(transparent)]
     InvalidSubject(#[from] InvalidName),
+    /// The client's store cannot rate limit: a Redlock quorum counts on independent primaries,
+    /// which is not exact. Refused whatever the outage policy says; use a client on a single
+    /// primary or a Cluster for rate limits.
+    #[error("{reason}")]
+    UnsupportedStore {
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
     /// The request costs more than a policy can ever allow at once, so it could never pass:
     /// raise the policy's burst (or limit) or split the request.
     #[error(

@@ -15,7 +15,7 @@
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
-//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`RateLimitError::InvalidPolicy`] | `500 Internal Server Error` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
 //!
 //! The choices, and why:
 //!
@@ -144,7 +144,7 @@ impl RateLimitError {
             }
             Self::InvalidSubject(_) => HttpStatus::new(400, None),
             Self::CostTooLarge { .. } => HttpStatus::new(413, None),
-            Self::InvalidPolicy(_) => HttpStatus::new(500, None),
+            Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } => HttpStatus::new(500, None),
         }
     }
 }

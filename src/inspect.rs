@@ -51,6 +51,16 @@ impl Inspector<'_> {
                 let ms: i64 = c.connection().pttl(key).await?;
                 Ok(u64::try_from(ms).ok().map(Duration::from_millis))
             }
+            // The longest of the nodes that have it (what a waiter would be told).
+            Store::Quorum(q) => {
+                let mut longest = None;
+                for mut conn in q.connections() {
+                    if let Ok(ms) = conn.pttl::<_, i64>(key).await {
+                        longest = longest.max(u64::try_from(ms).ok().map(Duration::from_millis));
+                    }
+                }
+                Ok(longest)
+            }
         }
     }
 
@@ -61,6 +71,15 @@ impl Inspector<'_> {
             Store::Memory(m) => Ok(m.get(key)),
             Store::Redis(r) => Ok(r.connection().get(key).await?),
             Store::Cluster(c) => Ok(c.connection().get(key).await?),
+            // The first node that has it.
+            Store::Quorum(q) => {
+                for mut conn in q.connections() {
+                    if let Ok(Some(value)) = conn.get::<_, Option<String>>(key).await {
+                        return Ok(Some(value));
+                    }
+                }
+                Ok(None)
+            }
         }
     }
 
@@ -75,6 +94,14 @@ impl Inspector<'_> {
             Store::Cluster(c) => {
                 let n: i64 = c.connection().del(key).await?;
                 Ok(n > 0)
+            }
+            // On every node that answers.
+            Store::Quorum(q) => {
+                let mut deleted = false;
+                for mut conn in q.connections() {
+                    deleted |= conn.del::<_, i64>(key).await.unwrap_or(0) > 0;
+                }
+                Ok(deleted)
             }
         }
     }
@@ -91,6 +118,16 @@ impl Inspector<'_> {
             Store::Redis(r) => Ok(r.connection().keys(format!("{prefix}:*")).await?),
             // KEYS goes to every primary; the answers are joined.
             Store::Cluster(c) => Ok(c.connection().keys(format!("{prefix}:*")).await?),
+            // Every node that answers, each key once.
+            Store::Quorum(q) => {
+                let mut keys = std::collections::BTreeSet::new();
+                for mut conn in q.connections() {
+                    if let Ok(found) = conn.keys::<_, Vec<String>>(format!("{prefix}:*")).await {
+                        keys.extend(found);
+                    }
+                }
+                Ok(keys.into_iter().collect())
+            }
         }
     }
 

@@ -23,8 +23,8 @@ mod token;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use error::{
-    InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, RateLimitError,
-    RefusedKind, StoreError,
+    InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
+    RateLimitError, RefusedKind, StoreError,
 };
 #[cfg(feature = "test-util")]
 #[doc(hidden)]

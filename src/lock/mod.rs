@@ -31,7 +31,7 @@ use self::handoff::{Handed, Ticket};
 pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome, safety_margin};
 use self::lease::{LeaseShared, release_in_background};
 use crate::Client;
-use crate::error::LockError;
+use crate::error::{LockError, StoreError};
 use crate::keys::LockKeys;
 use crate::store::{AcquireReply, Store, Subscription, Waits};
 use crate::token::Token;
@@ -264,7 +264,25 @@ impl LockBuilder {
                 Some(_) if store.wakeups().waiters(&keys.channel) > 1 => Waits::WithOthers,
                 Some(_) => Waits::Listening,
             };
-            let attempt = self.attempt(store, &keys, &token, waits).await?;
+            let attempt = match self.attempt(store, &keys, &token, waits).await {
+                Ok(attempt) => attempt,
+                // A quorum that could not decide (nodes down or slow) is retried within the
+                // wait, with backoff; the wait ends with this error, which names the nodes.
+                Err(LockError::Store(err @ StoreError::NoQuorum { .. })) => {
+                    let remaining = match (self.wait, deadline) {
+                        (Wait::No, _) => None,
+                        (_, Some(deadline)) => deadline.checked_duration_since(Instant::now()),
+                        (_, None) => Some(Duration::MAX),
+                    };
+                    let Some(remaining) = remaining.filter(|r| !r.is_zero()) else {
+                        return Err(LockError::Store(err));
+                    };
+                    tokio::time::sleep((backoff + jitter_for(backoff)).min(remaining)).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
             // A busy attempt as a starving waiter marked the lock for us: if we give up, the
             // mark is taken back (see `unmark.lua`).
             if waits == Waits::Starving && matches!(attempt, Attempt::Busy(_)) && unmark.is_none() {

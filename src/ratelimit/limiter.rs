@@ -15,7 +15,7 @@ use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
 use crate::error::{InvalidPolicy, RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
-use crate::store::{MemoryStore, PolicyParams, RateReply, RateRequest};
+use crate::store::{MemoryStore, PolicyParams, RateReply, RateRequest, Store};
 
 /// The most policies one limiter combines (one key each, in one script).
 pub const MAX_POLICIES: usize = 8;
@@ -350,6 +350,11 @@ impl RateLimiter {
     /// deadline. A denial is `Ok` with `allowed == false`.
     pub async fn check_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
         self.validate_cost(cost)?;
+        if matches!(self.client.store(), Store::Quorum(_)) {
+            return Err(RateLimitError::UnsupportedStore {
+                reason: crate::store::quorum::RATE_LIMITS_UNSUPPORTED,
+            });
+        }
         // Invalid subjects are never cached, so the cache can be asked before the keys are
         // built: a hit costs no key, no round trip, and no allocation but the decision's.
         let cache = self.shared.deny_cache.as_ref();

@@ -13,6 +13,7 @@
 //!   scripts/      one module per Lua script
 //!   redis/        a single primary: connect, pub/sub, operations
 //!   cluster/      a Redis Cluster: per-slot batches and fences, sharded pub/sub
+//!   quorum/       Redlock: a majority of independent primaries, restart-aware
 //!   memory/       in memory, with the rate-limit algorithms in Rust
 //!   batch.rs      batching of concurrent calls per connection target
 //!   wakeups.rs    local waiters and the subscriptions that wake them
@@ -22,6 +23,7 @@ mod backend;
 pub(crate) mod batch;
 pub(crate) mod cluster;
 mod memory;
+pub(crate) mod quorum;
 pub(crate) mod redis;
 pub(crate) mod scripts;
 pub(crate) mod wakeups;
@@ -32,6 +34,7 @@ use std::time::Duration;
 pub(crate) use self::backend::Backend;
 pub(crate) use self::cluster::ClusterStore;
 pub(crate) use self::memory::MemoryStore;
+pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::redis::RedisStore;
 pub(crate) use self::scripts::Held;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
@@ -44,11 +47,12 @@ use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::token::Token;
 
-/// A backend: a single Redis primary, a Redis Cluster, or memory.
+/// A backend: a single Redis primary, a Redis Cluster, a Redlock quorum, or memory.
 #[derive(Clone)]
 pub(crate) enum Store {
     Redis(RedisStore),
     Cluster(ClusterStore),
+    Quorum(QuorumStore),
     Memory(MemoryStore),
 }
 
@@ -58,6 +62,7 @@ macro_rules! on_backend {
         match $store {
             Store::Redis($s) => $call,
             Store::Cluster($s) => $call,
+            Store::Quorum($s) => $call,
             Store::Memory($s) => $call,
         }
     };
@@ -68,6 +73,7 @@ impl Store {
         match self {
             Self::Redis(_) => "redis",
             Self::Cluster(_) => "cluster",
+            Self::Quorum(_) => "quorum",
             Self::Memory(_) => "memory",
         }
     }
@@ -136,6 +142,7 @@ impl Store {
         match self {
             Self::Redis(s) => s.rate_limit_at(req, now_us).await,
             Self::Cluster(s) => s.rate_limit_at(req, now_us).await,
+            Self::Quorum(s) => s.rate_limit(req).await,
             Self::Memory(s) => Ok(s.rate_limit_at(req, now_us)),
         }
     }

@@ -295,7 +295,9 @@ async fn a_waiter_that_gives_up_takes_its_mark_back(fx: Fixture) {
         let deadline = Instant::now() + Duration::from_millis(500);
         loop {
             let value = fx.client.__inspect().get(&key).await.expect("GET");
-            if value.as_deref().is_some_and(|v| !v.ends_with('!')) {
+            // (No key at all is no mark either: on a loaded machine the holder's 100 ms lease
+            // may have run out.)
+            if !value.as_deref().is_some_and(|v| v.ends_with('!')) {
                 break;
             }
             assert!(

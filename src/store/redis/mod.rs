@@ -3,7 +3,7 @@
 //! RESP3 connection for release wake-ups (`pubsub.rs`).
 
 mod connect;
-mod pubsub;
+pub(crate) mod pubsub;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +11,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 
 pub(crate) use self::connect::{RedisSettings, check_cluster_mode, probe};
-use self::pubsub::PubSubLink;
-pub(crate) use self::pubsub::route_push;
+pub(crate) use self::pubsub::{PubSubLink, route_push};
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};

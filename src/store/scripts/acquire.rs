@@ -19,6 +19,78 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
+/// The same, for a node of a Redlock quorum: `boot.lua` first checks that the node has not
+/// lost its data since the client last saw it.
+static ON_QUORUM_NODE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("fence.lua"),
+        include_str!("boot.lua"),
+        include_str!("acquire.lua")
+    ))
+});
+
+/// What one node of a quorum answered to an acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NodeAcquire {
+    Replied(AcquireReply),
+    /// The node's boot value is not the one the client saw: it lost its data since (restart
+    /// without persistence, flush), or the client never saw it. Nothing was done.
+    Restarted(Boot),
+}
+
+/// A node's boot value, and how long ago (on its clock) it was seeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Boot {
+    pub(crate) value: String,
+    pub(crate) age: std::time::Duration,
+}
+
+impl Boot {
+    /// From `'<random>@<seeded ms>'` and the server's time in ms.
+    pub(crate) fn parse(value: &str, now_ms: u64) -> Self {
+        let seeded = value
+            .rsplit_once('@')
+            .and_then(|(_, ms)| ms.parse::<u64>().ok())
+            .unwrap_or(0);
+        Self {
+            value: value.to_owned(),
+            age: std::time::Duration::from_millis(now_ms.saturating_sub(seeded)),
+        }
+    }
+}
+
+/// One acquire on one node of a quorum (not batched: each call goes to every node), checking
+/// the node's boot value `seen` (and seeding it with `fresh` if missing).
+pub(crate) async fn on_quorum_node<C: Conn>(
+    conn: &C,
+    item: &AcquireItem,
+    boot_key: &str,
+    seen: &str,
+    fresh: &str,
+) -> Result<NodeAcquire, StoreError> {
+    let mut cmd = ON_QUORUM_NODE.call(3, 5, 256);
+    cmd.arg(&item.keys.lock)
+        .arg(&*item.keys.fence)
+        .arg(boot_key);
+    cmd.arg(item.token.as_str())
+        .arg(item.ttl_ms)
+        .arg(item.waits.arg())
+        .arg(seen)
+        .arg(fresh);
+    match ON_QUORUM_NODE.invoke::<i64, C>(&cmd, conn).await {
+        Ok(code) => Ok(NodeAcquire::Replied(AcquireReply::from_code(code))),
+        Err(err) if err.code() == Some("DISTLOCK_RESTARTED") => {
+            let detail = err.detail().unwrap_or_default().trim();
+            let (value, now) = detail.rsplit_once(' ').unwrap_or((detail, "0"));
+            Ok(NodeAcquire::Restarted(Boot::parse(
+                value,
+                now.parse().unwrap_or(0),
+            )))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// The answer to one acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {

@@ -1,0 +1,603 @@
+//! The Redlock backend: leases on a majority of independent Redis primaries.
+//!
+//! Every operation goes to every node at once, and a majority decides:
+//!
+//! * **Acquire**: the acquire script on every node, each bounded by a per-node timeout much
+//!   shorter than the ttl (default `min(ttl / 10, 50 ms)`). Granted iff a majority granted and
+//!   the validity `ttl − elapsed − drift` is still positive, counted from the first send (the
+//!   lease's local deadline counts from there too). Otherwise every node is released again,
+//!   the ones that timed out included, and the caller learns `Busy` (with the longest holder
+//!   ttl any node reported) or [`StoreError::NoQuorum`], which names each node and what it
+//!   answered. The fence is the highest any granting node minted.
+//! * **Renew / extend**: renewed iff a majority renewed; definitively lost only once a
+//!   majority can no longer say yes; anything in between is an unknown outcome (retried until
+//!   the lease's deadline).
+//! * **Release**: on every node; `Released` iff a majority released, else `HeldByOther` if some
+//!   node has another holder, else `AlreadyExpired`.
+//! * **Wake-ups**: each node publishes where its copy of the lock was marked; a waiter
+//!   subscribes on every node (confirmed by a majority), so a release wakes at most one local
+//!   waiter per node.
+//! * **A node that lost its data** (restarted without persistence, flushed) has forgotten the
+//!   grants it gave, and could vote for a second holder while the first is valid. Every acquire
+//!   checks the node's boot value (`boot.lua`: one key per node, seeded once); a node whose
+//!   value changed sits out of majorities for the longest ttl in use (at least the client's
+//!   `restart_quarantine`), so every lease it forgot has expired before its vote counts again.
+//!   A node this client never saw answer is treated the same way the first time it answers.
+//!
+//! What Redlock does not give: consensus. Two majorities share a node, so fences (the maximum
+//! over the granting majority, each node minting `max(previous + 1, its clock in µs)`)
+//! increase as long as the nodes' clocks agree within what was handed out since; a holder
+//! paused past its ttl is not stopped by any lease; so writes that need correctness are
+//! fenced, as everywhere.
+
+mod pubsub;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+use self::pubsub::QuorumLink;
+use super::backend::Backend;
+use super::batch::Batch;
+use super::redis::{RedisSettings, check_cluster_mode, probe};
+use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
+use super::scripts::handoff::HandoffReply;
+use super::scripts::ratelimit::{RateReply, RateRequest};
+use super::scripts::release::{ReleaseItem, Releases};
+use super::scripts::renew::{self, RenewItem};
+use super::scripts::{Held, Publish, millis, unmark};
+use super::wakeups::Wakeups;
+use crate::error::{NodeFailure, StoreError};
+use crate::keys::LockKeys;
+use crate::token::Token;
+
+/// The longest per-node timeout of an acquire by default.
+const NODE_TIMEOUT_MAX: Duration = Duration::from_millis(50);
+
+/// Quorum-specific settings, validated by the client builder.
+#[derive(Clone, Debug)]
+pub(crate) struct QuorumSettings {
+    /// Per-node timeout of an acquire or renewal; `None`: `min(ttl / 10, 50 ms)`.
+    pub(crate) node_timeout: Option<Duration>,
+    /// The least time a node that lost its data sits out of majorities.
+    pub(crate) restart_quarantine: Duration,
+}
+
+#[derive(Clone)]
+pub(crate) struct QuorumStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    /// Votes needed: `nodes / 2 + 1`.
+    quorum: usize,
+    settings: RedisSettings,
+    quorum_settings: QuorumSettings,
+    wakeups: Arc<Wakeups>,
+    /// The longest ttl this client has asked for, in ms (the quarantine covers it).
+    longest_ttl_ms: AtomicU64,
+}
+
+/// One independent primary.
+struct Node {
+    /// `host:port`, for errors (never the password).
+    name: String,
+    conn: ConnectionManager,
+    releases: Releases<ConnectionManager>,
+    /// `<prefix>:boot`: a random value seeded once, gone if the node loses its data.
+    boot_key: String,
+    state: Mutex<NodeState>,
+}
+
+struct NodeState {
+    /// The boot value last seen on this node ("" before it ever answered).
+    boot: String,
+    /// Until when the node's votes do not count (it lost its data).
+    sits_out_until: Option<Instant>,
+    /// At connect: how long ago the node's boot value was seeded. A node that lost its data
+    /// shortly before this client came may have forgotten grants of other clients, so the
+    /// quarantine runs from the seeding (applied by the store, which knows the quarantine).
+    seeded_ago: Option<Duration>,
+}
+
+impl Node {
+    fn state(&self) -> std::sync::MutexGuard<'_, NodeState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn votes(&self, now: Instant) -> bool {
+        self.state().sits_out_until.is_none_or(|until| until <= now)
+    }
+}
+
+/// What one node answered, or why it did not.
+enum Answer<T> {
+    Ok(T),
+    Failed(String),
+}
+
+impl QuorumStore {
+    /// Connects to every node (each must be a plain primary, not a cluster node): wrong
+    /// credentials or an unsupported server anywhere fail at once; unreachable nodes are
+    /// tolerated as long as a majority answers, and join when they come up (sitting out
+    /// until their boot value is known and any grant they may hold has expired).
+    pub(crate) async fn connect(
+        nodes: Vec<redis::ConnectionInfo>,
+        prefix: &str,
+        settings: RedisSettings,
+        quorum_settings: QuorumSettings,
+    ) -> Result<Self, StoreError> {
+        if nodes.len() < 3 || nodes.len().is_multiple_of(2) {
+            return Err(StoreError::Config {
+                message: format!(
+                    "a Redlock quorum needs an odd number of independent primaries, at least 3 \
+                     (got {})",
+                    nodes.len()
+                ),
+            });
+        }
+        let quorum = nodes.len() / 2 + 1;
+        let boot_key = format!("{prefix}:boot");
+        let connects = nodes
+            .iter()
+            .map(|info| connect_node(info, &settings, &boot_key));
+        let mut connected = Vec::with_capacity(nodes.len());
+        let mut failures = Vec::new();
+        for (info, result) in nodes
+            .iter()
+            .zip(futures_util::future::join_all(connects).await)
+        {
+            match result {
+                Ok(node) => connected.push(node),
+                // Wrong credentials, an old server, a cluster node: a configuration to fix.
+                Err(
+                    err @ (StoreError::Auth { .. }
+                    | StoreError::Config { .. }
+                    | StoreError::Unsupported { .. }),
+                ) => return Err(err),
+                Err(err) => {
+                    failures.push(NodeFailure {
+                        node: node_name(info),
+                        error: err.to_string(),
+                    });
+                    connected.push(lazy_node(info, &settings, &boot_key)?);
+                }
+            }
+        }
+        if nodes.len() - failures.len() < quorum {
+            return Err(StoreError::NoQuorum {
+                nodes: nodes.len(),
+                needed: quorum,
+                failures,
+            });
+        }
+        let wakeups = Wakeups::new();
+        match QuorumLink::new(&nodes, &settings, &wakeups, quorum) {
+            Ok(link) => wakeups.set_link(Box::new(link)),
+            Err(err) => tracing::warn!(
+                error = %err,
+                "distlock: no pub/sub connections for release wake-ups; waiters will poll"
+            ),
+        }
+        let store = Self {
+            inner: Arc::new(Inner {
+                nodes: connected,
+                quorum,
+                settings,
+                quorum_settings,
+                wakeups,
+                longest_ttl_ms: AtomicU64::new(0),
+            }),
+        };
+        store.quarantine_recent_seeds();
+        Ok(store)
+    }
+
+    /// Every node's connection, for test hooks.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn connections(&self) -> Vec<ConnectionManager> {
+        self.inner.nodes.iter().map(|n| n.conn.clone()).collect()
+    }
+
+    /// The per-node timeout of an operation on a lease of `ttl`.
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.inner
+            .quorum_settings
+            .node_timeout
+            .unwrap_or_else(|| (ttl / 10).min(NODE_TIMEOUT_MAX))
+            .max(Duration::from_millis(1))
+    }
+
+    /// The per-node bound of a release or an unmark: well inside the operation's own bound,
+    /// so that the majority is counted before the caller's timeout fires.
+    fn node_op_timeout(&self) -> Duration {
+        self.inner.settings.response_timeout / 2
+    }
+
+    /// How long a node that lost its data sits out.
+    fn quarantine(&self) -> Duration {
+        let longest = Duration::from_millis(self.inner.longest_ttl_ms.load(Ordering::Relaxed));
+        self.inner.quorum_settings.restart_quarantine.max(longest)
+    }
+
+    /// At connect: a node whose boot value was seeded less than a quarantine ago lost its
+    /// data recently (or is new), and may have forgotten grants of other clients, so it sits
+    /// out for the rest of the quarantine. Unless every node is that recent: then this is a
+    /// new deployment (or every node lost its data, when no lease could have survived
+    /// anyway), and nobody sits out.
+    fn quarantine_recent_seeds(&self) {
+        let quarantine = self.quarantine();
+        let recent: Vec<Option<Duration>> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| {
+                node.state()
+                    .seeded_ago
+                    .take()
+                    .filter(|ago| *ago < quarantine)
+            })
+            .collect();
+        if recent.iter().all(Option::is_some) {
+            return;
+        }
+        let now = Instant::now();
+        for (node, ago) in self.inner.nodes.iter().zip(recent) {
+            if let Some(ago) = ago {
+                node.state().sits_out_until = Some(now + (quarantine - ago));
+                tracing::info!(node = %node.name, "distlock: quorum node lost its data recently; it sits out of majorities until any grant it forgot has expired");
+            }
+        }
+    }
+
+    /// The node answered with a boot value other than the one last seen: adopt it, and let
+    /// the node sit out for what is left of the quarantine since the value was seeded.
+    fn restarted(&self, node: &Node, boot: Boot) {
+        let until = Instant::now() + self.quarantine().saturating_sub(boot.age);
+        let mut state = node.state();
+        let first_contact = state.boot.is_empty();
+        state.boot = boot.value;
+        state.sits_out_until = Some(until);
+        drop(state);
+        if first_contact {
+            tracing::info!(node = %node.name, "distlock: quorum node answered for the first time; it sits out of majorities until any grant it may hold has expired");
+        } else {
+            tracing::warn!(node = %node.name, "distlock: quorum node lost its data (restarted or flushed); it sits out of majorities until every grant it forgot has expired");
+        }
+    }
+
+    /// Runs `op` on every node at once, each bounded by `per_node`.
+    async fn on_every_node<'a, T, F, Fut>(&'a self, per_node: Duration, op: F) -> Vec<Answer<T>>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>> + 'a,
+    {
+        let calls = self.inner.nodes.iter().map(|node| {
+            let call = op(node);
+            async move {
+                match tokio::time::timeout(per_node, call).await {
+                    Ok(Ok(value)) => Answer::Ok(value),
+                    Ok(Err(err)) => Answer::Failed(err.to_string()),
+                    Err(_) => Answer::Failed(format!("no answer within {per_node:?}")),
+                }
+            }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    /// The nodes that did not answer, and why, for [`StoreError::NoQuorum`].
+    fn failures<T>(&self, answers: &[Answer<T>]) -> Vec<NodeFailure> {
+        self.inner
+            .nodes
+            .iter()
+            .zip(answers)
+            .filter_map(|(node, answer)| match answer {
+                Answer::Failed(error) => Some(NodeFailure {
+                    node: node.name.clone(),
+                    error: error.clone(),
+                }),
+                Answer::Ok(_) => None,
+            })
+            .collect()
+    }
+
+    fn no_quorum<T>(&self, answers: &[Answer<T>]) -> StoreError {
+        StoreError::NoQuorum {
+            nodes: self.inner.nodes.len(),
+            needed: self.inner.quorum,
+            failures: self.failures(answers),
+        }
+    }
+
+    /// Releases `token`'s copies on every node (a failed acquire's rollback), bounded by the
+    /// response timeout; what cannot be reached expires with its ttl.
+    async fn roll_back(&self, keys: &LockKeys, token: &Token) {
+        let limit = self.node_op_timeout();
+        let answers = self
+            .on_every_node(limit, |node| async move {
+                let item = ReleaseItem {
+                    keys: keys.clone(),
+                    token: token.clone(),
+                };
+                node.releases.run(std::slice::from_ref(&item)).await
+            })
+            .await;
+        let failed = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Failed(_)))
+            .count();
+        if failed > 0 {
+            tracing::debug!(lock = %keys.name, failed, "distlock: a failed quorum acquire could not be undone on every node; those copies expire with their ttl");
+        }
+    }
+}
+
+/// A node's connection manager: as on a single primary, but a command on a node that is down
+/// fails at once instead of waiting for reconnect attempts (one reconnect per command): the
+/// other nodes decide meanwhile, and the node rejoins when it answers again.
+fn node_config(settings: &RedisSettings) -> redis::aio::ConnectionManagerConfig {
+    settings.manager_config().set_number_of_retries(0)
+}
+
+/// `host:port` of a node, for messages.
+fn node_name(info: &redis::ConnectionInfo) -> String {
+    info.addr().to_string()
+}
+
+/// Connects to one node: probe (credentials, version, not a cluster node), the connection
+/// manager, and the node's boot value (seeded if missing).
+async fn connect_node(
+    info: &redis::ConnectionInfo,
+    settings: &RedisSettings,
+    boot_key: &str,
+) -> Result<Node, StoreError> {
+    let client = redis::Client::open(info.clone())?;
+    let mut conn = probe(client.clone(), settings).await?;
+    check_cluster_mode(&mut conn, false).await?;
+    let seeded: (String, u64) = redis::Script::new(SEED_BOOT)
+        .key(boot_key)
+        .arg(Token::generate().as_str())
+        .invoke_async(&mut conn)
+        .await?;
+    let boot = Boot::parse(&seeded.0, seeded.1);
+    drop(conn);
+    let limit = settings.connect_timeout.saturating_mul(2);
+    let manager = tokio::time::timeout(
+        limit,
+        ConnectionManager::new_with_config(client, node_config(settings)),
+    )
+    .await
+    .map_err(|_| StoreError::Timeout { after: limit })??;
+    Ok(node(info, manager, boot_key, boot))
+}
+
+/// Seeds a node's boot key if it is missing (as `boot.lua` does) and answers its value and
+/// the server's time in ms. Run once per node at connect.
+const SEED_BOOT: &str = "
+    local t = redis.call('TIME')
+    local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    redis.call('SET', KEYS[1], ARGV[1] .. '@' .. now_ms, 'NX')
+    return { redis.call('GET', KEYS[1]), tonumber(now_ms) }
+";
+
+/// A node that could not be reached at connect: it connects on first use, and sits out
+/// until its boot value is known.
+fn lazy_node(
+    info: &redis::ConnectionInfo,
+    settings: &RedisSettings,
+    boot_key: &str,
+) -> Result<Node, StoreError> {
+    let client = redis::Client::open(info.clone())?;
+    let manager = ConnectionManager::new_lazy_with_config(client, node_config(settings))?;
+    let unknown = Boot {
+        value: String::new(),
+        age: Duration::ZERO,
+    };
+    Ok(node(info, manager, boot_key, unknown))
+}
+
+fn node(info: &redis::ConnectionInfo, conn: ConnectionManager, boot_key: &str, boot: Boot) -> Node {
+    Node {
+        name: node_name(info),
+        releases: Releases {
+            conn: conn.clone(),
+            publish: Publish::Plain,
+        },
+        conn,
+        boot_key: boot_key.to_owned(),
+        state: Mutex::new(NodeState {
+            seeded_ago: (!boot.value.is_empty()).then_some(boot.age),
+            boot: boot.value,
+            sits_out_until: None,
+        }),
+    }
+}
+
+impl Backend for QuorumStore {
+    async fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        let started = Instant::now();
+        self.inner
+            .longest_ttl_ms
+            .fetch_max(millis(ttl), Ordering::Relaxed);
+        let item = AcquireItem {
+            keys: keys.clone(),
+            token: token.clone(),
+            ttl_ms: millis(ttl),
+            waits,
+        };
+        let fresh = Token::generate();
+        let answers = self
+            .on_every_node(self.node_timeout(ttl), |node| {
+                let seen = node.state().boot.clone();
+                let (item, fresh) = (&item, &fresh);
+                async move {
+                    acquire::on_quorum_node(&node.conn, item, &node.boot_key, &seen, fresh.as_str())
+                        .await
+                }
+            })
+            .await;
+        let now = Instant::now();
+        let mut granted = 0;
+        let mut fence = 0;
+        let mut busy = false;
+        let mut longest: Option<Duration> = None;
+        for (node, answer) in self.inner.nodes.iter().zip(&answers) {
+            match answer {
+                Answer::Ok(NodeAcquire::Replied(AcquireReply::Granted { fence: f })) => {
+                    if node.votes(now) {
+                        granted += 1;
+                        fence = fence.max(*f);
+                    }
+                }
+                Answer::Ok(NodeAcquire::Replied(AcquireReply::Busy { pttl })) => {
+                    busy = true;
+                    longest = longest.max(*pttl);
+                }
+                Answer::Ok(NodeAcquire::Restarted(boot)) => self.restarted(node, boot.clone()),
+                Answer::Failed(_) => {}
+            }
+        }
+        // Redlock's validity: what is left of the ttl after the time spent and the drift.
+        let drift = ttl / 100 + Duration::from_millis(2);
+        let valid = ttl.saturating_sub(now - started).saturating_sub(drift);
+        if granted >= self.inner.quorum && !valid.is_zero() {
+            return Ok(AcquireReply::Granted { fence });
+        }
+        self.roll_back(keys, token).await;
+        if busy {
+            Ok(AcquireReply::Busy { pttl: longest })
+        } else if granted >= self.inner.quorum {
+            // A majority granted, but too late: the lease would have expired already.
+            Err(StoreError::Timeout {
+                after: now - started,
+            })
+        } else {
+            Err(self.no_quorum(&answers))
+        }
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+        let limit = self.node_op_timeout();
+        let answers = self
+            .on_every_node(limit, |node| async move {
+                let item = ReleaseItem {
+                    keys: keys.clone(),
+                    token: token.clone(),
+                };
+                let mut held = node.releases.run(std::slice::from_ref(&item)).await?;
+                held.pop().ok_or_else(|| StoreError::Protocol {
+                    message: "release answered nothing".to_owned(),
+                })
+            })
+            .await;
+        let count = |want: Held| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Answer::Ok(h) if *h == want))
+                .count()
+        };
+        let answered = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(_)))
+            .count();
+        if count(Held::Yes) >= self.inner.quorum {
+            Ok(Held::Yes)
+        } else if answered < self.inner.quorum {
+            Err(self.no_quorum(&answers))
+        } else if count(Held::Other) > 0 {
+            Ok(Held::Other)
+        } else {
+            Ok(Held::Gone)
+        }
+    }
+
+    /// A lease is renewed iff a majority of the nodes that vote renewed it; lost once that
+    /// can no longer happen; otherwise the outcome is unknown (an error for the batch, which
+    /// the watchdog retries until the leases' deadlines).
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+        let shortest = items.iter().map(|i| i.ttl).min().unwrap_or_default();
+        let answers = self
+            .on_every_node(self.node_timeout(shortest), |node| async move {
+                renew::run(&node.conn, items).await
+            })
+            .await;
+        let now = Instant::now();
+        let mut result = Vec::with_capacity(items.len());
+        for i in 0..items.len() {
+            let (mut yes, mut undecided) = (0, 0);
+            for (node, answer) in self.inner.nodes.iter().zip(&answers) {
+                match answer {
+                    Answer::Ok(held) if held.get(i) == Some(&Held::Yes) && node.votes(now) => {
+                        yes += 1;
+                    }
+                    Answer::Failed(_) => undecided += 1,
+                    Answer::Ok(_) => {}
+                }
+            }
+            if yes >= self.inner.quorum {
+                result.push(Held::Yes);
+            } else if yes + undecided < self.inner.quorum {
+                result.push(Held::Gone);
+            } else {
+                return Err(self.no_quorum(&answers));
+            }
+        }
+        Ok(result)
+    }
+
+    /// No hand-off: a quorum lease is released everywhere and its waiters woken.
+    fn hands_off(&self) -> bool {
+        false
+    }
+
+    async fn handoff(
+        &self,
+        _keys: &LockKeys,
+        _from: &Token,
+        _to: &Token,
+        _ttl: Duration,
+    ) -> Result<HandoffReply, StoreError> {
+        Err(StoreError::Protocol {
+            message: "a Redlock quorum does not hand locks off".to_owned(),
+        })
+    }
+
+    async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
+        let limit = self.node_op_timeout();
+        self.on_every_node(
+            limit,
+            |node| async move { unmark::run(&node.conn, keys).await },
+        )
+        .await;
+        Ok(())
+    }
+
+    async fn rate_limit(&self, _req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
+        Err(StoreError::Config {
+            message: RATE_LIMITS_UNSUPPORTED.to_owned(),
+        })
+    }
+
+    fn wakeups(&self) -> &Arc<Wakeups> {
+        &self.inner.wakeups
+    }
+
+    fn op_timeout(&self) -> Duration {
+        self.inner.settings.response_timeout
+    }
+}
+
+/// Why a quorum client refuses rate limits.
+pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store that counts: \
+    connect a single primary (Client::connect) or a Cluster (Client::connect_cluster); counting \
+    on independent primaries is not exact";

@@ -1,0 +1,539 @@
+//! Redlock on five real, independent `redis-server` processes (TESTPLAN 13 and 35–37): a
+//! minority of nodes killed or frozen, a majority killed, a node that restarts empty while it
+//! holds a grant, a paused holder, processes, and the faces of the library on a quorum.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::ratelimit::{Policy, Rate};
+use distlock::{Client, LockError, RateLimitError, ReleaseOutcome, StoreError};
+use redis::AsyncCommands as _;
+
+use support::RedisServer;
+use support::child::{self, ChildProcess, say};
+
+const NODES: usize = 5;
+
+/// Five independent primaries.
+fn start_nodes() -> Vec<RedisServer> {
+    (0..NODES).map(|_| RedisServer::start()).collect()
+}
+
+fn urls(nodes: &[RedisServer]) -> Vec<String> {
+    nodes.iter().map(RedisServer::url).collect()
+}
+
+/// A quorum client; `quarantine` is how long a node that lost its data sits out.
+async fn quorum(nodes: &[RedisServer], quarantine: Duration) -> Client {
+    Client::builder()
+        .response_timeout(Duration::from_secs(1))
+        .restart_quarantine(quarantine)
+        .connect_quorum(urls(nodes))
+        .await
+        .unwrap_or_else(|e| panic!("connect_quorum: {e}"))
+}
+
+/// How many nodes hold lock `name` right now (any holder).
+async fn copies(nodes: &[RedisServer], client: &Client, name: &str) -> usize {
+    let key = client.__inspect().lock_key(name).expect("name");
+    let mut n = 0;
+    for node in nodes.iter().filter(|n| n.is_running()) {
+        let mut conn = node.conn().await;
+        let exists: bool = conn.exists(&key).await.expect("EXISTS");
+        n += usize::from(exists);
+    }
+    n
+}
+
+/// TESTPLAN 13 and 35: with two of five nodes killed, every acquisition succeeds, with its
+/// validity within (0, ttl); with three killed, every acquisition fails within its wait with
+/// an error that names the dead nodes, and leaves no copy on the live ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_down_is_fine_a_majority_down_fails_cleanly() {
+    let mut nodes = start_nodes();
+    let client = quorum(&nodes, Duration::from_secs(30)).await;
+    let ttl = Duration::from_secs(2);
+    nodes[3].kill();
+    nodes[4].kill();
+    for i in 0..50 {
+        let name = format!("minority:{i}");
+        let asked = Instant::now();
+        let lease = client
+            .lock(&name)
+            .ttl(ttl)
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("acquire with two nodes down: {e}"));
+        let validity = lease.valid_for();
+        assert!(
+            validity > Duration::ZERO && validity < ttl,
+            "validity {validity:?} after {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(copies(&nodes, &client, &name).await, 3);
+        assert_eq!(
+            lease.release().await.expect("release"),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(copies(&nodes, &client, &name).await, 0);
+    }
+    nodes[2].kill();
+    let dead: Vec<String> = nodes[2..].iter().map(|n| n.addr().to_string()).collect();
+    for i in 0..10 {
+        let name = format!("majority:{i}");
+        let asked = Instant::now();
+        let result = client
+            .lock(&name)
+            .ttl(ttl)
+            .wait(Duration::from_millis(500))
+            .acquire()
+            .await;
+        let took = asked.elapsed();
+        match result {
+            Err(LockError::Store(StoreError::NoQuorum {
+                nodes: 5,
+                needed: 3,
+                failures,
+            })) => {
+                let named: Vec<&str> = failures.iter().map(|f| f.node.as_str()).collect();
+                for node in &dead {
+                    assert!(
+                        named.contains(&node.as_str()),
+                        "{node} not named in {named:?}"
+                    );
+                }
+                let message = LockError::Store(StoreError::NoQuorum {
+                    nodes: 5,
+                    needed: 3,
+                    failures: failures.clone(),
+                })
+                .to_string();
+                assert!(message.contains(&dead[0]), "{message}");
+            }
+            other => panic!("acquire with three nodes down: expected NoQuorum, got {other:?}"),
+        }
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
+        assert_eq!(
+            copies(&nodes, &client, &name).await,
+            0,
+            "a partial grant was left"
+        );
+    }
+    // Rate limits are refused on a quorum client, whatever the outage policy.
+    let limiter = client
+        .rate_limiter(Policy::gcra("api", Rate::per_second(5).expect("rate")).expect("policy"))
+        .on_outage(distlock::ratelimit::Outage::FailOpen);
+    assert!(matches!(
+        limiter.check("user").await,
+        Err(RateLimitError::UnsupportedStore { .. })
+    ));
+}
+
+/// TESTPLAN 35: one node frozen longer than the per-node timeout: acquires still take about
+/// that timeout at most, and the watchdog keeps leases on the remaining majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_costs_at_most_the_per_node_timeout() {
+    let nodes = start_nodes();
+    let client = Client::builder()
+        .response_timeout(Duration::from_secs(1))
+        .quorum_node_timeout(Duration::from_millis(30))
+        .connect_quorum(urls(&nodes))
+        .await
+        .expect("connect");
+    let _frozen = nodes[0].stop_guard();
+    let mut slowest = Duration::ZERO;
+    let mut leases = Vec::new();
+    for i in 0..20 {
+        let asked = Instant::now();
+        let lease = client
+            .lock(format!("frozen:{i}"))
+            .ttl(Duration::from_millis(600))
+            .acquire()
+            .await
+            .expect("acquire with one node frozen");
+        slowest = slowest.max(asked.elapsed());
+        leases.push(lease);
+    }
+    assert!(
+        slowest < Duration::from_millis(30) + Duration::from_millis(150),
+        "an acquire took {slowest:?} with a 30 ms per-node timeout"
+    );
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    for lease in &leases {
+        assert!(!lease.is_lost(), "lost: {:?}", lease.lost_reason());
+    }
+}
+
+/// TESTPLAN 37: a lease is granted on nodes {1,2,3} (4 and 5 frozen); node 3 restarts empty
+/// (no persistence: it forgot the grant). While the first lease is valid, no second holder is
+/// granted through {3,4,5}: node 3 sits out for the quarantine, for the client that saw it
+/// before and for a client that connects afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_restarts_empty_does_not_vote_for_a_second_holder() {
+    let mut nodes = start_nodes();
+    let quarantine = Duration::from_secs(4);
+    let a = quorum(&nodes, quarantine).await;
+    let b = quorum(&nodes, quarantine).await;
+    // Let the nodes' boot values age past the quarantine, as in a long-running deployment.
+    tokio::time::sleep(quarantine + Duration::from_millis(200)).await;
+    let lease = {
+        let _four = nodes[3].stop_guard();
+        let _five = nodes[4].stop_guard();
+        a.lock("restart")
+            .ttl(Duration::from_secs(3))
+            .acquire()
+            .await
+            .expect("granted on nodes 1-3")
+    };
+    assert_eq!(copies(&nodes, &a, "restart").await, 3);
+    nodes[2].restart();
+    // A client that connects now has never seen node 3; it finds its boot value new.
+    let c = quorum(&nodes, quarantine).await;
+    // As long as the first lease is valid, nobody else may be granted the lock. (Its next
+    // renewal finds only two copies, on nodes 1 and 2: not a majority, so it is reported
+    // lost, which is Redlock's rule.)
+    let mut tries = 0;
+    while !lease.is_lost() {
+        tries += 1;
+        for (who, client) in [("b", &b), ("c", &c)] {
+            match client
+                .lock("restart")
+                .ttl(Duration::from_secs(3))
+                .acquire()
+                .await
+            {
+                Err(LockError::Busy { .. }) => {}
+                Ok(second) => panic!(
+                    "client {who} was granted the lock (fence {}) while the first lease (fence \
+                     {}) is valid: node 3 voted after forgetting its grant",
+                    second.fence(),
+                    lease.fence()
+                ),
+                Err(other) => panic!("client {who}: {other}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        tries >= 5,
+        "only {tries} tries while the first lease was valid"
+    );
+    assert_eq!(lease.lost_reason(), Some(distlock::LossReason::NotHeld));
+    // While the first lease's copies live on nodes 1 and 2 and node 3 sits out, nodes 4 and 5
+    // alone cannot grant the lock either.
+    assert!(matches!(
+        c.lock("restart").acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    let first_fence = lease.fence();
+    lease.release().await.expect("release");
+    // Free on 1, 2, 4 and 5: a majority without node 3.
+    let second = b
+        .lock("restart")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("granted once the first is released");
+    assert!(second.fence() > first_fence);
+    second.release().await.expect("release");
+}
+
+/// The entry test of the child processes.
+const ENTRY: &str = "child_entry";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only as a child process of the tests in this binary"]
+async fn child_entry() {
+    let Some((role, urls)) = child::role() else {
+        return;
+    };
+    let mut urls: Vec<&str> = urls.split(',').collect();
+    // The last URL is the resource's server; the others are the quorum.
+    let resource = urls.pop().expect("resource url");
+    let client = Client::builder()
+        .connect_quorum(&urls)
+        .await
+        .expect("connect_quorum");
+    match role.as_str() {
+        "exclusion" => child_exclusion(client, resource).await,
+        "fenced" => child_fenced(client, resource).await,
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+/// A write accepted only with a fence above the last one.
+const FENCED_WRITE: &str = r"
+    local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+    if tonumber(ARGV[1]) <= last then return 0 end
+    redis.call('SET', KEYS[1], ARGV[1])
+    return 1
+";
+
+async fn child_exclusion(client: Client, resource: &str) {
+    let redis = redis::Client::open(resource).expect("url");
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let client = client.clone();
+        let mut conn = redis
+            .get_multiplexed_async_connection()
+            .await
+            .expect("conn");
+        tasks.push(tokio::spawn(async move {
+            let fenced = redis::Script::new(FENCED_WRITE);
+            for _ in 0..100 {
+                let lease = client
+                    .lock("processes")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                let inside: i64 = conn.incr("occupancy", 1).await.expect("incr");
+                if inside != 1 {
+                    let _: i64 = conn.incr("violations", 1).await.expect("incr");
+                }
+                let accepted: i64 = fenced
+                    .key("fence-seen")
+                    .arg(lease.fence())
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("fenced write");
+                if accepted != 1 {
+                    let _: i64 = conn.incr("fence-violations", 1).await.expect("incr");
+                }
+                let seen: i64 = conn.get("counter").await.unwrap_or(0);
+                tokio::time::sleep(Duration::from_micros(rand::random_range(0..500))).await;
+                let _: () = conn.set("counter", seen + 1).await.expect("set");
+                let _: i64 = conn.decr("occupancy", 1).await.expect("decr");
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    say("DONE");
+}
+
+/// Takes a lease, writes to the fenced resource every 20 ms until it finds the lease lost.
+async fn child_fenced(client: Client, resource: &str) {
+    let mut conn = redis::Client::open(resource)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("conn");
+    let fenced = redis::Script::new(FENCED_WRITE);
+    let lease = client
+        .lock("paused")
+        .ttl(Duration::from_millis(500))
+        .acquire()
+        .await
+        .expect("acquire");
+    let accepted: i64 = fenced
+        .key("paused-resource")
+        .arg(lease.fence())
+        .invoke_async(&mut conn)
+        .await
+        .expect("write");
+    assert_eq!(accepted, 1);
+    say(&format!("ACQUIRED {}", lease.fence()));
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let accepted: i64 = fenced
+            .key("paused-resource")
+            .arg(lease.fence())
+            .invoke_async(&mut conn)
+            .await
+            .expect("write");
+        if lease.is_lost() {
+            say(&format!("LOST accepted={}", accepted == 1));
+            break;
+        }
+        if accepted != 1 {
+            say("REJECTED while the lease looked valid");
+            break;
+        }
+    }
+}
+
+/// TESTPLAN 13 with processes: 4 OS processes × 4 tasks on one name through a 5-node quorum:
+/// never two inside, no lost update, every fenced write accepted (fences strictly increase in
+/// grant order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_4_processes() {
+    let nodes = start_nodes();
+    let resource = RedisServer::start();
+    let mut all = urls(&nodes);
+    all.push(resource.url());
+    let all = all.join(",");
+    let children: Vec<ChildProcess> = (0..4)
+        .map(|_| ChildProcess::spawn(ENTRY, "exclusion", &all))
+        .collect();
+    for child in &children {
+        child.expect_line("DONE", Duration::from_secs(240));
+    }
+    for child in children {
+        child.wait_success(Duration::from_secs(10));
+    }
+    let mut conn = resource.conn().await;
+    let violations: Option<i64> = conn.get("violations").await.expect("GET");
+    let fence_violations: Option<i64> = conn.get("fence-violations").await.expect("GET");
+    let counter: i64 = conn.get("counter").await.expect("GET");
+    assert_eq!(
+        violations.unwrap_or(0),
+        0,
+        "two holders were inside at once"
+    );
+    assert_eq!(fence_violations.unwrap_or(0), 0, "a fence did not increase");
+    assert_eq!(counter, 4 * 4 * 100, "lost updates");
+}
+
+/// A holder process paused past its ttl (SIGSTOP): a second holder gets the lock with a
+/// greater fence, the resource refuses the paused one's late write, and it sees its loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_is_fenced_off() {
+    let nodes = start_nodes();
+    let resource = RedisServer::start();
+    let mut all = urls(&nodes);
+    all.push(resource.url());
+    let child = ChildProcess::spawn(ENTRY, "fenced", &all.join(","));
+    let line = child.expect_line("ACQUIRED", Duration::from_secs(30));
+    let first: u64 = line.trim_start_matches("ACQUIRED ").parse().expect("fence");
+    child.signal(libc::SIGSTOP);
+    let client = quorum(&nodes, Duration::from_secs(30)).await;
+    let second = client
+        .lock("paused")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("granted once the paused holder's ttl ran out");
+    assert!(
+        second.fence() > first,
+        "fence {} after {first}",
+        second.fence()
+    );
+    let mut conn = resource.conn().await;
+    let accepted: i64 = redis::Script::new(FENCED_WRITE)
+        .key("paused-resource")
+        .arg(second.fence())
+        .invoke_async(&mut conn)
+        .await
+        .expect("write");
+    assert_eq!(accepted, 1);
+    child.signal(libc::SIGCONT);
+    let line = child.expect_line("LOST", Duration::from_secs(10));
+    assert!(
+        line.contains("accepted=false"),
+        "the paused holder's write got in: {line}"
+    );
+    second.release().await.expect("release");
+}
+
+/// Waiting with wake-ups, the macro and the lock layer on a quorum client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_through_every_node() {
+    let nodes = start_nodes();
+    let a = quorum(&nodes, Duration::from_secs(30)).await;
+    let b = quorum(&nodes, Duration::from_secs(30)).await;
+    let holder = a
+        .lock("woken")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire");
+    let done = Arc::new(AtomicBool::new(false));
+    let waiter = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let lease = b
+                .lock("woken")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .expect("waiter");
+            done.store(true, Ordering::SeqCst);
+            (Instant::now(), lease)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!done.load(Ordering::SeqCst));
+    let released = Instant::now();
+    holder.release().await.expect("release");
+    let (got, lease) = waiter.await.expect("waiter task");
+    assert!(
+        got - released < Duration::from_millis(500),
+        "the waiter got the lock {:?} after the release, not at once",
+        got - released
+    );
+    lease.release().await.expect("release");
+}
+
+#[distlock::distributed_lock(key = "settle:{id}", client = client, ttl = "5s", wait = "5s")]
+async fn settle(
+    client: &Client,
+    id: u32,
+    counter: &std::sync::atomic::AtomicU64,
+) -> Result<u64, LockError> {
+    let seen = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(seen + 1, Ordering::SeqCst);
+    Ok(distlock::current_lease()
+        .map(|l| l.fence())
+        .unwrap_or_default())
+}
+
+/// The macro and the lock layer run unchanged on a quorum client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
+    use axum::Router;
+    use axum::body::Body;
+    use distlock_tower::extract::{PathSegment, Prefixed};
+    use distlock_tower::lock::LockLayer;
+    use http::{Request, StatusCode};
+    use tower::ServiceExt as _;
+
+    let nodes = start_nodes();
+    let client = quorum(&nodes, Duration::from_secs(30)).await;
+    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, counter) = (client.clone(), counter.clone());
+            tokio::spawn(async move {
+                for _ in 0..15 {
+                    assert!(settle(&client, 1, &counter).await.expect("settle") > 0);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 60);
+
+    let app = Router::new()
+        .route("/orders/{id}", axum::routing::post(|| async { "settled" }))
+        .route_layer(LockLayer::new(
+            client.clone(),
+            Prefixed::new("order:", PathSegment(1)),
+        ));
+    let request = || {
+        Request::post("/orders/7")
+            .body(Body::empty())
+            .expect("request")
+    };
+    let ok = app.clone().oneshot(request()).await.expect("infallible");
+    assert_eq!(ok.status(), StatusCode::OK);
+    axum::body::to_bytes(ok.into_body(), 1024)
+        .await
+        .expect("body");
+    let held = client.lock("order:7").acquire().await.expect("acquire");
+    let busy = app.oneshot(request()).await.expect("infallible");
+    assert_eq!(busy.status(), StatusCode::LOCKED);
+    held.release().await.expect("release");
+}
