@@ -12,8 +12,8 @@ pub struct Config {
     /// Where to listen (`HOST`, default 127.0.0.1; `PORT` or `--port`, default 3000; port 0
     /// picks a free one).
     pub listen: SocketAddr,
-    /// `REDIS_URL`; the in-memory store when unset.
-    pub redis_url: Option<String>,
+    /// Where locks, limits and records live: `REDIS_URL`, `REDIS_CLUSTER_URLS` or memory.
+    pub backend: Backend,
     /// `SEATS`: seats 1..=seats are for sale (default 50).
     pub seats: u32,
     /// `TRUSTED_PROXIES`: comma-separated CIDRs of the load balancers in front of the app,
@@ -25,6 +25,18 @@ pub struct Config {
     pub replica: String,
     /// `JOB_PERIOD`: how often the settle-payments job is due (default `2s`).
     pub job_period: Duration,
+}
+
+/// Where the locks, the rate limits and the shop's records live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Neither `REDIS_URL` nor `REDIS_CLUSTER_URLS`: this process's memory (one replica).
+    Memory,
+    /// `REDIS_URL`: one Redis primary.
+    Redis(String),
+    /// `REDIS_CLUSTER_URLS`: a Redis Cluster, reached through these nodes (one or more; the
+    /// rest of the cluster is discovered from them).
+    Cluster(Vec<String>),
 }
 
 /// A setting that cannot be used; the message says which and why.
@@ -43,7 +55,11 @@ USAGE: ticket-shop [--port PORT]
 Environment:
   PORT             port to listen on (default 3000; 0 picks a free one)
   HOST             address to listen on (default 127.0.0.1)
-  REDIS_URL        e.g. redis://127.0.0.1:6379/ (default: an in-memory store)
+  REDIS_URL        one Redis, e.g. redis://127.0.0.1:6379/ (default: an in-memory store)
+  REDIS_CLUSTER_URLS
+                   a Redis Cluster instead: comma-separated node URLs, e.g.
+                   redis://127.0.0.1:7001/,redis://127.0.0.1:7002/ (any of its nodes;
+                   the rest is discovered). Set REDIS_URL or this, not both.
   SEATS            seats for sale (default 50)
   TRUSTED_PROXIES  CIDRs of your load balancers, e.g. 10.0.0.0/8 (default: none)
   REPLICA_ID       this replica's name (default replica-<pid>)
@@ -123,9 +139,13 @@ impl Config {
             },
             None => Duration::from_secs(2),
         };
+        let backend = backend(
+            vars("REDIS_URL").filter(|u| !u.trim().is_empty()),
+            vars("REDIS_CLUSTER_URLS").filter(|u| !u.trim().is_empty()),
+        )?;
         Ok(Self {
             listen: SocketAddr::new(host, port),
-            redis_url: vars("REDIS_URL").filter(|u| !u.trim().is_empty()),
+            backend,
             seats,
             trusted_proxies,
             replica,
@@ -136,6 +156,45 @@ impl Config {
     /// The settings of this process.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_sources(|name| std::env::var(name).ok(), std::env::args().skip(1))
+    }
+}
+
+/// `REDIS_URL` and `REDIS_CLUSTER_URLS` (each already `None` when empty) as a backend.
+fn backend(url: Option<String>, cluster: Option<String>) -> Result<Backend, ConfigError> {
+    match (url, cluster) {
+        (None, None) => Ok(Backend::Memory),
+        (Some(url), None) => Ok(Backend::Redis(url.trim().to_owned())),
+        (None, Some(list)) => {
+            let urls: Vec<String> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if urls.is_empty() {
+                return Err(ConfigError(format!(
+                    "REDIS_CLUSTER_URLS={list:?} lists no node; give one or more, \
+                     e.g. redis://127.0.0.1:7001/,redis://127.0.0.1:7002/"
+                )));
+            }
+            // A bare `host:port` is the usual slip: say what is expected rather than let the
+            // URL parser say something vaguer at connect time.
+            if let Some(bad) = urls
+                .iter()
+                .find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://")))
+            {
+                return Err(ConfigError(format!(
+                    "REDIS_CLUSTER_URLS: {bad:?} is not a redis:// or rediss:// URL, \
+                     e.g. redis://127.0.0.1:7001/"
+                )));
+            }
+            Ok(Backend::Cluster(urls))
+        }
+        (Some(_), Some(_)) => Err(ConfigError(
+            "REDIS_URL and REDIS_CLUSTER_URLS are both set: use REDIS_URL for one Redis \
+             primary or REDIS_CLUSTER_URLS for the nodes of a Redis Cluster, not both"
+                .to_owned(),
+        )),
     }
 }
 
@@ -172,7 +231,7 @@ mod tests {
         let c = config(&[], &[]).unwrap();
         assert_eq!(c.listen, "127.0.0.1:3000".parse().unwrap());
         assert_eq!(c.seats, 50);
-        assert!(c.redis_url.is_none());
+        assert_eq!(c.backend, Backend::Memory);
         assert!(c.trusted_proxies.is_empty());
         assert_eq!(c.job_period, Duration::from_secs(2));
     }
@@ -193,6 +252,102 @@ mod tests {
     }
 
     #[test]
+    fn redis_url_is_one_primary() {
+        let c = config(&[("REDIS_URL", "redis://10.0.0.5:6379/")], &[]).unwrap();
+        assert_eq!(c.backend, Backend::Redis("redis://10.0.0.5:6379/".into()));
+        // Empty counts as unset (`REDIS_URL=` in a compose file).
+        let c = config(&[("REDIS_URL", " ")], &[]).unwrap();
+        assert_eq!(c.backend, Backend::Memory);
+    }
+
+    #[test]
+    fn redis_cluster_urls_are_a_list_of_nodes() {
+        let c = config(
+            &[(
+                "REDIS_CLUSTER_URLS",
+                " redis://127.0.0.1:7001/, redis://127.0.0.1:7002/,,rediss://u:p@db.example:7003 ",
+            )],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            c.backend,
+            Backend::Cluster(vec![
+                "redis://127.0.0.1:7001/".into(),
+                "redis://127.0.0.1:7002/".into(),
+                "rediss://u:p@db.example:7003".into(),
+            ])
+        );
+        let c = config(&[("REDIS_CLUSTER_URLS", "redis://127.0.0.1:7001")], &[]).unwrap();
+        assert_eq!(
+            c.backend,
+            Backend::Cluster(vec!["redis://127.0.0.1:7001".into()])
+        );
+        // Empty counts as unset, as for REDIS_URL; so an empty one beside REDIS_URL is fine.
+        let c = config(
+            &[
+                ("REDIS_CLUSTER_URLS", ""),
+                ("REDIS_URL", "redis://127.0.0.1:6379/"),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.backend, Backend::Redis("redis://127.0.0.1:6379/".into()));
+    }
+
+    #[test]
+    fn redis_cluster_urls_must_be_urls() {
+        let err = config(
+            &[("REDIS_CLUSTER_URLS", "127.0.0.1:7001,127.0.0.1:7002")],
+            &[],
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            err.contains("\"127.0.0.1:7001\" is not a redis://"),
+            "{err}"
+        );
+        let err = config(&[("REDIS_CLUSTER_URLS", " , ,")], &[])
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("lists no node"), "{err}");
+    }
+
+    #[test]
+    fn redis_url_and_redis_cluster_urls_conflict() {
+        let err = config(
+            &[
+                ("REDIS_URL", "redis://127.0.0.1:6379/"),
+                ("REDIS_CLUSTER_URLS", "redis://127.0.0.1:7001/"),
+            ],
+            &[],
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            err.contains("REDIS_URL and REDIS_CLUSTER_URLS are both set"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn usage_names_every_variable() {
+        for name in [
+            "PORT",
+            "HOST",
+            "REDIS_URL",
+            "REDIS_CLUSTER_URLS",
+            "SEATS",
+            "TRUSTED_PROXIES",
+            "REPLICA_ID",
+            "JOB_PERIOD",
+            "RUST_LOG",
+        ] {
+            assert!(USAGE.contains(name), "{name}");
+        }
+    }
+
+    #[test]
     fn bad_settings_are_refused_with_a_message() {
         for (vars, args) in [
             (vec![("PORT", "http")], vec![]),
@@ -201,6 +356,14 @@ mod tests {
             (vec![("REPLICA_ID", "a b")], vec![]),
             (vec![("JOB_PERIOD", "soon")], vec![]),
             (vec![("HOST", "localhost")], vec![]),
+            (vec![("REDIS_CLUSTER_URLS", "localhost:7001")], vec![]),
+            (
+                vec![
+                    ("REDIS_URL", "redis://a/"),
+                    ("REDIS_CLUSTER_URLS", "redis://b/"),
+                ],
+                vec![],
+            ),
             (vec![], vec!["--port"]),
             (vec![], vec!["--verbose"]),
         ] {

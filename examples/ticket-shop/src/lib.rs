@@ -42,7 +42,8 @@ use crate::store::{MemoryStore, Store};
 /// What the handlers share. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct AppState {
-    /// Locks and rate limits: Redis or memory, the same store as [`store`](Self::store).
+    /// Locks and rate limits: one Redis, a Redis Cluster or memory, the same as
+    /// [`store`](Self::store).
     pub locks: distlock::Client,
     /// The shop's records.
     pub store: Store,
@@ -153,7 +154,7 @@ pub fn app(state: AppState) -> Router {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Health {
     pub status: String,
-    /// `"redis"` or `"memory"`.
+    /// `"redis"`, `"redis-cluster"` or `"memory"`.
     pub store: String,
     pub replica: String,
     pub seats: u32,

@@ -3,13 +3,15 @@
 //! ```text
 //! cargo run -p distlock-example-ticket-shop                       # in memory
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run -p distlock-example-ticket-shop
+//! REDIS_CLUSTER_URLS=redis://127.0.0.1:7001/,redis://127.0.0.1:7002/ \
+//!     cargo run -p distlock-example-ticket-shop                   # on a Redis Cluster
 //! ```
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use distlock_example_ticket_shop::config::{Config, USAGE};
+use distlock_example_ticket_shop::config::{Backend, Config, USAGE};
 use distlock_example_ticket_shop::job::{self, Schedule};
 use distlock_example_ticket_shop::store::{MemoryStore, RedisStore, Store};
 use distlock_example_ticket_shop::{AppState, Settings, app};
@@ -44,14 +46,18 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    // One URL for both: the lock client keeps its own connections, the shop's records get
-    // theirs.
-    let (locks, store) = match &config.redis_url {
-        Some(url) => (
+    // One Redis (or one cluster) for both: the lock client keeps its own connections, the
+    // shop's records get theirs.
+    let (locks, store) = match &config.backend {
+        Backend::Redis(url) => (
             distlock::Client::connect(url).await?,
             Store::Redis(RedisStore::connect(url).await?),
         ),
-        None => (
+        Backend::Cluster(urls) => (
+            distlock::Client::connect_cluster(urls).await?,
+            Store::Redis(RedisStore::connect_cluster(urls).await?),
+        ),
+        Backend::Memory => (
             distlock::Client::in_memory(),
             Store::Memory(MemoryStore::new()),
         ),
@@ -74,9 +80,10 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         trusted_proxies = ?config.trusted_proxies,
         "listening on http://{addr}"
     );
-    if config.redis_url.is_none() {
+    if config.backend == Backend::Memory {
         tracing::info!(
-            "in-memory store: set REDIS_URL to share seats, locks and limits between replicas"
+            "in-memory store: set REDIS_URL (or REDIS_CLUSTER_URLS) to share seats, locks and \
+             limits between replicas"
         );
     }
     let served = axum::serve(

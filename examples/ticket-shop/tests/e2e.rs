@@ -1,18 +1,28 @@
-//! End to end: one real `redis-server`, two `ticket-shop` processes against it, and many
-//! buyers over real HTTP, spread across both replicas and racing for the same seats.
+//! End to end: one real `redis-server` (or one real Redis Cluster of three masters and three
+//! replicas), two `ticket-shop` processes against it, and many buyers over real HTTP, spread
+//! across both replicas and racing for the same seats.
 //!
 //! Checks: exactly as many seats sold as there are, none twice (in the responses and in the
 //! store's records), the periodic job never ran on both replicas at once nor twice in one
 //! period, 429s where the policies say (one client hammering an endpoint, across both
-//! replicas), and a `Retry-After` of at least 1 s on every 429.
+//! replicas), and a `Retry-After` of at least 1 s on every 429. On the cluster, the same,
+//! read from the master that holds the shop's records, and distlock's keys on every master.
 //!
 //! The app processes believe `X-Forwarded-For` from 127.0.0.1 (`TRUSTED_PROXIES`), as they
 //! would from a load balancer, so each simulated buyer is a distinct client address. The
 //! addresses (198.51.100.0/24, 203.0.113.0/24) are documentation ranges that only appear
 //! in headers; every connection goes to 127.0.0.1.
 
-#[path = "../../../tests/support/mod.rs"]
-mod support;
+// The workspace's real-server harness (tests/support). Only the two modules this test uses:
+// `tests/support/mod.rs` also brings in the library tests' fixture, which calls hooks behind
+// distlock's `test-util` feature, and that feature is off when this package is built alone
+// (`cargo test -p distlock-example-ticket-shop`).
+#[allow(dead_code)]
+#[path = "../../../tests/support/cluster.rs"]
+mod cluster;
+#[allow(dead_code)]
+#[path = "../../../tests/support/server.rs"]
+mod server;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
@@ -20,17 +30,74 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use cluster::RedisCluster;
 use distlock_example_ticket_shop::store::{
-    Fenced, JobRun, Log, RedisStore, SOLD_KEY, Sale, Store, log_key, sale_from_fields, seat_key,
+    Fenced, JobRun, Keys, Log, RedisStore, Sale, Store, sale_from_fields,
 };
 use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::RedisServer;
+use server::RedisServer;
 
 const SEATS: u32 = 50;
 const BUYERS: usize = 300;
 const JOB_PERIOD: Duration = Duration::from_secs(2);
+
+/// Where the replicas keep their locks, limits and records: one primary or a cluster.
+enum Target {
+    Primary(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Target {
+    /// The environment variable that points a replica at it.
+    fn env(&self) -> (&'static str, String) {
+        match self {
+            Self::Primary(server) => ("REDIS_URL", server.url()),
+            Self::Cluster(cluster) => ("REDIS_CLUSTER_URLS", cluster.seed_urls().join(",")),
+        }
+    }
+
+    /// What `GET /health` says the store is.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Primary(_) => "redis",
+            Self::Cluster(_) => "redis-cluster",
+        }
+    }
+
+    fn keys(&self) -> Keys {
+        match self {
+            Self::Primary(_) => Keys::PRIMARY,
+            Self::Cluster(_) => Keys::CLUSTER,
+        }
+    }
+
+    /// A plain connection to the server that holds the shop's records: on a cluster, the
+    /// master of their slot (any key outside it would answer `MOVED` there).
+    async fn records_conn(&self) -> MultiplexedConnection {
+        match self {
+            Self::Primary(server) => server.conn().await,
+            Self::Cluster(cluster) => {
+                cluster
+                    .master_of_key(Keys::CLUSTER.sold())
+                    .await
+                    .conn()
+                    .await
+            }
+        }
+    }
+
+    /// The shop's own store on it, as a replica connects it.
+    async fn store(&self) -> Store {
+        let store = match self {
+            Self::Primary(server) => RedisStore::connect(&server.url()).await,
+            Self::Cluster(cluster) => RedisStore::connect_cluster(&cluster.seed_urls()).await,
+        };
+        Store::Redis(store.expect("connect"))
+    }
+}
 
 /// One `ticket-shop` process, killed on drop. Its log is kept for failure messages.
 struct Replica {
@@ -41,10 +108,14 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(name: &str, redis_url: &str) -> Self {
+    /// Starts a replica against the store that `(var, value)` names (`REDIS_URL` or
+    /// `REDIS_CLUSTER_URLS`).
+    fn start(name: &str, (var, value): (&str, String)) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ticket-shop"))
+            .env_remove("REDIS_URL")
+            .env_remove("REDIS_CLUSTER_URLS")
             .env("PORT", "0")
-            .env("REDIS_URL", redis_url)
+            .env(var, value)
             .env("REPLICA_ID", name)
             .env("SEATS", SEATS.to_string())
             .env("TRUSTED_PROXIES", "127.0.0.1/32")
@@ -209,10 +280,20 @@ async fn buy(http: reqwest::Client, i: usize, replica: String) -> BuyerOutcome {
                     .send()
                     .await
                     .expect("seats request");
-                if seats.status() == StatusCode::TOO_MANY_REQUESTS {
-                    outcome.too_many += 1;
-                    tokio::time::sleep(Duration::from_secs(retry_after(&seats))).await;
-                    continue;
+                match seats.status() {
+                    StatusCode::OK => {}
+                    StatusCode::TOO_MANY_REQUESTS => {
+                        outcome.too_many += 1;
+                        tokio::time::sleep(Duration::from_secs(retry_after(&seats))).await;
+                        continue;
+                    }
+                    // As for a checkout: Redis was too slow for the replica; ask again.
+                    StatusCode::SERVICE_UNAVAILABLE => {
+                        outcome.unavailable += 1;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    other => panic!("buyer {i}: unexpected {other} listing seats"),
                 }
                 let seats: Value = seats.json().await.expect("seats json");
                 let available = seats["available"].as_array().expect("available");
@@ -234,11 +315,27 @@ async fn buy(http: reqwest::Client, i: usize, replica: String) -> BuyerOutcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_never_sell_a_seat_twice() {
+    two_replicas_on(Target::Primary(RedisServer::start())).await;
+}
+
+/// The same run on a Redis Cluster: the seat locks, fences and rate limits spread over its
+/// three masters, the shop's records on the master of their slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_never_sell_a_seat_twice_on_a_cluster() {
+    two_replicas_on(Target::Cluster(RedisCluster::start())).await;
+}
+
+/// One run of two replicas at a time in this test binary: each run is four processes and
+/// 300 buyers on what may be a 2-core machine, and checks timings (rate limits, the job's
+/// minimum hold) that a second run beside it would only blur.
+static ONE_RUN_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn two_replicas_on(target: Target) {
+    let _one_at_a_time = ONE_RUN_AT_A_TIME.lock().await;
     let test_started = Instant::now();
-    let server = RedisServer::start();
     let replicas = [
-        Replica::start("replica-a", &server.url()),
-        Replica::start("replica-b", &server.url()),
+        Replica::start("replica-a", target.env()),
+        Replica::start("replica-b", target.env()),
     ];
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
@@ -246,7 +343,7 @@ async fn two_replicas_never_sell_a_seat_twice() {
         .expect("http client");
     for replica in &replicas {
         let health = wait_healthy(&http, replica).await;
-        assert_eq!(health["store"], "redis");
+        assert_eq!(health["store"], target.kind());
         assert_eq!(health["replica"], replica.name.as_str());
     }
 
@@ -283,11 +380,12 @@ async fn two_replicas_never_sell_a_seat_twice() {
     assert_eq!(by_seat.len(), SEATS as usize);
 
     // The store agrees: every seat has exactly the buyer and fence its 201 response said.
-    let mut conn = server.conn().await;
-    let sold: u64 = conn.scard(SOLD_KEY).await.expect("scard");
+    let keys = target.keys();
+    let mut conn = target.records_conn().await;
+    let sold: u64 = conn.scard(keys.sold()).await.expect("scard");
     assert_eq!(sold, u64::from(SEATS));
     for seat in 1..=SEATS {
-        let fields: Vec<(String, String)> = conn.hgetall(seat_key(seat)).await.expect("hgetall");
+        let fields: Vec<(String, String)> = conn.hgetall(keys.seat(seat)).await.expect("hgetall");
         let stored = sale_from_fields(seat, &fields)
             .expect("readable")
             .unwrap_or_else(|| panic!("seat {seat} has no buyer in the store"));
@@ -377,7 +475,7 @@ async fn two_replicas_never_sell_a_seat_twice() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let raw: Vec<String> = conn
-        .lrange(log_key(Log::JobRuns), 0, -1)
+        .lrange(keys.log(Log::JobRuns), 0, -1)
         .await
         .expect("lrange");
     let mut runs: Vec<JobRun> = raw
@@ -414,12 +512,21 @@ async fn two_replicas_never_sell_a_seat_twice() {
             .or_default() += 1;
     }
 
+    let spread = match &target {
+        Target::Cluster(cluster) => format!(
+            "; distlock keys per master {:?}",
+            distlock_keys_per_master(cluster).await
+        ),
+        Target::Primary(_) => String::new(),
+    };
+
     println!(
-        "e2e: {} buyers bought {} of {SEATS} seats in {buying_took:.2?} (per replica {per_replica:?}); \
+        "e2e ({}): {} buyers bought {} of {SEATS} seats in {buying_took:.2?} (per replica {per_replica:?}); \
          seats sold twice: 0; lost races (409): {lost_races}; 503s: {unavailable}; buyer 429s: {buyer_429s}; api hammer: {api_allowed} allowed, \
          {api_429s} x 429; checkout hammer: {checkout_passed} passed, {checkout_429s} x 429, \
          per-minute Retry-After {per_minute_retry}s; job runs {} by {job_runs_per_replica:?}, \
-         none overlapping; total {:.2?}",
+         none overlapping{spread}; total {:.2?}",
+        target.kind(),
         BUYERS,
         sales.len(),
         runs.len(),
@@ -427,11 +534,44 @@ async fn two_replicas_never_sell_a_seat_twice() {
     );
 }
 
+/// On a cluster, the library's keys (lock fences, rate-limit state) are on every master, not
+/// only on the one that holds the shop's records: the run really used the whole cluster.
+/// Returns how many each master holds.
+async fn distlock_keys_per_master(cluster: &RedisCluster) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for master in cluster.masters().await {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("distlock:*")
+            .query_async(&mut master.conn().await)
+            .await
+            .expect("KEYS");
+        assert!(
+            !keys.is_empty(),
+            "master {} holds none of distlock's keys",
+            master.addr()
+        );
+        counts.push(keys.len());
+    }
+    counts
+}
+
 /// The Redis store's scripts refuse what the in-memory store refuses.
 #[tokio::test]
 async fn redis_store_refuses_stale_fences() {
-    let server = RedisServer::start();
-    let store = Store::Redis(RedisStore::connect(&server.url()).await.expect("connect"));
+    let target = Target::Primary(RedisServer::start());
+    store_refuses_stale_fences(&target).await;
+}
+
+/// The same scripts, single-slot, on a cluster.
+#[tokio::test]
+async fn redis_store_refuses_stale_fences_on_a_cluster() {
+    let target = Target::Cluster(RedisCluster::start());
+    store_refuses_stale_fences(&target).await;
+}
+
+async fn store_refuses_stale_fences(target: &Target) {
+    let store = target.store().await;
+    assert_eq!(store.kind(), target.kind());
     assert_eq!(store.hold(3, 10).await.expect("hold"), Fenced::Ok);
     assert_eq!(store.hold(3, 11).await.expect("hold"), Fenced::Ok);
     let sale = |fence, buyer: &str| Sale {

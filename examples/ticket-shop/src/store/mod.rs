@@ -6,9 +6,9 @@
 //! was paused past its lease's ttl (a GC pause, a stopped VM) and wakes up still believing it
 //! holds the lock therefore cannot overwrite what the next holder wrote.
 //!
-//! Two implementations with the same rules: Redis (each rule is one Lua script, so the check
-//! and the write are atomic, and every replica sees the same records) and memory (a mutex
-//! around a map, for one process).
+//! Two implementations with the same rules: Redis, one primary or a cluster (each rule is one
+//! Lua script, so the check and the write are atomic, and every replica sees the same
+//! records) and memory (a mutex around a map, for one process).
 
 mod memory;
 mod redis;
@@ -16,7 +16,7 @@ mod redis;
 use serde::{Deserialize, Serialize};
 
 pub use self::memory::MemoryStore;
-pub use self::redis::{RedisStore, SOLD_KEY, log_key, sale_from_fields, seat_key};
+pub use self::redis::{Keys, RedisStore, sale_from_fields};
 
 /// A sold seat.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,7 +95,8 @@ impl Log {
     }
 }
 
-/// The shop's store: Redis when `REDIS_URL` is set, else memory. Cheap to clone.
+/// The shop's store: Redis when `REDIS_URL` or `REDIS_CLUSTER_URLS` is set, else memory.
+/// Cheap to clone.
 #[derive(Clone, Debug)]
 pub enum Store {
     Memory(MemoryStore),
@@ -103,11 +104,11 @@ pub enum Store {
 }
 
 impl Store {
-    /// `"memory"` or `"redis"`.
+    /// `"memory"`, `"redis"` (one primary) or `"redis-cluster"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Memory(_) => "memory",
-            Self::Redis(_) => "redis",
+            Self::Redis(r) => r.kind(),
         }
     }
 
