@@ -41,6 +41,7 @@ pub(crate) struct ClientInner {
     /// The fence keys of this client's locks: one per prefix, or one per slot on a cluster.
     pub(crate) fences: crate::keys::Fences,
     pub(crate) watchdog: Watchdog,
+    pub(crate) replicas: Option<crate::store::Replicas>,
     /// This client's waiters that a releaser can hand a lock to.
     pub(crate) handoffs: crate::lock::handoff::Handoffs,
 }
@@ -90,6 +91,30 @@ impl Client {
         S: AsRef<str>,
     {
         Self::builder().connect_cluster(nodes).await
+    }
+
+    /// Connects to the primary that the sentinels (`redis://host:26379/`, one or more) name for
+    /// `master`, and follows it through failovers: when the primary stops answering, or
+    /// answers `READONLY` because it was demoted, the client asks the sentinels again and
+    /// moves to the promoted replica (its wake-up subscriptions too). Everything else is the
+    /// single-primary client. Set the primary's credentials with
+    /// [`ClientBuilder::primary_auth`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::StoreError> {
+    /// let client = distlock::Client::connect_sentinel(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
+    /// )
+    /// .await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_sentinel<I, S>(master: &str, sentinels: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().connect_sentinel(master, sentinels).await
     }
 
     /// Connects to a Redlock quorum: an odd number (at least 3) of **independent** Redis
@@ -154,6 +179,11 @@ impl Client {
     pub(crate) fn store(&self) -> &Store {
         &self.inner.store
     }
+
+    /// The replica acknowledgement locks ask for unless they say otherwise.
+    pub(crate) fn default_replicas(&self) -> Option<crate::store::Replicas> {
+        self.inner.replicas
+    }
 }
 
 /// A URL as connection settings, or a `Config` error that quotes what is wrong.
@@ -173,6 +203,23 @@ pub struct ClientBuilder {
     reconnect_retries: usize,
     quorum_node_timeout: Option<Duration>,
     restart_quarantine: Duration,
+    /// Credentials of the primary behind Sentinel (username, password).
+    primary_auth: Option<(Option<String>, Secret)>,
+    /// The replica acknowledgement every lock of the client asks for by default.
+    replicas: Option<crate::store::Replicas>,
+    /// Certificates for `rediss://` (a CA to trust, a client identity).
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    tls: Option<redis::TlsCertificates>,
+}
+
+/// A password: never shown by `Debug`.
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 impl Default for ClientBuilder {
@@ -184,6 +231,10 @@ impl Default for ClientBuilder {
             reconnect_retries: 6,
             quorum_node_timeout: None,
             restart_quarantine: crate::DEFAULT_TTL,
+            primary_auth: None,
+            replicas: None,
+            #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+            tls: None,
         }
     }
 }
@@ -264,6 +315,81 @@ impl ClientBuilder {
         self
     }
 
+    /// TLS (`rediss://`, feature `tls` or `tls-native-roots`): trust this CA certificate (PEM)
+    /// instead of the default roots, e.g. a private CA of your own servers.
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        let certs = self.tls.get_or_insert(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        });
+        certs.root_cert = Some(pem.into());
+        self
+    }
+
+    /// TLS (`rediss://`): present this client certificate and key (PEM) to servers that ask
+    /// for one (`tls-auth-clients yes`).
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    pub fn tls_client_identity(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        let certs = self.tls.get_or_insert(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        });
+        certs.client_tls = Some(redis::ClientTlsConfig {
+            client_cert: certificate_pem.into(),
+            client_key: key_pem.into(),
+        });
+        self
+    }
+
+    /// The replica acknowledgement every lock of this client asks for, unless the lock says
+    /// otherwise; see [`LockBuilder::replicas`](crate::LockBuilder::replicas). `count` 0: none
+    /// (the default).
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = (count > 0).then_some(crate::store::Replicas { count, timeout });
+        self
+    }
+
+    /// Sentinel only: the credentials of the primary (and of the replica that may replace
+    /// it). The sentinels' own credentials go in their URLs.
+    pub fn primary_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.primary_auth = Some((username.map(str::to_owned), Secret(password.to_owned())));
+        self
+    }
+
+    /// Connects through Sentinel; see [`Client::connect_sentinel`].
+    pub async fn connect_sentinel<I, S>(self, master: &str, sentinels: I) -> Result<Client, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.validate()?;
+        let sentinels = sentinels
+            .into_iter()
+            .map(|url| connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if sentinels.is_empty() {
+            return Err(StoreError::Config {
+                message: "Sentinel needs at least one sentinel URL".to_owned(),
+            });
+        }
+        let mut redis = redis::RedisConnectionInfo::default();
+        if let Some((username, password)) = &self.primary_auth {
+            if let Some(username) = username {
+                redis = redis.set_username(username);
+            }
+            redis = redis.set_password(&password.0);
+        }
+        let node = redis::sentinel::SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(redis);
+        let store = RedisStore::connect_sentinel(sentinels, master, node, self.settings()).await?;
+        Ok(self.build(Store::Redis(store)))
+    }
+
     /// Connects to a Redlock quorum; see [`Client::connect_quorum`].
     pub async fn connect_quorum<I, S>(self, nodes: I) -> Result<Client, StoreError>
     where
@@ -303,6 +429,8 @@ impl ClientBuilder {
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
             reconnect_retries: self.reconnect_retries,
+            #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+            tls: self.tls.clone(),
         }
     }
 
@@ -348,6 +476,7 @@ impl ClientBuilder {
                 fences,
                 prefix: self.prefix,
                 watchdog,
+                replicas: self.replicas,
                 handoffs: crate::lock::handoff::Handoffs::default(),
             }),
         }

@@ -62,6 +62,16 @@ pub enum StoreError {
         /// The version the server reported.
         version: String,
     },
+    /// Fewer replicas than required (`replicas(n, timeout)`) acknowledged a grant, renewal or
+    /// extend within the timeout. A grant is released; a renewal counts as failed. The write
+    /// is on the primary but may not survive a failover.
+    #[error("only {acked} of the {wanted} replicas required acknowledged the write in time")]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas required.
+        wanted: u32,
+    },
     /// A Redlock quorum could not decide: fewer than a majority of its nodes answered (or
     /// could count). Each failure names its node and what happened there. Nothing was
     /// granted (an acquire's partial grants were released).

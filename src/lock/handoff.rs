@@ -164,7 +164,9 @@ pub(crate) async fn pass_on(
     shared: &LeaseShared,
 ) -> Option<Result<Held, StoreError>> {
     let store = client.store();
-    if !store.hands_off() || shared.handed_in_row >= MAX_IN_ROW {
+    // A lease that needs replica acknowledgement is released the ordinary way: a hand-off
+    // would give the waiter a grant no replica acknowledged.
+    if !store.hands_off() || shared.handed_in_row >= MAX_IN_ROW || shared.replicas.is_some() {
         return None;
     }
     let slot = client.inner.handoffs.next(&shared.keys.lock)?;

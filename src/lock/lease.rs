@@ -16,7 +16,7 @@ use super::timing::{Answer, ExpiryOp, OpGate, OpKind, Timing};
 use crate::Client;
 use crate::error::{LockError, LossReason, StoreError};
 use crate::keys::LockKeys;
-use crate::store::{Held, RenewItem};
+use crate::store::{Held, RenewItem, Replicas};
 use crate::token::Token;
 
 /// What a release found.
@@ -66,6 +66,8 @@ pub(crate) struct LeaseShared {
     pub(crate) handed_in_row: u32,
     /// One expiry-setting op (renewal or extend) on the wire at a time (see `timing.rs`).
     pub(crate) op: OpGate,
+    /// Replica acknowledgement every renewal and extend needs, if any.
+    pub(crate) replicas: Option<Replicas>,
     ended: CancellationToken,
     reason: OnceLock<LossReason>,
     timing: Mutex<Timing>,
@@ -87,6 +89,7 @@ impl LeaseShared {
             fence,
             handed_in_row: 0,
             op: OpGate::new(),
+            replicas: None,
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
             timing: Mutex::new(Timing::granted(ttl, sent_at, renews, max_hold)),
@@ -342,6 +345,7 @@ impl Lease {
             key: &shared.keys.lock,
             token: &shared.token,
             ttl: op.ttl(),
+            replicas: shared.replicas,
         };
         let result = match store.renew(&[item]).await {
             Ok(held) if held.as_slice() == [Held::Yes] => {

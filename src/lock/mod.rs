@@ -33,7 +33,7 @@ use self::lease::{LeaseShared, release_in_background};
 use crate::Client;
 use crate::error::{LockError, StoreError};
 use crate::keys::LockKeys;
-use crate::store::{AcquireReply, Store, Subscription, Waits};
+use crate::store::{AcquireReply, Replicas, Store, Subscription, Waits};
 use crate::token::Token;
 
 /// The shortest lease ttl accepted.
@@ -91,10 +91,12 @@ pub struct LockBuilder {
     watchdog: bool,
     max_hold: Option<Duration>,
     reentrant: bool,
+    replicas: Option<Replicas>,
 }
 
 impl LockBuilder {
     pub(crate) fn new(client: Client, name: String) -> Self {
+        let replicas = client.default_replicas();
         Self {
             client,
             name,
@@ -103,7 +105,21 @@ impl LockBuilder {
             watchdog: true,
             max_hold: None,
             reentrant: false,
+            replicas,
         }
+    }
+
+    /// Replica acknowledgement (a single primary with replicas, plain or behind Sentinel):
+    /// after the grant, and after every renewal and `extend`, `WAIT count timeout` on the
+    /// same connection. A grant fewer than `count` replicas acknowledged within `timeout` is
+    /// released and the acquire fails with
+    /// [`StoreError::NotReplicated`](crate::StoreError::NotReplicated); such a renewal
+    /// counts as failed (retried until the lease's deadline). `count` 0 turns it off (the
+    /// default, unless the client sets one). The timeout must be above zero and below the
+    /// ttl. See the README ("Failover") for what this buys and what it does not.
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = (count > 0).then_some(Replicas { count, timeout });
+        self
     }
 
     /// The lease's time to live in the store ([`MIN_TTL`]..=[`MAX_TTL`]). With the watchdog on
@@ -166,6 +182,25 @@ impl LockBuilder {
             return Err(LockError::InvalidConfig {
                 reason: "max_hold must be greater than zero".to_owned(),
             });
+        }
+        if let Some(r) = self.replicas {
+            if r.timeout.is_zero() || r.timeout >= self.ttl {
+                return Err(LockError::InvalidConfig {
+                    reason: format!(
+                        "replicas timeout {:?} must be above zero and below the ttl {:?}",
+                        r.timeout, self.ttl
+                    ),
+                });
+            }
+            if !self.client.store().waits_for_replicas() {
+                return Err(LockError::InvalidConfig {
+                    reason: format!(
+                        "replica acknowledgement needs a single primary (plain or behind \
+                         Sentinel); this client's store is `{}`",
+                        self.client.store_kind()
+                    ),
+                });
+            }
         }
         Ok(keys)
     }
@@ -441,7 +476,7 @@ impl LockBuilder {
 
     /// The state of a lease granted under `token` and `fence`, its ttl counted from `sent_at`.
     fn shared(&self, keys: &LockKeys, token: Token, fence: u64, sent_at: Instant) -> LeaseShared {
-        LeaseShared::new(
+        let mut shared = LeaseShared::new(
             keys.clone(),
             token,
             fence,
@@ -449,7 +484,9 @@ impl LockBuilder {
             sent_at,
             self.watchdog,
             self.max_hold,
-        )
+        );
+        shared.replicas = self.replicas;
+        shared
     }
 
     /// Starts the lease just granted.
@@ -486,13 +523,21 @@ impl LockBuilder {
             armed: true,
         };
         let sent_at = Instant::now();
-        let reply = store.acquire(keys, token, self.ttl, waits).await?;
+        // An error (not replicated, no answer) leaves the guard armed: a grant it may have
+        // made is released.
+        let reply = store
+            .acquire(keys, token, self.ttl, waits, self.replicas)
+            .await?;
         guard.armed = false;
         Ok(match reply {
             AcquireReply::Granted { fence } => {
                 Attempt::Granted(Arc::new(self.shared(keys, token.clone(), fence, sent_at)))
             }
             AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
+            AcquireReply::Unreplicated { acked, wanted } => {
+                guard.armed = true;
+                return Err(LockError::Store(StoreError::NotReplicated { acked, wanted }));
+            }
         })
     }
 

@@ -315,6 +315,7 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
             key: &op.lease().keys.lock,
             token: &op.lease().token,
             ttl: op.ttl(),
+            replicas: op.lease().replicas,
         })
         .collect();
     shared.renewal_calls.fetch_add(1, Ordering::Relaxed);

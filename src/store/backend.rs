@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::scripts::Held;
+use super::scripts::{Held, Replicas};
 use super::scripts::acquire::{AcquireReply, Waits};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
@@ -23,13 +23,16 @@ use crate::token::Token;
 /// the watchdog gathers itself), and concurrent calls share script calls where the target
 /// allows.
 pub(crate) trait Backend {
-    /// Takes the lock of `keys` for `token` if it is free; mints its fence.
+    /// Takes the lock of `keys` for `token` if it is free; mints its fence. With `replicas`,
+    /// the grant counts only once that many replicas acknowledged it (else
+    /// [`StoreError::NotReplicated`]; the caller releases it), on a backend that has them.
     async fn acquire(
         &self,
         keys: &LockKeys,
         token: &Token,
         ttl: Duration,
         waits: Waits,
+        replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError>;
 
     /// Frees the lock if `token` holds it, waking (or reserving it for) its waiters.

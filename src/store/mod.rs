@@ -36,7 +36,7 @@ pub(crate) use self::cluster::ClusterStore;
 pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::redis::RedisStore;
-pub(crate) use self::scripts::Held;
+pub(crate) use self::scripts::{Held, Replicas};
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateReply, RateRequest};
@@ -54,6 +54,16 @@ pub(crate) enum Store {
     Cluster(ClusterStore),
     Quorum(QuorumStore),
     Memory(MemoryStore),
+}
+
+/// A replica requirement on a backend that cannot wait for replicas.
+pub(crate) fn replicas_unsupported(kind: &str) -> StoreError {
+    StoreError::Config {
+        message: format!(
+            "replica acknowledgement (replicas(n, timeout)) needs a single primary, plain or \
+             behind Sentinel; this client is on {kind}"
+        ),
+    }
 }
 
 /// Calls the same `Backend` method on whichever backend this is.
@@ -84,9 +94,18 @@ impl Store {
         token: &Token,
         ttl: Duration,
         waits: Waits,
+        replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.acquire(keys, token, ttl, waits).await) })
-            .await
+        self.bounded(async {
+            on_backend!(self, s => s.acquire(keys, token, ttl, waits, replicas).await)
+        })
+        .await
+    }
+
+    /// Whether this store can wait for replicas to acknowledge a write (a single primary,
+    /// plain or behind Sentinel).
+    pub(crate) fn waits_for_replicas(&self) -> bool {
+        matches!(self, Self::Redis(_))
     }
 
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {

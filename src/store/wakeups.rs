@@ -328,6 +328,22 @@ impl Wakeups {
         self.kick(&mut state);
     }
 
+    /// The pub/sub connection moved to another server (a Sentinel failover): nothing is
+    /// subscribed there yet. Every channel with waiters is subscribed again, and every
+    /// waiter is woken, since releases may have been missed meanwhile.
+    pub(crate) fn resubscribe_all(self: &Arc<Self>) {
+        let mut state = self.state();
+        for entry in state.channels.values_mut() {
+            entry.on_server = false;
+            if entry.waiters > 0 {
+                entry.confirm.send_replace(Confirm::Pending);
+            }
+            entry.notify.notify_waiters();
+            entry.starving_notify.notify_waiters();
+        }
+        self.kick(&mut state);
+    }
+
     /// How many local waiters are registered on `channel`.
     pub(crate) fn waiters(&self, channel: &str) -> usize {
         self.state()

@@ -26,7 +26,7 @@ use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{Held, Publish, millis, unmark};
+use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
 use crate::keys::{LockKeys, slot_of};
@@ -86,7 +86,7 @@ impl ClusterStore {
                 message: "a cluster needs at least one node URL".to_owned(),
             });
         };
-        let mut conn = probe(redis::Client::open(first.clone())?, &settings).await?;
+        let mut conn = probe(settings.client(first.clone())?, &settings).await?;
         check_cluster_mode(&mut conn, true).await?;
         drop(conn);
         let client = builder(&nodes, &settings).build()?;
@@ -159,10 +159,15 @@ pub(crate) fn builder(
     nodes: &[redis::ConnectionInfo],
     settings: &RedisSettings,
 ) -> ClusterClientBuilder {
-    ClusterClientBuilder::new(nodes.to_vec())
+    let builder = ClusterClientBuilder::new(nodes.to_vec())
         .connection_timeout(settings.connect_timeout)
         .response_timeout(settings.response_timeout)
-        .retries(u32::try_from(settings.reconnect_retries).unwrap_or(u32::MAX))
+        .retries(u32::try_from(settings.reconnect_retries).unwrap_or(u32::MAX));
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    if let Some(certs) = &settings.tls {
+        return builder.certs(certs.clone());
+    }
+    builder
 }
 
 impl Backend for ClusterStore {
@@ -172,12 +177,17 @@ impl Backend for ClusterStore {
         token: &Token,
         ttl: Duration,
         waits: Waits,
+        replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
+        if replicas.is_some() {
+            return Err(super::replicas_unsupported("a Redis Cluster"));
+        }
         let item = AcquireItem {
             keys: keys.clone(),
             token: token.clone(),
             ttl_ms: millis(ttl),
             waits,
+            replicas: None,
         };
         self.inner
             .acquires
@@ -213,6 +223,7 @@ impl Backend for ClusterStore {
                     key: items[i].key,
                     token: items[i].token,
                     ttl: items[i].ttl,
+                    replicas: items[i].replicas,
                 })
                 .collect();
             renew::run(&self.inner.conn, &group)

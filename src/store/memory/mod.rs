@@ -18,7 +18,9 @@ use tokio::time::Instant;
 use self::ratelimit::State as RateState;
 use super::backend::Backend;
 use super::scripts::handoff::HandoffReply;
-use super::{AcquireReply, CLAIM, Held, RateReply, RateRequest, RenewItem, Waits, Wakeups};
+use super::{
+    AcquireReply, CLAIM, Held, RateReply, RateRequest, RenewItem, Replicas, Waits, Wakeups,
+};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::token::Token;
@@ -335,7 +337,11 @@ impl Backend for MemoryStore {
         token: &Token,
         ttl: Duration,
         waits: Waits,
+        replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
+        if replicas.is_some() {
+            return Err(super::replicas_unsupported("the in-memory store"));
+        }
         Ok(self.take_lock(keys, token, ttl, waits))
     }
 

@@ -48,7 +48,7 @@ use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{Held, Publish, millis, unmark};
+use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
 use crate::keys::LockKeys;
@@ -355,7 +355,7 @@ async fn connect_node(
     settings: &RedisSettings,
     boot_key: &str,
 ) -> Result<Node, StoreError> {
-    let client = redis::Client::open(info.clone())?;
+    let client = settings.client(info.clone())?;
     let mut conn = probe(client.clone(), settings).await?;
     check_cluster_mode(&mut conn, false).await?;
     let seeded: (String, u64) = redis::Script::new(SEED_BOOT)
@@ -391,7 +391,7 @@ fn lazy_node(
     settings: &RedisSettings,
     boot_key: &str,
 ) -> Result<Node, StoreError> {
-    let client = redis::Client::open(info.clone())?;
+    let client = settings.client(info.clone())?;
     let manager = ConnectionManager::new_lazy_with_config(client, node_config(settings))?;
     let unknown = Boot {
         value: String::new(),
@@ -424,7 +424,11 @@ impl Backend for QuorumStore {
         token: &Token,
         ttl: Duration,
         waits: Waits,
+        replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
+        if replicas.is_some() {
+            return Err(super::replicas_unsupported("a Redlock quorum"));
+        }
         let started = Instant::now();
         self.inner
             .longest_ttl_ms
@@ -434,6 +438,7 @@ impl Backend for QuorumStore {
             token: token.clone(),
             ttl_ms: millis(ttl),
             waits,
+            replicas: None,
         };
         let fresh = Token::generate();
         let answers = self
@@ -464,6 +469,8 @@ impl Backend for QuorumStore {
                     longest = longest.max(*pttl);
                 }
                 Answer::Ok(NodeAcquire::Restarted(boot)) => self.restarted(node, boot.clone()),
+                // Not asked for here (a quorum refuses replica requirements).
+                Answer::Ok(NodeAcquire::Replied(AcquireReply::Unreplicated { .. })) => {}
                 Answer::Failed(_) => {}
             }
         }

@@ -13,9 +13,21 @@ pub(crate) struct RedisSettings {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect_retries: usize,
+    /// A CA to trust and a client identity for `rediss://` (redis-rs redacts them in `Debug`).
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    pub(crate) tls: Option<redis::TlsCertificates>,
 }
 
 impl RedisSettings {
+    /// A client for the server at `info`, with the TLS certificates if any.
+    pub(crate) fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, StoreError> {
+        #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+        if let Some(certs) = &self.tls {
+            return Ok(redis::Client::build_with_tls(info, certs.clone())?);
+        }
+        Ok(redis::Client::open(info)?)
+    }
+
     /// The connection manager's settings: our timeouts, bounded jittered reconnects.
     pub(crate) fn manager_config(&self) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()

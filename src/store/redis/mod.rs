@@ -1,17 +1,20 @@
 //! The single-primary Redis backend: scripts over a multiplexed `ConnectionManager` (which
 //! reconnects by itself), batched per kind (`batch.rs`), plus a second, lazily connected
-//! RESP3 connection for release wake-ups (`pubsub.rs`).
+//! RESP3 connection for release wake-ups (`pubsub.rs`). Behind Sentinel, both follow the
+//! primary through failovers (`sentinel.rs`).
 
 mod connect;
 pub(crate) mod pubsub;
+mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-
 pub(crate) use self::connect::{RedisSettings, check_cluster_mode, probe};
+use self::pubsub::FollowingLink;
 pub(crate) use self::pubsub::{PubSubLink, route_push};
+pub(crate) use self::sentinel::PrimaryConn;
+use self::sentinel::FollowingConn;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
@@ -19,7 +22,7 @@ use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{Held, Publish, millis, unmark};
+use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
@@ -41,12 +44,12 @@ pub(crate) fn batcher<B: Batch>(op: B, timeout: Duration) -> Batcher<B> {
 
 #[derive(Clone)]
 pub(crate) struct RedisStore {
-    conn: ConnectionManager,
+    conn: PrimaryConn,
     settings: RedisSettings,
     wakeups: Arc<Wakeups>,
-    acquires: Batcher<Acquires<ConnectionManager>>,
-    releases: Batcher<Releases<ConnectionManager>>,
-    rates: Batcher<Rates<ConnectionManager>>,
+    acquires: Batcher<Acquires<PrimaryConn>>,
+    releases: Batcher<Releases<PrimaryConn>>,
+    rates: Batcher<Rates<PrimaryConn>>,
 }
 
 impl RedisStore {
@@ -56,8 +59,8 @@ impl RedisStore {
         info: redis::ConnectionInfo,
         settings: RedisSettings,
     ) -> Result<Self, StoreError> {
-        let client = redis::Client::open(info.clone())?;
-        let conn = connect::manager(client, &settings).await?;
+        let client = settings.client(info.clone())?;
+        let conn = PrimaryConn::Fixed(connect::manager(client, &settings).await?);
         let wakeups = Wakeups::new();
         match PubSubLink::new(&info, &settings, &wakeups) {
             Ok(link) => wakeups.set_link(Box::new(link)),
@@ -67,8 +70,36 @@ impl RedisStore {
                 "distlock: no pub/sub connection for release wake-ups; waiters will poll"
             ),
         }
+        Ok(Self::with(conn, settings, wakeups))
+    }
+
+    /// Connects through `sentinels` to the primary they name for `master`, and follows it
+    /// through failovers (the commands' connection and the wake-up link).
+    pub(crate) async fn connect_sentinel(
+        sentinels: Vec<redis::ConnectionInfo>,
+        master: &str,
+        node: redis::sentinel::SentinelNodeConnectionInfo,
+        settings: RedisSettings,
+    ) -> Result<Self, StoreError> {
+        let (following, info) = FollowingConn::connect(sentinels, master, node, &settings).await?;
+        let wakeups = Wakeups::new();
+        match FollowingLink::new(&info, &settings, &wakeups) {
+            Ok(link) => {
+                let relink = link.clone();
+                following.on_switch(move |info| relink.switch(info));
+                wakeups.set_link(Box::new(link));
+            }
+            Err(err) => tracing::warn!(
+                error = %err,
+                "distlock: no pub/sub connection for release wake-ups; waiters will poll"
+            ),
+        }
+        Ok(Self::with(PrimaryConn::Following(following), settings, wakeups))
+    }
+
+    fn with(conn: PrimaryConn, settings: RedisSettings, wakeups: Arc<Wakeups>) -> Self {
         let timeout = settings.response_timeout;
-        Ok(Self {
+        Self {
             acquires: batcher(
                 Acquires {
                     conn: conn.clone(),
@@ -87,12 +118,12 @@ impl RedisStore {
             conn,
             settings,
             wakeups,
-        })
+        }
     }
 
     /// The connection, for test hooks.
     #[cfg(feature = "test-util")]
-    pub(crate) fn connection(&self) -> ConnectionManager {
+    pub(crate) fn connection(&self) -> PrimaryConn {
         self.conn.clone()
     }
 
@@ -122,14 +153,22 @@ impl Backend for RedisStore {
         token: &Token,
         ttl: Duration,
         waits: Waits,
+        replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
         let item = AcquireItem {
             keys: keys.clone(),
             token: token.clone(),
             ttl_ms: millis(ttl),
             waits,
+            replicas,
         };
-        self.acquires.run(item).await.map_err(|e| self.deadline(e))
+        match self.acquires.run(item).await.map_err(|e| self.deadline(e))? {
+            // Granted but not acknowledged: the caller releases it.
+            AcquireReply::Unreplicated { acked, wanted } => {
+                Err(StoreError::NotReplicated { acked, wanted })
+            }
+            reply => Ok(reply),
+        }
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {

@@ -43,7 +43,7 @@ impl PubSubLink {
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.clone().set_redis_settings(resp3))?;
+        let client = settings.client(info.clone().set_redis_settings(resp3))?;
         let weak = Arc::downgrade(wakeups);
         let on_push = move |push: PushInfo| {
             if let Some(wakeups) = weak.upgrade() {
@@ -69,5 +69,74 @@ impl Subscriber for PubSubLink {
     fn unsubscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_> {
         let mut conn = self.conn.clone();
         Box::pin(async move { Ok(conn.unsubscribe(channels).await?) })
+    }
+}
+
+/// The wake-up link behind Sentinel: a [`PubSubLink`] to the current primary, replaced when the
+/// primary changes, after which every channel is subscribed again on the new one.
+#[derive(Clone)]
+pub(crate) struct FollowingLink {
+    inner: Arc<FollowingInner>,
+}
+
+struct FollowingInner {
+    link: std::sync::RwLock<Arc<PubSubLink>>,
+    settings: RedisSettings,
+    wakeups: std::sync::Weak<Wakeups>,
+}
+
+impl FollowingLink {
+    pub(crate) fn new(
+        info: &redis::ConnectionInfo,
+        settings: &RedisSettings,
+        wakeups: &Arc<Wakeups>,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            inner: Arc::new(FollowingInner {
+                link: std::sync::RwLock::new(Arc::new(PubSubLink::new(info, settings, wakeups)?)),
+                settings: settings.clone(),
+                wakeups: Arc::downgrade(wakeups),
+            }),
+        })
+    }
+
+    /// The primary is now at `info`: link to it, and subscribe everything again there.
+    pub(crate) fn switch(&self, info: &redis::ConnectionInfo) {
+        let Some(wakeups) = self.inner.wakeups.upgrade() else {
+            return;
+        };
+        match PubSubLink::new(info, &self.inner.settings, &wakeups) {
+            Ok(link) => {
+                *self
+                    .inner
+                    .link
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(link);
+                wakeups.resubscribe_all();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "distlock: cannot link to the new primary for wake-ups; waiters poll until it can");
+            }
+        }
+    }
+
+    fn current(&self) -> Arc<PubSubLink> {
+        self.inner
+            .link
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Subscriber for FollowingLink {
+    fn subscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_> {
+        let link = self.current();
+        Box::pin(async move { link.subscribe(channels).await })
+    }
+
+    fn unsubscribe(&self, channels: Vec<String>) -> SubscribeFuture<'_> {
+        let link = self.current();
+        Box::pin(async move { link.unsubscribe(channels).await })
     }
 }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::Value;
 
 use super::release::Releases;
-use super::{Conn, Lua, Publish, codes};
+use super::{Conn, Lua, Publish, Replicas, codes};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::store::batch::Batch;
@@ -101,6 +101,9 @@ pub(crate) enum AcquireReply {
     Busy {
         pttl: Option<std::time::Duration>,
     },
+    /// Granted, but fewer replicas than required acknowledged it in time: the caller must
+    /// not use it (and releases it).
+    Unreplicated { acked: u32, wanted: u32 },
 }
 
 impl AcquireReply {
@@ -153,6 +156,8 @@ pub(crate) struct AcquireItem {
     pub(crate) token: Token,
     pub(crate) ttl_ms: u64,
     pub(crate) waits: Waits,
+    /// Replica acknowledgement the grant needs, if any.
+    pub(crate) replicas: Option<Replicas>,
 }
 
 /// Acquires, many per call, on one connection target.
@@ -177,14 +182,35 @@ impl<C: Conn> Batch for Acquires<C> {
                 .arg(item.ttl_ms)
                 .arg(item.waits.arg());
         }
-        let reply: Value = SCRIPT.invoke(&cmd, &self.conn).await?;
+        let Some(wanted) = Replicas::strongest(items.iter().map(|i| i.replicas)) else {
+            let reply: Value = SCRIPT.invoke(&cmd, &self.conn).await?;
+            let codes = codes(reply, items.len(), "acquire")?;
+            return Ok(codes.into_iter().map(AcquireReply::from_code).collect());
+        };
+        let (reply, acked): (Value, u32) =
+            SCRIPT.invoke_then_wait(&cmd, wanted, &self.conn).await?;
         let codes = codes(reply, items.len(), "acquire")?;
-        Ok(codes.into_iter().map(AcquireReply::from_code).collect())
+        Ok(codes
+            .into_iter()
+            .zip(items)
+            .map(|(code, item)| match (AcquireReply::from_code(code), item.replicas) {
+                (AcquireReply::Granted { .. }, Some(r)) if acked < r.count => {
+                    AcquireReply::Unreplicated {
+                        acked,
+                        wanted: r.count,
+                    }
+                }
+                (reply, _) => reply,
+            })
+            .collect())
     }
 
     /// A grant nobody waits for any more: give it back at once rather than at its ttl.
     fn abandoned(&self, item: AcquireItem, reply: AcquireReply) {
-        if matches!(reply, AcquireReply::Granted { .. }) {
+        if matches!(
+            reply,
+            AcquireReply::Granted { .. } | AcquireReply::Unreplicated { .. }
+        ) {
             Releases {
                 conn: self.conn.clone(),
                 publish: self.publish,

@@ -34,6 +34,30 @@ impl Lua {
         cmd
     }
 
+    /// Sends `cmd` and, right behind it on the same connection, `WAIT count timeout`; answers
+    /// the script's reply and how many replicas acknowledged. On `NOSCRIPT`, loads the script
+    /// and sends both once more.
+    pub(crate) async fn invoke_then_wait<T: FromRedisValue, C: Conn>(
+        &self,
+        cmd: &Cmd,
+        replicas: super::Replicas,
+        conn: &C,
+    ) -> RedisResult<(T, u32)> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone());
+        pipe.cmd("WAIT")
+            .arg(replicas.count)
+            .arg(super::millis(replicas.timeout));
+        let mut conn = conn.clone();
+        match pipe.query_async::<(T, u32)>(&mut conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await
+            }
+            reply => reply,
+        }
+    }
+
     /// Sends `cmd` (from [`call`](Self::call)); on `NOSCRIPT`, loads the script and sends it
     /// once more.
     pub(crate) async fn invoke<T: FromRedisValue, C: Conn>(

@@ -44,6 +44,24 @@ macro_rules! publish_prelude {
 }
 pub(crate) use publish_prelude;
 
+/// Replica acknowledgement: after a write, `WAIT count timeout` on the same connection, and
+/// the write counts only if at least `count` replicas acknowledged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Replicas {
+    /// The strongest of several requirements (a batch waits once, for all its items).
+    pub(crate) fn strongest(all: impl Iterator<Item = Option<Self>>) -> Option<Self> {
+        all.flatten().reduce(|a, b| Self {
+            count: a.count.max(b.count),
+            timeout: a.timeout.max(b.timeout),
+        })
+    }
+}
+
 /// Milliseconds for Redis, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::{Conn, Held, Lua, millis};
+use super::{Conn, Held, Lua, Replicas, millis};
 use crate::error::StoreError;
 use crate::token::Token;
 
@@ -15,6 +15,8 @@ pub(crate) struct RenewItem<'a> {
     pub(crate) key: &'a str,
     pub(crate) token: &'a Token,
     pub(crate) ttl: Duration,
+    /// Replica acknowledgement the renewal needs, if any.
+    pub(crate) replicas: Option<Replicas>,
 }
 
 /// Renews `items` (all in one hash slot on a cluster) in one call.
@@ -32,7 +34,22 @@ pub(crate) async fn run<C: Conn>(
     for item in items {
         cmd.arg(millis(item.ttl));
     }
-    let codes: Vec<i64> = SCRIPT.invoke(&cmd, conn).await?;
+    let codes: Vec<i64> = match Replicas::strongest(items.iter().map(|i| i.replicas)) {
+        None => SCRIPT.invoke(&cmd, conn).await?,
+        Some(wanted) => {
+            let (codes, acked): (Vec<i64>, u32) =
+                SCRIPT.invoke_then_wait(&cmd, wanted, conn).await?;
+            // Too few acknowledgements: the renewals are applied on the primary but may not
+            // survive a failover, so none of them counts (the watchdog tries again).
+            if acked < wanted.count {
+                return Err(StoreError::NotReplicated {
+                    acked,
+                    wanted: wanted.count,
+                });
+            }
+            codes
+        }
+    };
     if codes.len() != items.len() {
         return Err(StoreError::Protocol {
             message: format!("renew answered {} items for {}", codes.len(), items.len()),
