@@ -15,3 +15,4 @@ mod memory;
 mod noscript;
 mod paused;
 mod proxy_faults;
+mod replicas;
