@@ -207,7 +207,13 @@ fn refused_kind_from_message(code: Option<&str>, message: &str) -> RefusedKind {
         RefusedKind::OutOfMemory
     } else if code == "READONLY" || has("READONLY") {
         RefusedKind::ReadOnly
-    } else if code == "NOPERM" || has("NOPERM") || has("No permissions") {
+    } else if code == "NOPERM"
+        || has("NOPERM")
+        || has("No permissions")
+        // What an ACL denial inside a Lua script reads like (Redis 7: "The user executing
+        // the script can't run this command or subcommand").
+        || has("can't run this command")
+    {
         RefusedKind::NoPermission
     } else if code == "LOADING" {
         RefusedKind::Loading
@@ -219,6 +225,27 @@ fn refused_kind_from_message(code: Option<&str>, message: &str) -> RefusedKind {
 }
 
 impl StoreError {
+    /// Whether the same call may succeed if tried again shortly: the store was unreachable
+    /// or slow, was mid-failover (`READONLY`, `LOADING`), or too few nodes or replicas
+    /// answered. Configuration, credential, permission, memory and protocol errors are not
+    /// transient. A waiting [`acquire`](crate::LockBuilder::acquire) retries transient
+    /// errors within its wait.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unreachable { .. }
+            | Self::Timeout { .. }
+            | Self::NotReplicated { .. }
+            | Self::NoQuorum { .. } => true,
+            Self::Refused { kind, .. } => {
+                matches!(kind, RefusedKind::ReadOnly | RefusedKind::Loading)
+            }
+            Self::Auth { .. }
+            | Self::Config { .. }
+            | Self::Unsupported { .. }
+            | Self::Protocol { .. } => false,
+        }
+    }
+
     /// Fills in the deadline of a [`StoreError::Timeout`] that came from the connection layer.
     pub(crate) fn with_deadline(self, deadline: Duration) -> Self {
         match self {

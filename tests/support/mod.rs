@@ -7,6 +7,10 @@
 //!   free loopback port, with fault controls (SIGSTOP/SIGCONT, SIGKILL, restart).
 //! * [`proxy::Proxy`] is an in-process TCP proxy in front of a server that can
 //!   delay, blackhole, reset or refuse connections.
+//! * [`sentinel::SentinelSetup`] runs a primary, its replica and three sentinels, with
+//!   timed failovers; [`tls::TlsServer`] runs a TLS-only server with certificates made at
+//!   test time ([`tls::TestCerts`]). Their processes die with the test process, however it
+//!   ends (as `cluster.rs`'s).
 //!
 //! There is no mock of Redis anywhere: if `redis-server` is not installed the
 //! tests fail (panic) with instructions instead of silently skipping.
@@ -16,7 +20,9 @@ pub mod child;
 pub mod cluster;
 pub mod fixture;
 pub mod proxy;
+pub mod sentinel;
 pub mod server;
+pub mod tls;
 
 pub use proxy::{Proxy, ProxyMode};
 pub use server::{RedisServer, RedisServerBuilder, StoppedGuard};

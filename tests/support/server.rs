@@ -119,6 +119,26 @@ impl RedisServerBuilder {
         self.config("--user", &values)
     }
 
+    /// Declares ACL user `name` (password `password`) with exactly what the library needs on a
+    /// single primary for keys and channels under `prefix` (the client's key prefix,
+    /// `distlock` by default): see
+    /// [`library_acl_rules`]. Build a URL for it with [`RedisServer::url_for_user`].
+    pub fn library_user(self, name: &str, password: &str, prefix: &str) -> Self {
+        let rules = library_acl_rules(password, prefix);
+        let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+        self.acl_user(name, &rules)
+    }
+
+    /// Makes the server a replica of the server at `primary` (`--replicaof 127.0.0.1
+    /// <port>`), e.g. for `WAIT`. The link comes up shortly after the start: wait for it with
+    /// [`RedisServer::wait_connected_replicas`] on the primary. A restart keeps the option.
+    pub fn replica_of(self, primary: SocketAddr) -> Self {
+        self.config(
+            "--replicaof",
+            &[&primary.ip().to_string(), &primary.port().to_string()],
+        )
+    }
+
     /// Spawns the server on a free 127.0.0.1 port and returns once it answers
     /// `PING` (bounded by 10 s).
     ///
@@ -303,6 +323,40 @@ impl RedisServer {
                 self.addr(),
                 self.log()
             ),
+        }
+    }
+
+    /// Waits (bounded by 10 s) until at least `count` replicas are online on this primary
+    /// (`INFO replication`: `slaveN:...,state=online`, e.g. after starting one with
+    /// [`RedisServerBuilder::replica_of`]).
+    ///
+    /// # Panics
+    ///
+    /// On timeout (the message has `INFO replication` and the log).
+    pub async fn wait_connected_replicas(&self, count: usize) {
+        let mut conn = self.conn().await;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            let online = info
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .count();
+            if online >= count {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{online} of {count} replicas online on {} after {READY_TIMEOUT:?}:\n{info}\n\
+                 log:\n{}",
+                self.addr(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -511,6 +565,98 @@ impl Drop for StoppedGuard<'_> {
             self.server.cont_process();
         }
     }
+}
+
+/// The commands an ACL user needs for everything the library does on a single primary (locks:
+/// acquire, wait, release, extend, watchdog renewals, hand-off, replica acknowledgement; rate
+/// limits of every algorithm), found by experiment (tests/replication/acl.rs checks both that
+/// these are enough and that none can be dropped). Add the key and channel patterns of the
+/// prefix: [`library_acl_rules`] builds the whole rule set.
+///
+/// A connection's handshake (`HELLO 3 AUTH`, `AUTH`) needs no rule: Redis lets every user run
+/// `AUTH` and `HELLO`.
+pub const LIBRARY_ACL_RULES: &[&str] = &[
+    // Every operation is one Lua script, sent as EVALSHA (keys checked against `~<prefix>:*`)...
+    "+evalsha",
+    // ...and loaded when the server answers NOSCRIPT (first use, restart, SCRIPT FLUSH).
+    "+script|load",
+    // Commands the scripts call (Redis checks each against the user too):
+    // locks: read the holder (acquire, release, renew, extend, hand-off, unmark); rate limits:
+    // read the state (GCRA, token bucket, fixed and sliding window).
+    "+get",
+    // Locks: take (SET NX PX), reserve for a starving waiter ('!' PX), mint fences (SET .. GET);
+    // rate limits: store the state.
+    "+set",
+    // Release, unmark: delete the lock key.
+    "+del",
+    // Renewals and extend (and a retried grant); sliding log: the key's expiry.
+    "+pexpire",
+    // Acquire of a busy lock: the holder's remaining ttl (the wait bound).
+    "+pttl",
+    // Acquire: mark a held lock as waited for ('*', or '!' for a starving waiter).
+    "+append",
+    // Acquire, unmark: turn a '*' mark into '!' and back.
+    "+setrange",
+    // Fences and rate limits: the server clock.
+    "+time",
+    // Release, hand-off: wake the waiters on the release channel (`&<prefix>:*`).
+    "+publish",
+    // Sliding log: the sorted set of allowed requests.
+    "+zadd",
+    "+zcard",
+    "+zcount",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    // Sliding log: trims the set to `limit` members, a safety net that normal use never
+    // reaches (kept: the script calls it, and a refusal would fail the check half-applied).
+    "+zremrangebyrank",
+    // Wake-ups: waiters listen on the release channels (RESP3 push connection). Without these
+    // the library still works, but a waiter only wakes at its PTTL-bounded retry.
+    "+subscribe",
+    "+unsubscribe",
+    // `.replicas(n, timeout)`: WAIT behind every grant, renewal and extend.
+    "+wait",
+];
+
+/// Rules the library works without, but uses when it may.
+pub const LIBRARY_ACL_OPTIONAL_RULES: &[&str] = &[
+    // `connect` reads `INFO server` to refuse a server older than 6.2 (and, for a cluster,
+    // the wrong mode) with a clear error; refused, the check is skipped. (redis-rs also sends
+    // `CLIENT SETINFO` on every new connection and ignores its reply: on Redis 7.2+, add
+    // `+client|setinfo` to keep those refusals out of the ACL LOG. Redis 7.0 rejects the rule
+    // as unknown.)
+    "+info",
+];
+
+/// What a client that finds the primary through Sentinel also needs on the data nodes.
+pub const LIBRARY_ACL_SENTINEL_RULES: &[&str] = &[
+    // redis-rs's sentinel lookup checks that the node the sentinels name is a primary with
+    // `ROLE` (falling back to `INFO replication`: with neither, `connect_sentinel` fails
+    // with NoPermission).
+    "+role",
+];
+
+/// The full rule set of a library user with password `password` on key prefix `prefix`:
+/// `on`, `>password`, `resetchannels`, `~<prefix>:*` (every key the library makes:
+/// `<prefix>:lock:{..}`, `<prefix>:fence`, `<prefix>:rl:..`), `&<prefix>:*` (the release
+/// channels `<prefix>:released:{..}`), then [`LIBRARY_ACL_RULES`] and
+/// [`LIBRARY_ACL_OPTIONAL_RULES`].
+pub fn library_acl_rules(password: &str, prefix: &str) -> Vec<String> {
+    let mut rules = vec![
+        "on".to_owned(),
+        format!(">{password}"),
+        "resetchannels".to_owned(),
+        format!("~{prefix}:*"),
+        format!("&{prefix}:*"),
+    ];
+    rules.extend(
+        LIBRARY_ACL_RULES
+            .iter()
+            .chain(LIBRARY_ACL_OPTIONAL_RULES)
+            .map(|r| (*r).to_owned()),
+    );
+    rules
 }
 
 /// Panics unless `redis-server --version` reports at least 7.0, with a message

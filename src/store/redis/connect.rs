@@ -21,6 +21,7 @@ pub(crate) struct RedisSettings {
 impl RedisSettings {
     /// A client for the server at `info`, with the TLS certificates if any.
     pub(crate) fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, StoreError> {
+        install_crypto_provider();
         #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
         if let Some(certs) = &self.tls {
             return Ok(redis::Client::build_with_tls(info, certs.clone())?);
@@ -35,6 +36,20 @@ impl RedisSettings {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_number_of_retries(self.reconnect_retries)
             .set_max_delay(Duration::from_secs(1))
+    }
+}
+
+/// rustls needs a process-wide crypto provider before its first handshake, and redis-rs
+/// installs none: without one every `rediss://` connection fails. Installs ring's once,
+/// unless the application installed its own first (then `install_default` refuses, which is
+/// what we want).
+pub(crate) fn install_crypto_provider() {
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        });
     }
 }
 
@@ -60,8 +75,8 @@ pub(crate) async fn probe(
 /// Refuses a server whose cluster mode is not the one the client asked for, with an error
 /// that names the right constructor; a cluster also needs Redis 7.0 (sharded pub/sub). A
 /// server that does not answer `INFO` (an ACL that forbids it) is let through.
-pub(crate) async fn check_cluster_mode(
-    conn: &mut redis::aio::MultiplexedConnection,
+pub(crate) async fn check_cluster_mode<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
     cluster: bool,
 ) -> Result<(), StoreError> {
     let Ok(info) = redis::cmd("INFO")

@@ -10,15 +10,23 @@
 //! primary (the lock machinery handles that: grants are released, renewals retried until
 //! the lease's deadline).
 //!
+//! It also listens to the sentinels' `+switch-master` announcements and moves as soon as
+//! one names a new primary for its master. That matters after a graceful failover
+//! (`SENTINEL FAILOVER`, or a replica promoted while the old primary is only unreachable
+//! from the sentinels): the old primary stays up and writable for several seconds before
+//! the sentinels demote it, and everything written there meanwhile (renewals, new grants)
+//! is discarded when it resyncs from the new primary. Without the announcement the client
+//! would keep renewing its leases on the old node and lose them on the new one.
+//!
 //! The wake-up link follows too: on a switch it reconnects to the new primary and every
 //! channel is subscribed again (waiters are woken, since releases may have been missed).
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
+use redis::{Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::connect::{RedisSettings, check_cluster_mode, probe};
@@ -26,6 +34,12 @@ use crate::error::StoreError;
 
 /// Re-resolving more often than this is pointless: the sentinels need time to agree.
 const RESOLVE_EVERY: Duration = Duration::from_millis(100);
+/// Pause before listening to the next sentinel when one cannot be reached.
+const LISTEN_RETRY: Duration = Duration::from_millis(500);
+/// How long asking the sentinels does not move back to a primary an announcement left.
+const LEFT_FOR: Duration = Duration::from_secs(60);
+/// How often an idle listener checks whether its store is gone.
+const LISTEN_CHECK: Duration = Duration::from_secs(1);
 
 /// The connection the single-primary backend sends on.
 #[derive(Clone)]
@@ -72,12 +86,18 @@ pub(crate) struct FollowingConn {
 
 struct Following {
     sentinel: tokio::sync::Mutex<Sentinel>,
+    /// The sentinels' addresses, for the `+switch-master` listener.
+    sentinels: Vec<redis::ConnectionInfo>,
     master: String,
     node: SentinelNodeConnectionInfo,
     settings: RedisSettings,
     current: RwLock<Current>,
     /// One re-resolution at a time.
     resolving: tokio::sync::Mutex<()>,
+    /// The primary an announcement moved us away from, and when: a sentinel that has not
+    /// heard of the failover yet still names it (and it still answers as a primary until it
+    /// is demoted), so asking the sentinels does not move back there for a while.
+    left: Mutex<Option<(ConnectionAddr, Instant)>>,
     last_resolved: Mutex<Instant>,
     /// Told the new primary's address after a switch (the wake-up link follows).
     on_switch: OnceLock<OnSwitch>,
@@ -113,7 +133,8 @@ impl FollowingConn {
         node: SentinelNodeConnectionInfo,
         settings: &RedisSettings,
     ) -> Result<(Self, redis::ConnectionInfo), StoreError> {
-        let mut sentinel = Sentinel::build(sentinels)?;
+        super::install_crypto_provider();
+        let mut sentinel = Sentinel::build(sentinels.clone())?;
         let limit = settings.connect_timeout.saturating_mul(2);
         let client = tokio::time::timeout(limit, sentinel.async_master_for(master, Some(&node)))
             .await
@@ -127,6 +148,7 @@ impl FollowingConn {
         let following = Self {
             shared: Arc::new(Following {
                 sentinel: tokio::sync::Mutex::new(sentinel),
+                sentinels,
                 master: master.to_owned(),
                 node,
                 settings: settings.clone(),
@@ -135,10 +157,12 @@ impl FollowingConn {
                     info: info.clone(),
                 }),
                 resolving: tokio::sync::Mutex::new(()),
+                left: Mutex::new(None),
                 last_resolved: Mutex::new(Instant::now()),
                 on_switch: OnceLock::new(),
             }),
         };
+        tokio::spawn(listen_for_switches(Arc::downgrade(&following.shared)));
         Ok((following, info))
     }
 
@@ -174,7 +198,9 @@ impl FollowingConn {
         let limit = shared.settings.connect_timeout;
         let found = tokio::time::timeout(limit, async {
             let mut sentinel = shared.sentinel.lock().await;
-            sentinel.async_master_for(&shared.master, Some(&shared.node)).await
+            sentinel
+                .async_master_for(&shared.master, Some(&shared.node))
+                .await
         })
         .await;
         let client = match found {
@@ -186,6 +212,65 @@ impl FollowingConn {
             Err(_) => return,
         };
         let info = client.get_connection_info().clone();
+        let left_recently = shared
+            .left
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|(addr, at)| *addr == *info.addr() && at.elapsed() < LEFT_FOR);
+        if left_recently {
+            tracing::debug!(primary = %info.addr(), "a sentinel still names the primary we left; staying");
+            return;
+        }
+        self.adopt(client, info).await;
+    }
+
+    /// Moves to the primary a sentinel announced at `host:port` (same credentials and TLS
+    /// settings as the current one), once it answers as a primary.
+    async fn switch_to(&self, host: &str, port: u16) {
+        let shared = &self.shared;
+        let _one = shared.resolving.lock().await;
+        let current = shared
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .info
+            .clone();
+        let addr = match current.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        let info = current.clone().set_addr(addr);
+        let client = match shared.settings.client(info.clone()) {
+            Ok(client) => client,
+            Err(err) => {
+                tracing::debug!(primary = %info.addr(), error = %err, "cannot address the announced primary");
+                return;
+            }
+        };
+        if self.adopt(client, info).await {
+            *shared.left.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((current.addr().clone(), Instant::now()));
+        }
+        *shared
+            .last_resolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// Connects to `client` and makes it the current primary, unless it already is or does
+    /// not answer as a primary; whether it moved. The caller holds `resolving`.
+    async fn adopt(&self, client: redis::Client, info: redis::ConnectionInfo) -> bool {
+        let shared = &self.shared;
         let same = shared
             .current
             .read()
@@ -194,25 +279,123 @@ impl FollowingConn {
             .addr()
             == info.addr();
         if same {
+            return false;
+        }
+        let conn = match manager(client, &shared.settings).await {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::debug!(primary = %info.addr(), error = %err, "cannot connect to the new primary yet");
+                return false;
+            }
+        };
+        if let Err(why) = answers_as_primary(conn.clone(), shared.settings.response_timeout).await {
+            tracing::debug!(primary = %info.addr(), why, "the announced primary is not one yet");
+            return false;
+        }
+        tracing::warn!(master = %shared.master, primary = %info.addr(), "following a failover to the new primary");
+        *shared
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Current {
+            conn,
+            info: info.clone(),
+        };
+        if let Some(on_switch) = shared.on_switch.get() {
+            on_switch(&info);
+        }
+        true
+    }
+}
+
+/// Whether the node behind `conn` says it is a primary (`ROLE`).
+async fn answers_as_primary(mut conn: ConnectionManager, limit: Duration) -> Result<(), String> {
+    let role = tokio::time::timeout(
+        limit,
+        redis::cmd("ROLE").query_async::<Vec<Value>>(&mut conn),
+    )
+    .await
+    .map_err(|_| "no answer to ROLE".to_owned())?
+    .map_err(|e| e.to_string())?;
+    match role.first() {
+        Some(Value::BulkString(role)) if role == b"master" => Ok(()),
+        Some(Value::SimpleString(role)) if role == "master" => Ok(()),
+        other => Err(format!("ROLE answered {other:?}")),
+    }
+}
+
+/// Listens to the sentinels' `+switch-master` channel (one sentinel at a time, the next
+/// when it goes away) and moves the connection to each primary announced for our master.
+/// After each (re)subscription it also asks the sentinels once, in case an announcement was
+/// missed. Ends when the store is dropped.
+async fn listen_for_switches(shared: Weak<Following>) {
+    use futures_util::StreamExt as _;
+    let Some(strong) = shared.upgrade() else {
+        return;
+    };
+    let sentinels = strong.sentinels.clone();
+    let master = strong.master.clone();
+    let settings = strong.settings.clone();
+    drop(strong);
+    let mut next = 0usize;
+    loop {
+        if sentinels.is_empty() || shared.strong_count() == 0 {
             return;
         }
-        match manager(client, &shared.settings).await {
-            Ok(conn) => {
-                tracing::warn!(master = %shared.master, primary = %info.addr(), "distlock: following a failover to the new primary");
-                *shared
-                    .current
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner) = Current {
-                    conn,
-                    info: info.clone(),
-                };
-                if let Some(on_switch) = shared.on_switch.get() {
-                    on_switch(&info);
-                }
+        let info = sentinels[next % sentinels.len()].clone();
+        next = next.wrapping_add(1);
+        let subscribed = async {
+            let client = settings.client(info.clone()).map_err(|e| e.to_string())?;
+            let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
+            pubsub
+                .subscribe("+switch-master")
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(pubsub)
+        };
+        let mut pubsub = match tokio::time::timeout(settings.connect_timeout, subscribed).await {
+            Ok(Ok(pubsub)) => pubsub,
+            Ok(Err(err)) => {
+                tracing::debug!(sentinel = %info.addr(), error = %err, "cannot listen to this sentinel's announcements");
+                tokio::time::sleep(LISTEN_RETRY).await;
+                continue;
             }
-            Err(err) => {
-                tracing::debug!(primary = %info.addr(), error = %err, "distlock: cannot connect to the new primary yet");
+            Err(_) => {
+                tokio::time::sleep(LISTEN_RETRY).await;
+                continue;
             }
+        };
+        // Anything announced while no one listened.
+        match shared.upgrade() {
+            Some(strong) => FollowingConn { shared: strong }.resolve().await,
+            None => return,
+        }
+        let mut messages = pubsub.on_message();
+        loop {
+            let message = match tokio::time::timeout(LISTEN_CHECK, messages.next()).await {
+                Ok(Some(message)) => message,
+                // The sentinel went away: the next one.
+                Ok(None) => break,
+                Err(_) if shared.strong_count() == 0 => return,
+                Err(_) => continue,
+            };
+            let Ok(payload) = message.get_payload::<String>() else {
+                continue;
+            };
+            // "<master> <old ip> <old port> <new ip> <new port>"
+            let parts: Vec<&str> = payload.split_whitespace().collect();
+            let [name, _, _, host, port] = parts[..] else {
+                continue;
+            };
+            let Ok(port) = port.parse::<u16>() else {
+                continue;
+            };
+            if name != master {
+                continue;
+            }
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            FollowingConn { shared: strong }.switch_to(host, port).await;
         }
     }
 }

@@ -1,0 +1,168 @@
+//! The library behind Sentinel (TESTPLAN 38): `Client::connect_sentinel` finds the primary,
+//! follows a failover to the promoted replica (killed primary, and a graceful failover that
+//! leaves the old primary up as a read-only replica), and leases, waiters, fences and rate
+//! limits carry on.
+
+use std::time::{Duration, Instant};
+
+use distlock::Client;
+use distlock::ratelimit::{Policy, Rate};
+
+use crate::support::sentinel::SentinelSetup;
+
+async fn client(setup: &SentinelSetup) -> Client {
+    Client::builder()
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+        .connect_sentinel(setup.master_name(), setup.sentinel_urls())
+        .await
+        .unwrap_or_else(|e| panic!("connect_sentinel: {e}\n{}", setup.logs()))
+}
+
+/// Retries `acquire` of a fresh name until the client reaches a primary again; returns how
+/// long that took.
+async fn until_served(client: &Client, within: Duration) -> Duration {
+    let started = Instant::now();
+    let mut last = None;
+    while started.elapsed() < within {
+        match client
+            .lock(format!("probe:{}", rand::random::<u64>()))
+            .acquire()
+            .await
+        {
+            Ok(lease) => {
+                lease.release().await.expect("release");
+                return started.elapsed();
+            }
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the client never reached the promoted primary: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_is_followed_to_the_promoted_replica() {
+    let setup = SentinelSetup::start();
+    let holder = client(&setup).await;
+    let waiter = client(&setup).await;
+    let limiter = holder
+        .rate_limiter(Policy::gcra("api", Rate::per_second(1000).expect("rate")).expect("policy"));
+    assert!(limiter.check("user").await.expect("check").allowed);
+
+    let lease = holder
+        .lock("held")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire");
+    let first_fence = lease.fence();
+    let waiting = tokio::spawn(async move {
+        let lease = waiter
+            .lock("held")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("the waiter gets the lock after the failover");
+        (Instant::now(), lease)
+    });
+    setup.wait_replication_synced().await;
+
+    let promotion = setup.kill_primary().await;
+    let reached = until_served(&holder, Duration::from_secs(20)).await;
+    eprintln!(
+        "sentinel failover: replica promoted {:?} after the kill; the client was served again \
+         {reached:?} after the promotion",
+        promotion.promoted_after
+    );
+    assert!(
+        reached < Duration::from_secs(10),
+        "reached after {reached:?}"
+    );
+
+    // The lease was on the replica: it stays valid, renewed on the new primary.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !lease.is_lost(),
+        "the lease was lost: {:?}",
+        lease.lost_reason()
+    );
+    assert!(
+        limiter
+            .check("user")
+            .await
+            .expect("check after the failover")
+            .allowed
+    );
+
+    // The waiter, subscribed on the old primary, is woken on the new one.
+    let released = Instant::now();
+    lease.release().await.expect("release");
+    let (got, second) = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter never got the lock")
+        .expect("waiter task");
+    assert!(
+        got - released < Duration::from_secs(2),
+        "the waiter got the lock {:?} after the release",
+        got - released
+    );
+    assert!(
+        second.fence() > first_fence,
+        "fences went backwards across the failover"
+    );
+    second.release().await.expect("release");
+}
+
+/// A graceful failover (`SENTINEL FAILOVER`) leaves the old primary up and writable for
+/// several seconds before the sentinels demote it; whatever is written there meanwhile is
+/// discarded when it resyncs from the new primary. The client moves on the sentinels'
+/// `+switch-master` announcement, so the lease's renewals land on the new primary: it
+/// survives a failover that takes longer than its ttl. (Following only on errors, the
+/// renewals went to the old primary until its demotion, and the lease expired on the new
+/// one: this test failed with `NotHeld`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_failover_is_followed_on_the_announcement() {
+    let setup = SentinelSetup::start();
+    let client = client(&setup).await;
+    let ttl = Duration::from_secs(6);
+    let lease = client
+        .lock("graceful")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+    setup.wait_replication_synced().await;
+    let began = Instant::now();
+    let promotion = setup.failover().await;
+    eprintln!(
+        "graceful sentinel failover: promoted after {:?}, settled after {:?}",
+        promotion.promoted_after,
+        began.elapsed()
+    );
+    // The old primary is a replica again by now; make sure the lease outlived its ttl on the
+    // new primary (renewed there, not on the node that was demoted).
+    let past_ttl = began + ttl + Duration::from_secs(2);
+    tokio::time::sleep_until(past_ttl.into()).await;
+    assert!(!lease.is_lost(), "lost: {:?}", lease.lost_reason());
+    let lease_key = "distlock:lock:{graceful}";
+    let mut new_primary = setup.primary().await.conn().await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(lease_key)
+        .query_async(&mut new_primary)
+        .await
+        .expect("PTTL on the new primary");
+    assert!(pttl > 0, "the lease's key on the new primary: PTTL {pttl}");
+
+    // New work goes to the new primary without an error.
+    let other = client
+        .lock("after-graceful")
+        .acquire()
+        .await
+        .expect("acquire after");
+    other.release().await.expect("release");
+    assert_eq!(
+        lease.release().await.expect("release"),
+        distlock::ReleaseOutcome::Released
+    );
+}
