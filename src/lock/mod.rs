@@ -65,6 +65,9 @@ pub(crate) const STARVE_AFTER: Duration = Duration::from_millis(20);
 /// First and largest sleep of the polling fallback.
 const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// How long a waiter keeps retrying when every attempt fails with a transient store error
+/// (a Sentinel or cluster failover takes a few seconds; a longer run is an outage).
+const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,7 +243,10 @@ impl LockBuilder {
     /// # Errors
     /// [`LockError::Busy`] (not waiting), [`LockError::Timeout`], [`LockError::Store`] (the
     /// store failed or did not answer in time; no lease was started), [`LockError::InvalidName`]
-    /// and [`LockError::InvalidConfig`].
+    /// and [`LockError::InvalidConfig`]. A waiting acquire rides out
+    /// [transient](StoreError::is_transient) store errors, such as a failover, while its wait
+    /// lasts (for at most 30 s of nothing but errors), and returns the last one if the wait
+    /// runs out; without a wait, the first store error is returned.
     pub async fn acquire(self) -> Result<Lease, LockError> {
         let keys = self.validate()?;
         let span = tracing::debug_span!("distlock.acquire", lock = %keys.name);
@@ -269,6 +275,8 @@ impl LockBuilder {
         let mut starving: Option<Arc<tokio::sync::Notify>> = None;
         // Set once this waiter has marked the lock as starving.
         let mut unmark: Option<Unmark<'_>> = None;
+        // Since when every attempt has failed with a transient store error.
+        let mut failing_since: Option<Instant> = None;
         loop {
             attempts += 1;
             let starves = started.elapsed() >= STARVE_AFTER;
@@ -300,20 +308,30 @@ impl LockBuilder {
                 Some(_) => Waits::Listening,
             };
             let attempt = match self.attempt(store, &keys, &token, waits).await {
-                Ok(attempt) => attempt,
-                // A quorum that could not decide (nodes down or slow) is retried within the
-                // wait, with backoff; the wait ends with this error, which names the nodes.
-                Err(LockError::Store(err @ StoreError::NoQuorum { .. })) => {
+                Ok(attempt) => {
+                    failing_since = None;
+                    attempt
+                }
+                // A transient store error (a failover, a restart, a quorum that could not
+                // decide) is retried within the wait, with backoff and a new token (the
+                // attempt that failed may have been granted: its token is being released in
+                // the background). The wait ends with the last error once it runs out, or
+                // after OUTAGE_PATIENCE of nothing but errors.
+                Err(LockError::Store(err)) if err.is_transient() => {
+                    let failing = *failing_since.get_or_insert_with(Instant::now);
                     let remaining = match (self.wait, deadline) {
                         (Wait::No, _) => None,
                         (_, Some(deadline)) => deadline.checked_duration_since(Instant::now()),
                         (_, None) => Some(Duration::MAX),
-                    };
+                    }
+                    .map(|r| r.min(OUTAGE_PATIENCE.saturating_sub(failing.elapsed())));
                     let Some(remaining) = remaining.filter(|r| !r.is_zero()) else {
                         return Err(LockError::Store(err));
                     };
+                    tracing::debug!(error = %err, "distlock: store error while waiting; retrying");
                     tokio::time::sleep((backoff + jitter_for(backoff)).min(remaining)).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
+                    token = Token::generate();
                     continue;
                 }
                 Err(err) => return Err(err),
@@ -536,7 +554,10 @@ impl LockBuilder {
             AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
             AcquireReply::Unreplicated { acked, wanted } => {
                 guard.armed = true;
-                return Err(LockError::Store(StoreError::NotReplicated { acked, wanted }));
+                return Err(LockError::Store(StoreError::NotReplicated {
+                    acked,
+                    wanted,
+                }));
             }
         })
     }
