@@ -297,6 +297,47 @@ impl ClientBuilder {
         Ok(self.build(Store::Redis(store)))
     }
 
+    /// Connects to the server described by `info` (for settings a URL cannot carry, or a
+    /// `ConnectionInfo` your configuration already builds); otherwise as
+    /// [`connect`](Self::connect).
+    pub async fn connect_info(self, info: redis::ConnectionInfo) -> Result<Client, StoreError> {
+        self.validate()?;
+        let store = RedisStore::connect(info, self.settings()).await?;
+        Ok(self.build(Store::Redis(store)))
+    }
+
+    /// Connects through a `redis::Client` your application already has (its address,
+    /// credentials and TLS parameters, e.g. one made with `redis::Client::build_with_tls`).
+    /// distlock opens its own connections from it: one for commands and one for release
+    /// wake-ups. The builder's timeouts and retries apply.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let client = distlock::Client::builder().connect_redis_client(redis).await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_redis_client(self, client: redis::Client) -> Result<Client, StoreError> {
+        self.validate()?;
+        let store = RedisStore::connect_client(client, self.settings()).await?;
+        Ok(self.build(Store::Redis(store)))
+    }
+
+    /// Runs on a `ConnectionManager` your application already has, sharing its connection
+    /// (and its reconnect settings). The server is checked as on [`connect`](Self::connect).
+    /// The builder's response timeout still bounds every operation. A manager carries no
+    /// address to open a pub/sub connection to, so waiters are not woken by releases: they
+    /// retry, each sleep bounded by the holder's remaining ttl and 500 ms. Use
+    /// [`connect_redis_client`](Self::connect_redis_client) to keep wake-ups.
+    pub async fn connect_manager(
+        self,
+        manager: redis::aio::ConnectionManager,
+    ) -> Result<Client, StoreError> {
+        self.validate()?;
+        let store = RedisStore::from_manager(manager, self.settings()).await?;
+        Ok(self.build(Store::Redis(store)))
+    }
+
     /// Redlock only: how long each node of a quorum may take to answer an acquire or renewal
     /// (default `min(ttl / 10, 50 ms)`, per lease). A node slower than this does not vote, so
     /// one frozen node costs an acquire at most this long. At least 1 ms.
@@ -362,7 +403,11 @@ impl ClientBuilder {
     }
 
     /// Connects through Sentinel; see [`Client::connect_sentinel`].
-    pub async fn connect_sentinel<I, S>(self, master: &str, sentinels: I) -> Result<Client, StoreError>
+    pub async fn connect_sentinel<I, S>(
+        self,
+        master: &str,
+        sentinels: I,
+    ) -> Result<Client, StoreError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -384,8 +429,30 @@ impl ClientBuilder {
             }
             redis = redis.set_password(&password.0);
         }
-        let node = redis::sentinel::SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(redis);
+        let mut node =
+            redis::sentinel::SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
+        // redis-rs's Sentinel lookups cannot take a CA or client certificate of our own; refuse
+        // rather than connect in a way that fails on every failover.
+        #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+        if self.tls.is_some() {
+            return Err(StoreError::Config {
+                message: "tls_root_certificate / tls_client_identity are not supported with \
+                          Sentinel: its servers must present certificates the default roots \
+                          trust"
+                    .to_owned(),
+            });
+        }
+        // Sentinels reached over TLS: the primary and replicas are too.
+        if let Some(mode) = sentinels.iter().find_map(|info| match info.addr() {
+            redis::ConnectionAddr::TcpTls { insecure, .. } => Some(if *insecure {
+                redis::TlsMode::Insecure
+            } else {
+                redis::TlsMode::Secure
+            }),
+            _ => None,
+        }) {
+            node = node.set_tls_mode(mode);
+        }
         let store = RedisStore::connect_sentinel(sentinels, master, node, self.settings()).await?;
         Ok(self.build(Store::Redis(store)))
     }

@@ -50,6 +50,9 @@ pub(crate) struct Wakeups {
     state: Mutex<State>,
     /// `None` for the in-memory store, whose releases call [`Wakeups::wake_one`] directly.
     link: OnceLock<Box<dyn Subscriber>>,
+    /// A Redis store without a pub/sub connection: no release of another client would wake
+    /// a waiter, so `subscribe` refuses and waiters poll.
+    deaf: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -153,6 +156,11 @@ impl Wakeups {
         Arc::new(Self::default())
     }
 
+    /// Marks the store as having no pub/sub connection (see `deaf`).
+    pub(crate) fn set_deaf(&self) {
+        self.deaf.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(crate) fn set_link(&self, link: Box<dyn Subscriber>) {
         // Set once at construction; a second call would be a bug and is ignored.
         let _ = self.link.set(link);
@@ -169,6 +177,11 @@ impl Wakeups {
         self: &Arc<Self>,
         channel: &str,
     ) -> Result<Subscription, StoreError> {
+        if self.deaf.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StoreError::Config {
+                message: "no pub/sub connection for release wake-ups".to_owned(),
+            });
+        }
         let (notify, confirm) = {
             let mut state = self.state();
             let entry = state

@@ -8,6 +8,7 @@ mod support;
 mod traces;
 
 mod batching;
+mod existing;
 mod fairness;
 mod handoff;
 mod processes;

@@ -97,10 +97,13 @@ impl ClusterStore {
         let wakeups = Wakeups::new();
         match ShardedLink::connect(&nodes, &settings, &wakeups).await {
             Ok(link) => wakeups.set_link(Box::new(link)),
-            Err(err) => tracing::warn!(
-                error = %err,
-                "distlock: no pub/sub connection for release wake-ups; waiters will poll"
-            ),
+            Err(err) => {
+                wakeups.set_deaf();
+                tracing::warn!(
+                    error = %err,
+                    "no pub/sub connection for release wake-ups; waiters will poll"
+                );
+            }
         }
         let timeout = settings.response_timeout;
         let publish = Publish::Sharded;
@@ -159,6 +162,7 @@ pub(crate) fn builder(
     nodes: &[redis::ConnectionInfo],
     settings: &RedisSettings,
 ) -> ClusterClientBuilder {
+    crate::store::redis::install_crypto_provider();
     let builder = ClusterClientBuilder::new(nodes.to_vec())
         .connection_timeout(settings.connect_timeout)
         .response_timeout(settings.response_timeout)

@@ -178,10 +178,13 @@ impl QuorumStore {
         let wakeups = Wakeups::new();
         match QuorumLink::new(&nodes, &settings, &wakeups, quorum) {
             Ok(link) => wakeups.set_link(Box::new(link)),
-            Err(err) => tracing::warn!(
-                error = %err,
-                "distlock: no pub/sub connections for release wake-ups; waiters will poll"
-            ),
+            Err(err) => {
+                wakeups.set_deaf();
+                tracing::warn!(
+                    error = %err,
+                    "no pub/sub connections for release wake-ups; waiters will poll"
+                );
+            }
         }
         let store = Self {
             inner: Arc::new(Inner {

@@ -10,11 +10,11 @@ mod sentinel;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use self::connect::{RedisSettings, check_cluster_mode, probe};
+pub(crate) use self::connect::{RedisSettings, check_cluster_mode, install_crypto_provider, probe};
 use self::pubsub::FollowingLink;
 pub(crate) use self::pubsub::{PubSubLink, route_push};
-pub(crate) use self::sentinel::PrimaryConn;
 use self::sentinel::FollowingConn;
+pub(crate) use self::sentinel::PrimaryConn;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
@@ -59,18 +59,51 @@ impl RedisStore {
         info: redis::ConnectionInfo,
         settings: RedisSettings,
     ) -> Result<Self, StoreError> {
-        let client = settings.client(info.clone())?;
+        let client = settings.client(info)?;
+        Self::connect_client(client, settings).await
+    }
+
+    /// As [`connect`](Self::connect), through a `redis::Client` the application made (its
+    /// address, credentials and TLS parameters are used for the pub/sub connection too).
+    pub(crate) async fn connect_client(
+        client: redis::Client,
+        settings: RedisSettings,
+    ) -> Result<Self, StoreError> {
+        let info = client.get_connection_info().clone();
         let conn = PrimaryConn::Fixed(connect::manager(client, &settings).await?);
         let wakeups = Wakeups::new();
         match PubSubLink::new(&info, &settings, &wakeups) {
             Ok(link) => wakeups.set_link(Box::new(link)),
             // Waiters then poll with backoff; say so once.
-            Err(err) => tracing::warn!(
-                error = %err,
-                "distlock: no pub/sub connection for release wake-ups; waiters will poll"
-            ),
+            Err(err) => {
+                wakeups.set_deaf();
+                tracing::warn!(
+                    error = %err,
+                    "no pub/sub connection for release wake-ups; waiters will poll"
+                );
+            }
         }
         Ok(Self::with(conn, settings, wakeups))
+    }
+
+    /// Runs on a connection manager the application made (checked like a new connection).
+    /// There is no address to open a pub/sub connection to: waiters poll, each retry bounded
+    /// by the holder's remaining ttl.
+    pub(crate) async fn from_manager(
+        mut conn: redis::aio::ConnectionManager,
+        settings: RedisSettings,
+    ) -> Result<Self, StoreError> {
+        let limit = settings.response_timeout;
+        tokio::time::timeout(limit, async {
+            connect::check_version(&mut conn).await?;
+            check_cluster_mode(&mut conn, false).await
+        })
+        .await
+        .map_err(|_| StoreError::Timeout { after: limit })??;
+        tracing::debug!("on an existing connection manager: waiters poll for releases");
+        let wakeups = Wakeups::new();
+        wakeups.set_deaf();
+        Ok(Self::with(PrimaryConn::Fixed(conn), settings, wakeups))
     }
 
     /// Connects through `sentinels` to the primary they name for `master`, and follows it
@@ -89,12 +122,19 @@ impl RedisStore {
                 following.on_switch(move |info| relink.switch(info));
                 wakeups.set_link(Box::new(link));
             }
-            Err(err) => tracing::warn!(
-                error = %err,
-                "distlock: no pub/sub connection for release wake-ups; waiters will poll"
-            ),
+            Err(err) => {
+                wakeups.set_deaf();
+                tracing::warn!(
+                    error = %err,
+                    "no pub/sub connection for release wake-ups; waiters will poll"
+                );
+            }
         }
-        Ok(Self::with(PrimaryConn::Following(following), settings, wakeups))
+        Ok(Self::with(
+            PrimaryConn::Following(following),
+            settings,
+            wakeups,
+        ))
     }
 
     fn with(conn: PrimaryConn, settings: RedisSettings, wakeups: Arc<Wakeups>) -> Self {
@@ -162,7 +202,12 @@ impl Backend for RedisStore {
             waits,
             replicas,
         };
-        match self.acquires.run(item).await.map_err(|e| self.deadline(e))? {
+        match self
+            .acquires
+            .run(item)
+            .await
+            .map_err(|e| self.deadline(e))?
+        {
             // Granted but not acknowledged: the caller releases it.
             AcquireReply::Unreplicated { acked, wanted } => {
                 Err(StoreError::NotReplicated { acked, wanted })
