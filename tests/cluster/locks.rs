@@ -132,13 +132,14 @@ async fn watchdog_and_wake_ups_work_on_every_master() {
     for name in &names {
         leases.push(
             a.lock(name)
-                .ttl(Duration::from_millis(300))
+                .ttl(Duration::from_millis(900))
                 .acquire()
                 .await
                 .expect("acquire"),
         );
     }
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Four ttls: kept only if renewed (every 300 ms), with room for a loaded machine.
+    tokio::time::sleep(Duration::from_millis(3600)).await;
     for lease in &leases {
         assert!(
             !lease.is_lost(),

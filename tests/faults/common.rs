@@ -9,8 +9,9 @@ use distlock::{Client, LockError, StoreError};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-/// Scheduling slack allowed on top of a specified deadline before a test calls it late.
-pub const SLACK: Duration = Duration::from_millis(100);
+/// Scheduling slack allowed on top of a specified deadline before a test calls it late (a
+/// loaded 2-core CI machine took 126 ms past a 300 ms response timeout; a hang takes seconds).
+pub const SLACK: Duration = Duration::from_millis(200);
 
 /// The client response timeout used by the fault tests (every operation is bounded by it).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);

@@ -56,9 +56,9 @@ async fn assert_connect_bounded(proxy: &Proxy) {
     );
 }
 
-/// (a) Every round trip is delayed by ~2 s, far beyond the 300 ms response timeout:
-/// acquire (even one that would wait), extend and release each return `Store(Timeout)`
-/// within the response timeout + slack, and connect within its own bound.
+/// (a) Every round trip is delayed by ~1 s, far beyond the 300 ms response timeout:
+/// acquire, extend and release each return `Store(Timeout)` within the response timeout +
+/// slack (a waiting acquire at the end of its wait), and connect within its own bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delay_beyond_response_timeout() {
     let (_server, proxy, client) = proxied().await;
@@ -76,11 +76,29 @@ async fn delay_beyond_response_timeout() {
         client
             .lock("delay:new")
             .ttl(Duration::from_secs(1))
-            .wait(Duration::from_secs(5))
             .acquire(),
     )
     .await;
     assert_timed_out("acquire", &acquired, took);
+    // A waiting acquire retries the timeouts within its wait and ends with the last one, no
+    // later than one response timeout past the wait.
+    let wait = Duration::from_secs(1);
+    let (acquired, took) = timed(
+        client
+            .lock("delay:waiting")
+            .ttl(Duration::from_secs(1))
+            .wait(wait)
+            .acquire(),
+    )
+    .await;
+    match &acquired {
+        Err(err) if is_timeout(err) => {}
+        other => panic!("waiting acquire: expected Store(Timeout), got {other:?}"),
+    }
+    assert!(
+        took >= wait && took <= wait + RESPONSE_TIMEOUT + SLACK,
+        "waiting acquire took {took:?}; wait {wait:?}, response timeout {RESPONSE_TIMEOUT:?}"
+    );
     let (extended, took) = timed(lease.extend(Duration::from_secs(3))).await;
     assert_timed_out("extend", &extended, took);
     let (released, took) = timed(lease.release()).await;
