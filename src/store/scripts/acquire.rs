@@ -103,7 +103,10 @@ pub(crate) enum AcquireReply {
     },
     /// Granted, but fewer replicas than required acknowledged it in time: the caller must
     /// not use it (and releases it).
-    Unreplicated { acked: u32, wanted: u32 },
+    Unreplicated {
+        acked: u32,
+        wanted: u32,
+    },
 }
 
 impl AcquireReply {
@@ -140,7 +143,7 @@ pub(crate) enum Waits {
 }
 
 impl Waits {
-    fn arg(self) -> &'static str {
+    pub(crate) fn arg(self) -> &'static str {
         match self {
             Self::No => "0",
             Self::Listening => "1",
@@ -193,15 +196,17 @@ impl<C: Conn> Batch for Acquires<C> {
         Ok(codes
             .into_iter()
             .zip(items)
-            .map(|(code, item)| match (AcquireReply::from_code(code), item.replicas) {
-                (AcquireReply::Granted { .. }, Some(r)) if acked < r.count => {
-                    AcquireReply::Unreplicated {
-                        acked,
-                        wanted: r.count,
+            .map(
+                |(code, item)| match (AcquireReply::from_code(code), item.replicas) {
+                    (AcquireReply::Granted { .. }, Some(r)) if acked < r.count => {
+                        AcquireReply::Unreplicated {
+                            acked,
+                            wanted: r.count,
+                        }
                     }
-                }
-                (reply, _) => reply,
-            })
+                    (reply, _) => reply,
+                },
+            )
             .collect())
     }
 
