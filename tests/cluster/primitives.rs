@@ -22,7 +22,7 @@ async fn semaphores_on_every_master_never_exceed_their_permits() {
     let names = names_on_every_master(cluster, &a, 1).await;
     for name in &names {
         let key = a.__inspect().semaphore_key(name).expect("key");
-        let lock_slot = slot_of(&a.__inspect().lock_key(name).expect("key"));
+        let lock_slot = slot_of(a.__inspect().lock_key(name).expect("key"));
         assert_eq!(slot_of(&key), lock_slot, "{name}");
     }
     let mut tasks = Vec::new();
