@@ -8,8 +8,12 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 
 use crate::error::{InvalidName, StoreError};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::lock::LockBuilder;
+use crate::lock::job::JobBuilder;
+use crate::lock::multi::MultiLockBuilder;
+use crate::lock::rwlock::RwLockBuilder;
+use crate::lock::semaphore::SemaphoreBuilder;
 use crate::lock::watchdog::Watchdog;
 use crate::store::{
     ClusterStore, MemoryStore, QuorumSettings, QuorumStore, RedisStore, Store, redis::RedisSettings,
@@ -59,6 +63,16 @@ impl Client {
     /// The keys of lock `name` on this client.
     pub(crate) fn lock_keys(&self, name: &str) -> Result<LockKeys, InvalidName> {
         LockKeys::new(&self.inner.prefix, &self.inner.fences, name)
+    }
+
+    /// The keys of semaphore `name` on this client.
+    pub(crate) fn semaphore_keys(&self, name: &str) -> Result<SetKeys, InvalidName> {
+        SetKeys::semaphore(&self.inner.prefix, &self.inner.fences, name)
+    }
+
+    /// The keys of read-write lock `name` on this client.
+    pub(crate) fn rw_keys(&self, name: &str) -> Result<RwKeys, InvalidName> {
+        RwKeys::new(&self.inner.prefix, &self.inner.fences, name)
     }
 
     /// Connects to a single Redis primary: `redis://[user[:password]@]host[:port][/db]`, or
@@ -162,6 +176,44 @@ impl Client {
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes is a valid name.
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
         LockBuilder::new(self.clone(), name.into())
+    }
+
+    /// Starts taking permits of the semaphore `name`, which lets at most `permits` leases
+    /// hold at once across every client of the store (1 to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS)). Each grant is a [`Lease`](crate::Lease) on its
+    /// permits, with a ttl, the watchdog, the lost signal and a fence, like a lock's; a
+    /// holder that dies gives its permits back within its ttl. Not on a Redlock quorum.
+    ///
+    /// The limit is the caller's: clients that pass different numbers for one name each
+    /// grant up to their own. Lowering it takes nothing from the holders; new grants wait
+    /// until enough have gone.
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> SemaphoreBuilder {
+        SemaphoreBuilder::new(self.clone(), name.into(), permits)
+    }
+
+    /// Starts taking the read-write lock `name`: many readers at once, or one writer, each
+    /// hold a [`Lease`](crate::Lease). A waiting writer keeps new readers out, so readers
+    /// cannot starve it. Independent of [`lock`](Self::lock) on the same name. Not on a
+    /// Redlock quorum.
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLockBuilder {
+        RwLockBuilder::new(self.clone(), name.into())
+    }
+
+    /// Starts taking the locks `names` all or nothing (the same locks as
+    /// [`lock`](Self::lock) takes one by one).
+    pub fn multi_lock<I, S>(&self, names: I) -> MultiLockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        MultiLockBuilder::new(self.clone(), names.into_iter().map(Into::into).collect())
+    }
+
+    /// Starts a scheduled job's run under the lock `name` (the same lock as
+    /// [`lock`](Self::lock)): at most one replica runs it, and with `at_least` at most once
+    /// in that long.
+    pub fn job(&self, name: impl Into<String>) -> JobBuilder {
+        JobBuilder::new(self.clone(), name.into())
     }
 
     /// `"redis"` (a single primary), `"cluster"`, `"quorum"` (Redlock) or `"memory"`.

@@ -304,6 +304,25 @@ pub enum LockError {
         /// What is wrong and what is accepted.
         reason: String,
     },
+    /// More permits were asked of a semaphore than it has: the request could never be
+    /// granted. Refused without a round trip.
+    #[error("{asked} permits asked of semaphore `{name}`, which has {permits}")]
+    PermitsExceeded {
+        /// The semaphore's name.
+        name: String,
+        /// Permits asked for.
+        asked: u32,
+        /// Permits the semaphore has.
+        permits: u32,
+    },
+    /// The client's store cannot hold this primitive: semaphores and read-write locks on a
+    /// Redlock quorum (majorities of independent primaries do not bound how many hold at
+    /// once). Use a client on a single primary or a Cluster for them.
+    #[error("{reason}")]
+    UnsupportedStore {
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
     /// `#[distributed_lock]` was used without `client = ...` and no default client was
     /// installed with [`set_default_client`](crate::set_default_client).
     #[error(

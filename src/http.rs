@@ -15,7 +15,7 @@
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
-//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
 //!
 //! The choices, and why:
 //!
@@ -126,9 +126,11 @@ impl LockError {
                 HttpStatus::new(503, Some(STORE_RETRY_AFTER))
             }
             Self::InvalidName(_) => HttpStatus::new(400, None),
-            Self::MaxHoldReached { .. } | Self::InvalidConfig { .. } | Self::NoDefaultClient => {
-                HttpStatus::new(500, None)
-            }
+            Self::MaxHoldReached { .. }
+            | Self::InvalidConfig { .. }
+            | Self::NoDefaultClient
+            | Self::PermitsExceeded { .. }
+            | Self::UnsupportedStore { .. } => HttpStatus::new(500, None),
         }
     }
 }

@@ -34,6 +34,48 @@ impl Inspector<'_> {
         Ok(self.client.lock_keys(name)?.fence.to_string())
     }
 
+    /// The holder set of semaphore `name`.
+    pub fn semaphore_key(&self, name: &str) -> Result<String, InvalidName> {
+        Ok(self.client.semaphore_keys(name)?.set.clone())
+    }
+
+    /// The keys of read-write lock `name`: (writer's key, readers' holder set, intent key).
+    pub fn rw_keys(&self, name: &str) -> Result<(String, String, String), InvalidName> {
+        let keys = self.client.rw_keys(name)?;
+        Ok((
+            keys.writer.lock.clone(),
+            keys.readers.set.clone(),
+            keys.intent.to_string(),
+        ))
+    }
+
+    /// How many live (unexpired) entries the holder set `key` has: the permits held.
+    pub async fn live_entries(&self, key: &str) -> Result<u64, StoreError> {
+        const COUNT: &str = "
+            local t = redis.call('TIME')
+            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+        ";
+        match self.client.store() {
+            Store::Memory(m) => Ok(m.live_entries(key)),
+            Store::Redis(r) => {
+                let mut conn = r.connection();
+                Ok(redis::Script::new(COUNT)
+                    .key(key)
+                    .invoke_async(&mut conn)
+                    .await?)
+            }
+            Store::Cluster(c) => {
+                let mut conn = c.connection();
+                Ok(redis::Script::new(COUNT)
+                    .key(key)
+                    .invoke_async(&mut conn)
+                    .await?)
+            }
+            Store::Quorum(_) => Ok(0),
+        }
+    }
+
     /// The pub/sub channel a release of `name` publishes its wake-up to.
     pub fn release_channel(&self, name: &str) -> Result<String, InvalidName> {
         Ok(self.client.lock_keys(name)?.channel.clone())

@@ -195,6 +195,120 @@ impl std::ops::Deref for LockKeys {
     }
 }
 
+/// `<prefix>:<kind>:{<tag>}`: one key (or channel) of a primitive whose hash tag is `tag`.
+fn tagged(prefix: &str, kind: &str, tag: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + kind.len() + tag.len() + 4);
+    key.push_str(prefix);
+    key.push(':');
+    key.push_str(kind);
+    key.push_str(":{");
+    key.push_str(tag);
+    key.push('}');
+    key
+}
+
+/// The encoded hash tag of a valid `name`.
+fn tag_of(name: &str) -> Result<String, InvalidName> {
+    check_name(name)?;
+    let mut tag = String::with_capacity(name.len());
+    push_encoded(&mut tag, name);
+    Ok(tag)
+}
+
+/// The keys of a **holder set**: a sorted set with one entry per held permit
+/// (`<token>:<i>`, scored by its expiry in ms on the server's clock), so that a holder that
+/// dies frees its entries within its ttl. Semaphores and the readers of a read-write lock are
+/// holder sets. Every key shares the name's hash tag.
+#[derive(Clone, Debug)]
+pub(crate) struct SetKeys(Arc<Set>);
+
+#[derive(Debug)]
+pub(crate) struct Set {
+    /// The name as the user gave it (for errors and tracing).
+    pub(crate) name: String,
+    /// The sorted set of entries.
+    pub(crate) set: String,
+    /// Exists while a waiter listens for releases: a release publishes only then.
+    pub(crate) waited: String,
+    /// Pub/sub channel a release publishes to.
+    pub(crate) channel: String,
+    /// The fence key grants mint from (the lock's, for the name's slot).
+    pub(crate) fence: Arc<str>,
+}
+
+impl std::ops::Deref for SetKeys {
+    type Target = Set;
+
+    fn deref(&self) -> &Set {
+        &self.0
+    }
+}
+
+impl SetKeys {
+    /// The keys of semaphore `name`: `<prefix>:sem:{<name>}` and its companions.
+    pub(crate) fn semaphore(
+        prefix: &str,
+        fences: &Fences,
+        name: &str,
+    ) -> Result<Self, InvalidName> {
+        let tag = tag_of(name)?;
+        Ok(Self::of(prefix, fences, name, &tag, "sem"))
+    }
+
+    fn of(prefix: &str, fences: &Fences, name: &str, tag: &str, kind: &str) -> Self {
+        Self(Arc::new(Set {
+            name: name.to_owned(),
+            set: tagged(prefix, kind, tag),
+            waited: tagged(prefix, &format!("{kind}-waited"), tag),
+            channel: tagged(prefix, &format!("{kind}-released"), tag),
+            fence: fences.for_tag(tag),
+        }))
+    }
+}
+
+/// The keys of read-write lock `name`: the writer's key (a lock key, `<prefix>:rw:{<name>}`,
+/// with the same value and marks as a lock's), the readers' holder set
+/// (`<prefix>:rw-readers:{<name>}`), and the intent key a waiting writer sets so that no new
+/// reader gets in before it (`<prefix>:rw-intent:{<name>}`). One hash tag for every key.
+///
+/// Two release channels, so that a release wakes a waiter it can serve: writers wait on
+/// `<prefix>:rw-released:{<name>}` (the channel of the writer's key and of the readers' set:
+/// both a reader's and a writer's release publish there), readers on
+/// `<prefix>:rw-readable:{<name>}` (only a writer's release frees anything for a reader).
+#[derive(Clone, Debug)]
+pub(crate) struct RwKeys {
+    pub(crate) writer: LockKeys,
+    pub(crate) readers: SetKeys,
+    pub(crate) intent: Arc<str>,
+    /// The channel readers wait on.
+    pub(crate) readable: Arc<str>,
+}
+
+impl RwKeys {
+    pub(crate) fn new(prefix: &str, fences: &Fences, name: &str) -> Result<Self, InvalidName> {
+        let tag = tag_of(name)?;
+        let readers = SetKeys(Arc::new(Set {
+            name: name.to_owned(),
+            set: tagged(prefix, "rw-readers", &tag),
+            waited: tagged(prefix, "rw-waited", &tag),
+            channel: tagged(prefix, "rw-released", &tag),
+            fence: fences.for_tag(&tag),
+        }));
+        let writer = LockKeys(Arc::new(Keys {
+            name: name.to_owned(),
+            lock: tagged(prefix, "rw", &tag),
+            fence: readers.fence.clone(),
+            channel: readers.channel.clone(),
+        }));
+        Ok(Self {
+            writer,
+            readers,
+            intent: tagged(prefix, "rw-intent", &tag).into(),
+            readable: tagged(prefix, "rw-readable", &tag).into(),
+        })
+    }
+}
+
 /// The keys of rate-limit policies are `<prefix>:rl:<policy>:<algorithm>:{<subject>}`; this is
 /// the part before the subject, built once per policy.
 ///
@@ -342,6 +456,47 @@ mod tests {
         assert_eq!(&*a.fence, "p:fence");
         assert_eq!(a.fence, b.fence);
         assert_ne!(a.fence, c.fence);
+    }
+
+    #[test]
+    fn every_key_of_a_semaphore_or_rw_lock_shares_the_names_slot() {
+        let fences = Fences::per_slot("p");
+        for name in ["exports", "a{b}c", "%7B", "x:y"] {
+            let sem = SetKeys::semaphore("p", &fences, name).expect("valid name");
+            let tag = hash_tag(&sem.set).to_owned();
+            assert_eq!(sem.set, format!("p:sem:{{{tag}}}"));
+            for key in [&sem.waited, &sem.channel] {
+                assert_eq!(hash_tag(key), tag, "{key}");
+            }
+            assert_eq!(slot_of(&sem.fence), slot_of(&sem.set));
+            let rw = RwKeys::new("p", &fences, name).expect("valid name");
+            for key in [
+                &rw.writer.lock,
+                &rw.writer.channel,
+                &rw.readers.set,
+                &rw.readers.waited,
+                &*rw.intent,
+                &*rw.readable,
+            ] {
+                assert_eq!(hash_tag(key), tag, "{key}");
+            }
+            assert_eq!(rw.writer.channel, rw.readers.channel);
+            // Distinct from the lock of the same name, and from each other.
+            let lock = LockKeys::new("p", &fences, name).expect("valid name");
+            let all = [
+                &lock.lock,
+                &lock.channel,
+                &sem.set,
+                &sem.channel,
+                &rw.writer.lock,
+                &rw.readers.set,
+                &rw.readers.channel,
+            ];
+            let distinct: std::collections::HashSet<_> = all.iter().collect();
+            assert_eq!(distinct.len(), all.len(), "{all:?}");
+        }
+        assert!(SetKeys::semaphore("p", &fences, "").is_err());
+        assert!(RwKeys::new("p", &fences, &"x".repeat(MAX_NAME_LEN + 1)).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Redis-backed coordination for async services: distributed locks (leases with a watchdog,
-//! fencing tokens and a lost signal, pub/sub hand-off to waiters) and distributed rate
-//! limiting ([`ratelimit`]).
+//! fencing tokens and a lost signal, pub/sub hand-off to waiters), the primitives built on
+//! the same leases (semaphores, read-write locks, multi-locks, scheduled-job locks), and
+//! distributed rate limiting ([`ratelimit`]).
 //!
 //! The crate's README follows.
 #![doc = include_str!("../README.md")]
@@ -30,6 +31,10 @@ pub use error::{
 #[doc(hidden)]
 pub use inspect::Inspector;
 pub use keys::MAX_NAME_LEN;
+pub use lock::job::JobBuilder;
+pub use lock::multi::{MAX_MULTI_LOCK, MultiHandle, MultiLease, MultiLockBuilder};
+pub use lock::rwlock::RwLockBuilder;
+pub use lock::semaphore::{MAX_PERMITS, SemaphoreBuilder};
 pub use lock::{
     DEFAULT_TTL, Lease, LeaseHandle, LockBuilder, MAX_TTL, MIN_TTL, ReleaseOutcome, RunReport,
     current_lease, safety_margin,

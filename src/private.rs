@@ -22,6 +22,10 @@ pub struct LockSpec {
     pub watchdog: bool,
     /// Join a lease on the same key held by an enclosing locked call in this task.
     pub reentrant: bool,
+    /// Keep the lock at least this long after the grant (`LockBuilder::min_hold`).
+    pub min_hold: Option<Duration>,
+    /// Stop renewing after this long (`LockBuilder::max_hold`).
+    pub max_hold: Option<Duration>,
 }
 
 /// Appends one placeholder value to a key, escaping `%` and `:` so that values cannot forge
@@ -70,14 +74,19 @@ where
     } else {
         spec.wait
     };
-    client
+    let mut lock = client
         .lock(key)
         .ttl(spec.ttl)
         .wait(wait)
         .watchdog(spec.watchdog)
-        .reentrant(spec.reentrant)
-        .run(|_lease| body)
-        .await?
+        .reentrant(spec.reentrant);
+    if let Some(min_hold) = spec.min_hold {
+        lock = lock.min_hold(min_hold);
+    }
+    if let Some(max_hold) = spec.max_hold {
+        lock = lock.max_hold(max_hold);
+    }
+    lock.run(|_lease| body).await?
 }
 
 /// Never called. The macro writes `if false { return unreachable_output::<R>(); }` at the top

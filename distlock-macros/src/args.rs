@@ -17,7 +17,7 @@ use crate::errors::Errors;
 use crate::template::{self, Part};
 
 /// Every argument the attribute accepts, in the order the docs list them.
-const NAMES: [&str; 8] = [
+const NAMES: [&str; 10] = [
     "key",
     "ttl",
     "wait",
@@ -25,11 +25,13 @@ const NAMES: [&str; 8] = [
     "watchdog",
     "on_busy",
     "reentrant",
+    "min_hold",
+    "max_hold",
     "crate",
 ];
 /// [`NAMES`] for error messages.
-const ACCEPTED: &str =
-    "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant` and `crate`";
+const ACCEPTED: &str = "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant`, \
+                        `min_hold`, `max_hold` and `crate`";
 
 // Copies of the runtime's constants (a proc-macro crate cannot use them);
 // `tests/macro/semantics.rs` checks that they agree.
@@ -51,6 +53,10 @@ pub(crate) struct LockArgs {
     /// `on_busy = error`.
     pub(crate) fail_if_busy: bool,
     pub(crate) reentrant: bool,
+    /// `min_hold = "800ms"`: keep the lock at least this long after it was granted.
+    pub(crate) min_hold: Option<Duration>,
+    /// `max_hold = "10m"`: stop renewing after this long.
+    pub(crate) max_hold: Option<Duration>,
     /// `crate = "path"`; `None` means `::distlock`.
     pub(crate) krate: Option<syn::Path>,
 }
@@ -122,6 +128,8 @@ impl LockArgs {
         let mut watchdog = None;
         let mut on_busy: Option<(bool, Span)> = None;
         let mut reentrant = None;
+        let mut min_hold: Option<(Duration, Span)> = None;
+        let mut max_hold: Option<Duration> = None;
         let mut krate = None;
 
         for RawArg { name, value } in raw.0 {
@@ -156,6 +164,8 @@ impl LockArgs {
                 "watchdog" => parse_bool("watchdog", &value).map(|b| watchdog = Some(b)),
                 "reentrant" => parse_bool("reentrant", &value).map(|b| reentrant = Some(b)),
                 "on_busy" => parse_on_busy(&value).map(|b| on_busy = Some((b, value.span()))),
+                "min_hold" => parse_min_hold(&value).map(|d| min_hold = Some((d, value.span()))),
+                "max_hold" => parse_max_hold(&value).map(|d| max_hold = Some(d)),
                 "crate" => parse_crate(&value).map(|p| krate = Some(p)),
                 _ => Err(unknown(&name, &label)),
             };
@@ -169,6 +179,19 @@ impl LockArgs {
                 wait_span,
                 "`wait` has no effect with `on_busy = error`, which fails at once when the lock \
                  is held: remove one of them",
+            ));
+        }
+        if let (Some((min, min_span)), Some(max)) = (min_hold, max_hold)
+            && min > max
+        {
+            errors.push(syn::Error::new(
+                min_span,
+                format!(
+                    "`min_hold` of {} is longer than `max_hold` of {}: the lock cannot be kept \
+                     longer than it may be held",
+                    humantime::format_duration(min),
+                    humantime::format_duration(max)
+                ),
             ));
         }
         if key.is_none() && !seen.iter().any(|s| s == "key") {
@@ -189,6 +212,8 @@ impl LockArgs {
             watchdog: watchdog.unwrap_or(true),
             fail_if_busy: on_busy.is_some_and(|(b, _)| b),
             reentrant: reentrant.unwrap_or(true),
+            min_hold: min_hold.map(|(d, _)| d).filter(|d| !d.is_zero()),
+            max_hold,
             krate,
         })
     }
@@ -211,6 +236,8 @@ fn example(name: &str) -> &'static str {
         "watchdog" => "`watchdog = true` or `watchdog = false`",
         "reentrant" => "`reentrant = true` or `reentrant = false`",
         "on_busy" => "`on_busy = wait` or `on_busy = error`",
+        "min_hold" => "`min_hold = \"800ms\"`",
+        "max_hold" => "`max_hold = \"10m\"`",
         _ => "`crate = \"::distlock\"`",
     }
 }
@@ -277,6 +304,35 @@ fn parse_ttl(value: &Expr) -> syn::Result<Duration> {
             humantime::format_duration(ttl)
         ),
     ))
+}
+
+/// `min_hold`: a duration up to the longest ttl; zero means none.
+fn parse_min_hold(value: &Expr) -> syn::Result<Duration> {
+    let min = parse_duration("min_hold", value)?;
+    if min > MAX_TTL {
+        return Err(syn::Error::new(
+            value.span(),
+            format!(
+                "`min_hold` of {} is longer than the 7 days maximum: the lock is kept by its \
+                 key's expiry, which cannot be longer than the longest ttl",
+                humantime::format_duration(min)
+            ),
+        ));
+    }
+    Ok(min)
+}
+
+/// `max_hold`: a duration above zero.
+fn parse_max_hold(value: &Expr) -> syn::Result<Duration> {
+    let max = parse_duration("max_hold", value)?;
+    if max.is_zero() {
+        return Err(syn::Error::new(
+            value.span(),
+            "`max_hold` of 0s would stop renewing at once: give a duration above zero, or \
+             leave it out for no limit",
+        ));
+    }
+    Ok(max)
 }
 
 fn parse_bool(name: &str, value: &Expr) -> syn::Result<bool> {
@@ -360,9 +416,13 @@ mod tests {
             watchdog = false,
             on_busy = wait,
             reentrant = false,
+            min_hold = "800ms",
+            max_hold = "1m",
             crate = "::locks",
         ))
         .unwrap();
+        assert_eq!(args.min_hold, Some(Duration::from_millis(800)));
+        assert_eq!(args.max_hold, Some(Duration::from_secs(60)));
         assert_eq!(args.ttl, Duration::from_secs(90));
         assert_eq!(args.wait, Duration::from_millis(250));
         assert!(!args.watchdog && !args.reentrant && !args.fail_if_busy);
@@ -407,6 +467,14 @@ mod tests {
                 .contains("`wait` has no effect")
         );
         assert!(messages(quote!(key = "a", crate = "not a path"))[0].contains("`crate` must be"));
+        assert!(
+            messages(quote!(key = "a", min_hold = "2s", max_hold = "1s"))[0]
+                .contains("`min_hold` of 2s is longer than `max_hold` of 1s")
+        );
+        assert!(messages(quote!(key = "a", min_hold = "8days"))[0].contains("7 days maximum"));
+        assert!(messages(quote!(key = "a", max_hold = "0s"))[0].contains("`max_hold` of 0s"));
+        let args = parse(quote!(key = "a", min_hold = "0s")).unwrap();
+        assert_eq!(args.min_hold, None, "zero is no minimum");
         assert!(messages(quote!("order:{id}"))[0].contains("give the key as `key = \"...\"`"));
         assert!(messages(quote!(key "a"))[0].contains("expected `,` between arguments"));
         assert!(messages(quote!(key = "a", 5))[0].contains("expected an argument name"));

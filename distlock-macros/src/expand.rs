@@ -239,6 +239,15 @@ fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
     let ttl = duration(args.ttl);
     let wait = duration(args.wait);
     let (fail_if_busy, watchdog, reentrant) = (args.fail_if_busy, args.watchdog, args.reentrant);
+    let optional = |d: Option<std::time::Duration>| match d {
+        Some(d) => {
+            let d = duration(d);
+            quote!(::core::option::Option::Some(#d))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let min_hold = optional(args.min_hold);
+    let max_hold = optional(args.max_hold);
     quote! {
         #krate::__private::LockSpec {
             ttl: #ttl,
@@ -246,6 +255,8 @@ fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             fail_if_busy: #fail_if_busy,
             watchdog: #watchdog,
             reentrant: #reentrant,
+            min_hold: #min_hold,
+            max_hold: #max_hold,
         }
     }
 }

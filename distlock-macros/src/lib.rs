@@ -82,6 +82,8 @@ use proc_macro::TokenStream;
 /// | `watchdog = bool` | `true` | renew the lease every ttl/3 while the body runs |
 /// | `on_busy = wait \| error` | `wait` | `error`: fail at once with `LockError::Busy` |
 /// | `reentrant = bool` | `true` | a nested locked call on the same key in the same task joins the held lease |
+/// | `min_hold = "800ms"` | none | keep the lock at least this long after it was granted, even once the function returned (its key's expiry is set to what remains), like ShedLock's `lockAtLeastFor`; up to 7 days, not above `max_hold` |
+/// | `max_hold = "10m"` | none | stop renewing after this long: a function still running then loses the lock and is dropped; above zero |
 /// | `crate = "path"` | `"::distlock"` | the path of the `distlock` crate, if it is renamed |
 ///
 /// Durations are checked when the function is compiled: `ttl = "30x"` or `ttl = "1ms"` is a

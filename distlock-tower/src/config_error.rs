@@ -30,6 +30,16 @@ pub enum ConfigError {
         /// The longest ttl allowed.
         max: Duration,
     },
+    /// A concurrency limit of 0 (every request refused) or above
+    /// [`distlock::MAX_PERMITS`].
+    #[error("a concurrency limit must be between 1 and {max}, got {limit}")]
+    #[non_exhaustive]
+    LimitOutOfRange {
+        /// The limit asked for.
+        limit: u32,
+        /// The largest limit allowed.
+        max: u32,
+    },
     /// A zero `max_hold`: the lease would stop being renewed before it was ever used.
     #[error("max_hold must be greater than zero")]
     ZeroMaxHold,

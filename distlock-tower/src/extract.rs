@@ -23,6 +23,7 @@
 //! | [`PathSegment`] | one segment of the URI path, percent-decoded | the path has fewer segments | empty, not UTF-8 once decoded, over [`MAX_KEY_LEN`] |
 //! | `MatchedPath` (feature `axum`) | axum's matched route template, e.g. `/orders/{id}` | outside a router, or on the fallback | never |
 //! | [`Prefixed`] | another extractor's key behind a fixed prefix | when the inner one is | when the inner one is |
+//! | [`Constant`] | the same key for every request | never | never |
 //! | [`ClientIp`](crate::client_ip::ClientIp) | the client's address (network) | no peer address (`ConnectInfo`, or a `SocketAddr` extension) | never |
 //!
 //! Values taken from the request are bounded by [`MAX_KEY_LEN`] bytes and must be text, so a
@@ -275,6 +276,33 @@ impl<B> ExtractKey<B> for Header {
             "" => InvalidKey::Empty.into(),
             key => Extracted::Key(key.to_owned()),
         }
+    }
+}
+
+/// The same key for every request: one limit (or one lock) for everything the layer wraps,
+/// such as `ConcurrencyLimitLayer::new(client, Constant::new("exports"), 5)` for at most five
+/// exports at once across every replica.
+///
+/// ```
+/// use distlock_tower::extract::{Constant, ExtractKey, Extracted};
+///
+/// let key = Constant::new("exports");
+/// let request = http::Request::new(());
+/// assert_eq!(key.extract_key(&request), Extracted::Key("exports".to_owned()));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Constant(Arc<str>);
+
+impl Constant {
+    /// Always `key`.
+    pub fn new(key: impl Into<Arc<str>>) -> Self {
+        Self(key.into())
+    }
+}
+
+impl<B> ExtractKey<B> for Constant {
+    fn extract_key(&self, _request: &Request<B>) -> Extracted {
+        Extracted::Key(self.0.to_string())
     }
 }
 

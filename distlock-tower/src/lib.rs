@@ -5,6 +5,9 @@
 //!   fields when it is over.
 //! * [`lock`]: [`LockLayer`] runs each request under a distributed lock named by its key,
 //!   held until the response body has been sent; handlers read the lease through [`HeldLock`].
+//! * [`concurrency`]: [`ConcurrencyLimitLayer`] lets at most N requests per key be in flight
+//!   across every replica (a distributed semaphore), each holding its permit until its
+//!   response body has been sent.
 //! * [`extract`]: which key a request belongs to ([`ExtractKey`] and the provided extractors),
 //!   shared by every layer of this crate; [`client_ip`] adds the client's IP address, behind
 //!   trusted proxies too.
@@ -112,6 +115,7 @@
 #![warn(missing_docs)]
 
 pub mod client_ip;
+pub mod concurrency;
 mod config_error;
 pub mod extract;
 pub mod lock;
@@ -120,6 +124,7 @@ mod readiness;
 pub mod refusal;
 mod retry_after;
 
+pub use concurrency::ConcurrencyLimitLayer;
 pub use config_error::ConfigError;
 pub use extract::{ExtractKey, Extracted, MissingKey};
 pub use lock::{HeldLock, LockLayer};

@@ -169,18 +169,18 @@ pub(crate) async fn pass_on(
     if !store.hands_off() || shared.handed_in_row >= MAX_IN_ROW || shared.replicas.is_some() {
         return None;
     }
-    let slot = client.inner.handoffs.next(&shared.keys.lock)?;
+    // Only a lock key can pass to a waiter (waiters queue for locks only).
+    let keys = shared.lock_keys()?;
+    let slot = client.inner.handoffs.next(&keys.lock)?;
     let mut word = Word {
         client,
-        keys: &shared.keys,
+        keys,
         tx: Some(slot.tx),
         from: shared.token.clone(),
         to: Token::generate(),
     };
     let sent_at = Instant::now();
-    let reply = store
-        .handoff(&shared.keys, &shared.token, &word.to, slot.ttl)
-        .await;
+    let reply = store.handoff(keys, &shared.token, &word.to, slot.ttl).await;
     Some(match reply {
         Ok(HandoffReply::Passed { fence }) => {
             word.send(Handed::Granted {

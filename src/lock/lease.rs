@@ -15,9 +15,66 @@ use tokio_util::sync::CancellationToken;
 use super::timing::{Answer, ExpiryOp, OpGate, OpKind, Timing};
 use crate::Client;
 use crate::error::{LockError, LossReason, StoreError};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::store::{Held, RenewItem, Replicas};
 use crate::token::Token;
+
+/// What a lease holds in the store. It decides what the lease's renewals and its release
+/// send; everything else about a lease (its timing, the watchdog, the lost signal, the fence)
+/// is the same whatever it holds.
+#[derive(Clone, Debug)]
+pub(crate) enum Hold {
+    /// A lock key holding the lease's token: a lock, one lock of a multi-lock.
+    Key(LockKeys),
+    /// The writer's key of a read-write lock: a lock key, whose release also wakes readers.
+    Writer(RwKeys),
+    /// `count` entries of a holder set: permits of a semaphore, or a reader of a read-write
+    /// lock (one entry).
+    Entries { keys: SetKeys, count: u32 },
+}
+
+impl Hold {
+    /// The name the user gave.
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            Self::Key(keys) => &keys.name,
+            Self::Writer(keys) => &keys.writer.name,
+            Self::Entries { keys, .. } => &keys.name,
+        }
+    }
+
+    /// The renewal of this hold with `token`, asking for `ttl`.
+    pub(crate) fn renewal<'a>(
+        &'a self,
+        token: &'a Token,
+        ttl: Duration,
+        replicas: Option<Replicas>,
+    ) -> RenewItem<'a> {
+        let (key, entries) = match self {
+            Self::Key(keys) => (keys.lock.as_str(), 0),
+            Self::Writer(keys) => (keys.writer.lock.as_str(), 0),
+            Self::Entries { keys, count } => (keys.set.as_str(), *count),
+        };
+        RenewItem {
+            key,
+            token,
+            ttl,
+            entries,
+            replicas,
+        }
+    }
+
+    /// Gives the hold of `token` back: deletes the lock key, or removes the entries; wakes
+    /// the waiters that listen.
+    pub(crate) async fn release(&self, client: &Client, token: &Token) -> Result<Held, StoreError> {
+        let store = client.store();
+        match self {
+            Self::Key(keys) => store.release(keys, token).await,
+            Self::Writer(keys) => store.release_writer(keys, token).await,
+            Self::Entries { keys, count } => store.release_entries(keys, token, *count).await,
+        }
+    }
+}
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,9 +113,38 @@ pub fn safety_margin(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2) + (ttl / 20).min(Duration::from_millis(50))
 }
 
+/// A grant, as the store made it: what it holds, under which token and fence, and when the
+/// request that made it was sent and answered (a hand-off's word counts as its answer).
+pub(crate) struct Grant {
+    pub(crate) hold: Hold,
+    pub(crate) token: Token,
+    pub(crate) fence: u64,
+    pub(crate) sent_at: Instant,
+    pub(crate) answered_at: Instant,
+}
+
+/// How a granted lease is kept: the builder's options, once validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    /// The ttl renewals ask for.
+    pub(crate) ttl: Duration,
+    pub(crate) renews: bool,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) replicas: Option<Replicas>,
+}
+
+impl Terms {
+    /// The ttl the grant itself asks for: the ttl, or the minimum hold if that is longer, so
+    /// that a holder that dies right after the grant still keeps it that long.
+    pub(crate) fn grant_ttl(&self) -> Duration {
+        self.ttl.max(self.min_hold.unwrap_or_default())
+    }
+}
+
 /// State shared by a lease, its handles and the watchdog.
 pub(crate) struct LeaseShared {
-    pub(crate) keys: LockKeys,
+    pub(crate) hold: Hold,
     pub(crate) token: Token,
     pub(crate) fence: u64,
     /// How many times in a row the lock had been handed off when this lease got it (0 when
@@ -74,25 +160,37 @@ pub(crate) struct LeaseShared {
 }
 
 impl LeaseShared {
-    pub(crate) fn new(
-        keys: LockKeys,
-        token: Token,
-        fence: u64,
-        ttl: Duration,
-        sent_at: Instant,
-        renews: bool,
-        max_hold: Option<Duration>,
-    ) -> Self {
+    pub(crate) fn new(grant: Grant, terms: &Terms) -> Self {
+        // Counted from the answer: the grant was made no later than that, so the key lives
+        // at least `min_hold` past it whatever the clocks of this process and the store.
+        let min_hold_until = terms
+            .min_hold
+            .and_then(|min| grant.answered_at.checked_add(min));
         Self {
-            keys,
-            token,
-            fence,
+            hold: grant.hold,
+            token: grant.token,
+            fence: grant.fence,
             handed_in_row: 0,
             op: OpGate::new(),
-            replicas: None,
+            replicas: terms.replicas,
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
-            timing: Mutex::new(Timing::granted(ttl, sent_at, renews, max_hold)),
+            timing: Mutex::new(Timing::granted(
+                terms.ttl,
+                terms.grant_ttl(),
+                grant.sent_at,
+                terms.renews,
+                terms.max_hold,
+                min_hold_until,
+            )),
+        }
+    }
+
+    /// The lock's keys, for a lease that holds a lock key.
+    pub(crate) fn lock_keys(&self) -> Option<&LockKeys> {
+        match &self.hold {
+            Hold::Key(keys) => Some(keys),
+            Hold::Writer(_) | Hold::Entries { .. } => None,
         }
     }
 
@@ -112,7 +210,7 @@ impl LeaseShared {
     /// Ends the lease for `reason` (the first reason wins) and fires the lost signal.
     pub(crate) fn end(&self, reason: LossReason) {
         if self.reason.set(reason).is_ok() && reason != LossReason::Released {
-            tracing::warn!(lock = %self.keys.name, fence = self.fence, %reason, "distlock: lease lost");
+            tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "distlock: lease lost");
         }
         self.ended.cancel();
     }
@@ -140,7 +238,7 @@ pub struct LeaseHandle {
 impl std::fmt::Debug for LeaseHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseHandle")
-            .field("name", &self.shared.keys.name)
+            .field("name", &self.shared.hold.name())
             .field("fence", &self.shared.fence)
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
@@ -148,10 +246,11 @@ impl std::fmt::Debug for LeaseHandle {
 }
 
 impl LeaseHandle {
-    /// The lock's name.
+    /// The name of what the lease holds: the lock's, the semaphore's or the read-write
+    /// lock's.
     #[must_use]
     pub fn name(&self) -> &str {
-        &self.shared.keys.name
+        self.shared.hold.name()
     }
 
     /// The fencing token: strictly greater than that of every earlier lease on this name.
@@ -223,7 +322,7 @@ impl LeaseHandle {
 
     pub(crate) fn lost_error(&self) -> LockError {
         LockError::LeaseLost {
-            name: self.shared.keys.name.clone(),
+            name: self.shared.hold.name().to_owned(),
             reason: self
                 .shared
                 .reason
@@ -338,15 +437,12 @@ impl Lease {
         self.ensure_held()?;
         let Some(op) = ExpiryOp::start(shared.clone(), permit, OpKind::Extend(ttl)) else {
             return Err(LockError::MaxHoldReached {
-                name: shared.keys.name.clone(),
+                name: shared.hold.name().to_owned(),
             });
         };
-        let item = RenewItem {
-            key: &shared.keys.lock,
-            token: &shared.token,
-            ttl: op.ttl(),
-            replicas: shared.replicas,
-        };
+        let item = shared
+            .hold
+            .renewal(&shared.token, op.ttl(), shared.replicas);
         let result = match store.renew(&[item]).await {
             Ok(held) if held.as_slice() == [Held::Yes] => {
                 op.finish(Answer::Held);
@@ -367,21 +463,18 @@ impl Lease {
         result
     }
 
-    /// Releases the lock if it is still ours: hands it to a waiter of the same client if one
-    /// is queued for it, else frees it and wakes the waiters that asked. Bounded by the
-    /// client's response timeout; stops the watchdog for this lease whatever the outcome.
+    /// Releases the lock (the permits, the read or write hold) if it is still ours: hands a
+    /// lock to a waiter of the same client if one is queued for it, else frees it and wakes
+    /// the waiters that asked. A lease with a [`min_hold`](crate::LockBuilder::min_hold) that
+    /// has not passed yet is not freed but left to expire when it has (its key's expiry is
+    /// set to what remains), which counts as released. Bounded by the client's response
+    /// timeout; stops the watchdog for this lease whatever the outcome.
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         let shared = self.finish();
-        let held = match super::handoff::pass_on(&self.client, &shared).await {
-            Some(handed) => handed?,
-            None => {
-                let store = self.client.store();
-                store.release(&shared.keys, &shared.token).await?
-            }
-        };
+        let held = end(&self.client, &shared).await?;
         let outcome = ReleaseOutcome::from(held);
         if outcome != ReleaseOutcome::Released {
-            tracing::warn!(lock = %shared.keys.name, ?outcome, "distlock: released a lease that was no longer held");
+            tracing::warn!(lock = %shared.hold.name(), ?outcome, "distlock: released a lease that was no longer held");
         }
         Ok(outcome)
     }
@@ -393,24 +486,47 @@ impl Drop for Lease {
             return;
         }
         let shared = self.finish();
-        release_in_background(
-            self.client.clone(),
-            shared.keys.clone(),
-            shared.token.clone(),
-        );
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        runtime.spawn(async move {
+            if let Err(err) = end(&client, &shared).await {
+                tracing::debug!(lock = %shared.hold.name(), error = %err, "distlock: background release failed; the key expires after its ttl");
+            }
+        });
     }
 }
 
-/// Best-effort release on the current runtime, bounded by the response timeout. Without a
-/// runtime the key simply expires after its ttl.
+/// Gives up a lease in the store: keeps it until its minimum hold has passed (setting its
+/// expiry to what remains), or hands it off, or releases it.
+async fn end(client: &Client, shared: &LeaseShared) -> Result<Held, StoreError> {
+    let keep = shared.timing().min_hold_left(Instant::now());
+    if let Some(keep) = keep {
+        let item = shared.hold.renewal(&shared.token, keep, None);
+        let held = client.store().renew(&[item]).await?;
+        return Ok(held.first().copied().unwrap_or(Held::Gone));
+    }
+    if let Some(handed) = super::handoff::pass_on(client, shared).await {
+        return handed;
+    }
+    shared.hold.release(client, &shared.token).await
+}
+
+/// Best-effort release of a lock on the current runtime, bounded by the response timeout.
+/// Without a runtime the key simply expires after its ttl.
 pub(crate) fn release_in_background(client: Client, keys: LockKeys, token: Token) {
+    release_hold_in_background(client, Hold::Key(keys), token);
+}
+
+/// Best-effort release of any hold on the current runtime (a grant nobody will use).
+pub(crate) fn release_hold_in_background(client: Client, hold: Hold, token: Token) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
-        let store = client.store();
-        if let Err(err) = store.release(&keys, &token).await {
-            tracing::debug!(lock = %keys.name, error = %err, "distlock: background release failed; the key expires after its ttl");
+        if let Err(err) = hold.release(&client, &token).await {
+            tracing::debug!(lock = %hold.name(), error = %err, "distlock: background release failed; the key expires after its ttl");
         }
     });
 }

@@ -48,6 +48,9 @@ pub(crate) struct Timing {
     next_renew: Option<Instant>,
     /// When a lease with `max_hold` must stop being renewed.
     max_hold_until: Option<Instant>,
+    /// Until when a lease with `min_hold` must keep its key, even after its release: every
+    /// op asks for at least what remains of it.
+    min_hold_until: Option<Instant>,
     renews: bool,
     /// Sequence number of the last op sent, and of the last op whose answer was applied.
     sent: u64,
@@ -83,12 +86,14 @@ pub(crate) struct Ask {
 }
 
 impl Timing {
-    /// A lease granted by a request sent at `sent_at` for `ttl`.
+    /// A lease granted for `grant_ttl` by a request sent at `sent_at`, renewed with `ttl`.
     pub(crate) fn granted(
         ttl: Duration,
+        grant_ttl: Duration,
         sent_at: Instant,
         renews: bool,
         max_hold: Option<Duration>,
+        min_hold_until: Option<Instant>,
     ) -> Self {
         // `None` if it does not fit in an Instant (e.g. `Duration::MAX`): no limit then.
         let max_hold_until = max_hold.and_then(|m| sent_at.checked_add(m));
@@ -97,13 +102,28 @@ impl Timing {
             valid_until: sent_at,
             next_renew: None,
             max_hold_until,
+            min_hold_until,
             renews,
             sent: 0,
             applied: 0,
         };
         // The grant itself set the full ttl; `max_hold` caps the renewals that follow.
-        timing.set_held(sent_at, Ask { ttl, last: false });
+        timing.set_held(
+            sent_at,
+            Ask {
+                ttl: grant_ttl,
+                last: false,
+            },
+        );
         timing
+    }
+
+    /// What remains of the minimum hold at `now`, if anything: how long a release must keep
+    /// the key (by setting its expiry) instead of freeing it.
+    pub(crate) fn min_hold_left(&self, now: Instant) -> Option<Duration> {
+        self.min_hold_until
+            .map(|until| until.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -118,9 +138,11 @@ impl Timing {
         self.ttl
     }
 
-    /// The ttl an op sent at `now` that wants `ttl` may ask for: capped so that the key does
-    /// not outlive `max_hold`; `None` once `max_hold` has been reached.
+    /// The ttl an op sent at `now` that wants `ttl` may ask for: at least what remains of
+    /// `min_hold` (so no op ever brings the key's expiry before it), and capped so that the
+    /// key does not outlive `max_hold` (which wins); `None` once `max_hold` has been reached.
     pub(crate) fn ask(&self, ttl: Duration, now: Instant) -> Option<Ask> {
+        let ttl = ttl.max(self.min_hold_left(now).unwrap_or_default());
         match self.max_hold_until {
             Some(until) if until <= now => None,
             Some(until) if until - now <= ttl => Some(Ask {
@@ -323,7 +345,7 @@ mod tests {
     #[test]
     fn a_shorter_extend_moves_the_deadline_earlier() {
         let t0 = Instant::now();
-        let mut t = Timing::granted(TTL, t0, true, None);
+        let mut t = Timing::granted(TTL, TTL, t0, true, None, None);
         let short = Duration::from_millis(300);
         let renewal = t.send(t0, ask(TTL));
         let extend = t.send(t0, ask(short));
@@ -337,7 +359,7 @@ mod tests {
     #[test]
     fn an_older_answer_never_overrides_a_newer_one() {
         let t0 = Instant::now();
-        let mut t = Timing::granted(TTL, t0, true, None);
+        let mut t = Timing::granted(TTL, TTL, t0, true, None, None);
         let short = Duration::from_millis(300);
         let renewal = t.send(t0, ask(TTL));
         let extend = t.send(t0, ask(short));
@@ -352,7 +374,7 @@ mod tests {
     #[test]
     fn an_unknown_answer_keeps_the_earlier_deadline() {
         let t0 = Instant::now();
-        let mut t = Timing::granted(TTL, t0, true, None);
+        let mut t = Timing::granted(TTL, TTL, t0, true, None, None);
         let before = t.valid_until();
         let short = Duration::from_millis(100);
         let seq = t.send(t0, ask(short));
@@ -376,7 +398,7 @@ mod tests {
     #[test]
     fn max_hold_caps_the_ask_and_stops_renewals() {
         let t0 = Instant::now();
-        let mut t = Timing::granted(TTL, t0, true, Some(Duration::from_secs(4)));
+        let mut t = Timing::granted(TTL, TTL, t0, true, Some(Duration::from_secs(4)), None);
         let at = t0 + Duration::from_secs(2);
         let capped = t.ask(TTL, at).expect("time left");
         assert_eq!(capped.ttl, Duration::from_secs(2));
@@ -386,7 +408,34 @@ mod tests {
         assert_eq!(t.next_renew(), None);
         assert_eq!(t.ask(TTL, t0 + Duration::from_secs(4)), None);
         // A max_hold too large for an Instant means no limit.
-        let t = Timing::granted(TTL, t0, true, Some(Duration::MAX));
+        let t = Timing::granted(TTL, TTL, t0, true, Some(Duration::MAX), None);
         assert_eq!(t.ask(TTL, t0).map(|a| a.last), Some(false));
+    }
+
+    #[test]
+    fn min_hold_raises_every_ask_until_it_has_passed() {
+        let t0 = Instant::now();
+        let min = Duration::from_secs(10);
+        let t = Timing::granted(TTL, min, t0, true, None, Some(t0 + min));
+        assert_eq!(
+            t.valid_until(),
+            deadline(t0, min),
+            "the grant asked for min_hold"
+        );
+        let at = t0 + Duration::from_secs(4);
+        assert_eq!(t.ask(TTL, at).map(|a| a.ttl), Some(Duration::from_secs(6)));
+        assert_eq!(t.min_hold_left(at), Some(Duration::from_secs(6)));
+        let later = t0 + Duration::from_secs(8);
+        assert_eq!(
+            t.ask(TTL, later).map(|a| a.ttl),
+            Some(TTL),
+            "the ttl is longer"
+        );
+        assert_eq!(t.min_hold_left(t0 + min), None);
+        // max_hold wins over min_hold.
+        let t = Timing::granted(TTL, min, t0, true, Some(min / 2), Some(t0 + min));
+        let capped = t.ask(TTL, t0 + Duration::from_secs(1)).expect("time left");
+        assert_eq!(capped.ttl, Duration::from_secs(4));
+        assert!(capped.last);
     }
 }

@@ -311,11 +311,9 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
     };
     let items: Vec<RenewItem<'_>> = ops
         .iter()
-        .map(|op| RenewItem {
-            key: &op.lease().keys.lock,
-            token: &op.lease().token,
-            ttl: op.ttl(),
-            replicas: op.lease().replicas,
+        .map(|op| {
+            let lease = op.lease();
+            lease.hold.renewal(&lease.token, op.ttl(), lease.replicas)
         })
         .collect();
     shared.renewal_calls.fetch_add(1, Ordering::Relaxed);

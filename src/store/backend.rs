@@ -9,13 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::scripts::acquire::{AcquireReply, Waits};
+use super::scripts::acquire_all::AllReply;
+use super::scripts::acquire_permits::PermitsItem;
+use super::scripts::acquire_rw::Side;
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
 /// One backend. Batching is the backend's business, per connection target (the one primary,
@@ -56,6 +59,40 @@ pub(crate) trait Backend {
 
     /// Takes back a starving waiter's mark on a lock.
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError>;
+
+    /// Takes several locks of one connection target (see
+    /// [`Store::groups`](super::Store::groups)) all or nothing, each with its token.
+    async fn acquire_all(
+        &self,
+        keys: &[&LockKeys],
+        tokens: &[Token],
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AllReply, StoreError>;
+
+    /// Takes permits of a semaphore if that many are free; mints the grant's fence.
+    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError>;
+
+    /// Takes a read or the write hold of a read-write lock; mints the grant's fence.
+    async fn acquire_rw(
+        &self,
+        side: Side,
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError>;
+
+    /// Releases the write hold of a read-write lock, waking writers and readers.
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError>;
+
+    /// Gives back `count` entries of `token` in a holder set, waking its waiters.
+    async fn release_entries(
+        &self,
+        keys: &SetKeys,
+        token: &Token,
+        count: u32,
+    ) -> Result<Held, StoreError>;
 
     /// One rate-limit check, atomically.
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError>;

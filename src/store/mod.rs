@@ -37,6 +37,9 @@ pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::redis::RedisStore;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
+pub(crate) use self::scripts::acquire_all::AllReply;
+pub(crate) use self::scripts::acquire_permits::PermitsItem;
+pub(crate) use self::scripts::acquire_rw::Side;
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateReply, RateRequest};
 pub(crate) use self::scripts::release::CLAIM;
@@ -44,7 +47,7 @@ pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Held, Replicas};
 pub(crate) use self::wakeups::{Subscription, Wakeups};
 use crate::error::StoreError;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RwKeys, SetKeys, slot_of};
 use crate::token::Token;
 
 /// A backend: a single Redis primary, a Redis Cluster, a Redlock quorum, or memory.
@@ -136,6 +139,87 @@ impl Store {
         ttl: Duration,
     ) -> Result<HandoffReply, StoreError> {
         self.bounded(async { on_backend!(self, s => s.handoff(keys, from, to, ttl).await) })
+            .await
+    }
+
+    /// Whether this store has holder sets (semaphores, read-write locks): every store but a
+    /// Redlock quorum, where counting holders on independent primaries is not exact.
+    pub(crate) fn has_holder_sets(&self) -> bool {
+        !matches!(self, Self::Quorum(_))
+    }
+
+    /// Splits the locks of a multi-lock into the groups that can each be taken in one call,
+    /// all or nothing: every lock on a single primary or in memory; one group per hash slot
+    /// on a cluster; one lock per group on a quorum (each is a Redlock acquire of its own).
+    /// Groups come in a deterministic order (by slot on a cluster), and each keeps the
+    /// locks' order.
+    pub(crate) fn groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
+        match self {
+            Self::Redis(_) | Self::Memory(_) => vec![(0..keys.len()).collect()],
+            Self::Quorum(_) => (0..keys.len()).map(|i| vec![i]).collect(),
+            Self::Cluster(_) => {
+                let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> =
+                    std::collections::BTreeMap::new();
+                for (i, k) in keys.iter().enumerate() {
+                    by_slot.entry(slot_of(&k.lock)).or_default().push(i);
+                }
+                by_slot.into_values().collect()
+            }
+        }
+    }
+
+    /// Takes the locks of one group (see [`groups`](Self::groups)) all or nothing.
+    pub(crate) async fn acquire_all(
+        &self,
+        keys: &[&LockKeys],
+        tokens: &[Token],
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AllReply, StoreError> {
+        self.bounded(async {
+            on_backend!(self, s => s.acquire_all(keys, tokens, ttl, waits).await)
+        })
+        .await
+    }
+
+    pub(crate) async fn acquire_permits(
+        &self,
+        item: &PermitsItem<'_>,
+    ) -> Result<AcquireReply, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.acquire_permits(item).await) })
+            .await
+    }
+
+    pub(crate) async fn acquire_rw(
+        &self,
+        side: Side,
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        self.bounded(async {
+            on_backend!(self, s => s.acquire_rw(side, keys, token, ttl, waits).await)
+        })
+        .await
+    }
+
+    pub(crate) async fn release_writer(
+        &self,
+        keys: &RwKeys,
+        token: &Token,
+    ) -> Result<Held, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.release_writer(keys, token).await) })
+            .await
+    }
+
+    pub(crate) async fn release_entries(
+        &self,
+        keys: &SetKeys,
+        token: &Token,
+        count: u32,
+    ) -> Result<Held, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.release_entries(keys, token, count).await) })
             .await
     }
 

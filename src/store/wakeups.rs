@@ -3,7 +3,9 @@
 //!
 //! Waiters on the same lock share one channel subscription. A release message wakes **one**
 //! local waiter (`Notify::notify_one`): waking them all would only make them race for the one
-//! free lock. A wake-up that finds no waiter is kept as a permit for the next one, and a
+//! free lock. Waiters for something several can hold (a semaphore's permits, a read-write
+//! lock's reads) say so when they subscribe, and a release on their channel wakes them all:
+//! it may free enough for several of them, or for one that asks less than the one woken. A wake-up that finds no waiter is kept as a permit for the next one, and a
 //! waiter that is dropped after being picked passes its wake-up on (tokio's `Notify` does
 //! both), so no release is lost locally. Messages lost on the wire cost a waiter at most its
 //! PTTL-bounded sleep. A waiter that has waited long also listens on a second `Notify` of its
@@ -69,6 +71,9 @@ struct Entry {
     starving_notify: Arc<Notify>,
     /// Waiters registered on the channel, confirmed or not.
     waiters: usize,
+    /// Of those, how many wait for something several can hold: while there are any, a
+    /// release wakes every waiter of the channel.
+    shared: usize,
     /// Of those, how many have waited long.
     starving: usize,
     /// Whether the server has the subscription, as far as the reconciler knows.
@@ -94,6 +99,7 @@ impl Entry {
             notify: Arc::new(Notify::new()),
             starving_notify: Arc::new(Notify::new()),
             waiters: 0,
+            shared: 0,
             starving: 0,
             on_server: false,
             confirm: watch::Sender::new(Confirm::Pending),
@@ -108,11 +114,18 @@ pub(crate) struct Subscription {
     notify: Arc<Notify>,
     /// Set once the waiter has waited long (see [`Subscription::starve`]).
     starving: Option<Arc<Notify>>,
+    /// The waiter waits for something several can hold.
+    shared: bool,
 }
 
 impl Subscription {
     pub(crate) fn notify(&self) -> &Arc<Notify> {
         &self.notify
+    }
+
+    /// The channel this waiter listens on.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
     }
 
     /// The waiter has waited long: a release that reserves the lock for such waiters wakes
@@ -147,7 +160,8 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.wakeups.leave(&self.channel, self.starving.is_some());
+        self.wakeups
+            .leave(&self.channel, self.starving.is_some(), self.shared);
     }
 }
 
@@ -172,10 +186,12 @@ impl Wakeups {
 
     /// Registers a waiter on `channel` and returns once the server has confirmed the
     /// channel's subscription. If subscribing fails, the error is returned (the waiter is
-    /// unregistered) and the caller falls back to polling with backoff.
+    /// unregistered) and the caller falls back to polling with backoff. A `shared` waiter
+    /// waits for something several can hold (see the module docs).
     pub(crate) async fn subscribe(
         self: &Arc<Self>,
         channel: &str,
+        shared: bool,
     ) -> Result<Subscription, StoreError> {
         if self.deaf.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(StoreError::Config {
@@ -189,6 +205,7 @@ impl Wakeups {
                 .entry(channel.to_owned())
                 .or_insert_with(Entry::new);
             entry.waiters += 1;
+            entry.shared += usize::from(shared);
             let notify = entry.notify.clone();
             let confirmed =
                 matches!(*entry.confirm.borrow(), Confirm::Subscribed) && entry.on_server;
@@ -209,6 +226,7 @@ impl Wakeups {
             channel: channel.to_owned(),
             notify,
             starving: None,
+            shared,
         };
         let Some(mut confirm) = confirm else {
             return Ok(subscription);
@@ -229,12 +247,15 @@ impl Wakeups {
         }
     }
 
-    fn leave(self: &Arc<Self>, channel: &str, starving: bool) {
+    fn leave(self: &Arc<Self>, channel: &str, starving: bool, shared: bool) {
         let mut state = self.state();
         let Some(entry) = state.channels.get_mut(channel) else {
             return;
         };
         entry.waiters = entry.waiters.saturating_sub(1);
+        if shared {
+            entry.shared = entry.shared.saturating_sub(1);
+        }
         if starving {
             entry.starving = entry.starving.saturating_sub(1);
         }
@@ -371,7 +392,9 @@ impl Wakeups {
     /// lock reserved and retry when the reservation runs out.
     pub(crate) fn wake_one(&self, channel: &str, reserved: bool) {
         if let Some(entry) = self.state().channels.get(channel) {
-            if reserved && entry.starving > 0 {
+            if entry.shared > 0 {
+                entry.notify.notify_waiters();
+            } else if reserved && entry.starving > 0 {
                 entry.starving_notify.notify_one();
             } else {
                 entry.notify.notify_one();

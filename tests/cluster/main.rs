@@ -10,6 +10,7 @@ mod support;
 // The library on the cluster.
 mod faces;
 mod locks;
+mod primitives;
 mod topology;
 
 use std::collections::BTreeSet;

@@ -1,5 +1,6 @@
-//! Lock semantics against real `redis-server` processes and the in-memory store (the same test
-//! bodies on both), and the cases that need several OS processes.
+//! Lock semantics, and those of the primitives built on leases (semaphores, read-write locks,
+//! multi-locks, scheduled jobs), against real `redis-server` processes and the in-memory store
+//! (the same test bodies on both), and the cases that need several OS processes.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -11,9 +12,13 @@ mod batching;
 mod existing;
 mod fairness;
 mod handoff;
+mod job;
+mod multi;
 mod processes;
+mod rwlock;
 mod scripts;
 mod semantics;
+mod semaphore;
 mod timing;
 mod tokens;
 mod wakeups;

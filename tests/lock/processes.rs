@@ -48,6 +48,11 @@ async fn child_entry() {
         "exclusion" => child_exclusion(client, &url).await,
         "hold" => child_hold(client).await,
         "fenced" => child_fenced(client, &url).await,
+        "permits" => child_permits(client, &url).await,
+        "permits-hold" => child_permits_hold(client).await,
+        "permits-late" => child_permits_late(client).await,
+        "job" => child_job(client, &url).await,
+        "job-crash" => child_job_crash(client, &url).await,
         other => panic!("unknown child role {other}"),
     }
 }
@@ -238,5 +243,349 @@ async fn paused_holder_is_fenced_off_and_sees_the_loss() {
     assert_eq!(
         lease.release().await.expect("release"),
         ReleaseOutcome::Released
+    );
+}
+
+const SEMAPHORE_TASKS: usize = 8;
+const SEMAPHORE_ROUNDS: usize = 40;
+
+/// 8 tasks × 40 rounds on a semaphore of 5, counting holders in Redis.
+async fn child_permits(client: Client, url: &str) {
+    let redis = redis::Client::open(url).expect("url");
+    let mut tasks = Vec::new();
+    for _ in 0..SEMAPHORE_TASKS {
+        let client = client.clone();
+        let mut conn = redis
+            .get_multiplexed_async_connection()
+            .await
+            .expect("conn");
+        tasks.push(tokio::spawn(async move {
+            use redis::AsyncCommands;
+            for _ in 0..SEMAPHORE_ROUNDS {
+                let lease = client
+                    .semaphore("fleet-exports", 5)
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(120))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                let inside: i64 = conn.incr("sem:occupancy", 1).await.expect("incr");
+                // The most seen inside at once.
+                let _: i64 = redis::Script::new(
+                    "local m = tonumber(redis.call('GET', KEYS[1]) or '0') \
+                     if tonumber(ARGV[1]) > m then redis.call('SET', KEYS[1], ARGV[1]) end return 0",
+                )
+                .key("sem:max")
+                .arg(inside)
+                .invoke_async(&mut conn)
+                .await
+                .expect("max");
+                tokio::time::sleep(Duration::from_micros(rand::random_range(0..4000))).await;
+                let _: i64 = conn.decr("sem:occupancy", 1).await.expect("decr");
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    say("DONE");
+}
+
+/// Takes 3 of 5 permits with an 800 ms ttl and holds them until killed.
+async fn child_permits_hold(client: Client) {
+    let lease = client
+        .semaphore("killed-holder", 5)
+        .ttl(Duration::from_millis(800))
+        .acquire_n(3)
+        .await
+        .expect("acquire");
+    say(&format!("ACQUIRED {}", lease.fence()));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+/// Takes the one permit with a 500 ms ttl, then checks it every 20 ms until it finds it lost
+/// (the parent froze this process past its ttl), then releases it.
+async fn child_permits_late(client: Client) {
+    let lease = client
+        .semaphore("frozen-holder", 1)
+        .ttl(Duration::from_millis(500))
+        .acquire()
+        .await
+        .expect("acquire");
+    say(&format!("ACQUIRED {}", lease.fence()));
+    while !lease.is_lost() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    say("LOST");
+    let outcome = lease.release().await.expect("release");
+    say(&format!("RELEASE {outcome:?}"));
+}
+
+/// A replica of a job due every second (on the wall clock, with its own skew of up to 300
+/// ms) with `at_least` 800 ms, for 6 periods. Each run records its start and end on the
+/// server's clock, and counts concurrent runs.
+async fn child_job(client: Client, url: &str) {
+    use redis::AsyncCommands;
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("conn");
+    let skew = Duration::from_millis(rand::random_range(0..300));
+    for _ in 0..6 {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis();
+        let to_next = 1000 - (now_ms % 1000) as u64;
+        tokio::time::sleep(Duration::from_millis(to_next) + skew).await;
+        let mut run_conn = conn.clone();
+        client
+            .job("fleet-job")
+            .ttl(Duration::from_millis(300))
+            .at_least(Duration::from_millis(800))
+            .at_most(Duration::from_secs(5))
+            .run(|lease| async move {
+                let inside: i64 = run_conn.incr("job:inside", 1).await.expect("incr");
+                if inside != 1 {
+                    let _: i64 = run_conn.incr("job:overlaps", 1).await.expect("incr");
+                }
+                let start = server_ms(&mut run_conn).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let end = server_ms(&mut run_conn).await;
+                let _: i64 = run_conn.decr("job:inside", 1).await.expect("decr");
+                let _: i64 = run_conn
+                    .rpush("job:runs", format!("{start} {end} {}", lease.fence()))
+                    .await
+                    .expect("rpush");
+            })
+            .await
+            .expect("run");
+    }
+    let _: i64 = conn.incr("job:replicas-done", 1).await.expect("incr");
+    say("DONE");
+}
+
+/// Runs the job with `at_least` 2 s and a 300 ms ttl; says when the body is done (with the
+/// server's time at the start of the run) and then waits to be killed.
+async fn child_job_crash(client: Client, url: &str) {
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("conn");
+    let start = server_ms(&mut conn).await;
+    let _ = client
+        .job("crashing-job")
+        .ttl(Duration::from_millis(300))
+        .at_least(Duration::from_secs(2))
+        .run(|_| async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            say(&format!("BODY DONE {start}"));
+            // Killed right after the body, before any release could be sent.
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        })
+        .await;
+}
+
+/// The server's clock in ms.
+async fn server_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// The issue's semaphore case across processes: 4 processes × 8 tasks on a semaphore of 5;
+/// an occupancy counter in Redis never exceeds 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_of_5_across_4_processes() {
+    let server = RedisServer::start();
+    let children: Vec<ChildProcess> = (0..4)
+        .map(|_| ChildProcess::spawn(ENTRY, "permits", &server.url()))
+        .collect();
+    for child in &children {
+        child.expect_line("DONE", Duration::from_secs(240));
+    }
+    for child in children {
+        child.wait_success(Duration::from_secs(10));
+    }
+    let mut conn = server.conn().await;
+    use redis::AsyncCommands;
+    let most: i64 = conn.get("sem:max").await.expect("max");
+    let occupancy: i64 = conn.get("sem:occupancy").await.expect("occupancy");
+    assert!(most <= 5, "{most} holders at once on a semaphore of 5");
+    assert_eq!(most, 5, "the permits were never all in use");
+    assert_eq!(occupancy, 0);
+}
+
+/// A holder process of 3 permits is SIGKILLed: its permits come back within its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_permits_come_back_within_its_ttl() {
+    let server = RedisServer::start();
+    let child = ChildProcess::spawn(ENTRY, "permits-hold", &server.url());
+    child.expect_line("ACQUIRED", Duration::from_secs(30));
+    let client = connect(&server.url()).await;
+    let two = client
+        .semaphore("killed-holder", 5)
+        .acquire_n(2)
+        .await
+        .expect("2 of the 5 are free");
+    assert!(matches!(
+        client.semaphore("killed-holder", 5).acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    child.signal(libc::SIGKILL);
+    let killed_at = Instant::now();
+    let three = client
+        .semaphore("killed-holder", 5)
+        .wait(Duration::from_secs(5))
+        .acquire_n(3)
+        .await
+        .expect("the killed holder's permits come back");
+    let waited = killed_at.elapsed();
+    assert!(
+        waited <= Duration::from_millis(800) + Duration::from_millis(150),
+        "waited {waited:?} for a ttl of 800 ms"
+    );
+    three.release().await.expect("release");
+    two.release().await.expect("release");
+}
+
+/// A holder frozen past its ttl (SIGSTOP) sees its loss when it resumes, and its late release
+/// frees nothing of the holder that took the permit meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_sees_its_loss_and_frees_nothing_of_others() {
+    let server = RedisServer::start();
+    let child = ChildProcess::spawn(ENTRY, "permits-late", &server.url());
+    let line = child.expect_line("ACQUIRED", Duration::from_secs(30));
+    let old_fence: u64 = line.trim_start_matches("ACQUIRED ").parse().expect("fence");
+    child.signal(libc::SIGSTOP);
+    let client = connect(&server.url()).await;
+    let lease = client
+        .semaphore("frozen-holder", 1)
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("the permit comes back while the holder is frozen");
+    assert!(lease.fence() > old_fence);
+    child.signal(libc::SIGCONT);
+    child.expect_line("LOST", Duration::from_secs(5));
+    let release = child.expect_line("RELEASE", Duration::from_secs(5));
+    assert_eq!(release, "RELEASE AlreadyExpired");
+    child.wait_success(Duration::from_secs(5));
+    let key = client
+        .__inspect()
+        .semaphore_key("frozen-holder")
+        .expect("key");
+    assert_eq!(
+        client.__inspect().live_entries(&key).await.expect("count"),
+        1,
+        "the late release took the new holder's permit"
+    );
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+/// The issue's job case: two processes, due every second with up to 300 ms of skew,
+/// `at_least` 800 ms: the body ran once per period and never concurrently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_once_per_period_across_2_processes() {
+    let server = RedisServer::start();
+    let children: Vec<ChildProcess> = (0..2)
+        .map(|_| ChildProcess::spawn(ENTRY, "job", &server.url()))
+        .collect();
+    for child in &children {
+        child.expect_line("DONE", Duration::from_secs(60));
+    }
+    for child in children {
+        child.wait_success(Duration::from_secs(10));
+    }
+    let mut conn = server.conn().await;
+    use redis::AsyncCommands;
+    let overlaps: Option<i64> = conn.get("job:overlaps").await.expect("overlaps");
+    assert_eq!(overlaps.unwrap_or(0), 0, "two runs at once");
+    let runs: Vec<String> = conn.lrange("job:runs", 0, -1).await.expect("runs");
+    let starts: Vec<u64> = runs
+        .iter()
+        .map(|r| {
+            r.split(' ')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .expect("start")
+        })
+        .collect();
+    // Each replica ticked 6 times within the same seconds (give or take the skew), so each
+    // second (period) saw exactly one run: 6 runs, each in its own second and at least
+    // at_least apart.
+    let periods: std::collections::BTreeSet<u64> = starts.iter().map(|s| s / 1000).collect();
+    assert_eq!(
+        runs.len(),
+        periods.len(),
+        "two runs in one period: {runs:?}"
+    );
+    assert!(
+        (5..=7).contains(&runs.len()),
+        "{} runs for 6 periods: {runs:?}",
+        runs.len()
+    );
+    assert!(
+        starts.windows(2).all(|w| w[1] >= w[0] + 800),
+        "runs closer than at_least: {starts:?}"
+    );
+}
+
+/// A job's process is killed right after its body: the job's key still expires no earlier
+/// than `at_least` after the run started, and no other run gets in before then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_right_after_the_body_keeps_at_least() {
+    let server = RedisServer::start();
+    let child = ChildProcess::spawn(ENTRY, "job-crash", &server.url());
+    let line = child.expect_line("BODY DONE", Duration::from_secs(30));
+    child.signal(libc::SIGKILL);
+    let started: u64 = line
+        .trim_start_matches("BODY DONE ")
+        .parse()
+        .expect("start");
+    let client = connect(&server.url()).await;
+    let mut conn = server.conn().await;
+    let key = client.__inspect().lock_key("crashing-job").expect("key");
+    let now = server_ms(&mut conn).await;
+    let pttl = client
+        .__inspect()
+        .pttl(&key)
+        .await
+        .expect("pttl")
+        .expect("the key outlives the crash");
+    let expires = now + u64::try_from(pttl.as_millis()).expect("ms");
+    assert!(
+        expires >= started + 2000,
+        "the key expires at {expires}, before at_least ({} ms after the start at {started})",
+        2000
+    );
+    // Another replica skips until then, and runs after.
+    assert_eq!(
+        client
+            .job("crashing-job")
+            .run(|_| async {})
+            .await
+            .expect("run"),
+        None
+    );
+    while server_ms(&mut conn).await < expires + 20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        client
+            .job("crashing-job")
+            .run(|_| async { 1 })
+            .await
+            .expect("run"),
+        Some(1)
     );
 }

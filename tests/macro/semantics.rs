@@ -23,7 +23,49 @@ on_both_stores!(
     separators_in_values_do_not_make_keys_collide,
     return_and_question_mark_work_and_release,
     mut_self_method_runs_under_the_lock,
+    min_hold_keeps_the_lock_after_the_function_returns,
+    max_hold_ends_a_function_that_runs_too_long,
 );
+
+// --- min_hold / max_hold ------------------------------------------------------------------------
+
+#[distributed_lock(key = "nightly", client = client, ttl = "100ms", min_hold = "600ms")]
+async fn nightly(client: &Client) -> Result<u64, LockError> {
+    Ok(distlock::current_lease().expect("held").fence())
+}
+
+async fn min_hold_keeps_the_lock_after_the_function_returns(store: Fixture) {
+    let started = Instant::now();
+    nightly(&store.client).await.expect("runs");
+    assert!(store.is_held("nightly").await, "kept after the return");
+    let err = nightly(&store.client)
+        .await
+        .expect_err("busy within min_hold");
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert!(
+        store.wait_free("nightly", Duration::from_secs(2)).await,
+        "free once min_hold has passed"
+    );
+    let held_for = started.elapsed();
+    assert!(
+        held_for >= Duration::from_millis(600),
+        "freed after {held_for:?}"
+    );
+    nightly(&store.client).await.expect("runs again");
+}
+
+#[distributed_lock(key = "stuck", client = client, ttl = "150ms", max_hold = "400ms")]
+async fn stuck(client: &Client) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+async fn max_hold_ends_a_function_that_runs_too_long(store: Fixture) {
+    let started = Instant::now();
+    let err = stuck(&store.client).await.expect_err("dropped at max_hold");
+    assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(800));
+}
 
 // --- reentrancy -------------------------------------------------------------------------------
 

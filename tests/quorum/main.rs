@@ -537,3 +537,70 @@ async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
     assert_eq!(busy.status(), StatusCode::LOCKED);
     held.release().await.expect("release");
 }
+
+/// Semaphores and read-write locks are refused on a quorum with a typed error (majorities do
+/// not bound how many hold at once), without a round trip; a multi-lock takes its locks one
+/// Redlock acquire at a time, all or nothing; a job keeps `at_least` on a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primitives_on_a_quorum() {
+    let nodes = start_nodes();
+    let client = quorum(&nodes, Duration::from_secs(30)).await;
+    let err = client
+        .semaphore("exports", 3)
+        .acquire()
+        .await
+        .expect_err("no semaphores on a quorum");
+    assert!(
+        matches!(err, LockError::UnsupportedStore { .. }) && err.to_string().contains("quorum"),
+        "{err}"
+    );
+    let err = client.rw_lock("doc").read().await.expect_err("no rw locks");
+    assert!(matches!(err, LockError::UnsupportedStore { .. }), "{err}");
+    let err = client
+        .rw_lock("doc")
+        .write()
+        .await
+        .expect_err("no rw locks");
+    assert!(matches!(err, LockError::UnsupportedStore { .. }), "{err}");
+    let keys = client.__inspect().keys().await.expect("keys");
+    assert!(
+        keys.iter().all(|k| k.ends_with(":boot")),
+        "a refused primitive wrote {keys:?}"
+    );
+
+    let held = client.lock("b").acquire().await.expect("b");
+    let err = client
+        .multi_lock(["a", "b", "c"])
+        .acquire()
+        .await
+        .expect_err("b is held");
+    assert!(
+        matches!(err, LockError::Busy { ref name, .. } if name == "b"),
+        "{err}"
+    );
+    assert_eq!(copies(&nodes, &client, "a").await, 0, "a was left taken");
+    assert_eq!(copies(&nodes, &client, "c").await, 0, "c was left taken");
+    held.release().await.expect("release");
+    let multi = client
+        .multi_lock(["a", "b", "c"])
+        .acquire()
+        .await
+        .expect("all three");
+    for name in ["a", "b", "c"] {
+        assert_eq!(copies(&nodes, &client, name).await, NODES);
+    }
+    for outcome in multi.release().await.expect("release") {
+        assert_eq!(outcome, ReleaseOutcome::Released);
+    }
+
+    let job = || {
+        client
+            .job("nightly")
+            .ttl(Duration::from_millis(200))
+            .at_least(Duration::from_millis(600))
+    };
+    assert_eq!(job().run(|_| async { 1 }).await.expect("run"), Some(1));
+    assert_eq!(job().run(|_| async { 2 }).await.expect("run"), None);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(job().run(|_| async { 3 }).await.expect("run"), Some(3));
+}

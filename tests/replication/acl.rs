@@ -225,6 +225,96 @@ async fn library_operations(url: &str, replica: bool) -> Result<(), String> {
         return Err(format!("run returned {value}"));
     }
 
+    // Semaphores: permits as sorted-set entries (ZADD, ZCOUNT, ZREMRANGEBYSCORE; renewals
+    // ZSCORE; release ZREM, EXISTS for the waiters' mark), a waiter for a permit woken by a
+    // release.
+    let permit = a
+        .semaphore("acl-permits", 2)
+        .ttl(Duration::from_secs(2))
+        .acquire_n(2)
+        .await
+        .map_err(lock_err("semaphore acquire_n"))?;
+    permit
+        .extend(Duration::from_secs(3))
+        .await
+        .map_err(lock_err("semaphore extend"))?;
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let lease = b
+                .semaphore("acl-permits", 2)
+                .wait(Duration::from_secs(3))
+                .acquire()
+                .await?;
+            lease.release().await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    permit
+        .release()
+        .await
+        .map_err(lock_err("semaphore release"))?;
+    waiter
+        .await
+        .map_err(|e| format!("waiter task: {e}"))?
+        .map_err(lock_err("semaphore waiter"))?;
+
+    // Read-write lock: two readers, a writer that waits for them (its mark keeps new readers
+    // out: EXISTS), then the write hold.
+    let r1 = a
+        .rw_lock("acl-rw")
+        .ttl(Duration::from_secs(2))
+        .read()
+        .await
+        .map_err(lock_err("read"))?;
+    let r2 = b
+        .rw_lock("acl-rw")
+        .ttl(Duration::from_secs(2))
+        .read()
+        .await
+        .map_err(lock_err("second read"))?;
+    let writer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let lease = b
+                .rw_lock("acl-rw")
+                .wait(Duration::from_secs(3))
+                .write()
+                .await?;
+            lease.release().await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    r1.release().await.map_err(lock_err("release read"))?;
+    r2.release()
+        .await
+        .map_err(lock_err("release second read"))?;
+    writer
+        .await
+        .map_err(|e| format!("writer task: {e}"))?
+        .map_err(lock_err("waiting writer"))?;
+
+    // Multi-lock: all or nothing in one script.
+    let multi = a
+        .multi_lock(["acl-m1", "acl-m2", "acl-m3"])
+        .ttl(Duration::from_secs(2))
+        .acquire()
+        .await
+        .map_err(lock_err("multi-lock"))?;
+    multi.release().await.map_err(lock_err("multi release"))?;
+
+    // A scheduled job kept for `at_least` after its start.
+    let ran = a
+        .job("acl-job")
+        .at_least(Duration::from_secs(1))
+        .at_most(Duration::from_secs(5))
+        .run(|_lease| async { 1 })
+        .await
+        .map_err(lock_err("job"))?;
+    if ran != Some(1) {
+        return Err(format!("job ran: {ran:?}"));
+    }
+
     // Replica acknowledgement (WAIT).
     if replica {
         let lease = a

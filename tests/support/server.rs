@@ -589,6 +589,9 @@ pub const LIBRARY_ACL_RULES: &[&str] = &[
     "+set",
     // Release, unmark: delete the lock key.
     "+del",
+    // Read-write locks: a writer's waiting mark keeps new readers out; a permit's or read's
+    // release checks for waiters to wake.
+    "+exists",
     // Renewals and extend (and a retried grant); sliding log: the key's expiry.
     "+pexpire",
     // Acquire of a busy lock: the holder's remaining ttl (the wait bound).
@@ -608,6 +611,10 @@ pub const LIBRARY_ACL_RULES: &[&str] = &[
     "+zrange",
     "+zrangebyscore",
     "+zremrangebyscore",
+    // Semaphores and read holds: each permit is an entry; renewals check it is still there
+    // (ZSCORE), a release removes it (ZREM).
+    "+zscore",
+    "+zrem",
     // Sliding log: trims the set to `limit` members, a safety net that normal use never
     // reaches (kept: the script calls it, and a refusal would fail the check half-applied).
     "+zremrangebyrank",

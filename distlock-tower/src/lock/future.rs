@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use distlock::{Lease, LockBuilder, LockError};
+use distlock::{Lease, LeaseHandle, LockBuilder, LockError};
 use http::{Request, Response};
 use http_body::Body;
 use tower::Service;
@@ -81,7 +81,7 @@ impl<B, E> Future for ResponseFuture<B, E> {
 /// moves into the response body, which releases it once the body is done (or dropped).
 pub(crate) async fn run_locked<S, R, ReqBody, ResBody>(
     readied: S,
-    mut request: Request<ReqBody>,
+    request: Request<ReqBody>,
     key: String,
     config: Arc<Config<R>>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
@@ -100,21 +100,45 @@ where
         Ok(lease) => lease,
         Err(refusal) => return Ok(refuse(refusal, &config)),
     };
+    let held = HeldLock::new(lease.handle());
+    call_under_lease(inner, request, lease, held, |handle| {
+        tracing::warn!(lock = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "lease lost while the handler ran");
+        refuse(Refusal::lease_lost(&key), &config)
+    })
+    .await
+}
+
+/// Calls the inner service with `request` while `lease` is held (a lock, or a permit of a
+/// concurrency limit), with `held` in the request's extensions for the handler.
+///
+/// The handler (readying included) is raced against the lease's lost signal: if the lease is
+/// lost first, the handler is dropped and `on_lost` answers. Otherwise `held` goes into the
+/// response's extensions too, and the lease moves into the response body, which releases it
+/// once the body is done (or dropped); a response with nothing left to send releases it
+/// before the head goes out.
+pub(crate) async fn call_under_lease<S, ReqBody, ResBody, H>(
+    inner: InnerService<S>,
+    mut request: Request<ReqBody>,
+    lease: Lease,
+    held: H,
+    on_lost: impl FnOnce(&LeaseHandle) -> Response<ResponseBody<ResBody>>,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Body<Data = Bytes>,
+    H: Clone + Send + Sync + 'static,
+{
     let handle = lease.handle();
-    let held = HeldLock::new(handle.clone());
     request.extensions_mut().insert(held.clone());
     // Readying (if the readiness was given back) and the call both count as the handler.
     let handler = inner.call(request);
     let mut response = tokio::select! {
-        // Loss wins a tie: a response finished after the loss was not made under the lock.
+        // Loss wins a tie: a response finished after the loss was not made under the lease.
         biased;
-        () = handle.lost() => {
-            tracing::warn!(lock = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "lease lost while the handler ran");
-            return Ok(refuse(Refusal::lease_lost(&key), &config));
-        }
+        () = handle.lost() => return Ok(on_lost(&handle)),
         response = handler => response?,
     };
-    // For outer layers and logging: which lock, which fence. The handle outlives the lease
+    // For outer layers and logging: which lease, which fence. The handle outlives the lease
     // (it reports the lease lost once released).
     response.extensions_mut().insert(held);
     if response.body().is_end_stream() {

@@ -107,8 +107,8 @@
 //! when the lease ends for any reason, including the normal release after the body) and end
 //! the stream early.
 
-mod body;
-mod future;
+pub(crate) mod body;
+pub(crate) mod future;
 mod held;
 mod layer;
 mod service;

@@ -97,6 +97,12 @@ pub enum Reason {
     /// [`BusyStatus::Conflict`](crate::lock::BusyStatus::Conflict)), after the layer's wait if
     /// it has one.
     LockBusy,
+    /// The request's key already has as many requests in flight as the
+    /// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer) allows, across every replica
+    /// (`503`, or `429` with
+    /// [`FullStatus::TooManyRequests`](crate::concurrency::FullStatus::TooManyRequests)),
+    /// after the layer's wait if it has one.
+    AtCapacity,
     /// The key extractor found no key and the layer rejects such requests (`400`).
     MissingKey,
     /// The request carries its key, malformed (`400`), whatever the missing-key setting.
@@ -116,13 +122,14 @@ pub enum Reason {
 
 impl Reason {
     /// A stable, lower-case name for logs, metrics and problem types: `too-many-requests`,
-    /// `lock-busy`, `missing-key`, `invalid-key`, `unusable-key`, `store-unavailable`,
-    /// `lease-lost`, `internal`.
+    /// `lock-busy`, `at-capacity`, `missing-key`, `invalid-key`, `unusable-key`,
+    /// `store-unavailable`, `lease-lost`, `internal`.
     #[must_use]
     pub fn code(&self) -> &'static str {
         match self {
             Self::TooManyRequests => "too-many-requests",
             Self::LockBusy => "lock-busy",
+            Self::AtCapacity => "at-capacity",
             Self::MissingKey => "missing-key",
             Self::InvalidKey(_) => "invalid-key",
             Self::UnusableKey => "unusable-key",
@@ -147,6 +154,8 @@ pub enum RefusedBy {
     RateLimit,
     /// A [`LockLayer`](crate::LockLayer).
     Lock,
+    /// A [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer).
+    ConcurrencyLimit,
 }
 
 /// Why a layer answered a request itself, with everything it knows about it: given to the
@@ -265,13 +274,52 @@ impl Refusal {
 
     /// The lease on `name` was lost while the handler ran.
     pub(crate) fn lease_lost(name: &str) -> Self {
+        Self::lease_lost_by(RefusedBy::Lock, name)
+    }
+
+    /// The lease that layer `refused_by` held for the request on `name` was lost while the
+    /// handler ran.
+    pub(crate) fn lease_lost_by(refused_by: RefusedBy, name: &str) -> Self {
         let mut refusal = Self::new(
-            RefusedBy::Lock,
+            refused_by,
             Reason::LeaseLost,
             StatusCode::SERVICE_UNAVAILABLE,
         )
         .with_key(name);
         refusal.retry_after = Some(distlock::http::STORE_RETRY_AFTER);
+        refusal
+    }
+
+    /// Taking a permit of the concurrency limit on `key` failed: every permit is taken (`full`
+    /// is the layer's status for that, `retry_after` its wait), or the runtime failed (its own
+    /// mapping, as for a lock).
+    pub(crate) fn concurrency_error(
+        key: &str,
+        err: LockError,
+        full: StatusCode,
+        retry_after: Duration,
+    ) -> Self {
+        let mapped = err.http_status();
+        let (reason, status, wait) = match &err {
+            LockError::Busy { .. } | LockError::Timeout { .. } => {
+                (Reason::AtCapacity, full, Some(retry_after))
+            }
+            LockError::InvalidName(_) => (Reason::UnusableKey, status_code(mapped.code), None),
+            LockError::Store(_) => (
+                Reason::StoreUnavailable,
+                status_code(mapped.code),
+                mapped.retry_after,
+            ),
+            _ => (
+                Reason::Internal,
+                status_code(mapped.code),
+                mapped.retry_after,
+            ),
+        };
+        let mut refusal = Self::new(RefusedBy::ConcurrencyLimit, reason, status)
+            .with_key(key)
+            .with_error(err);
+        refusal.retry_after = wait;
         refusal
     }
 
@@ -288,15 +336,17 @@ impl Refusal {
     }
 
     /// The status the layer answers by default: `429`, `423` or `409` (the lock layer's
-    /// [`busy_status`](crate::LockLayer::busy_status)), `400`, `503`, or the runtime's status
-    /// for an unexpected error.
+    /// [`busy_status`](crate::LockLayer::busy_status)), `503` or `429` for a full concurrency
+    /// limit, `400`, `503`, or the runtime's status for an unexpected error.
     #[must_use]
     pub fn status(&self) -> StatusCode {
         self.status
     }
 
     /// How long the client should wait before retrying: the rate limiter's `retry_after`, the
-    /// lock holder's remaining ttl, or 1 s after a store failure or a lost lease. `None` when
+    /// lock holder's remaining ttl, the concurrency limit's
+    /// [`retry_after`](crate::ConcurrencyLimitLayer::retry_after), or 1 s after a store
+    /// failure or a lost lease. `None` when
     /// a retry will not help (a bad key) or nothing is known.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
@@ -310,7 +360,8 @@ impl Refusal {
         self.retry_after.map(distlock::http::retry_after_secs)
     }
 
-    /// The request's key when it had a usable one: the rate-limit subject, or the lock name.
+    /// The request's key when it had a usable one: the rate-limit subject, the lock name, or
+    /// the concurrency limit's semaphore name.
     /// Not for the client (see the type's docs).
     #[must_use]
     pub fn key(&self) -> Option<&str> {
@@ -336,6 +387,9 @@ impl Refusal {
     /// the `detail` of a problem document. It never contains the key.
     #[must_use]
     pub fn detail(&self) -> Cow<'static, str> {
+        if self.refused_by == RefusedBy::ConcurrencyLimit {
+            return self.concurrency_detail();
+        }
         let rate_limit = self.refused_by == RefusedBy::RateLimit;
         match (&self.reason, rate_limit) {
             (Reason::TooManyRequests, _) => Cow::Owned(format!(
@@ -360,6 +414,28 @@ impl Refusal {
             (Reason::LeaseLost, _) => "the lock was lost while handling this request".into(),
             (Reason::Internal, true) => "rate limit error".into(),
             (Reason::Internal, false) => "lock error".into(),
+            (Reason::AtCapacity, _) => "too many requests in flight; try again shortly".into(),
+        }
+    }
+
+    /// [`detail`](Self::detail) for a refusal of the concurrency limit.
+    fn concurrency_detail(&self) -> Cow<'static, str> {
+        match &self.reason {
+            Reason::AtCapacity => "too many requests in flight; try again shortly".into(),
+            Reason::MissingKey => "this request has no concurrency-limit key".into(),
+            Reason::InvalidKey(why) => Cow::Owned(format!(
+                "this request's concurrency-limit key is invalid: {why}"
+            )),
+            Reason::UnusableKey => "this request's concurrency-limit key is invalid".into(),
+            Reason::StoreUnavailable => {
+                "concurrency limit store unavailable, try again later".into()
+            }
+            Reason::LeaseLost => {
+                "the request's place in the concurrency limit was lost while handling it".into()
+            }
+            Reason::TooManyRequests | Reason::LockBusy | Reason::Internal => {
+                "concurrency limit error".into()
+            }
         }
     }
 
@@ -626,6 +702,52 @@ mod tests {
                 "{what}: the key is not sent"
             );
         }
+    }
+
+    #[test]
+    fn concurrency_refusals_map_the_runtimes_errors() {
+        let busy = LockError::Busy {
+            name: "exports".to_owned(),
+            retry_after: Duration::from_secs(30),
+        };
+        let full = Refusal::concurrency_error(
+            "exports",
+            busy,
+            StatusCode::TOO_MANY_REQUESTS,
+            Duration::from_millis(1500),
+        );
+        assert_eq!(full.reason(), &Reason::AtCapacity);
+        assert_eq!(full.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            full.retry_after_secs(),
+            Some(2),
+            "the layer's wait, not the ttl"
+        );
+        let down = Refusal::concurrency_error(
+            "exports",
+            LockError::Store(StoreError::Timeout {
+                after: Duration::from_secs(1),
+            }),
+            StatusCode::SERVICE_UNAVAILABLE,
+            Duration::from_secs(1),
+        );
+        assert_eq!(down.reason(), &Reason::StoreUnavailable);
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body(&down.default_response()),
+            "concurrency limit store unavailable, try again later\n"
+        );
+        let bad = Refusal::concurrency_error(
+            "",
+            LockError::InvalidName(InvalidName::Empty),
+            StatusCode::SERVICE_UNAVAILABLE,
+            Duration::from_secs(1),
+        );
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(bad.retry_after(), None);
+        let lost = Refusal::lease_lost_by(RefusedBy::ConcurrencyLimit, "exports");
+        assert_eq!(lost.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body(&lost.default_response()).contains("concurrency limit"));
     }
 
     #[tokio::test]

@@ -26,7 +26,9 @@ workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelim
            ratelimit_parallel ratelimit_accuracy ratelimit_denied_hot watchdog_scale layer_overhead
 cluster (only when named or with --cluster): cluster_lock_parallel cluster_ratelimit_parallel
   (lock_uncontended_parallel and ratelimit_parallel on a cluster; these four also report the
-  server's cost per operation: server_us_per_op, server_cpu_us_per_op, items_per_script_call)";
+  server's cost per operation: server_us_per_op, server_cpu_us_per_op, items_per_script_call)
+semaphores (only when named): semaphore_uncontended (32 tasks, semaphores of their own)
+  semaphore_contended (16 tasks on one semaphore of 4 permits, 2000 sections; p50/p99 = wait)";
 
 #[derive(Debug)]
 pub struct Args {
@@ -199,5 +201,18 @@ mod tests {
         assert_eq!(args.server_cpus.as_deref(), Some("0"));
         assert!(parse(&["--masters", "2"]).is_err());
         assert!(parse(&["--workloads", "cluster_nope"]).is_err());
+    }
+
+    #[test]
+    fn semaphore_workloads_run_only_when_named() {
+        assert!(
+            parse(&[])
+                .unwrap()
+                .workloads
+                .iter()
+                .all(|w| !Workload::EXTRA.contains(w))
+        );
+        let named = parse(&["--workloads", "semaphore_uncontended,semaphore_contended"]).unwrap();
+        assert_eq!(named.workloads, Workload::EXTRA.to_vec());
     }
 }

@@ -18,6 +18,7 @@ mod layer;
 mod ratelimit;
 mod raw;
 mod report;
+mod semaphore;
 mod server;
 mod serverstats;
 mod stats;

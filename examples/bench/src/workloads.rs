@@ -32,6 +32,10 @@ pub enum Workload {
     ClusterLockParallel,
     /// `ratelimit_parallel` on a cluster.
     ClusterRatelimitParallel,
+    /// Semaphore acquire/release cycles, each task on semaphores of its own.
+    SemaphoreUncontended,
+    /// 16 tasks on one semaphore of 4 permits.
+    SemaphoreContended,
 }
 
 impl Workload {
@@ -51,6 +55,9 @@ impl Workload {
     /// Run only when named, or with `--cluster`.
     pub const CLUSTER: [Workload; 2] = [Self::ClusterLockParallel, Self::ClusterRatelimitParallel];
 
+    /// Run only when named (CI's smoke run counts the default set's lines).
+    pub const EXTRA: [Workload; 2] = [Self::SemaphoreUncontended, Self::SemaphoreContended];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::LockUncontendedSeq => "lock_uncontended_seq",
@@ -64,6 +71,8 @@ impl Workload {
             Self::LayerOverhead => "layer_overhead",
             Self::ClusterLockParallel => "cluster_lock_parallel",
             Self::ClusterRatelimitParallel => "cluster_ratelimit_parallel",
+            Self::SemaphoreUncontended => "semaphore_uncontended",
+            Self::SemaphoreContended => "semaphore_contended",
         }
     }
 
@@ -71,6 +80,7 @@ impl Workload {
         Self::ALL
             .into_iter()
             .chain(Self::CLUSTER)
+            .chain(Self::EXTRA)
             .find(|w| w.name() == name)
     }
 
@@ -120,7 +130,9 @@ impl Workload {
             | Self::ClusterRatelimitParallel
             | Self::RatelimitAccuracy
             | Self::RatelimitDeniedHot
-            | Self::LayerOverhead => (1, Duration::from_secs(5), 0),
+            | Self::LayerOverhead
+            | Self::SemaphoreUncontended
+            | Self::SemaphoreContended => (1, Duration::from_secs(5), 0),
         }
     }
 }
@@ -348,6 +360,9 @@ pub async fn run(
             return crate::watchdog::run(peer, targets.single()?, args, workload.shape()).await;
         }
         Workload::LayerOverhead => return crate::layer::run(peer, args).await,
+        Workload::SemaphoreUncontended | Workload::SemaphoreContended => {
+            return crate::semaphore::run(workload, peer, targets.single()?, args).await;
+        }
         Workload::RatelimitSeq
         | Workload::RatelimitParallel
         | Workload::ClusterRatelimitParallel

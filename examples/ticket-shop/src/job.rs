@@ -2,15 +2,17 @@
 //! made familiar.
 //!
 //! Every replica wakes up at each multiple of the period on its own wall clock, as cron
-//! would, and tries the job's lock once. The replica that gets it runs the job; the others
-//! find it busy and skip this period. Two details make that hold up:
+//! would, and runs the job through `distlock`'s scheduled-job lock
+//! ([`Client::job`](distlock::Client::job)). The replica that gets the lock runs the job; the
+//! others find it held and skip this period. Two bounds make that hold up:
 //!
-//! * **A minimum hold.** A job that takes 50 ms would free its lock long before a replica
-//!   whose clock is 300 ms behind wakes up, and that replica would run the job a second time
-//!   in the same period. So the winner keeps the lock for at least [`Schedule::min_hold`]
-//!   (¾ of the period) after it starts, whatever the job's length: clocks may disagree by up
-//!   to that much.
-//! * **A maximum hold.** The watchdog renews the lease while the job runs, but no longer than
+//! * **`at_least`.** A job that takes 50 ms would free its lock long before a replica whose
+//!   clock is 300 ms behind wakes up, and that replica would run the job a second time in the
+//!   same period. So the lock is kept for at least [`Schedule::min_hold`] (¾ of the period)
+//!   after the run starts, whatever the job's length: clocks may disagree by up to that much.
+//!   The library keeps it by setting the key's expiry, not by a task that sleeps, so a
+//!   replica that crashes right after the job keeps it as long.
+//! * **`at_most`.** The watchdog renews the lease while the job runs, but no longer than
 //!   [`Schedule::max_hold`]; a job stuck past it loses the lock (and is dropped at its next
 //!   `.await`) so the job is not blocked for ever.
 //!
@@ -20,7 +22,6 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::LockError;
-use tokio::time::Instant;
 
 use crate::AppState;
 use crate::error::AppError;
@@ -71,25 +72,20 @@ pub async fn run_forever(state: AppState, schedule: Schedule) {
     }
 }
 
-/// One due run: `Ok(None)` if another replica holds the job's lock.
+/// One due run: `Ok(None)` if another replica holds the job's lock (it runs the job, or ran
+/// it less than `min_hold` ago).
 pub async fn run_once(state: &AppState, schedule: &Schedule) -> Result<Option<JobRun>, AppError> {
-    let outcome = state
+    let outcome: Result<Option<Result<JobRun, AppError>>, LockError> = state
         .locks
-        .lock(JOB_LOCK)
+        .job(JOB_LOCK)
         .ttl(Duration::from_secs(10))
-        .max_hold(schedule.max_hold)
-        .run(|lease| async move {
-            let started = Instant::now();
-            let run = settle_payments(state, lease.fence()).await?;
-            // Keep the lock for the rest of the minimum hold (see the module docs).
-            tokio::time::sleep_until(started + schedule.min_hold).await;
-            Ok::<_, AppError>(run)
-        })
+        .at_least(schedule.min_hold)
+        .at_most(schedule.max_hold)
+        .run(|lease| async move { settle_payments(state, lease.fence()).await })
         .await;
-    match outcome {
-        Ok(run) => run.map(Some),
-        Err(LockError::Busy { .. }) => Ok(None),
-        Err(err) => Err(err.into()),
+    match outcome? {
+        Some(run) => run.map(Some),
+        None => Ok(None),
     }
 }
 

@@ -329,8 +329,17 @@ async fn the_job_runs_once_per_period_and_records_its_fence() {
         .filter_map(|r| r.expect("no error"))
         .collect();
     assert_eq!(runs.len(), 1);
+    // The run is over, but its lock is kept for the minimum hold: a replica due now skips.
+    assert!(
+        job::run_once(&state, &schedule)
+            .await
+            .expect("run")
+            .is_none()
+    );
+    tokio::time::sleep(schedule.min_hold + Duration::from_millis(20)).await;
 
-    // The minimum hold: a replica waking 100 ms late, after the 20 ms job, still skips.
+    // The next period. The minimum hold: a replica waking 100 ms late, after the 20 ms job,
+    // still skips.
     let late = tokio::spawn({
         let state = state.clone();
         async move {

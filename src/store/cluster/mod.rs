@@ -22,14 +22,18 @@ use super::backend::Backend;
 use super::batch::{Batch, Batcher};
 use super::redis::{RedisSettings, batcher, check_cluster_mode, probe};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
+use super::scripts::acquire_all::{self, AllReply};
+use super::scripts::acquire_permits::{self, PermitsItem};
+use super::scripts::acquire_rw::{self, Side};
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
+use super::scripts::{release_entries, release_writer};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{LockKeys, slot_of};
+use crate::keys::{LockKeys, RwKeys, SetKeys, slot_of};
 use crate::token::Token;
 
 #[derive(Clone)]
@@ -227,6 +231,7 @@ impl Backend for ClusterStore {
                     key: items[i].key,
                     token: items[i].token,
                     ttl: items[i].ttl,
+                    entries: items[i].entries,
                     replicas: items[i].replicas,
                 })
                 .collect();
@@ -262,6 +267,55 @@ impl Backend for ClusterStore {
 
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
         unmark::run(&self.inner.conn, keys)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One slot's locks (the store groups a multi-lock by slot).
+    async fn acquire_all(
+        &self,
+        keys: &[&LockKeys],
+        tokens: &[Token],
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AllReply, StoreError> {
+        acquire_all::run(&self.inner.conn, keys, tokens, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
+        acquire_permits::run(&self.inner.conn, item)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn acquire_rw(
+        &self,
+        side: Side,
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        acquire_rw::run(&self.inner.conn, side, keys, token, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+        release_writer::run(&self.inner.conn, Publish::Sharded, keys, token)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn release_entries(
+        &self,
+        keys: &SetKeys,
+        token: &Token,
+        count: u32,
+    ) -> Result<Held, StoreError> {
+        release_entries::run(&self.inner.conn, Publish::Sharded, keys, token, count)
             .await
             .map_err(|e| self.deadline(e))
     }

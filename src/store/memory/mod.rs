@@ -19,10 +19,11 @@ use self::ratelimit::State as RateState;
 use super::backend::Backend;
 use super::scripts::handoff::HandoffReply;
 use super::{
-    AcquireReply, CLAIM, Held, RateReply, RateRequest, RenewItem, Replicas, Waits, Wakeups,
+    AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
+    Side, Waits, Wakeups,
 };
 use crate::error::StoreError;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
 /// Expired entries are swept every this many writes, so abandoned keys do not pile up.
@@ -86,7 +87,18 @@ impl Rates {
 #[derive(Default)]
 struct State {
     values: HashMap<String, Value>,
+    /// Holder sets (semaphores, a read-write lock's readers): per set, each holder's token
+    /// with how many entries it holds and when they expire (the scripts keep one sorted-set
+    /// entry per permit; the count says the same here).
+    sets: HashMap<String, HashMap<String, Entries>>,
     writes: u64,
+}
+
+/// One holder's entries in a holder set.
+#[derive(Clone, Copy)]
+struct Entries {
+    count: u32,
+    expires_at: Instant,
 }
 
 struct Value {
@@ -111,6 +123,89 @@ impl State {
                 expires_at: now + ttl,
             },
         );
+    }
+
+    /// The live holders of set `key`, with the expired ones dropped (as `prune` in
+    /// holders.lua).
+    fn holders(&mut self, key: &str, now: Instant) -> Option<&mut HashMap<String, Entries>> {
+        let set = self.sets.get_mut(key)?;
+        set.retain(|_, e| e.expires_at > now);
+        if set.is_empty() {
+            self.sets.remove(key);
+            return None;
+        }
+        self.sets.get_mut(key)
+    }
+
+    /// How many entries set `key` holds right now.
+    fn held_entries(&mut self, key: &str, now: Instant) -> u64 {
+        self.holders(key, now)
+            .map_or(0, |set| set.values().map(|e| u64::from(e.count)).sum())
+    }
+
+    /// Whether `token` holds live entries in set `key`.
+    fn holds_entries(&mut self, key: &str, token: &Token, now: Instant) -> bool {
+        self.holders(key, now)
+            .is_some_and(|set| set.contains_key(token.as_str()))
+    }
+
+    fn put_entries(&mut self, key: &str, token: &Token, count: u32, ttl: Duration, now: Instant) {
+        self.writes += 1;
+        if self.writes.is_multiple_of(SWEEP_EVERY) {
+            self.values.retain(|_, v| v.expires_at > now);
+            self.sets.retain(|_, set| {
+                set.retain(|_, e| e.expires_at > now);
+                !set.is_empty()
+            });
+        }
+        self.sets.entry(key.to_owned()).or_default().insert(
+            token.as_str().to_owned(),
+            Entries {
+                count,
+                expires_at: now + ttl,
+            },
+        );
+    }
+
+    /// How long until `need` more entries of set `key` have expired (as acquire_permits.lua
+    /// answers a busy caller).
+    fn until_expired(&mut self, key: &str, need: u64, now: Instant) -> Duration {
+        let Some(set) = self.holders(key, now) else {
+            return Duration::ZERO;
+        };
+        let mut expiries: Vec<(Instant, u32)> =
+            set.values().map(|e| (e.expires_at, e.count)).collect();
+        expiries.sort_unstable();
+        let mut freed = 0u64;
+        for (at, count) in expiries {
+            freed += u64::from(count);
+            if freed >= need {
+                return at.saturating_duration_since(now);
+            }
+        }
+        Duration::ZERO
+    }
+
+    /// The latest expiry among the entries of set `key`.
+    fn latest_expiry(&mut self, key: &str, now: Instant) -> Option<Instant> {
+        self.holders(key, now)?.values().map(|e| e.expires_at).max()
+    }
+
+    /// Mints a fence under `fence_key`, as fence.lua does: max(last + 1, wall-clock µs).
+    fn mint(&mut self, fence_key: &str, now: Instant) -> u64 {
+        let last = self
+            .get(fence_key, now)
+            .and_then(|v| v.data.parse::<u64>().ok())
+            .unwrap_or(0);
+        let fence = (last + 1).max(now_micros());
+        self.set(fence_key, fence.to_string(), FENCE_KEPT, now);
+        fence
+    }
+
+    /// The remaining ttl of string key `key`, if it is live.
+    fn pttl(&self, key: &str, now: Instant) -> Option<Duration> {
+        self.get(key, now)
+            .map(|v| v.expires_at.saturating_duration_since(now))
     }
 
     /// Whether `key` holds `token` (marked `!` or not).
@@ -168,18 +263,138 @@ impl MemoryStore {
         }
         // Free, reserved for this starving waiter, or already ours (a retried grant, whose
         // mark stays): either way a new, higher fence.
-        let last = state
-            .get(&keys.fence, now)
-            .and_then(|v| v.data.parse::<u64>().ok())
-            .unwrap_or(0);
-        let fence = (last + 1).max(now_micros());
         let value = match state.get(&keys.lock, now) {
             Some(v) if v.data != STARVING => v.data.clone(),
             _ => token.as_str().to_owned(),
         };
         state.set(&keys.lock, value, ttl, now);
-        state.set(&keys.fence, fence.to_string(), FENCE_KEPT, now);
+        let fence = state.mint(&keys.fence, now);
         AcquireReply::Granted { fence }
+    }
+
+    /// As `acquire_all.lua`: every lock free (or already its token's), then all taken.
+    fn take_all(&self, keys: &[&LockKeys], tokens: &[Token], ttl: Duration) -> AllReply {
+        let now = Instant::now();
+        let mut state = self.state();
+        for (index, (k, token)) in keys.iter().zip(tokens).enumerate() {
+            if state.held(&k.lock, token, now) == Held::Other {
+                return AllReply::Busy {
+                    index,
+                    pttl: state.pttl(&k.lock, now),
+                };
+            }
+        }
+        let mut fences = Vec::with_capacity(keys.len());
+        for (k, token) in keys.iter().zip(tokens) {
+            let value = match state.get(&k.lock, now) {
+                Some(v) => v.data.clone(),
+                None => token.as_str().to_owned(),
+            };
+            state.set(&k.lock, value, ttl, now);
+            fences.push(state.mint(&k.fence, now));
+        }
+        AllReply::Granted { fences }
+    }
+
+    /// As `acquire_permits.lua`.
+    fn take_permits(&self, item: &PermitsItem<'_>) -> AcquireReply {
+        let now = Instant::now();
+        let mut state = self.state();
+        let keys = item.keys;
+        let held = state.held_entries(&keys.set, now);
+        let retry = state.holds_entries(&keys.set, item.token, now);
+        if retry || held + u64::from(item.count) <= u64::from(item.permits) {
+            state.put_entries(&keys.set, item.token, item.count, item.ttl, now);
+            let fence = state.mint(&keys.fence, now);
+            return AcquireReply::Granted { fence };
+        }
+        let need = held + u64::from(item.count) - u64::from(item.permits);
+        AcquireReply::Busy {
+            pttl: Some(state.until_expired(&keys.set, need, now)),
+        }
+    }
+
+    /// As `acquire_read.lua` and `acquire_write.lua` (a writer's key holds its token, or the
+    /// `!`-free value a lock has here; no `*` mark is needed in memory).
+    fn take_rw(
+        &self,
+        side: Side,
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> AcquireReply {
+        let now = Instant::now();
+        let mut state = self.state();
+        let readers = &keys.readers.set;
+        let busy = |pttl: Option<Duration>| AcquireReply::Busy { pttl };
+        match side {
+            Side::Read => {
+                if !state.holds_entries(readers, token, now) {
+                    if let Some(pttl) = state.pttl(&keys.writer.lock, now) {
+                        return busy(Some(pttl));
+                    }
+                    if let Some(pttl) = state.pttl(&keys.intent, now) {
+                        return busy(Some(pttl));
+                    }
+                }
+                state.put_entries(readers, token, 1, ttl, now);
+            }
+            Side::Write => match state.held(&keys.writer.lock, token, now) {
+                Held::Yes => {
+                    if let Some(v) = state.values.get_mut(&keys.writer.lock) {
+                        v.expires_at = now + ttl;
+                    }
+                }
+                Held::Other => return busy(state.pttl(&keys.writer.lock, now)),
+                Held::Gone => {
+                    if let Some(latest) = state.latest_expiry(readers, now) {
+                        let wait = latest.saturating_duration_since(now);
+                        if waits != Waits::No {
+                            state.set(&keys.intent, "1".to_owned(), wait + CLAIM, now);
+                        }
+                        return busy(Some(wait));
+                    }
+                    state.set(&keys.writer.lock, token.as_str().to_owned(), ttl, now);
+                    state.values.remove(&*keys.intent);
+                }
+            },
+        }
+        let fence = state.mint(&keys.readers.fence, now);
+        AcquireReply::Granted { fence }
+    }
+
+    /// As `release_writer.lua`: wakes a local writer and a local reader.
+    fn free_writer(&self, keys: &RwKeys, token: &Token) -> Held {
+        let now = Instant::now();
+        let mut state = self.state();
+        let held = state.held(&keys.writer.lock, token, now);
+        if held == Held::Yes {
+            state.values.remove(&keys.writer.lock);
+            drop(state);
+            self.wakeups.wake_one(&keys.writer.channel, false);
+            self.wakeups.wake_one(&keys.readable, false);
+        }
+        held
+    }
+
+    /// As `release_entries.lua`; wakes a local waiter.
+    fn free_entries(&self, keys: &SetKeys, token: &Token) -> Held {
+        let now = Instant::now();
+        let mut state = self.state();
+        let live = state.holds_entries(&keys.set, token, now);
+        if let Some(set) = state.sets.get_mut(&keys.set) {
+            set.remove(token.as_str());
+            if set.is_empty() {
+                state.sets.remove(&keys.set);
+            }
+        }
+        drop(state);
+        if !live {
+            return Held::Gone;
+        }
+        self.wakeups.wake_one(&keys.channel, false);
+        Held::Yes
     }
 
     fn free_lock(&self, keys: &LockKeys, token: &Token) -> Held {
@@ -226,6 +441,17 @@ impl MemoryStore {
         items
             .iter()
             .map(|item| {
+                if item.entries > 0 {
+                    // Holder-set entries, as renew.lua renews them: only while live.
+                    let Some(entries) = state
+                        .holders(item.key, now)
+                        .and_then(|set| set.get_mut(item.token.as_str()))
+                    else {
+                        return Held::Gone;
+                    };
+                    entries.expires_at = now + item.ttl;
+                    return Held::Yes;
+                }
                 let held = state.held(item.key, item.token, now);
                 if held == Held::Yes
                     && let Some(v) = state.values.get_mut(item.key)
@@ -278,9 +504,14 @@ impl MemoryStore {
     #[cfg(feature = "test-util")]
     pub(crate) fn pttl(&self, key: &str) -> Option<Duration> {
         let now = Instant::now();
-        if let Some(v) = self.state().get(key, now) {
+        let mut state = self.state();
+        if let Some(v) = state.get(key, now) {
             return Some(v.expires_at.saturating_duration_since(now));
         }
+        if let Some(latest) = state.latest_expiry(key, now) {
+            return Some(latest.saturating_duration_since(now));
+        }
+        drop(state);
         let rates = self.rates();
         let now = rates.now_us();
         rates
@@ -288,6 +519,12 @@ impl MemoryStore {
             .get(key)
             .filter(|(_, e)| *e > now)
             .map(|(_, e)| Duration::from_micros(u64::try_from(e - now).unwrap_or(0)))
+    }
+
+    /// How many live entries the holder set `key` has, for tests.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn live_entries(&self, key: &str) -> u64 {
+        self.state().held_entries(key, Instant::now())
     }
 
     /// The value of a live key, for tests.
@@ -309,6 +546,13 @@ impl MemoryStore {
             .filter(|(_, v)| v.expires_at > now)
             .map(|(k, _)| k.clone())
             .collect();
+        keys.extend(
+            state
+                .sets
+                .iter()
+                .filter(|(_, set)| set.values().any(|e| e.expires_at > now))
+                .map(|(k, _)| k.clone()),
+        );
         drop(state);
         let rates = self.rates();
         let now = rates.now_us();
@@ -325,7 +569,9 @@ impl MemoryStore {
     /// Deletes a key, for tests that take a lock away behind its holder's back.
     #[cfg(feature = "test-util")]
     pub(crate) fn delete(&self, key: &str) -> bool {
-        let lock = self.state().values.remove(key).is_some();
+        let mut state = self.state();
+        let lock = state.values.remove(key).is_some() | state.sets.remove(key).is_some();
+        drop(state);
         lock | self.rates().entries.remove(key).is_some()
     }
 }
@@ -373,6 +619,44 @@ impl Backend for MemoryStore {
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
         self.clear_mark(keys);
         Ok(())
+    }
+
+    async fn acquire_all(
+        &self,
+        keys: &[&LockKeys],
+        tokens: &[Token],
+        ttl: Duration,
+        _waits: Waits,
+    ) -> Result<AllReply, StoreError> {
+        Ok(self.take_all(keys, tokens, ttl))
+    }
+
+    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
+        Ok(self.take_permits(item))
+    }
+
+    async fn acquire_rw(
+        &self,
+        side: Side,
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        Ok(self.take_rw(side, keys, token, ttl, waits))
+    }
+
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+        Ok(self.free_writer(keys, token))
+    }
+
+    async fn release_entries(
+        &self,
+        keys: &SetKeys,
+        token: &Token,
+        _count: u32,
+    ) -> Result<Held, StoreError> {
+        Ok(self.free_entries(keys, token))
     }
 
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {

@@ -44,6 +44,9 @@ use super::backend::Backend;
 use super::batch::Batch;
 use super::redis::{RedisSettings, check_cluster_mode, probe};
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
+use super::scripts::acquire_all::AllReply;
+use super::scripts::acquire_permits::PermitsItem;
+use super::scripts::acquire_rw::Side;
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::release::{ReleaseItem, Releases};
@@ -51,7 +54,7 @@ use super::scripts::renew::{self, RenewItem};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
 /// The longest per-node timeout of an acquire by default.
@@ -592,6 +595,68 @@ impl Backend for QuorumStore {
         Ok(())
     }
 
+    /// One lock at a time (the store makes one group per lock on a quorum): a Redlock
+    /// acquire of its own.
+    async fn acquire_all(
+        &self,
+        keys: &[&LockKeys],
+        tokens: &[Token],
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AllReply, StoreError> {
+        let ([keys], [token]) = (keys, tokens) else {
+            return Err(StoreError::Protocol {
+                message: "a quorum takes the locks of a multi-lock one by one".to_owned(),
+            });
+        };
+        Ok(match self.acquire(keys, token, ttl, waits, None).await? {
+            AcquireReply::Granted { fence } => AllReply::Granted {
+                fences: vec![fence],
+            },
+            AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
+            // Not asked for (no replica requirement here).
+            AcquireReply::Unreplicated { acked, wanted } => {
+                return Err(StoreError::NotReplicated { acked, wanted });
+            }
+        })
+    }
+
+    async fn acquire_permits(&self, _item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
+        Err(StoreError::Config {
+            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
+        })
+    }
+
+    async fn acquire_rw(
+        &self,
+        _side: Side,
+        _keys: &RwKeys,
+        _token: &Token,
+        _ttl: Duration,
+        _waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        Err(StoreError::Config {
+            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
+        })
+    }
+
+    async fn release_writer(&self, _keys: &RwKeys, _token: &Token) -> Result<Held, StoreError> {
+        Err(StoreError::Config {
+            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
+        })
+    }
+
+    async fn release_entries(
+        &self,
+        _keys: &SetKeys,
+        _token: &Token,
+        _count: u32,
+    ) -> Result<Held, StoreError> {
+        Err(StoreError::Config {
+            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
+        })
+    }
+
     async fn rate_limit(&self, _req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
         Err(StoreError::Config {
             message: RATE_LIMITS_UNSUPPORTED.to_owned(),
@@ -606,6 +671,14 @@ impl Backend for QuorumStore {
         self.inner.settings.response_timeout
     }
 }
+
+/// Why a quorum client refuses semaphores and read-write locks: majorities do not bound how
+/// many hold at once. With 3 nodes and 2 permits, holders on nodes {1, 2}, {2, 3} and {1, 3}
+/// each have a majority while no node counts more than 2: three hold 2 permits.
+pub(crate) const HOLDER_SETS_UNSUPPORTED: &str = "semaphores and read-write locks need one \
+    store that counts their holders: connect a single primary (Client::connect) or a Cluster \
+    (Client::connect_cluster); on a Redlock quorum, majorities of independent primaries do not \
+    bound how many hold at once";
 
 /// Why a quorum client refuses rate limits.
 pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store that counts: \

@@ -18,14 +18,18 @@ pub(crate) use self::sentinel::PrimaryConn;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
+use super::scripts::acquire_all::{self, AllReply};
+use super::scripts::acquire_permits::{self, PermitsItem};
+use super::scripts::acquire_rw::{self, Side};
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
+use super::scripts::{release_entries, release_writer};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
 /// Most calls of one kind on the wire at once (see `batch.rs`).
@@ -248,6 +252,54 @@ impl Backend for RedisStore {
 
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
         unmark::run(&self.conn, keys)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn acquire_all(
+        &self,
+        keys: &[&LockKeys],
+        tokens: &[Token],
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AllReply, StoreError> {
+        acquire_all::run(&self.conn, keys, tokens, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
+        acquire_permits::run(&self.conn, item)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn acquire_rw(
+        &self,
+        side: Side,
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        acquire_rw::run(&self.conn, side, keys, token, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+        release_writer::run(&self.conn, Publish::Plain, keys, token)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn release_entries(
+        &self,
+        keys: &SetKeys,
+        token: &Token,
+        count: u32,
+    ) -> Result<Held, StoreError> {
+        release_entries::run(&self.conn, Publish::Plain, keys, token, count)
             .await
             .map_err(|e| self.deadline(e))
     }

@@ -143,7 +143,7 @@ pub(crate) enum Waits {
 }
 
 impl Waits {
-    fn arg(self) -> &'static str {
+    pub(crate) fn arg(self) -> &'static str {
         match self {
             Self::No => "0",
             Self::Listening => "1",

@@ -10,10 +10,15 @@
 //! one hash slot per item; no unbounded loops.
 
 pub(crate) mod acquire;
+pub(crate) mod acquire_all;
+pub(crate) mod acquire_permits;
+pub(crate) mod acquire_rw;
 pub(crate) mod handoff;
 mod lua;
 pub(crate) mod ratelimit;
 pub(crate) mod release;
+pub(crate) mod release_entries;
+pub(crate) mod release_writer;
 pub(crate) mod renew;
 pub(crate) mod unmark;
 
@@ -95,7 +100,8 @@ pub(crate) fn codes(reply: Value, items: usize, script: &str) -> Result<Vec<i64>
         .collect()
 }
 
-/// Whether a key held the expected token (the reply of release and renew, per lock).
+/// Whether a key held the expected token (the reply of release and renew, per lock), or a
+/// holder set the lease's live entries (`Other` never happens there: entries are per token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
     /// It did (and the operation was applied).

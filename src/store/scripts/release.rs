@@ -97,9 +97,13 @@ mod tests {
             include_str!("release.lua").contains(&line),
             "release.lua: {line}"
         );
-        assert!(
-            include_str!("handoff.lua").contains(&line),
-            "handoff.lua: {line}"
-        );
+        for (name, text) in [
+            ("handoff.lua", include_str!("handoff.lua")),
+            ("acquire_permits.lua", include_str!("acquire_permits.lua")),
+            ("acquire_read.lua", include_str!("acquire_read.lua")),
+            ("acquire_write.lua", include_str!("acquire_write.lua")),
+        ] {
+            assert!(text.contains(&line), "{name}: {line}");
+        }
     }
 }

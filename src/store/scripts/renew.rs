@@ -1,5 +1,7 @@
-//! `renew.lua`: compare-and-`PEXPIRE` many leases, never re-creating a key (contract in the
-//! `.lua` header). Used by the watchdog's batched renewals and by `Lease::extend`.
+//! `renew.lua`, after `holders.lua`: compare-and-`PEXPIRE` many leases (lock keys and holder-set
+//! entries alike), never re-creating a key (contract in the `.lua` header). Used by the
+//! watchdog's batched renewals, by `Lease::extend`, and to keep a lease with a minimum hold
+//! until its end.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -8,13 +10,21 @@ use super::{Conn, Held, Lua, Replicas, millis};
 use crate::error::StoreError;
 use crate::token::Token;
 
-pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("renew.lua")));
+pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("holders.lua"),
+        include_str!("renew.lua")
+    ))
+});
 
 /// One lease in a renewal batch.
 pub(crate) struct RenewItem<'a> {
     pub(crate) key: &'a str,
     pub(crate) token: &'a Token,
     pub(crate) ttl: Duration,
+    /// 0: `key` is a lock key holding `token`; k ≥ 1: the lease is k entries of the holder
+    /// set `key`.
+    pub(crate) entries: u32,
     /// Replica acknowledgement the renewal needs, if any.
     pub(crate) replicas: Option<Replicas>,
 }
@@ -24,7 +34,10 @@ pub(crate) async fn run<C: Conn>(
     conn: &C,
     items: &[RenewItem<'_>],
 ) -> Result<Vec<Held>, StoreError> {
-    let mut cmd = SCRIPT.call(items.len(), 2 * items.len(), 96 * items.len());
+    // Lock keys only (the common case): the shorter form, without the entry counts.
+    let shaped = items.iter().any(|item| item.entries > 0);
+    let args = if shaped { 3 } else { 2 } * items.len();
+    let mut cmd = SCRIPT.call(items.len(), args, 96 * items.len());
     for item in items {
         cmd.arg(item.key);
     }
@@ -33,6 +46,11 @@ pub(crate) async fn run<C: Conn>(
     }
     for item in items {
         cmd.arg(millis(item.ttl));
+    }
+    if shaped {
+        for item in items {
+            cmd.arg(item.entries);
+        }
     }
     let codes: Vec<i64> = match Replicas::strongest(items.iter().map(|i| i.replicas)) {
         None => SCRIPT.invoke(&cmd, conn).await?,

@@ -1,0 +1,102 @@
+//! Scheduled-job locks: the lock that ShedLock made familiar, on a lease.
+//!
+//! Every replica runs the job on its own schedule (a timer, cron) and calls
+//! [`JobBuilder::run`] when it is due; one of them gets the job's lock and runs the body, the
+//! others find it held and skip (`Ok(None)`). Two bounds make that hold up:
+//!
+//! * **`at_least`**: the lock is kept at least this long after the run started, however
+//!   quickly the body finished, so a replica whose clock is a little behind does not run the
+//!   job a second time in the same period. This is done by setting the key's expiry (the
+//!   grant and every renewal ask for at least what remains, and the release sets the expiry
+//!   to what remains instead of deleting the key), not by a process that sleeps: a replica
+//!   that crashes right after the body still keeps the lock until then.
+//! * **`at_most`**: the watchdog renews the lease while the body runs, but no longer than
+//!   this; a body stuck past it loses the lock and is dropped, so one stuck replica does not
+//!   block the job for ever.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{LeaseHandle, LockBuilder};
+use crate::Client;
+use crate::error::LockError;
+
+/// A scheduled job's lock. Start with [`Client::job`].
+///
+/// Defaults: ttl 30 s renewed by the watchdog while the body runs, no `at_least`, no
+/// `at_most`; never waits (a replica that finds the job running elsewhere skips it).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+///
+/// let client = distlock::Client::in_memory();
+/// let job = || {
+///     client
+///         .job("nightly-report")
+///         .at_least(Duration::from_secs(60)) // once per minute at most, across replicas
+///         .at_most(Duration::from_secs(600)) // a stuck run loses the lock after 10 min
+/// };
+/// let ran = job().run(|lease| async move { lease.fence() }).await?;
+/// assert!(ran.is_some());
+/// // The body is done, but the lock stays for the rest of the minute: another replica skips.
+/// assert_eq!(job().run(|_| async {}).await?, None);
+/// # Ok(()) }
+/// ```
+#[must_use = "a JobBuilder does nothing until run() is awaited"]
+#[derive(Debug)]
+pub struct JobBuilder {
+    lock: LockBuilder,
+}
+
+impl JobBuilder {
+    pub(crate) fn new(client: Client, name: String) -> Self {
+        Self {
+            lock: LockBuilder::new(client, name),
+        }
+    }
+
+    /// Keeps the job's lock at least `at_least` after the run started, even once the body
+    /// is done (or the process died): see [`LockBuilder::min_hold`]. Zero means none.
+    pub fn at_least(mut self, at_least: Duration) -> Self {
+        self.lock = self.lock.min_hold(at_least);
+        self
+    }
+
+    /// Stops renewing the lock `at_most` after the run started: a body still running then
+    /// loses it and is dropped (see [`LockBuilder::max_hold`]). Not zero; not shorter than
+    /// `at_least`; `Duration::MAX` means no limit.
+    pub fn at_most(mut self, at_most: Duration) -> Self {
+        self.lock = self.lock.max_hold(at_most);
+        self
+    }
+
+    /// The lease's ttl (default 30 s), renewed every ttl/3 while the body runs: how long a
+    /// replica that crashes mid-run keeps the job (at least `at_least` from the start).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.lock = self.lock.ttl(ttl);
+        self
+    }
+
+    /// Runs `body` if this replica gets the job's lock: `Ok(Some(value))` when it ran here,
+    /// `Ok(None)` when the lock was held (the job is running elsewhere, or ran less than
+    /// `at_least` ago). The body is dropped if the lease is lost. Afterwards the lock is kept
+    /// until `at_least` has passed since the start, then it is free.
+    ///
+    /// # Errors
+    /// [`LockError::LeaseLost`] if the body was dropped, [`LockError::Store`],
+    /// [`LockError::InvalidName`] and [`LockError::InvalidConfig`] (`at_least` longer than
+    /// `at_most` or than [`MAX_TTL`](crate::MAX_TTL), a zero `at_most`, a ttl out of range).
+    pub async fn run<F, Fut, T>(self, body: F) -> Result<Option<T>, LockError>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self.lock.run(body).await {
+            Ok(value) => Ok(Some(value)),
+            Err(LockError::Busy { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+}

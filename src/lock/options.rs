@@ -1,0 +1,147 @@
+//! The options every lease builder shares (a lock's, a semaphore's, a read-write lock's, a
+//! multi-lock's): ttl, wait, watchdog, maximum and minimum hold, replica acknowledgement. One
+//! place validates them, so every builder refuses the same values with the same errors.
+
+use std::time::Duration;
+
+use super::lease::Terms;
+use super::wait::Wait;
+use super::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use crate::Client;
+use crate::error::LockError;
+use crate::store::Replicas;
+
+/// A builder's lease options, before validation.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Wait,
+    pub(crate) watchdog: bool,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) replicas: Option<Replicas>,
+}
+
+impl Options {
+    /// The defaults: ttl 30 s renewed by the watchdog, no waiting, no maximum or minimum
+    /// hold, the client's replica acknowledgement.
+    pub(crate) fn new(client: &Client) -> Self {
+        Self {
+            ttl: DEFAULT_TTL,
+            wait: Wait::No,
+            watchdog: true,
+            max_hold: None,
+            min_hold: None,
+            replicas: client.default_replicas(),
+        }
+    }
+
+    /// Checks every option against its bounds (no round trip), and what the client's store
+    /// can do.
+    pub(crate) fn validate(&self, client: &Client) -> Result<Terms, LockError> {
+        check_ttl(self.ttl)?;
+        if self.max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(invalid("max_hold must be greater than zero".to_owned()));
+        }
+        // Zero means no minimum.
+        let min_hold = self.min_hold.filter(|m| !m.is_zero());
+        if let Some(min) = min_hold {
+            if min > MAX_TTL {
+                return Err(invalid(format!(
+                    "min_hold {min:?} is longer than the longest ttl, {MAX_TTL:?}"
+                )));
+            }
+            if let Some(max) = self.max_hold
+                && min > max
+            {
+                return Err(invalid(format!(
+                    "min_hold {min:?} is longer than max_hold {max:?}"
+                )));
+            }
+        }
+        if let Some(r) = self.replicas {
+            if r.timeout.is_zero() || r.timeout >= self.ttl {
+                return Err(invalid(format!(
+                    "replicas timeout {:?} must be above zero and below the ttl {:?}",
+                    r.timeout, self.ttl
+                )));
+            }
+            if !client.store().waits_for_replicas() {
+                return Err(invalid(format!(
+                    "replica acknowledgement needs a single primary (plain or behind \
+                     Sentinel); this client's store is `{}`",
+                    client.store_kind()
+                )));
+            }
+        }
+        Ok(Terms {
+            ttl: self.ttl,
+            renews: self.watchdog,
+            max_hold: self.max_hold,
+            min_hold,
+            replicas: self.replicas,
+        })
+    }
+}
+
+fn invalid(reason: String) -> LockError {
+    LockError::InvalidConfig { reason }
+}
+
+/// Refuses a lease ttl outside [`MIN_TTL`]`..=`[`MAX_TTL`] (the builders' and `extend`'s
+/// bounds).
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), LockError> {
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "ttl {ttl:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}"
+    )))
+}
+
+/// The setters every lease builder shares, documented once; each builder keeps its options
+/// in a field named `options`.
+macro_rules! lease_options {
+    () => {
+        /// The lease's time to live in the store ([`MIN_TTL`](crate::MIN_TTL) to
+        /// [`MAX_TTL`](crate::MAX_TTL), default 30 s). With the watchdog on it is renewed
+        /// every ttl/3 while held, so it only bounds how long a crashed holder keeps what it
+        /// holds.
+        pub fn ttl(mut self, ttl: ::std::time::Duration) -> Self {
+            self.options.ttl = ttl;
+            self
+        }
+
+        /// Waits up to `wait` while busy; `Duration::ZERO` (the default) tries once, and
+        /// `Duration::MAX` (or any wait too long to be a point in time) waits forever, as
+        /// [`wait_forever`](Self::wait_forever).
+        pub fn wait(mut self, wait: ::std::time::Duration) -> Self {
+            self.options.wait = $crate::lock::wait::Wait::from_duration(wait);
+            self
+        }
+
+        /// Waits as long as it takes.
+        pub fn wait_forever(mut self) -> Self {
+            self.options.wait = $crate::lock::wait::Wait::Forever;
+            self
+        }
+
+        /// Renew the lease in the background while it is held (default on). Off: the lease
+        /// simply expires after its ttl, and its lost signal fires at its safety deadline.
+        pub fn watchdog(mut self, on: bool) -> Self {
+            self.options.watchdog = on;
+            self
+        }
+
+        /// Stops renewing once the lease has been held this long, so a stuck holder cannot
+        /// keep it for ever. The lease then runs out its last ttl and is lost. The last
+        /// renewal (and any [`extend`](crate::Lease::extend)) is cut so that the key expires
+        /// at `max_hold`. Zero is refused; `Duration::MAX` (or anything too long to be a
+        /// point in time) means no limit.
+        pub fn max_hold(mut self, max_hold: ::std::time::Duration) -> Self {
+            self.options.max_hold = Some(max_hold);
+            self
+        }
+    };
+}
+pub(crate) use lease_options;

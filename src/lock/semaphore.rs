@@ -1,0 +1,254 @@
+//! Semaphores: at most `permits` held at once across every client of the store, each grant a
+//! lease on its permits.
+//!
+//! The permits live in a holder set (`holders.lua`): one entry per permit, scored by its
+//! expiry, pruned by every script before it counts. A holder that dies stops renewing, so its
+//! entries expire with its ttl and are pruned by the next caller: permits never leak. A grant
+//! needs `held + count <= permits` after pruning, in one script, so no interleaving of
+//! clients ever holds more than `permits` (as each caller counts them: lowering `permits`
+//! takes nothing away from the holders, it only makes new grants wait until enough have
+//! gone).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::lease::{Grant, Hold, LeaseShared, Terms};
+use super::options::{Options, lease_options};
+use super::wait::{self, Attempt, Claim};
+use super::{GrantGuard, Lease, LeaseHandle, RunReport, guarded, released_after};
+use crate::Client;
+use crate::error::{LockError, StoreError};
+use crate::keys::SetKeys;
+use crate::store::{AcquireReply, PermitsItem, Waits};
+use crate::token::Token;
+
+/// The most permits a semaphore may have (each held permit is one entry of a sorted set).
+pub const MAX_PERMITS: u32 = 10_000;
+
+/// Options for taking permits of a semaphore. Start with [`Client::semaphore`].
+///
+/// Defaults: ttl 30 s with the watchdog renewing it while held; try once (no waiting); no
+/// maximum hold.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+///
+/// let client = distlock::Client::in_memory();
+/// // At most 2 exports at once, across every replica.
+/// let exports = || client.semaphore("exports", 2).wait(Duration::from_secs(5));
+/// let a = exports().acquire().await?;
+/// let b = exports().acquire().await?;
+/// // Full: a third is refused at once (without `wait`), told how long until a permit can free.
+/// assert!(matches!(
+///     client.semaphore("exports", 2).acquire().await,
+///     Err(distlock::LockError::Busy { .. })
+/// ));
+/// let b_fence = b.fence();
+/// a.release().await?;
+/// let c = exports().acquire().await?; // the freed permit
+/// assert!(c.fence() > b_fence);
+/// # Ok(()) }
+/// ```
+#[must_use = "a SemaphoreBuilder does nothing until acquire() or run() is awaited"]
+#[derive(Debug)]
+pub struct SemaphoreBuilder {
+    client: Client,
+    name: String,
+    permits: u32,
+    options: Options,
+}
+
+impl SemaphoreBuilder {
+    pub(crate) fn new(client: Client, name: String, permits: u32) -> Self {
+        let mut options = Options::new(&client);
+        // Replica acknowledgement is for locks only.
+        options.replicas = None;
+        Self {
+            client,
+            name,
+            permits,
+            options,
+        }
+    }
+
+    lease_options!();
+
+    fn validate(&self, count: u32) -> Result<(SetKeys, Terms), LockError> {
+        let keys = self.client.semaphore_keys(&self.name)?;
+        if !self.client.store().has_holder_sets() {
+            return Err(LockError::UnsupportedStore {
+                reason: crate::store::quorum::HOLDER_SETS_UNSUPPORTED,
+            });
+        }
+        if self.permits == 0 || self.permits > MAX_PERMITS {
+            return Err(LockError::InvalidConfig {
+                reason: format!(
+                    "a semaphore has 1 to {MAX_PERMITS} permits, not {}",
+                    self.permits
+                ),
+            });
+        }
+        if count == 0 {
+            return Err(LockError::InvalidConfig {
+                reason: "acquire_n needs at least 1 permit".to_owned(),
+            });
+        }
+        if count > self.permits {
+            return Err(LockError::PermitsExceeded {
+                name: self.name.clone(),
+                asked: count,
+                permits: self.permits,
+            });
+        }
+        Ok((keys, self.options.validate(&self.client)?))
+    }
+
+    /// Takes one permit, waiting as configured.
+    ///
+    /// # Errors
+    /// As [`acquire_n`](Self::acquire_n).
+    pub async fn acquire(self) -> Result<Lease, LockError> {
+        self.acquire_n(1).await
+    }
+
+    /// Takes `count` permits at once, all or nothing, waiting as configured: one lease holds
+    /// them, renewed, released and lost together. Cancel-safe: a grant made for a dropped
+    /// future is given back in the background.
+    ///
+    /// # Errors
+    /// [`LockError::PermitsExceeded`] if `count` is more than the semaphore has (no round
+    /// trip: it could never be granted), [`LockError::InvalidConfig`] for a `count` or a
+    /// number of permits of 0 (or permits above [`MAX_PERMITS`]) and out-of-range options,
+    /// [`LockError::UnsupportedStore`] on a Redlock quorum, [`LockError::Busy`] (not
+    /// waiting: `retry_after` is how long until enough permits expire unless renewed),
+    /// [`LockError::Timeout`], [`LockError::Store`] and [`LockError::InvalidName`].
+    pub async fn acquire_n(self, count: u32) -> Result<Lease, LockError> {
+        let (keys, terms) = self.validate(count)?;
+        let mut claim = PermitsClaim {
+            client: &self.client,
+            keys,
+            count,
+            permits: self.permits,
+            terms,
+            token: Token::generate(),
+        };
+        let (shared, how) = wait::acquire(&self.client, &mut claim, self.options.wait).await?;
+        tracing::debug!(
+            semaphore = %self.name,
+            count,
+            fence = shared.fence,
+            attempts = how.attempts,
+            waited_ms = how.waited_ms(),
+            woken_by = how.woken_by,
+            "distlock: permits acquired"
+        );
+        Ok(Lease::new(self.client.clone(), shared))
+    }
+
+    /// Takes one permit, runs `body` while it is held, and gives it back. As
+    /// [`LockBuilder::run`](crate::LockBuilder::run): the body is dropped if the lease is
+    /// lost, and a body that finished returns its value whatever the release finds.
+    ///
+    /// # Errors
+    /// Those of [`acquire`](Self::acquire), and [`LockError::LeaseLost`].
+    pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        Ok(self.run_reporting(body).await?.value)
+    }
+
+    /// As [`run`](Self::run), and also says what the release found.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub async fn run_reporting<F, Fut, T>(self, body: F) -> Result<RunReport<T>, LockError>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lease = self.acquire().await?;
+        let handle = lease.handle();
+        let value = guarded(handle.clone(), body(handle)).await?;
+        Ok(released_after(lease, value).await)
+    }
+}
+
+/// Permits to take, for the acquire loop.
+struct PermitsClaim<'a> {
+    client: &'a Client,
+    keys: SetKeys,
+    count: u32,
+    permits: u32,
+    terms: Terms,
+    token: Token,
+}
+
+impl Claim for PermitsClaim<'_> {
+    type Granted = Arc<LeaseShared>;
+
+    fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    fn fresh_token(&mut self) {
+        self.token = Token::generate();
+    }
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseShared>>, LockError> {
+        let hold = Hold::Entries {
+            keys: self.keys.clone(),
+            count: self.count,
+        };
+        let mut guard = GrantGuard {
+            client: self.client,
+            hold: hold.clone(),
+            token: &self.token,
+            armed: true,
+        };
+        let sent_at = Instant::now();
+        let item = PermitsItem {
+            keys: &self.keys,
+            token: &self.token,
+            count: self.count,
+            permits: self.permits,
+            ttl: self.terms.grant_ttl(),
+            waits,
+        };
+        let reply = self.client.store().acquire_permits(&item).await?;
+        guard.armed = false;
+        Ok(match reply {
+            AcquireReply::Granted { fence } => {
+                let grant = Grant {
+                    hold,
+                    token: self.token.clone(),
+                    fence,
+                    sent_at,
+                    answered_at: Instant::now(),
+                };
+                Attempt::Granted(Arc::new(LeaseShared::new(grant, &self.terms)))
+            }
+            AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
+            AcquireReply::Unreplicated { acked, wanted } => {
+                guard.armed = true;
+                return Err(LockError::Store(StoreError::NotReplicated {
+                    acked,
+                    wanted,
+                }));
+            }
+        })
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+}

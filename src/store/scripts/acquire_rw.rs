@@ -1,0 +1,62 @@
+//! `acquire_read.lua` and `acquire_write.lua`, after `fence.lua` and `holders.lua`: take a
+//! read or the write hold of a read-write lock and mint the grant's fence. The two scripts
+//! share one contract (KEYS, ARGV, reply; see the `.lua` headers), so one module owns both.
+//! A writer's renewal is a lock's (`renew.lua`) and its release `release_writer.lua`, which
+//! wakes both sides; a reader's are a holder set's (`renew.lua`, `release_entries.lua`).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::acquire::{AcquireReply, Waits};
+use super::{Conn, Lua, millis};
+use crate::error::StoreError;
+use crate::keys::RwKeys;
+use crate::token::Token;
+
+static READ: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("fence.lua"),
+        include_str!("holders.lua"),
+        include_str!("acquire_read.lua")
+    ))
+});
+static WRITE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("fence.lua"),
+        include_str!("holders.lua"),
+        include_str!("acquire_write.lua")
+    ))
+});
+
+/// Which side of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A reader: many at once, none while a writer holds or waits.
+    Read,
+    /// The writer: alone.
+    Write,
+}
+
+/// Takes one hold of `side` on the read-write lock of `keys`. Not batched.
+pub(crate) async fn run<C: Conn>(
+    conn: &C,
+    side: Side,
+    keys: &RwKeys,
+    token: &Token,
+    ttl: Duration,
+    waits: Waits,
+) -> Result<AcquireReply, StoreError> {
+    let script = match side {
+        Side::Read => &READ,
+        Side::Write => &WRITE,
+    };
+    let mut cmd = script.call(5, 3, 320);
+    cmd.arg(&keys.writer.lock)
+        .arg(&keys.readers.set)
+        .arg(&*keys.intent)
+        .arg(&keys.readers.waited)
+        .arg(&*keys.readers.fence);
+    cmd.arg(token.as_str()).arg(millis(ttl)).arg(waits.arg());
+    let code: i64 = script.invoke(&cmd, conn).await?;
+    Ok(AcquireReply::from_code(code))
+}

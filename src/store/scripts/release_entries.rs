@@ -1,0 +1,47 @@
+//! `release_entries.lua`, after `holders.lua`: give back a lease's entries of a holder set (a
+//! semaphore's permits, a read-write lock's reader), waking the waiters that listen (contract
+//! in the `.lua` header).
+
+use std::sync::LazyLock;
+
+use super::{Conn, Held, Lua, Publish, publish_prelude};
+use crate::error::StoreError;
+use crate::keys::SetKeys;
+use crate::token::Token;
+
+static PLAIN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        publish_prelude!(Plain),
+        include_str!("holders.lua"),
+        include_str!("release_entries.lua")
+    ))
+});
+static SHARDED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        publish_prelude!(Sharded),
+        include_str!("holders.lua"),
+        include_str!("release_entries.lua")
+    ))
+});
+
+/// Removes `count` entries of `token` from the set of `keys`. Not batched.
+pub(crate) async fn run<C: Conn>(
+    conn: &C,
+    publish: Publish,
+    keys: &SetKeys,
+    token: &Token,
+    count: u32,
+) -> Result<Held, StoreError> {
+    let script = match publish {
+        Publish::Plain => &PLAIN,
+        Publish::Sharded => &SHARDED,
+    };
+    let mut cmd = script.call(2, 3, 256);
+    cmd.arg(&keys.set)
+        .arg(&keys.waited)
+        .arg(token.as_str())
+        .arg(count)
+        .arg(&keys.channel);
+    let code: i64 = script.invoke(&cmd, conn).await?;
+    Held::from_reply(code)
+}

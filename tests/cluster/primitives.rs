@@ -1,0 +1,197 @@
+//! Semaphores, read-write locks, multi-locks and jobs on a real Redis Cluster: every script of
+//! a semaphore or a read-write lock stays in its name's slot; a multi-lock across slots takes
+//! its groups in slot order with rollback, never holding two overlapping sets at once and
+//! leaving nothing behind.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::time::Duration;
+
+use distlock::{LockError, ReleaseOutcome};
+
+use crate::locks::{client, names_on_every_master};
+use crate::support::cluster::{RedisCluster, slot_of};
+
+/// 12 tasks over two clients on a semaphore of 3, for names on every master: never more than
+/// 3 inside; every key of the semaphore in the name's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_on_every_master_never_exceed_their_permits() {
+    let cluster = RedisCluster::shared();
+    let a = client(cluster, "sem").await;
+    let b = client(cluster, "sem").await;
+    let names = names_on_every_master(cluster, &a, 1).await;
+    for name in &names {
+        let key = a.__inspect().semaphore_key(name).expect("key");
+        let lock_slot = slot_of(a.__inspect().lock_key(name).expect("key"));
+        assert_eq!(slot_of(&key), lock_slot, "{name}");
+    }
+    let mut tasks = Vec::new();
+    let most = Arc::new(AtomicI64::new(0));
+    for name in names.clone() {
+        let inside = Arc::new(AtomicI64::new(0));
+        for task in 0..12 {
+            let client = if task % 2 == 0 { a.clone() } else { b.clone() };
+            let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    let lease = client
+                        .semaphore(&name, 3)
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(rand::random_range(0..4))).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    assert_eq!(
+                        lease.release().await.expect("release"),
+                        ReleaseOutcome::Released
+                    );
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= 3,
+        "{most} inside a semaphore of 3\n{}",
+        cluster.logs()
+    );
+    assert_eq!(most, 3);
+}
+
+/// Readers overlap, a writer is alone, on a name of each master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_locks_on_every_master() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "rw").await;
+    for name in names_on_every_master(cluster, &client, 1).await {
+        let rw = || client.rw_lock(&name).wait(Duration::from_secs(5));
+        let r1 = rw().read().await.expect("read");
+        let r2 = rw().read().await.expect("read");
+        let read_fence = r2.fence();
+        let writer = {
+            let client = client.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                client
+                    .rw_lock(&name)
+                    .wait(Duration::from_secs(5))
+                    .write()
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The waiting writer keeps new readers out.
+        assert!(matches!(
+            client.rw_lock(&name).read().await,
+            Err(LockError::Busy { .. })
+        ));
+        r1.release().await.expect("release");
+        r2.release().await.expect("release");
+        let w = tokio::time::timeout(Duration::from_secs(2), writer)
+            .await
+            .expect("woken by the readers' releases")
+            .expect("task")
+            .expect("write");
+        assert!(w.fence() > read_fence);
+        w.release().await.expect("release");
+    }
+}
+
+/// The multi-lock case across slots: 12 tasks take random overlapping sets of 1..=4
+/// of 6 names spread over every master (so most sets span slots and nodes), some acquires
+/// cancelled: no two overlapping sets at once, no deadlock, no lock key left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_across_slots_with_rollback() {
+    let cluster = RedisCluster::shared();
+    let a = client(cluster, "multi").await;
+    let b = client(cluster, "multi").await;
+    let names = names_on_every_master(cluster, &a, 2).await;
+    let held: Arc<Vec<AtomicBool>> =
+        Arc::new(names.iter().map(|_| AtomicBool::new(false)).collect());
+    let violations = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..12 {
+        let client = if task % 2 == 0 { a.clone() } else { b.clone() };
+        let (names, held, violations) = (names.clone(), held.clone(), violations.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..15 {
+                let set: std::collections::BTreeSet<usize> = (0..rand::random_range(1..=4))
+                    .map(|_| rand::random_range(0..names.len()))
+                    .collect();
+                let acquire = client
+                    .multi_lock(set.iter().map(|&i| names[i].clone()))
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(60))
+                    .acquire();
+                let multi = if round % 5 == 4 {
+                    let cut = Duration::from_micros(rand::random_range(0..3000));
+                    match tokio::time::timeout(cut, acquire).await {
+                        Ok(multi) => multi.expect("acquire"),
+                        Err(_) => continue,
+                    }
+                } else {
+                    acquire.await.expect("acquire")
+                };
+                for &i in &set {
+                    if held[i].swap(true, Ordering::SeqCst) {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(rand::random_range(0..3))).await;
+                for &i in &set {
+                    held[i].store(false, Ordering::SeqCst);
+                }
+                multi.release().await.expect("release");
+            }
+        }));
+    }
+    let all = async {
+        for task in tasks {
+            task.await.expect("task");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("no deadlock");
+    assert_eq!(
+        violations.load(Ordering::SeqCst),
+        0,
+        "overlapping sets held at once"
+    );
+    let inspect = a.__inspect();
+    let lock_keys: Vec<String> = names
+        .iter()
+        .map(|n| inspect.lock_key(n).expect("key"))
+        .collect();
+    for _ in 0..100 {
+        let keys = inspect.keys().await.expect("keys");
+        if keys.iter().all(|k| !lock_keys.contains(k)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("lock keys left behind: {:?}", inspect.keys().await);
+}
+
+/// A job keeps `at_least` on a cluster too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_keeps_at_least_on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "job").await;
+    let job = || {
+        client
+            .job("cluster-job")
+            .ttl(Duration::from_millis(200))
+            .at_least(Duration::from_millis(600))
+    };
+    assert_eq!(job().run(|_| async { 1 }).await.expect("run"), Some(1));
+    assert_eq!(job().run(|_| async { 2 }).await.expect("run"), None);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(job().run(|_| async { 3 }).await.expect("run"), Some(3));
+}

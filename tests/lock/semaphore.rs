@@ -1,0 +1,388 @@
+//! Semaphores on both stores: never more than `permits` held, permits that come back when a
+//! holder dies or is late, waiting with wake-ups, typed errors for impossible requests.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{LockError, LossReason, MAX_PERMITS, ReleaseOutcome};
+
+use crate::support::fixture::{Fixture, on_both_stores};
+
+on_both_stores!(
+    thirty_two_tasks_never_exceed_five_holders,
+    acquire_n_takes_its_permits_together,
+    impossible_requests_are_typed_errors,
+    a_dead_holders_permits_come_back_within_its_ttl,
+    a_late_release_frees_nothing_of_others,
+    lowering_permits_never_exceeds_the_new_limit,
+    a_release_wakes_a_waiter_at_once,
+    the_watchdog_keeps_permits_and_loss_is_signalled,
+    fences_increase_across_holders,
+);
+
+/// The core case on one process: 32 tasks (two clients) on a semaphore of 5, each
+/// taking and giving back a permit 20 times; an occupancy counter never exceeds 5, and reaches
+/// 5 (the permits are used, not just respected).
+async fn thirty_two_tasks_never_exceed_five_holders(fx: Fixture) {
+    const TASKS: usize = 32;
+    const ROUNDS: usize = 20;
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let other = fx.another_client().await;
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let client = if task % 2 == 0 {
+            fx.client.clone()
+        } else {
+            other.clone()
+        };
+        let (inside, most) = (inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let lease = client
+                    .semaphore("exports", 5)
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire a permit");
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_micros(rand::random_range(0..3000))).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 5, "{most} holders at once on a semaphore of 5");
+    assert_eq!(most, 5, "the five permits were never all in use");
+    let key = fx.client.__inspect().semaphore_key("exports").expect("key");
+    assert_eq!(
+        fx.client
+            .__inspect()
+            .live_entries(&key)
+            .await
+            .expect("count"),
+        0
+    );
+}
+
+async fn acquire_n_takes_its_permits_together(fx: Fixture) {
+    let inspect = fx.client.__inspect();
+    let key = inspect.semaphore_key("batch").expect("key");
+    let three = fx
+        .client
+        .semaphore("batch", 5)
+        .acquire_n(3)
+        .await
+        .expect("3 of 5");
+    assert_eq!(inspect.live_entries(&key).await.expect("count"), 3);
+    // 3 + 3 > 5: all or nothing, so nothing is taken.
+    let err = fx
+        .client
+        .semaphore("batch", 5)
+        .acquire_n(3)
+        .await
+        .expect_err("3 more do not fit");
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert_eq!(inspect.live_entries(&key).await.expect("count"), 3);
+    let two = fx
+        .client
+        .semaphore("batch", 5)
+        .acquire_n(2)
+        .await
+        .expect("2 more fit");
+    assert_eq!(inspect.live_entries(&key).await.expect("count"), 5);
+    three.extend(Duration::from_secs(60)).await.expect("extend");
+    assert_eq!(
+        three.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(inspect.live_entries(&key).await.expect("count"), 2);
+    assert_eq!(
+        two.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(
+        inspect
+            .keys()
+            .await
+            .expect("keys")
+            .iter()
+            .all(|k| *k != key),
+        "the set is gone with its last entry"
+    );
+}
+
+/// Every count at 0, above the permits and above the bound is a typed error, without a round
+/// trip and without a key written.
+async fn impossible_requests_are_typed_errors(fx: Fixture) {
+    let sem = |permits| fx.client.semaphore("bounds", permits);
+    let err = sem(5).acquire_n(6).await.expect_err("6 of 5");
+    assert!(
+        matches!(
+            err,
+            LockError::PermitsExceeded {
+                asked: 6,
+                permits: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = sem(5).acquire_n(u32::MAX).await.expect_err("MAX of 5");
+    assert!(matches!(err, LockError::PermitsExceeded { .. }), "{err}");
+    for (permits, count) in [(5, 0), (0, 1), (0, 0), (MAX_PERMITS + 1, 1), (u32::MAX, 1)] {
+        let err = sem(permits)
+            .acquire_n(count)
+            .await
+            .expect_err("invalid counts");
+        assert!(
+            matches!(err, LockError::InvalidConfig { .. }),
+            "{permits}/{count}: {err}"
+        );
+    }
+    for ttl in [Duration::ZERO, Duration::MAX] {
+        let err = sem(5).ttl(ttl).acquire().await.expect_err("ttl");
+        assert!(matches!(err, LockError::InvalidConfig { .. }), "{err}");
+    }
+    let err = sem(5)
+        .max_hold(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("max_hold");
+    assert!(matches!(err, LockError::InvalidConfig { .. }), "{err}");
+    let err = fx
+        .client
+        .semaphore("", 5)
+        .acquire()
+        .await
+        .expect_err("name");
+    assert!(matches!(err, LockError::InvalidName(_)), "{err}");
+    assert!(
+        fx.client.__inspect().keys().await.expect("keys").is_empty(),
+        "a refused request wrote a key"
+    );
+    // The bound itself is fine, and waiting forever is a wait, not an error.
+    let all = sem(MAX_PERMITS)
+        .wait(Duration::MAX)
+        .acquire_n(2)
+        .await
+        .expect("2 of the most permits");
+    all.release().await.expect("release");
+}
+
+/// A holder that stops renewing (here: no watchdog, and the lease forgotten, as a process that
+/// died leaves it) gives its permits back within its ttl.
+async fn a_dead_holders_permits_come_back_within_its_ttl(fx: Fixture) {
+    const TTL: Duration = Duration::from_millis(400);
+    let dead = fx
+        .client
+        .semaphore("dies", 2)
+        .ttl(TTL)
+        .watchdog(false)
+        .acquire_n(2)
+        .await
+        .expect("both permits");
+    std::mem::forget(dead);
+    let other = fx.another_client().await;
+    let started = Instant::now();
+    let lease = other
+        .semaphore("dies", 2)
+        .wait(Duration::from_secs(5))
+        .acquire_n(2)
+        .await
+        .expect("the dead holder's permits come back");
+    let waited = started.elapsed();
+    assert!(
+        waited <= TTL + Duration::from_millis(150),
+        "waited {waited:?} for a ttl of {TTL:?}"
+    );
+    lease.release().await.expect("release");
+}
+
+/// A holder past its ttl sees its loss, and its late release frees nothing of the holders that
+/// took the permits since.
+async fn a_late_release_frees_nothing_of_others(fx: Fixture) {
+    let late = fx
+        .client
+        .semaphore("late", 1)
+        .ttl(Duration::from_millis(300))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(late.is_lost());
+    assert_eq!(late.lost_reason(), Some(LossReason::Expired));
+    let other = fx.another_client().await;
+    let now_held = other
+        .semaphore("late", 1)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the permit is free again");
+    let err = late
+        .extend(Duration::from_secs(10))
+        .await
+        .expect_err("a lost lease");
+    assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
+    assert_eq!(
+        late.release().await.expect("release"),
+        ReleaseOutcome::AlreadyExpired
+    );
+    let key = fx.client.__inspect().semaphore_key("late").expect("key");
+    assert_eq!(
+        fx.client
+            .__inspect()
+            .live_entries(&key)
+            .await
+            .expect("count"),
+        1,
+        "the late release took the new holder's permit"
+    );
+    assert!(matches!(
+        fx.client.semaphore("late", 1).acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    assert_eq!(
+        now_held.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+/// Five held under a limit of 5; a caller with a limit of 3 waits until two are left.
+async fn lowering_permits_never_exceeds_the_new_limit(fx: Fixture) {
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(
+            fx.client
+                .semaphore("resized", 5)
+                .acquire()
+                .await
+                .expect("one of 5"),
+        );
+    }
+    let lowered = || fx.client.semaphore("resized", 3);
+    for _ in 0..3 {
+        assert!(matches!(
+            lowered().acquire().await,
+            Err(LockError::Busy { .. })
+        ));
+        held.pop()
+            .expect("a holder")
+            .release()
+            .await
+            .expect("release");
+    }
+    // Two held: the third of 3 is free.
+    let third = lowered().acquire().await.expect("2 + 1 <= 3");
+    assert!(matches!(
+        lowered().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    third.release().await.expect("release");
+    for lease in held {
+        lease.release().await.expect("release");
+    }
+}
+
+/// A waiter is woken by the release, not at the holder's ttl.
+async fn a_release_wakes_a_waiter_at_once(fx: Fixture) {
+    let holder = fx
+        .client
+        .semaphore("wake", 1)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire");
+    let other = fx.another_client().await;
+    let waiter = tokio::spawn(async move {
+        let lease = other
+            .semaphore("wake", 1)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("the waiter gets in");
+        let at = Instant::now();
+        lease.release().await.expect("release");
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    holder.release().await.expect("release");
+    let got_at = waiter.await.expect("waiter");
+    let took = got_at.saturating_duration_since(released_at);
+    assert!(
+        took < Duration::from_millis(250),
+        "woken {took:?} after the release"
+    );
+}
+
+/// With the watchdog, a short ttl holds for much longer; deleting the set behind the holder's
+/// back is noticed at the next renewal.
+async fn the_watchdog_keeps_permits_and_loss_is_signalled(fx: Fixture) {
+    let lease = fx
+        .client
+        .semaphore("renewed", 1)
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("acquire");
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(125)).await;
+        assert!(!lease.is_lost(), "lost while renewed");
+        assert!(matches!(
+            fx.client.semaphore("renewed", 1).acquire().await,
+            Err(LockError::Busy { .. })
+        ));
+    }
+    let inspect = fx.client.__inspect();
+    let key = inspect.semaphore_key("renewed").expect("key");
+    assert!(inspect.delete(&key).await.expect("delete"));
+    tokio::time::timeout(Duration::from_millis(400), lease.lost())
+        .await
+        .expect("the loss is signalled within a renewal");
+    assert_eq!(lease.lost_reason(), Some(LossReason::NotHeld));
+}
+
+async fn fences_increase_across_holders(fx: Fixture) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let taken = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = fx.another_client().await;
+        let (seen, taken) = (seen.clone(), taken.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let lease = client
+                    .semaphore("fenced", 1)
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                seen.lock().expect("seen").push(lease.fence());
+                taken.fetch_add(1, Ordering::SeqCst);
+                lease.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    // One permit: grants are serial, so the order of pushes is the order of grants.
+    let seen = seen.lock().expect("seen").clone();
+    assert_eq!(seen.len(), 200);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "fences out of grant order: {seen:?}"
+    );
+}
