@@ -11,6 +11,7 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+mod admin;
 mod client;
 mod error;
 pub mod http;
@@ -22,6 +23,7 @@ pub mod ratelimit;
 mod store;
 mod token;
 
+pub use admin::LockState;
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use error::{
     InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,

@@ -27,6 +27,11 @@ impl Token {
         Self(hex.into())
     }
 
+    /// The token a lock key holds, read back from the store (operators' force unlock).
+    pub(crate) fn from_stored(token: &str) -> Self {
+        Self(token.into())
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }

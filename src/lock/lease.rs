@@ -210,7 +210,7 @@ impl LeaseShared {
     /// Ends the lease for `reason` (the first reason wins) and fires the lost signal.
     pub(crate) fn end(&self, reason: LossReason) {
         if self.reason.set(reason).is_ok() && reason != LossReason::Released {
-            tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "distlock: lease lost");
+            tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "lease lost");
         }
         self.ended.cancel();
     }
@@ -474,7 +474,7 @@ impl Lease {
         let held = end(&self.client, &shared).await?;
         let outcome = ReleaseOutcome::from(held);
         if outcome != ReleaseOutcome::Released {
-            tracing::warn!(lock = %shared.hold.name(), ?outcome, "distlock: released a lease that was no longer held");
+            tracing::warn!(lock = %shared.hold.name(), ?outcome, "released a lease that was no longer held");
         }
         Ok(outcome)
     }
@@ -492,7 +492,7 @@ impl Drop for Lease {
         let client = self.client.clone();
         runtime.spawn(async move {
             if let Err(err) = end(&client, &shared).await {
-                tracing::debug!(lock = %shared.hold.name(), error = %err, "distlock: background release failed; the key expires after its ttl");
+                tracing::debug!(lock = %shared.hold.name(), error = %err, "background release failed; the key expires after its ttl");
             }
         });
     }
@@ -526,7 +526,7 @@ pub(crate) fn release_hold_in_background(client: Client, hold: Hold, token: Toke
     };
     runtime.spawn(async move {
         if let Err(err) = hold.release(&client, &token).await {
-            tracing::debug!(lock = %hold.name(), error = %err, "distlock: background release failed; the key expires after its ttl");
+            tracing::debug!(lock = %hold.name(), error = %err, "background release failed; the key expires after its ttl");
         }
     });
 }

@@ -161,7 +161,7 @@ impl LockBuilder {
                 attempts = how.attempts,
                 waited_ms = how.waited_ms(),
                 woken_by = how.woken_by,
-                "distlock: acquired"
+                "acquired"
             );
             Ok(Lease::new(self.client.clone(), shared))
         }
@@ -273,11 +273,11 @@ pub(crate) async fn released_after<T>(lease: Lease, value: T) -> RunReport<T> {
     match &release {
         Ok(ReleaseOutcome::Released) => {}
         Ok(outcome) => {
-            tracing::warn!(lock = %name, fence, ?outcome, "distlock: the body finished, but the release found the lock no longer ours; returning the body's value");
+            tracing::warn!(lock = %name, fence, ?outcome, "the body finished, but the release found the lock no longer ours; returning the body's value");
         }
         Err(err) => {
             // The work is done; the key expires after its ttl.
-            tracing::warn!(lock = %name, fence, error = %err, "distlock: release after run failed");
+            tracing::warn!(lock = %name, fence, error = %err, "release after run failed");
         }
     }
     RunReport {

@@ -120,7 +120,7 @@ impl MultiLockBuilder {
             attempts = how.attempts,
             waited_ms = how.waited_ms(),
             woken_by = how.woken_by,
-            "distlock: multi-lock acquired"
+            "multi-lock acquired"
         );
         Ok(MultiLease {
             handle: MultiHandle {
@@ -153,11 +153,11 @@ impl MultiLockBuilder {
             Ok(outcomes) => {
                 tracing::warn!(
                     ?outcomes,
-                    "distlock: the body finished, but a release found a lock no longer ours; returning the body's value"
+                    "the body finished, but a release found a lock no longer ours; returning the body's value"
                 );
             }
             Err(err) => {
-                tracing::warn!(error = %err, "distlock: release after a multi-lock run failed");
+                tracing::warn!(error = %err, "release after a multi-lock run failed");
             }
         }
         Ok(value)
@@ -345,7 +345,7 @@ async fn roll_back(taken: Vec<Lease>) {
     let releases = async move {
         for result in futures_util::future::join_all(taken.into_iter().map(Lease::release)).await {
             if let Err(err) = result {
-                tracing::debug!(error = %err, "distlock: rolling back a multi-lock failed; the lock expires after its ttl");
+                tracing::debug!(error = %err, "rolling back a multi-lock failed; the lock expires after its ttl");
             }
         }
     };

@@ -126,7 +126,7 @@ impl RwLockBuilder {
             attempts = how.attempts,
             waited_ms = how.waited_ms(),
             woken_by = how.woken_by,
-            "distlock: acquired"
+            "acquired"
         );
         Ok(Lease::new(self.client.clone(), shared))
     }

@@ -144,7 +144,7 @@ impl SemaphoreBuilder {
             attempts = how.attempts,
             waited_ms = how.waited_ms(),
             woken_by = how.woken_by,
-            "distlock: permits acquired"
+            "permits acquired"
         );
         Ok(Lease::new(self.client.clone(), shared))
     }

@@ -325,7 +325,7 @@ pub(crate) async fn acquire<C: Claim>(
                     continue;
                 }
                 Err(err) => {
-                    tracing::debug!(error = %err, "distlock: cannot subscribe to releases; polling");
+                    tracing::debug!(error = %err, "cannot subscribe to releases; polling");
                     subscribe_failed = true;
                 }
             }
@@ -401,7 +401,7 @@ impl Unmark {
             return;
         }
         if let Err(err) = self.client.store().unmark(&self.keys).await {
-            tracing::debug!(lock = %self.keys.name, error = %err, "distlock: could not take a starving mark back; the next release reserves the lock for a claim");
+            tracing::debug!(lock = %self.keys.name, error = %err, "could not take a starving mark back; the next release reserves the lock for a claim");
         }
     }
 }

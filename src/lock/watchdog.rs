@@ -334,14 +334,14 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
         }
         Ok(Ok(_)) | Ok(Err(_)) => {
             if let Ok(Err(err)) = &reply {
-                tracing::warn!(leases = ops.len(), error = %err, "distlock: renewal failed; retrying until the leases' deadlines");
+                tracing::warn!(leases = ops.len(), error = %err, "renewal failed; retrying until the leases' deadlines");
             }
             finish_unknown(ops);
         }
         Err(_) => {
             tracing::warn!(
                 leases = ops.len(),
-                "distlock: renewal got no answer before the earliest lease deadline"
+                "renewal got no answer before the earliest lease deadline"
             );
             finish_unknown(ops);
         }

@@ -312,7 +312,7 @@ impl Wakeups {
                 if let Err(err) = &result {
                     // The connection failed: it has no subscriptions until it reconnects, and
                     // a stale one it may bring back is harmless (its messages wake nobody).
-                    tracing::debug!(error = %err, "distlock: unsubscribe failed");
+                    tracing::debug!(error = %err, "unsubscribe failed");
                 }
                 let mut state = self.state();
                 for channel in &unsubscribe {

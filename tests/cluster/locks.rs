@@ -403,3 +403,44 @@ async fn busy_and_timeouts_are_typed() {
     ));
     lease.release().await.expect("release");
 }
+
+/// The operators' view on a cluster: `lock_state` reads each name on its own master, and
+/// `force_unlock` frees it there and wakes its waiter through the lock's sharded channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_state_and_force_unlock_on_every_master() {
+    let cluster = RedisCluster::shared();
+    let a = client(cluster, "operated").await;
+    let b = client(cluster, "operated").await;
+    for name in names_on_every_master(cluster, &a, 1).await {
+        let lease = a
+            .lock(&name)
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("acquire");
+        assert!(matches!(
+            b.lock_state(&name).await.expect("lock_state"),
+            distlock::LockState::Held { .. }
+        ));
+        let waiter = {
+            let b = b.clone();
+            let name = name.clone();
+            tokio::spawn(async move { b.lock(&name).wait(Duration::from_secs(30)).acquire().await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(b.force_unlock(&name).await.expect("force_unlock"));
+        let taken = tokio::time::timeout(Duration::from_secs(4), waiter)
+            .await
+            .expect("the waiter is woken before the holder's ttl")
+            .expect("waiter task")
+            .expect("waiter acquires");
+        tokio::time::timeout(Duration::from_secs(5), lease.handle().lost())
+            .await
+            .expect("the forced holder learns");
+        taken.release().await.expect("release");
+        assert_eq!(
+            a.lock_state(&name).await.expect("lock_state"),
+            distlock::LockState::Free
+        );
+    }
+}

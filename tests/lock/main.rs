@@ -8,6 +8,7 @@ mod support;
 #[path = "../support/traces.rs"]
 mod traces;
 
+mod admin;
 mod batching;
 mod existing;
 mod fairness;

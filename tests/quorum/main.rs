@@ -604,3 +604,42 @@ async fn the_primitives_on_a_quorum() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(job().run(|_| async { 3 }).await.expect("run"), Some(3));
 }
+
+/// The operators' view on a quorum: held while a majority holds it, free once forced (on
+/// every node), and an answer only from a majority of nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_state_and_force_unlock_on_a_quorum() {
+    let mut nodes = start_nodes();
+    let client = quorum(&nodes, Duration::from_secs(30)).await;
+    let lease = client
+        .lock("operated")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquire");
+    match client.lock_state("operated").await.expect("lock_state") {
+        distlock::LockState::Held { remaining_ttl, .. } => {
+            assert!(
+                remaining_ttl > Duration::from_secs(3) && remaining_ttl <= Duration::from_secs(5)
+            );
+        }
+        other => panic!("held on every node: {other:?}"),
+    }
+    assert!(client.force_unlock("operated").await.expect("force_unlock"));
+    assert_eq!(copies(&nodes, &client, "operated").await, 0);
+    assert_eq!(
+        client.lock_state("operated").await.expect("lock_state"),
+        distlock::LockState::Free
+    );
+    tokio::time::timeout(Duration::from_secs(5), lease.handle().lost())
+        .await
+        .expect("the forced holder learns within its ttl");
+    // Three of five down: no majority to answer.
+    for node in &mut nodes[..3] {
+        node.kill();
+    }
+    match client.lock_state("operated").await {
+        Err(distlock::LockError::Store(distlock::StoreError::NoQuorum { needed: 3, .. })) => {}
+        other => panic!("with three of five nodes down: {other:?}"),
+    }
+}

@@ -315,6 +315,24 @@ async fn library_operations(url: &str, replica: bool) -> Result<(), String> {
         return Err(format!("job ran: {ran:?}"));
     }
 
+    // The operators' view: lock_state (GET, PTTL), force_unlock (the release script).
+    let _forced = a
+        .lock("acl-operated")
+        .ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .map_err(lock_err("acquire acl-operated"))?;
+    b.lock_state("acl-operated")
+        .await
+        .map_err(lock_err("lock_state"))?;
+    if !b
+        .force_unlock("acl-operated")
+        .await
+        .map_err(lock_err("force_unlock"))?
+    {
+        return Err("force_unlock found nothing to free".to_owned());
+    }
+
     // Replica acknowledgement (WAIT).
     if replica {
         let lease = a

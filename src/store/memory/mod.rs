@@ -527,6 +527,14 @@ impl MemoryStore {
         self.state().held_entries(key, Instant::now())
     }
 
+    /// The value of a live key and its remaining ttl (the operators' view of a lock).
+    pub(crate) fn value_and_ttl(&self, key: &str) -> Option<(String, Duration)> {
+        let now = Instant::now();
+        self.state()
+            .get(key, now)
+            .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now)))
+    }
+
     /// The value of a live key, for tests.
     #[cfg(feature = "test-util")]
     pub(crate) fn get(&self, key: &str) -> Option<String> {

@@ -203,10 +203,23 @@ impl QuorumStore {
         Ok(store)
     }
 
-    /// Every node's connection, for test hooks.
-    #[cfg(feature = "test-util")]
+    /// Every node's connection (test hooks, the operators' view of a lock).
     pub(crate) fn connections(&self) -> Vec<ConnectionManager> {
         self.inner.nodes.iter().map(|n| n.conn.clone()).collect()
+    }
+
+    /// Every node's name (`host:port`) and connection.
+    pub(crate) fn named_connections(&self) -> Vec<(String, ConnectionManager)> {
+        self.inner
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.conn.clone()))
+            .collect()
+    }
+
+    /// How many nodes make a majority.
+    pub(crate) fn majority(&self) -> usize {
+        self.inner.quorum
     }
 
     /// The per-node timeout of an operation on a lease of `ttl`.
@@ -255,7 +268,7 @@ impl QuorumStore {
         for (node, ago) in self.inner.nodes.iter().zip(recent) {
             if let Some(ago) = ago {
                 node.state().sits_out_until = Some(now + (quarantine - ago));
-                tracing::info!(node = %node.name, "distlock: quorum node lost its data recently; it sits out of majorities until any grant it forgot has expired");
+                tracing::info!(node = %node.name, "quorum node lost its data recently; it sits out of majorities until any grant it forgot has expired");
             }
         }
     }
@@ -270,9 +283,9 @@ impl QuorumStore {
         state.sits_out_until = Some(until);
         drop(state);
         if first_contact {
-            tracing::info!(node = %node.name, "distlock: quorum node answered for the first time; it sits out of majorities until any grant it may hold has expired");
+            tracing::info!(node = %node.name, "quorum node answered for the first time; it sits out of majorities until any grant it may hold has expired");
         } else {
-            tracing::warn!(node = %node.name, "distlock: quorum node lost its data (restarted or flushed); it sits out of majorities until every grant it forgot has expired");
+            tracing::warn!(node = %node.name, "quorum node lost its data (restarted or flushed); it sits out of majorities until every grant it forgot has expired");
         }
     }
 
@@ -337,7 +350,7 @@ impl QuorumStore {
             .filter(|a| matches!(a, Answer::Failed(_)))
             .count();
         if failed > 0 {
-            tracing::debug!(lock = %keys.name, failed, "distlock: a failed quorum acquire could not be undone on every node; those copies expire with their ttl");
+            tracing::debug!(lock = %keys.name, failed, "a failed quorum acquire could not be undone on every node; those copies expire with their ttl");
         }
     }
 }

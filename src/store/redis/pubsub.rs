@@ -115,7 +115,7 @@ impl FollowingLink {
                 wakeups.resubscribe_all();
             }
             Err(err) => {
-                tracing::warn!(error = %err, "distlock: cannot link to the new primary for wake-ups; waiters poll until it can");
+                tracing::warn!(error = %err, "cannot link to the new primary for wake-ups; waiters poll until it can");
             }
         }
     }

@@ -206,7 +206,7 @@ impl FollowingConn {
         let client = match found {
             Ok(Ok(client)) => client,
             Ok(Err(err)) => {
-                tracing::debug!(master = %shared.master, error = %err, "distlock: sentinels could not name a primary yet");
+                tracing::debug!(master = %shared.master, error = %err, "sentinels could not name a primary yet");
                 return;
             }
             Err(_) => return,

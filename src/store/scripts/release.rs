@@ -59,7 +59,7 @@ impl<C: Conn> Releases<C> {
         runtime.spawn(async move {
             let item = ReleaseItem { keys, token };
             if let Err(err) = self.run(std::slice::from_ref(&item)).await {
-                tracing::debug!(error = %err, "distlock: releasing an abandoned grant failed; it expires with its ttl");
+                tracing::debug!(error = %err, "releasing an abandoned grant failed; it expires with its ttl");
             }
         });
     }

@@ -1,0 +1,158 @@
+//! The operators' view (issue 18 §2): `Client::lock_state` and `Client::force_unlock`, on
+//! Redis and in memory.
+
+use std::time::Duration;
+
+use distlock::{LockError, LockState};
+use tokio::time::Instant;
+
+use crate::support::fixture::{Fixture, on_both_stores};
+
+on_both_stores!(
+    lock_state_reports_free_held_and_waiters,
+    force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns,
+);
+
+/// Polls `lock_state` until `want` says yes, for at most `within`.
+async fn state_until(
+    fx: &Fixture,
+    name: &str,
+    within: Duration,
+    want: impl Fn(&LockState) -> bool,
+) -> LockState {
+    let deadline = Instant::now() + within;
+    loop {
+        let state = fx.client.lock_state(name).await.expect("lock_state");
+        if want(&state) || Instant::now() >= deadline {
+            return state;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn lock_state_reports_free_held_and_waiters(fx: Fixture) {
+    const TTL: Duration = Duration::from_secs(5);
+    assert_eq!(
+        fx.client.lock_state("state").await.expect("lock_state"),
+        LockState::Free
+    );
+    let lease = fx
+        .client
+        .lock("state")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("acquire");
+    match fx.client.lock_state("state").await.expect("lock_state") {
+        LockState::Held {
+            remaining_ttl,
+            waiters: false,
+        } => assert!(
+            remaining_ttl <= TTL && remaining_ttl > TTL - Duration::from_secs(2),
+            "remaining ttl {remaining_ttl:?} of a {TTL:?} lease just granted"
+        ),
+        other => panic!("a held lock with no waiter: {other:?}"),
+    }
+    // A waiter of another client marks it.
+    let other = fx.another_client().await;
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("state")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let marked = state_until(&fx, "state", Duration::from_secs(5), |s| {
+        matches!(s, LockState::Held { waiters: true, .. })
+    })
+    .await;
+    assert!(
+        matches!(marked, LockState::Held { waiters: true, .. }),
+        "a lock with a waiter: {marked:?}"
+    );
+    lease.release().await.expect("release");
+    let taken = waiter.await.expect("waiter task").expect("waiter acquires");
+    assert!(matches!(
+        fx.client.lock_state("state").await.expect("lock_state"),
+        LockState::Held { .. }
+    ));
+    taken.release().await.expect("release");
+    let free = state_until(&fx, "state", Duration::from_secs(2), |s| {
+        *s == LockState::Free
+    })
+    .await;
+    assert_eq!(free, LockState::Free);
+    // Bad names are refused like everywhere else.
+    assert!(matches!(
+        fx.client.lock_state("").await,
+        Err(LockError::InvalidName(_))
+    ));
+    assert!(matches!(
+        fx.client.force_unlock("").await,
+        Err(LockError::InvalidName(_))
+    ));
+}
+
+async fn force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns(fx: Fixture) {
+    const TTL: Duration = Duration::from_secs(3);
+    assert!(
+        !fx.client
+            .force_unlock("forced")
+            .await
+            .expect("force_unlock"),
+        "a free lock: nothing to force"
+    );
+    let holder = fx.another_client().await;
+    let lease = holder
+        .lock("forced")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("holder acquires");
+    let handle = lease.handle();
+    let waiter_client = fx.another_client().await;
+    let waiter = tokio::spawn(async move {
+        let lease = waiter_client
+            .lock("forced")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await;
+        (lease, Instant::now())
+    });
+    // The waiter is listening once it has marked the lock.
+    let marked = state_until(&fx, "forced", Duration::from_secs(5), |s| {
+        matches!(s, LockState::Held { waiters: true, .. })
+    })
+    .await;
+    assert!(matches!(marked, LockState::Held { waiters: true, .. }));
+    let forced_at = Instant::now();
+    assert!(
+        fx.client
+            .force_unlock("forced")
+            .await
+            .expect("force_unlock")
+    );
+    // Woken by the forced release, not by the holder's ttl running out (the watchdog keeps
+    // renewing a held lease; the holder's renewals stop only once it learns).
+    let (taken, taken_at) = waiter.await.expect("waiter task");
+    let taken = taken.expect("the waiter gets the forced lock");
+    assert!(
+        taken_at.duration_since(forced_at) < TTL,
+        "the waiter got the lock {:?} after it was forced",
+        taken_at.duration_since(forced_at)
+    );
+    assert!(taken.fence() > handle.fence());
+    // The old holder learns at its next renewal (a third of the ttl), well before its own
+    // ttl would have run out.
+    tokio::time::timeout(TTL, handle.lost())
+        .await
+        .expect("the forced holder's lost signal fires within its ttl");
+    assert!(handle.is_lost());
+    // Its release changes nothing for the new holder.
+    assert!(matches!(
+        lease.release().await,
+        Ok(distlock::ReleaseOutcome::HeldByOther) | Err(LockError::LeaseLost { .. })
+    ));
+    assert!(!taken.is_lost());
+    taken.release().await.expect("release");
+}
