@@ -13,6 +13,9 @@ usage: distlock-bench [flags]
   --server-cpus LIST   pin the redis-servers the bench starts to these CPUs (taskset -c LIST)
   --workloads LIST     comma-separated (default: the first nine below); see below
   --cluster            add the cluster_* workloads to the selection
+  --cluster-slots N    an experiment: draw the cluster workloads' lock names and subjects from N
+                       hash slots only (evenly spread, so 3 = one per master of 3), so that
+                       concurrent operations share slots (default: names spread over all slots)
   --peers LIST         distlock,raw (default: both)
   --duration D         time budget per run, humantime (default: 5s; 3s for ratelimit_accuracy)
   --ops N              cap on operations per run (default: the workload's own)
@@ -34,6 +37,7 @@ pub struct Args {
     pub cluster_urls: Vec<String>,
     pub masters: usize,
     pub server_cpus: Option<String>,
+    pub cluster_slots: Option<u16>,
     pub workloads: Vec<Workload>,
     pub peers: Vec<Peer>,
     pub duration: Option<Duration>,
@@ -51,6 +55,7 @@ impl Args {
             cluster_urls: Vec::new(),
             masters: 3,
             server_cpus: None,
+            cluster_slots: None,
             workloads: Workload::ALL.to_vec(),
             peers: vec![Peer::Distlock, Peer::Raw],
             duration: None,
@@ -81,6 +86,15 @@ impl Args {
                 }
                 "--server-cpus" => args.server_cpus = Some(value()?),
                 "--cluster" => add_cluster = true,
+                "--cluster-slots" => {
+                    let n: u16 = value()?
+                        .parse()
+                        .map_err(|e| format!("--cluster-slots: {e}"))?;
+                    if !(1..=16384).contains(&n) {
+                        return Err("--cluster-slots must be 1 to 16384".into());
+                    }
+                    args.cluster_slots = Some(n);
+                }
                 "--workloads" => {
                     args.workloads = value()?
                         .split(',')

@@ -20,6 +20,7 @@ mod raw;
 mod report;
 mod server;
 mod serverstats;
+mod slots;
 mod stats;
 mod watchdog;
 mod workloads;
@@ -40,14 +41,17 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // The servers this run starts live inside `run`: when a signal ends the run, the future is
-    // dropped and so are they (their `Drop` kills them), instead of outliving the bench.
+    // dropped at the end of `main` and so are they (their `Drop` kills them, after the
+    // workload's tasks are aborted), instead of outliving the bench.
+    let run = run(args);
+    tokio::pin!(run);
     tokio::select! {
         biased;
         signal = shutdown_signal() => {
             eprintln!("distlock-bench: {signal}; stopping");
             ExitCode::from(130)
         }
-        code = run(args) => code,
+        code = &mut run => code,
     }
 }
 

@@ -369,6 +369,10 @@ pub async fn run(
         _ => None,
     };
     let run_id = rand::random::<u32>();
+    let slot_names = args
+        .cluster_slots
+        .filter(|_| workload.is_cluster())
+        .map(|n| Arc::new(crate::slots::SlotNames::new(n)));
 
     let before = if workload.measures_server() {
         Some(probe.snapshot().await?)
@@ -381,12 +385,14 @@ pub async fn run(
         cap,
         next: AtomicU64::new(0),
     });
-    let mut handles = Vec::with_capacity(tasks);
+    // A set, so that a run cut short (a signal drops it) stops its tasks before the servers go.
+    let mut handles = tokio::task::JoinSet::new();
     for task in 0..tasks {
         let mut locker = locker.clone();
         let budget = budget.clone();
         let mut counter = admin.clone();
-        handles.push(tokio::spawn(async move {
+        let slot_names = slot_names.clone();
+        handles.spawn(async move {
             let mut result = TaskResult {
                 samples: Samples::with_capacity(
                     usize::try_from(cap).unwrap_or(0) / tasks.max(1) + 1,
@@ -399,7 +405,10 @@ pub async fn run(
                     | Workload::LockUncontendedParallel
                     | Workload::ClusterLockParallel => {
                         let start = Instant::now();
-                        let key = format!("bench:{run_id}:{task}:{op}");
+                        let key = match &slot_names {
+                            Some(names) => names.name(&format!("bench:{run_id}:{task}:{op}:"), op),
+                            None => format!("bench:{run_id}:{task}:{op}"),
+                        };
                         locker.cycle(&key).await.map(|()| start.elapsed())
                     }
                     Workload::LockContended => match counter.as_mut() {
@@ -419,12 +428,12 @@ pub async fn run(
                 }
             }
             result
-        }));
+        });
     }
     let mut samples = Samples::default();
     let mut errors = 0;
-    for handle in handles {
-        let result = handle.await.map_err(|e| format!("task failed: {e}"))?;
+    while let Some(joined) = handles.join_next().await {
+        let result = joined.map_err(|e| format!("task failed: {e}"))?;
         samples.merge(result.samples);
         errors += result.errors;
     }
@@ -448,6 +457,9 @@ pub async fn run(
         ("tasks", tasks.to_string()),
         ("seconds", format!("{:.3}", elapsed.as_secs_f64())),
     ];
+    if let Some(n) = slot_names.as_ref().map(|s| s.targets().len()) {
+        extra.push(("cluster_slots", n.to_string()));
+    }
     if let Some(delta) = server {
         extra.extend(serverstats::fields(
             &delta,
