@@ -13,6 +13,13 @@ usage: distlock-bench [flags]
   --server-cpus LIST   pin the redis-servers the bench starts to these CPUs (taskset -c LIST)
   --workloads LIST     comma-separated (default: the first nine below); see below
   --cluster            add the cluster_* workloads to the selection
+  --cluster-slots N    an experiment: draw the cluster workloads' lock names and subjects from N
+                       hash slots only (evenly spread, so 3 = one per master of 3), so that
+                       concurrent operations share slots (default: names spread over all slots)
+  --quorum             add the quorum_* workloads to the selection
+  --quorum-url URL     a node of a Redlock quorum (independent primaries) for the quorum_*
+                       workloads; repeat it or give a comma-separated list, an odd number of
+                       at least 3 (default: start 3 redis-servers)
   --peers LIST         distlock,raw (default: both)
   --duration D         time budget per run, humantime (default: 5s; 3s for ratelimit_accuracy)
   --ops N              cap on operations per run (default: the workload's own)
@@ -28,7 +35,11 @@ cluster (only when named or with --cluster): cluster_lock_parallel cluster_ratel
   (lock_uncontended_parallel and ratelimit_parallel on a cluster; these four also report the
   server's cost per operation: server_us_per_op, server_cpu_us_per_op, items_per_script_call)
 semaphores (only when named): semaphore_uncontended (32 tasks, semaphores of their own)
-  semaphore_contended (16 tasks on one semaphore of 4 permits, 2000 sections; p50/p99 = wait)";
+  semaphore_contended (16 tasks on one semaphore of 4 permits, 2000 sections; p50/p99 = wait)
+quorum (only when named or with --quorum): quorum_lock_seq quorum_lock_parallel
+  (lock_uncontended_seq and _parallel on a Redlock quorum; raw is hand-written Redlock: SET NX
+  PX on every node at once, granted by a majority, compare-and-delete on every node; a quorum
+  client refuses rate limits, so there is no rate-limit variant)";
 
 #[derive(Debug)]
 pub struct Args {
@@ -36,6 +47,8 @@ pub struct Args {
     pub cluster_urls: Vec<String>,
     pub masters: usize,
     pub server_cpus: Option<String>,
+    pub cluster_slots: Option<u16>,
+    pub quorum_urls: Vec<String>,
     pub workloads: Vec<Workload>,
     pub peers: Vec<Peer>,
     pub duration: Option<Duration>,
@@ -53,6 +66,8 @@ impl Args {
             cluster_urls: Vec::new(),
             masters: 3,
             server_cpus: None,
+            cluster_slots: None,
+            quorum_urls: Vec::new(),
             workloads: Workload::ALL.to_vec(),
             peers: vec![Peer::Distlock, Peer::Raw],
             duration: None,
@@ -63,6 +78,7 @@ impl Args {
             help: false,
         };
         let mut add_cluster = false;
+        let mut add_quorum = false;
         while let Some(flag) = argv.next() {
             let mut value = || argv.next().ok_or_else(|| format!("{flag} needs a value"));
             match flag.as_str() {
@@ -83,6 +99,23 @@ impl Args {
                 }
                 "--server-cpus" => args.server_cpus = Some(value()?),
                 "--cluster" => add_cluster = true,
+                "--quorum" => add_quorum = true,
+                "--quorum-url" => args.quorum_urls.extend(
+                    value()?
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|u| !u.is_empty())
+                        .map(str::to_owned),
+                ),
+                "--cluster-slots" => {
+                    let n: u16 = value()?
+                        .parse()
+                        .map_err(|e| format!("--cluster-slots: {e}"))?;
+                    if !(1..=16384).contains(&n) {
+                        return Err("--cluster-slots must be 1 to 16384".into());
+                    }
+                    args.cluster_slots = Some(n);
+                }
                 "--workloads" => {
                     args.workloads = value()?
                         .split(',')
@@ -127,12 +160,23 @@ impl Args {
                 other => return Err(format!("unknown flag `{other}`")),
             }
         }
-        if add_cluster {
-            for w in Workload::CLUSTER {
-                if !args.workloads.contains(&w) {
-                    args.workloads.push(w);
-                }
+        let added = [
+            (add_cluster, Workload::CLUSTER),
+            (add_quorum, Workload::QUORUM),
+        ];
+        for w in added
+            .into_iter()
+            .filter(|(add, _)| *add)
+            .flat_map(|(_, ws)| ws)
+        {
+            if !args.workloads.contains(&w) {
+                args.workloads.push(w);
             }
+        }
+        if !args.quorum_urls.is_empty()
+            && (args.quorum_urls.len() < 3 || args.quorum_urls.len().is_multiple_of(2))
+        {
+            return Err("--quorum-url: a quorum is an odd number of at least 3 nodes".into());
         }
         Ok(args)
     }
@@ -150,7 +194,11 @@ mod tests {
     fn the_default_set_has_no_cluster_workload() {
         let args = parse(&[]).unwrap();
         assert_eq!(args.workloads, Workload::ALL.to_vec());
-        assert!(args.workloads.iter().all(|w| !w.is_cluster()));
+        assert!(
+            args.workloads
+                .iter()
+                .all(|w| !w.is_cluster() && !w.is_quorum())
+        );
         assert_eq!(args.masters, 3);
     }
 
@@ -177,6 +225,36 @@ mod tests {
             ]
         );
         assert_eq!(parse(&["--cluster"]).unwrap().workloads.len(), 11);
+        let both = parse(&["--quorum", "--cluster", "--workloads", "quorum_lock_seq"]).unwrap();
+        assert_eq!(
+            both.workloads,
+            vec![
+                Workload::QuorumLockSeq,
+                Workload::ClusterLockParallel,
+                Workload::ClusterRatelimitParallel,
+                Workload::QuorumLockParallel
+            ]
+        );
+    }
+
+    #[test]
+    fn quorum_urls_are_an_odd_number_of_at_least_three() {
+        let args = parse(&[
+            "--quorum-url",
+            "redis://a/,redis://b/",
+            "--quorum-url",
+            "redis://c/",
+        ])
+        .unwrap();
+        assert_eq!(args.quorum_urls.len(), 3);
+        assert!(parse(&["--quorum-url", "redis://a/"]).is_err());
+        assert!(
+            parse(&[
+                "--quorum-url",
+                "redis://a/,redis://b/,redis://c/,redis://d/"
+            ])
+            .is_err()
+        );
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! cargo run --release -p distlock-bench -- [--url redis://127.0.0.1:6379/] [--workloads a,b]
 //!     [--peers distlock,raw] [--duration 5s] [--ops N] [--tasks N] [--rounds N]
 //!     [--cluster] [--cluster-url redis://127.0.0.1:7001/,...] [--server-cpus 0]
+//!     [--quorum] [--quorum-url redis://127.0.0.1:7001/,...]
 //! ```
-//! Without `--url` it starts its own `redis-server` on a free loopback port, and for the
-//! `cluster_*` workloads without `--cluster-url` its own local cluster; both are killed on
+//! Without `--url` it starts its own `redis-server` on a free loopback port, for the
+//! `cluster_*` workloads without `--cluster-url` its own local cluster, and for the `quorum_*`
+//! workloads without `--quorum-url` three more independent `redis-server`s; all are killed on
 //! exit, on an error and on SIGINT/SIGTERM.
 
 mod chart;
@@ -21,6 +23,7 @@ mod report;
 mod semaphore;
 mod server;
 mod serverstats;
+mod slots;
 mod stats;
 mod watchdog;
 mod workloads;
@@ -41,14 +44,17 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // The servers this run starts live inside `run`: when a signal ends the run, the future is
-    // dropped and so are they (their `Drop` kills them), instead of outliving the bench.
+    // dropped at the end of `main` and so are they (their `Drop` kills them, after the
+    // workload's tasks are aborted), instead of outliving the bench.
+    let run = run(args);
+    tokio::pin!(run);
     tokio::select! {
         biased;
         signal = shutdown_signal() => {
             eprintln!("distlock-bench: {signal}; stopping");
             ExitCode::from(130)
         }
-        code = run(args) => code,
+        code = &mut run => code,
     }
 }
 
@@ -70,7 +76,11 @@ async fn shutdown_signal() -> &'static str {
 async fn run(args: cli::Args) -> ExitCode {
     let mut targets = workloads::Targets::default();
     let cpus = args.server_cpus.as_deref();
-    let _server = if args.workloads.iter().any(|w| !w.is_cluster()) {
+    let _server = if args
+        .workloads
+        .iter()
+        .any(|w| !w.is_cluster() && !w.is_quorum())
+    {
         match &args.url {
             Some(url) => {
                 targets.single = Some(url.clone());
@@ -122,6 +132,23 @@ async fn run(args: cli::Args) -> ExitCode {
     } else {
         None
     };
+    let mut _quorum = Vec::new();
+    if args.workloads.iter().any(|w| w.is_quorum()) {
+        if args.quorum_urls.is_empty() {
+            for _ in 0..3 {
+                match server::Server::start(cpus) {
+                    Ok(server) => _quorum.push(server),
+                    Err(message) => {
+                        eprintln!("distlock-bench: {message}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            targets.quorum = Some(_quorum.iter().map(server::Server::url).collect());
+        } else {
+            targets.quorum = Some(args.quorum_urls.clone());
+        }
+    }
     let mut results = Vec::new();
     for workload in &args.workloads {
         let mut runs: Vec<Vec<report::Outcome>> = vec![Vec::new(); args.peers.len()];

@@ -134,6 +134,8 @@ struct Shape {
     cap: u64,
     subjects: u64,
     rate: Rate,
+    /// Subjects drawn from this many hash slots only (`--cluster-slots`, cluster workloads).
+    slots: Option<u16>,
 }
 
 fn shape(workload: Workload, args: &Args) -> Result<Shape, String> {
@@ -164,6 +166,7 @@ fn shape(workload: Workload, args: &Args) -> Result<Shape, String> {
         cap: args.ops.unwrap_or(cap),
         subjects,
         rate,
+        slots: args.cluster_slots.filter(|_| workload.is_cluster()),
     })
 }
 
@@ -175,20 +178,26 @@ struct Run {
 }
 
 async fn drive(decider: Decider, shape: &Shape, run_id: u32) -> Result<Run, String> {
+    // Built before the clock starts: formatting one per operation costs about as much as a
+    // deny-cache hit, and would be counted as the peer's time.
+    let slot_names = shape.slots.map(crate::slots::SlotNames::new);
+    let subjects: Vec<String> = (0..shape.subjects)
+        .map(|i| match &slot_names {
+            Some(names) => names.name(&format!("s{run_id}:{i}:"), i),
+            None => format!("s{run_id}:{i}"),
+        })
+        .collect();
     let deadline = Instant::now() + shape.budget;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let mut handles = Vec::with_capacity(shape.tasks);
+    // A set, so that a run cut short (a signal drops it) stops its tasks before the servers go.
+    let mut handles = tokio::task::JoinSet::new();
     for _ in 0..shape.tasks {
         let mut decider = decider.clone();
         let next = next.clone();
         let cap = shape.cap;
-        // Built before the clock starts: formatting one per operation costs about as much
-        // as a deny-cache hit, and would be counted as the peer's time.
-        let subjects: Vec<String> = (0..shape.subjects)
-            .map(|i| format!("s{run_id}:{i}"))
-            .collect();
-        handles.push(tokio::spawn(async move {
+        let subjects = subjects.clone();
+        handles.spawn(async move {
             let mut samples = Samples::default();
             let (mut allowed, mut errors) = (0u64, 0u64);
             loop {
@@ -212,7 +221,7 @@ async fn drive(decider: Decider, shape: &Shape, run_id: u32) -> Result<Run, Stri
                 }
             }
             (samples, allowed, errors)
-        }));
+        });
     }
     let mut run = Run {
         samples: Samples::default(),
@@ -220,8 +229,8 @@ async fn drive(decider: Decider, shape: &Shape, run_id: u32) -> Result<Run, Stri
         errors: 0,
         elapsed: Duration::ZERO,
     };
-    for handle in handles {
-        let (samples, allowed, errors) = handle.await.map_err(|e| e.to_string())?;
+    while let Some(joined) = handles.join_next().await {
+        let (samples, allowed, errors) = joined.map_err(|e| e.to_string())?;
         run.samples.merge(samples);
         run.allowed += allowed;
         run.errors += errors;
@@ -242,6 +251,9 @@ pub async fn run(
     let run_id = rand::random::<u32>();
 
     let mut extra = vec![("tasks", shape.tasks.to_string())];
+    if let Some(n) = shape.slots {
+        extra.push(("cluster_slots", n.to_string()));
+    }
     if workload == Workload::RatelimitDeniedHot {
         // Spend the key first, so every decision in the run is a denial.
         let mut warm = Decider::new(peer, workload, targets, shape.rate, false).await?;

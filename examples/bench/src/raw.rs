@@ -1,7 +1,9 @@
 //! The baseline: what a careful user writes by hand with the `redis` crate. One multiplexed
 //! connection (on a cluster, redis-rs's `cluster_async::ClusterConnection`, which routes each
 //! command to its key's node); `SET NX PX` to acquire, an EVALSHA compare-and-delete to
-//! release, polling every millisecond while a lock is busy.
+//! release, polling every millisecond while a lock is busy. On a Redlock quorum, the same
+//! two commands sent to every node at once, as the Redlock description has them: granted when
+//! a majority said yes within what is left of the ttl, released everywhere.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -81,4 +83,54 @@ pub async fn release(
 /// A token as unguessable as distlock's, so both peers pay for one.
 pub fn token() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// Redlock's clock drift allowance: 1% of the ttl plus 2 ms.
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// One Redlock attempt over `nodes` (one connection per independent primary): `SET NX PX` on
+/// every node at once, each bounded by `node_timeout`; granted if a majority said yes and some
+/// of the ttl is left after the time spent and the drift. A failed attempt releases whatever
+/// it got. `true` if granted.
+pub async fn quorum_try_acquire(
+    nodes: &mut [MultiplexedConnection],
+    key: &str,
+    token: &str,
+    ttl: Duration,
+    node_timeout: Duration,
+) -> bool {
+    let start = std::time::Instant::now();
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let granted = futures_util::future::join_all(nodes.iter_mut().map(|conn| async move {
+        matches!(
+            tokio::time::timeout(node_timeout, try_acquire(conn, key, token, ttl_ms)).await,
+            Ok(Ok(true))
+        )
+    }))
+    .await
+    .into_iter()
+    .filter(|&yes| yes)
+    .count();
+    let valid = ttl.saturating_sub(start.elapsed() + drift(ttl)) > Duration::ZERO;
+    if granted > nodes.len() / 2 && valid {
+        return true;
+    }
+    quorum_release(nodes, key, token).await;
+    false
+}
+
+/// The compare-and-delete on every node at once (errors ignored: the ttl ends what is left).
+/// How many nodes held it.
+pub async fn quorum_release(nodes: &mut [MultiplexedConnection], key: &str, token: &str) -> usize {
+    futures_util::future::join_all(
+        nodes
+            .iter_mut()
+            .map(|conn| async move { matches!(release(conn, key, token).await, Ok(true)) }),
+    )
+    .await
+    .into_iter()
+    .filter(|&held| held)
+    .count()
 }

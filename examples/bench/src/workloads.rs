@@ -1,4 +1,5 @@
-//! The workloads of DESIGN §9, each runnable through either peer, and their cluster variants.
+//! The workloads of DESIGN §9, each runnable through either peer, and their cluster and
+//! Redlock quorum variants.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +17,10 @@ use crate::stats::Samples;
 
 /// Lock ttl in every lock workload.
 const LOCK_TTL: Duration = Duration::from_secs(30);
+
+/// The raw Redlock baseline's bound on each node's answer: distlock's default
+/// (`min(ttl / 10, 50 ms)`).
+const QUORUM_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -36,6 +41,10 @@ pub enum Workload {
     SemaphoreUncontended,
     /// 16 tasks on one semaphore of 4 permits.
     SemaphoreContended,
+    /// `lock_uncontended_seq` on a Redlock quorum.
+    QuorumLockSeq,
+    /// `lock_uncontended_parallel` on a Redlock quorum.
+    QuorumLockParallel,
 }
 
 impl Workload {
@@ -57,6 +66,8 @@ impl Workload {
 
     /// Run only when named (CI's smoke run counts the default set's lines).
     pub const EXTRA: [Workload; 2] = [Self::SemaphoreUncontended, Self::SemaphoreContended];
+    /// Run only when named, or with `--quorum`. Locks only: a quorum client refuses rate limits.
+    pub const QUORUM: [Workload; 2] = [Self::QuorumLockSeq, Self::QuorumLockParallel];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -73,6 +84,8 @@ impl Workload {
             Self::ClusterRatelimitParallel => "cluster_ratelimit_parallel",
             Self::SemaphoreUncontended => "semaphore_uncontended",
             Self::SemaphoreContended => "semaphore_contended",
+            Self::QuorumLockSeq => "quorum_lock_seq",
+            Self::QuorumLockParallel => "quorum_lock_parallel",
         }
     }
 
@@ -81,6 +94,7 @@ impl Workload {
             .into_iter()
             .chain(Self::CLUSTER)
             .chain(Self::EXTRA)
+            .chain(Self::QUORUM)
             .find(|w| w.name() == name)
     }
 
@@ -92,17 +106,25 @@ impl Workload {
         )
     }
 
-    /// The single-primary workload a cluster workload repeats.
+    /// Runs on the Redlock quorum instead of the single primary.
+    pub fn is_quorum(self) -> bool {
+        matches!(self, Self::QuorumLockSeq | Self::QuorumLockParallel)
+    }
+
+    /// The single-primary workload a cluster or quorum workload repeats.
     pub fn single_counterpart(self) -> Option<Self> {
         match self {
-            Self::ClusterLockParallel => Some(Self::LockUncontendedParallel),
+            Self::ClusterLockParallel | Self::QuorumLockParallel => {
+                Some(Self::LockUncontendedParallel)
+            }
+            Self::QuorumLockSeq => Some(Self::LockUncontendedSeq),
             Self::ClusterRatelimitParallel => Some(Self::RatelimitParallel),
             _ => None,
         }
     }
 
-    /// Reports the server's cost per operation (the cluster workloads and their single-primary
-    /// counterparts, so the two compare in one run).
+    /// Reports the server's cost per operation, summed over the nodes (the parallel cluster and
+    /// quorum workloads and their single-primary counterparts, so they compare in one run).
     pub fn measures_server(self) -> bool {
         matches!(
             self,
@@ -110,16 +132,17 @@ impl Workload {
                 | Self::RatelimitParallel
                 | Self::ClusterLockParallel
                 | Self::ClusterRatelimitParallel
+                | Self::QuorumLockParallel
         )
     }
 
     /// (tasks, default time budget, op cap).
     pub fn shape(self) -> (usize, Duration, u64) {
         match self {
-            Self::LockUncontendedSeq => (1, Duration::from_secs(5), 20_000),
-            Self::LockUncontendedParallel | Self::ClusterLockParallel => {
-                (32, Duration::from_secs(5), 300_000)
-            }
+            Self::LockUncontendedSeq | Self::QuorumLockSeq => (1, Duration::from_secs(5), 20_000),
+            Self::LockUncontendedParallel
+            | Self::ClusterLockParallel
+            | Self::QuorumLockParallel => (32, Duration::from_secs(5), 300_000),
             // A fixed count of sections: the time budget is only a safety stop.
             Self::LockContended => (8, Duration::from_secs(120), 2_000),
             // 10 000 leases held for 15 s (the hold, not an op count, is the budget).
@@ -158,11 +181,13 @@ impl Peer {
     }
 }
 
-/// Where the workloads run: the single primary and, for the `cluster_*` workloads, a cluster.
+/// Where the workloads run: the single primary and, for the `cluster_*` workloads, a cluster,
+/// and for the `quorum_*` workloads, independent primaries.
 #[derive(Debug, Default)]
 pub struct Targets {
     pub single: Option<String>,
     pub cluster: Option<crate::cluster::Target>,
+    pub quorum: Option<Vec<String>>,
 }
 
 impl Targets {
@@ -176,9 +201,16 @@ impl Targets {
         self.cluster.as_ref().ok_or_else(|| "no cluster".to_owned())
     }
 
-    /// The nodes that hold `workload`'s keys: the single primary, or every master.
+    pub fn quorum(&self) -> Result<&[String], String> {
+        self.quorum.as_deref().ok_or_else(|| "no quorum".to_owned())
+    }
+
+    /// The nodes that hold `workload`'s keys: the single primary, every master, or every
+    /// node of the quorum.
     pub fn nodes(&self, workload: Workload) -> Result<Vec<String>, String> {
-        if workload.is_cluster() {
+        if workload.is_quorum() {
+            Ok(self.quorum()?.to_vec())
+        } else if workload.is_cluster() {
             Ok(self.cluster()?.masters.clone())
         } else {
             Ok(vec![self.single()?.to_owned()])
@@ -191,7 +223,9 @@ pub async fn distlock_client(
     workload: Workload,
     targets: &Targets,
 ) -> Result<distlock::Client, String> {
-    let client = if workload.is_cluster() {
+    let client = if workload.is_quorum() {
+        distlock::Client::connect_quorum(targets.quorum()?).await
+    } else if workload.is_cluster() {
         distlock::Client::connect_cluster(&targets.cluster()?.seeds).await
     } else {
         distlock::Client::connect(targets.single()?).await
@@ -205,12 +239,21 @@ enum Locker {
     Distlock(distlock::Client),
     Raw(MultiplexedConnection),
     RawCluster(ClusterConnection),
+    /// One connection per node of the quorum.
+    RawQuorum(Vec<MultiplexedConnection>),
 }
 
 impl Locker {
     async fn connect(peer: Peer, workload: Workload, targets: &Targets) -> Result<Self, String> {
         Ok(match peer {
             Peer::Distlock => Self::Distlock(distlock_client(workload, targets).await?),
+            Peer::Raw if workload.is_quorum() => {
+                let mut nodes = Vec::new();
+                for url in targets.quorum()? {
+                    nodes.push(raw::connect(url).await?);
+                }
+                Self::RawQuorum(nodes)
+            }
             Peer::Raw if workload.is_cluster() => {
                 Self::RawCluster(raw::connect_cluster(&targets.cluster()?.seeds).await?)
             }
@@ -218,18 +261,19 @@ impl Locker {
         })
     }
 
-    /// What the server counts as this peer's own commands, for a lock cycle.
-    fn accounting(&self) -> Accounting<'static> {
+    /// What the server counts as this peer's own commands, for a lock cycle on `nodes` nodes
+    /// that each see the whole cycle (a quorum's) or on one node per cycle (otherwise).
+    fn accounting(&self, nodes_per_op: u64) -> Accounting<'static> {
         match self {
             // An acquire and a release, both carried by script calls.
             Self::Distlock(_) => Accounting {
                 plain: &[],
-                scripted_items_per_op: 2,
+                scripted_items_per_op: 2 * nodes_per_op,
             },
             // A plain `SET NX PX`, and the release script.
-            Self::Raw(_) | Self::RawCluster(_) => Accounting {
+            Self::Raw(_) | Self::RawCluster(_) | Self::RawQuorum(_) => Accounting {
                 plain: &["set"],
-                scripted_items_per_op: 1,
+                scripted_items_per_op: nodes_per_op,
             },
         }
     }
@@ -248,6 +292,14 @@ impl Locker {
             }
             Self::Raw(conn) => raw_cycle(conn, key).await?,
             Self::RawCluster(conn) => raw_cycle(conn, key).await?,
+            Self::RawQuorum(nodes) => {
+                let token = raw::token();
+                if !raw::quorum_try_acquire(nodes, key, &token, LOCK_TTL, QUORUM_NODE_TIMEOUT).await
+                {
+                    return Err(format!("{key}: no majority"));
+                }
+                raw::quorum_release(nodes, key, &token).await;
+            }
         }
         Ok(())
     }
@@ -275,6 +327,7 @@ impl Locker {
             }
             Self::Raw(conn) => raw_section(conn, key, counter, start).await,
             Self::RawCluster(conn) => raw_section(conn, key, counter, start).await,
+            Self::RawQuorum(_) => Err("no contended workload on a quorum".to_owned()),
         }
     }
 }
@@ -376,14 +429,20 @@ pub async fn run(
     let tasks = args.tasks.unwrap_or(default_tasks);
     let cap = args.ops.unwrap_or(default_cap);
     let budget_time = args.duration.unwrap_or(default_budget);
-    let locker = Locker::connect(peer, workload, targets).await?;
     let mut probe = Probe::connect(&targets.nodes(workload)?).await?;
     probe.flush().await?;
+    // After the flush: a quorum client reads each node's boot value at connect, and a node
+    // flushed under it would look restarted and sit out of majorities for the quarantine.
+    let locker = Locker::connect(peer, workload, targets).await?;
     let mut admin = match workload {
         Workload::LockContended => Some(raw::connect(targets.single()?).await?),
         _ => None,
     };
     let run_id = rand::random::<u32>();
+    let slot_names = args
+        .cluster_slots
+        .filter(|_| workload.is_cluster())
+        .map(|n| Arc::new(crate::slots::SlotNames::new(n)));
 
     let before = if workload.measures_server() {
         Some(probe.snapshot().await?)
@@ -396,12 +455,14 @@ pub async fn run(
         cap,
         next: AtomicU64::new(0),
     });
-    let mut handles = Vec::with_capacity(tasks);
+    // A set, so that a run cut short (a signal drops it) stops its tasks before the servers go.
+    let mut handles = tokio::task::JoinSet::new();
     for task in 0..tasks {
         let mut locker = locker.clone();
         let budget = budget.clone();
         let mut counter = admin.clone();
-        handles.push(tokio::spawn(async move {
+        let slot_names = slot_names.clone();
+        handles.spawn(async move {
             let mut result = TaskResult {
                 samples: Samples::with_capacity(
                     usize::try_from(cap).unwrap_or(0) / tasks.max(1) + 1,
@@ -412,9 +473,14 @@ pub async fn run(
                 let outcome = match workload {
                     Workload::LockUncontendedSeq
                     | Workload::LockUncontendedParallel
-                    | Workload::ClusterLockParallel => {
+                    | Workload::ClusterLockParallel
+                    | Workload::QuorumLockSeq
+                    | Workload::QuorumLockParallel => {
                         let start = Instant::now();
-                        let key = format!("bench:{run_id}:{task}:{op}");
+                        let key = match &slot_names {
+                            Some(names) => names.name(&format!("bench:{run_id}:{task}:{op}:"), op),
+                            None => format!("bench:{run_id}:{task}:{op}"),
+                        };
                         locker.cycle(&key).await.map(|()| start.elapsed())
                     }
                     Workload::LockContended => match counter.as_mut() {
@@ -434,12 +500,12 @@ pub async fn run(
                 }
             }
             result
-        }));
+        });
     }
     let mut samples = Samples::default();
     let mut errors = 0;
-    for handle in handles {
-        let result = handle.await.map_err(|e| format!("task failed: {e}"))?;
+    while let Some(joined) = handles.join_next().await {
+        let result = joined.map_err(|e| format!("task failed: {e}"))?;
         samples.merge(result.samples);
         errors += result.errors;
     }
@@ -463,12 +529,19 @@ pub async fn run(
         ("tasks", tasks.to_string()),
         ("seconds", format!("{:.3}", elapsed.as_secs_f64())),
     ];
+    if let Some(n) = slot_names.as_ref().map(|s| s.targets().len()) {
+        extra.push(("cluster_slots", n.to_string()));
+    }
     if let Some(delta) = server {
         extra.extend(serverstats::fields(
             &delta,
             n,
             probe.nodes(),
-            locker.accounting(),
+            locker.accounting(if workload.is_quorum() {
+                probe.nodes() as u64
+            } else {
+                1
+            }),
         ));
     }
     Ok(Outcome {

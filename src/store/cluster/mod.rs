@@ -135,8 +135,7 @@ impl ClusterStore {
         })
     }
 
-    /// The connection, for test hooks.
-    #[cfg(feature = "test-util")]
+    /// The connection (test hooks, the operators' view of a lock).
     pub(crate) fn connection(&self) -> ClusterConnection {
         self.inner.conn.clone()
     }

@@ -203,7 +203,8 @@ impl QuorumStore {
         Ok(store)
     }
 
-    /// Every node's connection (test hooks, the operators' view of a lock).
+    /// Every node's connection, for test hooks.
+    #[cfg(feature = "test-util")]
     pub(crate) fn connections(&self) -> Vec<ConnectionManager> {
         self.inner.nodes.iter().map(|n| n.conn.clone()).collect()
     }

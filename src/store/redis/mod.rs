@@ -165,8 +165,7 @@ impl RedisStore {
         }
     }
 
-    /// The connection, for test hooks.
-    #[cfg(feature = "test-util")]
+    /// The connection (test hooks, the operators' view of a lock).
     pub(crate) fn connection(&self) -> PrimaryConn {
         self.conn.clone()
     }
