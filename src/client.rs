@@ -362,7 +362,11 @@ impl ClientBuilder {
     }
 
     /// Connects through Sentinel; see [`Client::connect_sentinel`].
-    pub async fn connect_sentinel<I, S>(self, master: &str, sentinels: I) -> Result<Client, StoreError>
+    pub async fn connect_sentinel<I, S>(
+        self,
+        master: &str,
+        sentinels: I,
+    ) -> Result<Client, StoreError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -384,8 +388,8 @@ impl ClientBuilder {
             }
             redis = redis.set_password(&password.0);
         }
-        let node = redis::sentinel::SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(redis);
+        let node =
+            redis::sentinel::SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
         let store = RedisStore::connect_sentinel(sentinels, master, node, self.settings()).await?;
         Ok(self.build(Store::Redis(store)))
     }

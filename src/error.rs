@@ -347,6 +347,18 @@ pub enum RateLimitError {
         /// The limit that was reached.
         in_flight: usize,
     },
+    /// The store failed several times in a row, so the limiter's
+    /// [`CircuitBreaker`](crate::ratelimit::CircuitBreaker) skips it for a while instead of
+    /// waiting a deadline on every check, and the outage policy is fail-closed (or the
+    /// operation is a reset, refund or penalty, which only the store can do). Refuse the
+    /// request as temporarily unavailable.
+    #[error(
+        "the rate-limit store is being skipped after repeated failures; next try in {retry_in:?}"
+    )]
+    CircuitOpen {
+        /// How long until the breaker lets a probe through to the store.
+        retry_in: Duration,
+    },
     /// The subject cannot be turned into a key; see [`InvalidName`].
     #[error(transparent)]
     InvalidSubject(#[from] InvalidName),
@@ -465,5 +477,17 @@ pub enum InvalidPolicy {
         count: usize,
         /// The most accepted.
         max: usize,
+    },
+    /// A per-subject rate names a policy the limiter does not have.
+    #[error("the rate limiter has no policy named `{name}`")]
+    UnknownPolicy {
+        /// The name given.
+        name: String,
+    },
+    /// A circuit breaker setting is out of range.
+    #[error("invalid circuit breaker: {reason}")]
+    CircuitBreaker {
+        /// What is wrong and what is accepted.
+        reason: String,
     },
 }

@@ -536,7 +536,10 @@ impl LockBuilder {
             AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
             AcquireReply::Unreplicated { acked, wanted } => {
                 guard.armed = true;
-                return Err(LockError::Store(StoreError::NotReplicated { acked, wanted }));
+                return Err(LockError::Store(StoreError::NotReplicated {
+                    acked,
+                    wanted,
+                }));
             }
         })
     }

@@ -25,17 +25,23 @@
 //! # Ok(()) }
 //! ```
 
+mod breaker;
 mod decision;
 mod deny_cache;
 mod limiter;
 mod policy;
 mod rate;
+mod reservation;
 
+pub use self::breaker::{
+    CircuitBreaker, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN,
+};
 pub use self::decision::{Decision, Origin, PolicyDecision};
 pub use self::limiter::{
-    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Outage, RateLimiter,
+    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT, Outage, RateLimiter,
 };
 pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
 pub use self::rate::ParseRateError;
 pub use self::rate::{MAX_PERIOD, MIN_PERIOD, Rate};
+pub use self::reservation::Reservation;

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::scripts::{Held, Replicas};
 use super::scripts::acquire::{AcquireReply, Waits};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::renew::RenewItem;
+use super::scripts::{Held, Replicas};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
 use crate::keys::LockKeys;

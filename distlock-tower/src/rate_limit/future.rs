@@ -165,7 +165,9 @@ async fn check<S: Clone, R>(
                         tracing::debug!(subject, error = %err, "unusable rate-limit key");
                     }
                     // The limiter fails closed: the store could not answer within its deadline.
-                    RateLimitError::Store(_) | RateLimitError::Overloaded { .. } => {
+                    RateLimitError::Store(_)
+                    | RateLimitError::Overloaded { .. }
+                    | RateLimitError::CircuitOpen { .. } => {
                         tracing::warn!(subject, error = %err, "rate-limit store unavailable");
                     }
                     _ => tracing::error!(subject, error = %err, "rate-limit check failed"),

@@ -261,7 +261,7 @@ impl MemoryStore {
         );
         let (mut states, old_expiries): (Vec<Option<RateState>>, Vec<Option<i64>>) =
             req.keys.iter().map(|k| rates.take(k, now).unzip()).unzip();
-        let (reply, written) = ratelimit::check(req.params, &mut states, now, req.cost);
+        let (reply, written) = ratelimit::run(req.params, &mut states, now, req.op);
         let entries = req.keys.iter().zip(states).zip(old_expiries).zip(written);
         for (((key, state), old), written) in entries {
             // A written state expires at its new reset time; an untouched one keeps its own.

@@ -13,8 +13,8 @@ use std::time::Duration;
 pub(crate) use self::connect::{RedisSettings, check_cluster_mode, probe};
 use self::pubsub::FollowingLink;
 pub(crate) use self::pubsub::{PubSubLink, route_push};
-pub(crate) use self::sentinel::PrimaryConn;
 use self::sentinel::FollowingConn;
+pub(crate) use self::sentinel::PrimaryConn;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
@@ -94,7 +94,11 @@ impl RedisStore {
                 "distlock: no pub/sub connection for release wake-ups; waiters will poll"
             ),
         }
-        Ok(Self::with(PrimaryConn::Following(following), settings, wakeups))
+        Ok(Self::with(
+            PrimaryConn::Following(following),
+            settings,
+            wakeups,
+        ))
     }
 
     fn with(conn: PrimaryConn, settings: RedisSettings, wakeups: Arc<Wakeups>) -> Self {
@@ -162,7 +166,12 @@ impl Backend for RedisStore {
             waits,
             replicas,
         };
-        match self.acquires.run(item).await.map_err(|e| self.deadline(e))? {
+        match self
+            .acquires
+            .run(item)
+            .await
+            .map_err(|e| self.deadline(e))?
+        {
             // Granted but not acknowledged: the caller releases it.
             AcquireReply::Unreplicated { acked, wanted } => {
                 Err(StoreError::NotReplicated { acked, wanted })

@@ -174,7 +174,9 @@ impl FollowingConn {
         let limit = shared.settings.connect_timeout;
         let found = tokio::time::timeout(limit, async {
             let mut sentinel = shared.sentinel.lock().await;
-            sentinel.async_master_for(&shared.master, Some(&shared.node)).await
+            sentinel
+                .async_master_for(&shared.master, Some(&shared.node))
+                .await
         })
         .await;
         let client = match found {

@@ -103,7 +103,10 @@ pub(crate) enum AcquireReply {
     },
     /// Granted, but fewer replicas than required acknowledged it in time: the caller must
     /// not use it (and releases it).
-    Unreplicated { acked: u32, wanted: u32 },
+    Unreplicated {
+        acked: u32,
+        wanted: u32,
+    },
 }
 
 impl AcquireReply {
@@ -193,15 +196,17 @@ impl<C: Conn> Batch for Acquires<C> {
         Ok(codes
             .into_iter()
             .zip(items)
-            .map(|(code, item)| match (AcquireReply::from_code(code), item.replicas) {
-                (AcquireReply::Granted { .. }, Some(r)) if acked < r.count => {
-                    AcquireReply::Unreplicated {
-                        acked,
-                        wanted: r.count,
+            .map(
+                |(code, item)| match (AcquireReply::from_code(code), item.replicas) {
+                    (AcquireReply::Granted { .. }, Some(r)) if acked < r.count => {
+                        AcquireReply::Unreplicated {
+                            acked,
+                            wanted: r.count,
+                        }
                     }
-                }
-                (reply, _) => reply,
-            })
+                    (reply, _) => reply,
+                },
+            )
             .collect())
     }
 
