@@ -16,5 +16,6 @@ mod exactness;
 mod memory_bound;
 mod model;
 mod model_check;
+mod operations;
 mod outage;
 mod semantics;
