@@ -18,4 +18,5 @@ mod model;
 mod model_check;
 mod operations;
 mod outage;
+mod processes;
 mod semantics;
