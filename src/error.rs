@@ -491,3 +491,45 @@ pub enum InvalidPolicy {
         reason: String,
     },
 }
+
+/// Errors of a [`BloomFilter`](crate::bloom::BloomFilter).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BloomError {
+    /// A setting is out of range (or `expected_items` is missing); refused by `open`.
+    #[error("invalid Bloom filter configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// The filter exists with another configuration (or in the other storage): two services
+    /// disagree on its size. Open it with the same `expected_items`, `false_positive_rate`
+    /// and storage, or give one of them another name.
+    #[error("Bloom filter `{name}` exists as {stored:?}, not as {requested:?}")]
+    ConfigMismatch {
+        /// The filter's name.
+        name: String,
+        /// The configuration found in the store.
+        stored: String,
+        /// The configuration asked for.
+        requested: String,
+    },
+    /// [`BloomStorage::RedisBloom`](crate::bloom::BloomStorage::RedisBloom) was asked for and
+    /// the server has no RedisBloom module.
+    #[error(
+        "the server has no RedisBloom module (BF.* commands); use BloomStorage::Auto or Bitmaps"
+    )]
+    ModuleMissing,
+    /// The client's store cannot hold a filter (a Redlock quorum).
+    #[error("{reason}")]
+    UnsupportedStore {
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
+    /// The name cannot be turned into a key; see [`InvalidName`].
+    #[error(transparent)]
+    InvalidName(#[from] InvalidName),
+    /// The store failed; see [`StoreError`].
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -10,6 +10,7 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+pub mod bloom;
 mod client;
 mod error;
 pub mod http;
@@ -23,7 +24,7 @@ mod token;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use error::{
-    InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
+    BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
     RateLimitError, RefusedKind, StoreError,
 };
 #[cfg(feature = "test-util")]

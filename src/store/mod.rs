@@ -37,6 +37,7 @@ pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::redis::RedisStore;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
+pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
 pub(crate) use self::scripts::release::CLAIM;
@@ -164,6 +165,24 @@ impl Store {
             Self::Quorum(s) => s.rate_limit(req).await,
             Self::Memory(s) => Ok(s.rate_limit_at(req, now_us)),
         }
+    }
+
+    /// One Bloom filter operation, bounded by the operation timeout.
+    pub(crate) async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.bloom(native, op, shape, shards).await) })
+            .await
+    }
+
+    /// Whether the store has the RedisBloom module.
+    pub(crate) async fn bloom_module(&self) -> Result<bool, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.bloom_module().await) })
+            .await
     }
 
     pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {

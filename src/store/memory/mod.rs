@@ -7,6 +7,7 @@
 //! microseconds at the store's creation advanced by tokio's clock, or the injected time of a
 //! test.
 
+mod bloom;
 pub(crate) mod ratelimit;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 
 use self::ratelimit::State as RateState;
 use super::backend::Backend;
+use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::handoff::HandoffReply;
 use super::{
     AcquireReply, CLAIM, Held, RateReply, RateRequest, RenewItem, Replicas, Waits, Wakeups,
@@ -38,6 +40,7 @@ const STARVING: &str = "!";
 pub(crate) struct MemoryStore {
     state: Arc<Mutex<State>>,
     rates: Arc<Mutex<Rates>>,
+    blooms: Arc<bloom::Blooms>,
     wakeups: Arc<Wakeups>,
 }
 
@@ -281,6 +284,9 @@ impl MemoryStore {
         if let Some(v) = self.state().get(key, now) {
             return Some(v.expires_at.saturating_duration_since(now));
         }
+        if let Some(Some(ttl)) = self.blooms.pttl(key) {
+            return Some(ttl);
+        }
         let rates = self.rates();
         let now = rates.now_us();
         rates
@@ -377,6 +383,20 @@ impl Backend for MemoryStore {
 
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
         Ok(self.check_rate(req))
+    }
+
+    async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        self.blooms.run(native, op, shape, shards)
+    }
+
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        Ok(false)
     }
 
     fn wakeups(&self) -> &Arc<Wakeups> {

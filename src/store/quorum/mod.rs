@@ -44,6 +44,7 @@ use super::backend::Backend;
 use super::batch::Batch;
 use super::redis::{RedisSettings, check_cluster_mode, probe};
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
+use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::release::{ReleaseItem, Releases};
@@ -595,6 +596,22 @@ impl Backend for QuorumStore {
         })
     }
 
+    async fn bloom(
+        &self,
+        _native: bool,
+        _op: BloomOp,
+        _shape: &BloomShape,
+        _shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        Err(StoreError::Config {
+            message: BLOOM_UNSUPPORTED.to_owned(),
+        })
+    }
+
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     fn wakeups(&self) -> &Arc<Wakeups> {
         &self.inner.wakeups
     }
@@ -608,3 +625,8 @@ impl Backend for QuorumStore {
 pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store that counts: \
     connect a single primary (Client::connect) or a Cluster (Client::connect_cluster); counting \
     on independent primaries is not exact";
+
+/// Why a quorum client refuses Bloom filters.
+pub(crate) const BLOOM_UNSUPPORTED: &str = "Bloom filters need one store that holds them: a \
+    Redlock quorum's independent primaries would each hold a different filter; use a client \
+    on a single primary or a Cluster";

@@ -10,6 +10,8 @@
 //! one hash slot per item; no unbounded loops.
 
 pub(crate) mod acquire;
+pub(crate) mod bloom;
+pub(crate) mod bloom_native;
 pub(crate) mod handoff;
 mod lua;
 pub(crate) mod ratelimit;
