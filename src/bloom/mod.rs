@@ -471,7 +471,7 @@ impl BloomFilter {
         let store = self.client.store();
         let shape = &self.layout.shape;
         let mut replies = store.bloom(native, op, shape, shards).await?;
-        let expired = replies.iter().any(|r| *r == ShardReply::Missing);
+        let expired = replies.contains(&ShardReply::Missing);
         if expired && matches!(op, BloomOp::Add | BloomOp::Count) {
             store
                 .bloom(native, BloomOp::Open, shape, &self.layout.shards)

@@ -158,7 +158,7 @@ async fn a_sharded_bloom_filter_spreads_over_the_slots() {
         .expect("open");
     assert!(filter.shards() >= 10, "{} shards", filter.shards());
     let slots: std::collections::HashSet<u16> = (0..filter.shards())
-        .map(|i| slot_of(&format!("bloom:bloom:{{big%7Bset%7D%S{i}}}")))
+        .map(|i| slot_of(format!("bloom:bloom:{{big%7Bset%7D%S{i}}}")))
         .collect();
     assert!(slots.len() >= 10, "shards share slots: {slots:?}");
     let items: Vec<String> = (0..50_000).map(|i| format!("member:{i}")).collect();
