@@ -26,7 +26,8 @@ workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelim
            ratelimit_parallel ratelimit_accuracy ratelimit_denied_hot watchdog_scale layer_overhead
 cluster (only when named or with --cluster): cluster_lock_parallel cluster_ratelimit_parallel
   (lock_uncontended_parallel and ratelimit_parallel on a cluster; these four also report the
-  server's cost per operation: server_us_per_op, server_cpu_us_per_op, items_per_script_call)";
+  server's cost per operation: server_us_per_op, server_cpu_us_per_op, items_per_script_call)
+extra (only when named): bloom_contains_many (Bloom filter lookups, 1000 items per call)";
 
 #[derive(Debug)]
 pub struct Args {

@@ -11,6 +11,7 @@
 //! `cluster_*` workloads without `--cluster-url` its own local cluster; both are killed on
 //! exit, on an error and on SIGINT/SIGTERM.
 
+mod bloom;
 mod chart;
 mod cli;
 mod cluster;

@@ -32,6 +32,8 @@ pub enum Workload {
     ClusterLockParallel,
     /// `ratelimit_parallel` on a cluster.
     ClusterRatelimitParallel,
+    /// Bloom filter lookups, 1000 items per call (only when named).
+    BloomContainsMany,
 }
 
 impl Workload {
@@ -51,6 +53,9 @@ impl Workload {
     /// Run only when named, or with `--cluster`.
     pub const CLUSTER: [Workload; 2] = [Self::ClusterLockParallel, Self::ClusterRatelimitParallel];
 
+    /// Run only when named.
+    pub const EXTRA: [Workload; 1] = [Self::BloomContainsMany];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::LockUncontendedSeq => "lock_uncontended_seq",
@@ -64,6 +69,7 @@ impl Workload {
             Self::LayerOverhead => "layer_overhead",
             Self::ClusterLockParallel => "cluster_lock_parallel",
             Self::ClusterRatelimitParallel => "cluster_ratelimit_parallel",
+            Self::BloomContainsMany => "bloom_contains_many",
         }
     }
 
@@ -71,6 +77,7 @@ impl Workload {
         Self::ALL
             .into_iter()
             .chain(Self::CLUSTER)
+            .chain(Self::EXTRA)
             .find(|w| w.name() == name)
     }
 
@@ -120,7 +127,8 @@ impl Workload {
             | Self::ClusterRatelimitParallel
             | Self::RatelimitAccuracy
             | Self::RatelimitDeniedHot
-            | Self::LayerOverhead => (1, Duration::from_secs(5), 0),
+            | Self::LayerOverhead
+            | Self::BloomContainsMany => (1, Duration::from_secs(5), 0),
         }
     }
 }
@@ -348,6 +356,7 @@ pub async fn run(
             return crate::watchdog::run(peer, targets.single()?, args, workload.shape()).await;
         }
         Workload::LayerOverhead => return crate::layer::run(peer, args).await,
+        Workload::BloomContainsMany => return crate::bloom::run(peer, targets, args).await,
         Workload::RatelimitSeq
         | Workload::RatelimitParallel
         | Workload::ClusterRatelimitParallel
