@@ -30,7 +30,7 @@ fn encode_name(name: &str) -> Result<String, InvalidName> {
     Ok(out)
 }
 
-fn check_name(name: &str) -> Result<(), InvalidName> {
+pub(crate) fn check_name(name: &str) -> Result<(), InvalidName> {
     if name.is_empty() {
         return Err(InvalidName::Empty);
     }

@@ -13,11 +13,14 @@ use tokio::time::Instant;
 use super::breaker::{Admit, CircuitBreaker};
 use super::deny_cache::DenyCache;
 use super::reservation::{Reservation, Turn};
+use super::subject_rates::{
+    DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, Effective, RateLookup, RateTable,
+};
 use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
 use crate::error::{InvalidPolicy, RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
-use crate::store::{MemoryStore, PolicyParams, RateOp, RateReply, RateRequest, Store};
+use crate::store::{MemoryStore, RateOp, RateReply, RateRequest, Store};
 
 /// The longest a reservation may wait for its turn (366 days, the longest period).
 pub const MAX_WAIT: Duration = super::MAX_PERIOD;
@@ -95,7 +98,10 @@ pub enum Outage {
 pub struct RateLimiter {
     client: Client,
     policies: Arc<[Policy]>,
-    params: Arc<[PolicyParams]>,
+    /// The policies as the store sees them, for subjects without rates of their own.
+    base: Arc<Effective>,
+    /// Where subjects' own rates come from, if anywhere.
+    rates: Option<Arc<RateTable>>,
     /// Each policy's key up to the subject (see [`rate_key_head`]).
     key_heads: Arc<[Box<str>]>,
     outage: Outage,
@@ -239,7 +245,7 @@ impl Client {
 impl RateLimiter {
     fn new(client: Client, policies: Vec<Policy>) -> Self {
         let policies: Arc<[Policy]> = policies.into();
-        let params: Arc<[PolicyParams]> = policies.iter().map(Policy::params).collect();
+        let base = Effective::of(Arc::clone(&policies));
         let key_heads = policies
             .iter()
             .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
@@ -262,7 +268,8 @@ impl RateLimiter {
             fifo,
             breaker: Some(CircuitBreaker::new()),
             shared: Shared::new(DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, &policies),
-            params,
+            base,
+            rates: None,
         }
     }
 
@@ -298,6 +305,59 @@ impl RateLimiter {
     #[must_use]
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait;
+        self
+    }
+
+    /// Takes each subject's rates from `lookup` (a tenant's plan): the limiter's policies keep
+    /// their names and algorithms, and a policy the lookup names gets the rate it gives for
+    /// that subject. Answers are cached (see [`rate_cache`](Self::rate_cache)), and concurrent
+    /// checks of one subject share one lookup. A lookup that fails, takes longer than the
+    /// deadline, or gives a rate the policy cannot take (an unknown name, a burst for a window)
+    /// is logged at `warn`, and the subject keeps its previous rates (or the policies' own) for
+    /// a second before the lookup is tried again.
+    ///
+    /// When a subject's rate changes, what it used carries over (see
+    /// [Operating a limiter](crate#operating-a-limiter)): a downgrade never hands out a fresh
+    /// burst. Call before cloning the limiter.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate, SubjectRates};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let api = client
+    ///     .rate_limiter(Policy::gcra("api", Rate::per_minute(2)?)?) // the free plan
+    ///     .rates_by_subject(|tenant: String| async move {
+    ///         // Look the tenant's plan up in your database here.
+    ///         let rates = match tenant.as_str() {
+    ///             "acme" => SubjectRates::new().rate("api", Rate::per_minute(100)?),
+    ///             _ => SubjectRates::new(),
+    ///         };
+    ///         Ok::<_, distlock::InvalidPolicy>(rates)
+    ///     });
+    /// assert_eq!(api.check("acme").await?.limit, 100);
+    /// assert_eq!(api.check("someone").await?.limit, 2);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn rates_by_subject<L: RateLookup>(mut self, lookup: L) -> Self {
+        self.rates = Some(Arc::new(RateTable::new(
+            Arc::new(lookup),
+            DEFAULT_RATE_CACHE_TTL,
+            DEFAULT_RATE_CACHE_SUBJECTS,
+        )));
+        self
+    }
+
+    /// How long a subject's looked-up rates are kept (default 60 s; zero looks up on every
+    /// check, one lookup at a time per subject) and for how many subjects (default 10 000,
+    /// at least 1; when full, expired entries go, then all). Only with
+    /// [`rates_by_subject`](Self::rates_by_subject), after it; call before cloning.
+    #[must_use]
+    pub fn rate_cache(mut self, ttl: Duration, subjects: usize) -> Self {
+        if let Some(table) = &self.rates {
+            self.rates = Some(Arc::new(table.with_cache(ttl, subjects)));
+        }
         self
     }
 
@@ -392,21 +452,39 @@ impl RateLimiter {
     /// [`Overloaded`](RateLimitError::Overloaded) when the store cannot answer within the
     /// deadline. A denial is `Ok` with `allowed == false`.
     pub async fn check_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
-        self.validate_cost(cost)?;
+        let eff = self.effective(subject).await?;
+        validate_cost(&eff, cost)?;
         self.supported()?;
         // Invalid subjects are never cached, so the cache can be asked before the keys are
         // built: a hit costs no key, no round trip, and no allocation but the decision's.
         let cache = self.shared.deny_cache.as_ref();
-        if let Some(hit) = cache.and_then(|c| c.lookup(subject, cost, Instant::now())) {
+        if let Some(hit) =
+            cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
+        {
             // A hit is ready at once; spend tokio's cooperative budget so a caller hammering
             // a denied subject in a loop still lets the other tasks on its worker run.
             tokio::task::consume_budget().await;
             return Ok(self.enforce(subject, hit));
         }
         let keys = self.keys(subject)?;
-        match self.operate(subject, &keys, RateOp::Check { cost }).await {
-            Ok(reply) => Ok(self.enforce(subject, self.decision(reply, Origin::Store))),
-            Err(unavailable) => self.on_unavailable(subject, &keys, cost, unavailable),
+        match self
+            .operate(subject, &keys, &eff, RateOp::Check { cost })
+            .await
+        {
+            Ok(reply) => Ok(self.enforce(subject, decision(&eff, reply, Origin::Store))),
+            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, cost, unavailable),
+        }
+    }
+
+    /// `subject`'s policies: the limiter's own, or with the rates looked up for it.
+    async fn effective(&self, subject: &str) -> Result<Arc<Effective>, RateLimitError> {
+        match &self.rates {
+            None => Ok(Arc::clone(&self.base)),
+            Some(table) => {
+                // An unusable subject is refused before anyone is asked about it.
+                crate::keys::check_name(subject)?;
+                Ok(table.effective(subject, &self.base, self.deadline).await)
+            }
         }
     }
 
@@ -480,10 +558,13 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Reservation, RateLimitError> {
-        self.validate_cost(cost)?;
+        let eff = self.effective(subject).await?;
+        validate_cost(&eff, cost)?;
         self.supported()?;
         let cache = self.shared.deny_cache.as_ref();
-        if let Some(hit) = cache.and_then(|c| c.lookup(subject, cost, Instant::now())) {
+        if let Some(hit) =
+            cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
+        {
             // Others only move the turn later (or refund, which drops the entry): a cached
             // wait longer than max_wait is refused without a round trip.
             if hit.retry_after > max_wait || !self.fifo {
@@ -498,11 +579,11 @@ impl RateLimiter {
         } else {
             RateOp::Reserve { cost, max_wait_us }
         };
-        match self.operate(subject, &keys, op).await {
+        match self.operate(subject, &keys, &eff, op).await {
             Ok(reply) => {
                 let wait = Duration::from_micros(reply.wait_us);
                 let granted = reply.applied;
-                let decision = self.enforce(subject, self.decision(reply, Origin::Store));
+                let decision = self.enforce(subject, decision(&eff, reply, Origin::Store));
                 if granted && cost > 0 {
                     Ok(Reservation::granted(
                         decision,
@@ -520,7 +601,7 @@ impl RateLimiter {
                 }
             }
             Err(unavailable) => {
-                let decision = self.on_unavailable(subject, &keys, cost, unavailable)?;
+                let decision = self.on_unavailable(subject, &keys, &eff, cost, unavailable)?;
                 Ok(if decision.allowed {
                     Reservation::granted(decision, Duration::ZERO, None)
                 } else {
@@ -596,16 +677,17 @@ impl RateLimiter {
     async fn adjust(&self, subject: &str, op: RateOp) -> Result<Decision, RateLimitError> {
         self.supported()?;
         let keys = self.keys(subject)?;
+        let eff = self.effective(subject).await?;
         if self.outage == Outage::LocalFallback {
             let req = RateRequest {
                 keys: &keys,
-                params: &self.params,
+                params: &eff.params,
                 op,
             };
             self.shared.fallback.check_rate(&req);
         }
-        match self.operate(subject, &keys, op).await {
-            Ok(reply) => Ok(self.decision(reply, Origin::Store)),
+        match self.operate(subject, &keys, &eff, op).await {
+            Ok(reply) => Ok(decision(&eff, reply, Origin::Store)),
             Err(unavailable) => Err(unavailable.into()),
         }
     }
@@ -626,6 +708,7 @@ impl RateLimiter {
         &self,
         subject: &str,
         keys: &[String],
+        eff: &Effective,
         op: RateOp,
     ) -> Result<RateReply, Unavailable> {
         let probe = match self.breaker.as_ref().map(CircuitBreaker::admit) {
@@ -635,7 +718,7 @@ impl RateLimiter {
         };
         let cache = self.shared.deny_cache.as_ref();
         let sent = cache.map(DenyCache::sending);
-        let result = self.ask_store(keys, op).await;
+        let result = self.ask_store(keys, eff, op).await;
         let answered = match &result {
             Ok(_) => Some(true),
             Err(Unavailable::Store(_)) => Some(false),
@@ -662,19 +745,21 @@ impl RateLimiter {
                         // Every answer refreshes or drops the subject's entry, so the cache
                         // never serves figures the store has moved past.
                         RateOp::Check { cost } => {
-                            cache.record(
+                            cache.record_with(
                                 subject,
                                 cost,
                                 sent,
-                                &self.decision(reply.clone(), Origin::Store),
+                                &decision(eff, reply.clone(), Origin::Store),
+                                &eff.recovery,
                             );
                         }
                         RateOp::Reserve { cost, .. } if !reply.applied => {
-                            cache.record(
+                            cache.record_with(
                                 subject,
                                 cost,
                                 sent,
-                                &self.decision(reply.clone(), Origin::Store),
+                                &decision(eff, reply.clone(), Origin::Store),
+                                &eff.recovery,
                             );
                         }
                         // It changed the subject's state.
@@ -693,6 +778,7 @@ impl RateLimiter {
         }
         result
     }
+
     /// Test hook (`test-util`): one check decided at `now_us` (µs since the epoch) instead of
     /// the store's clock, straight to the store (no deny cache, no shadow mode, no outage
     /// policy). On Redis it is a separate script text, and every ttl it sets gets an hour of
@@ -705,15 +791,16 @@ impl RateLimiter {
         cost: u32,
         now_us: u64,
     ) -> Result<Decision, RateLimitError> {
-        self.validate_cost(cost)?;
+        let eff = self.effective(subject).await?;
+        validate_cost(&eff, cost)?;
         let keys = self.keys(subject)?;
         let req = RateRequest {
             keys: &keys,
-            params: &self.params,
+            params: &eff.params,
             op: RateOp::Check { cost },
         };
         let reply = self.client.store().rate_limit_at(&req, now_us).await?;
-        Ok(self.decision(reply, Origin::Store))
+        Ok(decision(&eff, reply, Origin::Store))
     }
 
     /// Test hook (`test-util`): the store keys of `subject`, one per policy.
@@ -744,23 +831,17 @@ impl RateLimiter {
         self.shared.max_in_flight - self.shared.in_flight.available_permits()
     }
 
-    fn validate_cost(&self, cost: u32) -> Result<(), RateLimitError> {
-        match self.policies.iter().find(|p| cost > p.limit()) {
-            Some(p) => Err(RateLimitError::CostTooLarge {
-                cost,
-                policy: p.name().to_owned(),
-                capacity: p.limit(),
-            }),
-            None => Ok(()),
-        }
-    }
-
     fn keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
         Ok(rate_keys(&self.key_heads, subject)?)
     }
 
     /// One round trip, bounded by the deadline and the in-flight limit.
-    async fn ask_store(&self, keys: &[String], op: RateOp) -> Result<RateReply, Unavailable> {
+    async fn ask_store(
+        &self,
+        keys: &[String],
+        eff: &Effective,
+        op: RateOp,
+    ) -> Result<RateReply, Unavailable> {
         let Ok(_permit) = self.shared.in_flight.try_acquire() else {
             return Err(Unavailable::Overloaded(self.shared.max_in_flight));
         };
@@ -768,7 +849,7 @@ impl RateLimiter {
         self.shared.store_calls.fetch_add(1, Ordering::Relaxed);
         let req = RateRequest {
             keys,
-            params: &self.params,
+            params: &eff.params,
             op,
         };
         let reply = tokio::time::timeout(self.deadline, self.client.store().rate_limit(&req))
@@ -792,23 +873,6 @@ impl RateLimiter {
         }
     }
 
-    fn decision(&self, reply: RateReply, origin: Origin) -> Decision {
-        let per_policy = self
-            .policies
-            .iter()
-            .zip(reply.verdicts)
-            .map(|(p, v)| PolicyDecision {
-                policy: Arc::clone(p.shared_name()),
-                allowed: v.allowed,
-                limit: u64::from(p.limit()),
-                remaining: v.remaining,
-                retry_after: Duration::from_micros(v.retry_us),
-                reset_after: Duration::from_micros(v.reset_us),
-            })
-            .collect();
-        Decision::from_policies(per_policy, origin)
-    }
-
     /// Applies shadow mode to a decision.
     fn enforce(&self, subject: &str, mut decision: Decision) -> Decision {
         if self.shadow && !decision.allowed {
@@ -830,6 +894,7 @@ impl RateLimiter {
         &self,
         subject: &str,
         keys: &[String],
+        eff: &Effective,
         cost: u32,
         why: Unavailable,
     ) -> Result<Decision, RateLimitError> {
@@ -849,7 +914,7 @@ impl RateLimiter {
         match outage {
             Outage::FailClosed => Err(why.into()),
             Outage::FailOpen => {
-                let per_policy = self
+                let per_policy = eff
                     .policies
                     .iter()
                     .map(|p| PolicyDecision {
@@ -866,12 +931,42 @@ impl RateLimiter {
             Outage::LocalFallback => {
                 let req = RateRequest {
                     keys,
-                    params: &self.params,
+                    params: &eff.params,
                     op: RateOp::Check { cost },
                 };
                 let reply = self.shared.fallback.check_rate(&req);
-                Ok(self.enforce(subject, self.decision(reply, Origin::LocalFallback)))
+                Ok(self.enforce(subject, decision(eff, reply, Origin::LocalFallback)))
             }
         }
     }
+}
+
+/// Refuses a cost above what one of the subject's policies allows at once.
+fn validate_cost(eff: &Effective, cost: u32) -> Result<(), RateLimitError> {
+    match eff.policies.iter().find(|p| cost > p.limit()) {
+        Some(p) => Err(RateLimitError::CostTooLarge {
+            cost,
+            policy: p.name().to_owned(),
+            capacity: p.limit(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The decision the store's reply makes, with the subject's policies.
+fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
+    let per_policy = eff
+        .policies
+        .iter()
+        .zip(reply.verdicts)
+        .map(|(p, v)| PolicyDecision {
+            policy: Arc::clone(p.shared_name()),
+            allowed: v.allowed,
+            limit: u64::from(p.limit()),
+            remaining: v.remaining,
+            retry_after: Duration::from_micros(v.retry_us),
+            reset_after: Duration::from_micros(v.reset_us),
+        })
+        .collect();
+    Decision::from_policies(per_policy, origin)
 }

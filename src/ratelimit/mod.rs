@@ -32,6 +32,7 @@ mod limiter;
 mod policy;
 mod rate;
 mod reservation;
+mod subject_rates;
 
 pub use self::breaker::{
     CircuitBreaker, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN,
@@ -45,3 +46,6 @@ pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
 pub use self::rate::ParseRateError;
 pub use self::rate::{MAX_PERIOD, MIN_PERIOD, Rate};
 pub use self::reservation::Reservation;
+pub use self::subject_rates::{
+    DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, LookupError, RateLookup, SubjectRates,
+};

@@ -2,10 +2,12 @@
 //! change of a subject's rate keeps what it used; reservations served in order, given back
 //! when cancelled, refused past the maximum wait; and the circuit breaker during an outage.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::ratelimit::{Algorithm, CircuitBreaker, Origin, Outage, Policy, Rate};
+use distlock::ratelimit::{Algorithm, CircuitBreaker, Origin, Outage, Policy, Rate, SubjectRates};
 use distlock::{Client, RateLimitError};
 use tokio::time::Instant;
 
@@ -20,6 +22,7 @@ on_both_stores!(
     acquire_serves_waiters_in_order_at_the_rate,
     a_cancelled_reservation_gives_its_turn_back,
     a_turn_past_max_wait_is_refused_at_once,
+    rates_come_from_the_subject_cached_and_changes_keep_usage,
 );
 
 /// 5 per minute on every algorithm: three checks, a refund, a penalty that saturates at
@@ -356,4 +359,83 @@ async fn the_breaker_answers_at_once_during_an_outage() {
     assert!(slow(&with) <= 15, "{} checks waited: {with:?}", slow(&with));
     // Closing again after the outage is `outage::back_on_the_store_within_a_second_of_a_restart`
     // (every limiter has a breaker by default).
+}
+
+/// A plan per tenant from a lookup: the rate follows the plan, the lookup runs once per
+/// subject while cached (once for 20 concurrent checks), a changed plan applies after the
+/// cache's ttl with the usage carried over, and a failing or wrong lookup leaves the
+/// policy's own rate.
+async fn rates_come_from_the_subject_cached_and_changes_keep_usage(fx: Fixture) {
+    let plans: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    plans.lock().expect("plans").insert("acme".into(), 10);
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let limiter = {
+        let (plans, lookups) = (Arc::clone(&plans), Arc::clone(&lookups));
+        fx.client
+            .rate_limiter(
+                Policy::sliding_window("api", Rate::per_minute(2).expect("rate")).expect("policy"),
+            )
+            .rates_by_subject(move |tenant: String| {
+                let (plans, lookups) = (Arc::clone(&plans), Arc::clone(&lookups));
+                async move {
+                    lookups.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    if tenant == "broken" {
+                        return Err("the plan database is down".into());
+                    }
+                    if tenant == "wrong" {
+                        return Ok(SubjectRates::new().rate("nope", Rate::per_minute(99)?));
+                    }
+                    let per_minute = plans.lock().expect("plans").get(&tenant).copied();
+                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(match per_minute {
+                        Some(n) => SubjectRates::new().rate("api", Rate::per_minute(n)?),
+                        None => SubjectRates::new(),
+                    })
+                }
+            })
+            .rate_cache(Duration::from_millis(300), 100)
+    };
+    let checks: Vec<_> = (0..20)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("acme").await.expect("check") })
+        })
+        .collect();
+    let mut allowed = 0;
+    for check in checks {
+        let d = check.await.expect("task");
+        assert_eq!(d.limit, 10, "{}", brief(&d));
+        allowed += usize::from(d.allowed);
+    }
+    assert_eq!(allowed, 10, "the plan's 10 per minute");
+    assert_eq!(
+        lookups.load(Ordering::SeqCst),
+        1,
+        "one lookup for 20 checks"
+    );
+    let free = limiter.check("someone").await.expect("check");
+    assert_eq!(free.limit, 2, "no plan: the policy's own rate");
+    for subject in ["broken", "wrong"] {
+        let d = limiter.check(subject).await.expect("check");
+        assert_eq!(d.limit, 2, "{subject}: the policy's own rate");
+    }
+    // Downgraded to 5 per minute: the 10 used count, nothing more passes.
+    plans.lock().expect("plans").insert("acme".into(), 5);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let d = limiter.check("acme").await.expect("check");
+    assert_eq!(d.limit, 5);
+    assert!(
+        !d.allowed,
+        "the downgrade handed out a burst: {}",
+        brief(&d)
+    );
+    // Upgraded to 20: the 10 used still count, 10 more pass.
+    plans.lock().expect("plans").insert("acme".into(), 20);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let d = limiter.peek("acme").await.expect("peek");
+    assert_eq!((d.limit, d.remaining), (20, 10), "{}", brief(&d));
+    assert!(matches!(
+        limiter.check("").await,
+        Err(RateLimitError::InvalidSubject(_))
+    ));
 }
