@@ -803,6 +803,35 @@ impl RateLimiter {
         Ok(decision(&eff, reply, Origin::Store))
     }
 
+    /// Test hook (`test-util`): one operation decided at `now_us`, as
+    /// [`__check_at`](Self::__check_at): (decision, applied, wait µs).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub async fn __operate_at(
+        &self,
+        subject: &str,
+        op: TestOp,
+        now_us: u64,
+    ) -> Result<(Decision, bool, u64), RateLimitError> {
+        let eff = self.effective(subject).await?;
+        let keys = self.keys(subject)?;
+        let op = match op {
+            TestOp::Check(cost) => RateOp::Check { cost },
+            TestOp::Reserve(cost, max_wait_us) => RateOp::Reserve { cost, max_wait_us },
+            TestOp::Refund(n) => RateOp::Refund(n),
+            TestOp::Penalize(n) => RateOp::Penalize(n),
+            TestOp::Reset => RateOp::Reset,
+        };
+        let req = RateRequest {
+            keys: &keys,
+            params: &eff.params,
+            op,
+        };
+        let reply = self.client.store().rate_limit_at(&req, now_us).await?;
+        let (applied, wait) = (reply.applied, reply.wait_us);
+        Ok((decision(&eff, reply, Origin::Store), applied, wait))
+    }
+
     /// Test hook (`test-util`): the store keys of `subject`, one per policy.
     #[cfg(feature = "test-util")]
     #[doc(hidden)]
@@ -969,4 +998,17 @@ fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
         })
         .collect();
     Decision::from_policies(per_policy, origin)
+}
+
+/// Test hook (`test-util`): an operation for [`RateLimiter::__operate_at`].
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum TestOp {
+    Check(u32),
+    /// Cost, max wait µs.
+    Reserve(u32, u64),
+    Refund(u32),
+    Penalize(u32),
+    Reset,
 }

@@ -38,6 +38,9 @@ pub use self::breaker::{
     CircuitBreaker, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN,
 };
 pub use self::decision::{Decision, Origin, PolicyDecision};
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub use self::limiter::TestOp as __TestOp;
 pub use self::limiter::{
     DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT, Outage, RateLimiter,
 };

@@ -11,7 +11,7 @@ use distlock::ratelimit::{Algorithm, CircuitBreaker, Origin, Outage, Policy, Rat
 use distlock::{Client, RateLimitError};
 use tokio::time::Instant;
 
-use crate::common::{ALGORITHMS, brief, policy};
+use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
 use crate::support::fixture::{Fixture, on_both_stores};
 use crate::support::{Proxy, RedisServer};
 
@@ -19,10 +19,11 @@ on_both_stores!(
     refund_penalize_and_reset_on_every_algorithm,
     several_policies_move_together,
     a_rate_change_keeps_what_was_used,
-    acquire_serves_waiters_in_order_at_the_rate,
+    acquire_lets_waiters_through_no_faster_than_the_rate,
     a_cancelled_reservation_gives_its_turn_back,
     a_turn_past_max_wait_is_refused_at_once,
     rates_come_from_the_subject_cached_and_changes_keep_usage,
+    a_sliding_log_refilled_at_one_instant_counts_every_entry,
 );
 
 /// 5 per minute on every algorithm: three checks, a refund, a penalty that saturates at
@@ -177,9 +178,10 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
     );
 }
 
-/// 50/s, burst 1: 12 tasks acquire at once; each passes in the order its turn was given,
-/// one every 20 ms.
-async fn acquire_serves_waiters_in_order_at_the_rate(fx: Fixture) {
+/// 50/s, burst 1: 12 tasks acquire at once; each waits its turn, so the k-th pass comes no
+/// sooner than k turns of 20 ms after the start (a late wake-up on a loaded machine is no
+/// failure; the two-process test in `tests/waiting` measures the spacing).
+async fn acquire_lets_waiters_through_no_faster_than_the_rate(fx: Fixture) {
     let limiter = fx.client.rate_limiter(
         Policy::gcra(
             "worker",
@@ -205,17 +207,15 @@ async fn acquire_serves_waiters_in_order_at_the_rate(fx: Fixture) {
     }
     let mut passes = passes.lock().expect("lock").clone();
     passes.sort();
-    let gaps: Vec<Duration> = passes.windows(2).map(|w| w[1] - w[0]).collect();
-    for gap in &gaps {
+    assert_eq!(passes.len(), 12);
+    for (k, pass) in passes.iter().enumerate() {
+        // Less 1 ms for the store's clock against this one.
+        let turn = Duration::from_millis(20) * u32::try_from(k).expect("fits");
         assert!(
-            *gap >= Duration::from_millis(15) && *gap <= Duration::from_millis(60),
-            "passes {passes:?}"
+            *pass + Duration::from_millis(1) >= turn,
+            "pass {k} came before its turn at {turn:?}: {passes:?}"
         );
     }
-    assert!(
-        passes[11] >= Duration::from_millis(220),
-        "12 turns of 20 ms: {passes:?}"
-    );
 }
 
 /// A reservation dropped before its turn gives the turn back: the next caller gets it.
@@ -438,4 +438,38 @@ async fn rates_come_from_the_subject_cached_and_changes_keep_usage(fx: Fixture) 
         limiter.check("").await,
         Err(RateLimitError::InvalidSubject(_))
     ));
+}
+
+/// A sliding log of 20: 12 entries at one instant, one refunded, then 9 more at that instant
+/// fill it exactly. (Found by the model check: the Redis log numbered a new entry after how
+/// many there were at its time; a refund takes the member that sorts last, "t:9" of "t:1" to
+/// "t:12", so the next entry, numbered 12, overwrote one and was lost.)
+async fn a_sliding_log_refilled_at_one_instant_counts_every_entry(fx: Fixture) {
+    use distlock::ratelimit::__TestOp as Op;
+    let limiter =
+        fx.client
+            .rate_limiter(policy(Algorithm::SlidingLog, 20, Duration::from_secs(60)));
+    let at = EPOCH_US;
+    let (d, applied, _) = limiter
+        .__operate_at("log", Op::Check(12), at)
+        .await
+        .expect("check");
+    assert!(applied && d.remaining == 8, "{}", brief(&d));
+    let (d, _, _) = limiter
+        .__operate_at("log", Op::Refund(1), at)
+        .await
+        .expect("refund");
+    assert_eq!(d.remaining, 9, "{}", brief(&d));
+    for left in (0..=8).rev() {
+        let (d, applied, _) = limiter
+            .__operate_at("log", Op::Check(1), at)
+            .await
+            .expect("check");
+        assert!(applied && d.remaining == left, "{}", brief(&d));
+    }
+    let (d, applied, _) = limiter
+        .__operate_at("log", Op::Check(1), at)
+        .await
+        .expect("check");
+    assert!(!applied && !d.allowed, "the log holds 20: {}", brief(&d));
 }

@@ -1,8 +1,8 @@
 -- ratelimit.lua: one or more rate-limit operations, each over one or more policies of one
 -- subject, each all or nothing. Concurrent operations of one client share one call (see
--- src/store/batch.rs). Runs after ratelimit/common.lua and the algorithm files, which define
--- the functions dispatched to below (see common.lua for their contract), and a clock file
--- (ratelimit/clock.lua: the server's TIME), which defines `now`, `slack` and `arg`.
+-- src/store/batch.rs). Runs after a clock file (ratelimit/clock.lua: the server's TIME),
+-- which defines `now`, `slack` and `arg`, then ratelimit/common.lua and the algorithm files,
+-- which define the functions dispatched to below (see common.lua for their contract).
 --
 -- For each operation in order:
 --   ARGV       op, amount, extra, n: the number of policies, then for each policy its

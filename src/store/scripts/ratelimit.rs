@@ -1,7 +1,8 @@
 //! `ratelimit.lua`: one or more rate-limit operations per call (checks, reservations,
 //! refunds, penalties, resets), each over one or more policies of one subject, all or nothing
 //! (contract in the `.lua` header). The script is the shared helpers, one file per algorithm
-//! (the token bucket runs GCRA's), a clock, then the driver.
+//! (the token bucket runs GCRA's), then the driver; a clock comes first (the algorithms read
+//! its `slack` when they rewrite a state counted in another unit).
 //!
 //! The production script reads the server's clock (`ratelimit/clock.lua`). With the
 //! `test-util` feature, a second script text takes the time from the caller, for the model
@@ -30,8 +31,8 @@ macro_rules! algorithms {
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        algorithms!(),
         include_str!("ratelimit/clock.lua"),
+        algorithms!(),
         include_str!("ratelimit.lua"),
     ))
 });
@@ -41,8 +42,8 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
 #[cfg(feature = "test-util")]
 pub(crate) static SCRIPT_AT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        algorithms!(),
         "local now = tonumber(ARGV[1])\nlocal slack = 3600000\nlocal arg = 2\n",
+        algorithms!(),
         include_str!("ratelimit.lua"),
     ))
 });
@@ -328,8 +329,8 @@ mod tests {
     #[test]
     fn the_production_script_takes_no_time_from_the_client() {
         let text = concat!(
-            algorithms!(),
             include_str!("ratelimit/clock.lua"),
+            algorithms!(),
             include_str!("ratelimit.lua")
         );
         assert!(text.contains("redis.call('TIME')"));

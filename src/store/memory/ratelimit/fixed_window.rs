@@ -81,3 +81,9 @@ pub(super) fn adjust(period: i64, limit: i64, slot: &mut Option<State>, now: i64
     };
     *slot = state(index, new_count, period);
 }
+
+/// The state read at `now` under `period`, rewritten in it.
+pub(super) fn normalized(period: i64, state: Option<&State>, now: i64) -> Option<State> {
+    let (index, count) = count(period, state, now);
+    self::state(index, count, period)
+}

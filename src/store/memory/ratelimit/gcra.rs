@@ -8,7 +8,9 @@
 //! further than the tolerance `burst·T` in the future, so `burst` requests pass at once from
 //! rest and then one per `T`. Remaining requests are how many more intervals fit under the
 //! tolerance. A TAT counted in another interval (the rate changed) is read as the same number
-//! of intervals of debt, rounded up. Beyond the tolerance the TAT holds reservations.
+//! of intervals of debt, rounded up, and rewritten so by the first operation under the new
+//! rate (`normalize` in `mod.rs`), so the debt then drains at the new rate. Beyond the
+//! tolerance the TAT holds reservations.
 
 use super::{Outcome, Snapshot, State, Write, non_negative};
 

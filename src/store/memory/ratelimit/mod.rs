@@ -16,7 +16,8 @@
 //!   outlives its ttl (a slow expiry, an injected clock) never changes an answer.
 //! * A clock that steps back never makes anything pass earlier.
 //! * State carries the unit it was counted in, so a subject whose rate changed keeps what it
-//!   used (see each algorithm).
+//!   used (see each algorithm); the first operation under the new rate (a peek too) rewrites
+//!   it in the new unit, meaning the same, so from then on it drains at the new rate.
 
 mod fixed_window;
 mod gcra;
@@ -129,6 +130,52 @@ fn adjust(p: &PolicyParams, slot: &mut Option<State>, now: i64, delta: i64) {
 /// `i`'s state (updated in place); returns the reply and, per policy, the time its state now
 /// expires (its reset time), or `None` if it was not written.
 pub(crate) fn run(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    now: i64,
+    op: RateOp,
+) -> (RateReply, Vec<Option<i64>>) {
+    // A state counted in another unit is rewritten in the current one first, as the Lua does
+    // when it reads one.
+    let normalized: Vec<Option<i64>> = params
+        .iter()
+        .zip(states.iter_mut())
+        .map(|(p, slot)| {
+            normalize(p, slot, now).then(|| now + decide(p, slot.as_ref(), now, 0).before.reset)
+        })
+        .collect();
+    let (reply, written) = operate(params, states, now, op);
+    let written = written
+        .into_iter()
+        .zip(normalized)
+        .map(|(w, n)| w.or(n))
+        .collect();
+    (reply, written)
+}
+
+/// Rewrites, in the same meaning, a state counted in another unit than `p`'s (the subject's
+/// rate changed); answers whether it did.
+fn normalize(p: &PolicyParams, slot: &mut Option<State>, now: i64) -> bool {
+    let unit = p.unit_us;
+    let converted = match (p.kind, slot.as_ref()) {
+        (Kind::Gcra | Kind::TokenBucket, Some(State::Tat { tat, interval }))
+            if *interval != unit && *tat > now =>
+        {
+            gcra::state(gcra::tat(slot.as_ref(), now, unit), now, unit)
+        }
+        (Kind::FixedWindow, Some(State::Window { period, .. })) if *period != unit => {
+            fixed_window::normalized(unit, slot.as_ref(), now)
+        }
+        (Kind::SlidingWindow, Some(State::Sliding { period, .. })) if *period != unit => {
+            sliding_window::normalized(unit, slot.as_ref(), now)
+        }
+        _ => return false,
+    };
+    *slot = converted;
+    true
+}
+
+fn operate(
     params: &[PolicyParams],
     states: &mut [Option<State>],
     now: i64,

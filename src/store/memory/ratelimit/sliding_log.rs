@@ -5,7 +5,9 @@
 //! requests are never stored, and the log is capped at the limit, so a subject costs at
 //! most `limit` entries however hard it is hammered. It is exact: no span of `P` ever holds
 //! more than `limit` allowed units. Entries are times, so a change of rate needs no
-//! conversion: the new period counts the entries the log still holds.
+//! conversion: the new period counts the entries the log still holds (it expires, as the
+//! Redis key does, when its newest entry leaves the window in force at the last write, so a
+//! longer window set later does not see entries from before that).
 
 use std::collections::VecDeque;
 

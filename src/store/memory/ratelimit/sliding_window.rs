@@ -137,3 +137,9 @@ pub(super) fn adjust(period: i64, limit: i64, slot: &mut Option<State>, now: i64
     }
     *slot = state(index, prev, curr, period);
 }
+
+/// The state read at `now` under `period`, rewritten in it.
+pub(super) fn normalized(period: i64, state: Option<&State>, now: i64) -> Option<State> {
+    let (index, prev, curr) = counts(period, state, now);
+    self::state(index, prev, curr, period)
+}

@@ -8,7 +8,7 @@
 -- limit    how many per window
 --
 -- A count made under another period (the subject's rate changed) carries over into the
--- current window as long as its own window has not ended.
+-- current window as long as its own window has not ended (rewritten so when first read).
 
 -- The current window's index and count.
 local function fixed_window_count(key, now, period)
@@ -23,6 +23,9 @@ local function fixed_window_count(key, now, period)
           return index, c
         end
       elseif p > 0 and now < (i + 1) * p then
+        -- Counted in the current window from now on (rewritten once).
+        redis.call('SET', key, int_str(index) .. ':' .. int_str(c) .. ':' .. int_str(period),
+          'PX', ttl_ms((index + 1) * period - now, slack))
         return index, c
       end
     end

@@ -9,13 +9,26 @@
 -- burst    how many may go at once; the tolerance is burst * T
 --
 -- A TAT counted in another interval (the subject's rate changed) is read as the same number
--- of intervals of debt in the current one, rounded up: what the subject used carries over,
--- and a change of rate never hands out a burst. Beyond the tolerance, the TAT holds
--- reservations (reserve in ratelimit.lua): requests that were told to wait their turn.
+-- of intervals of debt in the current one, rounded up, and rewritten so by the first
+-- operation under the new rate (a peek too): what the subject used carries over, a change of
+-- rate never hands out a burst, and from then on the debt drains at the new rate, as every
+-- figure answered assumes. Beyond the tolerance, the TAT holds reservations (reserve in
+-- ratelimit.lua): requests that were told to wait their turn.
 
 -- The most debt a TAT may hold, in µs (four maximum periods: a full burst plus the longest
 -- reservation), so every time stays an exact integer below 2^53.
 local MAX_DEBT = 126489600000000
+
+-- Writes the new TAT (or deletes the key when there is no debt left) with a ttl of its reset
+-- time plus `slack` ms.
+local function gcra_write(key, new_tat, now, interval, slack)
+  if new_tat <= now then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('SET', key, int_str(new_tat) .. ':' .. int_str(interval), 'PX',
+    ttl_ms(new_tat - now, slack))
+end
 
 -- The TAT of `key` as of `now` (at least `now`), in the current interval.
 local function gcra_tat(key, now, interval)
@@ -38,6 +51,11 @@ local function gcra_tat(key, now, interval)
   end
   if debt > MAX_DEBT then
     debt = MAX_DEBT
+  end
+  if was ~= interval then
+    -- Kept in the current interval from now on (the same debt, in new units): read again in
+    -- the old one, it would drain at the old rate, not the one every figure assumes.
+    gcra_write(key, now + debt, now, interval, slack)
   end
   return now + debt
 end
@@ -66,17 +84,6 @@ end
 -- The figures once `new_tat` is written.
 local function gcra_after(new_tat, now, interval, burst)
   return idiv(non_negative(interval * burst - (new_tat - now)), interval), new_tat - now
-end
-
--- Writes the new TAT (or deletes the key when there is no debt left) with a ttl of its reset
--- time plus `slack` ms.
-local function gcra_write(key, new_tat, now, interval, slack)
-  if new_tat <= now then
-    redis.call('DEL', key)
-    return
-  end
-  redis.call('SET', key, int_str(new_tat) .. ':' .. int_str(interval), 'PX',
-    ttl_ms(new_tat - now, slack))
 end
 
 local function gcra(key, now, cost, need, interval, burst)

@@ -2,15 +2,16 @@
 --
 -- sliding_log(key, now, cost, need, period, limit) with the contract of common.lua.
 -- key      sorted set: one member per allowed cost unit, scored by its time in µs; members
---          are "<time>:<n>", n counting the members already at that time, so they are
---          unique. Denied requests are never added; the set is capped at `limit` members.
+--          are "<time>:<n>", n numbering the members at that time, so they are unique.
+--          Denied requests are never added; the set is capped at `limit` members.
 -- period   the window length in µs
 -- limit    how many per sliding window (exact); at most 10 000, so the loops below are
 --          bounded by it
 --
 -- The entries are times, so a change of the subject's rate needs no conversion: the new
 -- period counts the entries the log still holds (it drops those older than the period at
--- every write).
+-- every write, and the whole log expires when its newest entry leaves the window in force
+-- at the last write, so a longer window set later does not see entries from before that).
 
 -- Entries in the window ending at `now`.
 local function log_count(key, now, period)
@@ -22,7 +23,16 @@ end
 local function log_append(key, now, period, limit, cost, reset, slack)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int_str(now - period))
   local stamp = int_str(now)
-  local taken = tonumber(redis.call('ZCOUNT', key, stamp, stamp))
+  -- Numbered after the highest number at this time, not after how many there are: a refund
+  -- (ZPOPMAX) takes the member that sorts last, "t:9" before "t:10", and a number reused
+  -- would overwrite an entry instead of adding one.
+  local taken = 0
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', key, stamp, stamp)) do
+    local n = tonumber(string.match(member, ':(%d+)$'))
+    if n and n > taken then
+      taken = n
+    end
+  end
   local batch = {}
   for n = 1, cost do
     batch[#batch + 1] = stamp

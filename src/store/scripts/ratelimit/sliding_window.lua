@@ -10,12 +10,35 @@
 --
 -- Counts made under another period (the subject's rate changed) carry over as what they
 -- weigh now (the previous window's weighted share plus the current count), counted in the
--- current window.
+-- current window (rewritten so when first read).
 
 -- The share of `prev` still inside the sliding window, `elapsed` µs into the current window,
 -- rounded up.
 local function sliding_weight(prev, period, elapsed)
   return math.ceil(prev * (period - elapsed) / period)
+end
+
+-- µs until the state stops mattering: until the current count has slid out of the next
+-- window, or the previous one out of this one.
+local function sliding_reset(prev, curr, period, elapsed)
+  if curr > 0 then
+    return 2 * period - elapsed
+  elseif prev > 0 then
+    return period - elapsed
+  end
+  return 0
+end
+
+-- Writes the counts (or deletes the key when both are zero) with a ttl of their reset time.
+local function sliding_write(key, index, prev, curr, period, elapsed, slack)
+  local reset = sliding_reset(prev, curr, period, elapsed)
+  if reset <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('SET', key,
+    int_str(index) .. ':' .. int_str(prev) .. ':' .. int_str(curr) .. ':' .. int_str(period),
+    'PX', ttl_ms(reset, slack))
 end
 
 -- The current window's index and the previous and current counts.
@@ -40,34 +63,14 @@ local function sliding_counts(key, now, period)
         elseif i == old - 1 then
           old_prev = c
         end
-        return index, 0, sliding_weight(old_prev, per, now - old * per) + old_curr
+        local carried = sliding_weight(old_prev, per, now - old * per) + old_curr
+        -- Counted in the current window from now on (rewritten once).
+        sliding_write(key, index, 0, carried, period, now - index * period, slack)
+        return index, 0, carried
       end
     end
   end
   return index, 0, 0
-end
-
--- µs until the state stops mattering: until the current count has slid out of the next
--- window, or the previous one out of this one.
-local function sliding_reset(prev, curr, period, elapsed)
-  if curr > 0 then
-    return 2 * period - elapsed
-  elseif prev > 0 then
-    return period - elapsed
-  end
-  return 0
-end
-
--- Writes the counts (or deletes the key when both are zero) with a ttl of their reset time.
-local function sliding_write(key, index, prev, curr, period, elapsed, slack)
-  local reset = sliding_reset(prev, curr, period, elapsed)
-  if reset <= 0 then
-    redis.call('DEL', key)
-    return
-  end
-  redis.call('SET', key,
-    int_str(index) .. ':' .. int_str(prev) .. ':' .. int_str(curr) .. ':' .. int_str(period),
-    'PX', ttl_ms(reset, slack))
 end
 
 local function sliding_window(key, now, cost, need, period, limit)
