@@ -393,6 +393,18 @@ pub enum RateLimitError {
         /// The limit that was reached.
         in_flight: usize,
     },
+    /// The store failed several times in a row, so the limiter's
+    /// [`CircuitBreaker`](crate::ratelimit::CircuitBreaker) skips it for a while instead of
+    /// waiting a deadline on every check, and the outage policy is fail-closed (or the
+    /// operation is a reset, refund or penalty, which only the store can do). Refuse the
+    /// request as temporarily unavailable.
+    #[error(
+        "the rate-limit store is being skipped after repeated failures; next try in {retry_in:?}"
+    )]
+    CircuitOpen {
+        /// How long until the breaker lets a probe through to the store.
+        retry_in: Duration,
+    },
     /// The subject cannot be turned into a key; see [`InvalidName`].
     #[error(transparent)]
     InvalidSubject(#[from] InvalidName),
@@ -512,4 +524,58 @@ pub enum InvalidPolicy {
         /// The most accepted.
         max: usize,
     },
+    /// A per-subject rate names a policy the limiter does not have.
+    #[error("the rate limiter has no policy named `{name}`")]
+    UnknownPolicy {
+        /// The name given.
+        name: String,
+    },
+    /// A circuit breaker setting is out of range.
+    #[error("invalid circuit breaker: {reason}")]
+    CircuitBreaker {
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+}
+
+/// Errors of a [`BloomFilter`](crate::bloom::BloomFilter).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BloomError {
+    /// A setting is out of range (or `expected_items` is missing); refused by `open`.
+    #[error("invalid Bloom filter configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// The filter exists with another configuration (or in the other storage): two services
+    /// disagree on its size. Open it with the same `expected_items`, `false_positive_rate`
+    /// and storage, or give one of them another name.
+    #[error("Bloom filter `{name}` exists as {stored:?}, not as {requested:?}")]
+    ConfigMismatch {
+        /// The filter's name.
+        name: String,
+        /// The configuration found in the store.
+        stored: String,
+        /// The configuration asked for.
+        requested: String,
+    },
+    /// [`BloomStorage::RedisBloom`](crate::bloom::BloomStorage::RedisBloom) was asked for and
+    /// the server has no RedisBloom module.
+    #[error(
+        "the server has no RedisBloom module (BF.* commands); use BloomStorage::Auto or Bitmaps"
+    )]
+    ModuleMissing,
+    /// The client's store cannot hold a filter (a Redlock quorum).
+    #[error("{reason}")]
+    UnsupportedStore {
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
+    /// The name cannot be turned into a key; see [`InvalidName`].
+    #[error(transparent)]
+    InvalidName(#[from] InvalidName),
+    /// The store failed; see [`StoreError`].
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }

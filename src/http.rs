@@ -13,6 +13,7 @@
 //! | [`LockError::Timeout`] | `423 Locked` | none (the wait does not say how long the holder has left) |
 //! | [`LockError::LeaseLost`] | `503 Service Unavailable` | 1 s |
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
+//! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
 //! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
@@ -144,6 +145,9 @@ impl RateLimitError {
             Self::Store(_) | Self::Overloaded { .. } => {
                 HttpStatus::new(503, Some(STORE_RETRY_AFTER))
             }
+            Self::CircuitOpen { retry_in } => {
+                HttpStatus::new(503, Some((*retry_in).max(STORE_RETRY_AFTER)))
+            }
             Self::InvalidSubject(_) => HttpStatus::new(400, None),
             Self::CostTooLarge { .. } => HttpStatus::new(413, None),
             Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } => HttpStatus::new(500, None),
@@ -198,7 +202,7 @@ mod into_response {
     impl IntoResponse for RateLimitError {
         fn into_response(self) -> Response {
             let text = match &self {
-                Self::Store(_) | Self::Overloaded { .. } => {
+                Self::Store(_) | Self::Overloaded { .. } | Self::CircuitOpen { .. } => {
                     "rate limiting is unavailable; try again shortly\n"
                 }
                 Self::InvalidSubject(_) => "this request's rate-limit key is unusable\n",

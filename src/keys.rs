@@ -30,7 +30,7 @@ fn encode_name(name: &str) -> Result<String, InvalidName> {
     Ok(out)
 }
 
-fn check_name(name: &str) -> Result<(), InvalidName> {
+pub(crate) fn check_name(name: &str) -> Result<(), InvalidName> {
     if name.is_empty() {
         return Err(InvalidName::Empty);
     }
@@ -336,6 +336,30 @@ pub(crate) fn rate_keys(heads: &[Box<str>], subject: &str) -> Result<Vec<String>
             key
         })
         .collect())
+}
+
+/// The keys of a Bloom filter's shard `shard`: `<prefix>:<kind>:{<name>%S<shard>}`, where
+/// `kind` is `bloom` (a bitmap) or `bf` (the RedisBloom module's filter; its configuration is
+/// that key plus `:cfg`). Each shard has its own hash tag, so a large filter spreads over a
+/// cluster's slots; `%S` cannot come out of an encoded name (a `%` there is always followed
+/// by two hex digits), so shards of different names never share a key.
+pub(crate) fn bloom_key(
+    prefix: &str,
+    kind: &str,
+    name: &str,
+    shard: u32,
+) -> Result<String, InvalidName> {
+    check_name(name)?;
+    let mut key = String::with_capacity(prefix.len() + kind.len() + name.len() + 16);
+    key.push_str(prefix);
+    key.push(':');
+    key.push_str(kind);
+    key.push_str(":{");
+    push_encoded(&mut key, name);
+    key.push_str("%S");
+    key.push_str(&shard.to_string());
+    key.push('}');
+    Ok(key)
 }
 
 /// Returns the hash tag Redis Cluster would use for `key` (the text between the first `{` and

@@ -12,6 +12,7 @@
 #[path = "private.rs"]
 pub mod __private;
 mod admin;
+pub mod bloom;
 mod client;
 mod error;
 pub mod http;
@@ -26,7 +27,7 @@ mod token;
 pub use admin::LockState;
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use error::{
-    InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
+    BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
     RateLimitError, RefusedKind, StoreError,
 };
 #[cfg(feature = "test-util")]

@@ -89,6 +89,11 @@ pub enum Origin {
 }
 
 impl Decision {
+    /// A placeholder with no policy, for a decision moved out of its holder.
+    pub(crate) fn empty() -> Self {
+        Self::from_policies(Vec::new(), Origin::Store)
+    }
+
     /// Builds the aggregate from every policy's figures: all must allow; the binding policy
     /// is the denier with the longest wait, else the one with the fewest left.
     pub(crate) fn from_policies(policies: Vec<PolicyDecision>, origin: Origin) -> Self {

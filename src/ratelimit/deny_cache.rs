@@ -80,8 +80,10 @@ const CONSUMED_SLOTS: usize = 256;
 
 pub(crate) struct DenyCache {
     capacity: usize,
-    /// How each policy's figures move with time, in the limiter's order.
-    recovery: Box<[Recovery]>,
+    /// How each policy's figures move with time, for the unit tests' `record` (the limiter
+    /// passes each subject's own to `record_with`).
+    #[cfg(test)]
+    recovery: Arc<[Recovery]>,
     /// Consuming answers (or unanswered checks) recorded so far; a check reads it when sent.
     consumed: AtomicU64,
     inner: Mutex<Inner>,
@@ -103,6 +105,8 @@ struct Entry {
     /// Units the denied check needed (a peek needs 1).
     need: u32,
     decision: Decision,
+    /// How the subject's policies recover.
+    recovery: Arc<[Recovery]>,
 }
 
 /// When a check was sent, as the cache needs it to judge the answer: taken just before the
@@ -117,7 +121,7 @@ pub(crate) struct Sent {
 /// How a policy's figures move while nothing is consumed (see the module doc): what the
 /// cache must know of an algorithm to age a denial exactly, and no more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recovery {
+pub(super) enum Recovery {
     /// GCRA and the token bucket: one unit back every `interval`, up to `tolerance`
     /// (`burst · interval`); every figure for every cost follows from `reset_after`.
     Linear {
@@ -248,12 +252,20 @@ struct Figures {
     reset: Duration,
 }
 
+/// How each of `policies` recovers, for [`DenyCache::record_with`].
+pub(super) fn recoveries(policies: &[Policy]) -> Arc<[Recovery]> {
+    policies.iter().map(Recovery::of).collect()
+}
+
 impl DenyCache {
     /// A cache of up to `capacity` subjects for a limiter with these policies.
     pub(crate) fn new(capacity: usize, policies: &[Policy]) -> Self {
+        #[cfg(not(test))]
+        let _ = policies;
         Self {
             capacity,
-            recovery: policies.iter().map(Recovery::of).collect(),
+            #[cfg(test)]
+            recovery: recoveries(policies),
             consumed: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
@@ -277,11 +289,26 @@ impl DenyCache {
 
     /// What the store would answer a request of `cost` (0 peeks) on `subject` at `now`, if
     /// that is a denial the cached figures pin down exactly.
+    #[cfg(test)]
     pub(crate) fn lookup(&self, subject: &str, cost: u32, now: Instant) -> Option<Decision> {
+        let recovery = Arc::clone(&self.recovery);
+        self.lookup_for(subject, cost, now, &recovery)
+    }
+
+    /// [`lookup`](Self::lookup) for a subject whose policies now recover as `recovery` says:
+    /// an entry recorded under other policies (its rates changed since) is dropped, not
+    /// served.
+    pub(crate) fn lookup_for(
+        &self,
+        subject: &str,
+        cost: u32,
+        now: Instant,
+        recovery: &Arc<[Recovery]>,
+    ) -> Option<Decision> {
         let need = cost.max(1);
         let mut inner = self.inner();
         let entry = inner.entries.get(subject)?;
-        if now >= entry.until {
+        if now >= entry.until || !Arc::ptr_eq(&entry.recovery, recovery) {
             inner.entries.remove(subject);
             return None;
         }
@@ -289,7 +316,7 @@ impl DenyCache {
         let seen = &entry.decision.policies;
         let mut policies = Vec::with_capacity(seen.len());
         let mut denied = false;
-        for (seen, recovery) in seen.iter().zip(self.recovery.iter()) {
+        for (seen, recovery) in seen.iter().zip(entry.recovery.iter()) {
             let figures = recovery.project(seen, entry.need, need, elapsed)?;
             denied |= !figures.retry.is_zero();
             policies.push(PolicyDecision {
@@ -307,7 +334,20 @@ impl DenyCache {
 
     /// Takes the store's answer to a check of `cost` on `subject` (see the module doc): a
     /// denial is remembered, anything else forgets the subject.
+    #[cfg(test)]
     pub(crate) fn record(&self, subject: &str, cost: u32, sent: Sent, decision: &Decision) {
+        self.record_with(subject, cost, sent, decision, &Arc::clone(&self.recovery));
+    }
+
+    /// [`record`](Self::record) for a subject whose policies recover as `recovery` says.
+    pub(crate) fn record_with(
+        &self,
+        subject: &str,
+        cost: u32,
+        sent: Sent,
+        decision: &Decision,
+        recovery: &Arc<[Recovery]>,
+    ) {
         if decision.allowed && cost > 0 {
             self.consumed_at_most_now(subject);
             return;
@@ -350,6 +390,7 @@ impl DenyCache {
                 until,
                 need: cost.max(1),
                 decision: decision.clone(),
+                recovery: Arc::clone(recovery),
             },
         );
     }

@@ -10,12 +10,20 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::breaker::{Admit, CircuitBreaker};
 use super::deny_cache::DenyCache;
+use super::reservation::{Reservation, Turn};
+use super::subject_rates::{
+    DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, Effective, RateLookup, RateTable,
+};
 use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
 use crate::error::{InvalidPolicy, RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
-use crate::store::{MemoryStore, PolicyParams, RateReply, RateRequest, Store};
+use crate::store::{MemoryStore, RateOp, RateReply, RateRequest, Store};
+
+/// The longest a reservation may wait for its turn (366 days, the longest period).
+pub const MAX_WAIT: Duration = super::MAX_PERIOD;
 
 /// The most policies one limiter combines (one key each, in one script).
 pub const MAX_POLICIES: usize = 8;
@@ -90,12 +98,20 @@ pub enum Outage {
 pub struct RateLimiter {
     client: Client,
     policies: Arc<[Policy]>,
-    params: Arc<[PolicyParams]>,
+    /// The policies as the store sees them, for subjects without rates of their own.
+    base: Arc<Effective>,
+    /// Where subjects' own rates come from, if anywhere.
+    rates: Option<Arc<RateTable>>,
     /// Each policy's key up to the subject (see [`rate_key_head`]).
     key_heads: Arc<[Box<str>]>,
     outage: Outage,
     deadline: Duration,
     shadow: bool,
+    /// How long [`acquire`](Self::acquire) may wait for a turn.
+    max_wait: Duration,
+    /// Every policy is GCRA or a token bucket: waits are reservations, served in order.
+    fifo: bool,
+    breaker: Option<CircuitBreaker>,
     shared: Arc<Shared>,
 }
 
@@ -140,6 +156,8 @@ impl std::fmt::Debug for RateLimiter {
 enum Unavailable {
     Store(StoreError),
     Overloaded(usize),
+    /// The circuit breaker skipped the store; the next probe is due in this long.
+    Skipped(Duration),
 }
 
 impl From<Unavailable> for RateLimitError {
@@ -147,6 +165,7 @@ impl From<Unavailable> for RateLimitError {
         match u {
             Unavailable::Store(e) => Self::Store(e),
             Unavailable::Overloaded(in_flight) => Self::Overloaded { in_flight },
+            Unavailable::Skipped(retry_in) => Self::CircuitOpen { retry_in },
         }
     }
 }
@@ -156,6 +175,7 @@ impl std::fmt::Display for Unavailable {
         match self {
             Self::Store(e) => e.fmt(f),
             Self::Overloaded(n) => write!(f, "{n} checks already waiting on the store"),
+            Self::Skipped(d) => write!(f, "circuit breaker open, next probe in {d:?}"),
         }
     }
 }
@@ -225,12 +245,18 @@ impl Client {
 impl RateLimiter {
     fn new(client: Client, policies: Vec<Policy>) -> Self {
         let policies: Arc<[Policy]> = policies.into();
-        let params: Arc<[PolicyParams]> = policies.iter().map(Policy::params).collect();
+        let base = Effective::of(Arc::clone(&policies));
         let key_heads = policies
             .iter()
             .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
             .collect();
         let deadline = client.store().op_timeout();
+        let fifo = policies.iter().all(|p| {
+            matches!(
+                p.algorithm(),
+                super::Algorithm::Gcra | super::Algorithm::TokenBucket
+            )
+        });
         Self {
             client,
             policies: Arc::clone(&policies),
@@ -238,8 +264,12 @@ impl RateLimiter {
             outage: Outage::default(),
             deadline,
             shadow: false,
+            max_wait: Duration::MAX,
+            fifo,
+            breaker: Some(CircuitBreaker::new()),
             shared: Shared::new(DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, &policies),
-            params,
+            base,
+            rates: None,
         }
     }
 
@@ -255,6 +285,79 @@ impl RateLimiter {
     #[must_use]
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The circuit breaker in front of the store (default: a [`CircuitBreaker::new`] of its
+    /// own, shared by this limiter's clones); `None` asks the store on every check, however
+    /// often it failed. Pass a clone of one breaker to several limiters of one store to
+    /// share what they learn.
+    #[must_use]
+    pub fn circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// How long [`acquire`](Self::acquire) waits at most for its turn (default: as long as it
+    /// takes, up to [`MAX_WAIT`]; longer values, `Duration::MAX` included, mean that). A
+    /// request whose turn would come later is refused at once, without waiting. Zero makes
+    /// `acquire` a [`check`](Self::check).
+    #[must_use]
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Takes each subject's rates from `lookup` (a tenant's plan): the limiter's policies keep
+    /// their names and algorithms, and a policy the lookup names gets the rate it gives for
+    /// that subject. Answers are cached (see [`rate_cache`](Self::rate_cache)), and concurrent
+    /// checks of one subject share one lookup. A lookup that fails, takes longer than the
+    /// deadline, or gives a rate the policy cannot take (an unknown name, a burst for a window)
+    /// is logged at `warn`, and the subject keeps its previous rates (or the policies' own) for
+    /// a second before the lookup is tried again.
+    ///
+    /// When a subject's rate changes, what it used carries over (see
+    /// [Operating a limiter](crate#operating-a-limiter)): a downgrade never hands out a fresh
+    /// burst. Call before cloning the limiter.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate, SubjectRates};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let api = client
+    ///     .rate_limiter(Policy::gcra("api", Rate::per_minute(2)?)?) // the free plan
+    ///     .rates_by_subject(|tenant: String| async move {
+    ///         // Look the tenant's plan up in your database here.
+    ///         let rates = match tenant.as_str() {
+    ///             "acme" => SubjectRates::new().rate("api", Rate::per_minute(100)?),
+    ///             _ => SubjectRates::new(),
+    ///         };
+    ///         Ok::<_, distlock::InvalidPolicy>(rates)
+    ///     });
+    /// assert_eq!(api.check("acme").await?.limit, 100);
+    /// assert_eq!(api.check("someone").await?.limit, 2);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn rates_by_subject<L: RateLookup>(mut self, lookup: L) -> Self {
+        self.rates = Some(Arc::new(RateTable::new(
+            Arc::new(lookup),
+            DEFAULT_RATE_CACHE_TTL,
+            DEFAULT_RATE_CACHE_SUBJECTS,
+        )));
+        self
+    }
+
+    /// How long a subject's looked-up rates are kept (default 60 s; zero looks up on every
+    /// check, one lookup at a time per subject) and for how many subjects (default 10 000,
+    /// at least 1; when full, expired entries go, then all). Only with
+    /// [`rates_by_subject`](Self::rates_by_subject), after it; call before cloning.
+    #[must_use]
+    pub fn rate_cache(mut self, ttl: Duration, subjects: usize) -> Self {
+        if let Some(table) = &self.rates {
+            self.rates = Some(Arc::new(table.with_cache(ttl, subjects)));
+        }
         self
     }
 
@@ -349,47 +452,331 @@ impl RateLimiter {
     /// [`Overloaded`](RateLimitError::Overloaded) when the store cannot answer within the
     /// deadline. A denial is `Ok` with `allowed == false`.
     pub async fn check_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
-        self.validate_cost(cost)?;
-        if matches!(self.client.store(), Store::Quorum(_)) {
-            return Err(RateLimitError::UnsupportedStore {
-                reason: crate::store::quorum::RATE_LIMITS_UNSUPPORTED,
-            });
-        }
+        let eff = self.effective(subject).await?;
+        validate_cost(&eff, cost)?;
+        self.supported()?;
         // Invalid subjects are never cached, so the cache can be asked before the keys are
         // built: a hit costs no key, no round trip, and no allocation but the decision's.
         let cache = self.shared.deny_cache.as_ref();
-        if let Some(hit) = cache.and_then(|c| c.lookup(subject, cost, Instant::now())) {
+        if let Some(hit) =
+            cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
+        {
             // A hit is ready at once; spend tokio's cooperative budget so a caller hammering
             // a denied subject in a loop still lets the other tasks on its worker run.
             tokio::task::consume_budget().await;
             return Ok(self.enforce(subject, hit));
         }
         let keys = self.keys(subject)?;
+        match self
+            .operate(subject, &keys, &eff, RateOp::Check { cost })
+            .await
+        {
+            Ok(reply) => Ok(self.enforce(subject, decision(&eff, reply, Origin::Store))),
+            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, cost, unavailable),
+        }
+    }
+
+    /// `subject`'s policies: the limiter's own, or with the rates looked up for it.
+    async fn effective(&self, subject: &str) -> Result<Arc<Effective>, RateLimitError> {
+        match &self.rates {
+            None => Ok(Arc::clone(&self.base)),
+            Some(table) => {
+                // An unusable subject is refused before anyone is asked about it.
+                crate::keys::check_name(subject)?;
+                Ok(table.effective(subject, &self.base, self.deadline).await)
+            }
+        }
+    }
+
+    /// Waits until a request of cost 1 may pass, then passes it: the leaky bucket as a queue,
+    /// for workers that must call something at a fixed rate. See
+    /// [`acquire_n`](Self::acquire_n).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// // A third-party API that takes 50 calls a second, one every 20 ms.
+    /// let partner = client.rate_limiter(Policy::gcra("partner", Rate::per_second(50)?.burst(1)?)?);
+    /// let start = tokio::time::Instant::now();
+    /// for _ in 0..3 {
+    ///     assert!(partner.acquire("partner-api").await?.allowed);
+    /// }
+    /// assert!(start.elapsed() >= Duration::from_millis(40)); // 0, 20 and 40 ms
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, subject: &str) -> Result<Decision, RateLimitError> {
+        self.acquire_n(subject, 1).await
+    }
+
+    /// Waits until a request of `cost` units may pass, then passes it, if that is within
+    /// [`max_wait`](Self::max_wait) (default: however long it takes); otherwise it is denied at
+    /// once (`allowed == false`, with the wait it would have had in `retry_after`).
+    ///
+    /// With GCRA and token-bucket policies the request *reserves* its turn when it is called
+    /// (one round trip: the store advances the subject's state past it and answers the
+    /// wait), so waiters across every process are served in the order they called, with no
+    /// race to retry and no thundering herd. Dropping the future before its turn gives the
+    /// turn back (a [`refund`](Self::refund), sent in the background). With window algorithms
+    /// there is nothing to reserve: it sleeps until the store's `retry_after` and checks
+    /// again, in no particular order.
+    ///
+    /// Errors are those of [`check_n`](Self::check_n); the outage policy applies as there
+    /// (failing open passes at once).
+    pub async fn acquire_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
+        let started = Instant::now();
+        loop {
+            let left = self.max_wait.saturating_sub(started.elapsed());
+            let reservation = self.reserve(subject, cost, left).await?;
+            let decision = reservation.decision();
+            if decision.allowed {
+                return Ok(reservation.ready().await);
+            }
+            // A refused reservation waits no better by asking again; a window algorithm (or the
+            // local fallback) has no turns to reserve, so it waits for its retry.
+            let reserved = self.fifo && decision.origin == Origin::Store;
+            if reserved || decision.retry_after > left || decision.retry_after.is_zero() {
+                return Ok(reservation.into_decision());
+            }
+            tokio::time::sleep(decision.retry_after).await;
+        }
+    }
+
+    /// Reserves the next turn for a request of `cost` units on `subject`, if it comes within
+    /// `max_wait`: the mechanism behind [`acquire_n`](Self::acquire_n), for callers that have
+    /// something to do between learning the wait and sleeping it (the tower layer gives back
+    /// the inner service's readiness). A granted [`Reservation`] has consumed its cost;
+    /// [`ready`](Reservation::ready) sleeps until its turn, and dropping it before then gives
+    /// the turn back. A refused one has consumed nothing (and, for window algorithms, says in
+    /// `retry_after` when to ask again).
+    pub async fn reserve(
+        &self,
+        subject: &str,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Reservation, RateLimitError> {
+        let eff = self.effective(subject).await?;
+        validate_cost(&eff, cost)?;
+        self.supported()?;
+        let cache = self.shared.deny_cache.as_ref();
+        if let Some(hit) =
+            cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
+        {
+            // Others only move the turn later (or refund, which drops the entry): a cached
+            // wait longer than max_wait is refused without a round trip.
+            if hit.retry_after > max_wait || !self.fifo {
+                tokio::task::consume_budget().await;
+                return Ok(Reservation::refused(self.enforce(subject, hit)));
+            }
+        }
+        let keys = self.keys(subject)?;
+        let max_wait_us = u64::try_from(max_wait.min(MAX_WAIT).as_micros()).unwrap_or(u64::MAX);
+        let op = if cost == 0 || max_wait.is_zero() {
+            RateOp::Check { cost }
+        } else {
+            RateOp::Reserve { cost, max_wait_us }
+        };
+        match self.operate(subject, &keys, &eff, op).await {
+            Ok(reply) => {
+                let wait = Duration::from_micros(reply.wait_us);
+                let granted = reply.applied;
+                let decision = self.enforce(subject, decision(&eff, reply, Origin::Store));
+                if granted && cost > 0 {
+                    Ok(Reservation::granted(
+                        decision,
+                        wait,
+                        Some(Turn {
+                            limiter: self.clone(),
+                            subject: subject.to_owned(),
+                            cost,
+                        }),
+                    ))
+                } else if decision.allowed {
+                    Ok(Reservation::granted(decision, Duration::ZERO, None))
+                } else {
+                    Ok(Reservation::refused(decision))
+                }
+            }
+            Err(unavailable) => {
+                let decision = self.on_unavailable(subject, &keys, &eff, cost, unavailable)?;
+                Ok(if decision.allowed {
+                    Reservation::granted(decision, Duration::ZERO, None)
+                } else {
+                    Reservation::refused(decision)
+                })
+            }
+        }
+    }
+
+    /// Clears `subject`'s state under every policy of this limiter, atomically, in one round
+    /// trip: the subject starts afresh. Answers what a cost-1 request would get now.
+    ///
+    /// Not subject to the outage policy: when the store cannot answer within the deadline
+    /// it fails with [`Store`](RateLimitError::Store) (or
+    /// [`CircuitOpen`](RateLimitError::CircuitOpen)), whatever the policy; with
+    /// [`Outage::LocalFallback`] the local limiter is reset as well.
+    pub async fn reset(&self, subject: &str) -> Result<Decision, RateLimitError> {
+        self.adjust(subject, RateOp::Reset).await
+    }
+
+    /// Gives back `units` that were charged for a request that did not happen (the upstream
+    /// call failed before it was made, the job was cancelled), under every policy,
+    /// atomically, in one round trip. A subject never ends up fuller than full; a refund of 0
+    /// changes nothing. Answers what a cost-1 request would get now.
+    ///
+    /// Which units come back: GCRA and the token bucket move the subject's debt back by
+    /// `units` intervals; the windows take them from the current window first (the sliding
+    /// window counter then from the previous one); the sliding log drops its newest
+    /// entries. Failures are those of [`reset`](Self::reset).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let exports = client.rate_limiter(Policy::sliding_log("exports", Rate::per_hour(2)?)?);
+    /// exports.check("user:7").await?;
+    /// exports.check("user:7").await?;
+    /// assert!(!exports.check("user:7").await?.allowed);
+    /// // The second export failed before it started: give it back.
+    /// let now = exports.refund("user:7", 1).await?;
+    /// assert!(now.allowed && now.remaining == 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn refund(&self, subject: &str, units: u32) -> Result<Decision, RateLimitError> {
+        self.adjust(subject, RateOp::Refund(units)).await
+    }
+
+    /// Charges `units` extra (a failed login, an expensive error), under every policy,
+    /// atomically, in one round trip, whether or not they fit: a penalty uses up what the
+    /// subject has left but never puts it in debt beyond empty, so no penalty makes a subject
+    /// wait longer than the policy's reset time (and nobody can lock another subject out
+    /// for longer by charging it). Answers what a cost-1 request would get now. Failures are
+    /// those of [`reset`](Self::reset).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let logins = client.rate_limiter(Policy::gcra("login", Rate::per_minute(10)?)?);
+    /// assert!(logins.check("alice").await?.allowed);
+    /// // Wrong password: count it as four attempts.
+    /// let after = logins.penalize("alice", 3).await?;
+    /// assert_eq!(after.remaining, 6);
+    /// # Ok(()) }
+    /// ```
+    pub async fn penalize(&self, subject: &str, units: u32) -> Result<Decision, RateLimitError> {
+        self.adjust(subject, RateOp::Penalize(units)).await
+    }
+
+    /// A reset, refund or penalty: the store or an error (the fallback follows along).
+    async fn adjust(&self, subject: &str, op: RateOp) -> Result<Decision, RateLimitError> {
+        self.supported()?;
+        let keys = self.keys(subject)?;
+        let eff = self.effective(subject).await?;
+        if self.outage == Outage::LocalFallback {
+            let req = RateRequest {
+                keys: &keys,
+                params: &eff.params,
+                op,
+            };
+            self.shared.fallback.check_rate(&req);
+        }
+        match self.operate(subject, &keys, &eff, op).await {
+            Ok(reply) => Ok(decision(&eff, reply, Origin::Store)),
+            Err(unavailable) => Err(unavailable.into()),
+        }
+    }
+
+    /// Refuses every operation on a store that cannot count (a Redlock quorum).
+    fn supported(&self) -> Result<(), RateLimitError> {
+        if matches!(self.client.store(), Store::Quorum(_)) {
+            return Err(RateLimitError::UnsupportedStore {
+                reason: crate::store::quorum::RATE_LIMITS_UNSUPPORTED,
+            });
+        }
+        Ok(())
+    }
+
+    /// One operation on the store, through the circuit breaker, bounded by the deadline and
+    /// the in-flight limit; the deny cache learns from the answer.
+    async fn operate(
+        &self,
+        subject: &str,
+        keys: &[String],
+        eff: &Effective,
+        op: RateOp,
+    ) -> Result<RateReply, Unavailable> {
+        let probe = match self.breaker.as_ref().map(CircuitBreaker::admit) {
+            Some(Admit::Skip(retry_in)) => return Err(Unavailable::Skipped(retry_in)),
+            Some(Admit::Probe(guard)) => Some(guard),
+            Some(Admit::Ask) | None => None,
+        };
+        let cache = self.shared.deny_cache.as_ref();
         let sent = cache.map(DenyCache::sending);
-        match self.ask_store(&keys, cost).await {
+        let result = self.ask_store(keys, eff, op).await;
+        let answered = match &result {
+            Ok(_) => Some(true),
+            Err(Unavailable::Store(_)) => Some(false),
+            // Our own limit, not the store's failure.
+            Err(_) => None,
+        };
+        if let Some(ok) = answered {
+            match probe {
+                Some(guard) => guard.report(ok),
+                None => {
+                    if let Some(breaker) = &self.breaker {
+                        breaker.report(ok);
+                    }
+                }
+            }
+        }
+        match &result {
             Ok(reply) => {
                 if self.shared.degraded.swap(false, Ordering::Relaxed) {
                     tracing::info!(target: "distlock::ratelimit", "rate-limit store is back");
                 }
-                let decision = self.decision(reply, Origin::Store);
-                // Every answer refreshes or drops the subject's entry, so the cache never
-                // serves figures the store has moved past.
                 if let (Some(cache), Some(sent)) = (cache, sent) {
-                    cache.record(subject, cost, sent, &decision);
+                    match op {
+                        // Every answer refreshes or drops the subject's entry, so the cache
+                        // never serves figures the store has moved past.
+                        RateOp::Check { cost } => {
+                            cache.record_with(
+                                subject,
+                                cost,
+                                sent,
+                                &decision(eff, reply.clone(), Origin::Store),
+                                &eff.recovery,
+                            );
+                        }
+                        RateOp::Reserve { cost, .. } if !reply.applied => {
+                            cache.record_with(
+                                subject,
+                                cost,
+                                sent,
+                                &decision(eff, reply.clone(), Origin::Store),
+                                &eff.recovery,
+                            );
+                        }
+                        // It changed the subject's state.
+                        _ => cache.unanswered(subject),
+                    }
                 }
-                Ok(self.enforce(subject, decision))
             }
-            Err(unavailable) => {
-                // Sent but unanswered (a timeout, a dropped connection): the store may have
-                // applied it, so the cached figures may be stale.
-                if let (Some(cache), Unavailable::Store(_)) = (cache, &unavailable)
-                    && cost > 0
-                {
+            // Sent but unanswered (a timeout, a dropped connection): the store may have
+            // applied it, so the cached figures may be stale.
+            Err(Unavailable::Store(_)) if op.consumes() => {
+                if let Some(cache) = cache {
                     cache.unanswered(subject);
                 }
-                self.on_unavailable(subject, &keys, cost, unavailable)
             }
+            Err(_) => {}
         }
+        result
     }
 
     /// Test hook (`test-util`): one check decided at `now_us` (µs since the epoch) instead of
@@ -404,15 +791,45 @@ impl RateLimiter {
         cost: u32,
         now_us: u64,
     ) -> Result<Decision, RateLimitError> {
-        self.validate_cost(cost)?;
+        let eff = self.effective(subject).await?;
+        validate_cost(&eff, cost)?;
         let keys = self.keys(subject)?;
         let req = RateRequest {
             keys: &keys,
-            params: &self.params,
-            cost,
+            params: &eff.params,
+            op: RateOp::Check { cost },
         };
         let reply = self.client.store().rate_limit_at(&req, now_us).await?;
-        Ok(self.decision(reply, Origin::Store))
+        Ok(decision(&eff, reply, Origin::Store))
+    }
+
+    /// Test hook (`test-util`): one operation decided at `now_us`, as
+    /// [`__check_at`](Self::__check_at): (decision, applied, wait µs).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub async fn __operate_at(
+        &self,
+        subject: &str,
+        op: TestOp,
+        now_us: u64,
+    ) -> Result<(Decision, bool, u64), RateLimitError> {
+        let eff = self.effective(subject).await?;
+        let keys = self.keys(subject)?;
+        let op = match op {
+            TestOp::Check(cost) => RateOp::Check { cost },
+            TestOp::Reserve(cost, max_wait_us) => RateOp::Reserve { cost, max_wait_us },
+            TestOp::Refund(n) => RateOp::Refund(n),
+            TestOp::Penalize(n) => RateOp::Penalize(n),
+            TestOp::Reset => RateOp::Reset,
+        };
+        let req = RateRequest {
+            keys: &keys,
+            params: &eff.params,
+            op,
+        };
+        let reply = self.client.store().rate_limit_at(&req, now_us).await?;
+        let (applied, wait) = (reply.applied, reply.wait_us);
+        Ok((decision(&eff, reply, Origin::Store), applied, wait))
     }
 
     /// Test hook (`test-util`): the store keys of `subject`, one per policy.
@@ -443,23 +860,17 @@ impl RateLimiter {
         self.shared.max_in_flight - self.shared.in_flight.available_permits()
     }
 
-    fn validate_cost(&self, cost: u32) -> Result<(), RateLimitError> {
-        match self.policies.iter().find(|p| cost > p.limit()) {
-            Some(p) => Err(RateLimitError::CostTooLarge {
-                cost,
-                policy: p.name().to_owned(),
-                capacity: p.limit(),
-            }),
-            None => Ok(()),
-        }
-    }
-
     fn keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
         Ok(rate_keys(&self.key_heads, subject)?)
     }
 
     /// One round trip, bounded by the deadline and the in-flight limit.
-    async fn ask_store(&self, keys: &[String], cost: u32) -> Result<RateReply, Unavailable> {
+    async fn ask_store(
+        &self,
+        keys: &[String],
+        eff: &Effective,
+        op: RateOp,
+    ) -> Result<RateReply, Unavailable> {
         let Ok(_permit) = self.shared.in_flight.try_acquire() else {
             return Err(Unavailable::Overloaded(self.shared.max_in_flight));
         };
@@ -467,8 +878,8 @@ impl RateLimiter {
         self.shared.store_calls.fetch_add(1, Ordering::Relaxed);
         let req = RateRequest {
             keys,
-            params: &self.params,
-            cost,
+            params: &eff.params,
+            op,
         };
         let reply = tokio::time::timeout(self.deadline, self.client.store().rate_limit(&req))
             .await
@@ -489,23 +900,6 @@ impl RateLimiter {
                 ),
             }))
         }
-    }
-
-    fn decision(&self, reply: RateReply, origin: Origin) -> Decision {
-        let per_policy = self
-            .policies
-            .iter()
-            .zip(reply.verdicts)
-            .map(|(p, v)| PolicyDecision {
-                policy: Arc::clone(p.shared_name()),
-                allowed: v.allowed,
-                limit: u64::from(p.limit()),
-                remaining: v.remaining,
-                retry_after: Duration::from_micros(v.retry_us),
-                reset_after: Duration::from_micros(v.reset_us),
-            })
-            .collect();
-        Decision::from_policies(per_policy, origin)
     }
 
     /// Applies shadow mode to a decision.
@@ -529,6 +923,7 @@ impl RateLimiter {
         &self,
         subject: &str,
         keys: &[String],
+        eff: &Effective,
         cost: u32,
         why: Unavailable,
     ) -> Result<Decision, RateLimitError> {
@@ -548,7 +943,7 @@ impl RateLimiter {
         match outage {
             Outage::FailClosed => Err(why.into()),
             Outage::FailOpen => {
-                let per_policy = self
+                let per_policy = eff
                     .policies
                     .iter()
                     .map(|p| PolicyDecision {
@@ -565,12 +960,55 @@ impl RateLimiter {
             Outage::LocalFallback => {
                 let req = RateRequest {
                     keys,
-                    params: &self.params,
-                    cost,
+                    params: &eff.params,
+                    op: RateOp::Check { cost },
                 };
                 let reply = self.shared.fallback.check_rate(&req);
-                Ok(self.enforce(subject, self.decision(reply, Origin::LocalFallback)))
+                Ok(self.enforce(subject, decision(eff, reply, Origin::LocalFallback)))
             }
         }
     }
+}
+
+/// Refuses a cost above what one of the subject's policies allows at once.
+fn validate_cost(eff: &Effective, cost: u32) -> Result<(), RateLimitError> {
+    match eff.policies.iter().find(|p| cost > p.limit()) {
+        Some(p) => Err(RateLimitError::CostTooLarge {
+            cost,
+            policy: p.name().to_owned(),
+            capacity: p.limit(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The decision the store's reply makes, with the subject's policies.
+fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
+    let per_policy = eff
+        .policies
+        .iter()
+        .zip(reply.verdicts)
+        .map(|(p, v)| PolicyDecision {
+            policy: Arc::clone(p.shared_name()),
+            allowed: v.allowed,
+            limit: u64::from(p.limit()),
+            remaining: v.remaining,
+            retry_after: Duration::from_micros(v.retry_us),
+            reset_after: Duration::from_micros(v.reset_us),
+        })
+        .collect();
+    Decision::from_policies(per_policy, origin)
+}
+
+/// Test hook (`test-util`): an operation for [`RateLimiter::__operate_at`].
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum TestOp {
+    Check(u32),
+    /// Cost, max wait µs.
+    Reserve(u32, u64),
+    Refund(u32),
+    Penalize(u32),
+    Reset,
 }

@@ -25,17 +25,30 @@
 //! # Ok(()) }
 //! ```
 
+mod breaker;
 mod decision;
 mod deny_cache;
 mod limiter;
 mod policy;
 mod rate;
+mod reservation;
+mod subject_rates;
 
+pub use self::breaker::{
+    CircuitBreaker, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN,
+};
 pub use self::decision::{Decision, Origin, PolicyDecision};
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub use self::limiter::TestOp as __TestOp;
 pub use self::limiter::{
-    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Outage, RateLimiter,
+    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT, Outage, RateLimiter,
 };
 pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
 pub use self::rate::ParseRateError;
 pub use self::rate::{MAX_PERIOD, MIN_PERIOD, Rate};
+pub use self::reservation::Reservation;
+pub use self::subject_rates::{
+    DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, LookupError, RateLookup, SubjectRates,
+};

@@ -12,6 +12,7 @@ use super::scripts::acquire::{AcquireReply, Waits};
 use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
+use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::renew::RenewItem;
@@ -96,6 +97,20 @@ pub(crate) trait Backend {
 
     /// One rate-limit check, atomically.
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError>;
+
+    /// One Bloom filter operation on `shards`, kept in bitmaps (`bloom.lua`) or, when
+    /// `native`, by the RedisBloom module (`bloom_native.lua`). Shards of different hash
+    /// slots go in separate calls, at once.
+    async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError>;
+
+    /// Whether the store has the RedisBloom module.
+    async fn bloom_module(&self) -> Result<bool, StoreError>;
 
     /// The registry of local waiters, and the subscriptions that wake them.
     fn wakeups(&self) -> &Arc<Wakeups>;

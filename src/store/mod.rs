@@ -40,8 +40,9 @@ pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
+pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
 pub(crate) use self::scripts::handoff::HandoffReply;
-pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateReply, RateRequest};
+pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Held, Replicas};
@@ -248,6 +249,24 @@ impl Store {
             Self::Quorum(s) => s.rate_limit(req).await,
             Self::Memory(s) => Ok(s.rate_limit_at(req, now_us)),
         }
+    }
+
+    /// One Bloom filter operation, bounded by the operation timeout.
+    pub(crate) async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.bloom(native, op, shape, shards).await) })
+            .await
+    }
+
+    /// Whether the store has the RedisBloom module.
+    pub(crate) async fn bloom_module(&self) -> Result<bool, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.bloom_module().await) })
+            .await
     }
 
     pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {

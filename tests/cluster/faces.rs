@@ -139,3 +139,68 @@ async fn both_layers_run_on_a_cluster() {
     assert_eq!(busy.status(), StatusCode::LOCKED);
     held.release().await.expect("release");
 }
+
+/// A Bloom filter larger than one shard spreads over the cluster's slots: each shard in its
+/// own slot, every operation answered across them at once, the configuration checked on
+/// every shard, and one ttl on all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_bloom_filter_spreads_over_the_slots() {
+    let cluster = RedisCluster::shared();
+    let client = client(cluster, "bloom").await;
+    let filter = client
+        .bloom_filter("big{set}")
+        .expected_items(50_000)
+        .false_positive_rate(0.01)
+        .ttl(Duration::from_secs(60))
+        .__shard_bits(32_768)
+        .open()
+        .await
+        .expect("open");
+    assert!(filter.shards() >= 10, "{} shards", filter.shards());
+    let slots: std::collections::HashSet<u16> = (0..filter.shards())
+        .map(|i| slot_of(format!("bloom:bloom:{{big%7Bset%7D%S{i}}}")))
+        .collect();
+    assert!(slots.len() >= 10, "shards share slots: {slots:?}");
+    let items: Vec<String> = (0..50_000).map(|i| format!("member:{i}")).collect();
+    filter.add_many(&items).await.expect("add");
+    assert!(
+        filter
+            .contains_many(&items)
+            .await
+            .expect("contains")
+            .iter()
+            .all(|b| *b),
+        "no false negatives across slots"
+    );
+    let absent: Vec<String> = (0..50_000).map(|i| format!("stranger:{i}")).collect();
+    let fp = filter
+        .contains_many(&absent)
+        .await
+        .expect("contains")
+        .iter()
+        .filter(|b| **b)
+        .count();
+    assert!(fp < 50_000 * 15 / 1000, "{fp} false positives of 50 000");
+    let count = filter.count().await.expect("count");
+    assert!((48_500..=51_500).contains(&count), "count {count}");
+    for i in 0..filter.shards() {
+        let ttl = client
+            .__inspect()
+            .pttl(&format!("bloom:bloom:{{big%7Bset%7D%S{i}}}"))
+            .await
+            .expect("pttl");
+        assert!(
+            ttl.is_some_and(|t| t > Duration::from_secs(50)),
+            "shard {i}: {ttl:?}"
+        );
+    }
+    assert!(matches!(
+        client
+            .bloom_filter("big{set}")
+            .expected_items(60_000)
+            .__shard_bits(32_768)
+            .open()
+            .await,
+        Err(distlock::BloomError::ConfigMismatch { .. })
+    ));
+}

@@ -131,6 +131,23 @@ async fn a_minority_down_is_fine_a_majority_down_fails_cleanly() {
         limiter.check("user").await,
         Err(RateLimitError::UnsupportedStore { .. })
     ));
+    // So are the operations on a subject, the waiting limiter and Bloom filters.
+    let refused = [
+        limiter.refund("user", 1).await,
+        limiter.penalize("user", 1).await,
+        limiter.reset("user").await,
+        limiter.acquire("user").await,
+    ];
+    for result in refused {
+        assert!(
+            matches!(result, Err(RateLimitError::UnsupportedStore { .. })),
+            "{result:?}"
+        );
+    }
+    assert!(matches!(
+        client.bloom_filter("seen").expected_items(10).open().await,
+        Err(distlock::BloomError::UnsupportedStore { .. })
+    ));
 }
 
 /// TESTPLAN 35: one node frozen longer than the per-node timeout: acquires still take about

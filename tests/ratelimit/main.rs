@@ -1,6 +1,7 @@
 //! Rate limiting against real `redis-server` processes and the in-memory store (the same test
-//! bodies on both where the semantics are shared): the stores against the reference model,
-//! exactness and boundary bursts, memory bounds, and outages (TESTPLAN 19, 20 and 22).
+//! bodies on both where the semantics are shared): the stores against the reference model and
+//! against each other, exactness and boundary bursts, memory bounds, and outages (TESTPLAN
+//! 19, 20 and 22).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -16,5 +17,7 @@ mod exactness;
 mod memory_bound;
 mod model;
 mod model_check;
+mod operations;
 mod outage;
 mod semantics;
+mod stores_agree;

@@ -12,6 +12,13 @@
 //! The token bucket is modelled by GCRA: with whole tokens and a refill of one per emission
 //! interval they are the same algorithm, so the bucket's two-field state must reproduce the
 //! TAT's answers exactly.
+//!
+//! The history holds more than checks: a refund takes back the newest units still counted
+//! (GCRA: moves the TAT back, never below now), a penalty adds units at its moment, at most
+//! what is left (GCRA: never past now + tolerance), a reset forgets everything, and a
+//! reservation (GCRA family) applies its cost at the moment it will pass. For GCRA a change of
+//! rate is an event too: the debt left at each event is converted to the interval in force
+//! (rounded up, in the stores' double expression), which is the contract of a rate change.
 
 use distlock::ratelimit::{Algorithm, Policy};
 
@@ -57,11 +64,15 @@ pub struct Expected {
     pub reset_us: i64,
 }
 
-/// One policy's history of applied requests `(time, cost)`, in time order.
+/// One policy's history: the units applied `(time, cost)`, in time order (windows and the log),
+/// or the TAT and the interval it was counted in (GCRA and the token bucket, a fold of the
+/// same history).
 #[derive(Debug, Clone)]
 pub struct Model {
     pub policy: ModelPolicy,
     applied: Vec<(i64, i64)>,
+    /// GCRA family: (tat, interval), or none.
+    tat: Option<(i64, i64)>,
 }
 
 impl Model {
@@ -69,7 +80,36 @@ impl Model {
         Self {
             policy,
             applied: Vec::new(),
+            tat: None,
         }
+    }
+
+    fn is_gcra(&self) -> bool {
+        matches!(
+            self.policy.algorithm,
+            Algorithm::Gcra | Algorithm::TokenBucket
+        )
+    }
+
+    /// GCRA: the TAT as of `t` in the current interval (at least `t`): the stored debt
+    /// converted to the current interval when it was counted in another one.
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+    pub fn tat_at(&self, t: i64) -> i64 {
+        match self.tat {
+            Some((tat, was)) if tat > t => {
+                let debt = tat - t;
+                if was == self.policy.unit {
+                    tat
+                } else {
+                    t + (debt as f64 * self.policy.unit as f64 / was as f64).ceil() as i64
+                }
+            }
+            _ => t,
+        }
+    }
+
+    fn set_tat(&mut self, tat: i64, t: i64) {
+        self.tat = (tat > t).then_some((tat, self.policy.unit));
     }
 
     /// The defining predicate.
@@ -78,31 +118,33 @@ impl Model {
         let p = &self.policy;
         match p.algorithm {
             Algorithm::Gcra | Algorithm::TokenBucket => {
-                let mut tat = i64::MIN;
-                for &(at, cost) in &self.applied {
-                    tat = tat.max(at) + cost * p.unit;
-                }
-                tat.max(t) + k * p.unit - p.limit * p.unit <= t
+                self.tat_at(t) + k * p.unit - p.limit * p.unit <= t
             }
-            Algorithm::FixedWindow => {
-                let w = t / p.unit;
-                let count: i64 = self.sum(|at| at / p.unit == w);
-                count + k <= p.limit
-            }
-            Algorithm::SlidingWindow => {
-                let w = t / p.unit;
-                let curr: i64 = self.sum(|at| at / p.unit == w);
-                let prev: i64 = self.sum(|at| at / p.unit == w - 1);
-                let e = t - w * p.unit;
-                let weighted = (prev as f64 * (p.unit - e) as f64 / p.unit as f64).ceil() as i64;
-                weighted + curr + k <= p.limit
-            }
-            Algorithm::SlidingLog => {
-                let count: i64 = self.sum(|at| at > t - p.unit);
-                count + k <= p.limit
-            }
+            Algorithm::FixedWindow => self.window_count(t) + k <= p.limit,
+            Algorithm::SlidingWindow => self.sliding_used(t) + k <= p.limit,
+            Algorithm::SlidingLog => self.log_count(t) + k <= p.limit,
             other => panic!("no model for {other:?}"),
         }
+    }
+
+    fn window_count(&self, t: i64) -> i64 {
+        let w = t / self.policy.unit;
+        self.sum(|at| at / self.policy.unit == w)
+    }
+
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+    fn sliding_used(&self, t: i64) -> i64 {
+        let p = &self.policy;
+        let w = t / p.unit;
+        let curr: i64 = self.sum(|at| at / p.unit == w);
+        let prev: i64 = self.sum(|at| at / p.unit == w - 1);
+        let e = t - w * p.unit;
+        let weighted = (prev as f64 * (p.unit - e) as f64 / p.unit as f64).ceil() as i64;
+        weighted + curr
+    }
+
+    fn log_count(&self, t: i64) -> i64 {
+        self.sum(|at| at > t - self.policy.unit)
     }
 
     fn sum(&self, pick: impl Fn(i64) -> bool) -> i64 {
@@ -115,7 +157,7 @@ impl Model {
 
     /// The earliest `t' ≥ from` at which `k` may pass.
     fn earliest(&self, from: i64, k: i64) -> i64 {
-        let mut hi = from + self.policy.horizon();
+        let mut hi = from + self.policy.horizon() + (self.tat_at(from) - from);
         assert!(
             self.allows(hi, k),
             "model: {k} never passes within the horizon"
@@ -159,8 +201,74 @@ impl Model {
         }
     }
 
+    /// `cost` units pass at `t` (for a reservation, `t` is its turn).
     pub fn apply(&mut self, t: i64, cost: i64) {
-        self.applied.push((t, cost));
+        if self.is_gcra() {
+            let tat = self.tat_at(t) + cost * self.policy.unit;
+            self.set_tat(tat, t);
+        } else {
+            self.applied.push((t, cost));
+        }
+    }
+
+    /// A refund of `n` at `t`: the newest units still counted go.
+    pub fn refund(&mut self, t: i64, n: i64) {
+        if self.is_gcra() {
+            let tat = (self.tat_at(t) - n * self.policy.unit).max(t);
+            self.set_tat(tat, t);
+            return;
+        }
+        let counted = |at: i64| match self.policy.algorithm {
+            Algorithm::FixedWindow => at / self.policy.unit == t / self.policy.unit,
+            Algorithm::SlidingWindow => at / self.policy.unit >= t / self.policy.unit - 1,
+            _ => at > t - self.policy.unit,
+        };
+        let mut left = n;
+        for entry in self.applied.iter_mut().rev() {
+            if left == 0 || !counted(entry.0) {
+                break;
+            }
+            let take = left.min(entry.1);
+            entry.1 -= take;
+            left -= take;
+        }
+        self.applied.retain(|(_, c)| *c > 0);
+    }
+
+    /// A penalty of `n` at `t`: at most what is left, applied at `t`.
+    pub fn penalize(&mut self, t: i64, n: i64) {
+        let p = self.policy.clone();
+        if self.is_gcra() {
+            let tat = self.tat_at(t);
+            let moved = (tat + n * p.unit).min(t + p.limit * p.unit).max(tat);
+            self.set_tat(moved, t);
+            return;
+        }
+        let used = match p.algorithm {
+            Algorithm::FixedWindow => self.window_count(t),
+            Algorithm::SlidingWindow => self.sliding_used(t),
+            _ => self.log_count(t),
+        };
+        let add = n.min((p.limit - used).max(0));
+        if add > 0 {
+            self.applied.push((t, add));
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.applied.clear();
+        self.tat = None;
+    }
+
+    /// GCRA: a TAT counted in another interval is rewritten in the current one, as the stores
+    /// do whenever they read it (every operation under the new rate).
+    pub fn normalize(&mut self, t: i64) {
+        if let Some((_, was)) = self.tat
+            && was != self.policy.unit
+        {
+            let tat = self.tat_at(t);
+            self.set_tat(tat, t);
+        }
     }
 }
 
@@ -177,9 +285,75 @@ impl Models {
         )
     }
 
+    /// Figures after an adjustment: every policy as a peek.
+    pub fn peek(&self, t: i64) -> Vec<Expected> {
+        self.0.iter().map(|m| m.judge(t, 0)).collect()
+    }
+
+    fn normalize(&mut self, t: i64) {
+        for m in &mut self.0 {
+            m.normalize(t);
+        }
+    }
+
+    pub fn refund(&mut self, t: i64, n: i64) -> Vec<Expected> {
+        self.normalize(t);
+        for m in &mut self.0 {
+            m.refund(t, n);
+        }
+        self.peek(t)
+    }
+
+    pub fn penalize(&mut self, t: i64, n: i64) -> Vec<Expected> {
+        self.normalize(t);
+        for m in &mut self.0 {
+            m.penalize(t, n);
+        }
+        self.peek(t)
+    }
+
+    pub fn reset(&mut self, t: i64) -> Vec<Expected> {
+        for m in &mut self.0 {
+            m.reset();
+        }
+        self.peek(t)
+    }
+
+    /// A reservation of `cost` at `t` on GCRA-family policies: its turn is the first moment
+    /// every policy allows it; within `max_wait` every policy applies it then, and the
+    /// figures are those after, as of `t`. Returns (granted, wait, verdicts).
+    pub fn reserve(&mut self, t: i64, cost: i64, max_wait: i64) -> (bool, i64, Vec<Expected>) {
+        self.normalize(t);
+        let turn = self
+            .0
+            .iter()
+            .map(|m| m.earliest(t, cost))
+            .max()
+            .unwrap_or(t);
+        let wait = turn - t;
+        if wait > max_wait {
+            return (
+                false,
+                wait,
+                self.0.iter().map(|m| m.judge(t, cost)).collect(),
+            );
+        }
+        let mut verdicts = Vec::with_capacity(self.0.len());
+        for m in &mut self.0 {
+            let tat = m.tat_at(t).max(turn) + cost * m.policy.unit;
+            m.set_tat(tat, t);
+            let mut after = m.judge(t, 0);
+            after.allowed = true;
+            after.retry_us = 0;
+            verdicts.push(after);
+        }
+        (true, wait, verdicts)
+    }
+
     /// One check: every policy judges; if all allow and `cost > 0`, all apply, and the
     /// reported figures are those after applying.
     pub fn check(&mut self, t: i64, cost: i64) -> Vec<Expected> {
+        self.normalize(t);
         let mut verdicts: Vec<Expected> = self.0.iter().map(|m| m.judge(t, cost)).collect();
         if cost > 0 && verdicts.iter().all(|v| v.allowed) {
             for (model, verdict) in self.0.iter_mut().zip(&mut verdicts) {

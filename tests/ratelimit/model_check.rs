@@ -113,3 +113,161 @@ on_both_stores!(
     every_algorithm_matches_the_model,
     mixed_policies_match_the_model
 );
+
+/// One operation of an extended trace.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Check(u32),
+    Refund(u32),
+    Penalize(u32),
+    Reset,
+    /// Cost, max wait µs.
+    Reserve(u32, u64),
+    /// Switch to the other rate of the subject (GCRA family only).
+    SwitchRate,
+}
+
+/// Checks interleaved with refunds, penalties, resets, reservations (GCRA family) and, when
+/// `rates` has two limiters, changes of the subject's rate: every field of every verdict, and
+/// a reservation's grant and wait, must match the model.
+async fn run_extended_trace(
+    rng: &mut StdRng,
+    seed: u64,
+    trace: usize,
+    limiters: &[(distlock::ratelimit::RateLimiter, Vec<Policy>)],
+) {
+    use distlock::ratelimit::__TestOp as Op;
+    let mut current = 0;
+    let mut models = Models::of(&limiters[current].1);
+    let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);
+    let family = limiters[current]
+        .1
+        .iter()
+        .all(|p| matches!(p.algorithm(), Algorithm::Gcra | Algorithm::TokenBucket));
+    let mut now = i64::try_from(EPOCH_US).expect("fits") / unit * unit - rng.random_range(0..unit);
+    let subject = format!("ops:{seed}:{trace}");
+    for step_no in 0..STEPS {
+        now += match rng.random_range(0..100) {
+            0..30 => 0,
+            30..75 => rng.random_range(0..unit / 4 + 1),
+            75..95 => rng.random_range(0..2 * unit),
+            _ => rng.random_range(0..6 * unit),
+        };
+        let policies = &limiters[current].1;
+        let min_limit = policies.iter().map(Policy::limit).min().unwrap_or(1);
+        let step = match rng.random_range(0..100) {
+            0..55 => Step::Check(match rng.random_range(0..10) {
+                0 => 0,
+                1..7 => 1,
+                _ => rng.random_range(1..=min_limit),
+            }),
+            55..65 => Step::Refund(rng.random_range(0..=min_limit + 2)),
+            65..75 => Step::Penalize(rng.random_range(0..=min_limit + 2)),
+            75..78 => Step::Reset,
+            78..92 if family => Step::Reserve(
+                rng.random_range(1..=min_limit),
+                rng.random_range(0..=u64::try_from(3 * unit).expect("fits")),
+            ),
+            92..100 if limiters.len() > 1 => Step::SwitchRate,
+            _ => Step::Check(1),
+        };
+        if let Step::SwitchRate = step {
+            current = 1 - current;
+            for (model, policy) in models.0.iter_mut().zip(&limiters[current].1) {
+                model.policy = crate::model::ModelPolicy::of(policy);
+            }
+            continue;
+        }
+        let limiter = &limiters[current].0;
+        let at = u64::try_from(now).expect("positive");
+        let (op, expected, want_reserved) = match step {
+            Step::Check(cost) => (Op::Check(cost), models.check(now, i64::from(cost)), None),
+            Step::Refund(n) => (Op::Refund(n), models.refund(now, i64::from(n)), None),
+            Step::Penalize(n) => (Op::Penalize(n), models.penalize(now, i64::from(n)), None),
+            Step::Reset => (Op::Reset, models.reset(now), None),
+            Step::Reserve(cost, max_wait) => {
+                let (granted, wait, verdicts) =
+                    models.reserve(now, i64::from(cost), i64::try_from(max_wait).expect("fits"));
+                (Op::Reserve(cost, max_wait), verdicts, Some((granted, wait)))
+            }
+            Step::SwitchRate => unreachable!("handled above"),
+        };
+        let (decision, applied, wait) = limiter
+            .__operate_at(&subject, op, at)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed} trace {trace} step {step_no} {step:?}: {e}"));
+        let context = || {
+            format!(
+                "seed {seed} trace {trace} step {step_no} {step:?} at {now} on {:?}",
+                limiters[current].1
+            )
+        };
+        for (i, (want, got)) in expected.iter().zip(&decision.policies).enumerate() {
+            let got_tuple = (
+                got.allowed,
+                i64::try_from(got.remaining).expect("fits"),
+                us(got.retry_after),
+                us(got.reset_after),
+            );
+            let want_tuple = (want.allowed, want.remaining, want.retry_us, want.reset_us);
+            assert_eq!(
+                got_tuple,
+                want_tuple,
+                "{} policy {i}: (allowed, remaining, retry µs, reset µs) differs from the model",
+                context()
+            );
+        }
+        if let Some((granted, want_wait)) = want_reserved {
+            assert_eq!(
+                (applied, i64::try_from(wait).expect("fits")),
+                (granted, want_wait),
+                "{}: (granted, wait µs)",
+                context()
+            );
+        }
+    }
+}
+
+/// Every algorithm alone, and mixed policies, with refunds, penalties, resets and (GCRA
+/// family) reservations; GCRA and the token bucket also change rate mid-trace.
+async fn operations_and_rate_changes_match_the_model(fx: Fixture) {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (a, algorithm) in ALGORITHMS.into_iter().enumerate() {
+        for trace in 0..TRACES_PER_ALGORITHM {
+            let mut variants = vec![random_policy(&mut rng, algorithm, "p")];
+            if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) {
+                variants.push(random_policy(&mut rng, algorithm, "p"));
+            }
+            let limiters: Vec<_> = variants
+                .into_iter()
+                .map(|p| {
+                    let limiter = fx.client.rate_limiter(p.clone());
+                    (limiter, vec![p])
+                })
+                .collect();
+            run_extended_trace(&mut rng, seed, a * 10 + trace, &limiters).await;
+        }
+    }
+    for trace in 0..MIXED_TRACES {
+        let family = rng.random_range(0..2) == 0;
+        let n = rng.random_range(2..=3);
+        let policies: Vec<Policy> = (0..n)
+            .map(|i| {
+                let algorithm = if family {
+                    [Algorithm::Gcra, Algorithm::TokenBucket][rng.random_range(0..2)]
+                } else {
+                    ALGORITHMS[rng.random_range(0..ALGORITHMS.len())]
+                };
+                random_policy(&mut rng, algorithm, &format!("p{i}"))
+            })
+            .collect();
+        let limiter = fx
+            .client
+            .rate_limiter_all(policies.clone())
+            .expect("valid policies");
+        run_extended_trace(&mut rng, seed, 200 + trace, &[(limiter, policies)]).await;
+    }
+}
+
+on_both_stores!(operations_and_rate_changes_match_the_model);

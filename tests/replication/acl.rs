@@ -315,6 +315,47 @@ async fn library_operations(url: &str, replica: bool) -> Result<(), String> {
         return Err(format!("job ran: {ran:?}"));
     }
 
+    // Operating a limiter: refund (the sliding log's ZPOPMAX), penalize, reset.
+    let log = a.rate_limiter(
+        Policy::sliding_log("acl-operate", Rate::per_hour(3).expect("rate")).expect("policy"),
+    );
+    log.check_n("subject", 2)
+        .await
+        .map_err(rate_err("check before refund".into()))?;
+    log.refund("subject", 1)
+        .await
+        .map_err(rate_err("refund".into()))?;
+    log.penalize("subject", 1)
+        .await
+        .map_err(rate_err("penalize".into()))?;
+    log.reset("subject")
+        .await
+        .map_err(rate_err("reset".into()))?;
+
+    // A Bloom filter on bitmaps: open (configuration header, size), add, look up, count,
+    // clear.
+    let bloom_err = |what: &'static str| move |e: distlock::BloomError| format!("{what}: {e:?}");
+    let filter = a
+        .bloom_filter("acl-bloom")
+        .expected_items(1000)
+        .false_positive_rate(0.01)
+        .open()
+        .await
+        .map_err(bloom_err("bloom open"))?;
+    filter
+        .add_many(["a", "b"])
+        .await
+        .map_err(bloom_err("bloom add_many"))?;
+    if !filter
+        .contains("a")
+        .await
+        .map_err(bloom_err("bloom contains"))?
+    {
+        return Err("the Bloom filter lost an item".to_owned());
+    }
+    filter.count().await.map_err(bloom_err("bloom count"))?;
+    filter.clear().await.map_err(bloom_err("bloom clear"))?;
+
     // The operators' view: lock_state (GET, PTTL), force_unlock (the release script).
     let _forced = a
         .lock("acl-operated")

@@ -611,6 +611,16 @@ pub const LIBRARY_ACL_RULES: &[&str] = &[
     "+zrange",
     "+zrangebyscore",
     "+zremrangebyscore",
+    // Sliding log: a refund takes back the newest entries.
+    "+zpopmax",
+    // Bloom filters on bitmaps: the configuration header (GETRANGE, written with SETRANGE),
+    // the bitmap's size (SETBIT of its last bit), the positions (BITFIELD to add,
+    // BITFIELD_RO to look up), the approximate count (BITCOUNT).
+    "+getrange",
+    "+setbit",
+    "+bitfield",
+    "+bitfield_ro",
+    "+bitcount",
     // Semaphores and read holds: each permit is an entry; renewals check it is still there
     // (ZSCORE), a release removes it (ZREM).
     "+zscore",
@@ -634,6 +644,9 @@ pub const LIBRARY_ACL_OPTIONAL_RULES: &[&str] = &[
     // `+client|setinfo` to keep those refusals out of the ACL LOG. Redis 7.0 rejects the rule
     // as unknown.)
     "+info",
+    // `bloom_filter(..).open()` asks whether the server has the RedisBloom module (`COMMAND
+    // INFO BF.RESERVE`); refused, it uses bitmaps.
+    "+command|info",
 ];
 
 /// What a client that finds the primary through Sentinel also needs on the data nodes.

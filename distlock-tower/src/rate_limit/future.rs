@@ -137,8 +137,10 @@ fn matched_route<B>(_: &Request<B>) -> Option<&str> {
     None
 }
 
-/// The allowed decision, or the refusal. Waits (and checks again) while the wait fits in the
-/// configured maximum, having given back the inner service's readiness first.
+/// The allowed decision, or the refusal. With a wait configured, the request reserves its
+/// turn (GCRA and token-bucket policies: requests are served in the order they came, across
+/// every replica), gives back the inner service's readiness and sleeps until it; with window
+/// algorithms it sleeps until the store's `retry_after` and checks again, while the wait fits.
 async fn check<S: Clone, R>(
     limiter: &Limiter,
     subject: &str,
@@ -147,14 +149,22 @@ async fn check<S: Clone, R>(
 ) -> Result<Decision, Refusal> {
     let started = Instant::now();
     loop {
-        match limiter.limiter.check_n(subject, config.cost).await {
-            Ok(decision) if decision.allowed => return Ok(decision),
-            Ok(decision) => {
-                if started.elapsed().saturating_add(decision.retry_after) <= config.max_wait {
-                    // Nothing is consumed while waiting: dropping this future is free. Nor is
-                    // anything of the inner service held (a concurrency permit, say).
+        let left = config.max_wait.saturating_sub(started.elapsed());
+        match limiter.limiter.reserve(subject, config.cost, left).await {
+            Ok(reservation) if reservation.is_granted() => {
+                if !reservation.delay().is_zero() {
+                    // Nothing of the inner service is held while waiting (a concurrency
+                    // permit, say); dropping this future gives the turn back.
                     inner.release_readiness();
-                    tokio::time::sleep(decision.retry_after).await;
+                }
+                return Ok(reservation.ready().await);
+            }
+            Ok(reservation) => {
+                let decision = reservation.decision().clone();
+                let retry = decision.retry_after;
+                if !retry.is_zero() && started.elapsed().saturating_add(retry) <= config.max_wait {
+                    inner.release_readiness();
+                    tokio::time::sleep(retry).await;
                     continue;
                 }
                 return Err(Refusal::too_many_requests(subject, decision));
@@ -165,7 +175,9 @@ async fn check<S: Clone, R>(
                         tracing::debug!(subject, error = %err, "unusable rate-limit key");
                     }
                     // The limiter fails closed: the store could not answer within its deadline.
-                    RateLimitError::Store(_) | RateLimitError::Overloaded { .. } => {
+                    RateLimitError::Store(_)
+                    | RateLimitError::Overloaded { .. }
+                    | RateLimitError::CircuitOpen { .. } => {
                         tracing::warn!(subject, error = %err, "rate-limit store unavailable");
                     }
                     _ => tracing::error!(subject, error = %err, "rate-limit check failed"),

@@ -218,10 +218,12 @@ impl<K, R> RateLimitLayer<K, R> {
     }
 
     /// Waits instead of refusing when the request would be allowed within `max_wait`
-    /// (default zero: refuse at once): the leaky bucket as a queue. The request sleeps for
-    /// the decision's `retry_after` and is checked again, as long as its total wait stays
-    /// within `max_wait`. Nothing is consumed while it waits, so dropping it (the client
-    /// went away, a timeout fired) costs nothing.
+    /// (default zero: refuse at once): the leaky bucket as a queue. With GCRA and
+    /// token-bucket policies the request reserves its turn in one round trip and sleeps until
+    /// it, so waiting requests pass in the order they came, across every replica, with no
+    /// retry race; dropping it (the client went away, a timeout fired) gives the turn back.
+    /// With window algorithms it sleeps for the decision's `retry_after` and is checked
+    /// again, as long as its total wait stays within `max_wait`.
     pub fn wait(mut self, max_wait: Duration) -> Self {
         self.config.max_wait = max_wait;
         self

@@ -240,9 +240,9 @@ impl Refusal {
     pub(crate) fn rate_limit_error(subject: &str, err: RateLimitError) -> Self {
         let reason = match &err {
             RateLimitError::InvalidSubject(_) => Reason::UnusableKey,
-            RateLimitError::Store(_) | RateLimitError::Overloaded { .. } => {
-                Reason::StoreUnavailable
-            }
+            RateLimitError::Store(_)
+            | RateLimitError::Overloaded { .. }
+            | RateLimitError::CircuitOpen { .. } => Reason::StoreUnavailable,
             _ => Reason::Internal,
         };
         let mapped = err.http_status();

@@ -39,7 +39,8 @@ semaphores (only when named): semaphore_uncontended (32 tasks, semaphores of the
 quorum (only when named or with --quorum): quorum_lock_seq quorum_lock_parallel
   (lock_uncontended_seq and _parallel on a Redlock quorum; raw is hand-written Redlock: SET NX
   PX on every node at once, granted by a majority, compare-and-delete on every node; a quorum
-  client refuses rate limits, so there is no rate-limit variant)";
+  client refuses rate limits, so there is no rate-limit variant)
+bloom (only when named): bloom_contains_many (Bloom filter lookups, 1000 items per call)";
 
 #[derive(Debug)]
 pub struct Args {

@@ -13,6 +13,7 @@
 //! workloads without `--quorum-url` three more independent `redis-server`s; all are killed on
 //! exit, on an error and on SIGINT/SIGTERM.
 
+mod bloom;
 mod chart;
 mod cli;
 mod cluster;

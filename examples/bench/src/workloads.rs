@@ -45,6 +45,8 @@ pub enum Workload {
     QuorumLockSeq,
     /// `lock_uncontended_parallel` on a Redlock quorum.
     QuorumLockParallel,
+    /// Bloom filter lookups, 1000 items per call (only when named).
+    BloomContainsMany,
 }
 
 impl Workload {
@@ -65,7 +67,11 @@ impl Workload {
     pub const CLUSTER: [Workload; 2] = [Self::ClusterLockParallel, Self::ClusterRatelimitParallel];
 
     /// Run only when named (CI's smoke run counts the default set's lines).
-    pub const EXTRA: [Workload; 2] = [Self::SemaphoreUncontended, Self::SemaphoreContended];
+    pub const EXTRA: [Workload; 3] = [
+        Self::SemaphoreUncontended,
+        Self::SemaphoreContended,
+        Self::BloomContainsMany,
+    ];
     /// Run only when named, or with `--quorum`. Locks only: a quorum client refuses rate limits.
     pub const QUORUM: [Workload; 2] = [Self::QuorumLockSeq, Self::QuorumLockParallel];
 
@@ -86,6 +92,7 @@ impl Workload {
             Self::SemaphoreContended => "semaphore_contended",
             Self::QuorumLockSeq => "quorum_lock_seq",
             Self::QuorumLockParallel => "quorum_lock_parallel",
+            Self::BloomContainsMany => "bloom_contains_many",
         }
     }
 
@@ -155,7 +162,8 @@ impl Workload {
             | Self::RatelimitDeniedHot
             | Self::LayerOverhead
             | Self::SemaphoreUncontended
-            | Self::SemaphoreContended => (1, Duration::from_secs(5), 0),
+            | Self::SemaphoreContended
+            | Self::BloomContainsMany => (1, Duration::from_secs(5), 0),
         }
     }
 }
@@ -416,6 +424,7 @@ pub async fn run(
         Workload::SemaphoreUncontended | Workload::SemaphoreContended => {
             return crate::semaphore::run(workload, peer, targets.single()?, args).await;
         }
+        Workload::BloomContainsMany => return crate::bloom::run(peer, targets, args).await,
         Workload::RatelimitSeq
         | Workload::RatelimitParallel
         | Workload::ClusterRatelimitParallel

@@ -25,6 +25,8 @@ use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
 use super::scripts::acquire_rw::{self, Side};
+use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom_native;
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
@@ -325,6 +327,44 @@ impl Backend for ClusterStore {
             .rates
             .of(slot)
             .run(RateItem::of(req))
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One call per slot, all at once; the answers are put back in the shards' order.
+    async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, shard) in shards.iter().enumerate() {
+            by_slot.entry(slot_of(&shard.key)).or_default().push(i);
+        }
+        let calls = by_slot.into_values().map(|indices| async move {
+            let group: Vec<ShardCall> = indices.iter().map(|&i| shards[i].clone()).collect();
+            let conn = &self.inner.conn;
+            let reply = if native {
+                bloom_native::run(conn, op, shape, &group).await
+            } else {
+                bloom::run(conn, op, shape, &group).await
+            };
+            reply.map(|replies| (indices, replies))
+        });
+        let mut answers = vec![ShardReply::Missing; shards.len()];
+        for result in futures_util::future::join_all(calls).await {
+            let (indices, replies) = result.map_err(|e| self.deadline(e))?;
+            for (i, reply) in indices.into_iter().zip(replies) {
+                answers[i] = reply;
+            }
+        }
+        Ok(answers)
+    }
+
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        bloom_native::available(&self.inner.conn)
             .await
             .map_err(|e| self.deadline(e))
     }

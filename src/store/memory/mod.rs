@@ -7,6 +7,7 @@
 //! microseconds at the store's creation advanced by tokio's clock, or the injected time of a
 //! test.
 
+mod bloom;
 pub(crate) mod ratelimit;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 
 use self::ratelimit::State as RateState;
 use super::backend::Backend;
+use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::handoff::HandoffReply;
 use super::{
     AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
@@ -39,6 +41,7 @@ const STARVING: &str = "!";
 pub(crate) struct MemoryStore {
     state: Arc<Mutex<State>>,
     rates: Arc<Mutex<Rates>>,
+    blooms: Arc<bloom::Blooms>,
     wakeups: Arc<Wakeups>,
 }
 
@@ -487,7 +490,7 @@ impl MemoryStore {
         );
         let (mut states, old_expiries): (Vec<Option<RateState>>, Vec<Option<i64>>) =
             req.keys.iter().map(|k| rates.take(k, now).unzip()).unzip();
-        let (reply, written) = ratelimit::check(req.params, &mut states, now, req.cost);
+        let (reply, written) = ratelimit::run(req.params, &mut states, now, req.op);
         let entries = req.keys.iter().zip(states).zip(old_expiries).zip(written);
         for (((key, state), old), written) in entries {
             // A written state expires at its new reset time; an untouched one keeps its own.
@@ -507,6 +510,9 @@ impl MemoryStore {
         let mut state = self.state();
         if let Some(v) = state.get(key, now) {
             return Some(v.expires_at.saturating_duration_since(now));
+        }
+        if let Some(Some(ttl)) = self.blooms.pttl(key) {
+            return Some(ttl);
         }
         if let Some(latest) = state.latest_expiry(key, now) {
             return Some(latest.saturating_duration_since(now));
@@ -669,6 +675,20 @@ impl Backend for MemoryStore {
 
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
         Ok(self.check_rate(req))
+    }
+
+    async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        self.blooms.run(native, op, shape, shards)
+    }
+
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        Ok(false)
     }
 
     fn wakeups(&self) -> &Arc<Wakeups> {

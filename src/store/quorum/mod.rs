@@ -47,6 +47,7 @@ use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire
 use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
+use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::release::{ReleaseItem, Releases};
@@ -677,6 +678,22 @@ impl Backend for QuorumStore {
         })
     }
 
+    async fn bloom(
+        &self,
+        _native: bool,
+        _op: BloomOp,
+        _shape: &BloomShape,
+        _shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        Err(StoreError::Config {
+            message: BLOOM_UNSUPPORTED.to_owned(),
+        })
+    }
+
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     fn wakeups(&self) -> &Arc<Wakeups> {
         &self.inner.wakeups
     }
@@ -698,3 +715,8 @@ pub(crate) const HOLDER_SETS_UNSUPPORTED: &str = "semaphores and read-write lock
 pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store that counts: \
     connect a single primary (Client::connect) or a Cluster (Client::connect_cluster); counting \
     on independent primaries is not exact";
+
+/// Why a quorum client refuses Bloom filters.
+pub(crate) const BLOOM_UNSUPPORTED: &str = "Bloom filters need one store that holds them: a \
+    Redlock quorum's independent primaries would each hold a different filter; use a client \
+    on a single primary or a Cluster";

@@ -21,6 +21,8 @@ use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
 use super::scripts::acquire_rw::{self, Side};
+use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom_native;
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
@@ -306,6 +308,27 @@ impl Backend for RedisStore {
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
         self.rates
             .run(RateItem::of(req))
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        let reply = if native {
+            bloom_native::run(&self.conn, op, shape, shards).await
+        } else {
+            bloom::run(&self.conn, op, shape, shards).await
+        };
+        reply.map_err(|e| self.deadline(e))
+    }
+
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        bloom_native::available(&self.conn)
             .await
             .map_err(|e| self.deadline(e))
     }

@@ -1,32 +1,45 @@
--- ratelimit.lua: one or more rate-limit checks, each over one or more policies of one
--- subject, each all or nothing. Concurrent checks of one client share one call (see
--- src/store/batch.rs). Runs after ratelimit/common.lua, the five algorithm files, which
--- define the functions dispatched to below (see common.lua for their contract), and a clock
--- file (ratelimit/clock.lua: the server's TIME), which defines `now`, `slack` and `arg`.
+-- ratelimit.lua: one or more rate-limit operations, each over one or more policies of one
+-- subject, each all or nothing. Concurrent operations of one client share one call (see
+-- src/store/batch.rs). Runs after a clock file (ratelimit/clock.lua: the server's TIME),
+-- which defines `now`, `slack` and `arg`, then ratelimit/common.lua and the algorithm files,
+-- which define the functions dispatched to below (see common.lua for their contract).
 --
--- For each check in order:
---   ARGV       cost: units to consume (>= 0; 0 peeks: decides for a cost of 1, writes
---              nothing), n: the number of policies, then for each policy its algorithm (1 gcra,
---              2 token bucket, 3 fixed window, 4 sliding window, 5 sliding log) and its two
---              parameters: interval µs and burst for 1-2, period µs and limit for 3-5
+-- For each operation in order:
+--   ARGV       op, amount, extra, n: the number of policies, then for each policy its
+--              algorithm (1 gcra, 2 token bucket, 3 fixed window, 4 sliding window, 5 sliding
+--              log) and its two parameters: interval µs and burst for 1-2, period µs and limit
+--              for 3-5. The ops:
+--                0 check     consume `amount` units if every policy allows (0 peeks: decides
+--                            for a cost of 1, writes nothing)
+--                1 reserve   as a check, but when every policy is of the GCRA family (1-2)
+--                            and the request would pass within `extra` µs, consume it now at
+--                            the moment it will pass (its place in the queue) and answer the
+--                            wait; any other policy makes it a check
+--                2 refund    give back `amount` units (never fuller than full)
+--                3 penalize  charge `amount` units (never beyond empty)
+--                4 reset     delete every policy's state
+--              refund, penalize and reset then answer as a peek.
 --   KEYS       n keys, one per policy; all share the subject's hash tag
 --
--- Reply, for each check in order, one text of integers separated by spaces (a bare text
--- when there is one check, an array of them otherwise; one text parses much faster than an
--- array of integers): applied, then allowed_i, remaining_i, retry_i, reset_i for each of its
--- policies:
---   applied      1 if every policy allowed and cost > 0, so every policy consumed `cost`;
---                0 otherwise, and then nothing was written for this check
+-- Reply, for each operation in order, one text of integers separated by spaces (a bare text
+-- when there is one, an array of them otherwise; one text parses much faster than an array
+-- of integers): applied, wait, then allowed_i, remaining_i, retry_i, reset_i per policy:
+--   applied      1 if a check or reservation consumed (every policy allowed and cost > 0);
+--                0 otherwise, and then a check or reservation wrote nothing
+--   wait         µs until a reservation's turn (for one refused, the turn it would have
+--                had); 0 for every other op
 --   allowed_i    1 if policy i alone allows the request
 --   remaining_i  cost-1 requests left under policy i (after consuming, if applied)
 --   retry_i      µs until policy i would allow the request (0 if it does)
 --   reset_i      µs until policy i is back to full (after consuming, if applied)
 --
--- Phase one asks every policy of a check to decide without writing; phase two, only if all
--- allowed, applies every policy's write. Each write sets a ttl of the state's reset time, so
--- no key outlives the moment it stops mattering. Checks run one after another, so a later
--- check in one call sees the writes of an earlier one.
-local algorithms = { gcra, token_bucket, fixed_window, sliding_window, sliding_log }
+-- A check asks every policy to decide without writing, then, only if all allowed, applies
+-- every policy's write. Each write sets a ttl of the state's reset time, so no key outlives
+-- the moment it stops mattering. Operations run one after another, so a later one in one call
+-- sees the writes of an earlier one.
+local algorithms = { gcra, gcra, fixed_window, sliding_window, sliding_log }
+local adjusters = { gcra_adjust, gcra_adjust, fixed_window_adjust, sliding_window_adjust,
+  sliding_log_adjust }
 local key = 1
 
 -- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply.
@@ -43,9 +56,9 @@ local function check(cost, need, n)
   end
 
   local applied = all_allowed and cost > 0
-  local text = '0'
+  local text = '0 0'
   if applied then
-    text = '1'
+    text = '1 0'
   end
   for i = 1, n do
     local d = decisions[i]
@@ -63,37 +76,129 @@ local function check(cost, need, n)
   return text
 end
 
+-- Whether the n policies from ARGV[arg..] are all of the GCRA family.
+local function reservable(n)
+  for i = 0, n - 1 do
+    local algorithm = ARGV[arg + 3 * i]
+    if algorithm ~= '1' and algorithm ~= '2' then
+      return false
+    end
+  end
+  return true
+end
+
+-- One reservation of n GCRA-family policies: the request passes at the first moment every
+-- policy allows it; if that is within max_wait µs, every policy consumes it at that moment.
+local function reserve(cost, need, max_wait, n)
+  local tats, allow_at = {}, now
+  for i = 1, n do
+    local interval, burst = tonumber(ARGV[arg + 3 * (i - 1) + 1]), tonumber(ARGV[arg + 3 * (i - 1) + 2])
+    local tat = gcra_tat(KEYS[key + i - 1], now, interval)
+    tats[i] = tat
+    local at = tat + need * interval - interval * burst
+    if at > allow_at then
+      allow_at = at
+    end
+  end
+  local wait = allow_at - now
+  local granted = wait <= max_wait
+  local text
+  if granted then
+    text = '1 ' .. int_str(wait)
+  else
+    text = '0 ' .. int_str(wait)
+  end
+  for i = 1, n do
+    local interval, burst = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
+    local k, tat = KEYS[key], tats[i]
+    local tolerance = interval * burst
+    if granted then
+      local start = tat
+      if allow_at > start then
+        start = allow_at
+      end
+      local new_tat = start + cost * interval
+      gcra_write(k, new_tat, now, interval, slack)
+      local remaining, reset = gcra_after(new_tat, now, interval, burst)
+      text = text .. string.format(' 1 %d 0 %d', remaining, reset)
+    else
+      local remaining = idiv(non_negative(tolerance - (tat - now)), interval)
+      local retry = non_negative(tat + need * interval - tolerance - now)
+      local allowed = 0
+      if retry == 0 then
+        allowed = 1
+      end
+      text = text .. string.format(' %d %d %d %d', allowed, remaining, retry, tat - now)
+    end
+    arg = arg + 3
+    key = key + 1
+  end
+  return text
+end
+
+-- Refund (sign -1), penalize (sign 1) or reset (sign 0) n policies, then peek.
+local function adjust(sign, amount, n)
+  local first_arg, first_key = arg, key
+  for _ = 1, n do
+    local k = KEYS[key]
+    if sign == 0 then
+      redis.call('DEL', k)
+    elseif amount > 0 then
+      local adjuster = adjusters[tonumber(ARGV[arg])]
+      adjuster(k, now, sign * amount, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]), slack)
+    end
+    arg = arg + 3
+    key = key + 1
+  end
+  arg, key = first_arg, first_key
+  return check(0, 1, n)
+end
+
 local reply = {}
 while arg <= #ARGV do
-  local cost = tonumber(ARGV[arg])
-  local n = tonumber(ARGV[arg + 1])
-  arg = arg + 2
-  local need = cost
+  local op = tonumber(ARGV[arg])
+  local amount = tonumber(ARGV[arg + 1])
+  local extra = tonumber(ARGV[arg + 2])
+  local n = tonumber(ARGV[arg + 3])
+  arg = arg + 4
+  local need = amount
   if need < 1 then
     need = 1
   end
-  if n == 1 and ARGV[arg] == '1' then
-    -- One GCRA policy, the most common check: gcra_core() straight, without the decision
-    -- table and closure of check() (an eighth of the script's server time on this path).
+  local text
+  if op == 0 and n == 1 and ARGV[arg] == '1' then
+    -- One GCRA policy checked, the most common operation: gcra_core() straight, without the
+    -- decision table and closure of check() (an eighth of the script's server time here).
     local interval, burst = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
     local k = KEYS[key]
     arg = arg + 3
     key = key + 1
-    local allowed, remaining, retry, reset, new_tat = gcra_core(k, now, cost, need, interval, burst)
-    local text
+    local allowed, remaining, retry, reset, new_tat = gcra_core(k, now, amount, need, interval, burst)
     if not allowed then
-      text = string.format('0 0 %d %d %d', remaining, retry, reset)
+      text = string.format('0 0 0 %d %d %d', remaining, retry, reset)
     elseif new_tat then
-      gcra_write(k, new_tat, now, slack)
+      gcra_write(k, new_tat, now, interval, slack)
       remaining, reset = gcra_after(new_tat, now, interval, burst)
-      text = string.format('1 1 %d 0 %d', remaining, reset)
+      text = string.format('1 0 1 %d 0 %d', remaining, reset)
     else
-      text = string.format('0 1 %d 0 %d', remaining, reset)
+      text = string.format('0 0 1 %d 0 %d', remaining, reset)
     end
-    reply[#reply + 1] = text
+  elseif op == 0 then
+    text = check(amount, need, n)
+  elseif op == 1 then
+    if amount > 0 and reservable(n) then
+      text = reserve(amount, need, extra, n)
+    else
+      text = check(amount, need, n)
+    end
+  elseif op == 2 then
+    text = adjust(-1, amount, n)
+  elseif op == 3 then
+    text = adjust(1, amount, n)
   else
-    reply[#reply + 1] = check(cost, need, n)
+    text = adjust(0, 0, n)
   end
+  reply[#reply + 1] = text
 end
 if #reply == 1 then
   return reply[1]

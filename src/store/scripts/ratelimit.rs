@@ -1,6 +1,8 @@
-//! `ratelimit.lua`: one or more rate-limit checks per call, each over one or more policies of
-//! one subject, all or nothing (contract in the `.lua` header). The script is the shared
-//! helpers, one file per algorithm, a clock, then the driver.
+//! `ratelimit.lua`: one or more rate-limit operations per call (checks, reservations,
+//! refunds, penalties, resets), each over one or more policies of one subject, all or nothing
+//! (contract in the `.lua` header). The script is the shared helpers, one file per algorithm
+//! (the token bucket runs GCRA's), then the driver; a clock comes first (the algorithms read
+//! its `slack` when they rewrite a state counted in another unit).
 //!
 //! The production script reads the server's clock (`ratelimit/clock.lua`). With the
 //! `test-util` feature, a second script text takes the time from the caller, for the model
@@ -20,7 +22,6 @@ macro_rules! algorithms {
         concat!(
             include_str!("ratelimit/common.lua"),
             include_str!("ratelimit/gcra.lua"),
-            include_str!("ratelimit/token_bucket.lua"),
             include_str!("ratelimit/fixed_window.lua"),
             include_str!("ratelimit/sliding_window.lua"),
             include_str!("ratelimit/sliding_log.lua"),
@@ -30,8 +31,8 @@ macro_rules! algorithms {
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        algorithms!(),
         include_str!("ratelimit/clock.lua"),
+        algorithms!(),
         include_str!("ratelimit.lua"),
     ))
 });
@@ -41,8 +42,8 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
 #[cfg(feature = "test-util")]
 pub(crate) static SCRIPT_AT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        algorithms!(),
         "local now = tonumber(ARGV[1])\nlocal slack = 3600000\nlocal arg = 2\n",
+        algorithms!(),
         include_str!("ratelimit.lua"),
     ))
 });
@@ -80,19 +81,58 @@ pub(crate) struct PolicyParams {
     pub(crate) count: i64,
 }
 
-/// One rate-limit check: one key and one policy per entry, all keys in one hash slot.
+/// What one rate-limit operation does to a subject's policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RateOp {
+    /// Consume `cost` units if every policy allows; 0 peeks (decides for a cost of 1,
+    /// consumes nothing).
+    Check { cost: u32 },
+    /// As a check, but a request of GCRA-family policies that would pass within
+    /// `max_wait_us` consumes now, at the moment it will pass, and is told to wait.
+    Reserve { cost: u32, max_wait_us: u64 },
+    /// Give back units (never fuller than full), then peek.
+    Refund(u32),
+    /// Charge units (never beyond empty), then peek.
+    Penalize(u32),
+    /// Delete every policy's state, then peek.
+    Reset,
+}
+
+impl RateOp {
+    /// The op's (code, amount, extra) in the script's ARGV.
+    fn encode(self) -> (u8, u32, u64) {
+        match self {
+            Self::Check { cost } => (0, cost, 0),
+            Self::Reserve { cost, max_wait_us } => (1, cost, max_wait_us),
+            Self::Refund(n) => (2, n, 0),
+            Self::Penalize(n) => (3, n, 0),
+            Self::Reset => (4, 0, 0),
+        }
+    }
+
+    /// Whether this op may consume (and so make a cached denial's figures stale).
+    pub(crate) fn consumes(self) -> bool {
+        match self {
+            Self::Check { cost } | Self::Reserve { cost, .. } => cost > 0,
+            Self::Refund(_) | Self::Penalize(_) | Self::Reset => true,
+        }
+    }
+}
+
+/// One rate-limit operation: one key and one policy per entry, all keys in one hash slot.
 pub(crate) struct RateRequest<'a> {
     pub(crate) keys: &'a [String],
     pub(crate) params: &'a [PolicyParams],
-    /// Cost units to consume; 0 peeks (decides for a cost of 1, consumes nothing).
-    pub(crate) cost: u32,
+    pub(crate) op: RateOp,
 }
 
-/// The answer to a rate-limit check: whether it was applied (every policy allowed and the
-/// cost was above zero), and each policy's verdict, in request order.
+/// The answer to a rate-limit operation: whether a check or reservation was applied (every
+/// policy allowed and the cost was above zero), how long a reservation waits for its turn
+/// (µs), and each policy's verdict, in request order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RateReply {
     pub(crate) applied: bool,
+    pub(crate) wait_us: u64,
     pub(crate) verdicts: Vec<Verdict>,
 }
 
@@ -118,11 +158,11 @@ impl Verdict {
     }
 }
 
-/// One check, owned so it can wait in a batch.
+/// One operation, owned so it can wait in a batch.
 pub(crate) struct RateItem {
     pub(crate) keys: Vec<String>,
     pub(crate) params: Vec<PolicyParams>,
-    pub(crate) cost: u32,
+    pub(crate) op: RateOp,
 }
 
 impl RateItem {
@@ -130,7 +170,7 @@ impl RateItem {
         Self {
             keys: req.keys.to_vec(),
             params: req.params.to_vec(),
-            cost: req.cost,
+            op: req.op,
         }
     }
 }
@@ -150,7 +190,7 @@ impl<C: Conn> Rates<C> {
         items: &[RateItem],
     ) -> Result<Vec<RateReply>, StoreError> {
         let keys: usize = items.iter().map(|item| item.keys.len()).sum();
-        let mut cmd = script.call(keys, 1 + 2 * items.len() + 3 * keys, 128 * keys);
+        let mut cmd = script.call(keys, 1 + 4 * items.len() + 3 * keys, 128 * keys);
         for item in items {
             for key in &item.keys {
                 cmd.arg(key);
@@ -160,7 +200,8 @@ impl<C: Conn> Rates<C> {
             cmd.arg(leading);
         }
         for item in items {
-            cmd.arg(item.cost).arg(item.params.len());
+            let (code, amount, extra) = item.op.encode();
+            cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
             for p in &item.params {
                 cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
             }
@@ -199,11 +240,11 @@ impl<C: Conn> Batch for Rates<C> {
     }
 }
 
-/// One check's text: `applied`, then `allowed remaining retry_us reset_us` per policy, as
-/// integers separated by single spaces.
+/// One operation's text: `applied wait_us`, then `allowed remaining retry_us reset_us` per
+/// policy, as integers separated by single spaces.
 fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
     let bad = || StoreError::Protocol {
-        message: format!("expected 1 + 4 × {policies} integers from ratelimit, got {text:?}"),
+        message: format!("expected 2 + 4 × {policies} integers from ratelimit, got {text:?}"),
     };
     let bytes = match text {
         Value::BulkString(bytes) => bytes.as_slice(),
@@ -219,6 +260,10 @@ fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
         Some(applied @ (0 | 1)) => applied == 1,
         _ => return Err(bad()),
     };
+    let wait_us = match numbers.next().flatten().map(u64::try_from) {
+        Some(Ok(wait)) => wait,
+        _ => return Err(bad()),
+    };
     let mut verdicts = Vec::with_capacity(policies);
     for _ in 0..policies {
         let mut next = || numbers.next().flatten().ok_or_else(bad);
@@ -228,7 +273,11 @@ fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
     if numbers.next().is_some() {
         return Err(bad());
     }
-    Ok(RateReply { applied, verdicts })
+    Ok(RateReply {
+        applied,
+        wait_us,
+        verdicts,
+    })
 }
 
 #[cfg(test)]
@@ -241,27 +290,33 @@ mod tests {
 
     #[test]
     fn replies_parse_per_policy() {
-        let reply = parse_reply(&text("1 1 9 0 100000 0 0 4503599627370495 86400000000"), 2)
-            .expect("valid");
+        let reply = parse_reply(
+            &text("1 0 1 9 0 100000 0 0 4503599627370495 86400000000"),
+            2,
+        )
+        .expect("valid");
         assert!(reply.applied);
         assert_eq!(reply.verdicts[0], Verdict::new(true, 9, 0, 100_000));
         assert_eq!(
             reply.verdicts[1],
             Verdict::new(false, 0, 4_503_599_627_370_495, 86_400_000_000)
         );
-        let denied = parse_reply(&text("0 0 0 250 1000"), 1).expect("valid");
+        let denied = parse_reply(&text("0 0 0 0 250 1000"), 1).expect("valid");
         assert!(!denied.applied && !denied.verdicts[0].allowed);
+        let reserved = parse_reply(&text("1 20000 1 0 0 40000"), 1).expect("valid");
+        assert_eq!(reserved.wait_us, 20_000);
     }
 
     #[test]
     fn malformed_replies_are_protocol_errors() {
         for bad in [
             text(""),
-            text("1 1 9 0"),
-            text("1 1 9 0 100 7"),
-            text("2 1 9 0 100"),
-            text("1 1 x 0 100"),
-            text("1  1 9 0 100"),
+            text("1 0 1 9 0"),
+            text("1 0 1 9 0 100 7"),
+            text("2 0 1 9 0 100"),
+            text("1 -1 1 9 0 100"),
+            text("1 0 1 x 0 100"),
+            text("1 0  1 9 0 100"),
             Value::Int(1),
         ] {
             assert!(
@@ -274,8 +329,8 @@ mod tests {
     #[test]
     fn the_production_script_takes_no_time_from_the_client() {
         let text = concat!(
-            algorithms!(),
             include_str!("ratelimit/clock.lua"),
+            algorithms!(),
             include_str!("ratelimit.lua")
         );
         assert!(text.contains("redis.call('TIME')"));

@@ -1,6 +1,7 @@
 //! The five algorithms in Rust, for the in-memory store (and as the readable twin of the
 //! Lua in `src/store/scripts/ratelimit/`): pure functions of (parameters, stored state, now,
-//! cost) with no clock and no I/O.
+//! operation) with no clock and no I/O. The token bucket is GCRA counted in whole tokens (the
+//! same figures to the microsecond), so it runs GCRA's code.
 //!
 //! Every function mirrors its Lua counterpart step by step, in integer microseconds (`i64`;
 //! every value stays below 2^53, so Lua's doubles hold them exactly) and, where the sliding
@@ -14,28 +15,35 @@
 //! * State that is past its reset time behaves exactly like no state, so a key that
 //!   outlives its ttl (a slow expiry, an injected clock) never changes an answer.
 //! * A clock that steps back never makes anything pass earlier.
+//! * State carries the unit it was counted in, so a subject whose rate changed keeps what it
+//!   used (see each algorithm); the first operation under the new rate (a peek too) rewrites
+//!   it in the new unit, meaning the same, so from then on it drains at the new rate.
 
 mod fixed_window;
 mod gcra;
 mod sliding_log;
 mod sliding_window;
-mod token_bucket;
 
 use std::collections::VecDeque;
 
-use crate::store::scripts::ratelimit::{Kind, PolicyParams, RateReply, Verdict};
+use crate::store::scripts::ratelimit::{Kind, PolicyParams, RateOp, RateReply, Verdict};
 
 /// What the store keeps for one policy and subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum State {
-    /// GCRA: the theoretical arrival time.
-    Tat(i64),
-    /// Token bucket: whole tokens left, and the time they were counted at.
-    Bucket { tokens: i64, at: i64 },
-    /// Fixed window: the window's index (`now / period`) and its count.
-    Window { index: i64, count: i64 },
-    /// Sliding window counter: the current window's index, the previous and current counts.
-    Sliding { index: i64, prev: i64, curr: i64 },
+    /// GCRA and the token bucket: the theoretical arrival time, and the emission interval it
+    /// was counted in.
+    Tat { tat: i64, interval: i64 },
+    /// Fixed window: the window's index (`now / period`), its count, and the period.
+    Window { index: i64, count: i64, period: i64 },
+    /// Sliding window counter: the current window's index, the previous and current counts,
+    /// and the period.
+    Sliding {
+        index: i64,
+        prev: i64,
+        curr: i64,
+        period: i64,
+    },
     /// Sliding log: the allowed requests' times, ascending.
     Log(VecDeque<i64>),
 }
@@ -50,8 +58,8 @@ pub(crate) struct Snapshot {
 /// How a policy's state changes if the check is applied.
 #[derive(Debug)]
 pub(crate) enum Write {
-    /// Store this state.
-    Replace(State),
+    /// Store this state (none: delete it).
+    Replace(Option<State>),
     /// Sliding log: drop entries older than the window, add `cost` entries at `now`, cap.
     LogAppend,
 }
@@ -92,8 +100,7 @@ impl Outcome {
 pub(crate) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
     let (unit, count) = (p.unit_us, p.count);
     match p.kind {
-        Kind::Gcra => gcra::decide(unit, count, state, now, cost),
-        Kind::TokenBucket => token_bucket::decide(unit, count, state, now, cost),
+        Kind::Gcra | Kind::TokenBucket => gcra::decide(unit, count, state, now, cost),
         Kind::FixedWindow => fixed_window::decide(unit, count, state, now, cost),
         Kind::SlidingWindow => sliding_window::decide(unit, count, state, now, cost),
         Kind::SlidingLog => sliding_log::decide(unit, count, state, now, cost),
@@ -103,15 +110,117 @@ pub(crate) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i6
 /// Applies one policy's write (phase two).
 fn apply(p: &PolicyParams, slot: &mut Option<State>, write: Write, now: i64, cost: i64) {
     match write {
-        Write::Replace(state) => *slot = Some(state),
+        Write::Replace(state) => *slot = state,
         Write::LogAppend => sliding_log::append(p.unit_us, p.count, slot, now, cost),
     }
 }
 
+/// Gives back (`delta < 0`) or charges (`delta > 0`) units of one policy.
+fn adjust(p: &PolicyParams, slot: &mut Option<State>, now: i64, delta: i64) {
+    let (unit, count) = (p.unit_us, p.count);
+    match p.kind {
+        Kind::Gcra | Kind::TokenBucket => gcra::adjust(unit, count, slot, now, delta),
+        Kind::FixedWindow => fixed_window::adjust(unit, count, slot, now, delta),
+        Kind::SlidingWindow => sliding_window::adjust(unit, count, slot, now, delta),
+        Kind::SlidingLog => sliding_log::adjust(unit, count, slot, now, delta),
+    }
+}
+
+/// One operation over several policies, as `ratelimit.lua` runs it. `states[i]` is policy
+/// `i`'s state (updated in place); returns the reply and, per policy, the time its state now
+/// expires (its reset time), or `None` if it was not written.
+pub(crate) fn run(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    now: i64,
+    op: RateOp,
+) -> (RateReply, Vec<Option<i64>>) {
+    // A state counted in another unit is rewritten in the current one first, as the Lua does
+    // when it reads one.
+    let normalized: Vec<Option<i64>> = params
+        .iter()
+        .zip(states.iter_mut())
+        .map(|(p, slot)| {
+            normalize(p, slot, now).then(|| now + decide(p, slot.as_ref(), now, 0).before.reset)
+        })
+        .collect();
+    let (reply, written) = operate(params, states, now, op);
+    let written = written
+        .into_iter()
+        .zip(normalized)
+        .map(|(w, n)| w.or(n))
+        .collect();
+    (reply, written)
+}
+
+/// Rewrites, in the same meaning, a state counted in another unit than `p`'s (the subject's
+/// rate changed); answers whether it did.
+fn normalize(p: &PolicyParams, slot: &mut Option<State>, now: i64) -> bool {
+    let unit = p.unit_us;
+    let converted = match (p.kind, slot.as_ref()) {
+        (Kind::Gcra | Kind::TokenBucket, Some(State::Tat { tat, interval }))
+            if *interval != unit && *tat > now =>
+        {
+            gcra::state(gcra::tat(slot.as_ref(), now, unit), now, unit)
+        }
+        (Kind::FixedWindow, Some(State::Window { period, .. })) if *period != unit => {
+            fixed_window::normalized(unit, slot.as_ref(), now)
+        }
+        (Kind::SlidingWindow, Some(State::Sliding { period, .. })) if *period != unit => {
+            sliding_window::normalized(unit, slot.as_ref(), now)
+        }
+        _ => return false,
+    };
+    *slot = converted;
+    true
+}
+
+fn operate(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    now: i64,
+    op: RateOp,
+) -> (RateReply, Vec<Option<i64>>) {
+    match op {
+        RateOp::Check { cost } => check(params, states, now, cost),
+        RateOp::Reserve { cost, max_wait_us } => {
+            let family = params
+                .iter()
+                .all(|p| matches!(p.kind, Kind::Gcra | Kind::TokenBucket));
+            if cost > 0 && family {
+                reserve(params, states, now, i64::from(cost), max_wait_us)
+            } else {
+                check(params, states, now, cost)
+            }
+        }
+        RateOp::Refund(_) | RateOp::Penalize(_) | RateOp::Reset => {
+            let delta = match op {
+                RateOp::Refund(n) => -i64::from(n),
+                RateOp::Penalize(n) => i64::from(n),
+                _ => 0,
+            };
+            let mut written = Vec::with_capacity(params.len());
+            for (p, slot) in params.iter().zip(states.iter_mut()) {
+                if op == RateOp::Reset {
+                    *slot = None;
+                } else if delta != 0 {
+                    adjust(p, slot, now, delta);
+                } else {
+                    written.push(None);
+                    continue;
+                }
+                let reset = decide(p, slot.as_ref(), now, 0).before.reset;
+                written.push(Some(now + reset));
+            }
+            let (reply, _) = check(params, states, now, 0);
+            (reply, written)
+        }
+    }
+}
+
 /// A whole check over several policies: decide all, then apply all if all allow and
-/// `cost > 0`. `states[i]` is policy `i`'s state (updated in place); returns the reply and,
-/// per policy, the time its state expires (its reset time), or `None` if it was not written.
-pub(crate) fn check(
+/// `cost > 0`.
+fn check(
     params: &[PolicyParams],
     states: &mut [Option<State>],
     now: i64,
@@ -145,7 +254,65 @@ pub(crate) fn check(
             figures.reset,
         ));
     }
-    (RateReply { applied, verdicts }, expiries)
+    (
+        RateReply {
+            applied,
+            wait_us: 0,
+            verdicts,
+        },
+        expiries,
+    )
+}
+
+/// A reservation over GCRA-family policies: the request passes at the first moment every
+/// policy allows it; if that is within `max_wait_us`, every policy consumes it at that moment.
+fn reserve(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    now: i64,
+    cost: i64,
+    max_wait_us: u64,
+) -> (RateReply, Vec<Option<i64>>) {
+    let tats: Vec<i64> = params
+        .iter()
+        .zip(states.iter())
+        .map(|(p, s)| gcra::tat(s.as_ref(), now, p.unit_us))
+        .collect();
+    let allow_at = params
+        .iter()
+        .zip(&tats)
+        .map(|(p, &tat)| tat + cost * p.unit_us - p.unit_us * p.count)
+        .fold(now, i64::max);
+    let wait = allow_at - now;
+    let granted = u64::try_from(wait).is_ok_and(|w| w <= max_wait_us);
+    let mut verdicts = Vec::with_capacity(params.len());
+    let mut expiries = Vec::with_capacity(params.len());
+    for ((p, slot), &tat) in params.iter().zip(states.iter_mut()).zip(&tats) {
+        let (interval, burst) = (p.unit_us, p.count);
+        if granted {
+            let new_tat = tat.max(allow_at) + cost * interval;
+            *slot = gcra::state(new_tat, now, interval);
+            let after = gcra::figures(new_tat, now, interval, burst);
+            expiries.push(Some(new_tat));
+            verdicts.push(Verdict::new(true, after.remaining, 0, after.reset));
+        } else {
+            let before = gcra::figures(tat, now, interval, burst);
+            let retry = non_negative(tat + cost * interval - interval * burst - now);
+            expiries.push(None);
+            verdicts.push(Verdict::new(
+                retry == 0,
+                before.remaining,
+                retry,
+                before.reset,
+            ));
+        }
+    }
+    let reply = RateReply {
+        applied: granted,
+        wait_us: u64::try_from(wait).unwrap_or(0),
+        verdicts,
+    };
+    (reply, expiries)
 }
 
 /// `max(x, 0)`.

@@ -4,7 +4,10 @@
 //! passes if the entries in `(now − P, now]` plus its cost stay within the limit. Denied
 //! requests are never stored, and the log is capped at the limit, so a subject costs at
 //! most `limit` entries however hard it is hammered. It is exact: no span of `P` ever holds
-//! more than `limit` allowed units.
+//! more than `limit` allowed units. Entries are times, so a change of rate needs no
+//! conversion: the new period counts the entries the log still holds (it expires, as the
+//! Redis key does, when its newest entry leaves the window in force at the last write, so a
+//! longer window set later does not see entries from before that).
 
 use std::collections::VecDeque;
 
@@ -70,5 +73,32 @@ pub(super) fn append(period: i64, limit: i64, slot: &mut Option<State>, now: i64
     let cap = usize::try_from(limit).unwrap_or(usize::MAX);
     while log.len() > cap {
         log.pop_front();
+    }
+}
+
+/// Gives back (`delta < 0`) the newest entries of the window, or charges (`delta > 0`) at
+/// most what is left, as entries at `now`.
+pub(super) fn adjust(period: i64, limit: i64, slot: &mut Option<State>, now: i64, delta: i64) {
+    let count = match slot {
+        Some(State::Log(log)) => {
+            let start = log.partition_point(|&t| t <= now - period);
+            i64::try_from(log.len() - start).unwrap_or(i64::MAX)
+        }
+        _ => 0,
+    };
+    if delta < 0 {
+        if let Some(State::Log(log)) = slot {
+            for _ in 0..(-delta).min(count) {
+                log.pop_back();
+            }
+            if log.is_empty() {
+                *slot = None;
+            }
+        }
+        return;
+    }
+    let add = delta.min(non_negative(limit - count));
+    if add > 0 {
+        append(period, limit, slot, now, add);
     }
 }

@@ -7,7 +7,8 @@
 --
 --   decide(key, now, cost, need, a, b) -> d
 --
--- that only READS its key and returns a table d:
+-- that only READS its key (but for rewriting, in the same meaning, a state counted in another
+-- unit when the subject's rate changed) and returns a table d:
 --   d.allowed      true if this policy allows `need` units now
 --   d.retry        µs until it would (0 when allowed)
 --   d.remaining    cost-1 requests left if nothing is applied

@@ -1,19 +1,68 @@
--- ratelimit/sliding_log.lua: the sliding log. Mirrors src/ratelimit/algorithm/sliding_log.rs.
+-- ratelimit/sliding_log.lua: the sliding log. Mirrors src/store/memory/ratelimit/sliding_log.rs.
 --
 -- sliding_log(key, now, cost, need, period, limit) with the contract of common.lua.
 -- key      sorted set: one member per allowed cost unit, scored by its time in µs; members
---          are "<time>:<n>", n counting the members already at that time, so they are
---          unique. Denied requests are never added; the set is capped at `limit` members.
+--          are "<time>:<n>", n numbering the members at that time, so they are unique.
+--          Denied requests are never added; the set is capped at `limit` members.
 -- period   the window length in µs
 -- limit    how many per sliding window (exact); at most 10 000, so the loops below are
 --          bounded by it
+--
+-- The entries are times, so a change of the subject's rate needs no conversion: the new
+-- period counts the entries the log still holds (it drops those older than the period at
+-- every write, and the whole log expires when its newest entry leaves the window in force
+-- at the last write, so a longer window set later does not see entries from before that).
+
+-- Entries in the window ending at `now`.
+local function log_count(key, now, period)
+  return tonumber(redis.call('ZCOUNT', key, '(' .. int_str(now - period), '+inf'))
+end
+
+-- Drops entries older than the window, adds `cost` entries at `now`, caps the log at `limit`
+-- entries, and sets its ttl to `reset` µs plus `slack` ms.
+local function log_append(key, now, period, limit, cost, reset, slack)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int_str(now - period))
+  local stamp = int_str(now)
+  -- Numbered after the highest number at this time, not after how many there are: a refund
+  -- (ZPOPMAX) takes the member that sorts last, "t:9" before "t:10", and a number reused
+  -- would overwrite an entry instead of adding one.
+  local taken = 0
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', key, stamp, stamp)) do
+    local n = tonumber(string.match(member, ':(%d+)$'))
+    if n and n > taken then
+      taken = n
+    end
+  end
+  local batch = {}
+  for n = 1, cost do
+    batch[#batch + 1] = stamp
+    batch[#batch + 1] = stamp .. ':' .. int_str(taken + n)
+    if #batch >= 200 or n == cost then
+      redis.call('ZADD', key, unpack(batch))
+      batch = {}
+    end
+  end
+  local size = tonumber(redis.call('ZCARD', key))
+  if size > limit then
+    redis.call('ZREMRANGEBYRANK', key, 0, size - limit - 1)
+  end
+  redis.call('PEXPIRE', key, ttl_ms(reset, slack))
+end
+
+-- The newest entry's time, or nil when the window is empty.
+local function log_newest(key, count)
+  if count > 0 then
+    return tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  end
+  return nil
+end
+
 local function sliding_log(key, now, cost, need, period, limit)
   local floor = now - period
-  local count = tonumber(redis.call('ZCOUNT', key, '(' .. int_str(floor), '+inf'))
+  local count = log_count(key, now, period)
   local reset = 0
-  local newest = nil
-  if count > 0 then
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  local newest = log_newest(key, count)
+  if newest then
     reset = newest + period - now
   end
   local d = { remaining = non_negative(limit - count), reset = reset, retry = 0 }
@@ -34,24 +83,29 @@ local function sliding_log(key, now, cost, need, period, limit)
     d.after_remaining = non_negative(limit - count - cost)
     d.after_reset = newest + period - now
     d.apply = function(slack)
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int_str(floor))
-      local stamp = int_str(now)
-      local taken = tonumber(redis.call('ZCOUNT', key, stamp, stamp))
-      local batch = {}
-      for n = 1, cost do
-        batch[#batch + 1] = stamp
-        batch[#batch + 1] = stamp .. ':' .. int_str(taken + n)
-        if #batch >= 200 or n == cost then
-          redis.call('ZADD', key, unpack(batch))
-          batch = {}
-        end
-      end
-      local size = tonumber(redis.call('ZCARD', key))
-      if size > limit then
-        redis.call('ZREMRANGEBYRANK', key, 0, size - limit - 1)
-      end
-      redis.call('PEXPIRE', key, ttl_ms(d.after_reset, slack))
+      log_append(key, now, period, limit, cost, d.after_reset, slack)
     end
   end
   return d
+end
+
+-- Gives back (delta < 0) the newest entries of the window, or charges (delta > 0) at most
+-- what is left, as entries at `now`.
+local function sliding_log_adjust(key, now, delta, period, limit, slack)
+  local count = log_count(key, now, period)
+  if delta < 0 then
+    local back = math.min(-delta, count)
+    if back > 0 then
+      redis.call('ZPOPMAX', key, back)
+    end
+    return
+  end
+  local add = math.min(delta, non_negative(limit - count))
+  if add > 0 then
+    local newest = log_newest(key, count)
+    if newest == nil or newest < now then
+      newest = now
+    end
+    log_append(key, now, period, limit, add, newest + period - now, slack)
+  end
 end
