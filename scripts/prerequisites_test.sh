@@ -180,6 +180,8 @@ expect_log "apt-get installs the Redis packages" \
   "apt-get install -y -qq redis-server redis-tools redis-sentinel"
 expect_log "cargo test runs with the extra arguments" \
   "cargo test --workspace --all-features --no-fail-fast"
+expect_log "the core suites run again as an ACL user" \
+  "cargo test --all-features --test lock --test ratelimit --no-fail-fast"
 
 good_machine
 stub uname 'echo MINGW64_NT-10.0'

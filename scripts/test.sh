@@ -188,3 +188,7 @@ if $check_only; then
 fi
 
 cargo test --workspace --all-features "$@"
+# The core suites again, with the library logged in as an ACL user limited to the README's
+# rules (tests/support/server.rs, ACL_RUN_ENV): every lock, semaphore, read-write lock, job and
+# rate-limit test then proves those rules enough.
+DISTLOCK_TEST_AS_ACL_USER=1 cargo test --all-features --test lock --test ratelimit "$@"

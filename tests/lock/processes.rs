@@ -10,6 +10,7 @@ use redis::Script;
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess, say};
 use crate::support::fixture::connect;
+use crate::support::server::resource_url;
 
 /// A fenced resource: a Redis key that accepts a write only with a fence above the last one.
 static FENCED_WRITE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
@@ -62,7 +63,7 @@ const PROCESS_SECTIONS: usize = 500;
 
 /// 4 tasks × 500 critical sections on a Redis counter, checking occupancy.
 async fn child_exclusion(client: Client, url: &str) {
-    let redis = redis::Client::open(url).expect("url");
+    let redis = redis::Client::open(resource_url(url)).expect("url");
     let mut tasks = Vec::new();
     for _ in 0..PROCESS_TASKS {
         let client = client.clone();
@@ -115,7 +116,7 @@ async fn child_hold(client: Client) {
 /// Takes a lease, then writes to the fenced resource every 20 ms, checking the lease after each
 /// write, until it finds the lease lost.
 async fn child_fenced(client: Client, url: &str) {
-    let mut conn = redis::Client::open(url)
+    let mut conn = redis::Client::open(resource_url(url))
         .expect("url")
         .get_multiplexed_async_connection()
         .await
@@ -251,7 +252,7 @@ const SEMAPHORE_ROUNDS: usize = 40;
 
 /// 8 tasks × 40 rounds on a semaphore of 5, counting holders in Redis.
 async fn child_permits(client: Client, url: &str) {
-    let redis = redis::Client::open(url).expect("url");
+    let redis = redis::Client::open(resource_url(url)).expect("url");
     let mut tasks = Vec::new();
     for _ in 0..SEMAPHORE_TASKS {
         let client = client.clone();
@@ -330,7 +331,7 @@ async fn child_permits_late(client: Client) {
 /// server's clock, and counts concurrent runs.
 async fn child_job(client: Client, url: &str) {
     use redis::AsyncCommands;
-    let mut conn = redis::Client::open(url)
+    let mut conn = redis::Client::open(resource_url(url))
         .expect("url")
         .get_multiplexed_async_connection()
         .await
@@ -373,7 +374,7 @@ async fn child_job(client: Client, url: &str) {
 /// Runs the job with `at_least` 2 s and a 300 ms ttl; says when the body is done (with the
 /// server's time at the start of the run) and then waits to be killed.
 async fn child_job_crash(client: Client, url: &str) {
-    let mut conn = redis::Client::open(url)
+    let mut conn = redis::Client::open(resource_url(url))
         .expect("url")
         .get_multiplexed_async_connection()
         .await

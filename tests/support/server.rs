@@ -151,8 +151,17 @@ impl RedisServerBuilder {
     /// [`require_supported_version`]), if it exits for another reason than a
     /// port clash (e.g. bad config; the panic message includes its log), or if
     /// it does not answer in time.
-    pub fn start(self) -> RedisServer {
+    pub fn start(mut self) -> RedisServer {
         require_supported_version();
+        // The run as an ACL user (see `ACL_RUN_ENV`): servers whose tests configure no
+        // credentials of their own get the application user.
+        let app_user =
+            acl_run() && self.password.is_none() && !self.args.iter().any(|a| a == "--user");
+        if app_user {
+            let rules = acl_run_rules();
+            let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+            self = self.acl_user(ACL_RUN_USER, &rules);
+        }
         let dir = make_temp_dir();
         let mut last_failure = String::new();
         for _ in 0..PORT_ATTEMPTS {
@@ -164,6 +173,7 @@ impl RedisServerBuilder {
                 dir: dir.clone(),
                 args: self.args.clone(),
                 password: self.password.clone(),
+                app_user,
                 stopped: AtomicBool::new(false),
             };
             match server.spawn_and_wait() {
@@ -204,6 +214,8 @@ pub struct RedisServer {
     args: Vec<String>,
     /// Password of the `default` user, if `--requirepass` was configured.
     password: Option<String>,
+    /// Whether `url()` logs in as the application user of the ACL run (see `ACL_RUN_ENV`).
+    app_user: bool,
     /// Whether the process is currently SIGSTOPped by us.
     stopped: AtomicBool,
 }
@@ -237,6 +249,19 @@ impl RedisServer {
     /// Like [`url`](Self::url) (same credentials) but pointing at `addr`,
     /// e.g. a [`Proxy`](super::proxy::Proxy) in front of this server.
     pub fn url_via(&self, addr: SocketAddr) -> String {
+        if self.app_user {
+            return format!(
+                "redis://{}:{}@{addr}/",
+                percent_encode(ACL_RUN_USER),
+                percent_encode(ACL_RUN_PASSWORD)
+            );
+        }
+        self.admin_url_via(addr)
+    }
+
+    /// The `default` user's URL (the harness's own connections: inspection, fault injection),
+    /// which differs from [`url`](Self::url) only in the run as an ACL user.
+    fn admin_url_via(&self, addr: SocketAddr) -> String {
         match &self.password {
             Some(pw) => format!("redis://:{}@{addr}/", percent_encode(pw)),
             None => format!("redis://{addr}/"),
@@ -293,7 +318,8 @@ impl RedisServer {
     /// Connections from it use redis-rs's defaults, notably a 500 ms response
     /// timeout for multiplexed connections.
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("harness url must be a valid redis url")
+        redis::Client::open(self.admin_url_via(self.addr()))
+            .expect("harness url must be a valid redis url")
     }
 
     /// A fresh multiplexed connection for inspection and fault injection
@@ -656,6 +682,54 @@ pub const LIBRARY_ACL_SENTINEL_RULES: &[&str] = &[
     // with NoPermission).
     "+role",
 ];
+
+/// Set this environment variable (to anything) to run a test binary as an ACL user: every
+/// server the harness starts without credentials of its own also gets user
+/// [`ACL_RUN_USER`] with [`acl_run_rules`], and [`RedisServer::url`] (what the tests give the
+/// library) logs in as it, while the harness's own connections stay the `default` user.
+/// `scripts/test.sh` runs the core suites this way, so they prove the README's ACL rules
+/// enough for everything they do.
+pub const ACL_RUN_ENV: &str = "DISTLOCK_TEST_AS_ACL_USER";
+pub const ACL_RUN_USER: &str = "distlock-app";
+const ACL_RUN_PASSWORD: &str = "app-secret";
+
+/// The URL a test's own connection to the data it guards should use (a counter, a fenced
+/// resource): `url` without the ACL run's application user, whose rules cover only what the
+/// library runs. Any other URL is returned as it is.
+pub fn resource_url(url: &str) -> String {
+    let user = format!(
+        "{}:{}@",
+        percent_encode(ACL_RUN_USER),
+        percent_encode(ACL_RUN_PASSWORD)
+    );
+    url.replacen(&user, "", 1)
+}
+
+fn acl_run() -> bool {
+    std::env::var_os(ACL_RUN_ENV).is_some()
+}
+
+/// The ACL run's user: the library's rules ([`LIBRARY_ACL_RULES`] and the optional ones) on
+/// every key and channel (the tests use many prefixes; key patterns are tested apart, in
+/// tests/replication/acl.rs), plus what the tests themselves ask of the library's
+/// connection: `+select` (a URL with a database number), `+keys` (the `__inspect().keys()`
+/// hook).
+pub fn acl_run_rules() -> Vec<String> {
+    let mut rules = vec![
+        "on".to_owned(),
+        format!(">{ACL_RUN_PASSWORD}"),
+        "~*".to_owned(),
+        "&*".to_owned(),
+    ];
+    rules.extend(
+        LIBRARY_ACL_RULES
+            .iter()
+            .chain(LIBRARY_ACL_OPTIONAL_RULES)
+            .map(|r| (*r).to_owned()),
+    );
+    rules.extend(["+select".to_owned(), "+keys".to_owned()]);
+    rules
+}
 
 /// The full rule set of a library user with password `password` on key prefix `prefix`:
 /// `on`, `>password`, `resetchannels`, `~<prefix>:*` (every key the library makes:
