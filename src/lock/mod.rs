@@ -144,7 +144,11 @@ impl LockBuilder {
     /// # Errors
     /// [`LockError::Busy`] (not waiting), [`LockError::Timeout`], [`LockError::Store`] (the
     /// store failed or did not answer in time; no lease was started), [`LockError::InvalidName`]
-    /// and [`LockError::InvalidConfig`].
+    /// and [`LockError::InvalidConfig`]. A waiting acquire rides out
+    /// [transient](StoreError::is_transient) store errors, such as a failover, while its wait
+    /// lasts (for at most [`store_patience`](Self::store_patience), 30 s, of nothing but
+    /// errors), and returns the last one if the wait runs out; without a wait, the first store
+    /// error is returned.
     pub async fn acquire(self) -> Result<Lease, LockError> {
         let (keys, terms) = self.validate()?;
         let span = tracing::debug_span!("distlock.acquire", lock = %keys.name);
@@ -155,7 +159,13 @@ impl LockBuilder {
                 terms,
                 token: Token::generate(),
             };
-            let (shared, how) = wait::acquire(&self.client, &mut claim, self.options.wait).await?;
+            let (shared, how) = wait::acquire(
+                &self.client,
+                &mut claim,
+                self.options.wait,
+                self.options.store_patience,
+            )
+            .await?;
             tracing::debug!(
                 fence = shared.fence,
                 attempts = how.attempts,

@@ -114,7 +114,13 @@ impl MultiLockBuilder {
             terms,
             busy: 0,
         };
-        let (leases, how) = wait::acquire(&self.client, &mut claim, self.options.wait).await?;
+        let (leases, how) = wait::acquire(
+            &self.client,
+            &mut claim,
+            self.options.wait,
+            self.options.store_patience,
+        )
+        .await?;
         tracing::debug!(
             locks = leases.len(),
             attempts = how.attempts,

@@ -20,6 +20,8 @@ pub(crate) struct Options {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) replicas: Option<Replicas>,
+    /// How long a waiting acquire retries transient store errors.
+    pub(crate) store_patience: Duration,
 }
 
 impl Options {
@@ -33,6 +35,7 @@ impl Options {
             max_hold: None,
             min_hold: None,
             replicas: client.default_replicas(),
+            store_patience: super::wait::OUTAGE_PATIENCE,
         }
     }
 
@@ -123,6 +126,16 @@ macro_rules! lease_options {
         /// Waits as long as it takes.
         pub fn wait_forever(mut self) -> Self {
             self.options.wait = $crate::lock::wait::Wait::Forever;
+            self
+        }
+
+        /// How long a waiting acquire keeps retrying [transient](crate::StoreError::is_transient)
+        /// store errors (a failover, a restart) within its wait: default 30 s of nothing but
+        /// errors. `Duration::ZERO` ends the wait with the first store error (what the lock
+        /// layer does, to answer `503` at once); `Duration::MAX`, as long as the wait lasts.
+        /// Without a wait, the first store error is returned either way.
+        pub fn store_patience(mut self, patience: ::std::time::Duration) -> Self {
+            self.options.store_patience = patience;
             self
         }
 

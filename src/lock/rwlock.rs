@@ -118,7 +118,13 @@ impl RwLockBuilder {
             terms,
             token: Token::generate(),
         };
-        let (shared, how) = wait::acquire(&self.client, &mut claim, self.options.wait).await?;
+        let (shared, how) = wait::acquire(
+            &self.client,
+            &mut claim,
+            self.options.wait,
+            self.options.store_patience,
+        )
+        .await?;
         tracing::debug!(
             rw_lock = %self.name,
             ?side,

@@ -136,7 +136,13 @@ impl SemaphoreBuilder {
             terms,
             token: Token::generate(),
         };
-        let (shared, how) = wait::acquire(&self.client, &mut claim, self.options.wait).await?;
+        let (shared, how) = wait::acquire(
+            &self.client,
+            &mut claim,
+            self.options.wait,
+            self.options.store_patience,
+        )
+        .await?;
         tracing::debug!(
             semaphore = %self.name,
             count,

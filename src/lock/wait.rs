@@ -42,7 +42,7 @@ const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// How long a waiter keeps retrying when every attempt fails with a transient store error
 /// (a Sentinel or cluster failover takes a few seconds; a longer run is an outage).
-const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,11 +150,12 @@ impl Drop for WakeUp {
 /// # Errors
 /// [`LockError::Busy`] (not waiting), [`LockError::Timeout`], and the attempt's own errors
 /// ([transient](crate::StoreError::is_transient) ones are retried within the wait, for at most
-/// [`OUTAGE_PATIENCE`] of nothing but errors).
+/// `patience` of nothing but errors).
 pub(crate) async fn acquire<C: Claim>(
     client: &Client,
     claim: &mut C,
     wait: Wait,
+    patience: Duration,
 ) -> Result<(C::Granted, Acquired), LockError> {
     let store = client.store();
     let started = Instant::now();
@@ -226,8 +227,8 @@ pub(crate) async fn acquire<C: Claim>(
             }
             // A transient store error (a failover, a restart, a quorum that could not
             // decide) is retried within the wait, with backoff and a new token. The wait
-            // ends with the last error once it runs out, or after OUTAGE_PATIENCE of
-            // nothing but errors.
+            // ends with the last error once it runs out, or after `patience` of nothing but
+            // errors.
             Err(LockError::Store(err)) if err.is_transient() => {
                 let failing = *failing_since.get_or_insert_with(Instant::now);
                 let remaining = match (wait, deadline) {
@@ -235,7 +236,7 @@ pub(crate) async fn acquire<C: Claim>(
                     (_, Some(deadline)) => deadline.checked_duration_since(Instant::now()),
                     (_, None) => Some(Duration::MAX),
                 }
-                .map(|r| r.min(OUTAGE_PATIENCE.saturating_sub(failing.elapsed())));
+                .map(|r| r.min(patience.saturating_sub(failing.elapsed())));
                 let Some(remaining) = remaining.filter(|r| !r.is_zero()) else {
                     return Err(LockError::Store(err));
                 };

@@ -147,3 +147,52 @@ async fn server_killed_mid_hold() {
     assert!(again.is_ok(), "acquire after the restart: {again:?}");
     let _: Result<ReleaseOutcome, LockError> = again.expect("checked").release().await;
 }
+
+/// A waiting acquire against a killed server: with the default store patience it keeps
+/// retrying within its wait and takes the lock once the server is back; with
+/// `store_patience(ZERO)` it returns the store error at once, not after its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_rides_out_a_restart_unless_told_not_to() {
+    let mut server = RedisServer::start();
+    let client = short_client(&server.url()).await;
+    client
+        .lock("patience")
+        .acquire()
+        .await
+        .expect("acquire before the kill")
+        .release()
+        .await
+        .expect("release");
+    server.kill();
+
+    let wait = Duration::from_secs(10);
+    let (result, took) = timed(
+        client
+            .lock("patience")
+            .wait(wait)
+            .store_patience(Duration::ZERO)
+            .acquire(),
+    )
+    .await;
+    assert!(
+        matches!(&result, Err(e) if is_unavailable(e)),
+        "no patience: {result:?}"
+    );
+    assert!(
+        took <= RESPONSE_TIMEOUT * 2 + SLACK,
+        "no patience: the store error took {took:?}, not at once"
+    );
+
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("patience").wait(wait).acquire().await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.restart();
+    let lease = tokio::time::timeout(wait + Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter ends within its wait")
+        .expect("waiter task")
+        .expect("the waiter takes the lock once the server is back");
+    lease.release().await.expect("release");
+}

@@ -54,7 +54,9 @@ async fn acquire<R>(config: &Config<R>, key: &str) -> Result<Lease, Refusal> {
             .client
             .semaphore(key, config.limit)
             .ttl(config.ttl)
-            .wait(wait);
+            .wait(wait)
+            // A store that fails is answered with 503 at once, not retried for the wait.
+            .store_patience(Duration::ZERO);
         match config.max_hold {
             Some(max_hold) => builder.max_hold(max_hold),
             None => builder,

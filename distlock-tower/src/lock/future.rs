@@ -158,6 +158,8 @@ async fn acquire<R>(config: &Config<R>, key: &str) -> Result<Lease, Refusal> {
             .lock(key)
             .ttl(config.ttl)
             .wait(wait)
+            // A store that fails is answered with 503 at once, not retried for the wait.
+            .store_patience(Duration::ZERO)
             .watchdog(config.watchdog);
         match config.max_hold {
             Some(max_hold) => builder.max_hold(max_hold),

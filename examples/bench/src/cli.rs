@@ -292,6 +292,9 @@ mod tests {
                 .all(|w| !Workload::EXTRA.contains(w))
         );
         let named = parse(&["--workloads", "semaphore_uncontended,semaphore_contended"]).unwrap();
-        assert_eq!(named.workloads, Workload::EXTRA.to_vec());
+        assert_eq!(
+            named.workloads,
+            [Workload::SemaphoreUncontended, Workload::SemaphoreContended]
+        );
     }
 }
