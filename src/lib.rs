@@ -20,10 +20,13 @@ pub mod http;
 mod inspect;
 mod keys;
 mod lock;
+mod metrics;
 pub mod ratelimit;
 mod store;
 mod token;
 
+#[cfg(feature = "metrics")]
+pub use crate::metrics::describe_metrics;
 pub use admin::LockState;
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use error::{

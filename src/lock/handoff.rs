@@ -183,6 +183,7 @@ pub(crate) async fn pass_on(
     let reply = store.handoff(keys, &shared.token, &word.to, slot.ttl).await;
     Some(match reply {
         Ok(HandoffReply::Passed { fence }) => {
+            crate::metrics::handed_off();
             word.send(Handed::Granted {
                 token: word.to.clone(),
                 fence,

@@ -16,6 +16,7 @@ use super::timing::{Answer, ExpiryOp, OpGate, OpKind, Timing};
 use crate::Client;
 use crate::error::{LockError, LossReason, StoreError};
 use crate::keys::{LockKeys, RwKeys, SetKeys};
+use crate::metrics::{Kind, LeaseMetrics};
 use crate::store::{Held, RenewItem, Replicas};
 use crate::token::Token;
 
@@ -157,6 +158,7 @@ pub(crate) struct LeaseShared {
     ended: CancellationToken,
     reason: OnceLock<LossReason>,
     timing: Mutex<Timing>,
+    metrics: LeaseMetrics,
 }
 
 impl LeaseShared {
@@ -183,6 +185,7 @@ impl LeaseShared {
                 terms.max_hold,
                 min_hold_until,
             )),
+            metrics: LeaseMetrics::new(),
         }
     }
 
@@ -209,8 +212,11 @@ impl LeaseShared {
 
     /// Ends the lease for `reason` (the first reason wins) and fires the lost signal.
     pub(crate) fn end(&self, reason: LossReason) {
-        if self.reason.set(reason).is_ok() && reason != LossReason::Released {
-            tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "lease lost");
+        if self.reason.set(reason).is_ok() {
+            if reason != LossReason::Released {
+                tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "lease lost");
+            }
+            self.metrics.ended(reason);
         }
         self.ended.cancel();
     }
@@ -385,7 +391,11 @@ impl std::ops::Deref for Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(client: Client, shared: Arc<LeaseShared>) -> Self {
+    /// A lease on `shared`, a grant of a `kind` primitive (a multi-lock's locks are each a
+    /// lock).
+    pub(crate) fn new(client: Client, shared: Arc<LeaseShared>, kind: Kind) -> Self {
+        // Counted before the watchdog sees it: the watchdog may end it at once.
+        shared.metrics.granted(kind);
         let watch_id = client.inner.watchdog.watch(shared.clone());
         Self {
             handle: LeaseHandle { shared },

@@ -33,6 +33,7 @@ use self::wait::{Attempt, Claim};
 use crate::Client;
 use crate::error::{LockError, StoreError};
 use crate::keys::LockKeys;
+use crate::metrics::Kind;
 use crate::store::{AcquireReply, Replicas, Waits};
 use crate::token::Token;
 
@@ -173,7 +174,7 @@ impl LockBuilder {
                 woken_by = how.woken_by,
                 "acquired"
             );
-            Ok(Lease::new(self.client.clone(), shared))
+            Ok(Lease::new(self.client.clone(), shared, Kind::Lock))
         }
         .instrument(span)
         .await
@@ -326,6 +327,10 @@ impl Claim for LockClaim<'_> {
 
     fn name(&self) -> &str {
         &self.keys.name
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Lock
     }
 
     fn channel(&self) -> &str {

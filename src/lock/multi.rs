@@ -21,6 +21,7 @@ use super::{Lease, LeaseHandle, ReleaseOutcome};
 use crate::Client;
 use crate::error::LockError;
 use crate::keys::LockKeys;
+use crate::metrics::Kind;
 use crate::store::{AllReply, Waits};
 use crate::token::Token;
 
@@ -286,6 +287,10 @@ impl Claim for MultiClaim<'_> {
         &self.keys[self.busy].name
     }
 
+    fn kind(&self) -> Kind {
+        Kind::Multi
+    }
+
     fn channel(&self) -> &str {
         &self.keys[self.busy].channel
     }
@@ -328,7 +333,7 @@ impl Claim for MultiClaim<'_> {
                             answered_at,
                         };
                         let shared = std::sync::Arc::new(LeaseShared::new(grant, &self.terms));
-                        taken.push(Lease::new(self.client.clone(), shared));
+                        taken.push(Lease::new(self.client.clone(), shared, Kind::Lock));
                     }
                 }
                 AllReply::Busy { index, pttl } => {

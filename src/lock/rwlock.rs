@@ -23,6 +23,7 @@ use super::{GrantGuard, Lease, LeaseHandle, RunReport, guarded, released_after};
 use crate::Client;
 use crate::error::{LockError, StoreError};
 use crate::keys::RwKeys;
+use crate::metrics::Kind;
 use crate::store::{AcquireReply, Side, Waits};
 use crate::token::Token;
 
@@ -134,7 +135,7 @@ impl RwLockBuilder {
             woken_by = how.woken_by,
             "acquired"
         );
-        Ok(Lease::new(self.client.clone(), shared))
+        Ok(Lease::new(self.client.clone(), shared, claim.kind()))
     }
 
     /// Takes a read hold, runs `body` while it is held, and releases it (as
@@ -201,6 +202,13 @@ impl Claim for RwClaim<'_> {
 
     fn name(&self) -> &str {
         &self.keys.writer.name
+    }
+
+    fn kind(&self) -> Kind {
+        match self.side {
+            Side::Read => Kind::Read,
+            Side::Write => Kind::Write,
+        }
     }
 
     /// Readers and writers wait on channels of their own, so that a release wakes a waiter

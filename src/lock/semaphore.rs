@@ -21,6 +21,7 @@ use super::{GrantGuard, Lease, LeaseHandle, RunReport, guarded, released_after};
 use crate::Client;
 use crate::error::{LockError, StoreError};
 use crate::keys::SetKeys;
+use crate::metrics::Kind;
 use crate::store::{AcquireReply, PermitsItem, Waits};
 use crate::token::Token;
 
@@ -152,7 +153,7 @@ impl SemaphoreBuilder {
             woken_by = how.woken_by,
             "permits acquired"
         );
-        Ok(Lease::new(self.client.clone(), shared))
+        Ok(Lease::new(self.client.clone(), shared, Kind::Semaphore))
     }
 
     /// Takes one permit, runs `body` while it is held, and gives it back. As
@@ -200,6 +201,10 @@ impl Claim for PermitsClaim<'_> {
 
     fn name(&self) -> &str {
         &self.keys.name
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Semaphore
     }
 
     fn fresh_token(&mut self) {

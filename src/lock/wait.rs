@@ -29,6 +29,7 @@ use super::handoff::{Handed, Ticket};
 use crate::Client;
 use crate::error::LockError;
 use crate::keys::LockKeys;
+use crate::metrics::{self, Kind, Waiting};
 use crate::store::{Subscription, Waits};
 
 /// A waiter that has waited this long marks the lock so that its next release reserves it for
@@ -83,6 +84,9 @@ pub(crate) trait Claim {
 
     /// The name, for errors.
     fn name(&self) -> &str;
+
+    /// What it is, for the metrics' `kind` label.
+    fn kind(&self) -> Kind;
 
     /// The release channel whose message can end the wait: after a busy attempt, the one of
     /// what it found busy (a multi-lock's changes with the lock found busy).
@@ -165,6 +169,9 @@ pub(crate) async fn acquire<C: Claim>(
         Wait::No | Wait::Forever => None,
     };
     let fair = claim.lock().is_some();
+    let kind = claim.kind();
+    // Counted as a waiter from its first busy answer it waits on, until this future ends.
+    let mut waiting: Option<Waiting> = None;
     let mut subscription: Option<Subscription> = None;
     let mut subscribe_failed = false;
     let mut backoff = BACKOFF_MIN;
@@ -181,6 +188,7 @@ pub(crate) async fn acquire<C: Claim>(
     // Since when every attempt has failed with a transient store error.
     let mut failing_since: Option<Instant> = None;
     let done = |granted, attempts, woken_by| {
+        metrics::acquired(kind, started.elapsed());
         Ok((
             granted,
             Acquired {
@@ -287,6 +295,7 @@ pub(crate) async fn acquire<C: Claim>(
         let busy_for = pttl.unwrap_or(BACKOFF_MAX);
         let remaining = match (wait, deadline) {
             (Wait::No, _) => {
+                metrics::busy(kind);
                 return Err(LockError::Busy {
                     name: claim.name().to_owned(),
                     retry_after: busy_for,
@@ -299,6 +308,7 @@ pub(crate) async fn acquire<C: Claim>(
                         .is_some_and(Subscription::others_starving);
                     unmark.now(others).await;
                 }
+                metrics::timed_out(kind);
                 return Err(LockError::Timeout {
                     name: claim.name().to_owned(),
                     waited: now - started,
@@ -307,6 +317,9 @@ pub(crate) async fn acquire<C: Claim>(
             (_, Some(deadline)) => deadline - now,
             (_, None) => Duration::MAX,
         };
+        if waiting.is_none() {
+            waiting = Some(Waiting::start(kind));
+        }
         // A multi-lock waits on whichever lock it found busy: follow it.
         if subscription
             .as_ref()

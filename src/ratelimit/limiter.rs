@@ -20,6 +20,7 @@ use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
 use crate::error::{InvalidPolicy, RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
+use crate::metrics::{self, CheckTimer};
 use crate::store::{MemoryStore, RateOp, RateReply, RateRequest, Store};
 
 /// The longest a reservation may wait for its turn (366 days, the longest period).
@@ -452,6 +453,17 @@ impl RateLimiter {
     /// [`Overloaded`](RateLimitError::Overloaded) when the store cannot answer within the
     /// deadline. A denial is `Ok` with `allowed == false`.
     pub async fn check_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
+        let timer = CheckTimer::start();
+        let result = self.check_uncounted(subject, cost).await;
+        timer.done(self.policies[0].shared_name());
+        if let Ok(decision) = &result {
+            metrics::decided(decision, cost);
+        }
+        result
+    }
+
+    /// [`check_n`](Self::check_n), without its metrics.
+    async fn check_uncounted(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
         let eff = self.effective(subject).await?;
         validate_cost(&eff, cost)?;
         self.supported()?;
@@ -530,15 +542,18 @@ impl RateLimiter {
         let started = Instant::now();
         loop {
             let left = self.max_wait.saturating_sub(started.elapsed());
-            let reservation = self.reserve(subject, cost, left).await?;
+            let reservation = self.reserve_timed(subject, cost, left).await?;
             let decision = reservation.decision();
+            // One decision per call, however many rounds it took.
             if decision.allowed {
+                metrics::decided(decision, cost);
                 return Ok(reservation.ready().await);
             }
             // A refused reservation waits no better by asking again; a window algorithm (or the
             // local fallback) has no turns to reserve, so it waits for its retry.
             let reserved = self.fifo && decision.origin == Origin::Store;
             if reserved || decision.retry_after > left || decision.retry_after.is_zero() {
+                metrics::decided(decision, cost);
                 return Ok(reservation.into_decision());
             }
             tokio::time::sleep(decision.retry_after).await;
@@ -553,6 +568,32 @@ impl RateLimiter {
     /// the turn back. A refused one has consumed nothing (and, for window algorithms, says in
     /// `retry_after` when to ask again).
     pub async fn reserve(
+        &self,
+        subject: &str,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Reservation, RateLimitError> {
+        let result = self.reserve_timed(subject, cost, max_wait).await;
+        if let Ok(reservation) = &result {
+            metrics::decided(reservation.decision(), cost);
+        }
+        result
+    }
+
+    /// [`reserve`](Self::reserve), timed but not counted as a decision.
+    async fn reserve_timed(
+        &self,
+        subject: &str,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Reservation, RateLimitError> {
+        let timer = CheckTimer::start();
+        let result = self.reserve_uncounted(subject, cost, max_wait).await;
+        timer.done(self.policies[0].shared_name());
+        result
+    }
+
+    async fn reserve_uncounted(
         &self,
         subject: &str,
         cost: u32,
