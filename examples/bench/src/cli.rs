@@ -27,6 +27,9 @@ usage: distlock-bench [flags]
   --rounds N           run each (peer, workload) N times, peers alternating, and report the
                        median run by ops/s (errors summed, violations the worst; default: 1)
   --chart FILE         also write an SVG chart of distlock vs raw per workload
+  --runtime KIND       the tokio runtime the bench runs on: multi-thread (default; one worker
+                       per CPU the process may use) or current-thread (one thread, like
+                       ../shared/peer-bench and many small services)
   --help
 
 workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelimit_seq
@@ -57,7 +60,15 @@ pub struct Args {
     pub tasks: Option<usize>,
     pub rounds: usize,
     pub chart: Option<std::path::PathBuf>,
+    pub runtime: Runtime,
     pub help: bool,
+}
+
+/// The tokio runtime flavour the bench runs on (`--runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    MultiThread,
+    CurrentThread,
 }
 
 impl Args {
@@ -76,6 +87,7 @@ impl Args {
             tasks: None,
             rounds: 1,
             chart: None,
+            runtime: Runtime::MultiThread,
             help: false,
         };
         let mut add_cluster = false;
@@ -157,6 +169,17 @@ impl Args {
                     args.rounds = n;
                 }
                 "--chart" => args.chart = Some(value()?.into()),
+                "--runtime" => {
+                    args.runtime = match value()?.as_str() {
+                        "multi-thread" => Runtime::MultiThread,
+                        "current-thread" => Runtime::CurrentThread,
+                        other => {
+                            return Err(format!(
+                                "--runtime: `{other}` (multi-thread or current-thread)"
+                            ));
+                        }
+                    };
+                }
                 "--help" | "-h" => args.help = true,
                 other => return Err(format!("unknown flag `{other}`")),
             }
@@ -280,6 +303,16 @@ mod tests {
         assert_eq!(args.server_cpus.as_deref(), Some("0"));
         assert!(parse(&["--masters", "2"]).is_err());
         assert!(parse(&["--workloads", "cluster_nope"]).is_err());
+    }
+
+    #[test]
+    fn runtime_defaults_to_multi_thread() {
+        assert_eq!(parse(&[]).unwrap().runtime, Runtime::MultiThread);
+        assert_eq!(
+            parse(&["--runtime", "current-thread"]).unwrap().runtime,
+            Runtime::CurrentThread
+        );
+        assert!(parse(&["--runtime", "single"]).is_err());
     }
 
     #[test]

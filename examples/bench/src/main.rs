@@ -6,7 +6,7 @@
 //! cargo run --release -p distlock-bench -- [--url redis://127.0.0.1:6379/] [--workloads a,b]
 //!     [--peers distlock,raw] [--duration 5s] [--ops N] [--tasks N] [--rounds N]
 //!     [--cluster] [--cluster-url redis://127.0.0.1:7001/,...] [--server-cpus 0]
-//!     [--quorum] [--quorum-url redis://127.0.0.1:7001/,...]
+//!     [--quorum] [--quorum-url redis://127.0.0.1:7001/,...] [--runtime current-thread]
 //! ```
 //! Without `--url` it starts its own `redis-server` on a free loopback port, for the
 //! `cluster_*` workloads without `--cluster-url` its own local cluster, and for the `quorum_*`
@@ -31,8 +31,7 @@ mod workloads;
 
 use std::process::ExitCode;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = match cli::Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(message) => {
@@ -44,6 +43,25 @@ async fn main() -> ExitCode {
         println!("{}", cli::USAGE);
         return ExitCode::SUCCESS;
     }
+    // The default is what `#[tokio::main]` builds. A current-thread runtime is what an outside
+    // benchmark (and many small services) run on, and it schedules the library's batching
+    // differently, so the ratios are worth taking on both.
+    let runtime = match args.runtime {
+        cli::Runtime::MultiThread => tokio::runtime::Builder::new_multi_thread(),
+        cli::Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+    }
+    .enable_all()
+    .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(bench(args)),
+        Err(e) => {
+            eprintln!("distlock-bench: cannot start the tokio runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn bench(args: cli::Args) -> ExitCode {
     // The servers this run starts live inside `run`: when a signal ends the run, the future is
     // dropped at the end of `main` and so are they (their `Drop` kills them, after the
     // workload's tasks are aborted), instead of outliving the bench.
