@@ -19,6 +19,7 @@
 pub mod child;
 pub mod cluster;
 pub mod fixture;
+pub mod process;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;

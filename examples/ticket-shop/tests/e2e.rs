@@ -21,6 +21,9 @@
 #[path = "../../../tests/support/cluster.rs"]
 mod cluster;
 #[allow(dead_code)]
+#[path = "../../../tests/support/process.rs"]
+mod process;
+#[allow(dead_code)]
 #[path = "../../../tests/support/server.rs"]
 mod server;
 
