@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
-use super::{Conn, Lua, per_item};
+use super::{Conn, Lua, codes, per_item};
 use crate::error::StoreError;
 use crate::store::batch::Batch;
 
@@ -34,6 +34,25 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("ratelimit/clock.lua"),
         algorithms!(),
         include_str!("ratelimit.lua"),
+    ))
+});
+
+/// The hot path: checks under one GCRA-family policy each, many per call, answered with one
+/// integer each (contract in `ratelimit/gcra_checks.lua`). It defines no functions, so a
+/// call costs the server about a third of the general script's.
+pub(crate) static GCRA_CHECKS: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("ratelimit/clock.lua"),
+        include_str!("ratelimit/gcra_checks.lua"),
+    ))
+});
+
+/// Test-only: [`GCRA_CHECKS`] deciding at the time given as ARGV[1], as [`SCRIPT_AT`].
+#[cfg(feature = "test-util")]
+pub(crate) static GCRA_CHECKS_AT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        "local now = tonumber(ARGV[1])\nlocal slack = 3600000\nlocal arg = 2\n",
+        include_str!("ratelimit/gcra_checks.lua"),
     ))
 });
 
@@ -166,6 +185,17 @@ pub(crate) struct RateItem {
 }
 
 impl RateItem {
+    /// The cost and policy of a check under one GCRA-family policy: what [`GCRA_CHECKS`]
+    /// decides.
+    fn gcra_check(&self) -> Option<(u32, PolicyParams)> {
+        match (self.op, self.params.as_slice()) {
+            (RateOp::Check { cost }, [p]) if matches!(p.kind, Kind::Gcra | Kind::TokenBucket) => {
+                Some((cost, *p))
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn of(req: &RateRequest<'_>) -> Self {
         Self {
             keys: req.keys.to_vec(),
@@ -182,6 +212,55 @@ pub(crate) struct Rates<C> {
 }
 
 impl<C: Conn> Rates<C> {
+    /// Sends `items`: with [`GCRA_CHECKS`] (or `fast`) when every one is a check under one
+    /// GCRA-family policy, otherwise with the general `script`; after `leading` ARGV (the
+    /// test clock's time, or none).
+    async fn send(
+        &self,
+        script: &Lua,
+        fast: &Lua,
+        leading: Option<&str>,
+        items: &[RateItem],
+    ) -> Result<Vec<RateReply>, StoreError> {
+        let checks: Option<Vec<_>> = items.iter().map(RateItem::gcra_check).collect();
+        match checks {
+            Some(checks) => self.invoke_gcra_checks(fast, leading, items, &checks).await,
+            None => self.invoke(script, leading, items).await,
+        }
+    }
+
+    async fn invoke_gcra_checks(
+        &self,
+        script: &Lua,
+        leading: Option<&str>,
+        items: &[RateItem],
+        checks: &[(u32, PolicyParams)],
+    ) -> Result<Vec<RateReply>, StoreError> {
+        let mut cmd = script.call(items.len(), 1 + items.len(), 96 * items.len());
+        for item in items {
+            cmd.arg(&item.keys[0]);
+        }
+        if let Some(leading) = leading {
+            cmd.arg(leading);
+        }
+        // One text per check; a batch usually repeats one, and the script parses it once.
+        let mut text = String::new();
+        let mut last = None;
+        for &(cost, p) in checks {
+            if last != Some((cost, p)) {
+                text = format!("{cost}:{}:{}", p.unit_us, p.count);
+                last = Some((cost, p));
+            }
+            cmd.arg(text.as_str());
+        }
+        let reply: Value = script.invoke(&cmd, &self.conn).await?;
+        codes(reply, items.len(), "gcra_checks")?
+            .into_iter()
+            .zip(checks)
+            .map(|(code, &(cost, p))| gcra_check_reply(code, cost, p))
+            .collect()
+    }
+
     /// Sends `items` with `script`, after `leading` ARGV (the test clock's time, or none).
     async fn invoke(
         &self,
@@ -219,8 +298,9 @@ impl<C: Conn> Rates<C> {
     #[cfg(feature = "test-util")]
     pub(crate) async fn at(&self, item: RateItem, now_us: u64) -> Result<RateReply, StoreError> {
         let mut replies = self
-            .invoke(
+            .send(
                 &SCRIPT_AT,
+                &GCRA_CHECKS_AT,
                 Some(&now_us.to_string()),
                 std::slice::from_ref(&item),
             )
@@ -236,8 +316,45 @@ impl<C: Conn> Batch for Rates<C> {
     type Reply = RateReply;
 
     async fn run(&self, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
-        self.invoke(&SCRIPT, None, items).await
+        self.send(&SCRIPT, &GCRA_CHECKS, None, items).await
     }
+}
+
+/// The reply of one check under one GCRA-family policy, from `gcra_checks.lua`'s integer:
+/// the figures `gcra.lua` would have answered, by the same integer arithmetic.
+fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, StoreError> {
+    let allowed = code >= 0;
+    // r: µs until the policy is back to full (after consuming, if the check consumed).
+    let r = if allowed {
+        i128::from(code)
+    } else {
+        -i128::from(code) - 1
+    };
+    let interval = i128::from(p.unit_us);
+    if interval < 1 {
+        return Err(StoreError::Protocol {
+            message: format!("a GCRA check with an emission interval of {interval} µs"),
+        });
+    }
+    let tolerance = interval * i128::from(p.count);
+    let need = i128::from(cost.max(1));
+    let remaining = (tolerance - r).max(0) / interval;
+    let retry = if allowed {
+        0
+    } else {
+        (r + need * interval - tolerance).max(0)
+    };
+    let clamp = |x: i128| i64::try_from(x).unwrap_or(i64::MAX);
+    Ok(RateReply {
+        applied: allowed && cost > 0,
+        wait_us: 0,
+        verdicts: vec![Verdict::new(
+            allowed,
+            clamp(remaining),
+            clamp(retry),
+            clamp(r),
+        )],
+    })
 }
 
 /// One operation's text: `applied wait_us`, then `allowed remaining retry_us reset_us` per
@@ -327,17 +444,60 @@ mod tests {
     }
 
     #[test]
-    fn the_production_script_takes_no_time_from_the_client() {
-        let text = concat!(
-            include_str!("ratelimit/clock.lua"),
-            algorithms!(),
-            include_str!("ratelimit.lua")
-        );
-        assert!(text.contains("redis.call('TIME')"));
-        // Checks read their ARGV from `arg` on; only the test clock reads ARGV[1] itself.
-        assert!(
-            !text.contains("ARGV[1]"),
-            "a client-supplied time in production"
-        );
+    fn the_production_scripts_take_no_time_from_the_client() {
+        for text in [
+            concat!(
+                include_str!("ratelimit/clock.lua"),
+                algorithms!(),
+                include_str!("ratelimit.lua")
+            ),
+            concat!(
+                include_str!("ratelimit/clock.lua"),
+                include_str!("ratelimit/gcra_checks.lua")
+            ),
+        ] {
+            assert!(text.contains("redis.call('TIME')"));
+            // Checks read their ARGV from `arg` on; only the test clock reads ARGV[1] itself.
+            assert!(
+                !text.contains("ARGV[1]"),
+                "a client-supplied time in production"
+            );
+        }
+    }
+
+    fn gcra(unit_us: i64, count: i64) -> PolicyParams {
+        PolicyParams {
+            kind: Kind::Gcra,
+            unit_us,
+            count,
+        }
+    }
+
+    /// The client's side of `gcra_checks.lua`: the figures `gcra.lua` answers for the same
+    /// state (interval 100 ms, burst 5, so the tolerance is 500 ms).
+    #[test]
+    fn gcra_check_replies_carry_gcra_lua_figures() {
+        let p = gcra(100_000, 5);
+        // Allowed, consumed: 300 ms of debt after it, so 2 more fit now.
+        let r = gcra_check_reply(300_000, 1, p).expect("valid");
+        assert!(r.applied && r.wait_us == 0);
+        assert_eq!(r.verdicts, vec![Verdict::new(true, 2, 0, 300_000)]);
+        // A peek on a fresh subject: allowed, nothing consumed, the full burst left.
+        let r = gcra_check_reply(0, 0, p).expect("valid");
+        assert!(!r.applied);
+        assert_eq!(r.verdicts, vec![Verdict::new(true, 5, 0, 0)]);
+        // Refused with 450 ms of debt: a cost of 1 fits in 50 ms, a cost of 3 in 250 ms.
+        let r = gcra_check_reply(-450_001, 1, p).expect("valid");
+        assert!(!r.applied);
+        assert_eq!(r.verdicts, vec![Verdict::new(false, 0, 50_000, 450_000)]);
+        let r = gcra_check_reply(-450_001, 3, p).expect("valid");
+        assert_eq!(r.verdicts, vec![Verdict::new(false, 0, 250_000, 450_000)]);
+        // Refused for a cost of 3 with 350 ms of debt (it fits in 150 ms); one of 1 would fit now.
+        let r = gcra_check_reply(-350_001, 3, p).expect("valid");
+        assert_eq!(r.verdicts, vec![Verdict::new(false, 1, 150_000, 350_000)]);
+        assert!(matches!(
+            gcra_check_reply(0, 1, gcra(0, 5)),
+            Err(StoreError::Protocol { .. })
+        ));
     }
 }
