@@ -34,18 +34,14 @@ use crate::error::StoreError;
 use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
-/// Most calls of one kind on the wire at once (see `batch.rs`).
-pub(crate) const MAX_IN_FLIGHT: usize = 8;
+/// Most calls of one kind on the wire at once (see `batch.rs`): enough that a few hundred
+/// callers, in calls of the kind's `FLUSH_AT`, never wait for a free one.
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
 /// Most items in one batched script call (keeps each call short on the server).
 pub(crate) const MAX_BATCH: usize = 64;
-/// A queue this long is sent at once rather than at the next flush: big enough to share the
-/// cost of a call, small enough that several calls keep the server busy while the client
-/// works (measured with the benchmark's lock_uncontended_parallel, see BENCHMARKS.md).
-pub(crate) const FLUSH_AT: usize = 6;
-
-/// A batcher of one kind of script call, with the store's limits.
+/// A batcher of one kind of script call, with the store's limits and the kind's `FLUSH_AT`.
 pub(crate) fn batcher<B: Batch>(op: B, timeout: Duration) -> Batcher<B> {
-    Batcher::new(op, MAX_IN_FLIGHT, MAX_BATCH, FLUSH_AT, timeout)
+    Batcher::new(op, MAX_IN_FLIGHT, MAX_BATCH, B::FLUSH_AT, timeout)
 }
 
 #[derive(Clone)]

@@ -68,6 +68,8 @@ impl<C: Conn> Releases<C> {
 impl<C: Conn> Batch for Releases<C> {
     type Item = ReleaseItem;
     type Reply = Held;
+    /// As acquires (the same tasks alternate between the two).
+    const FLUSH_AT: usize = 16;
 
     async fn run(&self, items: &[ReleaseItem]) -> Result<Vec<Held>, StoreError> {
         let script = script(self.publish);
