@@ -395,6 +395,11 @@ impl DenyCache {
         );
     }
 
+    /// A check on `subject` consumed (the store said so): forget the subject.
+    pub(crate) fn consumed(&self, subject: &str) {
+        self.consumed_at_most_now(subject);
+    }
+
     /// A check on `subject` that may have consumed got no answer: forget the subject.
     pub(crate) fn unanswered(&self, subject: &str) {
         self.consumed_at_most_now(subject);

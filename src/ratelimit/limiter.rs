@@ -783,6 +783,9 @@ impl RateLimiter {
                 }
                 if let (Some(cache), Some(sent)) = (cache, sent) {
                     match op {
+                        // Consumed: the entry goes (as record_with would do with the
+                        // decision, without building it).
+                        RateOp::Check { .. } if reply.applied => cache.consumed(subject),
                         // Every answer refreshes or drops the subject's entry, so the cache
                         // never serves figures the store has moved past.
                         RateOp::Check { cost } => {

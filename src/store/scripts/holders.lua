@@ -22,7 +22,7 @@ end
 local function stretch(set, now)
   local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
   if last[2] then
-    redis.call('PEXPIRE', set, math.max(1, tonumber(last[2]) - now))
+    redis.call('PEXPIRE', set, string.format('%d', math.max(1, tonumber(last[2]) - now)))
   end
 end
 

@@ -35,13 +35,15 @@ local function int_str(x)
   return string.format('%.0f', x)
 end
 
--- A ttl in whole milliseconds for PEXPIRE/PX: rounded up, at least 1, plus the slack.
+-- A ttl in whole milliseconds for PEXPIRE/PX: rounded up, at least 1, plus the slack. As
+-- text: Redis turns a Lua number argument into text with printf's %.17g, which costs the
+-- server ~2 µs per call more than formatting the integer here.
 local function ttl_ms(us, slack)
   local ms = math.ceil(us / 1000)
   if ms < 1 then
     ms = 1
   end
-  return ms + slack
+  return string.format('%d', ms + slack)
 end
 
 local function non_negative(x)

@@ -57,7 +57,7 @@ for i = 1, #KEYS do
             end
             tat = now + debt
             redis.call('SET', key, string.format('%d', tat) .. ':' .. interval_text, 'PX',
-              math.ceil(debt / 1000) + slack)
+              string.format('%d', math.ceil(debt / 1000) + slack))
           end
         end
       end
@@ -68,8 +68,9 @@ for i = 1, #KEYS do
     reply[i] = now - tat - 1
   elseif cost > 0 then
     local new_tat = tat + cost * interval
+    -- The ttl as text: see ttl_ms in common.lua.
     redis.call('SET', key, string.format('%d', new_tat) .. ':' .. interval_text, 'PX',
-      math.ceil((new_tat - now) / 1000) + slack)
+      string.format('%d', math.ceil((new_tat - now) / 1000) + slack))
     reply[i] = new_tat - now
   else
     reply[i] = tat - now
