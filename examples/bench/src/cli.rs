@@ -27,9 +27,9 @@ usage: distlock-bench [flags]
   --rounds N           run each (peer, workload) N times, peers alternating, and report the
                        median run by ops/s (errors summed, violations the worst; default: 1)
   --chart FILE         also write an SVG chart of distlock vs raw per workload
-  --runtime KIND       the tokio runtime the bench runs on: multi-thread (default; one worker
-                       per CPU the process may use) or current-thread (one thread, like
-                       ../shared/peer-bench and many small services)
+  --runtime KIND       the tokio runtime the bench runs on: current-thread (default; one
+                       thread, like ../shared/peer-bench and many small services) or
+                       multi-thread (one worker per CPU the process may use)
   --help
 
 workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelimit_seq
@@ -87,7 +87,7 @@ impl Args {
             tasks: None,
             rounds: 1,
             chart: None,
-            runtime: Runtime::MultiThread,
+            runtime: Runtime::CurrentThread,
             help: false,
         };
         let mut add_cluster = false;
@@ -306,11 +306,11 @@ mod tests {
     }
 
     #[test]
-    fn runtime_defaults_to_multi_thread() {
-        assert_eq!(parse(&[]).unwrap().runtime, Runtime::MultiThread);
+    fn runtime_defaults_to_current_thread() {
+        assert_eq!(parse(&[]).unwrap().runtime, Runtime::CurrentThread);
         assert_eq!(
-            parse(&["--runtime", "current-thread"]).unwrap().runtime,
-            Runtime::CurrentThread
+            parse(&["--runtime", "multi-thread"]).unwrap().runtime,
+            Runtime::MultiThread
         );
         assert!(parse(&["--runtime", "single"]).is_err());
     }

@@ -6,7 +6,7 @@
 //! cargo run --release -p distlock-bench -- [--url redis://127.0.0.1:6379/] [--workloads a,b]
 //!     [--peers distlock,raw] [--duration 5s] [--ops N] [--tasks N] [--rounds N]
 //!     [--cluster] [--cluster-url redis://127.0.0.1:7001/,...] [--server-cpus 0]
-//!     [--quorum] [--quorum-url redis://127.0.0.1:7001/,...] [--runtime current-thread]
+//!     [--quorum] [--quorum-url redis://127.0.0.1:7001/,...] [--runtime multi-thread]
 //! ```
 //! Without `--url` it starts its own `redis-server` on a free loopback port, for the
 //! `cluster_*` workloads without `--cluster-url` its own local cluster, and for the `quorum_*`
@@ -43,9 +43,10 @@ fn main() -> ExitCode {
         println!("{}", cli::USAGE);
         return ExitCode::SUCCESS;
     }
-    // The default is what `#[tokio::main]` builds. A current-thread runtime is what an outside
-    // benchmark (and many small services) run on, and it schedules the library's batching
-    // differently, so the ratios are worth taking on both.
+    // The default is a current-thread runtime: what the outside benchmark (../shared/peer-bench)
+    // and many small services run on, so the figures here are the ones users measure. It
+    // schedules the library's batching differently from the multi-thread runtime
+    // (`#[tokio::main]`'s), so the ratios are worth taking on both.
     let runtime = match args.runtime {
         cli::Runtime::MultiThread => tokio::runtime::Builder::new_multi_thread(),
         cli::Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread(),
