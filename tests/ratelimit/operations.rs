@@ -129,7 +129,7 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
             Policy::new(
                 "plan",
                 algorithm,
-                Rate::per(10, Duration::from_millis(100)).expect("rate"),
+                Rate::per(10, Duration::from_secs(1)).expect("rate"),
             )
             .expect("policy"),
         );
@@ -142,6 +142,18 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
             .expect("policy"),
         );
         let subject = format!("plan:{}", algorithm.name());
+        // The windows are aligned to the Unix epoch: start the ten checks just after a
+        // boundary, so they all fall in one fast window (ten checks that straddled one would
+        // leave fewer than ten in the window the new rate carries over, and pass).
+        let into_second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .subsec_nanos();
+        tokio::time::sleep(
+            Duration::from_secs(1) - Duration::from_nanos(u64::from(into_second))
+                + Duration::from_millis(5),
+        )
+        .await;
         let mut passed = 0;
         for _ in 0..10 {
             passed += usize::from(fast.check(&subject).await.expect("check").allowed);
