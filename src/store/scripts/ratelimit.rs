@@ -15,17 +15,28 @@ use redis::Value;
 use super::{Conn, Lua, codes, per_item};
 use crate::error::StoreError;
 use crate::store::batch::Batch;
+use crate::store::memory::ratelimit::gcra_figures;
 
 /// The script text up to the clock: the helpers and the algorithms.
 macro_rules! algorithms {
     () => {
         concat!(
             include_str!("ratelimit/common.lua"),
+            include_str!("ratelimit/gcra_debt.lua"),
             include_str!("ratelimit/gcra.lua"),
             include_str!("ratelimit/fixed_window.lua"),
             include_str!("ratelimit/sliding_window.lua"),
             include_str!("ratelimit/sliding_log.lua"),
         )
+    };
+}
+
+/// Test-only: the clock of the `_AT` scripts: the time given as ARGV[1] (µs since the
+/// epoch), and an hour of slack on every ttl, since the server expires keys on its own clock.
+#[cfg(feature = "test-util")]
+macro_rules! test_clock {
+    () => {
+        "local now = tonumber(ARGV[1])\nlocal slack = 3600000\nlocal arg = 2\n"
     };
 }
 
@@ -43,6 +54,7 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
 pub(crate) static GCRA_CHECKS: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("ratelimit/clock.lua"),
+        include_str!("ratelimit/gcra_debt.lua"),
         include_str!("ratelimit/gcra_checks.lua"),
     ))
 });
@@ -51,7 +63,8 @@ pub(crate) static GCRA_CHECKS: LazyLock<Lua> = LazyLock::new(|| {
 #[cfg(feature = "test-util")]
 pub(crate) static GCRA_CHECKS_AT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        "local now = tonumber(ARGV[1])\nlocal slack = 3600000\nlocal arg = 2\n",
+        test_clock!(),
+        include_str!("ratelimit/gcra_debt.lua"),
         include_str!("ratelimit/gcra_checks.lua"),
     ))
 });
@@ -61,7 +74,7 @@ pub(crate) static GCRA_CHECKS_AT: LazyLock<Lua> = LazyLock::new(|| {
 #[cfg(feature = "test-util")]
 pub(crate) static SCRIPT_AT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        "local now = tonumber(ARGV[1])\nlocal slack = 3600000\nlocal arg = 2\n",
+        test_clock!(),
         algorithms!(),
         include_str!("ratelimit.lua"),
     ))
@@ -326,38 +339,35 @@ impl<C: Conn> Batch for Rates<C> {
 }
 
 /// The reply of one check under one GCRA-family policy, from `gcra_checks.lua`'s integer:
-/// the figures `gcra.lua` would have answered, by the same integer arithmetic.
+/// the figures `gcra.lua` would have answered, by the memory store's GCRA arithmetic.
 fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, StoreError> {
     let allowed = code >= 0;
-    // r: µs until the policy is back to full (after consuming, if the check consumed).
-    let r = if allowed {
-        i128::from(code)
-    } else {
-        -i128::from(code) - 1
-    };
-    let interval = i128::from(p.unit_us);
+    // r: µs until the policy is back to full (after consuming, if the check consumed), i.e.
+    // the TAT r µs after now.
+    let r = if allowed { code } else { -(code + 1) };
+    let interval = p.unit_us;
     if interval < 1 {
         return Err(StoreError::Protocol {
             message: format!("a GCRA check with an emission interval of {interval} µs"),
         });
     }
-    let tolerance = interval * i128::from(p.count);
-    let need = i128::from(cost.max(1));
-    let remaining = (tolerance - r).max(0) / interval;
+    let figures = gcra_figures(r, 0, interval, p.count);
     let retry = if allowed {
         0
     } else {
-        (r + need * interval - tolerance).max(0)
+        // When a request of cost max(cost, 1) fits: as `gcra::decide`'s `allow_at - now`.
+        let need = i64::from(cost.max(1));
+        r.saturating_add(need.saturating_mul(interval))
+            .saturating_sub(interval.saturating_mul(p.count))
     };
-    let clamp = |x: i128| i64::try_from(x).unwrap_or(i64::MAX);
     Ok(RateReply {
         applied: allowed && cost > 0,
         wait_us: 0,
         verdicts: vec![Verdict::new(
             allowed,
-            clamp(remaining),
-            clamp(retry),
-            clamp(r),
+            figures.remaining,
+            retry,
+            figures.reset,
         )],
     })
 }
@@ -458,6 +468,7 @@ mod tests {
             ),
             concat!(
                 include_str!("ratelimit/clock.lua"),
+                include_str!("ratelimit/gcra_debt.lua"),
                 include_str!("ratelimit/gcra_checks.lua")
             ),
         ] {

@@ -39,8 +39,9 @@ pub(super) fn state(tat: i64, now: i64, interval: i64) -> Option<State> {
     (tat > now).then_some(State::Tat { tat, interval })
 }
 
-/// The figures with the TAT at `tat`.
-pub(super) fn figures(tat: i64, now: i64, interval: i64, burst: i64) -> Snapshot {
+/// The figures with the TAT at `tat` (also how the Redis store's lean GCRA script's replies
+/// are read: `src/store/scripts/ratelimit.rs`).
+pub(crate) fn figures(tat: i64, now: i64, interval: i64, burst: i64) -> Snapshot {
     Snapshot {
         remaining: non_negative(interval * burst - (tat - now)) / interval,
         reset: tat - now,

@@ -21,6 +21,8 @@
 
 mod fixed_window;
 mod gcra;
+
+pub(crate) use gcra::figures as gcra_figures;
 mod sliding_log;
 mod sliding_window;
 

@@ -15,9 +15,7 @@
 -- figure answered assumes. Beyond the tolerance, the TAT holds reservations (reserve in
 -- ratelimit.lua): requests that were told to wait their turn.
 
--- The most debt a TAT may hold, in µs (four maximum periods: a full burst plus the longest
--- reservation), so every time stays an exact integer below 2^53.
-local MAX_DEBT = 126489600000000
+-- MAX_DEBT comes from gcra_debt.lua, in front of this file.
 
 -- Writes the new TAT (or deletes the key when there is no debt left) with a ttl of its reset
 -- time plus `slack` ms.

@@ -5,7 +5,7 @@
 -- leaves the arithmetic of the figures to the client, and it defines no functions: the
 -- general script creates some forty closures on every call (about 7 µs of server time),
 -- this one none. Runs after a clock file (ratelimit/clock.lua), which defines `now`,
--- `slack` and `arg`.
+-- `slack` and `arg`, and gcra_debt.lua.
 --
 -- KEYS   one key per check
 -- ARGV   from `arg` on, one per check: "<cost>:<interval µs>:<burst>" (a batch usually repeats
@@ -16,8 +16,7 @@
 --        gcra.lua does: remaining = floor(max(0, interval * burst - r) / interval), and for a
 --        refused check retry = r + max(cost, 1) * interval - interval * burst.
 
--- As gcra.lua's MAX_DEBT.
-local MAX_DEBT = 126489600000000
+-- MAX_DEBT comes from gcra_debt.lua, in front of this file.
 local reply = {}
 local last, cost, interval, interval_text, tolerance, need
 for i = 1, #KEYS do
