@@ -403,15 +403,18 @@ mod tests {
             (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
         );
 
-        let limiter = client.rate_limiter(
-            crate::ratelimit::Policy::gcra(
-                "api",
-                crate::ratelimit::Rate::per_second(1)
-                    .and_then(|r| r.burst(2))
-                    .expect("rate"),
+        let limiter = client
+            .rate_limiter(
+                crate::ratelimit::Policy::gcra(
+                    "api",
+                    crate::ratelimit::Rate::per_second(1)
+                        .and_then(|r| r.burst(2))
+                        .expect("rate"),
+                )
+                .expect("policy"),
             )
-            .expect("policy"),
-        );
+            .build()
+            .expect("valid limiter");
         let too_costly = move || async move {
             let decision = limiter.check_n("user:7", 3).await?;
             Ok::<_, RateLimitError>(decision.remaining.to_string())

@@ -51,7 +51,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // `Client::connect("redis://...")` in production, shared by every replica.
 //! let client = distlock::Client::in_memory();
-//! let per_user = client.rate_limiter(Policy::gcra("per-user", Rate::per_minute(60)?.burst(2)?)?);
+//! let per_user = client.rate_limiter(Policy::gcra("per-user", Rate::per_minute(60)?.burst(2)?)?).build()?;
 //!
 //! // The key: the user the authentication layer found. Absent (so `400`) only if that layer
 //! // did not run, which is a wiring mistake the tests below would catch.

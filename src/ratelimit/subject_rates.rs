@@ -141,11 +141,6 @@ impl RateTable {
         }
     }
 
-    /// The same lookup with another cache (the entries start afresh).
-    pub(crate) fn with_cache(&self, ttl: Duration, capacity: usize) -> Self {
-        Self::new(Arc::clone(&self.lookup), ttl, capacity)
-    }
-
     /// `subject`'s policies: `base` with the looked-up rates, from the cache or one lookup
     /// (bounded by `deadline`).
     pub(crate) async fn effective(

@@ -477,8 +477,10 @@ async fn rate_limit_decisions_are_counted_by_policy_outcome_and_origin() {
     let _serial = serial().await;
     let client = Client::in_memory();
     let p = "m-counted";
-    let limiter =
-        client.rate_limiter(Policy::gcra(p, Rate::per_minute(2).expect("rate")).expect("policy"));
+    let limiter = client
+        .rate_limiter(Policy::gcra(p, Rate::per_minute(2).expect("rate")).expect("policy"))
+        .build()
+        .expect("valid limiter");
     let before = read();
     let mut origins = Vec::new();
     for _ in 0..4 {
@@ -519,7 +521,9 @@ async fn shadow_mode_counts_shadow_denials() {
     let limiter = client
         .rate_limiter(Policy::gcra(p, Rate::per_minute(1).expect("rate")).expect("policy"))
         .shadow(true)
-        .deny_cache(0);
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
     let before = read();
     let first = limiter.check("user:1").await.expect("check");
     let second = limiter.check("user:1").await.expect("check");
@@ -564,6 +568,8 @@ async fn decisions_while_the_store_is_down_are_counted_with_their_origin() {
             .rate_limiter(Policy::gcra(name, Rate::per_minute(5).expect("rate")).expect("policy"))
             .on_outage(outage)
             .deadline(Duration::from_millis(150))
+            .build()
+            .expect("valid limiter")
     };
     let fallback = limiter("m-fallback", Outage::LocalFallback);
     let open = limiter("m-open", Outage::FailOpen);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock::ratelimit::{Algorithm, Origin, Outage, RateLimiter};
+use distlock::ratelimit::{Algorithm, Origin, Outage, RateLimiter, RateLimiterBuilder};
 use distlock::{Client, RateLimitError, StoreError};
 use tokio::time::Instant;
 
@@ -43,6 +43,12 @@ async fn short_client(url: &str) -> Client {
 }
 
 fn limiter(client: &Client, outage: Outage) -> RateLimiter {
+    limiter_builder(client, outage)
+        .build()
+        .expect("valid limiter")
+}
+
+fn limiter_builder(client: &Client, outage: Outage) -> RateLimiterBuilder {
     client
         .rate_limiter(policy(Algorithm::Gcra, 3, Duration::from_secs(10)))
         .on_outage(outage)
@@ -205,7 +211,10 @@ async fn local_fallback_enforces_the_policy_per_process() {
 async fn back_on_the_store_within_a_second_of_a_restart() {
     let mut server = RedisServer::start();
     let client = short_client(&server.url()).await;
-    let limiter = limiter(&client, Outage::FailOpen).deny_cache(0);
+    let limiter = limiter_builder(&client, Outage::FailOpen)
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
     assert_eq!(
         limiter.check("warm").await.expect("check").origin,
         Origin::Store
@@ -250,7 +259,9 @@ async fn a_slow_store_never_builds_a_queue() {
     let limiter = client
         .rate_limiter(policy(Algorithm::Gcra, 1000, Duration::from_secs(1)))
         .deadline(deadline)
-        .max_in_flight(32);
+        .max_in_flight(32)
+        .build()
+        .expect("valid limiter");
     assert!(limiter.check("warm").await.expect("warm-up").allowed);
     proxy.delay(Duration::from_millis(500));
 

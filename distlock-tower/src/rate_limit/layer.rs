@@ -76,8 +76,8 @@ impl<R> Config<R> {
 /// use distlock_tower::rate_limit::RateLimitLayer;
 ///
 /// let client = distlock::Client::in_memory(); // Client::connect("redis://...") in production
-/// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(20)?)?);
-/// let search = client.rate_limiter(Policy::sliding_log("search", Rate::per_minute(30)?)?);
+/// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(20)?)?).build()?;
+/// let search = client.rate_limiter(Policy::sliding_log("search", Rate::per_minute(30)?)?).build()?;
 ///
 /// // Per client IP behind a load balancer in 10.0.0.0/8; searches get their own, stricter
 /// // limiter; a request over the limit that would pass within 250 ms waits instead.
@@ -283,7 +283,10 @@ mod tests {
         let rate = Rate::per_minute(60)
             .and_then(|r| r.burst(burst))
             .expect("valid rate");
-        distlock::Client::in_memory().rate_limiter(Policy::gcra(name, rate).expect("valid policy"))
+        distlock::Client::in_memory()
+            .rate_limiter(Policy::gcra(name, rate).expect("valid policy"))
+            .build()
+            .expect("valid limiter")
     }
 
     #[test]

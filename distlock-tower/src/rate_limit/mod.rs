@@ -21,7 +21,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // `Client::connect("redis://...")` in production; in memory here.
 //! let client = distlock::Client::in_memory();
-//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(2)?)?);
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(2)?)?).build()?;
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
 //!     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")));

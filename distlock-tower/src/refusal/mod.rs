@@ -49,7 +49,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = distlock::Client::in_memory();
-//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(1)?)?);
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(1)?)?).build()?;
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
 //!     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")).refusal(refuse));
@@ -551,7 +551,9 @@ mod tests {
             .and_then(|r| r.burst(1))
             .expect("valid rate");
         let limiter = distlock::Client::in_memory()
-            .rate_limiter(Policy::gcra("api", rate).expect("valid policy"));
+            .rate_limiter(Policy::gcra("api", rate).expect("valid policy"))
+            .build()
+            .expect("valid limiter");
         limiter.check("s").await.expect("in memory");
         let decision = limiter.check("s").await.expect("in memory");
         assert!(!decision.allowed);

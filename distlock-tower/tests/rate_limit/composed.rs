@@ -63,8 +63,16 @@ fn names(items: &[FieldItem]) -> Vec<&str> {
 /// `inner` allows 2 at once, `outer` 5. The outer layer judges first and counts every
 /// request it lets through, including those the inner one then refuses.
 async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
-    let inner = fx.client.rate_limiter(gcra("inner", 60, 2));
-    let outer = fx.client.rate_limiter(gcra("outer", 60, 5));
+    let inner = fx
+        .client
+        .rate_limiter(gcra("inner", 60, 2))
+        .build()
+        .expect("valid limiter");
+    let outer = fx
+        .client
+        .rate_limiter(gcra("outer", 60, 5))
+        .build()
+        .expect("valid limiter");
     let app = routes()
         .layer(RateLimitLayer::new(inner, ClientIp::peer()))
         .layer(RateLimitLayer::new(outer, ClientIp::peer()));
@@ -109,8 +117,16 @@ async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
 }
 
 async fn stacked_legacy_fields_show_the_binding_layer(fx: Fixture) {
-    let inner = fx.client.rate_limiter(gcra("inner", 60, 2));
-    let outer = fx.client.rate_limiter(gcra("outer", 60, 5));
+    let inner = fx
+        .client
+        .rate_limiter(gcra("inner", 60, 2))
+        .build()
+        .expect("valid limiter");
+    let outer = fx
+        .client
+        .rate_limiter(gcra("outer", 60, 5))
+        .build()
+        .expect("valid limiter");
     let app = routes()
         .layer(RateLimitLayer::new(inner, ClientIp::peer()).legacy_headers(true))
         .layer(RateLimitLayer::new(outer, ClientIp::peer()).legacy_headers(true));
@@ -131,7 +147,9 @@ async fn a_request_waiting_in_the_limiter_holds_no_readiness_of_the_inner_servic
     let rate = Rate::per(1, Duration::from_secs(1)).expect("valid rate");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("queue", rate).expect("valid policy"));
+        .rate_limiter(Policy::gcra("queue", rate).expect("valid policy"))
+        .build()
+        .expect("valid limiter");
     // `with_state(())` builds each route's service once, as `into_make_service` does for a
     // served app; without it, axum layers a handler anew for every request, and each request
     // would get a concurrency limit of its own.
@@ -183,7 +201,9 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
     let rate = Rate::per(1, Duration::from_secs(1)).expect("valid rate");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("loop", rate).expect("valid policy"));
+        .rate_limiter(Policy::gcra("loop", rate).expect("valid policy"))
+        .build()
+        .expect("valid limiter");
     let mut service = ServiceBuilder::new()
         .layer(
             RateLimitLayer::new(limiter, Header::from_static("x-key")).wait(Duration::from_secs(3)),

@@ -41,7 +41,11 @@ async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixt
         Rate::per_minute(60).and_then(|r| r.burst(1)).expect("rate"),
     )
     .expect("policy");
-    let limiter = fx.client.rate_limiter(policy);
+    let limiter = fx
+        .client
+        .rate_limiter(policy)
+        .build()
+        .expect("valid limiter");
     let layer = || RateLimitLayer::new(limiter.clone(), Header::from_static("x-api-key"));
     let apps: [(&str, Router); 3] = [
         ("default", routes().layer(layer())),

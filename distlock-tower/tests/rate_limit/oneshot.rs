@@ -39,7 +39,11 @@ fn gcra(name: &str, per_minute: u32, burst: u32) -> Policy {
 }
 
 async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 3));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 3))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
     for left in (0..3).rev() {
         let response = call(&app, request_from("/", PEER, &[])).await;
@@ -78,7 +82,9 @@ async fn retry_after_is_whole_seconds_rounded_up_never_zero(fx: Fixture) {
         .expect("valid");
     let fast = fx
         .client
-        .rate_limiter(Policy::gcra("fast", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("fast", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(fast, ClientIp::peer()));
     call(&app, request_from("/", PEER, &[])).await;
     let refused = call(&app, request_from("/", PEER, &[])).await;
@@ -86,7 +92,11 @@ async fn retry_after_is_whole_seconds_rounded_up_never_zero(fx: Fixture) {
     assert_eq!(retry_after(&refused), 1);
 
     // 2 per minute, burst 1: the wait is ~30 s, rounded up (29.99... → 30).
-    let slow = fx.client.rate_limiter(gcra("slow", 2, 1));
+    let slow = fx
+        .client
+        .rate_limiter(gcra("slow", 2, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(slow, ClientIp::peer()));
     call(&app, request_from("/", PEER, &[])).await;
     let refused = call(&app, request_from("/", PEER, &[])).await;
@@ -100,6 +110,7 @@ async fn several_policies_are_listed_in_both_fields(fx: Fixture) {
             gcra("burst", 60, 2),
             Policy::fixed_window("daily", Rate::per_day(1000).expect("valid")).expect("valid"),
         ])
+        .build()
         .expect("valid");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
     let response = call(&app, request_from("/", PEER, &[])).await;
@@ -111,7 +122,11 @@ async fn several_policies_are_listed_in_both_fields(fx: Fixture) {
 }
 
 async fn legacy_fields_when_asked(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 2));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 2))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
         RateLimitLayer::new(limiter, ClientIp::peer())
             .legacy_headers(true)
@@ -132,7 +147,9 @@ async fn wait_mode_delays_instead_of_refusing(fx: Fixture) {
         .expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("queue", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("queue", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     let waiting = routes().layer(
         RateLimitLayer::new(limiter.clone(), ClientIp::peer()).wait(Duration::from_millis(500)),
     );
@@ -165,7 +182,9 @@ async fn a_dropped_waiting_request_consumes_nothing(fx: Fixture) {
     let rate = Rate::per(1, Duration::from_secs(2)).expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("drop", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("drop", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     let app = routes()
         .layer(RateLimitLayer::new(limiter.clone(), ClientIp::peer()).wait(Duration::from_secs(5)));
     assert_eq!(
@@ -190,7 +209,11 @@ async fn a_dropped_waiting_request_consumes_nothing(fx: Fixture) {
 }
 
 async fn missing_key_is_refused_or_unmetered(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 1))
+        .build()
+        .expect("valid limiter");
     let strict = routes().layer(RateLimitLayer::new(
         limiter.clone(),
         Header::from_static("x-api-key"),
@@ -209,9 +232,21 @@ async fn missing_key_is_refused_or_unmetered(fx: Fixture) {
 }
 
 async fn per_route_policies_from_one_layer(fx: Fixture) {
-    let default = fx.client.rate_limiter(gcra("default", 60, 3));
-    let strict = fx.client.rate_limiter(gcra("route-a", 60, 1));
-    let items = fx.client.rate_limiter(gcra("route-items", 60, 2));
+    let default = fx
+        .client
+        .rate_limiter(gcra("default", 60, 3))
+        .build()
+        .expect("valid limiter");
+    let strict = fx
+        .client
+        .rate_limiter(gcra("route-a", 60, 1))
+        .build()
+        .expect("valid limiter");
+    let items = fx
+        .client
+        .rate_limiter(gcra("route-items", 60, 2))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
         RateLimitLayer::new(default, ClientIp::peer())
             .route("/a", strict)
@@ -237,7 +272,12 @@ async fn per_route_policies_from_one_layer(fx: Fixture) {
 }
 
 async fn shadow_mode_never_refuses(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 1)).shadow(true);
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 1))
+        .shadow(true)
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
     for i in 0..4 {
         let response = call(&app, request_from("/", PEER, &[])).await;
@@ -250,7 +290,11 @@ async fn shadow_mode_never_refuses(fx: Fixture) {
 /// values (the layer trusts 10.0.0.0/8 only) all count against the peer: exactly the limit
 /// passes.
 async fn random_forwarded_headers_from_one_peer_share_one_bucket(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("per-ip", 10, 10));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("per-ip", 10, 10))
+        .build()
+        .expect("valid limiter");
     let trusted: Cidr = "10.0.0.0/8".parse().expect("valid CIDR");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::trusting([trusted])));
     let mut passed = 0;

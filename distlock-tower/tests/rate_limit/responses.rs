@@ -59,7 +59,11 @@ fn hook(refusal: &Refusal) -> Response<String> {
 }
 
 async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
         RateLimitLayer::new(limiter.clone(), Header::from_static("x-api-key")).refusal(hook),
     );
@@ -139,7 +143,11 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
 }
 
 async fn problem_details_are_json_with_the_rfc_9457_members(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 2, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 2, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
         RateLimitLayer::new(limiter, ClientIp::peer())
             .refusal(ProblemDetails::new().type_base("https://errors.example/")),
@@ -204,7 +212,11 @@ fn observed(app: Router, seen: &Seen) -> Router {
 }
 
 async fn an_outer_layer_reads_subject_policy_and_origin(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 6, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 6, 1))
+        .build()
+        .expect("valid limiter");
     let seen = Seen::default();
     let app = observed(
         routes().layer(RateLimitLayer::new(limiter, ClientIp::peer())),
@@ -238,8 +250,16 @@ async fn an_outer_layer_reads_subject_policy_and_origin(fx: Fixture) {
 }
 
 async fn stacked_layers_each_record_their_check(fx: Fixture) {
-    let inner = fx.client.rate_limiter(gcra("per-key", 60, 1));
-    let outer = fx.client.rate_limiter(gcra("per-ip", 60, 5));
+    let inner = fx
+        .client
+        .rate_limiter(gcra("per-key", 60, 1))
+        .build()
+        .expect("valid limiter");
+    let outer = fx
+        .client
+        .rate_limiter(gcra("per-ip", 60, 5))
+        .build()
+        .expect("valid limiter");
     let app = routes()
         .layer(RateLimitLayer::new(inner, Header::from_static("x-api-key")))
         .layer(RateLimitLayer::new(outer, ClientIp::peer()));
@@ -287,7 +307,10 @@ async fn stacked_layers_each_record_their_check(fx: Fixture) {
 async fn refusals_and_keyless_requests_are_debug_events() {
     let capture = Capture::start(tracing::Level::DEBUG);
     let client = distlock::Client::in_memory();
-    let limiter = client.rate_limiter(gcra("api", 60, 1));
+    let limiter = client
+        .rate_limiter(gcra("api", 60, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(limiter.clone(), ClientIp::peer()));
     call(&app, request_from("/", PEER, &[])).await;
     call(&app, request_from("/", PEER, &[])).await;

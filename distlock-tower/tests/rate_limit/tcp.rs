@@ -17,7 +17,9 @@ async fn hundred_connections_share_one_limit(fx: Fixture) {
     let rate = Rate::per_hour(30).expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("per-ip", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("per-ip", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     let (addr, _server) =
         serve(routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()))).await;
     let tasks: Vec<_> = (0..100)

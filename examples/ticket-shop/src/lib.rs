@@ -29,7 +29,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::Request;
 use axum::routing::{get, post};
-use distlock::InvalidPolicy;
+use distlock::RateLimitError;
 use distlock_tower::client_ip::{Cidr, ClientIp};
 use distlock_tower::lock::LockLayer;
 use distlock_tower::rate_limit::RateLimitLayer;
@@ -88,7 +88,7 @@ impl AppState {
         locks: distlock::Client,
         store: Store,
         settings: Settings,
-    ) -> Result<Self, InvalidPolicy> {
+    ) -> Result<Self, RateLimitError> {
         Ok(Self {
             limits: Limits::new(&locks)?,
             locks,
@@ -98,7 +98,7 @@ impl AppState {
     }
 
     /// Everything in this process's memory: no setup, one replica.
-    pub fn in_memory(settings: Settings) -> Result<Self, InvalidPolicy> {
+    pub fn in_memory(settings: Settings) -> Result<Self, RateLimitError> {
         Self::new(
             distlock::Client::in_memory(),
             Store::Memory(MemoryStore::new()),
