@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaker::CircuitBreaker;
-use super::limiter::{DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Outage, Settings};
+use super::limiter::{DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Settings};
+use super::outage::Outage;
 use super::subject_rates::{
     DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, RateLookup, RateTable,
 };

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 #[cfg(feature = "test-util")]
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -12,13 +11,14 @@ use tokio::time::Instant;
 
 use super::breaker::{Admit, CircuitBreaker};
 use super::deny_cache::{Answer, DenyCache};
+use super::metrics::{self, CheckTimer};
+use super::outage::{Outage, OutageLog, Unavailable};
 use super::reservation::{Reservation, Turn};
 use super::subject_rates::{Effective, RateTable};
 use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
 use crate::error::{RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
-use crate::metrics::{self, CheckTimer};
 use crate::store::{MemoryStore, RateOp, RateReply, RateRequest};
 
 #[cfg(feature = "test-util")]
@@ -35,39 +35,6 @@ pub const MAX_POLICIES: usize = 8;
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
 /// The default limit on checks of one limiter waiting on the store at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
-
-/// What a check does when the store cannot answer in time (down, slow, refusing, or more
-/// than [`max_in_flight`](super::RateLimiterBuilder::max_in_flight) checks already waiting).
-///
-/// ```
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use distlock::ratelimit::{Outage, Policy, Rate};
-///
-/// let client = distlock::Client::in_memory();
-/// let policy = Policy::gcra("login", Rate::per_minute(5)?)?;
-/// // Logins: better refuse than let a password-guessing burst through unmetered.
-/// let logins = client.rate_limiter(policy.clone()).on_outage(Outage::FailClosed).build()?;
-/// // Page views: better serve than fail while Redis restarts.
-/// let views = client.rate_limiter(policy).on_outage(Outage::FailOpen).build()?;
-/// # let _ = (logins, views);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Outage {
-    /// The check fails with [`RateLimitError::Store`] (or
-    /// [`Overloaded`](RateLimitError::Overloaded)) within its deadline; the caller refuses
-    /// the request as unavailable (the tower layer answers 503 with `Retry-After`). Nothing
-    /// gets through unmetered. The default.
-    #[default]
-    FailClosed,
-    /// The check allows the request ([`Origin::FailOpen`]): availability over protection.
-    FailOpen,
-    /// The check is decided by an in-memory limiter with the same policies, local to this
-    /// process ([`Origin::LocalFallback`]): with `n` replicas, up to `n` times the limit
-    /// gets through while the store is away.
-    LocalFallback,
-}
 
 /// Checks requests against one or more [`Policy`]s on a subject (a user, an API key, an IP
 /// address). Made by [`Client::rate_limiter`] and its [builder](super::RateLimiterBuilder).
@@ -127,7 +94,7 @@ struct Shared {
     max_in_flight: usize,
     in_flight: Semaphore,
     fallback: MemoryStore,
-    degraded: AtomicBool,
+    outage_log: OutageLog,
     /// Round trips attempted, for tests.
     #[cfg(feature = "test-util")]
     store_calls: AtomicU64,
@@ -140,7 +107,7 @@ impl Shared {
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
-            degraded: AtomicBool::new(false),
+            outage_log: OutageLog::new(Arc::clone(policies[0].shared_name())),
             #[cfg(feature = "test-util")]
             store_calls: AtomicU64::new(0),
         })
@@ -155,34 +122,6 @@ impl std::fmt::Debug for RateLimiter {
             .field("deadline", &self.deadline)
             .field("shadow", &self.shadow)
             .finish_non_exhaustive()
-    }
-}
-
-/// Why the store gave no answer.
-enum Unavailable {
-    Store(StoreError),
-    Overloaded(usize),
-    /// The circuit breaker skipped the store; the next probe is due in this long.
-    Skipped(Duration),
-}
-
-impl From<Unavailable> for RateLimitError {
-    fn from(u: Unavailable) -> Self {
-        match u {
-            Unavailable::Store(e) => Self::Store(e),
-            Unavailable::Overloaded(in_flight) => Self::Overloaded { in_flight },
-            Unavailable::Skipped(retry_in) => Self::CircuitOpen { retry_in },
-        }
-    }
-}
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Store(e) => e.fmt(f),
-            Self::Overloaded(n) => write!(f, "{n} checks already waiting on the store"),
-            Self::Skipped(d) => write!(f, "circuit breaker open, next probe in {d:?}"),
-        }
     }
 }
 
@@ -554,7 +493,10 @@ impl RateLimiter {
         }
         match self.operate(subject, &keys, &eff, op).await {
             Ok(reply) => Ok(decision(&eff, reply, Origin::Store)),
-            Err(unavailable) => Err(unavailable.into()),
+            Err(unavailable) => {
+                self.shared.outage_log.unanswered(&unavailable, None);
+                Err(unavailable.into())
+            }
         }
     }
 
@@ -591,8 +533,8 @@ impl RateLimiter {
                 }
             }
         }
-        if result.is_ok() && self.shared.degraded.swap(false, Ordering::Relaxed) {
-            tracing::info!(target: "distlock::ratelimit", "rate-limit store is back");
+        if result.is_ok() {
+            self.shared.outage_log.answered();
         }
         if let (Some(cache), Some(sent)) = (cache, sent) {
             let answer = match &result {
@@ -628,7 +570,9 @@ impl RateLimiter {
             return Err(Unavailable::Overloaded(self.shared.max_in_flight));
         };
         #[cfg(feature = "test-util")]
-        self.shared.store_calls.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .store_calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let req = RateRequest {
             keys,
             params: &eff.params,
@@ -685,14 +629,7 @@ impl RateLimiter {
         } else {
             self.outage
         };
-        if !self.shared.degraded.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                target: "distlock::ratelimit",
-                error = %why,
-                ?outage,
-                "rate-limit store unavailable; applying the outage policy until it answers again"
-            );
-        }
+        self.shared.outage_log.unanswered(&why, Some(outage));
         match outage {
             Outage::FailClosed => Err(why.into()),
             Outage::FailOpen => {

@@ -33,6 +33,8 @@ mod builder;
 mod decision;
 mod deny_cache;
 mod limiter;
+pub(crate) mod metrics;
+mod outage;
 mod policy;
 mod rate;
 mod reservation;
@@ -47,8 +49,9 @@ pub use self::decision::{Decision, Origin, PolicyDecision};
 #[doc(hidden)]
 pub use self::limiter::TestOp as __TestOp;
 pub use self::limiter::{
-    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT, Outage, RateLimiter,
+    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT, RateLimiter,
 };
+pub use self::outage::Outage;
 pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
 pub use self::rate::ParseRateError;
