@@ -142,8 +142,8 @@ impl Client {
     /// [`StoreError::Config`] when two members are one server (the same address after
     /// resolving names, the same boot value, or the same `run_id`): such a server would vote
     /// twice. Nodes that cannot be reached are tolerated as long as a majority can (they join
-    /// when they come up, once checked against the others). See the README's Redlock section
-    /// for what it promises and what it does not.
+    /// when they come up, once checked against the others). See the guide's
+    /// [Redlock page](crate::guide::redlock) for what it promises and what it does not.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock::StoreError> {

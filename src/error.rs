@@ -384,7 +384,7 @@ pub enum RateLimitError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// More checks of this limiter were waiting on the store than its
-    /// [`max_in_flight`](crate::ratelimit::RateLimiter::max_in_flight) allows (the store is
+    /// [`max_in_flight`](crate::ratelimit::RateLimiterBuilder::max_in_flight) allows (the store is
     /// slow), and the outage policy is fail-closed. Nothing was queued.
     #[error(
         "{in_flight} rate-limit checks are already waiting on the store; refusing to queue more"

@@ -33,7 +33,8 @@ mod names {
 /// for exporters that publish descriptions (Prometheus' `# HELP`). Call it once, after
 /// installing the recorder; the metrics are recorded whether or not it is called.
 ///
-/// The metrics (see the README's "Metrics" section for their labels):
+/// The metrics (see the guide's [metrics](crate::guide::operations#metrics) for their
+/// labels):
 /// `distlock_lock_acquired_total`, `distlock_lock_busy_total`, `distlock_lock_timeout_total`,
 /// `distlock_lock_lost_total`, `distlock_lock_handoff_total`, `distlock_lock_wait_seconds`,
 /// `distlock_lock_hold_seconds`, `distlock_leases_held`, `distlock_lock_waiters`,

@@ -188,8 +188,8 @@ impl RateLimiterBuilder {
     /// a second before the lookup is tried again.
     ///
     /// When a subject's rate changes, what it used carries over (see
-    /// [Operating a limiter](crate#operating-a-limiter)): a downgrade never hands out a fresh
-    /// burst.
+    /// [Operating a limiter](crate::guide::rate_limiting#operating-a-limiter)): a downgrade
+    /// never hands out a fresh burst.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {

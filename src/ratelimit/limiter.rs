@@ -291,7 +291,7 @@ impl RateLimiter {
     }
 
     /// Waits until a request of `cost` units may pass, then passes it, if that is within
-    /// [`max_wait`](Self::max_wait) (default: however long it takes); otherwise it is denied at
+    /// [`max_wait`](super::RateLimiterBuilder::max_wait) (default: however long it takes); otherwise it is denied at
     /// once (`allowed == false`, with the wait it would have had in `retry_after`).
     ///
     /// With GCRA and token-bucket policies the request *reserves* its turn when it is called

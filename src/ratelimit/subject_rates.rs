@@ -63,7 +63,7 @@ impl SubjectRates {
 /// Implemented by every `Fn(String) -> impl Future<Output = Result<SubjectRates, E>>`.
 ///
 /// The limiter caches the answers (see
-/// [`rates_by_subject`](super::RateLimiter::rates_by_subject)); a lookup that fails (or takes
+/// [`rates_by_subject`](super::RateLimiterBuilder::rates_by_subject)); a lookup that fails (or takes
 /// longer than the limiter's deadline, or names a rate its policy cannot take) is logged, and
 /// the subject keeps the rates it had (or the policies' own) for a second before the lookup
 /// is tried again.

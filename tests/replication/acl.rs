@@ -642,7 +642,7 @@ async fn behind_sentinel_the_user_also_needs_role() {
 #[test]
 fn the_readme_acl_example_lists_exactly_the_tested_rules() {
     use crate::support::server::LIBRARY_ACL_SENTINEL_RULES;
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../src/guide/deployment.md");
     let start = readme
         .find("ACL SETUSER app")
         .expect("the README's ACL example");
