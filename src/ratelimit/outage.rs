@@ -40,10 +40,10 @@ pub enum Outage {
     /// gets through unmetered. The default.
     #[default]
     FailClosed,
-    /// The check allows the request ([`Origin::FailOpen`]): availability over protection.
+    /// The check allows the request ([`Origin::FailOpen`](super::Origin::FailOpen)): availability over protection.
     FailOpen,
     /// The check is decided by an in-memory limiter with the same policies, local to this
-    /// process ([`Origin::LocalFallback`]): with `n` replicas, up to `n` times the limit
+    /// process ([`Origin::LocalFallback`](super::Origin::LocalFallback)): with `n` replicas, up to `n` times the limit
     /// gets through while the store is away.
     LocalFallback,
 }
