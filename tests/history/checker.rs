@@ -363,8 +363,10 @@ fn exclusion(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Rep
     for (start, end, lease) in intervals {
         active.retain(|(_, e, _)| *e > start);
         active.push((start, end, lease));
-        let others: Vec<&(u64, u64, &Lease)> =
-            active.iter().filter(|(_, _, l)| l.id() != lease.id()).collect();
+        let others: Vec<&(u64, u64, &Lease)> = active
+            .iter()
+            .filter(|(_, _, l)| l.id() != lease.id())
+            .collect();
         if others.is_empty() {
             continue;
         }
@@ -420,7 +422,13 @@ fn exclusion(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Rep
                 ms(start),
                 overlap as f64 / 1e6
             );
-            let explained_by = explain(faults, other.ok, start, overlap, 2 * max_ttl + 1_000_000_000);
+            let explained_by = explain(
+                faults,
+                other.ok,
+                start,
+                overlap,
+                2 * max_ttl + 1_000_000_000,
+            );
             let finding = Finding {
                 rule,
                 what,
@@ -551,7 +559,10 @@ fn lost_signal(lease: &Lease, faults: &[Fault], report: &mut Report) {
         return;
     }
     let paused = faults.iter().any(|f| {
-        f.kind == "pause-worker" && f.worker == Some(lease.process) && f.start <= *at && deadline <= f.end + margin
+        f.kind == "pause-worker"
+            && f.worker == Some(lease.process)
+            && f.start <= *at
+            && deadline <= f.end + margin
     });
     if paused {
         return;
@@ -642,15 +653,26 @@ fn rate_limits(
     for ((policy, subject), (alg, limit, unit, mut allowed)) in groups {
         allowed.sort_by_key(|a| a.0);
         let excess: Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> = match alg.as_str() {
-            "gcra" | "token-bucket" => span_excess(&allowed, |span| limit + span / unit, limit * unit + 4 * unit),
-            "sliding-log" => span_excess(&allowed, |span| if span < unit { limit } else { i64::MAX }, unit),
+            "gcra" | "token-bucket" => span_excess(
+                &allowed,
+                |span| limit + span / unit,
+                limit * unit + 4 * unit,
+            ),
+            "sliding-log" => span_excess(
+                &allowed,
+                |span| if span < unit { limit } else { i64::MAX },
+                unit,
+            ),
             "fixed-window" => window_excess(&allowed, limit, unit),
             "sliding-window" => sliding_excess(&allowed, limit, unit),
             _ => Vec::new(),
         };
         for (lo, hi, count, ops, bound) in excess {
             let horizon = u64::try_from(2 * limit * unit).unwrap_or(0) * 1000 + 1_000_000_000;
-            let (lo_ns, hi_ns) = (u64::try_from(lo).unwrap_or(0) * 1000, u64::try_from(hi).unwrap_or(0) * 1000);
+            let (lo_ns, hi_ns) = (
+                u64::try_from(lo).unwrap_or(0) * 1000,
+                u64::try_from(hi).unwrap_or(0) * 1000,
+            );
             let explained_by = faults
                 .iter()
                 .find(|f| {
@@ -659,8 +681,18 @@ fn rate_limits(
                         && lo_ns <= f.real_end + horizon
                 })
                 .map(|f| format!("{} {}", f.kind, f.target));
-            let from = ops.iter().filter_map(|id| invs.get(id)).map(|e| e.mono).min().unwrap_or(0);
-            let to = ops.iter().filter_map(|id| dones.get(id)).map(|e| e.mono).max().unwrap_or(0);
+            let from = ops
+                .iter()
+                .filter_map(|id| invs.get(id))
+                .map(|e| e.mono)
+                .min()
+                .unwrap_or(0);
+            let to = ops
+                .iter()
+                .filter_map(|id| dones.get(id))
+                .map(|e| e.mono)
+                .max()
+                .unwrap_or(0);
             push(
                 report,
                 Finding {
@@ -706,7 +738,13 @@ fn span_excess(
             let limit = bound(span);
             if sum > limit {
                 let ops = later[..=j].iter().map(|a| a.3).collect();
-                out.push((first.0, last.1, sum, ops, format!("its bound {limit} for {span} µs")));
+                out.push((
+                    first.0,
+                    last.1,
+                    sum,
+                    ops,
+                    format!("its bound {limit} for {span} µs"),
+                ));
                 skip_until = last.1;
                 break;
             }
@@ -715,7 +753,11 @@ fn span_excess(
     out
 }
 
-fn window_excess(allowed: &[Allowed], limit: i64, period: i64) -> Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> {
+fn window_excess(
+    allowed: &[Allowed],
+    limit: i64,
+    period: i64,
+) -> Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> {
     let mut windows: BTreeMap<i64, (i64, Vec<(u32, u64)>)> = BTreeMap::new();
     for a in allowed {
         if a.0.div_euclid(period) == a.1.div_euclid(period) {
@@ -727,25 +769,52 @@ fn window_excess(allowed: &[Allowed], limit: i64, period: i64) -> Vec<(i64, i64,
     windows
         .into_iter()
         .filter(|(_, (n, _))| *n > limit)
-        .map(|(w, (n, ops))| (w * period, (w + 1) * period, n, ops, format!("its limit {limit} per window")))
+        .map(|(w, (n, ops))| {
+            (
+                w * period,
+                (w + 1) * period,
+                n,
+                ops,
+                format!("its limit {limit} per window"),
+            )
+        })
         .collect()
 }
 
 #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
-fn sliding_excess(allowed: &[Allowed], limit: i64, period: i64) -> Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> {
-    let window = |a: &Allowed| (a.0.div_euclid(period) == a.1.div_euclid(period)).then(|| a.0.div_euclid(period));
+fn sliding_excess(
+    allowed: &[Allowed],
+    limit: i64,
+    period: i64,
+) -> Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> {
+    let window = |a: &Allowed| {
+        (a.0.div_euclid(period) == a.1.div_euclid(period)).then(|| a.0.div_euclid(period))
+    };
     let mut out = Vec::new();
     for r in allowed {
         let Some(w) = window(r) else { continue };
-        let prev: i64 = allowed.iter().filter(|a| window(a) == Some(w - 1)).map(|a| a.2).sum();
-        let before: Vec<&Allowed> = allowed.iter().filter(|a| window(a) == Some(w) && a.1 < r.0).collect();
+        let prev: i64 = allowed
+            .iter()
+            .filter(|a| window(a) == Some(w - 1))
+            .map(|a| a.2)
+            .sum();
+        let before: Vec<&Allowed> = allowed
+            .iter()
+            .filter(|a| window(a) == Some(w) && a.1 < r.0)
+            .collect();
         let curr: i64 = before.iter().map(|a| a.2).sum::<i64>() + r.2;
         let elapsed = r.1 - w * period;
         let weighted = (prev as f64 * (period - elapsed) as f64 / period as f64).ceil() as i64;
         if weighted + curr > limit {
             let mut ops: Vec<(u32, u64)> = before.iter().map(|a| a.3).collect();
             ops.push(r.3);
-            out.push((w * period, r.1, weighted + curr, ops, format!("its limit {limit} (weighted previous {weighted})")));
+            out.push((
+                w * period,
+                r.1,
+                weighted + curr,
+                ops,
+                format!("its limit {limit} (weighted previous {weighted})"),
+            ));
             break;
         }
     }
@@ -763,14 +832,20 @@ fn unavailability(events: &[Event], report: &mut Report) {
         return;
     };
     let end = events.last().map_or(first, |e| e.mono);
-    for f in &report.faults {
+    for f in report.faults.iter().filter(|f| f.kind != "partition-probe") {
         let times: Vec<u64> = successes
             .iter()
             .filter(|(_, p)| f.worker.is_none_or(|w| w == *p))
             .map(|(t, _)| *t)
             .collect();
         let mut longest = 0;
-        let mut prev = first;
+        // From the affected workers' last success before the fault (or its start).
+        let mut prev = times
+            .iter()
+            .copied()
+            .filter(|&t| t < f.start)
+            .max()
+            .unwrap_or(f.start);
         for &t in times.iter().chain(std::iter::once(&end)) {
             if t >= f.start && prev <= f.end {
                 longest = longest.max(t - prev);
@@ -785,7 +860,10 @@ fn unavailability(events: &[Event], report: &mut Report) {
     }
     let mut prev = first;
     for &(t, _) in &successes {
-        let quiet = report.faults.iter().all(|f| t < f.start || prev > f.end + 1_000_000_000);
+        let quiet = report
+            .faults
+            .iter()
+            .all(|f| t < f.start || prev > f.end + 1_000_000_000);
         if quiet {
             report.quiet_gap = report.quiet_gap.max(t - prev);
         }
@@ -815,14 +893,22 @@ pub fn excerpt(events: &[Event], finding: &Finding) -> String {
         .iter()
         .filter(|e| {
             ops.contains(&(e.process, e.op))
-                || e.num("lease").is_some_and(|l| ops.contains(&(e.process, l)))
-                || (e.tag == "fault" && e.mono + margin >= finding.from && e.mono <= finding.to + margin)
+                || e.num("lease")
+                    .is_some_and(|l| ops.contains(&(e.process, l)))
+                || (e.tag == "fault"
+                    && e.mono + margin >= finding.from
+                    && e.mono <= finding.to + margin)
         })
         .collect();
     let base = picked.first().map_or(0, |e| e.mono);
     let mut out = String::new();
     for e in picked.iter().take(60) {
-        let _ = writeln!(out, "  +{:>10.3} ms  {}", (e.mono - base) as f64 / 1e6, e.line());
+        let _ = writeln!(
+            out,
+            "  +{:>10.3} ms  {}",
+            (e.mono - base) as f64 / 1e6,
+            e.line()
+        );
     }
     if picked.len() > 60 {
         let _ = writeln!(out, "  ... {} more events", picked.len() - 60);
@@ -851,7 +937,10 @@ pub fn figures(report: &Report) -> String {
         "longest stretch without a success away from faults: {:.0} ms",
         report.quiet_gap as f64 / 1e6
     );
-    let _ = writeln!(out, "unavailability per fault kind (longest stretch without a success of the affected workers, overlapping the fault):");
+    let _ = writeln!(
+        out,
+        "unavailability per fault kind (longest stretch without a success of the affected workers, overlapping the fault):"
+    );
     for (kind, gaps) in &report.unavailable {
         let mut sorted = gaps.clone();
         sorted.sort_unstable();
@@ -886,7 +975,11 @@ pub fn figures(report: &Report) -> String {
     }
     let mut errors: Vec<(&String, &usize)> = report.errors.iter().collect();
     errors.sort_by(|a, b| b.1.cmp(a.1));
-    let listed: Vec<String> = errors.iter().take(8).map(|(k, n)| format!("{k} ×{n}")).collect();
+    let listed: Vec<String> = errors
+        .iter()
+        .take(8)
+        .map(|(k, n)| format!("{k} ×{n}"))
+        .collect();
     let _ = writeln!(out, "failed operations: {}", listed.join(", "));
     out
 }
@@ -904,7 +997,8 @@ mod tests {
 
     impl H {
         fn ev(mut self, t_ms: u64, p: u32, op: u64, tag: &str, pairs: &[(&str, &str)]) -> Self {
-            let pairs: Vec<(&str, String)> = pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+            let pairs: Vec<(&str, String)> =
+                pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
             self.0.push(Event {
                 mono: t_ms * MS,
                 real: 1_000_000_000_000_000 + t_ms * MS,
@@ -917,11 +1011,26 @@ mod tests {
         }
 
         /// A lock grant: invoked at `inv`, granted at `ok` with `valid` ms and `fence`.
-        fn grant(self, p: u32, op: u64, name: &str, inv: u64, ok: u64, valid: u64, fence: u64) -> Self {
+        fn grant(
+            self,
+            p: u32,
+            op: u64,
+            name: &str,
+            inv: u64,
+            ok: u64,
+            valid: u64,
+            fence: u64,
+        ) -> Self {
             let valid = (valid * MS).to_string();
             let fence = fence.to_string();
-            self.ev(inv, p, op, "inv", &[("kind", "lock"), ("name", name), ("ttl", "1000")])
-                .ev(ok, p, op, "ok", &[("fence", &fence), ("valid", &valid)])
+            self.ev(
+                inv,
+                p,
+                op,
+                "inv",
+                &[("kind", "lock"), ("name", name), ("ttl", "1000")],
+            )
+            .ev(ok, p, op, "ok", &[("fence", &fence), ("valid", &valid)])
         }
 
         fn release(self, p: u32, op: u64, lease: u64, at: u64) -> Self {
@@ -934,8 +1043,13 @@ mod tests {
         fn fault(self, id: u64, start: u64, end: u64, kind: &str, extra: &[(&str, &str)]) -> Self {
             let mut pairs = vec![("kind", kind), ("phase", "start")];
             pairs.extend_from_slice(extra);
-            self.ev(start, 0, id, "fault", &pairs)
-                .ev(end, 0, id, "fault", &[("kind", kind), ("phase", "end")])
+            self.ev(start, 0, id, "fault", &pairs).ev(
+                end,
+                0,
+                id,
+                "fault",
+                &[("kind", kind), ("phase", "end")],
+            )
         }
 
         fn check(mut self) -> Report {
@@ -969,7 +1083,10 @@ mod tests {
             .release(2, 2, 1, 600)
             .check();
         assert_eq!(rules(&r), ["mutual exclusion"]);
-        let text = excerpt(&H::default().grant(1, 1, "a", 0, 5, 900, 10).0, &r.violations[0]);
+        let text = excerpt(
+            &H::default().grant(1, 1, "a", 0, 5, 900, 10).0,
+            &r.violations[0],
+        );
         assert!(text.contains(" inv "), "{text}");
     }
 
@@ -991,7 +1108,13 @@ mod tests {
         // A shortens its lease with extend at 200 ms (to 100 ms); B is granted at 350 ms.
         let r = H::default()
             .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(200, 1, 3, "inv", &[("kind", "extend"), ("lease", "1"), ("ttl", "100")])
+            .ev(
+                200,
+                1,
+                3,
+                "inv",
+                &[("kind", "extend"), ("lease", "1"), ("ttl", "100")],
+            )
             .ev(201, 1, 3, "ok", &[])
             .ev(202, 1, 0, "claim", &[("lease", "1"), ("valid", "90000000")])
             .grant(2, 1, "a", 300, 350, 900, 11)
@@ -1022,8 +1145,26 @@ mod tests {
     #[test]
     fn more_permits_than_the_size_fail() {
         let sem = |h: H, p: u32, at: u64, n: &str| {
-            h.ev(at, p, 1, "inv", &[("kind", "sem"), ("name", "s"), ("n", n), ("size", "3"), ("ttl", "1000")])
-                .ev(at + 1, p, 1, "ok", &[("fence", &(at + 1).to_string()), ("valid", "500000000")])
+            h.ev(
+                at,
+                p,
+                1,
+                "inv",
+                &[
+                    ("kind", "sem"),
+                    ("name", "s"),
+                    ("n", n),
+                    ("size", "3"),
+                    ("ttl", "1000"),
+                ],
+            )
+            .ev(
+                at + 1,
+                p,
+                1,
+                "ok",
+                &[("fence", &(at + 1).to_string()), ("valid", "500000000")],
+            )
         };
         let ok = sem(sem(H::default(), 1, 0, "2"), 2, 10, "1").check();
         assert!(ok.violations.is_empty(), "{:?}", ok.violations);
@@ -1034,8 +1175,20 @@ mod tests {
     #[test]
     fn a_reader_inside_with_a_writer_fails() {
         let rw = |h: H, p: u32, at: u64, kind: &str| {
-            h.ev(at, p, 1, "inv", &[("kind", kind), ("name", "r"), ("ttl", "1000")])
-                .ev(at + 1, p, 1, "ok", &[("fence", &(at + 1).to_string()), ("valid", "500000000")])
+            h.ev(
+                at,
+                p,
+                1,
+                "inv",
+                &[("kind", kind), ("name", "r"), ("ttl", "1000")],
+            )
+            .ev(
+                at + 1,
+                p,
+                1,
+                "ok",
+                &[("fence", &(at + 1).to_string()), ("valid", "500000000")],
+            )
         };
         let readers = rw(rw(H::default(), 1, 0, "read"), 2, 10, "read").check();
         assert!(readers.violations.is_empty(), "{:?}", readers.violations);
@@ -1050,7 +1203,21 @@ mod tests {
         for (i, &t) in times_ms.iter().enumerate() {
             let op = i as u64 + 1;
             h = h
-                .ev(t, 1, op, "inv", &[("kind", "rl"), ("alg", alg), ("limit", limit), ("unit_us", unit_us), ("policy", "p"), ("subject", "s"), ("cost", "1")])
+                .ev(
+                    t,
+                    1,
+                    op,
+                    "inv",
+                    &[
+                        ("kind", "rl"),
+                        ("alg", alg),
+                        ("limit", limit),
+                        ("unit_us", unit_us),
+                        ("policy", "p"),
+                        ("subject", "s"),
+                        ("cost", "1"),
+                    ],
+                )
                 .ev(t, 1, op, "ok", &[("allowed", "1")]);
         }
         h.check()

@@ -9,3 +9,54 @@ mod support;
 
 mod checker;
 mod record;
+mod run;
+mod worker;
+
+use tokio::sync::{Mutex, MutexGuard};
+
+/// One backend at a time: each run takes the machine's two cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+async fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary() {
+    let _turn = one_at_a_time().await;
+    run::run("primary").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel() {
+    let _turn = one_at_a_time().await;
+    run::run("sentinel").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster() {
+    let _turn = one_at_a_time().await;
+    run::run("cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum() {
+    let _turn = one_at_a_time().await;
+    run::run("quorum").await;
+}
+
+/// A worker process's entry (run by the backends' tests in a network namespace, with its plan
+/// in the environment); does nothing in a normal run.
+#[test]
+#[ignore = "a worker process's entry, run by the history tests"]
+fn worker_entry() {
+    let Ok(plan) = std::env::var(worker::PLAN_VAR) else {
+        return;
+    };
+    let plan = worker::Plan::parse(&plan);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("worker runtime")
+        .block_on(worker::run(plan));
+}

@@ -41,13 +41,7 @@ fn raw_clock(clock: libc::clockid_t) -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime(2) writes one timespec into the pointer we give it.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_clock_gettime,
-            clock,
-            std::ptr::from_mut(&mut ts),
-        )
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_clock_gettime, clock, std::ptr::from_mut(&mut ts)) };
     assert_eq!(rc, 0, "clock_gettime({clock})");
     u64::try_from(ts.tv_sec).expect("clock after 1970") * 1_000_000_000
         + u64::try_from(ts.tv_nsec).expect("ns")
