@@ -298,8 +298,14 @@ pub fn check(events: &[Event]) -> Report {
         exclusion(domain, leases, &faults, &mut report);
         fences(domain, leases, &faults, &mut report);
     }
+    // When each process last recorded anything before each instant: a process that was not
+    // running (starved of CPU, stopped) cannot hear a timer.
+    let mut activity: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for e in events {
+        activity.entry(e.process).or_default().push(e.mono);
+    }
     for lease in leases.values() {
-        lost_signal(lease, &faults, &mut report);
+        lost_signal(lease, &faults, &activity, &mut report);
     }
     rate_limits(&invs, &dones, &mut report);
     unavailability(events, &mut report);
@@ -540,7 +546,12 @@ fn fences(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Report
     }
 }
 
-fn lost_signal(lease: &Lease, faults: &[Fault], report: &mut Report) {
+fn lost_signal(
+    lease: &Lease,
+    faults: &[Fault],
+    activity: &BTreeMap<u32, Vec<u64>>,
+    report: &mut Report,
+) {
     let Some((at, reason)) = &lease.lost else {
         return;
     };
@@ -567,6 +578,24 @@ fn lost_signal(lease: &Lease, faults: &[Fault], report: &mut Report) {
     if paused {
         return;
     }
+    let late = *at - deadline - margin;
+    // The process's last record before the signal: if it was silent for at least as long as
+    // the signal is late, the process was not running (CPU starvation), and no timer of its
+    // could fire; the lease's deadline still held (see the exclusion check).
+    let silent = activity
+        .get(&lease.process)
+        .and_then(|times| {
+            let i = times.partition_point(|&t| t < *at);
+            i.checked_sub(1).map(|j| *at - times[j])
+        })
+        .unwrap_or(0);
+    let explained_by = (silent >= late).then(|| {
+        format!(
+            "starvation process{} silent {:.0} ms",
+            lease.process,
+            silent as f64 / 1e6
+        )
+    });
     push(
         report,
         Finding {
@@ -579,20 +608,20 @@ fn lost_signal(lease: &Lease, faults: &[Fault], report: &mut Report) {
                 lease.op,
                 lease.domain,
                 ms(*at),
-                (*at - deadline - margin) as f64 / 1e6,
+                late as f64 / 1e6,
                 ms(deadline)
             ),
             ops: vec![lease.id()],
             from: made,
             to: *at,
-            explained_by: None,
-            size: *at - deadline - margin,
+            explained_by,
+            size: late,
         },
     );
 }
 
 /// One allowed request on the server's clock: (earliest, latest) µs, cost, op.
-type Allowed = (i64, i64, i64, (u32, u64));
+pub type Allowed = (i64, i64, i64, (u32, u64));
 
 #[allow(clippy::too_many_lines)]
 fn rate_limits(
@@ -714,7 +743,7 @@ fn rate_limits(
 
 /// Sets of requests certain to lie within `[lo_i, hi_j]` whose cost exceeds `bound(span)`:
 /// for each first request `i`, the later ones by their latest time. At most one per `i`.
-fn span_excess(
+pub fn span_excess(
     allowed: &[Allowed],
     bound: impl Fn(i64) -> i64,
     horizon: i64,
@@ -753,7 +782,7 @@ fn span_excess(
     out
 }
 
-fn window_excess(
+pub fn window_excess(
     allowed: &[Allowed],
     limit: i64,
     period: i64,
@@ -782,7 +811,7 @@ fn window_excess(
 }
 
 #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
-fn sliding_excess(
+pub fn sliding_excess(
     allowed: &[Allowed],
     limit: i64,
     period: i64,
@@ -1247,9 +1276,11 @@ mod tests {
 
     #[test]
     fn a_late_lost_signal_fails() {
-        // ttl 1000 ms: margin 62 ms. Deadline at 5 + 900 = 905 ms; lost at 1000 ms is late.
+        // ttl 1000 ms: margin 62 ms. Deadline at 5 + 900 = 905 ms; lost at 1000 ms is late,
+        // and the process was running (it recorded something at 990 ms).
         let late = H::default()
             .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(990, 1, 0, "meta", &[("tick", "1")])
             .ev(1000, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
             .release(1, 2, 1, 1001)
             .check();
@@ -1260,6 +1291,32 @@ mod tests {
             .release(1, 2, 1, 1001)
             .check();
         assert!(on_time.violations.is_empty(), "{:?}", on_time.violations);
+    }
+
+    #[test]
+    fn a_late_lost_signal_of_a_silent_process_is_starvation() {
+        // Nothing recorded by process 1 between 100 ms and the signal at 1000 ms.
+        let r = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(
+                100,
+                1,
+                0,
+                "claim",
+                &[("lease", "1"), ("valid", "800000000")],
+            )
+            .ev(1000, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
+            .release(1, 2, 1, 1001)
+            .check();
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.documented.len(), 1);
+        assert!(
+            r.documented[0]
+                .explained_by
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("starvation")
+        );
     }
 
     #[test]

@@ -8,6 +8,11 @@
 mod support;
 
 mod checker;
+// The reference model the rate limiters are checked against.
+#[path = "../ratelimit/model.rs"]
+#[allow(dead_code)]
+mod model;
+mod props;
 mod record;
 mod run;
 mod worker;

@@ -546,17 +546,22 @@ impl Nemesis<'_> {
                 self.end(id, kind);
             }
             (Servers::Sentinel(s), "isolate-primary") => {
+                // The replica and the sentinels lose the primary (they connect to it; it
+                // connects to no one); the workers, in their namespaces, keep it.
                 let primary = s.primary().await;
-                let others: Vec<(u32, Vec<u16>)> = s
-                    .nodes()
-                    .iter()
-                    .chain(s.sentinels())
-                    .filter(|n| n.port() != primary.port() && n.is_serving())
-                    .map(|n| (n.pid(), vec![n.port()]))
-                    .collect();
                 let id = self.start(kind, "sentinel-primary", &[lossy]);
-                self.lab.isolate(primary.pid(), &[primary.port()], &others);
-                tokio::time::sleep(self.ms(3000, 4000)).await;
+                self.lab.isolate(&[primary.port()], primary.pid(), &[]);
+                // Isolated until the sentinels have promoted the replica (proof that the
+                // isolation isolates), and a little longer.
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while s.primary_addr().await == primary.addr() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "isolating the primary did not make the sentinels fail over within 15 s"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(self.ms(200, 1500)).await;
                 self.lab.heal_servers();
                 s.wait_settled().await;
                 self.end(id, kind);
@@ -611,16 +616,40 @@ impl Nemesis<'_> {
             (Servers::Cluster(c), "isolate-master") => {
                 let masters = c.masters().await;
                 let m = masters[self.rng.random_range(0..masters.len())];
-                let others: Vec<(u32, Vec<u16>)> = c
+                // Cut off the cluster bus both ways (its own links to the others too); the
+                // workers, in their namespaces, keep reaching it.
+                let others: Vec<u16> = c
                     .nodes()
                     .iter()
-                    .filter(|n| n.port() != m.port() && n.is_serving())
-                    .map(|n| (n.pid(), vec![n.port(), n.bus_port()]))
+                    .filter(|n| n.port() != m.port())
+                    .map(|n| n.bus_port())
                     .collect();
                 let id = self.start(kind, &format!("master:{}", m.port()), &[lossy]);
-                self.lab
-                    .isolate(m.pid(), &[m.port(), m.bus_port()], &others);
-                tokio::time::sleep(self.ms(3000, 4000)).await;
+                self.lab.isolate(&[m.bus_port()], m.pid(), &others);
+                // Isolated until another node has flagged it failed (proof that the isolation
+                // isolates), and a little longer.
+                let witness = c
+                    .nodes()
+                    .iter()
+                    .find(|n| n.port() != m.port() && n.is_serving())
+                    .expect("another node");
+                let deadline = Instant::now() + Duration::from_secs(15);
+                loop {
+                    let view = witness.view().await;
+                    if view
+                        .get(m.id())
+                        .is_some_and(|e| e.is_failed() || !e.is_master())
+                    {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "isolating master {} did not make the cluster fail it within 15 s",
+                        m.port()
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(self.ms(200, 1500)).await;
                 self.lab.heal_servers();
                 c.wait_settled().await;
                 self.end(id, kind);

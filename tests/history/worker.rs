@@ -275,7 +275,7 @@ pub async fn run(plan: Plan) {
 
 async fn step(
     client: &Client,
-    rec: &Recorder,
+    rec: &Arc<Recorder>,
     limiters: &[(Policy, Option<RateLimiter>)],
     backend: &str,
     rng: &mut StdRng,
@@ -434,36 +434,49 @@ async fn step(
 }
 
 /// Holds a grant for a random time, claiming it every 10 ms, sometimes extending it; then
-/// releases or drops it.
-async fn hold(rec: &Recorder, lease: Lease, lease_op: u64, rng: &mut StdRng) {
+/// releases or drops it. Its lost signal is watched by a task of its own, so that it is
+/// recorded when it fires even while this task waits on an `extend`.
+async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng) {
     let hold_for = Duration::from_millis(rng.random_range(0..MAX_HOLD_MS));
     let until = tokio::time::Instant::now() + hold_for;
     let lid = lease_op.to_string();
-    let mut lost = false;
-    while tokio::time::Instant::now() < until {
-        tokio::select! {
-            () = lease.lost() => {
-                rec.record(lease_op, "lost", &[("lease", lid.clone()), ("reason", reason(lease.lost_reason()).into())]);
-                lost = true;
-                break;
-            }
-            () = tokio::time::sleep(Duration::from_millis(10)) => {
-                claim(rec, &lease, lease_op);
-                if rng.random_range(0..60) == 0 {
-                    let ttl_ms = TTLS[rng.random_range(0..TTLS.len())];
-                    let op = rec.next_op();
-                    rec.record(op, "inv", &[("kind", "extend".into()), ("lease", lid.clone()), ("ttl", ttl_ms.to_string())]);
-                    match lease.extend(Duration::from_millis(ttl_ms)).await {
-                        Ok(()) => rec.record(op, "ok", &[]),
-                        Err(e) => rec.record(op, "fail", &[("err", lock_err(&e))]),
-                    };
-                    claim(rec, &lease, lease_op);
-                }
-            }
+    let handle = lease.handle();
+    let watcher_rec = Arc::clone(rec);
+    tokio::spawn(async move {
+        handle.lost().await;
+        watcher_rec.record(
+            lease_op,
+            "lost",
+            &[
+                ("lease", lease_op.to_string()),
+                ("reason", reason(handle.lost_reason()).into()),
+            ],
+        );
+    });
+    while tokio::time::Instant::now() < until && !lease.is_lost() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        claim(rec, &lease, lease_op);
+        if rng.random_range(0..60) == 0 {
+            let ttl_ms = TTLS[rng.random_range(0..TTLS.len())];
+            let op = rec.next_op();
+            rec.record(
+                op,
+                "inv",
+                &[
+                    ("kind", "extend".into()),
+                    ("lease", lid.clone()),
+                    ("ttl", ttl_ms.to_string()),
+                ],
+            );
+            match lease.extend(Duration::from_millis(ttl_ms)).await {
+                Ok(()) => rec.record(op, "ok", &[]),
+                Err(e) => rec.record(op, "fail", &[("err", lock_err(&e))]),
+            };
+            claim(rec, &lease, lease_op);
         }
     }
     rec.record(lease_op, "end", &[("lease", lid.clone())]);
-    if !lost && rng.random_range(0..5) == 0 {
+    if !lease.is_lost() && rng.random_range(0..5) == 0 {
         // Dropped: released in the background.
         drop(lease);
         return;

@@ -11,9 +11,9 @@
 //! * [`Lab::block`] cuts client `k` off from some server ports, both ways (nft `drop` on the
 //!   root side's input from that veth, and on the client side's input from those ports): TCP
 //!   sees silence, not a reset, as in a real partition. [`Lab::heal`] lifts it.
-//! * [`Lab::isolate`] cuts one server process off from others (replication, cluster bus,
-//!   sentinels), both ways: each server process is put in its own cgroup (v2) and nft drops
-//!   what a process of one side sends to the other side's ports (`socket cgroupv2`).
+//! * [`Lab::isolate`] cuts a server process off from the other server processes (replication,
+//!   cluster bus, sentinels), both ways: nft drops loopback packets to and from its ports, and
+//!   what it sends to the others' ports, told apart by its cgroup (v2, `socket cgroupv2`).
 //!   [`Lab::heal_servers`] lifts it.
 //!
 //! Everything is named after the test process's pid, removed on drop, and removed at the next
@@ -145,7 +145,8 @@ impl Lab {
             "table ip {t} {{\n  chain pre {{ type nat hook prerouting priority -100; }}\n  \
              chain nat_in {{ type nat hook input priority 100; }}\n  \
              chain block_in {{ type filter hook input priority 0; }}\n  \
-             chain servers {{ type filter hook output priority 0; }}\n}}\n",
+             chain servers_in {{ type filter hook input priority 0; }}\n  \
+             chain servers_out {{ type filter hook output priority 0; }}\n}}\n",
             t = lab.table
         );
         let octet2 = 200 + (pid >> 8) % 50;
@@ -338,23 +339,20 @@ impl Lab {
         );
     }
 
-    /// Cuts the server process `pid` (listening on `ports`) off from the server processes
-    /// `others` (each with its ports), both ways, until [`heal_servers`](Self::heal_servers).
+    /// Cuts server processes off from each other, both ways, until
+    /// [`heal_servers`](Self::heal_servers): every packet from a local process to `ports` or
+    /// from `ports` to a local process is dropped (loopback only: the clients in the lab's
+    /// namespaces keep reaching them), and what the process `pid` sends to `outbound` ports
+    /// (its own connections to the others, e.g. a cluster node's bus links) is dropped too.
+    ///
+    /// A socket belongs to the cgroup its process was in when it was made, so `pid` is moved
+    /// into a cgroup of its own and its established connections to `outbound` ports are then
+    /// destroyed (`ss -K`): it makes them again at once, from the new cgroup.
     ///
     /// # Panics
     ///
-    /// Without a cgroup v2 mount, or if nft refuses.
-    pub fn isolate(&self, pid: u32, ports: &[u16], others: &[(u32, Vec<u16>)]) {
-        let Some(cg) = &self.cgroup else {
-            panic!("network lab: no cgroup v2 mount, cannot tell server processes apart");
-        };
-        let place = |pid: u32| -> String {
-            let dir = cg.dir.join(format!("p{pid}"));
-            fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-            fs::write(dir.join("cgroup.procs"), pid.to_string())
-                .unwrap_or_else(|e| panic!("move {pid} into {}: {e}", dir.display()));
-            format!("{}/p{pid}", cg.nft_path)
-        };
+    /// Without a cgroup v2 mount when `outbound` is not empty, or if nft or ss refuse.
+    pub fn isolate(&self, ports: &[u16], pid: u32, outbound: &[u16]) {
         let set = |ports: &[u16]| {
             ports
                 .iter()
@@ -362,27 +360,63 @@ impl Lab {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let me = place(pid);
         let mut rules = String::new();
-        for (other, other_ports) in others {
-            let them = place(*other);
+        if !ports.is_empty() {
             let _ = writeln!(
                 rules,
-                "add rule ip {t} servers socket cgroupv2 level 2 \"{me}\" tcp dport {{ {} }} drop\n\
-                 add rule ip {t} servers socket cgroupv2 level 2 \"{them}\" tcp dport {{ {} }} drop",
-                set(other_ports),
-                set(ports),
-                t = self.table
+                "add rule ip {t} servers_in iifname \"lo\" tcp dport {{ {p} }} drop\n\
+                 add rule ip {t} servers_in iifname \"lo\" tcp sport {{ {p} }} drop",
+                t = self.table,
+                p = set(ports)
+            );
+        }
+        if !outbound.is_empty() {
+            let Some(cg) = &self.cgroup else {
+                panic!("network lab: no cgroup v2 mount, cannot tell server processes apart");
+            };
+            let dir = cg.dir.join(format!("p{pid}"));
+            fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+            fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .unwrap_or_else(|e| panic!("move {pid} into {}: {e}", dir.display()));
+            let _ = writeln!(
+                rules,
+                "add rule ip {t} servers_out socket cgroupv2 level 2 \"{path}/p{pid}\" tcp dport {{ {p} }} drop",
+                t = self.table,
+                path = cg.nft_path,
+                p = set(outbound)
             );
         }
         must("nft", &["-f", "-"], Some(&rules));
+        if !outbound.is_empty() {
+            let filter = outbound
+                .iter()
+                .map(|p| format!("dport = :{p}"))
+                .collect::<Vec<_>>()
+                .join(" or ");
+            must(
+                "ss",
+                &[
+                    "-K",
+                    "-tn",
+                    "state",
+                    "established",
+                    &format!("( {filter} )"),
+                ],
+                None,
+            );
+        }
     }
 
     /// Lifts every isolation between servers.
     pub fn heal_servers(&self) {
         must(
             "nft",
-            &["flush", "chain", "ip", &self.table, "servers"],
+            &["flush", "chain", "ip", &self.table, "servers_in"],
+            None,
+        );
+        must(
+            "nft",
+            &["flush", "chain", "ip", &self.table, "servers_out"],
             None,
         );
     }
