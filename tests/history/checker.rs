@@ -469,7 +469,20 @@ fn exclusion(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Rep
                 ops: vec![lease.id()],
                 from: lease.ok,
                 to: end,
-                explained_by: explain(faults, lease.ok, *at, early, 2 * max_ttl + 1_000_000_000),
+                // A quorum node's clock jump (`skew`) can end a lease early whose grant holds a
+                // bare majority with that node in it: documented, as long as no second holder
+                // gets in (that stays a mutual-exclusion violation).
+                explained_by: explain(faults, lease.ok, *at, early, 2 * max_ttl + 1_000_000_000)
+                    .or_else(|| {
+                        faults
+                            .iter()
+                            .find(|f| {
+                                f.skew
+                                    && f.start <= *at
+                                    && *at <= f.end + 2 * max_ttl + 1_000_000_000
+                            })
+                            .map(|f| format!("{} {}", f.kind, f.target))
+                    }),
                 size: early,
             };
             push(report, finding);
@@ -579,21 +592,21 @@ fn lost_signal(
         return;
     }
     let late = *at - deadline - margin;
-    // The process's last record before the signal: if it was silent for at least as long as
-    // the signal is late, the process was not running (CPU starvation), and no timer of its
-    // could fire; the lease's deadline still held (see the exclusion check).
-    let silent = activity
-        .get(&lease.process)
-        .and_then(|times| {
-            let i = times.partition_point(|&t| t < *at);
-            i.checked_sub(1).map(|j| *at - times[j])
-        })
-        .unwrap_or(0);
-    let explained_by = (silent >= late).then(|| {
+    // Was the process running when the signal was due? If it recorded nothing between then
+    // and (almost) the signal itself, it was not (CPU starvation: the events it records when
+    // it runs again come in one burst with the signal), and no timer of its could fire; the
+    // lease's deadline still held (see the exclusion check). If it recorded anything in
+    // between, it ran, and the signal was late.
+    let due = deadline + margin;
+    let burst = 3_000_000;
+    let ran = activity.get(&lease.process).is_some_and(|times| {
+        let i = times.partition_point(|&t| t <= due);
+        times.get(i).is_some_and(|&t| t + burst < *at)
+    });
+    let explained_by = (!ran).then(|| {
         format!(
-            "starvation process{} silent {:.0} ms",
-            lease.process,
-            silent as f64 / 1e6
+            "starvation process{} silent from its due time to the signal",
+            lease.process
         )
     });
     push(
@@ -622,6 +635,9 @@ fn lost_signal(
 
 /// One allowed request on the server's clock: (earliest, latest) µs, cost, op.
 pub type Allowed = (i64, i64, i64, (u32, u64));
+
+/// A set of allowed requests over the budget: (from µs, to µs, units, operations, the bound).
+pub type Excess = (i64, i64, i64, Vec<(u32, u64)>, String);
 
 #[allow(clippy::too_many_lines)]
 fn rate_limits(
@@ -681,7 +697,7 @@ fn rate_limits(
     let faults = report.faults.clone();
     for ((policy, subject), (alg, limit, unit, mut allowed)) in groups {
         allowed.sort_by_key(|a| a.0);
-        let excess: Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> = match alg.as_str() {
+        let excess: Vec<Excess> = match alg.as_str() {
             "gcra" | "token-bucket" => span_excess(
                 &allowed,
                 |span| limit + span / unit,
@@ -743,11 +759,7 @@ fn rate_limits(
 
 /// Sets of requests certain to lie within `[lo_i, hi_j]` whose cost exceeds `bound(span)`:
 /// for each first request `i`, the later ones by their latest time. At most one per `i`.
-pub fn span_excess(
-    allowed: &[Allowed],
-    bound: impl Fn(i64) -> i64,
-    horizon: i64,
-) -> Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> {
+pub fn span_excess(allowed: &[Allowed], bound: impl Fn(i64) -> i64, horizon: i64) -> Vec<Excess> {
     let mut out = Vec::new();
     let mut skip_until = i64::MIN;
     for (i, first) in allowed.iter().enumerate() {
@@ -782,11 +794,7 @@ pub fn span_excess(
     out
 }
 
-pub fn window_excess(
-    allowed: &[Allowed],
-    limit: i64,
-    period: i64,
-) -> Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> {
+pub fn window_excess(allowed: &[Allowed], limit: i64, period: i64) -> Vec<Excess> {
     let mut windows: BTreeMap<i64, (i64, Vec<(u32, u64)>)> = BTreeMap::new();
     for a in allowed {
         if a.0.div_euclid(period) == a.1.div_euclid(period) {
@@ -811,11 +819,7 @@ pub fn window_excess(
 }
 
 #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
-pub fn sliding_excess(
-    allowed: &[Allowed],
-    limit: i64,
-    period: i64,
-) -> Vec<(i64, i64, i64, Vec<(u32, u64)>, String)> {
+pub fn sliding_excess(allowed: &[Allowed], limit: i64, period: i64) -> Vec<Excess> {
     let window = |a: &Allowed| {
         (a.0.div_euclid(period) == a.1.div_euclid(period)).then(|| a.0.div_euclid(period))
     };

@@ -65,3 +65,27 @@ fn worker_entry() {
         .expect("worker runtime")
         .block_on(worker::run(plan));
 }
+
+/// Checks a kept history again (`DISTLOCK_HISTORY_DIR=<dir> cargo test --test history
+/// check_kept_history -- --ignored --nocapture`), e.g. after changing the checker.
+#[test]
+#[ignore = "checks the history in DISTLOCK_HISTORY_DIR"]
+fn check_kept_history() {
+    let dir = std::env::var("DISTLOCK_HISTORY_DIR").expect("DISTLOCK_HISTORY_DIR");
+    let events = record::read_dir(std::path::Path::new(&dir));
+    let report = checker::check(&events);
+    print!("{}", checker::figures(&report));
+    for v in &report.violations {
+        println!(
+            "VIOLATION [{}] {}\n{}",
+            v.rule,
+            v.what,
+            checker::excerpt(&events, v)
+        );
+    }
+    assert!(
+        report.violations.is_empty(),
+        "{} violations",
+        report.violations.len()
+    );
+}
