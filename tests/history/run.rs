@@ -250,7 +250,7 @@ pub async fn run(backend: &str) {
         clock_rate: 1.0,
     };
     let nemesis_rec = Recorder::create(&dir.join("nemesis.hist"), 0);
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x6e65_6d65_7369_73);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973);
     // The random mix. Worker 4 runs on a client clock 1% slow (libfaketime), the drift the
     // lease's safety margin allows for.
     let mut workers = Vec::new();
@@ -494,8 +494,14 @@ impl Nemesis<'_> {
             (Servers::Quorum(nodes), "crash-restart" | "crash-restart-empty") => {
                 let keep = kind == "crash-restart";
                 let node = &nodes[self.rng.random_range(0..nodes.len())];
-                // A quorum node that restarts empty sits out majorities: not lossy.
-                let id = self.start(kind, node.name(), &[]);
+                // A quorum node that restarts empty sits out majorities: not lossy for anyone
+                // else; a lease whose bare majority needed it ends early, told (early_loss).
+                let extra = if keep {
+                    vec![]
+                } else {
+                    vec![("early_loss", "1".to_owned())]
+                };
+                let id = self.start(kind, node.name(), &extra);
                 let pause = self.ms(0, 500);
                 tokio::task::block_in_place(|| node.crash_restart_after(keep, pause));
                 self.end(id, kind);
@@ -508,9 +514,19 @@ impl Nemesis<'_> {
             }
             (Servers::Quorum(nodes), "clock-jump") => {
                 let clock = nodes[0].clock().expect("node 0 runs on a fake clock");
-                // One node's clock ahead must not break mutual exclusion (no jump_ns: no
-                // overlap is excused), but its fences run ahead of the others' (skew).
-                let id = self.start(kind, nodes[0].name(), &[("skew", "1".into())]);
+                // Its fences run ahead of the others' (skew, documented), and its keys expire
+                // early: a grant that holds a bare majority with this node in it ends early
+                // (early_loss) and, measured, can let a second holder in for up to the jump
+                // (jump_ns: Redlock trusts every node's clock; README "Redlock").
+                let id = self.start(
+                    kind,
+                    nodes[0].name(),
+                    &[
+                        ("skew", "1".into()),
+                        ("early_loss", "1".into()),
+                        ("jump_ns", JUMP.as_nanos().to_string()),
+                    ],
+                );
                 clock.jump(JUMP);
                 self.end(id, kind);
             }
