@@ -15,7 +15,10 @@
 //!   worker stops trusting it: just before a release or a drop), `fault` (the nemesis),
 //!   `meta`.
 //!
-//! Values hold no spaces; `key=value` pairs keep the format open to new fields.
+//! Every event also carries `rd`, how long the recording thread had waited for a CPU so far
+//! (`/proc/thread-self/schedstat`): the checker uses it to tell a late library from a
+//! process the machine did not run. Values hold no spaces; `key=value` pairs keep the format
+//! open to new fields.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -103,6 +106,13 @@ impl Event {
     }
 }
 
+/// How long the calling thread has waited for a CPU so far (ns; `run_delay` of
+/// `/proc/thread-self/schedstat`), to tell a slow library from a starved process.
+pub fn run_delay_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Builds an event's fields: `fields(&[("kind", "lock"), ...])`.
 pub fn fields(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
     pairs
@@ -149,13 +159,17 @@ impl Recorder {
 
     /// Records `tag` for `op` with a monotonic time taken earlier by the caller.
     pub fn record_at(&self, mono: u64, op: u64, tag: &str, pairs: &[(&str, String)]) -> u64 {
+        let mut fields = fields(pairs);
+        if let Some(rd) = run_delay_ns() {
+            fields.insert("rd".to_owned(), rd.to_string());
+        }
         let event = Event {
             mono,
             real: real_ns(),
             process: self.process,
             op,
             tag: tag.to_owned(),
-            fields: fields(pairs),
+            fields,
         };
         let mut line = event.line();
         line.push('\n');

@@ -129,6 +129,17 @@ pub fn start(backend: &str) -> Servers {
     }
 }
 
+/// Where histories go: a tmpfs when there is one (/dev/shm), so that writing them never waits
+/// on a busy disk (a worker records from its runtime's thread).
+pub fn scratch() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// Seconds per backend.
 pub fn secs() -> f64 {
     std::env::var("DISTLOCK_HISTORY_SECS")
@@ -224,7 +235,7 @@ pub async fn run(backend: &str) {
              partitions, so it FAILS rather than skip: {e}"
         )
     });
-    let dir = std::env::temp_dir().join(format!(
+    let dir = scratch().join(format!(
         "distlock-history-{backend}-{}-{seed}",
         std::process::id()
     ));
