@@ -68,7 +68,11 @@ impl Server {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 2_000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// "The local deadline never outruns the server's expiry", over every generated history of
     /// grant, renewals, extends, late and lost answers, `max_hold` and `min_hold`.
