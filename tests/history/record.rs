@@ -113,6 +113,23 @@ pub fn run_delay_ns() -> Option<u64> {
     text.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// An instant as a record states it: the monotonic time and the thread's CPU wait so far,
+/// read together (the wait first, so it never counts time after the instant).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    pub mono: u64,
+    pub rd: Option<u64>,
+}
+
+/// Now, as a [`Stamp`].
+pub fn stamp() -> Stamp {
+    let rd = run_delay_ns();
+    Stamp {
+        mono: mono_ns(),
+        rd,
+    }
+}
+
 /// Builds an event's fields: `fields(&[("kind", "lock"), ...])`.
 pub fn fields(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
     pairs
@@ -154,13 +171,14 @@ impl Recorder {
 
     /// Records `tag` for `op` now; returns the event's monotonic time.
     pub fn record(&self, op: u64, tag: &str, pairs: &[(&str, String)]) -> u64 {
-        self.record_at(mono_ns(), op, tag, pairs)
+        self.record_at(stamp(), op, tag, pairs)
     }
 
-    /// Records `tag` for `op` with a monotonic time taken earlier by the caller.
-    pub fn record_at(&self, mono: u64, op: u64, tag: &str, pairs: &[(&str, String)]) -> u64 {
+    /// Records `tag` for `op` at an instant the caller stamped earlier.
+    pub fn record_at(&self, at: Stamp, op: u64, tag: &str, pairs: &[(&str, String)]) -> u64 {
+        let mono = at.mono;
         let mut fields = fields(pairs);
-        if let Some(rd) = run_delay_ns() {
+        if let Some(rd) = at.rd {
             fields.insert("rd".to_owned(), rd.to_string());
         }
         let event = Event {

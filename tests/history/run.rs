@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::checker;
 use crate::record::{self, Recorder};
+use crate::support::Proxy;
 use crate::support::cluster::{RedisCluster, slot_of};
 use crate::support::faketime::ClockedServer;
 use crate::support::netns::Lab;
@@ -79,6 +80,7 @@ impl Servers {
             Self::Primary(_) => &[
                 "pause-worker",
                 "partition",
+                "delay",
                 "pause-server",
                 "crash-restart",
                 "crash-restart-empty",
@@ -105,6 +107,7 @@ impl Servers {
             Self::Quorum(_) => &[
                 "pause-worker",
                 "partition",
+                "delay",
                 "pause-server",
                 "crash-restart",
                 "crash-restart-empty",
@@ -247,7 +250,24 @@ pub async fn run(backend: &str) {
         "history {backend}: servers up in {:.1} s",
         began.elapsed().as_secs_f64()
     );
-    let (urls, master) = servers.urls();
+    // On a single primary and a quorum the workers reach each server through an in-test
+    // proxy (tests/support/proxy.rs), the nemesis's way to delay traffic (`tc netem` is not
+    // available on every kernel these tests run on). Sentinel and Cluster servers announce
+    // their own addresses, so their workers connect directly.
+    let mut proxies = Vec::new();
+    match &servers {
+        Servers::Primary(s) => proxies.push(Proxy::start(s.addr()).await),
+        Servers::Quorum(nodes) => {
+            for node in nodes {
+                proxies.push(Proxy::start(node.addr()).await);
+            }
+        }
+        _ => {}
+    }
+    let (mut urls, master) = servers.urls();
+    if !proxies.is_empty() {
+        urls = proxies.iter().map(Proxy::url).collect();
+    }
     let plan = |worker: u32, role: String| Plan {
         worker,
         seed,
@@ -283,6 +303,7 @@ pub async fn run(backend: &str) {
         servers: &servers,
         lab: &lab,
         workers: &pids,
+        proxies: &proxies,
         next: 1,
     };
     nemesis.run(run_for).await;
@@ -372,6 +393,9 @@ struct Nemesis<'a> {
     lab: &'a Lab,
     /// The mix workers' pids.
     workers: &'a [u32],
+    /// The proxies the workers reach the servers through (single primary, quorum), in server
+    /// order.
+    proxies: &'a [Proxy],
     next: u64,
 }
 
@@ -443,7 +467,7 @@ impl Nemesis<'_> {
             (servers, "partition") => {
                 let k = self.rng.random_range(0..self.workers.len());
                 let ports: Vec<u16> = match servers {
-                    Servers::Primary(s) => vec![s.port()],
+                    Servers::Primary(_) => vec![self.proxies[0].addr().port()],
                     Servers::Sentinel(s) => vec![s.primary().await.port()],
                     Servers::Cluster(c) => {
                         let masters = c.masters().await;
@@ -453,7 +477,11 @@ impl Nemesis<'_> {
                         let n = self.rng.random_range(1..=3);
                         let mut idx: Vec<usize> = (0..nodes.len()).collect();
                         idx.shuffle(self.rng);
-                        idx[..n].iter().map(|&i| nodes[i].port()).collect()
+                        debug_assert_eq!(nodes.len(), self.proxies.len());
+                        idx[..n]
+                            .iter()
+                            .map(|&i| self.proxies[i].addr().port())
+                            .collect()
                     }
                 };
                 let length = self.ms(500, 2500);
@@ -473,6 +501,36 @@ impl Nemesis<'_> {
                 self.lab.block(k, &ports);
                 tokio::time::sleep(length).await;
                 self.lab.heal(k);
+                self.end(id, kind);
+            }
+            (Servers::Primary(_) | Servers::Quorum(_), "delay") => {
+                // Delay every chunk both ways through one or two servers' proxies.
+                let n = if self.proxies.len() > 1 {
+                    self.rng.random_range(1..=2)
+                } else {
+                    1
+                };
+                let mut idx: Vec<usize> = (0..self.proxies.len()).collect();
+                idx.shuffle(self.rng);
+                let delay = self.ms(20, 250);
+                let length = self.ms(1000, 3000);
+                let target = idx[..n]
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join("+");
+                let id = self.start(
+                    kind,
+                    &format!("server{target}"),
+                    &[("delay_ms", delay.as_millis().to_string())],
+                );
+                for &i in &idx[..n] {
+                    self.proxies[i].delay(delay);
+                }
+                tokio::time::sleep(length).await;
+                for &i in &idx[..n] {
+                    self.proxies[i].pass();
+                }
                 self.end(id, kind);
             }
             (Servers::Primary(s), "pause-server") => {
@@ -733,7 +791,10 @@ async fn probe(
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let ports: Vec<u16> = blocked.iter().map(|&i| nodes[i].port()).collect();
+    let ports: Vec<u16> = blocked
+        .iter()
+        .map(|&i| nemesis.proxies[i].addr().port())
+        .collect();
     let id = nemesis.start(
         "partition-probe",
         &format!("worker{worker}"),

@@ -17,7 +17,7 @@ use distlock::{Client, Lease, LockError, LossReason, ReleaseOutcome, StoreError}
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::record::{Recorder, mono_ns};
+use crate::record::{Recorder, stamp};
 
 /// Environment variable carrying a worker's [`Plan`].
 pub const PLAN_VAR: &str = "DISTLOCK_HISTORY_PLAN";
@@ -214,6 +214,7 @@ pub async fn run(plan: Plan) {
             ("seed", plan.seed.to_string()),
             ("role", plan.role.clone()),
             ("clock_rate", plan.clock_rate.to_string()),
+            ("stamps", "1".into()),
         ],
     );
     let client = connect(&plan).await;
@@ -418,7 +419,7 @@ async fn step(
     };
     match result {
         Ok(lease) => {
-            let at = mono_ns();
+            let at = stamp();
             let valid = lease.valid_for();
             rec.record_at(
                 at,
@@ -502,7 +503,7 @@ async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng
 }
 
 fn claim(rec: &Recorder, lease: &Lease, lease_op: u64) {
-    let at = mono_ns();
+    let at = stamp();
     let valid = lease.valid_for();
     if !valid.is_zero() {
         rec.record_at(
@@ -544,7 +545,7 @@ async fn probe(plan: &Plan, client: &Client, rec: &Arc<Recorder>, blocked: &str)
             .await
         {
             Ok(lease) => {
-                let at = mono_ns();
+                let at = stamp();
                 let valid = lease.valid_for();
                 rec.record_at(
                     at,
@@ -606,7 +607,7 @@ async fn hot(plan: &Plan, client: &Client, rec: &Arc<Recorder>, waiters: usize) 
                 .await
             {
                 Ok(lease) => {
-                    let at = mono_ns();
+                    let at = stamp();
                     let valid = lease.valid_for();
                     rec.record_at(
                         at,
