@@ -4,7 +4,8 @@
 //!   read-write lock) both believed valid at one instant. A lease is believed valid over its
 //!   *claims*: from its grant's completion, and from each moment the worker asked it
 //!   (`valid_for()`), for as long as it said, cut where the worker stopped trusting it (before
-//!   a release or a drop) and where it invoked an `extend` (which may shorten it on purpose).
+//!   a release or a drop) and by any `extend` under way or invoked later (which may shorten it
+//!   on purpose, down to its invocation plus the new ttl minus the margin).
 //!   A claim is the library's own promise, so an overlap is a broken promise, whichever
 //!   process noticed.
 //! * **Promises kept**: a lease whose lost signal says the key was gone or taken (`NotHeld`)
@@ -71,7 +72,10 @@ struct Lease {
     ok: u64,
     fence: u64,
     claims: Vec<(u64, u64)>,
-    cuts: Vec<u64>,
+    /// Extends: (invoked, completed, the earliest the key may expire after it). A claim made
+    /// before an extend completed is cut there: the extend may shorten the lease on purpose
+    /// (the key lives at least until the invocation plus the new ttl minus its margin).
+    cuts: Vec<(u64, u64, u64)>,
     end: Option<u64>,
     lost: Option<(u64, String)>,
     /// ttl after each successful extend: (time, ttl ms).
@@ -86,8 +90,10 @@ impl Lease {
         claims.sort_unstable();
         for (start, end) in claims {
             let mut end = end;
-            if let Some(cut) = self.cuts.iter().copied().filter(|&c| c >= start).min() {
-                end = end.min(cut);
+            for &(_, done, floor) in &self.cuts {
+                if start <= done {
+                    end = end.min(floor.max(start));
+                }
             }
             if let Some(stop) = self.end {
                 end = end.min(stop);
@@ -277,7 +283,12 @@ pub fn check(events: &[Event]) -> Report {
                 lease.end = Some(lease.end.map_or(e.mono, |t| t.min(e.mono)));
             }
             "inv" if e.get("kind") == Some("extend") => {
-                lease.cuts.push(e.mono);
+                let ttl = std::time::Duration::from_millis(e.num("ttl").unwrap_or(0));
+                let floor = e.mono
+                    + u64::try_from(ttl.saturating_sub(distlock::safety_margin(ttl)).as_nanos())
+                        .unwrap_or(0);
+                let done = dones.get(&(e.process, e.op)).map_or(u64::MAX, |d| d.mono);
+                lease.cuts.push((e.mono, done, floor));
                 if dones.get(&(e.process, e.op)).is_some_and(|d| d.tag == "ok")
                     && let Some(ttl) = e.num("ttl")
                 {
@@ -1198,6 +1209,50 @@ mod tests {
             .release(2, 2, 1, 1400)
             .check();
         assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    #[test]
+    fn a_claim_made_during_an_extend_is_cut_too() {
+        // Extend to 100 ms invoked at 200 ms, completed at 400 ms; a claim at 300 ms (still
+        // showing the old deadline) is cut at 200 + 100 - 8 = 292 ms... so B at 350 ms is fine,
+        let ok = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(
+                200,
+                1,
+                3,
+                "inv",
+                &[("kind", "extend"), ("lease", "1"), ("ttl", "100")],
+            )
+            .ev(
+                300,
+                1,
+                0,
+                "claim",
+                &[("lease", "1"), ("valid", "600000000")],
+            )
+            .ev(400, 1, 3, "ok", &[])
+            .grant(2, 1, "a", 340, 350, 900, 11)
+            .release(1, 2, 1, 600)
+            .release(2, 2, 1, 1400)
+            .check();
+        assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+        // ...but B at 280 ms is inside what the extend still promised.
+        let bad = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(
+                200,
+                1,
+                3,
+                "inv",
+                &[("kind", "extend"), ("lease", "1"), ("ttl", "100")],
+            )
+            .ev(400, 1, 3, "ok", &[])
+            .grant(2, 1, "a", 270, 280, 900, 11)
+            .release(1, 2, 1, 600)
+            .release(2, 2, 1, 1400)
+            .check();
+        assert_eq!(rules(&bad), ["mutual exclusion"]);
     }
 
     #[test]

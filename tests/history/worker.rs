@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::ratelimit::{Algorithm, Policy, Rate, RateLimiter};
-use distlock::{Client, Lease, LockError, LossReason, ReleaseOutcome, StoreError};
+use distlock::{Client, Lease, LeaseHandle, LockError, LossReason, ReleaseOutcome, StoreError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -445,22 +445,27 @@ async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng
     let hold_for = Duration::from_millis(rng.random_range(0..MAX_HOLD_MS));
     let until = tokio::time::Instant::now() + hold_for;
     let lid = lease_op.to_string();
+    // The watcher asks the lease every 10 ms how long it is valid (a claim) and records its
+    // lost signal when it fires, on a task of its own: neither waits for an `extend` under way.
     let handle = lease.handle();
     let watcher_rec = Arc::clone(rec);
-    tokio::spawn(async move {
-        handle.lost().await;
-        watcher_rec.record(
-            lease_op,
-            "lost",
-            &[
-                ("lease", lease_op.to_string()),
-                ("reason", reason(handle.lost_reason()).into()),
-            ],
-        );
+    let watcher = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = handle.lost() => {
+                    watcher_rec.record(
+                        lease_op,
+                        "lost",
+                        &[("lease", lease_op.to_string()), ("reason", reason(handle.lost_reason()).into())],
+                    );
+                    return;
+                }
+                () = tokio::time::sleep(Duration::from_millis(10)) => claim(&watcher_rec, &handle, lease_op),
+            }
+        }
     });
     while tokio::time::Instant::now() < until && !lease.is_lost() {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        claim(rec, &lease, lease_op);
         if rng.random_range(0..60) == 0 {
             let ttl_ms = TTLS[rng.random_range(0..TTLS.len())];
             let op = rec.next_op();
@@ -477,10 +482,27 @@ async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng
                 Ok(()) => rec.record(op, "ok", &[]),
                 Err(e) => rec.record(op, "fail", &[("err", lock_err(&e))]),
             };
-            claim(rec, &lease, lease_op);
         }
     }
     rec.record(lease_op, "end", &[("lease", lid.clone())]);
+    // No claims after the worker stops trusting the lease (they would be cut anyway); a lost
+    // signal that fires later is still of interest, so the watcher keeps only that.
+    if !watcher.is_finished() {
+        watcher.abort();
+        let handle = lease.handle();
+        let watcher_rec = Arc::clone(rec);
+        tokio::spawn(async move {
+            handle.lost().await;
+            watcher_rec.record(
+                lease_op,
+                "lost",
+                &[
+                    ("lease", lease_op.to_string()),
+                    ("reason", reason(handle.lost_reason()).into()),
+                ],
+            );
+        });
+    }
     if !lease.is_lost() && rng.random_range(0..5) == 0 {
         // Dropped: released in the background.
         drop(lease);
@@ -502,7 +524,7 @@ async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng
     };
 }
 
-fn claim(rec: &Recorder, lease: &Lease, lease_op: u64) {
+fn claim(rec: &Recorder, lease: &LeaseHandle, lease_op: u64) {
     let at = stamp();
     let valid = lease.valid_for();
     if !valid.is_zero() {
