@@ -911,7 +911,9 @@ pub fn sliding_excess(allowed: &[Allowed], limit: i64, period: i64) -> Vec<Exces
 fn unavailability(events: &[Event], report: &mut Report) {
     let successes: Vec<(u64, u32)> = events
         .iter()
-        .filter(|e| e.tag == "ok" && e.process > 0)
+        // The random mix's workers (1..100); probes (100+) and the hot-lock waiters (200+)
+        // run apart and would read as gaps.
+        .filter(|e| e.tag == "ok" && e.process > 0 && e.process < 100)
         .map(|e| (e.mono, e.process))
         .collect();
     let Some(&(first, _)) = successes.first() else {
