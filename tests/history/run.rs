@@ -326,6 +326,10 @@ pub async fn run(backend: &str) {
             probe(nodes, subset, &lab, &dir, &mut nemesis, &plan).await;
         }
     }
+    let kinds = servers.kinds();
+    drop(proxies);
+    drop(servers);
+    crate::support::faketime::remove_dead_segments();
     let ran = began.elapsed();
     let events = record::read_dir(&dir);
     let report = checker::check(&events);
@@ -334,7 +338,7 @@ pub async fn run(backend: &str) {
         ran.as_secs_f64()
     );
     print!("{}", checker::figures(&report));
-    for kind in servers.kinds() {
+    for kind in kinds {
         assert!(
             report.faults.iter().any(|f| f.kind == *kind),
             "history {backend}: fault kind {kind} was never injected"

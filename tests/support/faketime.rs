@@ -120,6 +120,28 @@ pub fn faketime() -> &'static FakeTime {
     })
 }
 
+/// Removes the shared-memory segments libfaketime 0.9.10 makes per process
+/// (`/dev/shm/faketime_shm_<pid>`, `/dev/shm/sem.faketime_sem_<pid>`) whose process is gone:
+/// it removes its own at a normal exit, not after a SIGKILL (a crash test) or an `exec` (the
+/// `ip netns exec` of a worker on a drifting clock).
+pub fn remove_dead_segments() {
+    let Ok(entries) = fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let pid = name
+            .strip_prefix("faketime_shm_")
+            .or_else(|| name.strip_prefix("sem.faketime_sem_"));
+        if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok())
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 impl FakeTime {
     /// libfaketime itself (for processes without jemalloc, which need no guard).
     pub fn libfaketime(&self) -> &Path {
