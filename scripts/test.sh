@@ -11,6 +11,8 @@
 #     rustc are too old (Debian 12 ships 1.63), so rustup itself is never installed for you:
 #     the script prints the command.
 #   * a C compiler and linker, `cc` (apt: build-essential).
+#   * for the history suite: iproute2, nftables and faketime (network namespaces, partitions,
+#     server clock jumps), installed when missing.
 #   * redis-server >= 7.0 (the tests start it with --enable-debug-command, new in 7.0), and
 #     redis-cli and redis-sentinel for the multi-node tests (apt: redis-server redis-tools
 #     redis-sentinel). Releases that package an older Redis (Ubuntu 22.04, Debian 11) need
@@ -131,6 +133,21 @@ for tool in redis-server redis-sentinel; do
   else
     note "$tool $found"
   fi
+done
+
+# --- History suite (tests/history) ------------------------------------------------------------
+# Its nemesis partitions in network namespaces it makes (`ip` from iproute2, `nft` from
+# nftables, `ss`), and jumps a server's clock with libfaketime (faketime). Installed here when
+# missing; without them (or without root) the history suite itself fails, saying what it lacks.
+history_tools=(ip:iproute2 nft:nftables ss:iproute2 faketime:faketime)
+history_missing=()
+for entry in "${history_tools[@]}"; do
+  command -v "${entry%%:*}" >/dev/null 2>&1 || history_missing+=("${entry#*:}")
+done
+if ((${#history_missing[@]})) && $can_apt; then apt_install "${history_missing[@]}"; fi
+for entry in "${history_tools[@]}"; do
+  command -v "${entry%%:*}" >/dev/null 2>&1 \
+    || note "the history suite needs ${entry%%:*} (apt-get install -y ${entry#*:}); it will fail without it"
 done
 
 # --- Rust ------------------------------------------------------------------------------------
