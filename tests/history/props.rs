@@ -78,7 +78,10 @@ async fn one_case(
     policy: &Policy,
     steps: &[(u32, u32, u32)],
 ) -> Result<(), TestCaseError> {
-    let limiter = client.rate_limiter(policy.clone());
+    let limiter = client
+        .rate_limiter(policy.clone())
+        .build()
+        .expect("valid limiter");
     let mut models = Models::of(std::slice::from_ref(policy));
     let unit = models.0[0].policy.unit;
     let limit = models.0[0].policy.limit;

@@ -239,7 +239,12 @@ pub async fn run(plan: Plan) {
     let limiters: Vec<(Policy, Option<RateLimiter>)> = policies()
         .into_iter()
         .map(|p| {
-            let limiter = (plan.backend != "quorum").then(|| client.rate_limiter(p.clone()));
+            let limiter = (plan.backend != "quorum").then(|| {
+                client
+                    .rate_limiter(p.clone())
+                    .build()
+                    .expect("valid limiter")
+            });
             (p, limiter)
         })
         .collect();
