@@ -15,6 +15,7 @@ mod admin;
 pub mod bloom;
 mod client;
 mod error;
+pub mod fenced;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;
@@ -33,6 +34,7 @@ pub use error::{
     BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
     RateLimitError, RefusedKind, StoreError,
 };
+pub use fenced::{FencedError, FencedResource};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;
