@@ -90,10 +90,7 @@ impl State {
             self.resources
                 .retain(|_, r| r.expires_at.is_none_or(|at| at > now));
         }
-        let resource = self
-            .resources
-            .entry(write.keys.guard.clone())
-            .or_default();
+        let resource = self.resources.entry(write.keys.guard.clone()).or_default();
         resource.last = Some(write.fence);
         for change in &write.changes {
             match change {

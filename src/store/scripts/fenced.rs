@@ -91,7 +91,10 @@ pub(crate) struct ReadReply {
 }
 
 /// Runs `call` on one connection target (the resource's slot on a cluster).
-pub(crate) async fn run<C: Conn>(conn: &C, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+pub(crate) async fn run<C: Conn>(
+    conn: &C,
+    call: &FencedCall<'_>,
+) -> Result<FencedReply, StoreError> {
     match call {
         FencedCall::Write(write) => run_write(conn, write).await.map(FencedReply::Write),
         FencedCall::Read(read) => run_read(conn, read).await.map(FencedReply::Read),
@@ -296,10 +299,7 @@ mod tests {
     #[test]
     fn read_replies_keep_present_values_in_order() {
         let fields = ["b".to_owned(), "a".to_owned()];
-        let reply = Value::Array(vec![
-            bulk("7"),
-            Value::Array(vec![Value::Nil, bulk("1")]),
-        ]);
+        let reply = Value::Array(vec![bulk("7"), Value::Array(vec![Value::Nil, bulk("1")])]);
         assert_eq!(
             read_reply(reply, Some(&fields)).ok(),
             Some(ReadReply {
