@@ -2,8 +2,8 @@
 //!
 //! A lease does not stop a holder that is paused past its ttl (a GC pause, a stopped VM, a
 //! partition): it wakes up believing it still holds the lock and writes after the next
-//! holder did. The answer is to write under the lease's [fence](crate::Lease::fence), which
-//! strictly increases from one holder to the next, and to have the resource refuse a write
+//! holder did. The answer is to write under the lease's [fence](crate::LeaseHandle::fence),
+//! which strictly increases from one holder to the next, and to have the resource refuse a write
 //! whose fence is lower than one it has already accepted. This module is that check, on the
 //! store the client is connected to ([`FencedResource`], from [`Client::fenced`]) and, with
 //! the `postgres` feature, in a PostgreSQL transaction ([`postgres::FenceTable`]).
@@ -118,9 +118,9 @@ impl Client {
 
 /// A resource whose writes are fenced; from [`Client::fenced`]. Cheap to clone.
 ///
-/// Every write carries a fence (a [`Lease::fence`](crate::Lease::fence)) and is refused with
-/// [`FencedError::Stale`] when the resource has accepted a higher one. Values are bytes under
-/// text keys.
+/// Every write carries a fence (a [`Lease`](crate::Lease)'s
+/// [`fence`](crate::LeaseHandle::fence)) and is refused with [`FencedError::Stale`] when the
+/// resource has accepted a higher one. Values are bytes under text keys.
 #[derive(Clone, Debug)]
 pub struct FencedResource {
     client: Client,
@@ -210,6 +210,23 @@ impl FencedResource {
     /// Records `fence` without changing any value: from now on the resource refuses writes
     /// under lower fences. Call it right after taking the lock, before reading what you will
     /// base your writes on, so that an older holder still running cannot write in between.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = distlock::Client::in_memory();
+    /// let account = client.fenced("account:9")?;
+    /// let lease = client.lock("account:9").acquire().await?;
+    ///
+    /// account.advance(lease.fence()).await?; // older holders are shut out from here on
+    /// let balance: i64 = account
+    ///     .get("balance")
+    ///     .await?
+    ///     .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+    ///     .unwrap_or(0);
+    /// account.set("balance", (balance + 10).to_string(), lease.fence()).await?;
+    /// # assert_eq!(account.get("balance").await?.as_deref(), Some(&b"10"[..]));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`FencedError::Stale`] when the resource has accepted a higher fence;
