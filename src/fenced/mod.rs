@@ -68,7 +68,11 @@
 //!   answer whoever asks; what they return was written under the fence they report.
 //!
 //! On Redis, an ACL user needs `+hset +hget +hdel +hexists +hmget +hgetall +persist` (run by
-//! the script) besides the commands locks use, on keys under its prefix.
+//! the script) besides the commands locks use, on keys under its prefix. On Redis 7.0 and
+//! newer a user that lacks one is refused ([`RefusedKind::NoPermission`]) before the write
+//! changes anything; on 6.2 such a write can be left applied in part.
+//!
+//! [`RefusedKind::NoPermission`]: crate::RefusedKind::NoPermission
 
 mod error;
 #[cfg(feature = "postgres")]

@@ -173,3 +173,81 @@ async fn a_quorum_client_is_refused_at_fenced() {
         .expect("a quorum's fence on another store");
     lease.release().await.expect("release");
 }
+
+/// The commands `fenced.lua` runs, as the module docs list them for an ACL user.
+const FENCED_ACL_RULES: &[&str] = &[
+    "+hset", "+hget", "+hdel", "+hexists", "+hmget", "+hgetall", "+persist",
+];
+
+/// An ACL user with the library's rules and the documented fenced ones uses a resource fully;
+/// without the fenced ones, a write is refused as `NoPermission`, never half applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_rules_are_enough() {
+    use crate::support::server::library_acl_rules;
+    let mut rules = library_acl_rules("pw", "distlock");
+    rules.extend(FENCED_ACL_RULES.iter().map(|r| (*r).to_owned()));
+    let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let bare = library_acl_rules("pw", "distlock");
+    let bare: Vec<&str> = bare.iter().map(String::as_str).collect();
+    let server = RedisServer::builder()
+        .acl_user("app", &rules)
+        .acl_user("bare", &bare)
+        .start();
+
+    let client = crate::stores::connect(&server.url_for_user("app", "pw")).await;
+    let doc = client
+        .fenced("acl:doc")
+        .expect("fenced")
+        .expire_after(Duration::from_secs(60))
+        .expect("ttl");
+    doc.update(5)
+        .require_absent("v")
+        .set("v", "1")
+        .set("w", "2")
+        .delete("w")
+        .apply()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
+    assert_eq!(stale_last(doc.set("v", "old", 4).await), 5);
+    doc.update(5)
+        .require_value("v", "1")
+        .clear()
+        .apply()
+        .await
+        .expect("clear");
+    client
+        .fenced("acl:doc")
+        .expect("fenced")
+        .set("v", "3", 6)
+        .await
+        .expect("persist");
+    let snapshot = doc.read().await.expect("read");
+    assert_eq!(snapshot.fence, Some(6));
+    assert_eq!(doc.get("v").await.expect("get").as_deref(), Some(&b"3"[..]));
+
+    let bare = crate::stores::connect(&server.url_for_user("bare", "pw")).await;
+    let err = bare
+        .fenced("acl:other")
+        .expect("fenced")
+        .set("v", "1", 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            FencedError::Store(distlock::StoreError::Refused {
+                kind: distlock::RefusedKind::NoPermission,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    // Refused before anything was written: the fence was not raised either.
+    let guard: Option<String> = server
+        .conn()
+        .await
+        .get("distlock:fenced-guard:{acl:other}")
+        .await
+        .expect("GET");
+    assert_eq!(guard, None);
+}

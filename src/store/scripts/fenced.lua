@@ -21,6 +21,8 @@
 --                     value (key and value '')
 -- Reply  {1}          accepted: the guard now holds the offered fence (it held a lower or
 --                     equal one, or none) and every change was applied
+--        NOPERM error the ACL user may not run one of the commands a write needs (Redis 7.0+
+--                     checks them all first: nothing was changed)
 --        {0, last}    stale: the guard holds `last`, higher than the offered fence; nothing
 --                     was changed
 --        {-1, i}      the fence is not stale but condition i (1-based) does not hold;
@@ -74,6 +76,20 @@ for i = 1, c do
     end
   elseif redis.call('HGET', KEYS[2], key) ~= ARGV[at + 3] then
     return {-1, i}
+  end
+end
+-- Redis does not roll a script back: an ACL user refused a command half way would leave the
+-- write applied in part. So before the first write, check every write command the user may
+-- need (Redis 7.0+; on 6.2 the check is not there) and refuse with nothing changed.
+if redis.acl_check_cmd then
+  for _, cmd in ipairs({
+    {'SET', KEYS[1], fence}, {'PEXPIRE', KEYS[1], '1'}, {'HSET', KEYS[2], 'k', 'v'},
+    {'HDEL', KEYS[2], 'k'}, {'DEL', KEYS[2]}, {'PEXPIRE', KEYS[2], '1'}, {'PERSIST', KEYS[2]},
+  }) do
+    if not redis.acl_check_cmd(unpack(cmd)) then
+      return redis.error_reply('NOPERM this user has no permissions to run the ' .. cmd[1] ..
+        ' command on the keys of a fenced resource (fenced.lua)')
+    end
   end
 end
 if ttl == '0' then
