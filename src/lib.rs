@@ -43,6 +43,7 @@ pub mod bloom;
 mod client;
 mod error;
 pub mod guide;
+pub mod fenced;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;
@@ -61,6 +62,7 @@ pub use error::{
     BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
     RateLimitError, RefusedKind, StoreError,
 };
+pub use fenced::{FencedError, FencedResource};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;

@@ -4,7 +4,8 @@
 //! * per-client rate limits on the API ([`limits`]), with the `RateLimit` fields on every
 //!   response and a stricter, all-or-nothing set of policies on checkout;
 //! * a checkout guarded by `#[distributed_lock]` on the seat, writing under the lock's fencing
-//!   token, so a seat is never sold twice ([`checkout`]);
+//!   token to a fenced resource that refuses older fences, so a seat is never sold twice
+//!   ([`checkout`], [`store`]);
 //! * a `LockLayer` on an admin route that must run one at a time ([`admin`]);
 //! * a periodic job that runs on one replica at a time, with a minimum hold ([`job`]);
 //! * `GET /health`, which says which store is in use.
@@ -37,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 use crate::limits::{CHECKOUT_ROUTE, Limits};
-use crate::store::{MemoryStore, Store};
+use crate::store::Store;
 
 /// What the handlers share. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -99,11 +100,7 @@ impl AppState {
 
     /// Everything in this process's memory: no setup, one replica.
     pub fn in_memory(settings: Settings) -> Result<Self, RateLimitError> {
-        Self::new(
-            distlock::Client::in_memory(),
-            Store::Memory(MemoryStore::new()),
-            settings,
-        )
+        Self::new(distlock::Client::in_memory(), Store::in_memory(), settings)
     }
 }
 
