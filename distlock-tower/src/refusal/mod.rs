@@ -4,7 +4,7 @@
 //! `400`, `500`), it describes why in a [`Refusal`]: the [`Reason`], the status it would
 //! answer, the `Retry-After` wait, the subject or lock name, the rate-limit [`Decision`] and
 //! the runtime's error, if any. A [`MakeRefusal`] turns it into the response. Set one with
-//! `.refusal(..)` on either layer:
+//! `.refusal(..)` on any layer's builder:
 //!
 //! * [`PlainText`], the default: a short `text/plain` sentence, as the layers always sent.
 //! * [`ProblemDetails`]: an RFC 9457 `application/problem+json` document.
@@ -52,7 +52,7 @@
 //! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(1)?)?).build()?;
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
-//!     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")).refusal(refuse));
+//!     .layer(RateLimitLayer::builder(limiter, Header::from_static("x-api-key")).refusal(refuse).build()?);
 //!
 //! let request = || Request::get("/").header("x-api-key", "k1").body(Body::empty()).unwrap();
 //! app.clone().oneshot(request()).await?;
@@ -272,11 +272,6 @@ impl Refusal {
         refusal
     }
 
-    /// The lease on `name` was lost while the handler ran.
-    pub(crate) fn lease_lost(name: &str) -> Self {
-        Self::lease_lost_by(RefusedBy::Lock, name)
-    }
-
     /// The lease that layer `refused_by` held for the request on `name` was lost while the
     /// handler ran.
     pub(crate) fn lease_lost_by(refused_by: RefusedBy, name: &str) -> Self {
@@ -336,7 +331,7 @@ impl Refusal {
     }
 
     /// The status the layer answers by default: `429`, `423` or `409` (the lock layer's
-    /// [`busy_status`](crate::LockLayer::busy_status)), `503` or `429` for a full concurrency
+    /// [`busy_status`](crate::LockLayerBuilder::busy_status)), `503` or `429` for a full concurrency
     /// limit, `400`, `503`, or the runtime's status for an unexpected error.
     #[must_use]
     pub fn status(&self) -> StatusCode {
@@ -345,7 +340,7 @@ impl Refusal {
 
     /// How long the client should wait before retrying: the rate limiter's `retry_after`, the
     /// lock holder's remaining ttl, the concurrency limit's
-    /// [`retry_after`](crate::ConcurrencyLimitLayer::retry_after), or 1 s after a store
+    /// [`retry_after`](crate::ConcurrencyLimitLayerBuilder::retry_after), or 1 s after a store
     /// failure or a lost lease. `None` when
     /// a retry will not help (a bad key) or nothing is known.
     #[must_use]
@@ -663,7 +658,7 @@ mod tests {
                 "lock store unavailable, try again later\n",
             ),
             (
-                Refusal::lease_lost("k"),
+                Refusal::lease_lost_by(RefusedBy::Lock, "k"),
                 503,
                 Some("1"),
                 "the lock was lost while handling this request\n",
@@ -780,7 +775,7 @@ mod tests {
 
     #[test]
     fn respond_adds_a_missing_retry_after_and_the_refusal() {
-        let refusal = Refusal::lease_lost("k");
+        let refusal = Refusal::lease_lost_by(RefusedBy::Lock, "k");
         let bare = |r: &Refusal| {
             let mut response = Response::new("gone");
             *response.status_mut() = r.status();

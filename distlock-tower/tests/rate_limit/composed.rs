@@ -128,8 +128,18 @@ async fn stacked_legacy_fields_show_the_binding_layer(fx: Fixture) {
         .build()
         .expect("valid limiter");
     let app = routes()
-        .layer(RateLimitLayer::new(inner, ClientIp::peer()).legacy_headers(true))
-        .layer(RateLimitLayer::new(outer, ClientIp::peer()).legacy_headers(true));
+        .layer(
+            RateLimitLayer::builder(inner, ClientIp::peer())
+                .legacy_headers(true)
+                .build()
+                .expect("valid settings"),
+        )
+        .layer(
+            RateLimitLayer::builder(outer, ClientIp::peer())
+                .legacy_headers(true)
+                .build()
+                .expect("valid settings"),
+        );
     let response = call(&app, request_from("/", PEER, &[])).await;
     let one = |name: &str| {
         let values: Vec<_> = response.headers().get_all(name).iter().collect();
@@ -157,7 +167,12 @@ async fn a_request_waiting_in_the_limiter_holds_no_readiness_of_the_inner_servic
         .route("/", get(|| async { "ok" }))
         .layer(
             ServiceBuilder::new()
-                .layer(RateLimitLayer::new(limiter, ClientIp::peer()).wait(Duration::from_secs(3)))
+                .layer(
+                    RateLimitLayer::builder(limiter, ClientIp::peer())
+                        .wait(Duration::from_secs(3))
+                        .build()
+                        .expect("valid settings"),
+                )
                 .layer(ConcurrencyLimitLayer::new(1)),
         )
         .with_state(());
@@ -206,7 +221,10 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
         .expect("valid limiter");
     let mut service = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(limiter, Header::from_static("x-key")).wait(Duration::from_secs(3)),
+            RateLimitLayer::builder(limiter, Header::from_static("x-key"))
+                .wait(Duration::from_secs(3))
+                .build()
+                .expect("valid settings"),
         )
         .layer(ConcurrencyLimitLayer::new(1))
         .service_fn(|request: Request<Body>| async move {
