@@ -92,10 +92,16 @@
 //! the deny cache or the outage policy decided), and those made under a lock the
 //! [`HeldLock`]. Every refusal is a `debug` event of target `distlock_tower`.
 //!
-//! A handler that calls the runtime API itself can return `distlock::LockError` and
-//! `distlock::RateLimitError`: with this crate's `axum` feature they implement
-//! `IntoResponse` (distlock's own `axum` feature), with the statuses and `Retry-After` the
-//! layers send (see `distlock::http`).
+//! A handler that calls the runtime API itself answers its errors as the layers answer
+//! theirs by returning [`Rendered<M>`](refusal::Rendered) (feature `axum`), `M` being the
+//! layers' [`MakeRefusal`]: `Result<T, Rendered<ProblemDetails>>` and `?` on a
+//! `distlock::LockError` or `distlock::RateLimitError` give the same status, `Retry-After`
+//! and problem document as the layer would. Outside axum,
+//! [`Refusal::from`](Refusal::from_lock_error) and
+//! [`into_response_with`](Refusal::into_response_with) do the same. (Returning the runtime's
+//! errors as they are also works: they implement `IntoResponse` with the default plain-text
+//! answer; see `distlock::http`.) Every `500`, from a layer, a [`Rendered`](refusal::Rendered)
+//! or the runtime's `IntoResponse`, is logged once at ERROR with its reason.
 //!
 //! # Features
 //!

@@ -73,8 +73,9 @@
 //! [`refusal`](LockLayerBuilder::refusal) makes those responses your own (a closure, or RFC 9457
 //! JSON with [`ProblemDetails`](crate::refusal::ProblemDetails)); see
 //! [`refusal`](crate::refusal). The statuses and `Retry-After` values are those of
-//! `distlock::http`, so a handler that takes a lock through the runtime API and returns its
-//! `LockError` (which implements axum's `IntoResponse`) answers a client as the layer does.
+//! `distlock::http`, so a handler that takes a lock through the runtime API and returns
+//! [`Rendered<M>`](crate::refusal::Rendered) (with the layer's hook `M`) from its `LockError`
+//! answers a client exactly as the layer does.
 //!
 //! | situation | response |
 //! |---|---|

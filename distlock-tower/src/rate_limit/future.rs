@@ -199,7 +199,13 @@ async fn check<S: Clone, K, R>(
                     | RateLimitError::CircuitOpen { .. } => {
                         tracing::warn!(subject, error = %err, "rate-limit store unavailable");
                     }
-                    _ => tracing::error!(subject, error = %err, "rate-limit check failed"),
+                    // The subject's own rate (a per-subject lookup) cannot take the layer's
+                    // cost: a `413` for the client, a configuration to fix for the operator.
+                    RateLimitError::CostTooLarge { .. } => {
+                        tracing::warn!(subject, error = %err, "rate-limit cost too large for the subject's policy");
+                    }
+                    // Anything else is a `500`, which the refusal logs at ERROR once.
+                    _ => {}
                 }
                 return Err(Refusal::rate_limit_error(subject, err));
             }
