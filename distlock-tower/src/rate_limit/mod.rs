@@ -29,7 +29,8 @@
 //! let request = || Request::get("/").header("x-api-key", "k1").body(Body::empty()).unwrap();
 //! let ok = app.clone().oneshot(request()).await?;
 //! assert_eq!(ok.status(), StatusCode::OK);
-//! assert_eq!(ok.headers()["ratelimit-policy"], r#""api";q=2;w=2"#);
+//! // 60 per 60 s, 2 at once.
+//! assert_eq!(ok.headers()["ratelimit-policy"], r#""api";q=60;w=60;distlock-burst=2"#);
 //! assert_eq!(ok.headers()["ratelimit"], r#""api";r=1;t=1"#);
 //!
 //! app.clone().oneshot(request()).await?;
@@ -63,9 +64,14 @@
 //! | a key the limiter cannot use as a subject | `400 Bad Request` |
 //! | shadow-mode limiter | always the inner service's response; the fields still tell |
 //!
-//! The fields follow draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy:
-//! "api";q=100;w=60` lists each policy's quota `q` per window `w` (seconds), and
-//! `RateLimit: "api";r=42;t=17` what is left (`r`) and when it is full again (`t` seconds).
+//! The fields follow draft-ietf-httpapi-ratelimit-headers-11. `RateLimit-Policy:
+//! "api";q=100;w=60` lists each policy's real sustained rate as a quota `q` per window `w`
+//! (whole seconds, the shortest that holds whole periods: `5 per 100ms` is `q=50;w=1`), and,
+//! when fewer than `q` may go back to back (a burst below the count, a period under a
+//! second), how many may, as `distlock-burst`: `100/s burst 1` is
+//! `"api";q=100;w=1;distlock-burst=1` (see [`headers::advertise`]). `RateLimit:
+//! "api";r=42;t=17` says how many may go right now (`r`) and in how many seconds, rounded up,
+//! the policy is full again (`t`).
 //! [`legacy_headers`](RateLimitLayerBuilder::legacy_headers) adds `X-RateLimit-Limit`,
 //! `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
 //!

@@ -88,12 +88,22 @@ async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
         let left: Vec<(String, i64)> = state.iter().map(|(n, p)| (n.clone(), p["r"])).collect();
         seen.push((status, names(&policy).join(" "), left.clone()));
         assert_eq!(names(&policy), names(&state), "request {i}: {left:?}");
-        let quota = |name: &str| policy.iter().find(|(n, _)| n == name).map(|(_, p)| p["q"]);
+        // The burst each policy lets go at once: both are 60/min (q=60;w=60), with their own
+        // burst in `distlock-burst`.
+        let burst = |name: &str| {
+            policy
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, p)| (p["q"], p["w"], p["distlock-burst"]))
+        };
         match i {
             // Allowed by both, then refused by the inner policy: both judged it.
             0..=4 => {
                 assert_eq!(names(&policy), ["inner", "outer"], "request {i}: {seen:?}");
-                assert_eq!((quota("inner"), quota("outer")), (Some(2), Some(5)));
+                assert_eq!(
+                    (burst("inner"), burst("outer")),
+                    (Some((60, 60, 2)), Some((60, 60, 5)))
+                );
                 let outer_left = state
                     .iter()
                     .find(|(n, _)| n == "outer")

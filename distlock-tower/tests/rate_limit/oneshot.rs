@@ -51,8 +51,9 @@ async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
         let (policy, state) = fields(&response);
         assert_eq!(policy.len(), 1);
         assert_eq!(policy[0].0, "api");
-        assert_eq!(policy[0].1["q"], 3, "quota = burst");
-        assert_eq!(policy[0].1["w"], 3, "3 requests refill in 3 s at 60/min");
+        assert_eq!(policy[0].1["q"], 60, "the rate: 60 ...");
+        assert_eq!(policy[0].1["w"], 60, "... per 60 s");
+        assert_eq!(policy[0].1["distlock-burst"], 3, "3 at once");
         assert_eq!(state[0].0, "api");
         assert_eq!(state[0].1["r"], left);
         assert!((1..=3).contains(&state[0].1["t"]));
@@ -63,7 +64,7 @@ async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(&refused), 1);
     let (policy, state) = fields(&refused);
-    assert_eq!(policy[0].1["q"], 3);
+    assert_eq!((policy[0].1["q"], policy[0].1["distlock-burst"]), (60, 3));
     assert_eq!(state[0].1["r"], 0);
     assert_eq!(
         header(&refused, "content-type"),
