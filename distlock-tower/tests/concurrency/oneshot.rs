@@ -263,3 +263,34 @@ async fn refusals_can_be_problem_documents(fx: Fixture) {
     assert_eq!(json["retry_after"], 1);
     drop(held);
 }
+
+/// A concurrency limit on a Redlock quorum, whose majorities of independent primaries do not
+/// bound how many hold at once, is refused where it is built, with a typed error that says
+/// what to use instead, rather than answering `500` to every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_client_is_refused_at_build() {
+    use distlock_tower::ConfigError;
+
+    use crate::support::RedisServer;
+
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let quorum = distlock::Client::connect_quorum(&urls)
+        .await
+        .expect("connect_quorum");
+    let built = ConcurrencyLimitLayer::new(quorum.clone(), Constant::new("exports"), 2);
+    let Err(ConfigError::UnsupportedStore { reason, .. }) = built else {
+        panic!("a quorum must be refused: {built:?}");
+    };
+    assert!(reason.contains("Client::connect"), "{reason}");
+    assert!(
+        ConcurrencyLimitLayer::builder(quorum, Constant::new("exports"), 2)
+            .build()
+            .is_err()
+    );
+    // A single primary (and the in-memory store) serves it.
+    let single = distlock::Client::connect(&nodes[0].url())
+        .await
+        .expect("connect");
+    assert!(ConcurrencyLimitLayer::new(single, Constant::new("exports"), 2).is_ok());
+}
