@@ -30,7 +30,10 @@
 //! * **Every store failure is `503` with `Retry-After: 1`.** A store that failed or was too
 //!   slow usually answers again within moments; a lost lease is free again, or held by
 //!   whoever took it over (a retry then gets that holder's `423` and its ttl).
-//! * **A configuration mistake is `500`**, without `Retry-After`: no retry will fix it.
+//! * **A configuration mistake is `500`**, without `Retry-After`: no retry will fix it. The
+//!   body says only "lock error" or "rate limit error", so `IntoResponse` logs every `500`
+//!   once at ERROR with the error itself (what was misconfigured, e.g. a job's `at_most`
+//!   shorter than its `at_least`).
 //!
 //! A denied rate-limit check is not an error (it is an `Ok` decision); answer it `429` with
 //! [`retry_after_secs`]`(decision.retry_after)`, as the rate-limit layer does.
@@ -159,7 +162,9 @@ impl RateLimitError {
 mod into_response {
     //! `IntoResponse` for the error types. The body is a short fixed text per kind, never the
     //! error's `Display`: that names locks and subjects and quotes the store's own words,
-    //! which are for logs, not for clients.
+    //! which are for logs, not for clients. So a `500` (a configuration mistake, which no
+    //! retry fixes) is logged here, once, at ERROR with the error itself: the response alone
+    //! would leave the operator nothing to go on.
 
     use ::http::{HeaderValue, StatusCode, header};
     use axum_core::response::{IntoResponse, Response};
@@ -167,8 +172,11 @@ mod into_response {
     use super::HttpStatus;
     use crate::{LockError, RateLimitError};
 
-    fn respond(status: HttpStatus, text: &'static str) -> Response {
+    fn respond(status: HttpStatus, text: &'static str, error: &dyn std::error::Error) -> Response {
         let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if code == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %error, "answering 500: {}", text.trim_end());
+        }
         let mut response = (code, text).into_response();
         if let Some(secs) = status.retry_after_secs() {
             response
@@ -192,7 +200,7 @@ mod into_response {
                 Self::InvalidName(_) => "this request's lock key is invalid\n",
                 _ => "lock error\n",
             };
-            respond(self.http_status(), text)
+            respond(self.http_status(), text, &self)
         }
     }
 
@@ -211,7 +219,7 @@ mod into_response {
                 }
                 _ => "rate limit error\n",
             };
-            respond(self.http_status(), text)
+            respond(self.http_status(), text, &self)
         }
     }
 }
@@ -421,5 +429,90 @@ mod tests {
         };
         let (status, retry_after, _) = call(too_costly).await;
         assert_eq!((status, retry_after), (StatusCode::PAYLOAD_TOO_LARGE, None));
+    }
+
+    /// Every 500 is logged once at ERROR with the error itself (here a job whose `at_most` is
+    /// shorter than its `at_least`, answered by a handler that returns the runtime's error);
+    /// the answers that are not 500 add no ERROR line.
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn a_500_is_logged_once_at_error_with_its_reason() {
+        use std::io::Write;
+        use std::sync::{Arc, Mutex};
+
+        use axum_core::response::IntoResponse;
+        use tracing::subscriber::NoSubscriber;
+
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("buffer").extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        // A second dispatcher makes every call site ask ours too, whatever other tests'
+        // threads cached about it (tokio-rs/tracing#3611).
+        let _pin = tracing::Dispatch::new(NoSubscriber::default());
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        let logged = || String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+
+        let client = crate::Client::in_memory();
+        let err = client
+            .job("nightly")
+            .at_least(Duration::from_secs(60))
+            .at_most(Duration::from_secs(1))
+            .run(|_| async {})
+            .await
+            .expect_err("at_most < at_least is refused");
+        assert!(matches!(err, LockError::InvalidConfig { .. }), "{err}");
+        let reason = err.to_string();
+        let response = err.into_response();
+        assert_eq!(response.status(), 500);
+        let text = logged();
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{text}");
+        assert!(errors[0].contains("answering 500"), "{text}");
+        assert!(
+            errors[0].contains(&reason),
+            "the reason: {reason} in {text}"
+        );
+
+        let policy = RateLimitError::InvalidPolicy(InvalidPolicy::NoPolicies);
+        let reason = policy.to_string();
+        assert_eq!(policy.into_response().status(), 500);
+        let text = logged();
+        assert_eq!(
+            text.lines().filter(|l| l.contains("ERROR")).count(),
+            2,
+            "{text}"
+        );
+        assert!(text.contains(&reason), "{text}");
+
+        // Not 500s: no ERROR.
+        let busy = LockError::Busy {
+            name: "order:42".to_owned(),
+            retry_after: Duration::from_secs(1),
+        };
+        assert_eq!(busy.into_response().status(), 423);
+        assert_eq!(RateLimitError::Store(store()).into_response().status(), 503);
+        let text = logged();
+        assert_eq!(
+            text.lines().filter(|l| l.contains("ERROR")).count(),
+            2,
+            "{text}"
+        );
     }
 }

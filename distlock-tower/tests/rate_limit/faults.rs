@@ -109,9 +109,18 @@ async fn store_trouble_through_a_hook_and_in_the_checks() {
         *response.status_mut() = refusal.status();
         response
     };
-    let hooked = routes().layer(RateLimitLayer::new(limiter(), ClientIp::peer()).refusal(hook));
-    let problem = routes()
-        .layer(RateLimitLayer::new(limiter(), ClientIp::peer()).refusal(ProblemDetails::new()));
+    let hooked = routes().layer(
+        RateLimitLayer::builder(limiter(), ClientIp::peer())
+            .refusal(hook)
+            .build()
+            .expect("valid settings"),
+    );
+    let problem = routes().layer(
+        RateLimitLayer::builder(limiter(), ClientIp::peer())
+            .refusal(ProblemDetails::new())
+            .build()
+            .expect("valid settings"),
+    );
     let open = routes().layer(RateLimitLayer::new(
         limiter_with(Outage::FailOpen),
         ClientIp::peer(),

@@ -65,7 +65,10 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
         .build()
         .expect("valid limiter");
     let app = routes().layer(
-        RateLimitLayer::new(limiter.clone(), Header::from_static("x-api-key")).refusal(hook),
+        RateLimitLayer::builder(limiter.clone(), Header::from_static("x-api-key"))
+            .refusal(hook)
+            .build()
+            .expect("valid settings"),
     );
     let with_key = |key: &str| request_from("/", PEER, &[("x-api-key", key)]);
 
@@ -126,7 +129,12 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
 
     // 400, a key the limiter cannot use as a subject (longer than a name may be).
     let too_long = |_: &Request<Body>| Some("k".repeat(distlock::MAX_NAME_LEN + 1));
-    let app = routes().layer(RateLimitLayer::new(limiter, too_long).refusal(hook));
+    let app = routes().layer(
+        RateLimitLayer::builder(limiter, too_long)
+            .refusal(hook)
+            .build()
+            .expect("valid settings"),
+    );
     let response = call(&app, request_from("/", PEER, &[])).await;
     assert_eq!(header(&response, "x-refusal"), Some("unusable-key"));
     let why = response.extensions().get::<Refusal>().expect("refusal");
@@ -149,8 +157,10 @@ async fn problem_details_are_json_with_the_rfc_9457_members(fx: Fixture) {
         .build()
         .expect("valid limiter");
     let app = routes().layer(
-        RateLimitLayer::new(limiter, ClientIp::peer())
-            .refusal(ProblemDetails::new().type_base("https://errors.example/")),
+        RateLimitLayer::builder(limiter, ClientIp::peer())
+            .refusal(ProblemDetails::new().type_base("https://errors.example/"))
+            .build()
+            .expect("valid settings"),
     );
     assert_eq!(
         call(&app, request_from("/", PEER, &[])).await.status(),
@@ -333,8 +343,12 @@ async fn refusals_and_keyless_requests_are_debug_events() {
     // No ConnectInfo: the hint says how to serve the router.
     let bare = || Request::get("/").body(Body::empty()).expect("request");
     call(&app, bare()).await;
-    let lenient = routes()
-        .layer(RateLimitLayer::new(limiter, ClientIp::peer()).on_missing_key(MissingKey::Allow));
+    let lenient = routes().layer(
+        RateLimitLayer::builder(limiter, ClientIp::peer())
+            .on_missing_key(MissingKey::Allow)
+            .build()
+            .expect("valid settings"),
+    );
     call(&lenient, bare()).await;
     let logged = capture.text();
     let keyless: Vec<&str> = logged

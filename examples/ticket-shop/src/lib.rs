@@ -125,8 +125,11 @@ pub fn app(state: AppState) -> Router {
         .route("/api/seats/{seat}", get(api::seat))
         .route(CHECKOUT_ROUTE, post(api::checkout))
         .route_layer(
-            RateLimitLayer::new(state.limits.api.clone(), client_ip)
-                .route(CHECKOUT_ROUTE, state.limits.checkout.clone()),
+            RateLimitLayer::builder(state.limits.api.clone(), client_ip)
+                .route(CHECKOUT_ROUTE, state.limits.checkout.clone())
+                .build()
+                // The only check is that the cost (1, the default) fits every policy: it does.
+                .expect("a cost of 1 fits every policy"),
         );
 
     // One reindex at a time across every replica; the lock is keyed by a constant.
@@ -135,7 +138,11 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/admin/reindex",
             post(admin::reindex).route_layer(
-                LockLayer::new(state.locks.clone(), reindex_key).ttl(Duration::from_secs(10)),
+                LockLayer::builder(state.locks.clone(), reindex_key)
+                    .ttl(Duration::from_secs(10))
+                    .build()
+                    // A constant ttl inside distlock::MIN_TTL..=MAX_TTL.
+                    .expect("10 s is a valid lock ttl"),
             ),
         )
         .route("/admin/jobs", get(admin::job_runs));
