@@ -5,7 +5,7 @@ use std::fmt::{Display, Write as _};
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{Client, LockError, default_client};
+use crate::{Client, LockBuilder, LockError, default_client};
 
 pub use std::time::Duration as __Duration;
 
@@ -16,7 +16,7 @@ pub struct LockSpec {
     pub ttl: Duration,
     /// How long to wait for a busy lock (`on_busy = wait`, with `wait = ...`).
     pub wait: Duration,
-    /// `on_busy = error`: fail with `Busy` at once, whatever `wait` says.
+    /// `on_busy = error` or `skip`: do not wait for a busy lock, whatever `wait` says.
     pub fail_if_busy: bool,
     /// Renew while held.
     pub watchdog: bool,
@@ -65,6 +65,45 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
+    lock_builder(client, key, spec)?.run(|_lease| body).await?
+}
+
+/// [`run`] for `on_busy = skip`: when another owner holds the lock, returns
+/// `Ok(T::skipped())` (`Ok(())` or `Ok(None)`) without running `body`.
+///
+/// # Errors
+/// As [`run`], except that a busy lock is not an error.
+pub async fn run_or_skip<T, E, Fut>(
+    client: Option<Client>,
+    key: String,
+    spec: LockSpec,
+    body: Fut,
+) -> Result<T, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+    T: Skipped,
+{
+    match lock_builder(client, key, spec)?.run(|_lease| body).await {
+        Ok(result) => result,
+        Err(LockError::Busy { name, retry_after }) => {
+            tracing::debug!(
+                lock = %name,
+                ?retry_after,
+                "skipped: the lock is held by another owner"
+            );
+            Ok(T::skipped())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The lock's builder with the spec's options, on `client` or the default client.
+fn lock_builder(
+    client: Option<Client>,
+    key: String,
+    spec: LockSpec,
+) -> Result<LockBuilder, LockError> {
     let client = match client {
         Some(client) => client,
         None => default_client().ok_or(LockError::NoDefaultClient)?,
@@ -86,7 +125,34 @@ where
     if let Some(max_hold) = spec.max_hold {
         lock = lock.max_hold(max_hold);
     }
-    lock.run(|_lease| body).await?
+    Ok(lock)
+}
+
+/// The `Ok` value of a call that `on_busy = skip` skipped: `()` for a function that returns
+/// nothing else (as a scheduler's job usually does), `None` for one that returns an `Option`
+/// (so the caller can tell "skipped" from a value). No other type has a "did not run" value
+/// that a caller could not mistake for a result, so no other type implements it.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = skip` needs the function to return `Result<(), E>` or \
+               `Result<Option<T>, E>`, not `Result<{Self}, E>`",
+    label = "a skipped call would have no `{Self}` to return",
+    note = "a skipped call returns `Ok(())`, or `Ok(None)` for a function that returns an \
+            `Option`; return `Option<{Self}>`, or use `on_busy = error` to get \
+            `Err(LockError::Busy)` instead"
+)]
+pub trait Skipped {
+    /// The value a skipped call returns.
+    fn skipped() -> Self;
+}
+
+impl Skipped for () {
+    fn skipped() -> Self {}
+}
+
+impl<T> Skipped for Option<T> {
+    fn skipped() -> Self {
+        None
+    }
 }
 
 /// Never called. The macro writes `if false { return unreachable_output::<R>(); }` at the top
@@ -95,12 +161,12 @@ where
 /// infer as they did in the original function.
 #[doc(hidden)]
 pub fn unreachable_output<R>() -> R {
-    unreachable!("#[distributed_lock] never takes this branch")
+    unreachable!("the macro never takes this branch")
 }
 
 #[cfg(test)]
 mod tests {
-    use super::push_key_part;
+    use super::*;
 
     #[test]
     fn key_parts_cannot_forge_separators() {

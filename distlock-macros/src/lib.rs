@@ -80,7 +80,7 @@ use proc_macro::TokenStream;
 /// | `wait = "5s"` | `"0s"` | how long to wait for a held lock; `"0s"` tries once |
 /// | `client = <expr>` | the default client | an expression of type `&distlock::Client` |
 /// | `watchdog = bool` | `true` | renew the lease every ttl/3 while the body runs |
-/// | `on_busy = wait \| error` | `wait` | `error`: fail at once with `LockError::Busy` |
+/// | `on_busy = wait \| error \| skip` | `wait` | `error`: fail at once with `LockError::Busy`; `skip`: return at once without running (below) |
 /// | `reentrant = bool` | `true` | a nested locked call on the same key in the same task joins the held lease |
 /// | `min_hold = "800ms"` | none | keep the lock at least this long after it was granted, even once the function returned (its key's expiry is set to what remains), like ShedLock's `lockAtLeastFor`; up to 7 days, not above `max_hold` |
 /// | `max_hold = "10m"` | none | stop renewing after this long: a function still running then loses the lock and is dropped; above zero |
@@ -88,7 +88,8 @@ use proc_macro::TokenStream;
 ///
 /// Durations are checked when the function is compiled: `ttl = "30x"` or `ttl = "1ms"` is a
 /// compile error, as are unknown and repeated arguments, and `wait` together with
-/// `on_busy = error`.
+/// `on_busy = error` or `on_busy = skip`. `on_busy` also takes its value as a string
+/// (`on_busy = "skip"`).
 ///
 /// ## The key
 ///
@@ -151,6 +152,39 @@ use proc_macro::TokenStream;
 /// `wait`), `LeaseLost`, `Store` (Redis failed), `InvalidName` (the rendered key is too long)
 /// and `NoDefaultClient`.
 ///
+/// ## Skipping scheduled work
+///
+/// With `on_busy = skip`, a call that finds the lock held by another owner returns at once
+/// without running the function, as ShedLock's `@SchedulerLock` does: every replica runs the
+/// job on its own timer, one runs it, the others skip. A skipped call returns `Ok(())` when
+/// the function returns `Result<(), E>`, and `Ok(None)` when it returns
+/// `Result<Option<T>, E>` (so a caller that needs to can tell a skipped call from a run). Any
+/// other `Ok` type is a compile error at the return type: a skipped call would have no value
+/// of it to return (use `on_busy = error` to get `Err(LockError::Busy)` instead). Errors other
+/// than a busy lock (the store failed, the lease was lost) are still errors. With `min_hold`
+/// (ShedLock's `lockAtLeastFor`) a run that finishes early keeps the other replicas skipping
+/// for the rest of the period, and `max_hold` (`lockAtMostFor`) bounds a stuck run.
+/// `client.job(name)` is the same without the macro.
+///
+/// ```
+/// use distlock::{LockError, distributed_lock};
+///
+/// /// Runs on one replica per minute, however many call it.
+/// #[distributed_lock(key = "nightly-report", on_busy = skip, min_hold = "1m", max_hold = "10m")]
+/// async fn nightly_report() -> Result<Option<usize>, LockError> {
+///     let rows = 42; // build and send the report
+///     Ok(Some(rows))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// distlock::set_default_client(distlock::Client::in_memory());
+/// assert_eq!(nightly_report().await?, Some(42)); // ran here
+/// assert_eq!(nightly_report().await?, None); // within the minute: skipped
+/// # Ok(())
+/// # }
+/// ```
+///
 /// ## Reentrancy
 ///
 /// With `reentrant = true` (the default), a locked function that calls another locked
@@ -183,5 +217,5 @@ use proc_macro::TokenStream;
 /// ```
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    expand::distributed_lock(args.into(), item.into()).into()
+    expand::lock::distributed_lock(args.into(), item.into()).into()
 }

@@ -1,6 +1,6 @@
 //! `#[distributed_lock]` end to end, on real `redis-server` processes and on the in-memory
 //! store: mutual exclusion across tasks and OS processes, reentrancy, lease loss, the fence,
-//! busy locks, the default client and key rendering.
+//! busy locks and skipped calls, the default client and key rendering.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -9,3 +9,4 @@ mod default_client;
 mod exclusion;
 mod processes;
 mod semantics;
+mod skip;
