@@ -432,7 +432,7 @@ pub enum RateLimitError {
     /// The limiter's configuration is invalid; see [`InvalidPolicy`].
     #[error(transparent)]
     InvalidPolicy(#[from] InvalidPolicy),
-    /// A call of a `#[rate_limit]` function was refused: a policy denied
+    /// A call of a [`#[rate_limit]`](crate::rate_limit) function was refused: a policy denied
     /// it (with `on_limit = wait`, its turn would have come later than `max_wait`), and the
     /// function did not run. The limiter's own checks never return it: for them a denial is
     /// an `Ok` [`Decision`](crate::ratelimit::Decision). Answer it as "too many requests"
@@ -444,7 +444,7 @@ pub enum RateLimitError {
         /// How long until the same call would pass, if nobody else consumes meanwhile.
         retry_after: Duration,
     },
-    /// A `#[rate_limit]` function without `client = ...` was called and
+    /// A [`#[rate_limit]`](crate::rate_limit) function without `client = ...` was called and
     /// no default client was installed with [`set_default_client`](crate::set_default_client).
     #[error(
         "no default distlock client is installed: call distlock::set_default_client(client) at \

@@ -14,7 +14,7 @@
 //! | [`LockError::LeaseLost`] | `503 Service Unavailable` | 1 s |
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
-//! | [`RateLimitError::Limited`] (a `#[rate_limit]` call refused) | `429 Too Many Requests` | the error's `retry_after` |
+//! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
 //! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
@@ -35,7 +35,7 @@
 //!
 //! A denied rate-limit check is not an error (it is an `Ok` decision); answer it `429` with
 //! [`retry_after_secs`]`(decision.retry_after)`, as the rate-limit layer does. A
-//! `#[rate_limit]` function turns the same denial into
+//! [`#[rate_limit]`](crate::rate_limit) function turns the same denial into
 //! [`RateLimitError::Limited`], which maps to that answer.
 //!
 //! ```

@@ -6,6 +6,7 @@
 //! pairs through [`walk`], collecting every problem it finds into one `syn::Error` so the
 //! user sees all of them at once. The value parsers shared by both attributes are here.
 
+pub(crate) mod limit;
 pub(crate) mod lock;
 
 use std::time::Duration;

@@ -21,6 +21,7 @@
 //! * The call into the runtime has the return type's span, so the type checker's complaints
 //!   about `E` (no `From<LockError>`) point where `E` is written.
 
+pub(crate) mod limit;
 pub(crate) mod lock;
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
