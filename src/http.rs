@@ -14,9 +14,10 @@
 //! | [`LockError::LeaseLost`] | `503 Service Unavailable` | 1 s |
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
+//! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
-//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
 //!
 //! The choices, and why:
 //!
@@ -36,7 +37,9 @@
 //!   shorter than its `at_least`).
 //!
 //! A denied rate-limit check is not an error (it is an `Ok` decision); answer it `429` with
-//! [`retry_after_secs`]`(decision.retry_after)`, as the rate-limit layer does.
+//! [`retry_after_secs`]`(decision.retry_after)`, as the rate-limit layer does. A
+//! [`#[rate_limit]`](crate::rate_limit) function turns the same denial into
+//! [`RateLimitError::Limited`], which maps to that answer.
 //!
 //! ```
 //! use std::time::Duration;
@@ -151,9 +154,12 @@ impl RateLimitError {
             Self::CircuitOpen { retry_in } => {
                 HttpStatus::new(503, Some((*retry_in).max(STORE_RETRY_AFTER)))
             }
+            Self::Limited { retry_after, .. } => HttpStatus::new(429, Some(*retry_after)),
             Self::InvalidSubject(_) => HttpStatus::new(400, None),
             Self::CostTooLarge { .. } => HttpStatus::new(413, None),
-            Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } => HttpStatus::new(500, None),
+            Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } | Self::NoDefaultClient => {
+                HttpStatus::new(500, None)
+            }
         }
     }
 }
@@ -217,6 +223,7 @@ mod into_response {
                 Self::CostTooLarge { .. } => {
                     "this request costs more than the rate limit ever allows at once\n"
                 }
+                Self::Limited { .. } => "too many requests; try again later\n",
                 _ => "rate limit error\n",
             };
             respond(self.http_status(), text, &self)
@@ -320,6 +327,15 @@ mod tests {
                 500,
                 None,
             ),
+            (
+                RateLimitError::Limited {
+                    policy: "api".to_owned(),
+                    retry_after: Duration::from_millis(2100),
+                },
+                429,
+                Some(3),
+            ),
+            (RateLimitError::NoDefaultClient, 500, None),
         ];
         for (err, code, secs) in table {
             let status = err.http_status();
@@ -403,6 +419,19 @@ mod tests {
             !body.contains("Redis"),
             "store details stay in the logs: {body}"
         );
+
+        let limited = || async {
+            Err::<String, _>(RateLimitError::Limited {
+                policy: "api".to_owned(),
+                retry_after: Duration::from_millis(1500),
+            })
+        };
+        let (status, retry_after, body) = call(limited).await;
+        assert_eq!(
+            (status, retry_after.as_deref()),
+            (StatusCode::TOO_MANY_REQUESTS, Some("2"))
+        );
+        assert!(body.starts_with("too many requests"), "{body}");
 
         let rate_limited_store_down = || async { Err::<String, _>(RateLimitError::Store(store())) };
         let (status, retry_after, _) = call(rate_limited_store_down).await;

@@ -87,4 +87,4 @@ pub struct ReadmeDoctests;
 
 // Its documentation lives on the macro itself, so that it also shows in editors.
 #[cfg(feature = "macros")]
-pub use distlock_macros::distributed_lock;
+pub use distlock_macros::{distributed_lock, rate_limit};
