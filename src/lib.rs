@@ -44,6 +44,7 @@ mod client;
 mod error;
 pub mod fenced;
 pub mod guide;
+mod health;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;
@@ -63,6 +64,7 @@ pub use error::{
     RateLimitError, RefusedKind, StoreError,
 };
 pub use fenced::{FencedError, FencedResource};
+pub use health::{Health, NodeHealth};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;

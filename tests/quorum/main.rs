@@ -17,6 +17,7 @@ use support::RedisServer;
 use support::child::{self, ChildProcess, say};
 
 mod clocks;
+mod health;
 mod members;
 
 const NODES: usize = 5;
