@@ -65,7 +65,10 @@ async fn a_node_whose_clock_jumps_does_not_vote_for_a_second_holder() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(tries >= 3, "only {tries} tries while the first lease was valid");
+    assert!(
+        tries >= 3,
+        "only {tries} tries while the first lease was valid"
+    );
 
     // Once the first is released, four nodes without node 2 are a majority: granted, under a
     // fence from the others' clocks, not node 2's (which runs 5 s, 5 000 000 µs, ahead).
