@@ -41,9 +41,11 @@ pub mod __private;
 mod admin;
 pub mod bloom;
 mod client;
+#[cfg(feature = "serde")]
+pub mod config;
 mod error;
-pub mod guide;
 pub mod fenced;
+pub mod guide;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;

@@ -1,0 +1,436 @@
+//! [`LimiterConfig`]: a rate limiter's policies and options as a service keeps them in its
+//! configuration, built through [`RateLimiterBuilder`].
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::de::{FieldValue, OrForever, ReadTable, Table, deserialize_table, parsed, read_items};
+use crate::Client;
+use crate::error::{InvalidPolicy, RateLimitError};
+use crate::ratelimit::{
+    CircuitBreaker, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN, DEFAULT_RATE_CACHE_SUBJECTS,
+    DEFAULT_RATE_CACHE_TTL, Outage, Policy, RateLimiter, RateLimiterBuilder,
+};
+
+/// A rate limiter's policies and options, each option optional (unset: the
+/// [`RateLimiterBuilder`]'s default). Deserialises from a table whose fields are the
+/// builder's options; [`build`](Self::build) makes the limiter.
+///
+/// | field | value | builder option |
+/// |---|---|---|
+/// | `policies` | one [policy](Policy#from-configuration) (`"api: 100/s burst 20"` or a table of `name`, `algorithm`, `rate`) or a list of them (checked all or nothing) | [`Client::rate_limiter`], [`Client::rate_limiter_all`] |
+/// | `outage` | `"fail-closed"`, `"fail-open"` or `"local-fallback"` | [`on_outage`](RateLimiterBuilder::on_outage) |
+/// | `deadline` | a duration | [`deadline`](RateLimiterBuilder::deadline) |
+/// | `deny_cache` | a number of subjects; 0: off | [`deny_cache`](RateLimiterBuilder::deny_cache) |
+/// | `max_in_flight` | a number of checks | [`max_in_flight`](RateLimiterBuilder::max_in_flight) |
+/// | `shadow` | `true` or `false` | [`shadow`](RateLimiterBuilder::shadow) |
+/// | `max_wait` | a duration, or `"forever"` | [`max_wait`](RateLimiterBuilder::max_wait) |
+/// | `circuit_breaker` | `false` (none), `true` (the default one), or `{ trip_after = 3, open_for = "100ms", max_open = "500ms" }` | [`circuit_breaker`](RateLimiterBuilder::circuit_breaker) |
+/// | `rate_cache` | `{ ttl = "60s", subjects = 10000 }`, either optional | [`rate_cache`](RateLimiterBuilder::rate_cache) |
+///
+/// What the builder refuses (no policy, more than eight, one name twice, a store that cannot
+/// count) is refused by [`build`](Self::build) with the builder's error; the circuit breaker's
+/// bounds are checked when the configuration is read.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::config::LimiterConfig;
+/// use distlock::ratelimit::Outage;
+///
+/// let api: LimiterConfig = toml::from_str(
+///     r#"
+///     policies = ["api: 100/s burst 20", "api-hourly: fixed-window 5000/h"]
+///     outage = "local-fallback"
+///     deadline = "50ms"
+///     "#,
+/// )?;
+/// assert_eq!(api.outage, Some(Outage::LocalFallback));
+///
+/// let client = distlock::Client::in_memory();
+/// let limiter = api.build(&client)?;
+/// assert!(limiter.check("user:7").await?.allowed);
+///
+/// let err = toml::from_str::<LimiterConfig>("policies = \"api: 100/s\"\ndeadline = \"50\"")
+///     .unwrap_err();
+/// assert!(err.message().starts_with("field `deadline`: invalid duration \"50\""));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimiterConfig {
+    /// The policies, checked all or nothing.
+    pub policies: Vec<Policy>,
+    /// [`RateLimiterBuilder::on_outage`].
+    pub outage: Option<Outage>,
+    /// [`RateLimiterBuilder::deadline`].
+    pub deadline: Option<Duration>,
+    /// [`RateLimiterBuilder::deny_cache`].
+    pub deny_cache: Option<usize>,
+    /// [`RateLimiterBuilder::max_in_flight`].
+    pub max_in_flight: Option<usize>,
+    /// [`RateLimiterBuilder::shadow`].
+    pub shadow: Option<bool>,
+    /// [`RateLimiterBuilder::max_wait`]; [`Duration::MAX`] (`"forever"`): no bound.
+    pub max_wait: Option<Duration>,
+    /// [`RateLimiterBuilder::circuit_breaker`].
+    pub circuit_breaker: Option<BreakerConfig>,
+    /// [`RateLimiterBuilder::rate_cache`].
+    pub rate_cache: Option<RateCacheConfig>,
+}
+
+/// The circuit breaker: `false` (`Off`), `true` (the default breaker) or a table of
+/// `trip_after`, `open_for` and `max_open`, each optional (see
+/// [`CircuitBreaker::trip_after`] and [`CircuitBreaker::open_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BreakerConfig {
+    /// No breaker: every check asks the store.
+    Off,
+    /// A breaker of the limiter's own (its clones share it).
+    On {
+        /// Failures in a row that open it (unset: [`DEFAULT_BREAKER_FAILURES`](crate::ratelimit::DEFAULT_BREAKER_FAILURES)).
+        trip_after: Option<u32>,
+        /// How long it first stays open (unset: [`DEFAULT_BREAKER_OPEN`], or `max_open` if
+        /// shorter).
+        open_for: Option<Duration>,
+        /// The longest it stays open as the interval doubles (unset:
+        /// [`DEFAULT_BREAKER_MAX_OPEN`], or `open_for` if longer).
+        max_open: Option<Duration>,
+    },
+}
+
+/// How long, and for how many subjects, looked-up rates are kept:
+/// `{ ttl = "60s", subjects = 10000 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateCacheConfig {
+    /// Unset: [`DEFAULT_RATE_CACHE_TTL`].
+    pub ttl: Option<Duration>,
+    /// Unset: [`DEFAULT_RATE_CACHE_SUBJECTS`].
+    pub subjects: Option<usize>,
+}
+
+impl LimiterConfig {
+    /// A configuration of `policies` with every option at the builder's default.
+    #[must_use]
+    pub fn new(policies: impl IntoIterator<Item = Policy>) -> Self {
+        Self {
+            policies: policies.into_iter().collect(),
+            outage: None,
+            deadline: None,
+            deny_cache: None,
+            max_in_flight: None,
+            shadow: None,
+            max_wait: None,
+            circuit_breaker: None,
+            rate_cache: None,
+        }
+    }
+
+    /// A [`RateLimiterBuilder`] on `client` with these policies and options, for what a file
+    /// cannot hold (such as [`rates_by_subject`](RateLimiterBuilder::rates_by_subject)).
+    ///
+    /// # Errors
+    /// [`RateLimitError::InvalidPolicy`] for a circuit breaker out of bounds (what parsing
+    /// refuses, for a configuration built in code).
+    pub fn builder(&self, client: &Client) -> Result<RateLimiterBuilder, RateLimitError> {
+        let mut builder = client.rate_limiter_all(self.policies.iter().cloned());
+        if let Some(outage) = self.outage {
+            builder = builder.on_outage(outage);
+        }
+        if let Some(deadline) = self.deadline {
+            builder = builder.deadline(deadline);
+        }
+        if let Some(subjects) = self.deny_cache {
+            builder = builder.deny_cache(subjects);
+        }
+        if let Some(checks) = self.max_in_flight {
+            builder = builder.max_in_flight(checks);
+        }
+        if let Some(shadow) = self.shadow {
+            builder = builder.shadow(shadow);
+        }
+        if let Some(max_wait) = self.max_wait {
+            builder = builder.max_wait(max_wait);
+        }
+        if let Some(breaker) = self.circuit_breaker {
+            builder = builder.circuit_breaker(breaker.breaker()?);
+        }
+        if let Some(cache) = self.rate_cache {
+            builder = builder.rate_cache(
+                cache.ttl.unwrap_or(DEFAULT_RATE_CACHE_TTL),
+                cache.subjects.unwrap_or(DEFAULT_RATE_CACHE_SUBJECTS),
+            );
+        }
+        Ok(builder)
+    }
+
+    /// The limiter on `client`: `self.builder(client)?.build()`.
+    ///
+    /// # Errors
+    /// As [`RateLimiterBuilder::build`] (no policy, more than
+    /// [`MAX_POLICIES`](crate::ratelimit::MAX_POLICIES), a name twice, a store that cannot
+    /// count), and a circuit breaker out of bounds.
+    pub fn build(&self, client: &Client) -> Result<RateLimiter, RateLimitError> {
+        self.builder(client)?.build()
+    }
+}
+
+impl BreakerConfig {
+    /// A fresh breaker with these settings (`None` for [`Off`](Self::Off)).
+    fn breaker(self) -> Result<Option<CircuitBreaker>, InvalidPolicy> {
+        let Self::On {
+            trip_after,
+            open_for,
+            max_open,
+        } = self
+        else {
+            return Ok(None);
+        };
+        let mut breaker = CircuitBreaker::new();
+        if let Some(failures) = trip_after {
+            breaker = breaker.trip_after(failures)?;
+        }
+        if open_for.is_some() || max_open.is_some() {
+            let first =
+                open_for.unwrap_or(DEFAULT_BREAKER_OPEN.min(max_open.unwrap_or(Duration::MAX)));
+            let max = max_open.unwrap_or(DEFAULT_BREAKER_MAX_OPEN.max(first));
+            breaker = breaker.open_for(first, max)?;
+        }
+        Ok(Some(breaker))
+    }
+}
+
+impl<'de> Deserialize<'de> for LimiterConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize_table(deserializer)
+    }
+}
+
+impl ReadTable for LimiterConfig {
+    const WHAT: &'static str = "rate limiter settings";
+    const FIELDS: &'static [&'static str] = &[
+        "policies",
+        "outage",
+        "deadline",
+        "deny_cache",
+        "max_in_flight",
+        "shadow",
+        "max_wait",
+        "circuit_breaker",
+        "rate_cache",
+    ];
+
+    fn read_fields<'de, A: MapAccess<'de>>(
+        table: &mut Table<'_>,
+        map: &mut A,
+    ) -> Result<Self, A::Error> {
+        let mut policies: Option<Policies> = None;
+        let mut config = Self::new([]);
+        while let Some(key) = table.next_key(map)? {
+            match key {
+                "policies" => policies = Some(table.value(map, key)?),
+                "outage" => config.outage = Some(table.value::<OutageField, _>(map, key)?.0),
+                "deadline" => config.deadline = Some(table.value(map, key)?),
+                "deny_cache" => config.deny_cache = Some(table.value(map, key)?),
+                "max_in_flight" => config.max_in_flight = Some(table.value(map, key)?),
+                "shadow" => config.shadow = Some(table.value(map, key)?),
+                "max_wait" => config.max_wait = Some(table.value::<OrForever, _>(map, key)?.0),
+                "circuit_breaker" => config.circuit_breaker = Some(table.value(map, key)?),
+                "rate_cache" => config.rate_cache = Some(table.value(map, key)?),
+                _ => return Err(table.unhandled(key)),
+            }
+        }
+        config.policies = policies.ok_or_else(|| table.missing("policies"))?.0;
+        if let Some(breaker) = config.circuit_breaker {
+            breaker
+                .breaker()
+                .map_err(|e| table.error::<A::Error>("circuit_breaker", e))?;
+        }
+        Ok(config)
+    }
+}
+
+/// An [`Outage`] by name.
+struct OutageField(Outage);
+
+impl FieldValue for OutageField {
+    fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
+        parsed(
+            path,
+            deserializer,
+            "\"fail-closed\", \"fail-open\" or \"local-fallback\"",
+        )
+        .map(Self)
+    }
+}
+
+/// `policies`: one policy (its line or its table) or a list of them.
+struct Policies(Vec<Policy>);
+
+impl FieldValue for Policies {
+    fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(PoliciesVisitor(path))
+    }
+}
+
+struct PoliciesVisitor<'a>(&'a str);
+
+const POLICIES_LOOK_LIKE: &str = "a policy such as \"api: 100/s burst 20\" (or a table of \
+                                  `name`, `algorithm` and `rate`), or a list of them";
+
+impl<'de> Visitor<'de> for PoliciesVisitor<'_> {
+    type Value = Policies;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "field `{}`: {POLICIES_LOOK_LIKE}", self.0)
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Policies, E> {
+        OnePolicy::visit(self.0, text).map(|policy| Policies(vec![policy.0]))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Policies, A::Error> {
+        let policy = Policy::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(Policies(vec![policy]))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Policies, A::Error> {
+        let policies: Vec<OnePolicy> = read_items(self.0, seq)?;
+        Ok(Policies(policies.into_iter().map(|p| p.0).collect()))
+    }
+}
+
+/// One policy of `policies`: its line (errors name the field) or its table (errors name the
+/// table's field, as [`Policy`]'s own `Deserialize` does).
+struct OnePolicy(Policy);
+
+impl OnePolicy {
+    fn visit<E: de::Error>(path: &str, text: &str) -> Result<Self, E> {
+        text.parse()
+            .map(Self)
+            .map_err(|e| E::custom(format_args!("field `{path}`: {e}")))
+    }
+}
+
+impl FieldValue for OnePolicy {
+    fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(OnePolicyVisitor(path))
+    }
+}
+
+struct OnePolicyVisitor<'a>(&'a str);
+
+impl<'de> Visitor<'de> for OnePolicyVisitor<'_> {
+    type Value = OnePolicy;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "field `{}`: a policy such as \"api: 100/s burst 20\", or a table of `name`, \
+             `algorithm` and `rate`",
+            self.0
+        )
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<OnePolicy, E> {
+        OnePolicy::visit(self.0, text)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<OnePolicy, A::Error> {
+        Policy::deserialize(de::value::MapAccessDeserializer::new(map)).map(OnePolicy)
+    }
+}
+
+/// `circuit_breaker`: `true`, `false` or the table.
+impl FieldValue for BreakerConfig {
+    fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(BreakerVisitor(path))
+    }
+}
+
+struct BreakerVisitor<'a>(&'a str);
+
+impl<'de> Visitor<'de> for BreakerVisitor<'_> {
+    type Value = BreakerConfig;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "field `{}`: false (no breaker), true (the default one), or a table of \
+             `trip_after`, `open_for` and `max_open`",
+            self.0
+        )
+    }
+
+    fn visit_bool<E: de::Error>(self, on: bool) -> Result<BreakerConfig, E> {
+        Ok(if on {
+            BreakerConfig::On {
+                trip_after: None,
+                open_for: None,
+                max_open: None,
+            }
+        } else {
+            BreakerConfig::Off
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<BreakerConfig, A::Error> {
+        <BreakerTable as FieldValue>::read(self.0, de::value::MapAccessDeserializer::new(map))
+            .map(|table| table.0)
+    }
+}
+
+/// The table form of `circuit_breaker`.
+struct BreakerTable(BreakerConfig);
+
+impl ReadTable for BreakerTable {
+    const WHAT: &'static str = "circuit breaker settings";
+    const FIELDS: &'static [&'static str] = &["trip_after", "open_for", "max_open"];
+
+    fn read_fields<'de, A: MapAccess<'de>>(
+        table: &mut Table<'_>,
+        map: &mut A,
+    ) -> Result<Self, A::Error> {
+        let (mut trip_after, mut open_for, mut max_open) = (None, None, None);
+        while let Some(key) = table.next_key(map)? {
+            match key {
+                "trip_after" => trip_after = Some(table.value(map, key)?),
+                "open_for" => open_for = Some(table.value(map, key)?),
+                "max_open" => max_open = Some(table.value(map, key)?),
+                _ => return Err(table.unhandled(key)),
+            }
+        }
+        Ok(Self(BreakerConfig::On {
+            trip_after,
+            open_for,
+            max_open,
+        }))
+    }
+}
+
+impl ReadTable for RateCacheConfig {
+    const WHAT: &'static str = "rate cache settings";
+    const FIELDS: &'static [&'static str] = &["ttl", "subjects"];
+
+    fn read_fields<'de, A: MapAccess<'de>>(
+        table: &mut Table<'_>,
+        map: &mut A,
+    ) -> Result<Self, A::Error> {
+        let mut cache = Self {
+            ttl: None,
+            subjects: None,
+        };
+        while let Some(key) = table.next_key(map)? {
+            match key {
+                "ttl" => cache.ttl = Some(table.value(map, key)?),
+                "subjects" => cache.subjects = Some(table.value(map, key)?),
+                _ => return Err(table.unhandled(key)),
+            }
+        }
+        Ok(cache)
+    }
+}
