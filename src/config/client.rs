@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::de::{FieldValue, ReadTable, Table, deserialize_table, read_items};
-use super::{ConnectError, InvalidField};
+use super::de::{FieldValue, ReadTable, Table, deserialize_table, note, read_items};
+use super::{ConnectError, FieldErrorKind, InvalidField};
 use crate::{Client, ClientBuilder};
 
 /// A [`Client`]'s configuration: exactly one store, and the [`ClientBuilder`] settings, each
@@ -435,14 +435,18 @@ impl ReadTable for ClientConfig {
                 _ => return Err(table.unhandled(key)),
             }
         }
+        // In the order of `FIELDS`, whatever the format's order of keys.
+        stores.sort_by_key(|(field, _)| Self::FIELDS.iter().position(|f| f == field));
         config.store = match stores.len() {
             1 => stores.swap_remove(0).1,
             0 => {
+                note(FieldErrorKind::NoStore, &table.path("url"));
                 return Err(de::Error::custom(format_args!(
                     "no store: set exactly one of {STORES}"
                 )));
             }
             _ => {
+                note(FieldErrorKind::TwoStores, &table.path(stores[1].0));
                 return Err(de::Error::custom(format_args!(
                     "fields `{}` and `{}` both name a store: set exactly one of {STORES}",
                     table.path(stores[0].0),
@@ -463,6 +467,22 @@ impl ClientConfig {
     /// settings that would do nothing (none set, half a client certificate, or a store
     /// reached over `redis://`, which would connect in the clear).
     fn check(&self) -> Result<(), InvalidField> {
+        for (field, timeout) in [
+            ("response_timeout", self.response_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if timeout.is_some_and(|t| t.is_zero()) {
+                return Err(InvalidField::new(field, "zero; it must be above zero"));
+            }
+        }
+        if let StoreConfig::Quorum(quorum) = &self.store
+            && quorum.node_timeout.is_some_and(|t| t.is_zero())
+        {
+            return Err(InvalidField::new(
+                "quorum.node_timeout",
+                "zero; it must be above zero",
+            ));
+        }
         if let StoreConfig::Sentinel(sentinel) = &self.store
             && sentinel.master.trim().is_empty()
         {
@@ -669,6 +689,7 @@ impl<'de> Visitor<'de> for QuorumVisitor<'_> {
     type Value = QuorumConfig;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.0);
         write!(
             f,
             "field `{}`: a list of node URLs, or a table of `nodes`, `node_timeout` and \

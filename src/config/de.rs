@@ -15,6 +15,51 @@ use std::time::Duration;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use super::FieldErrorKind;
+
+std::thread_local! {
+    /// What the last error made here was about: its kind and its field's path. The formats
+    /// carry errors as text only; [`Config`](super::Config)'s loader takes this note after a
+    /// failed parse to return a typed [`ConfigError`](super::ConfigError). Parsing is
+    /// synchronous, so the note on this thread is the parse's own.
+    static NOTE: std::cell::RefCell<Option<(FieldErrorKind, String)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Notes that an error of `kind` about the field at `path` is being made.
+pub(crate) fn note(kind: FieldErrorKind, path: &str) {
+    NOTE.with(|cell| *cell.borrow_mut() = Some((kind, path.to_owned())));
+}
+
+/// The last note on this thread, taken (so a later parse starts afresh).
+#[cfg_attr(not(feature = "toml"), allow(dead_code))]
+pub(crate) fn take_note() -> Option<(FieldErrorKind, String)> {
+    NOTE.with(|cell| cell.borrow_mut().take())
+}
+
+std::thread_local! {
+    /// The path of the value being read: after a failed parse, the innermost one, for an
+    /// error the format makes without asking a visitor (TOML's "integer number overflowed").
+    static READING: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Reads the value at `path` with `read`; if it fails, `path` stays the one being read.
+pub(crate) fn reading<T, E>(path: &str, read: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let outer = READING.with(|cell| cell.borrow_mut().replace(path.to_owned()));
+    let result = read();
+    if result.is_ok() {
+        READING.with(|cell| *cell.borrow_mut() = outer);
+    }
+    result
+}
+
+/// The path of the value that was being read when the last parse on this thread failed,
+/// taken.
+#[cfg_attr(not(feature = "toml"), allow(dead_code))]
+pub(crate) fn take_reading() -> Option<String> {
+    READING.with(|cell| cell.borrow_mut().take())
+}
+
 /// What a duration looks like, for messages.
 const DURATION_EXAMPLES: &str = "\"250ms\", \"2s\" or \"1h 30min\"";
 
@@ -57,6 +102,7 @@ impl<'de, T: ReadTable> Visitor<'de> for TableVisitor<'_, T> {
     type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.0);
         if !self.0.is_empty() {
             write!(f, "field `{}`: ", self.0)?;
         }
@@ -65,12 +111,7 @@ impl<'de, T: ReadTable> Visitor<'de> for TableVisitor<'_, T> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
-        let mut table = Table {
-            path: self.0,
-            fields: T::FIELDS,
-            seen: Vec::new(),
-        };
-        T::read_fields(&mut table, &mut map)
+        T::read_fields(&mut Table::new(self.0, T::FIELDS), &mut map)
     }
 }
 
@@ -94,7 +135,16 @@ pub(crate) struct Table<'a> {
     seen: Vec<&'static str>,
 }
 
-impl Table<'_> {
+impl<'a> Table<'a> {
+    /// The table at `path` (empty at the top) with these fields.
+    pub(crate) fn new(path: &'a str, fields: &'static [&'static str]) -> Self {
+        Self {
+            path,
+            fields,
+            seen: Vec::new(),
+        }
+    }
+
     /// The path of `field` in this table, for messages: `ttl`, `sentinel.master`.
     pub(crate) fn path(&self, field: &str) -> String {
         if self.path.is_empty() {
@@ -114,6 +164,7 @@ impl Table<'_> {
             return Ok(None);
         };
         if self.seen.contains(&key) {
+            note(FieldErrorKind::DuplicateField, &self.path(key));
             return Err(de::Error::custom(format_args!(
                 "field `{}` is given twice",
                 self.path(key)
@@ -135,11 +186,13 @@ impl Table<'_> {
     /// An error about `field` of this table (a value that is well formed but refused, or two
     /// fields that disagree): ``field `path`: {message}``.
     pub(crate) fn error<E: de::Error>(&self, field: &str, message: impl fmt::Display) -> E {
+        note(FieldErrorKind::InvalidValue, &self.path(field));
         E::custom(format_args!("field `{}`: {message}", self.path(field)))
     }
 
     /// A field the table needs and did not get.
     pub(crate) fn missing<E: de::Error>(&self, field: &str) -> E {
+        note(FieldErrorKind::MissingField, &self.path(field));
         E::custom(format_args!("missing field `{}`", self.path(field)))
     }
 
@@ -168,6 +221,7 @@ impl Visitor<'_> for KeySeed<'_, '_> {
     type Value = &'static str;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.0.path);
         f.write_str("a field name: ")?;
         list(f, self.0.fields)
     }
@@ -180,6 +234,7 @@ impl Visitor<'_> for KeySeed<'_, '_> {
             .find(|&&field| field == key)
             .copied()
             .ok_or_else(|| {
+                note(FieldErrorKind::UnknownField, &table.path(key));
                 E::custom(format_args!(
                     "unknown field `{}`, expected {}",
                     table.path(key),
@@ -205,7 +260,7 @@ impl<'de, T: FieldValue> DeserializeSeed<'de> for At<'_, T> {
     type Value = T;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
-        T::read(self.0, deserializer)
+        reading(self.0, || T::read(self.0, deserializer))
     }
 }
 
@@ -214,6 +269,8 @@ struct TextVisitor<'a, T> {
     path: &'a str,
     /// What the text should look like.
     looks_like: &'static str,
+    /// The kind of a text that does not parse.
+    kind: FieldErrorKind,
     parse: fn(&str) -> Result<T, String>,
 }
 
@@ -221,11 +278,15 @@ impl<T> Visitor<'_> for TextVisitor<'_, T> {
     type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.path);
         write!(f, "field `{}`: {}", self.path, self.looks_like)
     }
 
     fn visit_str<E: de::Error>(self, text: &str) -> Result<T, E> {
-        (self.parse)(text).map_err(|e| E::custom(format_args!("field `{}`: {e}", self.path)))
+        (self.parse)(text).map_err(|e| {
+            note(self.kind, self.path);
+            E::custom(format_args!("field `{}`: {e}", self.path))
+        })
     }
 }
 
@@ -233,11 +294,13 @@ fn text<'de, D: Deserializer<'de>, T>(
     path: &str,
     deserializer: D,
     looks_like: &'static str,
+    kind: FieldErrorKind,
     parse: fn(&str) -> Result<T, String>,
 ) -> Result<T, D::Error> {
     deserializer.deserialize_str(TextVisitor {
         path,
         looks_like,
+        kind,
         parse,
     })
 }
@@ -247,13 +310,14 @@ pub(crate) fn parsed<'de, D, T>(
     path: &str,
     deserializer: D,
     looks_like: &'static str,
+    kind: FieldErrorKind,
 ) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: FromStr,
     T::Err: fmt::Display,
 {
-    text(path, deserializer, looks_like, |text| {
+    text(path, deserializer, looks_like, kind, |text| {
         text.parse().map_err(|e: T::Err| e.to_string())
     })
 }
@@ -261,7 +325,13 @@ where
 /// A duration as text: `"250ms"`, `"2s"`, `"1h 30min"` (humantime's units).
 impl FieldValue for Duration {
     fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
-        text(path, deserializer, DURATION_LOOKS_LIKE, parse_duration)
+        text(
+            path,
+            deserializer,
+            DURATION_LOOKS_LIKE,
+            FieldErrorKind::InvalidDuration,
+            parse_duration,
+        )
     }
 }
 
@@ -284,6 +354,7 @@ impl FieldValue for OrForever {
             path,
             deserializer,
             "a duration such as \"250ms\" or \"2s\", or \"forever\"",
+            FieldErrorKind::InvalidDuration,
             |text| {
                 if text.trim().eq_ignore_ascii_case("forever") {
                     Ok(Self(Duration::MAX))
@@ -299,19 +370,31 @@ impl FieldValue for OrForever {
 
 impl FieldValue for String {
     fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
-        text(path, deserializer, "text", |text| Ok(text.to_owned()))
+        text(
+            path,
+            deserializer,
+            "text",
+            FieldErrorKind::InvalidValue,
+            |text| Ok(text.to_owned()),
+        )
     }
 }
 
 impl FieldValue for PathBuf {
     fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
-        text(path, deserializer, "a file's path", |text| {
-            if text.is_empty() {
-                Err("an empty path; name a file".to_owned())
-            } else {
-                Ok(PathBuf::from(text))
-            }
-        })
+        text(
+            path,
+            deserializer,
+            "a file's path",
+            FieldErrorKind::InvalidValue,
+            |text| {
+                if text.is_empty() {
+                    Err("an empty path; name a file".to_owned())
+                } else {
+                    Ok(PathBuf::from(text))
+                }
+            },
+        )
     }
 }
 
@@ -327,6 +410,7 @@ impl Visitor<'_> for BoolVisitor<'_> {
     type Value = bool;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.0);
         write!(f, "field `{}`: true or false", self.0)
     }
 
@@ -345,11 +429,13 @@ where
     type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.0);
         write!(f, "field `{}`: a whole number from 0 to {}", self.0, T::MAX)
     }
 
     fn visit_u64<E: de::Error>(self, value: u64) -> Result<T, E> {
         T::try_from(value).map_err(|_| {
+            note(FieldErrorKind::InvalidValue, self.0);
             E::custom(format_args!(
                 "field `{}`: {value} is more than {}",
                 self.0,
@@ -358,14 +444,39 @@ where
         })
     }
 
+    fn visit_u128<E: de::Error>(self, value: u128) -> Result<T, E> {
+        match u64::try_from(value) {
+            Ok(value) => self.visit_u64(value),
+            Err(_) => Err(invalid(
+                self.0,
+                format_args!("{value} is more than {}", T::MAX),
+            )),
+        }
+    }
+
+    fn visit_i128<E: de::Error>(self, value: i128) -> Result<T, E> {
+        match u128::try_from(value) {
+            Ok(value) => self.visit_u128(value),
+            Err(_) => Err(invalid(
+                self.0,
+                format_args!(
+                    "{value} is negative; a whole number from 0 to {} is needed",
+                    T::MAX
+                ),
+            )),
+        }
+    }
+
     fn visit_i64<E: de::Error>(self, value: i64) -> Result<T, E> {
         match u64::try_from(value) {
             Ok(value) => self.visit_u64(value),
-            Err(_) => Err(E::custom(format_args!(
-                "field `{}`: {value} is negative; a whole number from 0 to {} is needed",
+            Err(_) => Err(invalid(
                 self.0,
-                T::MAX
-            ))),
+                format_args!(
+                    "{value} is negative; a whole number from 0 to {} is needed",
+                    T::MAX
+                ),
+            )),
         }
     }
 }
@@ -409,6 +520,7 @@ impl<'de, T: FieldValue> Visitor<'de> for ListVisitor<'_, T> {
     type Value = Vec<T>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.0);
         write!(f, "field `{}`: a list", self.0)
     }
 
@@ -431,9 +543,14 @@ pub(crate) fn read_items<'de, T: FieldValue, A: SeqAccess<'de>>(
         }
     }
     if items.is_empty() {
-        return Err(de::Error::custom(format_args!(
-            "field `{path}`: an empty list; give at least one"
-        )));
+        return Err(invalid(path, "an empty list; give at least one"));
     }
     Ok(items)
+}
+
+/// An error about the well-formed value at `path` that cannot be used:
+/// ``field `path`: {message}``.
+pub(crate) fn invalid<E: de::Error>(path: &str, message: impl fmt::Display) -> E {
+    note(FieldErrorKind::InvalidValue, path);
+    E::custom(format_args!("field `{path}`: {message}"))
 }

@@ -4,14 +4,17 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::de::{FieldValue, OrForever, ReadTable, Table, deserialize_table, parsed, read_items};
+use super::de::{
+    FieldValue, OrForever, ReadTable, Table, deserialize_table, invalid, note, parsed, reading,
+};
+use super::{FieldErrorKind, InvalidField};
 use crate::Client;
 use crate::error::{InvalidPolicy, RateLimitError};
 use crate::ratelimit::{
     CircuitBreaker, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN, DEFAULT_RATE_CACHE_SUBJECTS,
-    DEFAULT_RATE_CACHE_TTL, Outage, Policy, RateLimiter, RateLimiterBuilder,
+    DEFAULT_RATE_CACHE_TTL, MAX_POLICIES, Outage, Policy, RateLimiter, RateLimiterBuilder,
 };
 
 /// A rate limiter's policies and options, each option optional (unset: the
@@ -228,29 +231,97 @@ impl ReadTable for LimiterConfig {
         table: &mut Table<'_>,
         map: &mut A,
     ) -> Result<Self, A::Error> {
-        let mut policies: Option<Policies> = None;
-        let mut config = Self::new([]);
-        while let Some(key) = table.next_key(map)? {
-            match key {
-                "policies" => policies = Some(table.value(map, key)?),
-                "outage" => config.outage = Some(table.value::<OutageField, _>(map, key)?.0),
-                "deadline" => config.deadline = Some(table.value(map, key)?),
-                "deny_cache" => config.deny_cache = Some(table.value(map, key)?),
-                "max_in_flight" => config.max_in_flight = Some(table.value(map, key)?),
-                "shadow" => config.shadow = Some(table.value(map, key)?),
-                "max_wait" => config.max_wait = Some(table.value::<OrForever, _>(map, key)?.0),
-                "circuit_breaker" => config.circuit_breaker = Some(table.value(map, key)?),
-                "rate_cache" => config.rate_cache = Some(table.value(map, key)?),
-                _ => return Err(table.unhandled(key)),
+        read_limiter(table, map, None)
+    }
+}
+
+/// A limiter's table; `default_name` names the policies whose line has no name (a limiter of
+/// [`Config::limiters`](super::Config::limiters): its own name).
+pub(super) fn read_limiter<'de, A: MapAccess<'de>>(
+    table: &mut Table<'_>,
+    map: &mut A,
+    default_name: Option<&str>,
+) -> Result<LimiterConfig, A::Error> {
+    let mut policies: Option<Vec<Policy>> = None;
+    let mut config = LimiterConfig::new([]);
+    while let Some(key) = table.next_key(map)? {
+        match key {
+            "policies" => {
+                policies = Some(map.next_value_seed(PoliciesSeed {
+                    path: &table.path(key),
+                    default_name,
+                })?);
+            }
+            "outage" => config.outage = Some(table.value::<OutageField, _>(map, key)?.0),
+            "deadline" => config.deadline = Some(table.value(map, key)?),
+            "deny_cache" => config.deny_cache = Some(table.value(map, key)?),
+            "max_in_flight" => config.max_in_flight = Some(table.value(map, key)?),
+            "shadow" => config.shadow = Some(table.value(map, key)?),
+            "max_wait" => config.max_wait = Some(table.value::<OrForever, _>(map, key)?.0),
+            "circuit_breaker" => config.circuit_breaker = Some(table.value(map, key)?),
+            "rate_cache" => config.rate_cache = Some(table.value(map, key)?),
+            _ => return Err(table.unhandled(key)),
+        }
+    }
+    config.policies = policies.ok_or_else(|| table.missing("policies"))?;
+    config
+        .check()
+        .map_err(|invalid| table.error(invalid.field(), invalid.reason()))?;
+    Ok(config)
+}
+
+impl LimiterConfig {
+    /// What the builder would refuse, or quietly raise, that does not depend on the store:
+    /// more than [`MAX_POLICIES`] policies or a name twice, a zero deadline, `max_in_flight`
+    /// or rate cache, a circuit breaker out of bounds.
+    fn check(&self) -> Result<(), InvalidField> {
+        if self.policies.len() > MAX_POLICIES {
+            return Err(InvalidField::new(
+                "policies",
+                format!(
+                    "{} policies; a limiter checks at most {MAX_POLICIES}",
+                    self.policies.len()
+                ),
+            ));
+        }
+        for (i, policy) in self.policies.iter().enumerate() {
+            if self.policies[..i].iter().any(|p| p.name() == policy.name()) {
+                return Err(InvalidField::new(
+                    format!("policies[{i}]"),
+                    format!(
+                        "the name `{}` is taken by an earlier policy; each needs its own",
+                        policy.name()
+                    ),
+                ));
             }
         }
-        config.policies = policies.ok_or_else(|| table.missing("policies"))?.0;
-        if let Some(breaker) = config.circuit_breaker {
+        if self.deadline.is_some_and(|d| d.is_zero()) {
+            return Err(InvalidField::new(
+                "deadline",
+                "zero; a check needs at least 1ms",
+            ));
+        }
+        if self.max_in_flight == Some(0) {
+            return Err(InvalidField::new(
+                "max_in_flight",
+                "zero; at least one check must be able to wait on the store",
+            ));
+        }
+        if self
+            .rate_cache
+            .is_some_and(|cache| cache.subjects == Some(0))
+        {
+            return Err(InvalidField::new(
+                "rate_cache.subjects",
+                "zero; the cache holds at least one subject",
+            ));
+        }
+        if let Some(breaker) = self.circuit_breaker {
             breaker
                 .breaker()
-                .map_err(|e| table.error::<A::Error>("circuit_breaker", e))?;
+                .map_err(|e| InvalidField::new("circuit_breaker", e.to_string()))?;
         }
-        Ok(config)
+        Ok(())
     }
 }
 
@@ -263,85 +334,135 @@ impl FieldValue for OutageField {
             path,
             deserializer,
             "\"fail-closed\", \"fail-open\" or \"local-fallback\"",
+            FieldErrorKind::InvalidValue,
         )
         .map(Self)
     }
 }
 
 /// `policies`: one policy (its line or its table) or a list of them.
-struct Policies(Vec<Policy>);
-
-impl FieldValue for Policies {
-    fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(PoliciesVisitor(path))
-    }
+struct PoliciesSeed<'a> {
+    path: &'a str,
+    default_name: Option<&'a str>,
 }
 
-struct PoliciesVisitor<'a>(&'a str);
+impl<'de> DeserializeSeed<'de> for PoliciesSeed<'_> {
+    type Value = Vec<Policy>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Vec<Policy>, D::Error> {
+        reading(self.path, || deserializer.deserialize_any(self))
+    }
+}
 
 const POLICIES_LOOK_LIKE: &str = "a policy such as \"api: 100/s burst 20\" (or a table of \
                                   `name`, `algorithm` and `rate`), or a list of them";
 
-impl<'de> Visitor<'de> for PoliciesVisitor<'_> {
-    type Value = Policies;
+impl<'de> Visitor<'de> for PoliciesSeed<'_> {
+    type Value = Vec<Policy>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "field `{}`: {POLICIES_LOOK_LIKE}", self.0)
+        note(FieldErrorKind::WrongType, self.path);
+        write!(f, "field `{}`: {POLICIES_LOOK_LIKE}", self.path)
     }
 
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Policies, E> {
-        OnePolicy::visit(self.0, text).map(|policy| Policies(vec![policy.0]))
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Vec<Policy>, E> {
+        one_policy(self.path, text, self.default_name).map(|policy| vec![policy])
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Policies, A::Error> {
-        let policy = Policy::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        Ok(Policies(vec![policy]))
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Vec<Policy>, A::Error> {
+        policy_table(self.path, map).map(|policy| vec![policy])
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Policies, A::Error> {
-        let policies: Vec<OnePolicy> = read_items(self.0, seq)?;
-        Ok(Policies(policies.into_iter().map(|p| p.0).collect()))
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Policy>, A::Error> {
+        let mut policies = Vec::new();
+        loop {
+            let path = format!("{}[{}]", self.path, policies.len());
+            let seed = OnePolicySeed {
+                path: &path,
+                default_name: self.default_name,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(policy) => policies.push(policy),
+                None => break,
+            }
+            if policies.len() > MAX_POLICIES {
+                // Read no further into a hostile list.
+                return Err(invalid(
+                    self.path,
+                    format_args!(
+                        "more than {MAX_POLICIES} policies; a limiter checks at most {MAX_POLICIES}"
+                    ),
+                ));
+            }
+        }
+        if policies.is_empty() {
+            return Err(invalid(
+                self.path,
+                "an empty list; give at least one policy",
+            ));
+        }
+        Ok(policies)
     }
 }
 
-/// One policy of `policies`: its line (errors name the field) or its table (errors name the
-/// table's field, as [`Policy`]'s own `Deserialize` does).
-struct OnePolicy(Policy);
+/// A policy's line at `path`; without a name (`"100/s burst 20"`), `default_name`'s.
+fn one_policy<E: de::Error>(
+    path: &str,
+    text: &str,
+    default_name: Option<&str>,
+) -> Result<Policy, E> {
+    let parsed = match default_name {
+        Some(name) if !text.contains(':') => format!("{name}: {text}").parse::<Policy>(),
+        _ => text.parse(),
+    };
+    parsed.map_err(|e| {
+        note(FieldErrorKind::InvalidPolicy, path);
+        E::custom(format_args!("field `{path}`: {e}"))
+    })
+}
 
-impl OnePolicy {
-    fn visit<E: de::Error>(path: &str, text: &str) -> Result<Self, E> {
-        text.parse()
-            .map(Self)
-            .map_err(|e| E::custom(format_args!("field `{path}`: {e}")))
+/// A policy's table at `path` (errors name the table's field, as [`Policy`]'s own
+/// `Deserialize` does).
+fn policy_table<'de, A: MapAccess<'de>>(path: &str, map: A) -> Result<Policy, A::Error> {
+    Policy::deserialize(de::value::MapAccessDeserializer::new(map)).map_err(|e| {
+        note(FieldErrorKind::InvalidPolicy, path);
+        e
+    })
+}
+
+/// One policy of a list of `policies`: its line or its table.
+struct OnePolicySeed<'a> {
+    path: &'a str,
+    default_name: Option<&'a str>,
+}
+
+impl<'de> DeserializeSeed<'de> for OnePolicySeed<'_> {
+    type Value = Policy;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Policy, D::Error> {
+        reading(self.path, || deserializer.deserialize_any(self))
     }
 }
 
-impl FieldValue for OnePolicy {
-    fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(OnePolicyVisitor(path))
-    }
-}
-
-struct OnePolicyVisitor<'a>(&'a str);
-
-impl<'de> Visitor<'de> for OnePolicyVisitor<'_> {
-    type Value = OnePolicy;
+impl<'de> Visitor<'de> for OnePolicySeed<'_> {
+    type Value = Policy;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.path);
         write!(
             f,
             "field `{}`: a policy such as \"api: 100/s burst 20\", or a table of `name`, \
              `algorithm` and `rate`",
-            self.0
+            self.path
         )
     }
 
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<OnePolicy, E> {
-        OnePolicy::visit(self.0, text)
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Policy, E> {
+        one_policy(self.path, text, self.default_name)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<OnePolicy, A::Error> {
-        Policy::deserialize(de::value::MapAccessDeserializer::new(map)).map(OnePolicy)
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Policy, A::Error> {
+        policy_table(self.path, map)
     }
 }
 
@@ -358,6 +479,7 @@ impl<'de> Visitor<'de> for BreakerVisitor<'_> {
     type Value = BreakerConfig;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        note(FieldErrorKind::WrongType, self.0);
         write!(
             f,
             "field `{}`: false (no breaker), true (the default one), or a table of \

@@ -35,6 +35,8 @@
 
 mod client;
 mod de;
+mod error;
+mod file;
 mod limiter;
 mod lock;
 
@@ -43,6 +45,10 @@ use std::path::PathBuf;
 pub use self::client::{
     ClientConfig, Credentials, QuorumConfig, ReplicasConfig, SentinelConfig, StoreConfig, TlsFiles,
 };
+pub use self::error::{ConfigError, FieldErrorKind, Location, Origin};
+pub use self::file::Config;
+#[cfg(feature = "toml")]
+pub use self::file::ConfigLoader;
 pub use self::limiter::{BreakerConfig, LimiterConfig, RateCacheConfig};
 pub use self::lock::LockConfig;
 use crate::StoreError;
