@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::de::{FieldValue, ReadTable, Table, deserialize_table, note, read_items};
+use super::de::{FieldValue, ReadTable, Table, above_zero, deserialize_table, note, read_items};
 use super::{ConnectError, FieldErrorKind, InvalidField};
 use crate::{Client, ClientBuilder};
 
@@ -427,8 +427,12 @@ impl ReadTable for ClientConfig {
                     }
                 }
                 "prefix" => config.prefix = Some(table.value(map, key)?),
-                "response_timeout" => config.response_timeout = Some(table.value(map, key)?),
-                "connect_timeout" => config.connect_timeout = Some(table.value(map, key)?),
+                "response_timeout" => {
+                    config.response_timeout = Some(table.value_checked(map, key, above_zero)?);
+                }
+                "connect_timeout" => {
+                    config.connect_timeout = Some(table.value_checked(map, key, above_zero)?);
+                }
                 "reconnect_retries" => config.reconnect_retries = Some(table.value(map, key)?),
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 "tls" => config.tls = Some(table.value(map, key)?),
@@ -660,7 +664,9 @@ impl ReadTable for QuorumTable {
         while let Some(key) = table.next_key(map)? {
             match key {
                 "nodes" => nodes = Some(table.value(map, key)?),
-                "node_timeout" => node_timeout = Some(table.value(map, key)?),
+                "node_timeout" => {
+                    node_timeout = Some(table.value_checked(map, key, above_zero)?);
+                }
                 "restart_quarantine" => restart_quarantine = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
             }

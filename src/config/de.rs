@@ -183,6 +183,22 @@ impl<'a> Table<'a> {
         map.next_value_seed(At::<T>(&self.path(field), PhantomData))
     }
 
+    /// The value of `field`, refused with `check`'s message if it fails it (a bound of that
+    /// field alone): the error is made while the value is read, so the format points at it.
+    pub(crate) fn value_checked<'de, T: FieldValue, A: MapAccess<'de>>(
+        &self,
+        map: &mut A,
+        field: &str,
+        check: impl FnOnce(&T) -> Result<(), String>,
+    ) -> Result<T, A::Error> {
+        let path = self.path(field);
+        map.next_value_seed(Checked {
+            path: &path,
+            check,
+            value: PhantomData,
+        })
+    }
+
     /// An error about `field` of this table (a value that is well formed but refused, or two
     /// fields that disagree): ``field `path`: {message}``.
     pub(crate) fn error<E: de::Error>(&self, field: &str, message: impl fmt::Display) -> E {
@@ -261,6 +277,36 @@ impl<'de, T: FieldValue> DeserializeSeed<'de> for At<'_, T> {
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
         reading(self.0, || T::read(self.0, deserializer))
+    }
+}
+
+/// Reads a `T` at `path` and checks it.
+struct Checked<'a, T, F> {
+    path: &'a str,
+    check: F,
+    value: PhantomData<T>,
+}
+
+impl<'de, T, F> DeserializeSeed<'de> for Checked<'_, T, F>
+where
+    T: FieldValue,
+    F: FnOnce(&T) -> Result<(), String>,
+{
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
+        let value = At::<T>(self.path, PhantomData).deserialize(deserializer)?;
+        (self.check)(&value).map_err(|message| invalid(self.path, message))?;
+        Ok(value)
+    }
+}
+
+/// A duration that must be above zero.
+pub(crate) fn above_zero(duration: &Duration) -> Result<(), String> {
+    if duration.is_zero() {
+        Err("zero; it must be above zero".to_owned())
+    } else {
+        Ok(())
     }
 }
 

@@ -69,7 +69,10 @@ use crate::{Client, LockBuilder};
 /// let err = Config::from_toml_str("[client]\nmemory = true\n[lock]\nttl = \"5ms\"").unwrap_err();
 /// assert_eq!(err.field_kind(), Some(FieldErrorKind::InvalidValue));
 /// assert_eq!(err.field(), Some("lock.ttl"));
-/// assert!(err.to_string().starts_with("configuration:4:7: field `lock.ttl`: 5ms is out of range"));
+/// assert_eq!(
+///     err.to_string(),
+///     "configuration:4:7: field `lock.ttl`: 5ms is out of range: a ttl is 10ms to 7days"
+/// );
 /// # Ok(()) }
 /// # #[cfg(not(feature = "toml"))]
 /// # fn main() {}

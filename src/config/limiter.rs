@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::de::{
-    FieldValue, OrForever, ReadTable, Table, deserialize_table, invalid, note, parsed, reading,
+    FieldValue, OrForever, ReadTable, Table, above_zero, deserialize_table, invalid, note, parsed,
+    reading,
 };
 use super::{FieldErrorKind, InvalidField};
 use crate::Client;
@@ -253,9 +254,22 @@ pub(super) fn read_limiter<'de, A: MapAccess<'de>>(
                 })?);
             }
             "outage" => config.outage = Some(table.value::<OutageField, _>(map, key)?.0),
-            "deadline" => config.deadline = Some(table.value(map, key)?),
+            "deadline" => {
+                config.deadline = Some(table.value_checked(map, key, |d: &Duration| {
+                    above_zero(d).map_err(|_| "zero; a check needs at least 1ms".to_owned())
+                })?);
+            }
             "deny_cache" => config.deny_cache = Some(table.value(map, key)?),
-            "max_in_flight" => config.max_in_flight = Some(table.value(map, key)?),
+            "max_in_flight" => {
+                config.max_in_flight =
+                    Some(
+                        table.value_checked(map, key, |&checks: &usize| match checks {
+                            0 => Err("zero; at least one check must be able to wait on the store"
+                                .to_owned()),
+                            _ => Ok(()),
+                        })?,
+                    );
+            }
             "shadow" => config.shadow = Some(table.value(map, key)?),
             "max_wait" => config.max_wait = Some(table.value::<OrForever, _>(map, key)?.0),
             "circuit_breaker" => config.circuit_breaker = Some(table.value(map, key)?),
@@ -549,7 +563,17 @@ impl ReadTable for RateCacheConfig {
         while let Some(key) = table.next_key(map)? {
             match key {
                 "ttl" => cache.ttl = Some(table.value(map, key)?),
-                "subjects" => cache.subjects = Some(table.value(map, key)?),
+                "subjects" => {
+                    cache.subjects =
+                        Some(table.value_checked(
+                            map,
+                            key,
+                            |&subjects: &usize| match subjects {
+                                0 => Err("zero; the cache holds at least one subject".to_owned()),
+                                _ => Ok(()),
+                            },
+                        )?);
+                }
                 _ => return Err(table.unhandled(key)),
             }
         }

@@ -7,7 +7,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess};
 
 use super::InvalidField;
 use super::client::ReplicasConfig;
-use super::de::{OrForever, ReadTable, Table, deserialize_table};
+use super::de::{OrForever, ReadTable, Table, above_zero, deserialize_table};
 use crate::{Client, LockBuilder, MAX_TTL, MIN_TTL};
 
 /// A lock's options, each optional (unset: the [`LockBuilder`]'s default). Deserialises from
@@ -104,33 +104,14 @@ impl LockConfig {
     /// The bounds [`LockBuilder::acquire`] checks that do not depend on the store, with the
     /// same limits (the guide's [configuration](crate::guide::configuration#locks) table).
     fn check(&self) -> Result<(), InvalidField> {
-        if let Some(ttl) = self.ttl
-            && !(MIN_TTL..=MAX_TTL).contains(&ttl)
-        {
-            return Err(InvalidField::new(
-                "ttl",
-                format!(
-                    "{} is out of range: a ttl is {} to {}",
-                    Shown(ttl),
-                    Shown(MIN_TTL),
-                    Shown(MAX_TTL)
-                ),
-            ));
+        if let Some(ttl) = &self.ttl {
+            check_ttl(ttl).map_err(|reason| InvalidField::new("ttl", reason))?;
         }
-        if self.max_hold.is_some_and(|max| max.is_zero()) {
-            return Err(InvalidField::new("max_hold", "zero; it must be above zero"));
+        if let Some(max) = &self.max_hold {
+            above_zero(max).map_err(|reason| InvalidField::new("max_hold", reason))?;
         }
         if let Some(min) = self.min_hold.filter(|min| !min.is_zero()) {
-            if min > MAX_TTL {
-                return Err(InvalidField::new(
-                    "min_hold",
-                    format!(
-                        "{} is longer than the longest ttl, {}",
-                        Shown(min),
-                        Shown(MAX_TTL)
-                    ),
-                ));
-            }
+            check_min_hold(&min).map_err(|reason| InvalidField::new("min_hold", reason))?;
             if let Some(max) = self.max_hold
                 && min > max
             {
@@ -153,6 +134,33 @@ impl LockConfig {
                 ));
             }
         }
+        Ok(())
+    }
+}
+
+/// A ttl within [`MIN_TTL`] and [`MAX_TTL`].
+fn check_ttl(ttl: &Duration) -> Result<(), String> {
+    if (MIN_TTL..=MAX_TTL).contains(ttl) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is out of range: a ttl is {} to {}",
+            Shown(*ttl),
+            Shown(MIN_TTL),
+            Shown(MAX_TTL)
+        ))
+    }
+}
+
+/// A `min_hold` no longer than [`MAX_TTL`].
+fn check_min_hold(min: &Duration) -> Result<(), String> {
+    if *min > MAX_TTL {
+        Err(format!(
+            "{} is longer than the longest ttl, {}",
+            Shown(*min),
+            Shown(MAX_TTL)
+        ))
+    } else {
         Ok(())
     }
 }
@@ -192,12 +200,14 @@ impl ReadTable for LockConfig {
         let mut config = Self::default();
         while let Some(key) = table.next_key(map)? {
             match key {
-                "ttl" => config.ttl = Some(table.value(map, key)?),
+                "ttl" => config.ttl = Some(table.value_checked(map, key, check_ttl)?),
                 "wait" => config.wait = Some(table.value::<OrForever, _>(map, key)?.0),
                 "store_patience" => config.store_patience = Some(table.value(map, key)?),
                 "watchdog" => config.watchdog = Some(table.value(map, key)?),
-                "max_hold" => config.max_hold = Some(table.value(map, key)?),
-                "min_hold" => config.min_hold = Some(table.value(map, key)?),
+                "max_hold" => config.max_hold = Some(table.value_checked(map, key, above_zero)?),
+                "min_hold" => {
+                    config.min_hold = Some(table.value_checked(map, key, check_min_hold)?);
+                }
                 "reentrant" => config.reentrant = Some(table.value(map, key)?),
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
