@@ -346,7 +346,6 @@ mod loader {
         }
 
         /// A loader: a file or text, a section of it, environment overrides.
-        #[must_use]
         pub fn loader() -> ConfigLoader {
             ConfigLoader::default()
         }
@@ -629,7 +628,7 @@ mod loader {
                 && keys.last().is_some_and(|parent| parent == "client")
                 && STORE_FIELDS.contains(&key.as_str())
             {
-                at.retain(|k, _| !STORE_FIELDS.contains(&k.as_ref()));
+                at.retain(|k, _| !STORE_FIELDS.contains(&k));
             }
             at.insert(key.clone(), env_value(value));
             keys.push(key);

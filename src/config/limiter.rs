@@ -438,10 +438,8 @@ fn one_policy<E: de::Error>(
 /// A policy's table at `path` (errors name the table's field, as [`Policy`]'s own
 /// `Deserialize` does).
 fn policy_table<'de, A: MapAccess<'de>>(path: &str, map: A) -> Result<Policy, A::Error> {
-    Policy::deserialize(de::value::MapAccessDeserializer::new(map)).map_err(|e| {
-        note(FieldErrorKind::InvalidPolicy, path);
-        e
-    })
+    Policy::deserialize(de::value::MapAccessDeserializer::new(map))
+        .inspect_err(|_| note(FieldErrorKind::InvalidPolicy, path))
 }
 
 /// One policy of a list of `policies`: its line or its table.
