@@ -319,6 +319,35 @@ fn out_of_bounds_and_huge_numbers_are_errors_not_panics() {
 }
 
 #[test]
+fn tls_settings_that_would_do_nothing_are_refused() {
+    for (tls, url) in [
+        ("{}", "rediss://a/"),
+        ("{ cert_file = \"c.pem\" }", "rediss://a/"),
+        ("{ key_file = \"k.pem\" }", "rediss://a/"),
+        // Over `redis://` the files would never be used: the connection would be in the clear.
+        ("{ ca_file = \"ca.pem\" }", "redis://a/"),
+    ] {
+        field_error(
+            &format!("[client]\nurl = {url:?}\ntls = {tls}"),
+            Kind::InvalidValue,
+            "client.tls",
+        );
+    }
+    field_error(
+        "[client]\ncluster = [\"rediss://a/\", \"redis://b/\"]\ntls = { ca_file = \"ca.pem\" }",
+        Kind::InvalidValue,
+        "client.tls",
+    );
+    field_error(
+        "[client]\nurl = \"rediss://a/\"\ntls = { ca_file = \"\" }",
+        Kind::InvalidValue,
+        "client.tls.ca_file",
+    );
+    Config::from_toml_str("[client]\nurl = \"rediss://a/\"\ntls = { ca_file = \"ca.pem\" }")
+        .expect("a CA for rediss://");
+}
+
+#[test]
 fn bad_policies_name_the_policy() {
     let shown = field_error(
         &format!("{MEMORY}[limiters.api]\npolicies = \"100/x\""),

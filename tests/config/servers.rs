@@ -200,3 +200,50 @@ async fn the_example_file_runs() {
     let api = &limiters["api"];
     assert!(api.check("alice").await.expect("check").allowed);
 }
+
+/// `rediss://` with the TLS files named in the configuration: a private CA and a client
+/// certificate the server requires; a file that is not there is named by its field.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_files_are_read_when_connecting() {
+    use crate::support::tls::{ClientAuth, TlsServer};
+
+    let server = TlsServer::builder()
+        .client_auth(ClientAuth::Required)
+        .start();
+    let certs = server.certs();
+    let text = format!(
+        "[client]\nurl = {:?}\nresponse_timeout = \"3s\"\n\
+         tls = {{ ca_file = {:?}, cert_file = {:?}, key_file = {:?} }}\n\
+         [limiters.api]\npolicies = \"1/min\"\n",
+        server.url(),
+        certs.ca_path(),
+        certs.client_cert_path(),
+        certs.client_key_path(),
+    );
+    let config = Config::from_toml_str(&text).expect("configuration");
+    let client = config.connect().await.expect("connect over TLS");
+    let api = config.limiter(&client, "api").expect("limiter");
+    assert!(api.check("u").await.expect("check").allowed);
+    assert!(!api.check("u").await.expect("check").allowed);
+
+    let missing = text.replace(
+        &format!("{:?}", certs.client_key_path()),
+        "\"/nonexistent/client.key\"",
+    );
+    let err = Config::from_toml_str(&missing)
+        .expect("configuration")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ConnectError::ReadFile {
+                field: "tls.key_file",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
