@@ -9,8 +9,14 @@
 //! except the store and the policies; an unset one is the builder's default. An unknown field,
 //! a field given twice, a value of the wrong type or out of bounds is an error that names the
 //! field (``field `ttl`: 5ms is out of range: ...``), with the position the format adds.
-//! Reading a file is the application's (`std::fs::read_to_string`, then `toml::from_str`);
-//! the TLS files a [`ClientConfig`] names are read when it connects.
+//! The TLS files a [`ClientConfig`] names are read when it connects.
+//!
+//! [`Config`] gathers them as a service's `[client]`, `[lock]` and `[limiters.<name>]`. With
+//! the `toml` feature, [`Config::from_file`] and [`Config::loader`] read it from a TOML file
+//! or text, with environment overrides ([`ConfigLoader`]), and return a typed
+//! [`ConfigError`]: its [`FieldErrorKind`], the field's path, and the line and column or the
+//! variable it came from. Without it, any of these types deserialises inside an
+//! application's own configuration, from any self-describing serde format.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
