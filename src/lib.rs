@@ -46,6 +46,7 @@ pub mod config;
 mod error;
 pub mod fenced;
 pub mod guide;
+mod health;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;
@@ -65,6 +66,7 @@ pub use error::{
     RateLimitError, RefusedKind, StoreError,
 };
 pub use fenced::{FencedError, FencedResource};
+pub use health::{Health, NodeHealth};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;

@@ -144,6 +144,8 @@ pub mod client_ip;
 pub mod concurrency;
 mod config_error;
 pub mod extract;
+#[cfg(feature = "axum")]
+pub mod health;
 mod lease;
 pub mod lock;
 pub mod rate_limit;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaker::CircuitBreaker;
-use super::limiter::{DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Settings};
+use super::limiter::{
+    DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Settings,
+};
 use super::outage::Outage;
 use super::subject_rates::{
     DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, RateLookup, RateTable,
@@ -103,6 +105,7 @@ pub struct RateLimiterBuilder {
     rate_cache: (Duration, usize),
     shadow: bool,
     deny_cache: usize,
+    deny_cache_max_age: Duration,
     max_in_flight: usize,
 }
 
@@ -130,6 +133,7 @@ impl RateLimiterBuilder {
             rate_cache: (DEFAULT_RATE_CACHE_TTL, DEFAULT_RATE_CACHE_SUBJECTS),
             shadow: false,
             deny_cache: DEFAULT_DENY_CACHE,
+            deny_cache_max_age: DEFAULT_DENY_CACHE_MAX_AGE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
@@ -243,9 +247,23 @@ impl RateLimiterBuilder {
     /// give for that check's own cost, every policy's. Checks whose figures the cache cannot
     /// tell exactly ask the store, and every answer of the store refreshes what the cache
     /// knows. Waits are counted from when the denied check was sent, so they can be short by
-    /// up to a round trip.
+    /// up to a round trip. One denial answers for at most
+    /// [`deny_cache_max_age`](Self::deny_cache_max_age).
     pub fn deny_cache(mut self, subjects: usize) -> Self {
         self.deny_cache = subjects;
+        self
+    }
+
+    /// The longest the deny cache answers from one denial (default
+    /// [`DEFAULT_DENY_CACHE_MAX_AGE`], 1 s); zero turns the cache off.
+    ///
+    /// A [`reset`](RateLimiter::reset), refund or rate change made through another replica
+    /// happens in the store, where this limiter's cache cannot see it: the cache may keep
+    /// answering the old denial until its `retry_after`, which for a lockout can be minutes.
+    /// This bounds that: every replica sees such a change within this age of the denial it
+    /// cached. A subject denied for longer costs one round trip per age instead of none.
+    pub fn deny_cache_max_age(mut self, age: Duration) -> Self {
+        self.deny_cache_max_age = age;
         self
     }
 
@@ -305,6 +323,7 @@ impl RateLimiterBuilder {
                 rates,
                 shadow: self.shadow,
                 deny_cache: self.deny_cache,
+                deny_cache_max_age: self.deny_cache_max_age,
                 max_in_flight: self.max_in_flight,
             },
         ))

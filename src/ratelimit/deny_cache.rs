@@ -59,7 +59,8 @@
 //! # Bounds
 //!
 //! At most `capacity` subjects. An entry expires when the denial it was made from would
-//! pass (a larger cost may wait longer; the store answers it then). When full, expired
+//! pass, or `max_age` after its check was sent, whichever comes first (a reset, refund or
+//! rate change made elsewhere is seen then at the latest) (a larger cost may wait longer; the store answers it then). When full, expired
 //! entries are swept, but only once the earliest expiry has passed (so a full cache of live
 //! entries costs nothing per insert); if it is still full, the new denial is simply not
 //! cached. A hit is one hash lookup and arithmetic on the cached figures; it allocates
@@ -81,6 +82,8 @@ const CONSUMED_SLOTS: usize = 256;
 
 pub(crate) struct DenyCache {
     capacity: usize,
+    /// The longest an entry answers, from when its check was sent.
+    max_age: Duration,
     /// How each policy's figures move with time, for the unit tests' `record` (the limiter
     /// passes each subject's own to `record_with`).
     #[cfg(test)]
@@ -265,6 +268,7 @@ impl DenyCache {
         let _ = policies;
         Self {
             capacity,
+            max_age: Duration::MAX,
             #[cfg(test)]
             recovery: recoveries(policies),
             consumed: AtomicU64::new(0),
@@ -274,6 +278,12 @@ impl DenyCache {
                 last_consumed: vec![0; CONSUMED_SLOTS].into_boxed_slice(),
             }),
         }
+    }
+
+    /// Bounds how long one denial answers (see the builder's `deny_cache_max_age`).
+    pub(crate) fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -369,7 +379,7 @@ impl DenyCache {
         if inner.last_consumed[slot] > sent.consumed {
             return; // A consuming answer arrived while this check was in flight.
         }
-        let until = sent.at + decision.retry_after;
+        let until = sent.at + decision.retry_after.min(self.max_age);
         let now = Instant::now();
         if until <= now {
             return;
@@ -526,6 +536,20 @@ mod tests {
 
     async fn advance_ms(ms: u64) {
         tokio::time::advance(Duration::from_millis(ms)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_denial_answers_no_longer_than_the_max_age() {
+        // Denied for 10 s (a lockout, say); a reset elsewhere must be seen within 1 s.
+        let cache =
+            DenyCache::new(4, &[spec(Algorithm::Gcra, 100, 5)]).max_age(Duration::from_secs(1));
+        cache.record("a", 1, cache.sending(), &denial(5, 0, 10_000, 10_400));
+        let at = || cache.lookup("a", 1, Instant::now()).map(|d| seen(&d));
+        assert_eq!(at(), Some((false, 0, 10_000, 10_400)));
+        advance_ms(999).await;
+        assert_eq!(at(), Some((false, 0, 9_001, 9_401)));
+        advance_ms(1).await;
+        assert_eq!(at(), None, "past the max age the store decides again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,6 +33,10 @@ pub const MAX_WAIT: Duration = super::MAX_PERIOD;
 pub const MAX_POLICIES: usize = 8;
 /// The default size of the local deny cache, in subjects.
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
+/// The default longest time the deny cache answers from one denial: how soon a
+/// [`reset`](RateLimiter::reset), refund or rate change made through another replica (or
+/// another limiter) is seen here at the latest.
+pub const DEFAULT_DENY_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
 /// The default limit on checks of one limiter waiting on the store at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 
@@ -101,9 +105,14 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(deny_cache: usize, max_in_flight: usize, policies: &[Policy]) -> Arc<Self> {
+    fn new(
+        (deny_cache, max_age): (usize, Duration),
+        max_in_flight: usize,
+        policies: &[Policy],
+    ) -> Arc<Self> {
         Arc::new(Self {
-            deny_cache: (deny_cache > 0).then(|| DenyCache::new(deny_cache, policies)),
+            deny_cache: (deny_cache > 0 && !max_age.is_zero())
+                .then(|| DenyCache::new(deny_cache, policies).max_age(max_age)),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
@@ -134,6 +143,7 @@ pub(super) struct Settings {
     pub(super) rates: Option<Arc<RateTable>>,
     pub(super) shadow: bool,
     pub(super) deny_cache: usize,
+    pub(super) deny_cache_max_age: Duration,
     pub(super) max_in_flight: usize,
 }
 
@@ -162,7 +172,11 @@ impl RateLimiter {
             max_wait: settings.max_wait,
             fifo,
             breaker: settings.breaker,
-            shared: Shared::new(settings.deny_cache, max_in_flight, &policies),
+            shared: Shared::new(
+                (settings.deny_cache, settings.deny_cache_max_age),
+                max_in_flight,
+                &policies,
+            ),
             policies,
             base,
             rates: settings.rates,

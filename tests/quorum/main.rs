@@ -16,6 +16,8 @@ use redis::AsyncCommands as _;
 use support::RedisServer;
 use support::child::{self, ChildProcess, say};
 
+mod clocks;
+mod health;
 mod members;
 
 const NODES: usize = 5;

@@ -93,7 +93,7 @@ impl MakeRefusal for ProblemDetails {
 /// Appends `text` as a JSON string. Written out rather than pulling serde into every user's
 /// build for five fields: escape `"` and `\`, and every control character as `\u00XX`
 /// (RFC 8259, section 7); everything else is UTF-8 as it is.
-fn push_json_string(json: &mut String, text: &str) {
+pub(crate) fn push_json_string(json: &mut String, text: &str) {
     json.push('"');
     for c in text.chars() {
         match c {

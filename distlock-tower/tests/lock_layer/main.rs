@@ -11,6 +11,7 @@ mod app;
 mod composed;
 mod faults;
 mod handler_errors;
+mod health;
 mod invalid_key;
 mod oneshot;
 mod responses;

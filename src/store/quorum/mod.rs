@@ -24,12 +24,17 @@
 //!   `restart_quarantine`), so every lease it forgot has expired before its vote counts again.
 //!   A node this client never saw answer is treated the same way the first time it answers.
 //!
+//! * **A node whose clock steps forward** expires its copies early. Each grant's fence tells
+//!   the node's clock, so a granting node whose clock is ahead of the others' by more than
+//!   half the lease's safety margin does not vote for that grant (`clocks.rs`).
+//!
 //! What Redlock does not give: consensus. Two majorities share a node, so fences (the maximum
 //! over the granting majority, each node minting `max(previous + 1, its clock in µs)`)
 //! increase as long as the nodes' clocks agree within what was handed out since; a holder
 //! paused past its ttl is not stopped by any lease; so writes that need correctness are
 //! fenced, as everywhere.
 
+mod clocks;
 mod members;
 mod pubsub;
 
@@ -111,6 +116,9 @@ struct NodeState {
     run_id: Option<String>,
     /// Whether the node is known to be a server of its own (see `members.rs`).
     identity: Identity,
+    /// Whether the node's clock was ahead of the others' at its last grant (see `clocks.rs`),
+    /// so that the warning is logged when that starts and the end when it ends.
+    clock_ahead: bool,
 }
 
 /// Whether a member is a server of its own, or another member under a second name.
@@ -315,6 +323,56 @@ impl QuorumStore {
         } else {
             tracing::warn!(node = %node.name, "quorum node lost its data (restarted or flushed); it sits out of majorities until every grant it forgot has expired");
         }
+    }
+
+    /// For each node, whether it granted with a clock ahead of the other granting nodes' (see
+    /// `clocks.rs`); logs when a node starts or stops being ahead.
+    fn clocks_ahead(
+        &self,
+        answers: &[Answer<(NodeAcquire, Instant)>],
+        sent: Instant,
+        ttl: Duration,
+    ) -> Vec<bool> {
+        let grants: Vec<(usize, clocks::Granted)> = answers
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| {
+                !matches!(
+                    self.inner.nodes[*index].state().identity,
+                    Identity::Twin { .. }
+                )
+            })
+            .filter_map(|(index, answer)| match answer {
+                Answer::Ok((NodeAcquire::Replied(AcquireReply::Granted { fence }), answered)) => {
+                    Some((
+                        index,
+                        clocks::Granted {
+                            fence: *fence,
+                            answered: *answered,
+                        },
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        let limit = clocks::limit(ttl);
+        let found = clocks::ahead(
+            &grants.iter().map(|(_, g)| *g).collect::<Vec<_>>(),
+            sent,
+            limit,
+        );
+        let mut ahead = vec![false; answers.len()];
+        for ((index, _), is_ahead) in grants.iter().zip(found) {
+            ahead[*index] = is_ahead;
+            let node = &self.inner.nodes[*index];
+            let was = std::mem::replace(&mut node.state().clock_ahead, is_ahead);
+            if is_ahead && !was {
+                tracing::warn!(node = %node.name, limit = ?limit, "quorum node's clock is ahead of the other nodes' (a clock step?): its keys may expire early, so it does not vote until its clock agrees again");
+            } else if was && !is_ahead {
+                tracing::info!(node = %node.name, "quorum node's clock agrees with the other nodes' again; it votes");
+            }
+        }
+        ahead
     }
 
     /// A node that could not be reached at connect answered: it votes once it is known to be
@@ -570,6 +628,7 @@ fn node(info: &redis::ConnectionInfo, conn: ConnectionManager, boot_key: &str, b
             sits_out_until: None,
             run_id: None,
             identity: Identity::Unchecked,
+            clock_ahead: false,
         }),
     }
 }
@@ -603,12 +662,27 @@ impl Backend for QuorumStore {
                 let seen = node.state().boot.clone();
                 let (item, fresh) = (&item, &fresh);
                 async move {
-                    acquire::on_quorum_node(&node.conn, item, &node.boot_key, &seen, fresh.as_str())
-                        .await
+                    let reply = acquire::on_quorum_node(
+                        &node.conn,
+                        item,
+                        &node.boot_key,
+                        &seen,
+                        fresh.as_str(),
+                    )
+                    .await?;
+                    Ok((reply, Instant::now()))
                 }
             })
             .await;
         let now = Instant::now();
+        let ahead = self.clocks_ahead(&answers, started, ttl);
+        let answers: Vec<Answer<NodeAcquire>> = answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Ok((reply, _)) => Answer::Ok(reply),
+                Answer::Failed(why) => Answer::Failed(why),
+            })
+            .collect();
         let mut granted = 0;
         let mut fence = 0;
         let mut busy = false;
@@ -616,7 +690,7 @@ impl Backend for QuorumStore {
         for (index, (node, answer)) in self.inner.nodes.iter().zip(&answers).enumerate() {
             match answer {
                 Answer::Ok(NodeAcquire::Replied(AcquireReply::Granted { fence: f })) => {
-                    if node.votes(now) {
+                    if node.votes(now) && !ahead[index] {
                         granted += 1;
                         fence = fence.max(*f);
                     }
