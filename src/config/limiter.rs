@@ -28,6 +28,7 @@ use crate::ratelimit::{
 /// | `outage` | `"fail-closed"`, `"fail-open"` or `"local-fallback"` | [`on_outage`](RateLimiterBuilder::on_outage) |
 /// | `deadline` | a duration | [`deadline`](RateLimiterBuilder::deadline) |
 /// | `deny_cache` | a number of subjects; 0: off | [`deny_cache`](RateLimiterBuilder::deny_cache) |
+/// | `deny_cache_max_age` | a duration; `"0s"`: off | [`deny_cache_max_age`](RateLimiterBuilder::deny_cache_max_age) |
 /// | `max_in_flight` | a number of checks | [`max_in_flight`](RateLimiterBuilder::max_in_flight) |
 /// | `shadow` | `true` or `false` | [`shadow`](RateLimiterBuilder::shadow) |
 /// | `max_wait` | a duration, or `"forever"` | [`max_wait`](RateLimiterBuilder::max_wait) |
@@ -73,6 +74,8 @@ pub struct LimiterConfig {
     pub deadline: Option<Duration>,
     /// [`RateLimiterBuilder::deny_cache`].
     pub deny_cache: Option<usize>,
+    /// [`RateLimiterBuilder::deny_cache_max_age`].
+    pub deny_cache_max_age: Option<Duration>,
     /// [`RateLimiterBuilder::max_in_flight`].
     pub max_in_flight: Option<usize>,
     /// [`RateLimiterBuilder::shadow`].
@@ -126,6 +129,7 @@ impl LimiterConfig {
             outage: None,
             deadline: None,
             deny_cache: None,
+            deny_cache_max_age: None,
             max_in_flight: None,
             shadow: None,
             max_wait: None,
@@ -150,6 +154,9 @@ impl LimiterConfig {
         }
         if let Some(subjects) = self.deny_cache {
             builder = builder.deny_cache(subjects);
+        }
+        if let Some(age) = self.deny_cache_max_age {
+            builder = builder.deny_cache_max_age(age);
         }
         if let Some(checks) = self.max_in_flight {
             builder = builder.max_in_flight(checks);
@@ -221,6 +228,7 @@ impl ReadTable for LimiterConfig {
         "outage",
         "deadline",
         "deny_cache",
+        "deny_cache_max_age",
         "max_in_flight",
         "shadow",
         "max_wait",
@@ -260,6 +268,7 @@ pub(super) fn read_limiter<'de, A: MapAccess<'de>>(
                 })?);
             }
             "deny_cache" => config.deny_cache = Some(table.value(map, key)?),
+            "deny_cache_max_age" => config.deny_cache_max_age = Some(table.value(map, key)?),
             "max_in_flight" => {
                 config.max_in_flight =
                     Some(

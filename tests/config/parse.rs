@@ -211,11 +211,16 @@ fn zero_durations_are_refused_where_they_cannot_work() {
     // Where zero means something, it is taken: no wait, no deny cache, no store patience.
     let config = Config::from_toml_str(&format!(
         "{MEMORY}[lock]\nwait = \"0s\"\nstore_patience = \"0s\"\nmin_hold = \"0s\"\n\
-         [limiters.api]\npolicies = \"100/s\"\ndeny_cache = 0\nmax_wait = \"0s\""
+         [limiters.api]\npolicies = \"100/s\"\ndeny_cache = 0\n\
+         deny_cache_max_age = \"0s\"\nmax_wait = \"0s\""
     ))
     .expect("zero where zero means off");
     assert_eq!(config.lock.wait, Some(Duration::ZERO));
     assert_eq!(config.limiters["api"].deny_cache, Some(0));
+    assert_eq!(
+        config.limiters["api"].deny_cache_max_age,
+        Some(Duration::ZERO)
+    );
 }
 
 #[test]
