@@ -41,6 +41,8 @@ pub mod __private;
 mod admin;
 pub mod bloom;
 mod client;
+#[cfg(feature = "serde")]
+pub mod config;
 mod error;
 pub mod fenced;
 pub mod guide;

@@ -52,7 +52,7 @@ pub use self::limiter::{
     DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT,
     RateLimiter,
 };
-pub use self::outage::Outage;
+pub use self::outage::{Outage, ParseOutageError};
 pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
 pub use self::rate::ParseRateError;

@@ -48,6 +48,111 @@ pub enum Outage {
     LocalFallback,
 }
 
+impl Outage {
+    /// The name in configuration: `"fail-closed"`, `"fail-open"` or `"local-fallback"`.
+    /// [`FromStr`](std::str::FromStr) also takes `_` or a space for `-` and ignores case.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::FailClosed => "fail-closed",
+            Self::FailOpen => "fail-open",
+            Self::LocalFallback => "local-fallback",
+        }
+    }
+
+    const ALL: [Self; 3] = [Self::FailClosed, Self::FailOpen, Self::LocalFallback];
+}
+
+impl std::fmt::Display for Outage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Outage {
+    type Err = ParseOutageError;
+
+    /// `fail-closed`, `fail-open` or `local-fallback`; `_` or a space may stand for `-`, and
+    /// case does not matter (`"Fail open"`, `"LOCAL_FALLBACK"`).
+    ///
+    /// ```
+    /// use distlock::ratelimit::Outage;
+    ///
+    /// assert_eq!("fail-open".parse(), Ok(Outage::FailOpen));
+    /// assert_eq!("Local fallback".parse(), Ok(Outage::LocalFallback));
+    /// let err = "open".parse::<Outage>().unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "unknown outage policy \"open\"; use fail-closed, fail-open or local-fallback"
+    /// );
+    /// ```
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let words: Vec<&str> = text
+            .split(|c: char| c.is_whitespace() || c == '-' || c == '_')
+            .filter(|word| !word.is_empty())
+            .collect();
+        let wanted = words.join("-").to_ascii_lowercase();
+        Self::ALL
+            .into_iter()
+            .find(|outage| outage.name() == wanted)
+            .ok_or_else(|| ParseOutageError {
+                input: text.to_owned(),
+            })
+    }
+}
+
+/// A text that names no [`Outage`] policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown outage policy {input:?}; use fail-closed, fail-open or local-fallback")]
+pub struct ParseOutageError {
+    input: String,
+}
+
+impl ParseOutageError {
+    /// The text that was parsed.
+    #[must_use]
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+}
+
+/// `Outage` as its name (`"fail-open"`), both ways.
+#[cfg(feature = "serde")]
+mod serde_impl {
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::{Deserialize, Serialize, Serializer};
+
+    use super::Outage;
+
+    impl Serialize for Outage {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str(self.name())
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Outage {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_str(OutageVisitor)
+        }
+    }
+
+    struct OutageVisitor;
+
+    impl Visitor<'_> for OutageVisitor {
+        type Value = Outage;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("\"fail-closed\", \"fail-open\" or \"local-fallback\"")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Outage, E> {
+            text.parse().map_err(E::custom)
+        }
+    }
+}
+
 /// Why the store gave no answer.
 pub(super) enum Unavailable {
     Store(StoreError),
