@@ -166,7 +166,7 @@ impl LockBuilder {
                 &self.client,
                 &mut claim,
                 self.options.wait,
-                self.options.store_patience,
+                &self.options.retry(),
             )
             .await?;
             tracing::debug!(

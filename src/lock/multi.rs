@@ -119,7 +119,7 @@ impl MultiLockBuilder {
             &self.client,
             &mut claim,
             self.options.wait,
-            self.options.store_patience,
+            &self.options.retry(),
         )
         .await?;
         tracing::debug!(

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::lease::Terms;
-use super::wait::Wait;
+use super::wait::{BACKOFF_MAX, BACKOFF_MIN, Retry, Wait};
 use super::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use crate::Client;
 use crate::error::LockError;
@@ -22,6 +22,10 @@ pub(crate) struct Options {
     pub(crate) replicas: Option<Replicas>,
     /// How long a waiting acquire retries transient store errors.
     pub(crate) store_patience: Duration,
+    /// At most this many attempts within the wait (`None`: as many as the wait allows).
+    pub(crate) max_attempts: Option<u32>,
+    /// First and largest sleep between attempts that no wake-up ends.
+    pub(crate) backoff: (Duration, Duration),
 }
 
 impl Options {
@@ -36,6 +40,17 @@ impl Options {
             min_hold: None,
             replicas: client.default_replicas(),
             store_patience: super::wait::OUTAGE_PATIENCE,
+            max_attempts: None,
+            backoff: (BACKOFF_MIN, BACKOFF_MAX),
+        }
+    }
+
+    /// How the acquire loop retries.
+    pub(crate) fn retry(&self) -> Retry {
+        Retry {
+            patience: self.store_patience,
+            max_attempts: self.max_attempts,
+            backoff: self.backoff,
         }
     }
 
@@ -43,6 +58,18 @@ impl Options {
     /// can do.
     pub(crate) fn validate(&self, client: &Client) -> Result<Terms, LockError> {
         check_ttl(self.ttl)?;
+        if self.max_attempts == Some(0) {
+            return Err(invalid(
+                "max_attempts must be at least 1 (1 tries once)".to_owned(),
+            ));
+        }
+        let (first, largest) = self.backoff;
+        if first.is_zero() || first > largest || largest > MAX_BACKOFF {
+            return Err(invalid(format!(
+                "retry_backoff({first:?}, {largest:?}): the first sleep must be above zero and \
+                 at most the largest, and the largest at most {MAX_BACKOFF:?}"
+            )));
+        }
         if self.max_hold.is_some_and(|m| m.is_zero()) {
             return Err(invalid("max_hold must be greater than zero".to_owned()));
         }
@@ -86,6 +113,9 @@ impl Options {
         })
     }
 }
+
+/// The largest sleep `retry_backoff` accepts between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 fn invalid(reason: String) -> LockError {
     LockError::InvalidConfig { reason }
@@ -136,6 +166,32 @@ macro_rules! lease_options {
         /// Without a wait, the first store error is returned either way.
         pub fn store_patience(mut self, patience: ::std::time::Duration) -> Self {
             self.options.store_patience = patience;
+            self
+        }
+
+        /// At most `attempts` tries (round trips that try to take it) within the wait, as
+        /// redsync's `WithTries` or node-redlock's `retryCount`: once they are used up the
+        /// acquire ends with [`LockError::Timeout`](crate::LockError::Timeout) (or the last
+        /// store error), even if the wait has time left. Default: as many as the wait allows
+        /// (waiters are woken by releases, so they rarely need many). `1` tries once; `0` is
+        /// refused.
+        pub fn max_attempts(mut self, attempts: u32) -> Self {
+            self.options.max_attempts = Some(attempts);
+            self
+        }
+
+        /// The first and the largest sleep between attempts that no release wakes: polling
+        /// when the store's pub/sub is unavailable, and retries after transient store errors.
+        /// Each sleep gets up to a tenth more of random jitter (at most 50 ms) and then
+        /// doubles, up to `largest`. Default 5 ms and 500 ms; `first` above zero and at most
+        /// `largest`, `largest` at most 60 s. A busy lock's waiter also never sleeps past the
+        /// holder's remaining ttl.
+        pub fn retry_backoff(
+            mut self,
+            first: ::std::time::Duration,
+            largest: ::std::time::Duration,
+        ) -> Self {
+            self.options.backoff = (first, largest);
             self
         }
 

@@ -123,7 +123,7 @@ impl RwLockBuilder {
             &self.client,
             &mut claim,
             self.options.wait,
-            self.options.store_patience,
+            &self.options.retry(),
         )
         .await?;
         tracing::debug!(

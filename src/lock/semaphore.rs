@@ -141,7 +141,7 @@ impl SemaphoreBuilder {
             &self.client,
             &mut claim,
             self.options.wait,
-            self.options.store_patience,
+            &self.options.retry(),
         )
         .await?;
         tracing::debug!(

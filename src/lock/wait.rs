@@ -38,9 +38,22 @@ use crate::store::{Subscription, Waits};
 /// and a round trip.
 pub(crate) const STARVE_AFTER: Duration = Duration::from_millis(20);
 
-/// First and largest sleep of the polling fallback.
-const BACKOFF_MIN: Duration = Duration::from_millis(5);
-const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// First and largest sleep of the polling fallback, by default.
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(5);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// How a waiting acquire retries: the builders' `store_patience`, `max_attempts` and
+/// `retry_backoff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Retry {
+    /// How long nothing but transient store errors is retried.
+    pub(crate) patience: Duration,
+    /// At most this many attempts (round trips that try to take it); `None`: no limit.
+    pub(crate) max_attempts: Option<u32>,
+    /// The first and the largest sleep between attempts that no wake-up ends: polling
+    /// without pub/sub, and retries after store errors (each jittered, then doubled).
+    pub(crate) backoff: (Duration, Duration),
+}
 /// How long a waiter keeps retrying when every attempt fails with a transient store error
 /// (a Sentinel or cluster failover takes a few seconds; a longer run is an outage).
 pub(crate) const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
@@ -159,8 +172,10 @@ pub(crate) async fn acquire<C: Claim>(
     client: &Client,
     claim: &mut C,
     wait: Wait,
-    patience: Duration,
+    retry: &Retry,
 ) -> Result<(C::Granted, Acquired), LockError> {
+    let patience = retry.patience;
+    let (backoff_min, backoff_max) = retry.backoff;
     let store = client.store();
     let started = Instant::now();
     let deadline = match wait {
@@ -174,7 +189,7 @@ pub(crate) async fn acquire<C: Claim>(
     let mut waiting: Option<Waiting> = None;
     let mut subscription: Option<Subscription> = None;
     let mut subscribe_failed = false;
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = backoff_min;
     let mut attempts = 0u32;
     let mut woken_by = "start";
     // The release wake-up this waiter took, if its next attempt has not answered yet.
@@ -248,9 +263,12 @@ pub(crate) async fn acquire<C: Claim>(
                 let Some(remaining) = remaining.filter(|r| !r.is_zero()) else {
                     return Err(LockError::Store(err));
                 };
+                if retry.max_attempts.is_some_and(|max| attempts >= max) {
+                    return Err(LockError::Store(err));
+                }
                 tracing::debug!(error = %err, "store error while waiting; retrying");
                 tokio::time::sleep((backoff + jitter_for(backoff)).min(remaining)).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff = (backoff * 2).min(backoff_max);
                 claim.fresh_token();
                 continue;
             }
@@ -292,7 +310,8 @@ pub(crate) async fn acquire<C: Claim>(
             continue;
         }
         let now = Instant::now();
-        let busy_for = pttl.unwrap_or(BACKOFF_MAX);
+        let busy_for = pttl.unwrap_or(backoff_max);
+        let out_of_attempts = retry.max_attempts.is_some_and(|max| attempts >= max);
         let remaining = match (wait, deadline) {
             (Wait::No, _) => {
                 metrics::busy(kind);
@@ -301,7 +320,7 @@ pub(crate) async fn acquire<C: Claim>(
                     retry_after: busy_for,
                 });
             }
-            (_, Some(deadline)) if now >= deadline => {
+            (_, Some(deadline)) if now >= deadline || out_of_attempts => {
                 if let Some(unmark) = unmark.as_mut() {
                     let others = subscription
                         .as_ref()
@@ -315,6 +334,19 @@ pub(crate) async fn acquire<C: Claim>(
                 });
             }
             (_, Some(deadline)) => deadline - now,
+            (_, None) if out_of_attempts => {
+                if let Some(unmark) = unmark.as_mut() {
+                    let others = subscription
+                        .as_ref()
+                        .is_some_and(Subscription::others_starving);
+                    unmark.now(others).await;
+                }
+                metrics::timed_out(kind);
+                return Err(LockError::Timeout {
+                    name: claim.name().to_owned(),
+                    waited: now - started,
+                });
+            }
             (_, None) => Duration::MAX,
         };
         if waiting.is_none() {
@@ -354,7 +386,7 @@ pub(crate) async fn acquire<C: Claim>(
         let mut sleep = busy_for.saturating_add(jitter);
         if subscription.is_none() {
             sleep = sleep.min(backoff + jitter_for(backoff));
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            backoff = (backoff * 2).min(backoff_max);
         }
         let sleep = sleep.min(remaining);
         let handed = async {

@@ -16,6 +16,7 @@ mod handoff;
 mod job;
 mod multi;
 mod processes;
+mod retry;
 mod rwlock;
 mod scripts;
 mod semantics;
