@@ -158,6 +158,22 @@ impl ChildProcess {
         }
     }
 
+    /// Waits for the child to exit (e.g. after a SIGKILL) and returns how it ended.
+    pub fn wait_exit(&self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.exit_status() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the child did not exit within {within:?}: {}",
+                self.why(Duration::ZERO)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The child's exit status, if it has exited.
     fn exit_status(&self) -> Option<ExitStatus> {
         self.child

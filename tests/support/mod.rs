@@ -19,6 +19,7 @@
 pub mod child;
 pub mod cluster;
 pub mod fixture;
+pub mod lateness;
 pub mod process;
 pub mod proxy;
 pub mod sentinel;
