@@ -304,12 +304,29 @@ impl LeaseHandle {
 
     /// Resolves when the lease ends or can no longer be trusted: released, taken over, or
     /// past its safety deadline. It watches the deadline itself, so it fires on time even if
-    /// no renewal answer ever comes.
+    /// no renewal answer ever comes, as long as the runtime runs its timers on time.
+    ///
+    /// It also reads the clock each time it is polled: a task that races it against its work
+    /// (as [`LockBuilder::run`](crate::LockBuilder::run) does, loss first) sees the loss at
+    /// its first poll past the deadline, even if the runtime was starved of CPU and has not
+    /// yet fired the deadline's timer. A task that only awaits this signal is woken by that
+    /// timer, so on a starved machine it can learn of the loss late; check
+    /// [`is_lost`](Self::is_lost) before each step that needs the lock.
     pub async fn lost(&self) {
         loop {
             let until = self.shared.valid_until();
             tokio::select! {
+                biased;
                 () = self.shared.ended.cancelled() => return,
+                // Never registers a waker: the two other branches wake this future, and any
+                // other wake-up of the task (its work being ready) polls it too.
+                () = std::future::poll_fn(|_| {
+                    if self.shared.check_deadline() {
+                        std::task::Poll::Ready(())
+                    } else {
+                        std::task::Poll::Pending
+                    }
+                }) => return,
                 () = tokio::time::sleep_until(until) => {
                     if self.shared.check_deadline() {
                         return;

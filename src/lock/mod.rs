@@ -417,6 +417,8 @@ impl Claim for LockClaim<'_> {
 }
 
 /// Runs `body` until it finishes or the lease is lost, whichever is first (loss wins a tie).
+/// The lost signal reads the clock at every poll, so the body is never polled again once the
+/// lease is past its safety deadline, however late a starved runtime fires its timers.
 async fn guarded<Fut: Future>(handle: LeaseHandle, body: Fut) -> Result<Fut::Output, LockError> {
     tokio::select! {
         biased;

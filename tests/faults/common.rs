@@ -9,8 +9,13 @@ use distlock::{Client, LockError, StoreError};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-/// Scheduling slack allowed on top of a specified deadline before a test calls it late (a
-/// loaded 2-core CI machine took 126 ms past a 300 ms response timeout; a hang takes seconds).
+pub use crate::support::lateness::LatenessProbe;
+
+/// Allowed on top of a specified deadline for the work around it (a round trip to a killed or
+/// blackholed server, a reconnect attempt, building the error) before a test calls it late,
+/// besides how late this runtime ran its timers meanwhile, which [`timed`] measures: a
+/// deadline is a timer, kept to within that lateness (the README's limits). A hang takes
+/// seconds.
 pub const SLACK: Duration = Duration::from_millis(200);
 
 /// The client response timeout used by the fault tests (every operation is bounded by it).
@@ -103,11 +108,15 @@ where
     }
 }
 
-/// Runs `fut` and returns its output with how long it took.
-pub async fn timed<T>(fut: impl Future<Output = T>) -> (T, Duration) {
+/// Runs `fut` and returns its output, how long it took, and how late this runtime ran its
+/// timers meanwhile (a [`LatenessProbe`]'s measure): a deadline inside `fut` is met when
+/// `took <= deadline + SLACK + late`.
+pub async fn timed<T>(fut: impl Future<Output = T>) -> (T, Duration, Duration) {
+    let probe = LatenessProbe::start();
+    let mark = probe.mark();
     let start = Instant::now();
     let out = fut.await;
-    (out, start.elapsed())
+    (out, start.elapsed(), probe.since(mark))
 }
 
 /// Waits until the client's watchdog has sent a renewal, then `after` more, and returns.

@@ -110,7 +110,7 @@ async fn noeviction_acquire_reports_out_of_memory() {
         Err(err) if is_oom(err) => {}
         other => panic!("acquire under OOM: expected Refused(OutOfMemory), got {other:?}"),
     }
-    let (waiting, took) = timed(
+    let (waiting, took, late) = timed(
         client
             .lock("oom:wait")
             .ttl(Duration::from_secs(1))
@@ -122,9 +122,10 @@ async fn noeviction_acquire_reports_out_of_memory() {
         Err(err) if is_oom(err) => {}
         other => panic!("waiting acquire under OOM: expected Refused(OutOfMemory), got {other:?}"),
     }
+    // At once, not after its 3 s wait (less how late this runtime ran its timers).
     assert!(
-        took < Duration::from_secs(1),
-        "waiting acquire under OOM took {took:?}"
+        took < Duration::from_secs(1) + late,
+        "waiting acquire under OOM took {took:?} (timers {late:?} late meanwhile)"
     );
 }
 
@@ -142,6 +143,7 @@ async fn eviction_is_noticed_by_the_watchdog() {
     let name = "evicted";
     let key = client.__inspect().lock_key(name).expect("key");
     let lease = client.lock(name).ttl(ttl).acquire().await.expect("acquire");
+    let probe = crate::common::LatenessProbe::start();
 
     let mut evicted_at = None;
     for i in 0..MAX_JUNK_WRITES {
@@ -163,6 +165,7 @@ async fn eviction_is_noticed_by_the_watchdog() {
         panic!("the lock key was not evicted after {MAX_JUNK_WRITES} junk writes; {stats:?}");
     };
     let deadline = evicted_at + lease.valid_for();
+    let mark = probe.mark();
     assert!(
         !lease.is_lost(),
         "lost before the eviction: {:?}",
@@ -185,14 +188,20 @@ async fn eviction_is_noticed_by_the_watchdog() {
         "lost {since:?} after the eviction; deadline was {:?} after it",
         deadline - evicted_at
     );
+    // At the next renewal (every ttl/3), give or take the work around it and how late this
+    // runtime ran its timers meanwhile.
+    let late = probe.since(mark);
     assert!(
-        since <= ttl / 3 + Duration::from_millis(200),
-        "the loss was noticed {since:?} after the eviction (renewals come every {:?})",
+        since <= ttl / 3 + Duration::from_millis(200) + late,
+        "the loss was noticed {since:?} after the eviction (renewals come every {:?}; timers \
+         {late:?} late meanwhile)",
         ttl / 3
     );
+    // Before the deadline: `NotHeld` says a renewal found it (once past the deadline the
+    // lease would have ended `Expired` first).
     assert!(
-        lost_at + Duration::from_millis(500) < deadline,
-        "the loss was noticed {since:?} after the eviction, not well before the deadline ({:?})",
+        lost_at < deadline,
+        "the loss was noticed {since:?} after the eviction, not before the deadline ({:?})",
         deadline - evicted_at
     );
 }

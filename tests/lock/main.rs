@@ -21,6 +21,7 @@ mod rwlock;
 mod scripts;
 mod semantics;
 mod semaphore;
+mod starved;
 mod timing;
 mod tokens;
 mod wakeups;

@@ -163,7 +163,9 @@ async fn a_busy_lock_takes_nothing_of_the_set(fx: Fixture) {
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     single.release().await.expect("release");
-    let multi = tokio::time::timeout(Duration::from_secs(2), waiter)
+    // A waiter that missed the release would sleep until c's 30 s ttl ran out; the bound
+    // tells the two apart with seconds to spare for a busy machine.
+    let multi = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("woken by the release")
         .expect("task")

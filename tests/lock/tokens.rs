@@ -17,7 +17,9 @@ async fn token_never_shows(fx: Fixture) {
     let lease = fx
         .client
         .lock("secret")
-        .ttl(Duration::from_millis(300))
+        // Renewed at 400 and 800 ms; long enough that a busy machine cannot make a renewal
+        // miss the deadline (2/3 of it less the margin: ~740 ms).
+        .ttl(Duration::from_millis(1200))
         .acquire()
         .await
         .expect("acquire");
@@ -27,7 +29,7 @@ async fn token_never_shows(fx: Fixture) {
         .expect("get")
         .expect("the lock key holds the token");
     assert_eq!(token.len(), 32, "128-bit token as hex");
-    tokio::time::sleep(Duration::from_millis(250)).await; // a few renewals
+    tokio::time::sleep(Duration::from_millis(900)).await; // a few renewals
     shown.push_str(&format!("{lease:?} {:?}", lease.handle()));
     let busy = fx.client.lock("secret").acquire().await.expect_err("busy");
     shown.push_str(&format!("{busy} {busy:?}"));

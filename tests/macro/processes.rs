@@ -12,6 +12,7 @@ use redis::aio::MultiplexedConnection;
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess};
 use crate::support::fixture::connect;
+use crate::support::server::resource_conn;
 
 const PROCESSES: usize = 2;
 const TASKS: usize = 4;
@@ -37,14 +38,10 @@ async fn section(client: &Client, conn: &mut MultiplexedConnection) -> Result<()
 
 /// What a child runs: `TASKS` tasks × `SECTIONS` calls of [`section`].
 async fn run_sections(url: &str) {
-    let redis = redis::Client::open(url).expect("url");
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let client = connect(url).await;
-        let mut conn = redis
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connection");
+        let mut conn = resource_conn(url).await;
         tasks.push(tokio::spawn(async move {
             for _ in 0..SECTIONS {
                 section(&client, &mut conn).await.expect("section");

@@ -4,25 +4,31 @@
 use std::num::ParseIntError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use distlock::{Client, LockError, LossReason, distributed_lock};
+use distlock::{Client, LockError, LossReason, distributed_lock, safety_margin};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::support::RedisServer;
 use crate::support::fixture::{Fixture, connect, on_both_stores};
 
 on_both_stores!(
-    reentrant_nested_call_joins_the_held_lease,
-    non_reentrant_nested_call_waits_for_the_outer_one,
     spawned_task_does_not_inherit_the_lease,
-    deleted_key_ends_the_body_with_lease_lost,
     finished_body_keeps_its_value_when_the_key_is_gone,
     fence_is_visible_in_the_body_and_increases,
-    on_busy_error_fails_at_once,
     separators_in_values_do_not_make_keys_collide,
     return_and_question_mark_work_and_release,
     mut_self_method_runs_under_the_lock,
+);
+
+// Bodies that time something: on Redis they check what holds however late anything runs;
+// on tokio's paused clock (memory), where nothing runs late, the exact bounds as well.
+on_both_stores!(
+    paused_memory: reentrant_nested_call_joins_the_held_lease,
+    non_reentrant_nested_call_waits_for_the_outer_one,
+    deleted_key_ends_the_body_with_lease_lost,
+    on_busy_error_fails_at_once,
     min_hold_keeps_the_lock_after_the_function_returns,
     max_hold_ends_a_function_that_runs_too_long,
 );
@@ -35,15 +41,24 @@ async fn nightly(client: &Client) -> Result<u64, LockError> {
 }
 
 async fn min_hold_keeps_the_lock_after_the_function_returns(store: Fixture) {
+    const MIN_HOLD: Duration = Duration::from_millis(600);
     let started = Instant::now();
     nightly(&store.client).await.expect("runs");
-    assert!(store.is_held("nightly").await, "kept after the return");
-    let err = nightly(&store.client)
-        .await
-        .expect_err("busy within min_hold");
-    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    // Kept after the return, and busy within min_hold: each counted against the library only
+    // if the answer came before min_hold had passed (a busy machine may get there later).
+    let held = store.is_held("nightly").await;
     assert!(
-        store.wait_free("nightly", Duration::from_secs(2)).await,
+        held || Instant::now() >= started + MIN_HOLD,
+        "freed at the return"
+    );
+    let again = nightly(&store.client).await;
+    assert!(
+        matches!(again, Err(LockError::Busy { .. })) || Instant::now() >= started + MIN_HOLD,
+        "ran again within min_hold: {again:?}"
+    );
+    // The wait only outlasts a busy machine.
+    assert!(
+        store.wait_free("nightly", Duration::from_secs(10)).await,
         "free once min_hold has passed"
     );
     let held_for = started.elapsed();
@@ -64,7 +79,18 @@ async fn max_hold_ends_a_function_that_runs_too_long(store: Fixture) {
     let started = Instant::now();
     let err = stuck(&store.client).await.expect_err("dropped at max_hold");
     assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
-    assert!(started.elapsed() < Duration::from_millis(800));
+    if store.paused() {
+        // Where nothing runs late: at max_hold (400 ms) less at most the margin of the
+        // 150 ms ttl. On the real clock the loss (a timer, and renewals that a starved
+        // watchdog sends late) comes whenever the runtime gets to it; the body's 10 s did not
+        // run out either way (`LeaseLost`).
+        let took = started.elapsed();
+        let max_hold = Duration::from_millis(400);
+        assert!(
+            took >= max_hold - safety_margin(Duration::from_millis(150)) && took <= max_hold,
+            "dropped after {took:?}"
+        );
+    }
 }
 
 // --- reentrancy -------------------------------------------------------------------------------
@@ -85,12 +111,12 @@ async fn audit(client: &Client, id: u64) -> Result<u64, LockError> {
 async fn reentrant_nested_call_joins_the_held_lease(store: Fixture) {
     let started = Instant::now();
     let (outer, inner) = transfer(&store.client, 1).await.expect("transfer");
+    // Joined (a call that did not join would be `Busy`: the macro's wait is zero).
     assert_eq!(outer, inner, "the nested call ran under the outer lease");
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "the nested call waited: {:?}",
-        started.elapsed()
-    );
+    if store.paused() {
+        // Where nothing runs late, nothing in it takes any time: it did not wait.
+        assert_eq!(started.elapsed(), Duration::ZERO, "the nested call waited");
+    }
     assert!(distlock::current_lease().is_none());
     assert!(
         !store.is_held("account:1").await,
@@ -131,7 +157,15 @@ async fn non_reentrant_nested_call_waits_for_the_outer_one(store: Fixture) {
         matches!(failing, Err(LockError::Busy { .. })),
         "expected Busy, got {failing:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // The inner calls gave up after their wait instead of waiting for the outer lease's 30 s
+    // ttl: exactly the 300 ms wait where nothing runs late; on the real clock with seconds
+    // to spare for a busy machine.
+    let bound = if store.paused() {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_secs(10)
+    };
+    assert!(started.elapsed() <= bound, "took {:?}", started.elapsed());
     assert!(!store.is_held("ledger:2").await);
 }
 
@@ -161,9 +195,16 @@ async fn spawned_task_does_not_inherit_the_lease(store: Fixture) {
 
 // --- lease loss -------------------------------------------------------------------------------
 
-#[distributed_lock(key = "stolen", client = client, ttl = "600ms")]
-async fn long_job(client: &Client, finished: Arc<AtomicBool>) -> Result<(), LockError> {
-    tokio::time::sleep(Duration::from_secs(5)).await;
+// Renewed every second; the lease's deadline is ~1.9 s past a renewal, so only a renewal can
+// end it early (`NotHeld`) unless a busy machine starves the watchdog that long.
+#[distributed_lock(key = "stolen", client = client, ttl = "3s")]
+async fn long_job(
+    client: &Client,
+    entered: oneshot::Sender<()>,
+    finished: Arc<AtomicBool>,
+) -> Result<(), LockError> {
+    let _ = entered.send(());
+    tokio::time::sleep(Duration::from_secs(10)).await;
     finished.store(true, Ordering::SeqCst);
     Ok(())
 }
@@ -189,13 +230,15 @@ async fn finished_body_keeps_its_value_when_the_key_is_gone(store: Fixture) {
 async fn deleted_key_ends_the_body_with_lease_lost(store: Fixture) {
     let key = store.lock_key("stolen");
     let thief = store.another_client().await;
+    let (entered_tx, entered) = oneshot::channel();
     let steal = tokio::spawn(async move {
+        entered.await.expect("the body started");
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(thief.__inspect().delete(&key).await.expect("delete"));
         Instant::now()
     });
     let finished = Arc::new(AtomicBool::new(false));
-    let result = long_job(&store.client, finished.clone()).await;
+    let result = long_job(&store.client, entered_tx, finished.clone()).await;
     let ended = Instant::now();
     let stolen_at = steal.await.expect("thief");
     assert!(
@@ -210,28 +253,36 @@ async fn deleted_key_ends_the_body_with_lease_lost(store: Fixture) {
         store.log()
     );
     assert!(!finished.load(Ordering::SeqCst), "the body ran to the end");
-    // Noticed at the next renewal, every ttl/3.
-    let noticed = ended.saturating_duration_since(stolen_at);
-    assert!(
-        noticed <= Duration::from_millis(200 + 150),
-        "noticed after {noticed:?}"
-    );
+    // `NotHeld` says a renewal found it. Where nothing runs late: at the next renewal,
+    // within ttl/3 of the theft (1 ms: tokio's timer resolution).
+    if store.paused() {
+        let noticed = ended.saturating_duration_since(stolen_at);
+        assert!(
+            noticed <= Duration::from_millis(1000 + 1),
+            "noticed after {noticed:?}"
+        );
+    }
 }
 
 #[distributed_lock(key = "server-dies", client = client, ttl = "900ms")]
 async fn job_while_server_dies(
     client: &Client,
-    entered: oneshot::Sender<Instant>,
+    entered: oneshot::Sender<()>,
     finished: Arc<AtomicBool>,
 ) -> Result<(), LockError> {
-    let _ = entered.send(Instant::now());
+    let _ = entered.send(());
     tokio::time::sleep(Duration::from_secs(10)).await;
     finished.store(true, Ordering::SeqCst);
     Ok(())
 }
 
 /// TESTPLAN 7 through the macro: the server is killed mid-hold; the body is dropped at the
-/// lease's safety deadline, before its ttl has run out.
+/// lease's safety deadline (`Expired`), long before it could finish.
+///
+/// No bound on when: the lost signal is a timer, which a busy machine fires late. That the
+/// lease is lost exactly at its deadline is tested on the paused clock
+/// (`lock::semantics::watchdog_off_lease_is_lost_at_its_deadline`), and that a body is never
+/// polled past the deadline however late the timers are, in `lock::starved`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_server_ends_the_body_with_lease_lost() {
     let mut server = RedisServer::start();
@@ -240,15 +291,12 @@ async fn killed_server_ends_the_body_with_lease_lost() {
     let (entered_tx, entered) = oneshot::channel();
     let call = tokio::spawn({
         let finished = finished.clone();
-        async move {
-            let result = job_while_server_dies(&client, entered_tx, finished).await;
-            (result, Instant::now())
-        }
+        async move { job_while_server_dies(&client, entered_tx, finished).await }
     });
-    let entered_at = entered.await.expect("the body started");
+    entered.await.expect("the body started");
     tokio::time::sleep(Duration::from_millis(100)).await;
     server.kill();
-    let (result, ended) = call.await.expect("call");
+    let result = call.await.expect("call");
     assert!(
         matches!(
             result,
@@ -261,11 +309,6 @@ async fn killed_server_ends_the_body_with_lease_lost() {
         server.log()
     );
     assert!(!finished.load(Ordering::SeqCst), "the body ran to the end");
-    let held = ended.saturating_duration_since(entered_at);
-    assert!(
-        held < Duration::from_millis(900 + 100),
-        "the body ran {held:?}, past the 900ms ttl"
-    );
 }
 
 // --- fence, busy locks, keys --------------------------------------------------------------------
@@ -316,17 +359,17 @@ async fn on_busy_error_fails_at_once(store: Fixture) {
         .expect("hold");
     let started = Instant::now();
     match fail_if_busy(&store.client, 1).await {
+        // `Busy`, not `Timeout`: it did not wait.
         Err(LockError::Busy { name, retry_after }) => {
             assert_eq!(name, "busy:1");
             assert!(retry_after <= Duration::from_secs(5));
         }
         other => panic!("expected Busy, got {other:?}"),
     }
-    assert!(
-        started.elapsed() < Duration::from_millis(250),
-        "took {:?}",
-        started.elapsed()
-    );
+    if store.paused() {
+        // Where nothing runs late, one attempt takes no time at all.
+        assert_eq!(started.elapsed(), Duration::ZERO, "it waited");
+    }
     // For contrast: the waiting flavour waits out its `wait`.
     let started = Instant::now();
     let waited = wait_if_busy(&store.client, 1).await;

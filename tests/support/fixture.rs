@@ -1,6 +1,13 @@
 //! One fixture for both stores: a client (and, for Redis, the server it talks to), more
 //! clients on the same store, store-level views of a lock, and `on_both_stores!`, which turns
 //! one test body into a `redis` and a `memory` test.
+//!
+//! Timing: on Redis (and in plain `memory` tests) time is real, and a busy machine can run a
+//! timer, a task or the server late by far more than any drift allowance; only bounds the
+//! library promises whatever the scheduling hold there. `on_both_stores!(paused_memory: ...)`
+//! runs the `memory` test on tokio's paused clock instead: time moves only when every task
+//! waits on a timer, so the library's timers fire exactly on time and a body can assert its
+//! exact bounds when [`Fixture::paused`] says so.
 
 use std::time::Duration;
 
@@ -11,6 +18,8 @@ use super::RedisServer;
 pub struct Fixture {
     pub client: Client,
     pub server: Option<RedisServer>,
+    /// The test runs on tokio's paused clock (memory only).
+    paused: bool,
 }
 
 impl Fixture {
@@ -20,6 +29,17 @@ impl Fixture {
         Self {
             client,
             server: Some(server),
+            paused: false,
+        }
+    }
+
+    /// A fixture for `server` whose client is `client` (made with other settings than
+    /// [`connect`]'s).
+    pub fn with_client(client: Client, server: RedisServer) -> Self {
+        Self {
+            client,
+            server: Some(server),
+            paused: false,
         }
     }
 
@@ -27,7 +47,23 @@ impl Fixture {
         Self {
             client: Client::in_memory(),
             server: None,
+            paused: false,
         }
+    }
+
+    /// The memory store, in a test whose runtime was started with tokio's clock paused.
+    pub fn memory_on_paused_clock() -> Self {
+        Self {
+            paused: true,
+            ..Self::memory()
+        }
+    }
+
+    /// Whether time is tokio's paused clock: nothing runs late, so a timer of the library
+    /// fires exactly when it is due and exact bounds can be asserted. On the real clock only
+    /// what the library promises whatever the scheduling can be.
+    pub fn paused(&self) -> bool {
+        self.paused
     }
 
     /// Another client on the same store: a new connection for Redis; for memory, a clone (an
@@ -53,6 +89,17 @@ impl Fixture {
             .__inspect()
             .lock_key(name)
             .expect("valid lock name")
+    }
+
+    /// When `key` expires, as far as one PTTL read can tell (see [`Expiry`]).
+    pub async fn expiry(&self, key: &str) -> Expiry {
+        let sent = tokio::time::Instant::now();
+        let pttl = self.client.__inspect().pttl(key).await.expect("PTTL");
+        Expiry {
+            pttl,
+            sent,
+            answered: tokio::time::Instant::now(),
+        }
     }
 
     /// Whether the store holds lock `name` for anyone right now.
@@ -83,6 +130,43 @@ impl Fixture {
     }
 }
 
+/// One PTTL read of a key: the server read its clock at some instant between the request's
+/// send and its answer, in whole milliseconds (and expires a key 1 ms after its last
+/// millisecond). So the key expires between `sent + pttl - 1 ms` and `answered + pttl + 1 ms`:
+/// a busy machine widens that window, never moves it the wrong way, so bounds checked
+/// against its edges hold whatever the scheduling. (On tokio's paused clock, the memory
+/// store's `pttl` is exact to the nanosecond and no time passes between send and answer.)
+#[derive(Debug, Clone, Copy)]
+pub struct Expiry {
+    /// `None`: no such key.
+    pub pttl: Option<Duration>,
+    pub sent: tokio::time::Instant,
+    pub answered: tokio::time::Instant,
+}
+
+impl Expiry {
+    const MS: Duration = Duration::from_millis(1);
+
+    /// The earliest the key can expire; `None` if there was no key.
+    pub fn earliest(&self) -> Option<tokio::time::Instant> {
+        self.pttl.map(|pttl| {
+            (self.sent + pttl)
+                .checked_sub(Self::MS)
+                .unwrap_or(self.sent)
+        })
+    }
+
+    /// The latest the key can expire; `None` if there was no key.
+    pub fn latest(&self) -> Option<tokio::time::Instant> {
+        self.pttl.map(|pttl| self.answered + pttl + Self::MS)
+    }
+
+    /// Whether the key was there.
+    pub fn exists(&self) -> bool {
+        self.pttl.is_some()
+    }
+}
+
 /// A client of the test server with a roomy response timeout.
 pub async fn connect(url: &str) -> Client {
     Client::builder()
@@ -93,8 +177,22 @@ pub async fn connect(url: &str) -> Client {
 }
 
 /// Generates, for each named `async fn body(fx: Fixture)`, a module with a `redis` and a
-/// `memory` test that run it on each store.
+/// `memory` test that run it on each store. With `paused_memory:` first, the `memory` test
+/// runs on a current-thread runtime with tokio's clock paused ([`Fixture::paused`]).
 macro_rules! on_both_stores {
+    (paused_memory: $($body:ident),* $(,)?) => {$(
+        mod $body {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::$body($crate::support::fixture::Fixture::redis().await).await;
+            }
+
+            #[tokio::test(start_paused = true)]
+            async fn memory() {
+                super::$body($crate::support::fixture::Fixture::memory_on_paused_clock()).await;
+            }
+        }
+    )*};
     ($($body:ident),* $(,)?) => {$(
         mod $body {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

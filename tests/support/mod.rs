@@ -20,6 +20,7 @@ pub mod child;
 pub mod cluster;
 pub mod faketime;
 pub mod fixture;
+pub mod lateness;
 pub mod netns;
 pub mod process;
 pub mod proxy;

@@ -705,6 +705,20 @@ pub fn resource_url(url: &str) -> String {
     url.replacen(&user, "", 1)
 }
 
+/// A connection to the data a test guards ([`resource_url`] of `url`), with the roomy timeouts
+/// of [`RedisServer::conn`]. redis-rs's default response timeout (500 ms) is shorter than a
+/// busy machine can delay an answer, which made children die on a plain `INCR`.
+pub async fn resource_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONN_CONNECT_TIMEOUT))
+        .set_response_timeout(Some(CONN_RESPONSE_TIMEOUT));
+    redis::Client::open(resource_url(url))
+        .expect("url")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+}
+
 fn acl_run() -> bool {
     std::env::var_os(ACL_RUN_ENV).is_some()
 }

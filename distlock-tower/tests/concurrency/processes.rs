@@ -13,6 +13,7 @@ use redis::AsyncCommands as _;
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess, say};
 use crate::support::fixture::connect;
+use crate::support::server::resource_conn;
 
 /// This binary's entry test for child processes.
 const ENTRY: &str = "processes::child_entry";
@@ -30,11 +31,7 @@ async fn child_entry() {
     };
     assert_eq!(role, "server");
     let client = connect(&url).await;
-    let redis = redis::Client::open(url.as_str()).expect("url");
-    let conn = redis
-        .get_multiplexed_async_connection()
-        .await
-        .expect("conn");
+    let conn = resource_conn(&url).await;
     let work_conn = conn.clone();
     let app = Router::new()
         .route(

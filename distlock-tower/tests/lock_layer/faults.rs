@@ -17,10 +17,7 @@ async fn fixture_with_timeout(timeout: Duration) -> Fixture {
         .connect(&server.url())
         .await
         .expect("connect");
-    Fixture {
-        client,
-        server: Some(server),
-    }
+    Fixture::with_client(client, server)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

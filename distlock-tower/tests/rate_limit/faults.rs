@@ -12,9 +12,13 @@ use http::{Response, StatusCode};
 use tokio::time::Instant;
 
 use crate::app::{call, header, request_from, retry_after, routes, text};
+use crate::support::lateness::LatenessProbe;
 use crate::support::{Proxy, RedisServer};
 
 const DEADLINE: Duration = Duration::from_millis(150);
+/// Allowed on top of the deadline for the work around it (the request through the layer,
+/// the response), besides how late this runtime ran its timers meanwhile: the deadline is a
+/// timer, kept to within that lateness (the README's limits).
 const SLACK: Duration = Duration::from_millis(150);
 
 async fn client_via(proxy: &Proxy) -> Client {
@@ -56,6 +60,7 @@ async fn store_trouble_becomes_the_outage_policys_response() {
         StatusCode::OK
     );
 
+    let probe = LatenessProbe::start();
     for fault in ["slow", "killed"] {
         if fault == "slow" {
             proxy.delay(Duration::from_secs(1));
@@ -63,27 +68,37 @@ async fn store_trouble_becomes_the_outage_policys_response() {
             proxy.pass();
             server.kill();
         }
+        let mark = probe.mark();
         let start = Instant::now();
         let response = call(&closed, request_from("/", peer, &[])).await;
         let took = start.elapsed();
+        let late = probe.since(mark);
         assert_eq!(
             response.status(),
             StatusCode::SERVICE_UNAVAILABLE,
             "{fault}"
         );
         assert_eq!(retry_after(&response), 1);
-        assert!(took <= DEADLINE + SLACK, "{fault}: 503 after {took:?}");
+        assert!(
+            took <= DEADLINE + SLACK + late,
+            "{fault}: 503 after {took:?} (timers {late:?} late meanwhile)"
+        );
 
+        let mark = probe.mark();
         let start = Instant::now();
         let response = call(&open, request_from("/", peer, &[])).await;
         let took = start.elapsed();
+        let late = probe.since(mark);
         assert_eq!(
             response.status(),
             StatusCode::OK,
             "{fault}: fail open passes"
         );
         assert!(header(&response, "ratelimit").is_none(), "{fault}");
-        assert!(took <= DEADLINE + SLACK, "{fault}: passed after {took:?}");
+        assert!(
+            took <= DEADLINE + SLACK + late,
+            "{fault}: passed after {took:?} (timers {late:?} late meanwhile)"
+        );
     }
 }
 
