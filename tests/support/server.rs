@@ -671,14 +671,27 @@ pub const LIBRARY_ACL_RULES: &[&str] = &[
 pub const LIBRARY_ACL_OPTIONAL_RULES: &[&str] = &[
     // `connect` reads `INFO server` to refuse a server older than 6.2 (and, for a cluster,
     // the wrong mode) with a clear error; refused, the check is skipped. (redis-rs also sends
-    // `CLIENT SETINFO` on every new connection and ignores its reply: on Redis 7.2+, add
-    // `+client|setinfo` to keep those refusals out of the ACL LOG. Redis 7.0 rejects the rule
-    // as unknown.)
+    // `CLIENT SETINFO` on every new connection and ignores its reply: see
+    // [`handshake_acl_rules`] for the rule that keeps its refusals out of the ACL LOG.)
     "+info",
     // `bloom_filter(..).open()` asks whether the server has the RedisBloom module (`COMMAND
     // INFO BF.RESERVE`); refused, it uses bitmaps.
     "+command|info",
 ];
+
+/// The rule that keeps redis-rs's `CLIENT SETINFO` (sent on every new connection; a refusal
+/// is ignored, but lands in `ACL LOG`) from being refused, on the servers that accept it:
+/// `+client|setinfo` on Redis 6.2 (no such subcommand, but the ACL check of `CLIENT` comes
+/// first), 7.2+ and Valkey. Redis 7.0 rejects the rule as unknown, and answers the command
+/// "unknown subcommand" before any ACL check: nothing to grant there.
+/// [`library_acl_rules`] and [`acl_run_rules`] include it.
+pub fn handshake_acl_rules() -> &'static [&'static str] {
+    if server_version() == (7, 0) {
+        &[]
+    } else {
+        &["+client|setinfo"]
+    }
+}
 
 /// What a client that finds the primary through Sentinel also needs on the data nodes.
 pub const LIBRARY_ACL_SENTINEL_RULES: &[&str] = &[
@@ -714,7 +727,8 @@ fn acl_run() -> bool {
     std::env::var_os(ACL_RUN_ENV).is_some()
 }
 
-/// The ACL run's user: the library's rules ([`LIBRARY_ACL_RULES`] and the optional ones) on
+/// The ACL run's user: the library's rules ([`LIBRARY_ACL_RULES`], the optional ones and
+/// [`handshake_acl_rules`]) on
 /// every key and channel (the tests use many prefixes; key patterns are tested apart, in
 /// tests/replication/acl.rs), plus what the tests themselves ask of the library's
 /// connection: `+select` (a URL with a database number), `+keys` (the `__inspect().keys()`
@@ -730,6 +744,7 @@ pub fn acl_run_rules() -> Vec<String> {
         LIBRARY_ACL_RULES
             .iter()
             .chain(LIBRARY_ACL_OPTIONAL_RULES)
+            .chain(handshake_acl_rules())
             .map(|r| (*r).to_owned()),
     );
     rules.extend(["+select".to_owned(), "+keys".to_owned()]);
@@ -739,8 +754,8 @@ pub fn acl_run_rules() -> Vec<String> {
 /// The full rule set of a library user with password `password` on key prefix `prefix`:
 /// `on`, `>password`, `resetchannels`, `~<prefix>:*` (every key the library makes:
 /// `<prefix>:lock:{..}`, `<prefix>:fence`, `<prefix>:rl:..`), `&<prefix>:*` (the release
-/// channels `<prefix>:released:{..}`), then [`LIBRARY_ACL_RULES`] and
-/// [`LIBRARY_ACL_OPTIONAL_RULES`].
+/// channels `<prefix>:released:{..}`), then [`LIBRARY_ACL_RULES`],
+/// [`LIBRARY_ACL_OPTIONAL_RULES`] and [`handshake_acl_rules`] (for the server on `PATH`).
 pub fn library_acl_rules(password: &str, prefix: &str) -> Vec<String> {
     let mut rules = vec![
         "on".to_owned(),
@@ -753,6 +768,7 @@ pub fn library_acl_rules(password: &str, prefix: &str) -> Vec<String> {
         LIBRARY_ACL_RULES
             .iter()
             .chain(LIBRARY_ACL_OPTIONAL_RULES)
+            .chain(handshake_acl_rules())
             .map(|r| (*r).to_owned()),
     );
     rules
