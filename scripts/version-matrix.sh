@@ -30,6 +30,8 @@
 #                           checked against the archive's checksum.
 #   DISTLOCK_SERVER_CACHE   where built servers are kept, one directory per version (default
 #                           ${XDG_CACHE_HOME:-$HOME/.cache}/distlock/servers).
+#   DISTLOCK_MATRIX_SUITE_TIMEOUT  seconds one suite may run on one version before it is killed
+#                           and counts as failed (default 1200), so a hung test cannot stall CI.
 #
 # Servers are built with `make BUILD_TLS=yes MALLOC=libc OPTIMIZATION=-O2`: TLS for the TLS
 # tests; libc's malloc and -O2 without link-time optimisation build in about a third of the
@@ -42,6 +44,7 @@ cd "$(dirname "$0")/.."
 SOURCES=${DISTLOCK_REDIS_SOURCES:-/work/shared/redis-sources}
 CACHE=${DISTLOCK_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distlock/servers}
 MAKE_FLAGS=(BUILD_TLS=yes MALLOC=libc OPTIMIZATION=-O2)
+SUITE_TIMEOUT=${DISTLOCK_MATRIX_SUITE_TIMEOUT:-1200}
 
 # Version name, archive ("" for the server on PATH), in the order they run.
 ALL_VERSIONS=(redis-6.2.16 system redis-7.4.1 valkey-8.0.1)
@@ -219,6 +222,7 @@ exclusions() {
     case "$suite" in
       cluster) echo "EXCLUDE|$cluster_reason" ;;
       ticket-shop) echo "SKIP _on_a_cluster|$cluster_reason" ;;
+      replication) echo "SKIP tls::a_cluster_client_over_tls_takes_the_ca_through_certs|$cluster_reason" ;;
     esac
   fi
   return 0
@@ -248,7 +252,7 @@ mkdir -p "$results_dir"
 # (so after ./scripts/test.sh nothing is compiled), and run directly: a `cargo test -p ..
 # --test ..` per suite would unify features differently and compile the crates again.
 note "building the test binaries"
-if ! cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics \
+if ! nice cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics \
   >"$results_dir/build.json" 2>"$results_dir/build.log"; then
   cat "$results_dir/build.log" >&2
   die "the tests do not build"
@@ -302,18 +306,27 @@ for v in "${versions[@]}"; do
     log=$results_dir/$v/$s.log
     started=$SECONDS
     target=${SUITE_TARGET[$s]}
-    # As `cargo test` runs it: from the package's directory.
+    # As `cargo test` runs it: from the package's directory. `timeout` signals its whole
+    # process group, so the servers of a hung suite go with it.
+    status=0
     # shellcheck disable=SC2086 # SUITE_ENV is a list of assignments
-    if (cd "${PKG_DIR[$target]}" \
-      && env PATH="$path" ${SUITE_ENV[$s]:-} "${EXE[$target]}" -q "${skips[@]}") >"$log" 2>&1; then
+    (cd "${PKG_DIR[$target]}" && env PATH="$path" ${SUITE_ENV[$s]:-} \
+      timeout --kill-after=30 "$SUITE_TIMEOUT" "${EXE[$target]}" -q "${skips[@]}") \
+      >"$log" 2>&1 || status=$?
+    if ((status == 0)); then
       result=passed
     else
       result=FAILED
       failed=$((failed + 1))
       cat "$log" >&2
+      if ((status == 124 || status == 137)); then
+        result="TIMEOUT"
+        note "$v $s: killed after ${SUITE_TIMEOUT} s (DISTLOCK_MATRIX_SUITE_TIMEOUT)"
+      fi
     fi
     took=$((SECONDS - started))
-    counts=$(grep -E '^test result:' "$log" | sed -n 's/.* \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' \
+    # (No "test result" line at all when the binary was killed.)
+    counts=$(sed -n 's/^test result:.* \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" \
       | awk '{p+=$1; f+=$2; i+=$3} END {printf "%d passed, %d failed, %d ignored", p, f, i}')
     note "$v $s: $result in $took s ($counts; load $(cut -d' ' -f1 /proc/loadavg))"
     local_skips=("${skips[@]:${#ALWAYS_SKIP[@]}}")
