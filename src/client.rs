@@ -138,9 +138,12 @@ impl Client {
     /// without relying on replication. Rate limits are refused on such a client
     /// ([`RateLimitError::UnsupportedStore`](crate::RateLimitError::UnsupportedStore)).
     ///
-    /// Fails at once on wrong credentials or an unsupported server on any node; nodes that
-    /// cannot be reached are tolerated as long as a majority can (they join when they come
-    /// up). See the README's Redlock section for what it promises and what it does not.
+    /// Fails at once on wrong credentials or an unsupported server on any node, and with
+    /// [`StoreError::Config`] when two members are one server (the same address after
+    /// resolving names, the same boot value, or the same `run_id`): such a server would vote
+    /// twice. Nodes that cannot be reached are tolerated as long as a majority can (they join
+    /// when they come up, once checked against the others). See the guide's
+    /// [Redlock page](crate::guide::redlock) for what it promises and what it does not.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock::StoreError> {

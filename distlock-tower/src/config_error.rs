@@ -2,18 +2,29 @@
 
 use std::time::Duration;
 
-/// A setting a layer or extractor of this crate cannot work with, returned by the checked
-/// builder methods (`try_ttl`, `try_cost`, ...). Their unchecked twins panic with the same
-/// message, so that a mistake in a router built at startup stops the process at once; use the
-/// checked ones when the values come from configuration you want to report on.
+/// A setting a layer or extractor of this crate cannot work with, returned where it is built.
+///
+/// One pattern throughout the crate: a type whose settings can be wrong is configured on a
+/// consuming builder whose setters only store, and one fallible call checks them all and
+/// makes the value ([`LockLayerBuilder::build`](crate::lock::LockLayerBuilder::build),
+/// [`ConcurrencyLimitLayer::new`](crate::ConcurrencyLimitLayer::new) and its builder's
+/// `build`, [`RateLimitLayerBuilder::build`](crate::rate_limit::RateLimitLayerBuilder::build),
+/// [`ClientIpBuilder::build`](crate::client_ip::ClientIpBuilder::build),
+/// [`Header::new`](crate::extract::Header::new)), as the runtime's `RateLimiterBuilder` does.
+/// Constructors that take nothing that can be wrong (`LockLayer::new`, `RateLimitLayer::new`,
+/// `ClientIp::peer`) cannot fail. No value, from code or from a configuration file, makes
+/// any of them panic.
 ///
 /// ```
 /// use std::time::Duration;
 /// use distlock_tower::{ConfigError, LockLayer};
 /// use distlock_tower::extract::Header;
 ///
-/// let layer = LockLayer::new(distlock::Client::in_memory(), Header::from_static("x-job"));
-/// let err = layer.try_ttl(Duration::ZERO).unwrap_err();
+/// let client = distlock::Client::in_memory();
+/// let err = LockLayer::builder(client, Header::from_static("x-job"))
+///     .ttl(Duration::ZERO)
+///     .build()
+///     .unwrap_err();
 /// assert!(matches!(err, ConfigError::TtlOutOfRange { .. }));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -67,5 +78,21 @@ pub enum ConfigError {
         bits: u8,
         /// The longest prefix of that address family.
         max: u8,
+    },
+    /// The client's store cannot serve this layer: a concurrency limit on a Redlock quorum,
+    /// whose majorities of independent primaries do not bound how many hold at once. Every
+    /// request would be refused, so the layer is refused where it is built.
+    #[error("{reason}")]
+    #[non_exhaustive]
+    UnsupportedStore {
+        /// Why, and what to use instead.
+        reason: String,
+    },
+    /// A header name that is not a valid HTTP field name (visible ASCII token characters).
+    #[error("{name:?} is not a valid header name")]
+    #[non_exhaustive]
+    InvalidHeaderName {
+        /// The name given.
+        name: String,
     },
 }

@@ -74,6 +74,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Algorithm, Decision, Origin, Policy, PolicyDecision};
+use crate::store::{RateOp, RateReply};
 
 /// How many slots remember the latest consuming answer, by hash of the subject.
 const CONSUMED_SLOTS: usize = 256;
@@ -395,6 +396,40 @@ impl DenyCache {
         );
     }
 
+    /// Learns from what the store did with `op` on `subject`, sent at `sent`: a consuming
+    /// answer, or an operation that may have consumed without an answer, forgets the
+    /// subject; a check's answer (or a refused reservation's) is recorded, remembering a
+    /// denial with the figures `decide` makes of the reply.
+    pub(crate) fn learn(
+        &self,
+        subject: &str,
+        op: RateOp,
+        sent: Sent,
+        answer: Answer<'_>,
+        decide: impl FnOnce(&RateReply) -> Decision,
+        recovery: &Arc<[Recovery]>,
+    ) {
+        match (answer, op) {
+            (Answer::Replied(reply), RateOp::Check { .. }) if reply.applied => {
+                self.consumed(subject);
+            }
+            // Every answer refreshes or drops the subject's entry, so the cache never serves
+            // figures the store has moved past.
+            (Answer::Replied(reply), RateOp::Check { cost }) => {
+                self.record_with(subject, cost, sent, &decide(reply), recovery);
+            }
+            (Answer::Replied(reply), RateOp::Reserve { cost, .. }) if !reply.applied => {
+                self.record_with(subject, cost, sent, &decide(reply), recovery);
+            }
+            // It changed the subject's state (a reservation, a refund, a penalty, a reset).
+            (Answer::Replied(_), _) => self.unanswered(subject),
+            // Sent but unanswered (a timeout, a dropped connection): the store may have
+            // applied it, so the cached figures may be stale.
+            (Answer::Lost, op) if op.consumes() => self.unanswered(subject),
+            (Answer::Lost | Answer::NotSent, _) => {}
+        }
+    }
+
     /// A check on `subject` consumed (the store said so): forget the subject.
     pub(crate) fn consumed(&self, subject: &str) {
         self.consumed_at_most_now(subject);
@@ -414,14 +449,20 @@ impl DenyCache {
         inner.last_consumed[slot] = self.consumed.fetch_add(1, Ordering::AcqRel) + 1;
     }
 
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     #[cfg(feature = "test-util")]
     pub(crate) fn len(&self) -> usize {
         self.inner().entries.len()
     }
+}
+
+/// What became of one operation on the store, for [`DenyCache::learn`].
+pub(crate) enum Answer<'a> {
+    /// The store answered.
+    Replied(&'a RateReply),
+    /// It was sent but not answered: it may have been applied.
+    Lost,
+    /// It never left (the in-flight limit, the circuit breaker).
+    NotSent,
 }
 
 /// The subject's slot in [`Inner::last_consumed`].

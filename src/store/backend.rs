@@ -13,6 +13,7 @@ use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::fenced::{self, FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::renew::RenewItem;
@@ -111,6 +112,17 @@ pub(crate) trait Backend {
 
     /// Whether the store has the RedisBloom module.
     async fn bloom_module(&self) -> Result<bool, StoreError>;
+
+    /// One fenced write to a resource, or a read of it (`fenced.lua`: the resource's keys
+    /// share its slot). Refused by default: a backend without one store that holds the
+    /// resource (a Redlock quorum) keeps the default; one that can route such calls to a store
+    /// of its own (a quorum with a separate counting store) overrides it.
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        let _ = call;
+        Err(StoreError::Config {
+            message: fenced::UNSUPPORTED.to_owned(),
+        })
+    }
 
     /// The registry of local waiters, and the subscriptions that wake them.
     fn wakeups(&self) -> &Arc<Wakeups>;

@@ -41,6 +41,9 @@ pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
 pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
+pub(crate) use self::scripts::fenced::{
+    Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
+};
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
 pub(crate) use self::scripts::release::CLAIM;
@@ -147,6 +150,20 @@ impl Store {
     /// Redlock quorum, where counting holders on independent primaries is not exact.
     pub(crate) fn has_holder_sets(&self) -> bool {
         !matches!(self, Self::Quorum(_))
+    }
+
+    /// Whether this store can hold fenced resources (`Client::fenced`): every store but a
+    /// Redlock quorum, whose independent primaries would each keep a different last fence.
+    /// (A quorum client that routes its counting primitives to a store of its own would route
+    /// these there too, and say yes.)
+    pub(crate) fn has_fenced_writes(&self) -> bool {
+        !matches!(self, Self::Quorum(_))
+    }
+
+    /// One fenced write or read, bounded by the operation timeout.
+    pub(crate) async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        self.bounded(async { on_backend!(self, s => s.fenced(call).await) })
+            .await
     }
 
     /// Splits the locks of a multi-lock into the groups that can each be taken in one call,

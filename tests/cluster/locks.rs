@@ -24,6 +24,25 @@ pub async fn client(cluster: &RedisCluster, prefix: &str) -> Client {
         .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()))
 }
 
+/// Seeds only tell a cluster client where to ask for the topology; unlike a quorum's members
+/// (TESTPLAN 42) they never vote, so a seed named twice is harmless and accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_named_twice_is_accepted() {
+    let cluster = RedisCluster::shared();
+    let seeds = cluster.seed_urls();
+    let twice: Vec<&String> = seeds.iter().chain(&seeds).collect();
+    let client = Client::builder()
+        .prefix("seeds")
+        .connect_cluster(&twice)
+        .await
+        .unwrap_or_else(|e| panic!("connect_cluster with every seed twice: {e}"));
+    let lease = client.lock("seeded").acquire().await.expect("acquire");
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
 /// Lock names whose keys land on every master of `cluster`, `per_master` of each.
 pub async fn names_on_every_master(
     cluster: &RedisCluster,

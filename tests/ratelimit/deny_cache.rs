@@ -84,8 +84,17 @@ async fn compare(
 async fn a_larger_cost_waits_its_own_time(fx: Fixture) {
     for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
         let p = policy(algorithm, 5, HOUR);
-        let cached = fx.client.rate_limiter(p.clone());
-        let uncached = fx.client.rate_limiter(p).deny_cache(0);
+        let cached = fx
+            .client
+            .rate_limiter(p.clone())
+            .build()
+            .expect("valid limiter");
+        let uncached = fx
+            .client
+            .rate_limiter(p)
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let what = format!("{algorithm} on {}", store_name(&fx));
         assert!(cached.check_n("larger", 5).await.expect("check").allowed);
         let first = compare(&cached, &uncached, "larger", 1, &what).await;
@@ -107,8 +116,17 @@ async fn a_larger_cost_waits_its_own_time(fx: Fixture) {
 async fn a_smaller_allowed_cost_refreshes_the_figures(fx: Fixture) {
     for algorithm in ALGORITHMS {
         let p = policy(algorithm, 5, HOUR);
-        let cached = fx.client.rate_limiter(p.clone());
-        let uncached = fx.client.rate_limiter(p).deny_cache(0);
+        let cached = fx
+            .client
+            .rate_limiter(p.clone())
+            .build()
+            .expect("valid limiter");
+        let uncached = fx
+            .client
+            .rate_limiter(p)
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let what = format!("{algorithm} on {}", store_name(&fx));
         assert!(cached.check_n("smaller", 3).await.expect("check").allowed);
         let denied = compare(&cached, &uncached, "smaller", 3, &what).await;
@@ -139,12 +157,17 @@ async fn several_policies_report_each_policy_exactly(fx: Fixture) {
         )
         .expect("valid"),
     ];
-    let cached = fx.client.rate_limiter_all(policies.clone()).expect("valid");
+    let cached = fx
+        .client
+        .rate_limiter_all(policies.clone())
+        .build()
+        .expect("valid");
     let uncached = fx
         .client
         .rate_limiter_all(policies)
-        .expect("valid")
-        .deny_cache(0);
+        .deny_cache(0)
+        .build()
+        .expect("valid");
     let what = format!("gcra and sliding log on {}", store_name(&fx));
     assert!(cached.check_n("several", 5).await.expect("check").allowed);
     for cost in [1, 3, 1, 0, 5, 2] {

@@ -30,9 +30,11 @@ use super::{MakeRefusal, Refusal};
 /// use distlock_tower::extract::Header;
 /// use distlock_tower::refusal::ProblemDetails;
 ///
-/// let layer = LockLayer::new(distlock::Client::in_memory(), Header::from_static("x-job"))
-///     .refusal(ProblemDetails::new().type_base("https://api.example.com/problems/"));
+/// let layer = LockLayer::builder(distlock::Client::in_memory(), Header::from_static("x-job"))
+///     .refusal(ProblemDetails::new().type_base("https://api.example.com/problems/"))
+///     .build()?;
 /// # let _ = layer;
+/// # Ok::<(), distlock_tower::ConfigError>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use]
@@ -124,7 +126,7 @@ mod tests {
 
     #[test]
     fn documents_parse_with_the_rfc_9457_members() {
-        let refusal = Refusal::lease_lost("order:1");
+        let refusal = Refusal::lease_lost_by(RefusedBy::Lock, "order:1");
         let response = ProblemDetails::new().make_refusal(&refusal);
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()["retry-after"], "1");

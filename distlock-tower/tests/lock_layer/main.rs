@@ -10,6 +10,7 @@ mod traces;
 mod app;
 mod composed;
 mod faults;
+mod handler_errors;
 mod invalid_key;
 mod oneshot;
 mod responses;

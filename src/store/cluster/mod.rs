@@ -27,6 +27,7 @@ use super::scripts::acquire_permits::{self, PermitsItem};
 use super::scripts::acquire_rw::{self, Side};
 use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
+use super::scripts::fenced::{self, FencedCall, FencedReply};
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
@@ -365,6 +366,13 @@ impl Backend for ClusterStore {
 
     async fn bloom_module(&self) -> Result<bool, StoreError> {
         bloom_native::available(&self.inner.conn)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One single-slot call: the resource's keys share its hash tag.
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        fenced::run(&self.inner.conn, call)
             .await
             .map_err(|e| self.deadline(e))
     }

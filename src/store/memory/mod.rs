@@ -8,6 +8,7 @@
 //! test.
 
 mod bloom;
+mod fenced;
 pub(crate) mod ratelimit;
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use tokio::time::Instant;
 use self::ratelimit::State as RateState;
 use super::backend::Backend;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::{
     AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
@@ -42,6 +44,7 @@ pub(crate) struct MemoryStore {
     state: Arc<Mutex<State>>,
     rates: Arc<Mutex<Rates>>,
     blooms: Arc<bloom::Blooms>,
+    fenced: Arc<fenced::Resources>,
     wakeups: Arc<Wakeups>,
 }
 
@@ -689,6 +692,10 @@ impl Backend for MemoryStore {
 
     async fn bloom_module(&self) -> Result<bool, StoreError> {
         Ok(false)
+    }
+
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        Ok(self.fenced.run(call))
     }
 
     fn wakeups(&self) -> &Arc<Wakeups> {

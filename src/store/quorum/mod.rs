@@ -30,10 +30,11 @@
 //! paused past its ttl is not stopped by any lease; so writes that need correctness are
 //! fenced, as everywhere.
 
+mod members;
 mod pubsub;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -106,6 +107,21 @@ struct NodeState {
     /// shortly before this client came may have forgotten grants of other clients, so the
     /// quarantine runs from the seeding (applied by the store, which knows the quarantine).
     seeded_ago: Option<Duration>,
+    /// The server's `run_id` when last asked (`None`: not yet, or it does not say).
+    run_id: Option<String>,
+    /// Whether the node is known to be a server of its own (see `members.rs`).
+    identity: Identity,
+}
+
+/// Whether a member is a server of its own, or another member under a second name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Identity {
+    /// Checked against every other member (at connect, or when it first answered).
+    Distinct,
+    /// Not checked yet: it could not be reached at connect. It does not vote.
+    Unchecked,
+    /// Another member (named here) under a second name. It never votes.
+    Twin { of: String },
 }
 
 impl Node {
@@ -114,7 +130,9 @@ impl Node {
     }
 
     fn votes(&self, now: Instant) -> bool {
-        self.state().sits_out_until.is_none_or(|until| until <= now)
+        let state = self.state();
+        state.identity == Identity::Distinct
+            && state.sits_out_until.is_none_or(|until| until <= now)
     }
 }
 
@@ -144,6 +162,7 @@ impl QuorumStore {
                 ),
             });
         }
+        members::refuse_repeated_addresses(&nodes, settings.connect_timeout).await?;
         let quorum = nodes.len() / 2 + 1;
         let boot_key = format!("{prefix}:boot");
         let connects = nodes
@@ -179,6 +198,7 @@ impl QuorumStore {
                 failures,
             });
         }
+        refuse_twins(&connected)?;
         let wakeups = Wakeups::new();
         match QuorumLink::new(&nodes, &settings, &wakeups, quorum) {
             Ok(link) => wakeups.set_link(Box::new(link)),
@@ -276,19 +296,48 @@ impl QuorumStore {
     }
 
     /// The node answered with a boot value other than the one last seen: adopt it, and let
-    /// the node sit out for what is left of the quarantine since the value was seeded.
-    fn restarted(&self, node: &Node, boot: Boot) {
+    /// the node sit out for what is left of the quarantine since the value was seeded. A node
+    /// that answers for the first time is also checked against the other members.
+    fn restarted(&self, index: usize, boot: Boot) {
+        let node = &self.inner.nodes[index];
         let until = Instant::now() + self.quarantine().saturating_sub(boot.age);
         let mut state = node.state();
         let first_contact = state.boot.is_empty();
         state.boot = boot.value;
         state.sits_out_until = Some(until);
+        let unchecked = state.identity == Identity::Unchecked;
         drop(state);
+        if unchecked {
+            self.check_identity(index);
+        }
         if first_contact {
             tracing::info!(node = %node.name, "quorum node answered for the first time; it sits out of majorities until any grant it may hold has expired");
         } else {
             tracing::warn!(node = %node.name, "quorum node lost its data (restarted or flushed); it sits out of majorities until every grant it forgot has expired");
         }
+    }
+
+    /// A node that could not be reached at connect answered: it votes once it is known to be
+    /// a server of its own. The same boot value as another member's settles it at once;
+    /// otherwise its `run_id` is compared with the others' in the background (asked again
+    /// until the node says, or says it will not), and the node sits out meanwhile.
+    fn check_identity(&self, index: usize) {
+        let nodes = &self.inner.nodes;
+        let boot = nodes[index].state().boot.clone();
+        if let Some(twin) = nodes
+            .iter()
+            .enumerate()
+            .find(|(j, other)| *j != index && other.state().boot == boot)
+        {
+            self.found_twin(index, &twin.1.name);
+            return;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(compare_run_ids(inner, index));
+    }
+
+    fn found_twin(&self, index: usize, of: &str) {
+        found_twin(&self.inner.nodes[index], of);
     }
 
     /// Runs `op` on every node at once, each bounded by `per_node`.
@@ -369,6 +418,85 @@ fn node_name(info: &redis::ConnectionInfo) -> String {
     info.addr().to_string()
 }
 
+/// At connect: refuses two members that keep one boot value (one server and database under
+/// two names, or a copy of one's data) or report one `run_id` (one server process).
+fn refuse_twins(nodes: &[Node]) -> Result<(), StoreError> {
+    let known = |value: &str| Some(value.to_owned()).filter(|v| !v.is_empty());
+    let boots: Vec<_> = nodes.iter().map(|n| known(&n.state().boot)).collect();
+    if let Some((i, j)) = members::first_shared(&boots) {
+        return Err(members::twice(
+            &nodes[i].name,
+            &nodes[j].name,
+            "they keep one boot value: one server and database, or a copy of one's data",
+        ));
+    }
+    let run_ids: Vec<_> = nodes.iter().map(|n| n.state().run_id.clone()).collect();
+    if let Some((i, j)) = members::first_shared(&run_ids) {
+        return Err(members::twice(
+            &nodes[i].name,
+            &nodes[j].name,
+            "they report one run_id: one server process",
+        ));
+    }
+    Ok(())
+}
+
+fn found_twin(node: &Node, of: &str) {
+    node.state().identity = Identity::Twin { of: of.to_owned() };
+    tracing::error!(node = %node.name, same_as = %of, "quorum member is another member under a second name: it never votes; configure distinct, independent primaries");
+}
+
+/// The background half of `QuorumStore::check_identity`: asks node `index` for its
+/// `run_id` until it answers (or says it will not), then compares it with the other members'
+/// (asked afresh, or as last known where they do not answer). Ends when the store is dropped.
+async fn compare_run_ids(inner: Weak<Inner>, index: usize) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let limit = inner.settings.response_timeout;
+        let node = &inner.nodes[index];
+        let mine = tokio::time::timeout(limit, members::run_id(&mut node.conn.clone())).await;
+        match mine {
+            Ok(Ok(None)) => {
+                // It will not say (an ACL without INFO): its boot value differed, which is
+                // all that can be known.
+                node.state().identity = Identity::Distinct;
+                return;
+            }
+            Ok(Ok(Some(mine))) => {
+                for (j, other) in inner.nodes.iter().enumerate() {
+                    if j == index {
+                        continue;
+                    }
+                    let asked =
+                        tokio::time::timeout(limit, members::run_id(&mut other.conn.clone())).await;
+                    let theirs = match asked {
+                        Ok(Ok(Some(id))) => {
+                            other.state().run_id = Some(id.clone());
+                            Some(id)
+                        }
+                        _ => other.state().run_id.clone(),
+                    };
+                    if theirs.as_deref() == Some(mine.as_str()) {
+                        found_twin(node, &other.name);
+                        return;
+                    }
+                }
+                let mut state = node.state();
+                state.run_id = Some(mine);
+                state.identity = Identity::Distinct;
+                return;
+            }
+            Ok(Err(_)) | Err(_) => {}
+        }
+        drop(inner);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// Connects to one node: probe (credentials, version, not a cluster node), the connection
 /// manager, and the node's boot value (seeded if missing).
 async fn connect_node(
@@ -385,6 +513,7 @@ async fn connect_node(
         .invoke_async(&mut conn)
         .await?;
     let boot = Boot::parse(&seeded.0, seeded.1);
+    let run_id = members::run_id(&mut conn).await?;
     drop(conn);
     let limit = settings.connect_timeout.saturating_mul(2);
     let manager = tokio::time::timeout(
@@ -393,7 +522,12 @@ async fn connect_node(
     )
     .await
     .map_err(|_| StoreError::Timeout { after: limit })??;
-    Ok(node(info, manager, boot_key, boot))
+    let node = node(info, manager, boot_key, boot);
+    let mut state = node.state();
+    state.run_id = run_id;
+    state.identity = Identity::Distinct;
+    drop(state);
+    Ok(node)
 }
 
 /// Seeds a node's boot key if it is missing (as `boot.lua` does) and answers its value and
@@ -434,6 +568,8 @@ fn node(info: &redis::ConnectionInfo, conn: ConnectionManager, boot_key: &str, b
             seeded_ago: (!boot.value.is_empty()).then_some(boot.age),
             boot: boot.value,
             sits_out_until: None,
+            run_id: None,
+            identity: Identity::Unchecked,
         }),
     }
 }
@@ -477,7 +613,7 @@ impl Backend for QuorumStore {
         let mut fence = 0;
         let mut busy = false;
         let mut longest: Option<Duration> = None;
-        for (node, answer) in self.inner.nodes.iter().zip(&answers) {
+        for (index, (node, answer)) in self.inner.nodes.iter().zip(&answers).enumerate() {
             match answer {
                 Answer::Ok(NodeAcquire::Replied(AcquireReply::Granted { fence: f })) => {
                     if node.votes(now) {
@@ -489,7 +625,7 @@ impl Backend for QuorumStore {
                     busy = true;
                     longest = longest.max(*pttl);
                 }
-                Answer::Ok(NodeAcquire::Restarted(boot)) => self.restarted(node, boot.clone()),
+                Answer::Ok(NodeAcquire::Restarted(boot)) => self.restarted(index, boot.clone()),
                 // Not asked for here (a quorum refuses replica requirements).
                 Answer::Ok(NodeAcquire::Replied(AcquireReply::Unreplicated { .. })) => {}
                 Answer::Failed(_) => {}
