@@ -42,8 +42,8 @@ mod admin;
 pub mod bloom;
 mod client;
 mod error;
-pub mod guide;
 pub mod fenced;
+pub mod guide;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;
