@@ -157,12 +157,17 @@ async fn a_leave_never_overtakes_the_next_join() {
         leaving.abort();
         let _ = leaving.await;
         let joining = spawn_waiter(&waiters, "overtake");
-        // Long enough for both the UNSUBSCRIBE and the SUBSCRIBE to reach the server.
+        // Both the UNSUBSCRIBE and the SUBSCRIBE are on their way (two round trips, one after
+        // the other; a fixed 15 ms wait for them failed under load): the server must end up
+        // subscribed while the waiter listens. An UNSUBSCRIBE that overtook the SUBSCRIBE
+        // would leave it unsubscribed for good.
         tokio::time::sleep(Duration::from_millis(15)).await;
-        assert!(
-            numsub(&fx, &channel).await >= 1,
-            "round {round}: a waiter listens, but the server has no subscription"
-        );
+        until_subscribed(
+            &fx,
+            &channel,
+            &format!("round {round}: a waiter listens, but the server has no subscription"),
+        )
+        .await;
         joining.abort();
         let _ = joining.await;
     }
