@@ -210,9 +210,11 @@ fn refused_kind_from_message(code: Option<&str>, message: &str) -> RefusedKind {
     } else if code == "NOPERM"
         || has("NOPERM")
         || has("No permissions")
-        // What an ACL denial inside a Lua script reads like (Redis 7: "The user executing
-        // the script can't run this command or subcommand").
+        // What an ACL denial inside a Lua script reads like (Redis 6.2 and 7.0: "The user
+        // executing the script can't run this command or subcommand"; Redis 7.2+ and Valkey:
+        // "ACL failure in script: User .. has no permissions to run the 'get' command").
         || has("can't run this command")
+        || has("ACL failure in script")
     {
         RefusedKind::NoPermission
     } else if code == "LOADING" {
@@ -597,4 +599,31 @@ pub enum BloomError {
     /// The store failed; see [`StoreError`].
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ACL denial of a command a script runs, as each server version words it, is
+    /// `NoPermission` (scripts/version-matrix.sh runs tests/replication/acl.rs on each).
+    #[test]
+    fn acl_denials_inside_scripts_are_no_permission_on_every_version() {
+        for message in [
+            // Redis 6.2 (wrapped in the script error) and 7.0.
+            "ERR Error running script (call to f_20b9): @user_script:86: @user_script: 86: \
+             The user executing the script can't run this command or subcommand",
+            "ERR The user executing the script can't run this command or subcommand script: \
+             20b9, on @user_script:86.",
+            // Redis 7.2+ and Valkey 8.
+            "ERR ACL failure in script: User locker has no permissions to run the 'get' command \
+             script: 20b9, on @user_script:86.",
+        ] {
+            assert_eq!(
+                refused_kind_from_message(Some("ERR"), message),
+                RefusedKind::NoPermission,
+                "{message}"
+            );
+        }
+    }
 }

@@ -216,7 +216,7 @@ impl Wakeups {
                     entry.confirm.send_replace(Confirm::Pending);
                 }
                 let rx = entry.confirm.subscribe();
-                self.kick(&mut state);
+                self.kick(state);
                 (notify, Some(rx))
             }
         };
@@ -268,11 +268,14 @@ impl Wakeups {
             state.channels.remove(channel);
             return;
         }
-        self.kick(&mut state);
+        self.kick(state);
     }
 
     /// Starts the reconciler unless it is running (it re-reads the wanted set each round).
-    fn kick(self: &Arc<Self>, state: &mut State) {
+    /// Decides under the caller's lock, and spawns after releasing it: a runtime that is
+    /// shutting down drops the task inside `spawn`, and the task's guard then takes the lock
+    /// itself (under the caller's, that deadlocked the runtime's shutdown).
+    fn kick(self: &Arc<Self>, mut state: MutexGuard<'_, State>) {
         if state.reconciling || self.link.get().is_none() {
             return;
         }
@@ -281,6 +284,7 @@ impl Wakeups {
             return;
         };
         state.reconciling = true;
+        drop(state);
         let mut guard = Reconciling {
             wakeups: self.clone(),
             armed: true,
@@ -359,7 +363,7 @@ impl Wakeups {
         entry.confirm.send_replace(Confirm::Pending);
         entry.notify.notify_waiters();
         entry.starving_notify.notify_waiters();
-        self.kick(&mut state);
+        self.kick(state);
     }
 
     /// The pub/sub connection moved to another server (a Sentinel failover): nothing is
@@ -375,7 +379,7 @@ impl Wakeups {
             entry.notify.notify_waiters();
             entry.starving_notify.notify_waiters();
         }
-        self.kick(&mut state);
+        self.kick(state);
     }
 
     /// How many local waiters are registered on `channel`.
@@ -485,5 +489,71 @@ impl Drop for Reconciling {
                     }));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A pub/sub link whose every call succeeds at once.
+    struct Accepting;
+
+    impl Subscriber for Accepting {
+        fn subscribe(&self, _channels: Vec<String>) -> SubscribeFuture<'_> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn unsubscribe(&self, _channels: Vec<String>) -> SubscribeFuture<'_> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    /// Subscribes a waiter on `channel` and waits until the reconciler has finished.
+    fn subscribed(wakeups: &Arc<Wakeups>, runtime: &tokio::runtime::Runtime) -> Subscription {
+        runtime.block_on(async {
+            let subscription = wakeups.subscribe("chan", false).await.expect("subscribed");
+            while wakeups.state().reconciling {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            subscription
+        })
+    }
+
+    /// The last waiter of a subscribed channel, dropped by its runtime's shutdown, leaves:
+    /// that starts the reconciler on the closing runtime, which drops the task inside
+    /// `spawn`, under the registry's lock. The runtime still shuts down (this deadlocked:
+    /// the dropped task's guard locked the registry again), and the registry still works.
+    #[test]
+    fn a_waiter_dropped_by_its_runtimes_shutdown_does_not_deadlock_it() {
+        let wakeups = Wakeups::new();
+        wakeups.set_link(Box::new(Accepting));
+        let runtime = runtime();
+        let subscription = subscribed(&wakeups, &runtime);
+        runtime.spawn(async move {
+            let _held = subscription;
+            std::future::pending::<()>().await;
+        });
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(runtime);
+            let _ = done.send(());
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "the runtime's shutdown deadlocked in the wake-up registry"
+        );
+        let runtime = self::runtime();
+        drop(subscribed(&wakeups, &runtime));
     }
 }

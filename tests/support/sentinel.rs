@@ -32,9 +32,9 @@
 //! ## Settings
 //! * Data nodes (a config file each, `redis.conf`, so that Sentinel's `CONFIG REWRITE` after a
 //!   reconfiguration persists, as in production): `save ""`, `appendonly no`,
-//!   `enable-debug-command yes` like [`RedisServer`](super::server::RedisServer) (a killed node
-//!   comes back empty); `repl-diskless-sync yes`, `repl-diskless-sync-delay 0` (a full sync
-//!   starts at once).
+//!   `enable-debug-command yes` (7.0+) like [`RedisServer`](super::server::RedisServer) (a
+//!   killed node comes back empty); `repl-diskless-sync yes`, `repl-diskless-sync-delay 0` (a
+//!   full sync starts at once).
 //! * Sentinels (`sentinel.conf`, rewritten by the sentinel itself): `sentinel monitor <name>
 //!   127.0.0.1 <primary port> 2`, `down-after-milliseconds 1000`, `failover-timeout 2000`,
 //!   `parallel-syncs 1`, `resolve-hostnames no`, `announce-ip 127.0.0.1`, `announce-port
@@ -755,10 +755,9 @@ impl SentinelSetupBuilder {
         text.push_str("bind 127.0.0.1\ndaemonize no\n");
         let _ = writeln!(text, "dir {}", quote(dir));
         let _ = writeln!(text, "logfile {}", quote(&format!("{dir}/{LOG_FILE}")));
-        text.push_str(
-            "save \"\"\nappendonly no\nenable-debug-command yes\n\
-             repl-diskless-sync yes\nrepl-diskless-sync-delay 0\n",
-        );
+        text.push_str("save \"\"\nappendonly no\n");
+        text.push_str(super::server::debug_command_config());
+        text.push_str("repl-diskless-sync yes\nrepl-diskless-sync-delay 0\n");
         if let Some(primary) = primary {
             let _ = writeln!(text, "replicaof 127.0.0.1 {primary}");
         }

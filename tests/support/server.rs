@@ -24,10 +24,14 @@ const NOT_FOUND_HELP: &str = "redis-server not found on PATH: install it with \
      `sudo apt-get install -y redis-server` (Debian/Ubuntu) or run ./scripts/test.sh, \
      which installs it";
 
-/// The oldest `redis-server` the harness runs, as (major, minor). It starts every server with
-/// `--enable-debug-command`, which Redis 7.0 introduced: an older server would exit with
-/// "Bad directive or wrong number of arguments". (The library itself supports Redis 6.2.)
-const MIN_VERSION: (u32, u32) = (7, 0);
+/// The oldest `redis-server` the harness runs, as (major, minor): the oldest the library
+/// supports (`distlock::MIN_REDIS_VERSION`). scripts/version-matrix.sh runs the suites on it.
+const MIN_VERSION: (u32, u32) = (6, 2);
+
+/// The first version that knows `enable-debug-command` (7.0, where `DEBUG` became opt-in):
+/// older servers allow `DEBUG` anyway and exit with "Bad directive or wrong number of
+/// arguments" if given the option.
+const DEBUG_COMMAND_OPTION_SINCE: (u32, u32) = (7, 0);
 
 /// How long [`RedisServer::start`] / [`RedisServer::restart`] wait for `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -199,7 +203,8 @@ impl RedisServerBuilder {
 ///
 /// Started with `--save "" --appendonly no --enable-debug-command yes
 /// --bind 127.0.0.1 --port P --dir <own temp dir> --logfile <temp dir>/redis.log`
-/// plus any builder options. No persistence: data does not survive
+/// (no `--enable-debug-command` before 7.0: see [`debug_command_args`]) plus any builder
+/// options. No persistence: data does not survive
 /// [`kill`](Self::kill) / [`restart`](Self::restart).
 #[derive(Debug)]
 pub struct RedisServer {
@@ -490,7 +495,7 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
-            .args(["--enable-debug-command", "yes"])
+            .args(debug_command_args())
             .args(["--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)
@@ -666,14 +671,27 @@ pub const LIBRARY_ACL_RULES: &[&str] = &[
 pub const LIBRARY_ACL_OPTIONAL_RULES: &[&str] = &[
     // `connect` reads `INFO server` to refuse a server older than 6.2 (and, for a cluster,
     // the wrong mode) with a clear error; refused, the check is skipped. (redis-rs also sends
-    // `CLIENT SETINFO` on every new connection and ignores its reply: on Redis 7.2+, add
-    // `+client|setinfo` to keep those refusals out of the ACL LOG. Redis 7.0 rejects the rule
-    // as unknown.)
+    // `CLIENT SETINFO` on every new connection and ignores its reply: see
+    // [`handshake_acl_rules`] for the rule that keeps its refusals out of the ACL LOG.)
     "+info",
     // `bloom_filter(..).open()` asks whether the server has the RedisBloom module (`COMMAND
     // INFO BF.RESERVE`); refused, it uses bitmaps.
     "+command|info",
 ];
+
+/// The rule that keeps redis-rs's `CLIENT SETINFO` (sent on every new connection; a refusal
+/// is ignored, but lands in `ACL LOG`) from being refused, on the servers that accept it:
+/// `+client|setinfo` on Redis 6.2 (no such subcommand, but the ACL check of `CLIENT` comes
+/// first), 7.2+ and Valkey. Redis 7.0 rejects the rule as unknown, and answers the command
+/// "unknown subcommand" before any ACL check: nothing to grant there.
+/// [`library_acl_rules`] and [`acl_run_rules`] include it.
+pub fn handshake_acl_rules() -> &'static [&'static str] {
+    if server_version() == (7, 0) {
+        &[]
+    } else {
+        &["+client|setinfo"]
+    }
+}
 
 /// What a client that finds the primary through Sentinel also needs on the data nodes.
 pub const LIBRARY_ACL_SENTINEL_RULES: &[&str] = &[
@@ -723,7 +741,8 @@ fn acl_run() -> bool {
     std::env::var_os(ACL_RUN_ENV).is_some()
 }
 
-/// The ACL run's user: the library's rules ([`LIBRARY_ACL_RULES`] and the optional ones) on
+/// The ACL run's user: the library's rules ([`LIBRARY_ACL_RULES`], the optional ones and
+/// [`handshake_acl_rules`]) on
 /// every key and channel (the tests use many prefixes; key patterns are tested apart, in
 /// tests/replication/acl.rs), plus what the tests themselves ask of the library's
 /// connection: `+select` (a URL with a database number), `+keys` (the `__inspect().keys()`
@@ -739,6 +758,7 @@ pub fn acl_run_rules() -> Vec<String> {
         LIBRARY_ACL_RULES
             .iter()
             .chain(LIBRARY_ACL_OPTIONAL_RULES)
+            .chain(handshake_acl_rules())
             .map(|r| (*r).to_owned()),
     );
     rules.extend(["+select".to_owned(), "+keys".to_owned()]);
@@ -748,8 +768,8 @@ pub fn acl_run_rules() -> Vec<String> {
 /// The full rule set of a library user with password `password` on key prefix `prefix`:
 /// `on`, `>password`, `resetchannels`, `~<prefix>:*` (every key the library makes:
 /// `<prefix>:lock:{..}`, `<prefix>:fence`, `<prefix>:rl:..`), `&<prefix>:*` (the release
-/// channels `<prefix>:released:{..}`), then [`LIBRARY_ACL_RULES`] and
-/// [`LIBRARY_ACL_OPTIONAL_RULES`].
+/// channels `<prefix>:released:{..}`), then [`LIBRARY_ACL_RULES`],
+/// [`LIBRARY_ACL_OPTIONAL_RULES`] and [`handshake_acl_rules`] (for the server on `PATH`).
 pub fn library_acl_rules(password: &str, prefix: &str) -> Vec<String> {
     let mut rules = vec![
         "on".to_owned(),
@@ -762,26 +782,69 @@ pub fn library_acl_rules(password: &str, prefix: &str) -> Vec<String> {
         LIBRARY_ACL_RULES
             .iter()
             .chain(LIBRARY_ACL_OPTIONAL_RULES)
+            .chain(handshake_acl_rules())
             .map(|r| (*r).to_owned()),
     );
     rules
 }
 
-/// Panics unless `redis-server --version` reports at least 7.0, with a message
+/// Panics unless `redis-server --version` reports at least 6.2, with a message
 /// that says which version was found and how to get a newer one.
 ///
 /// Runs `redis-server --version` once per process; later calls repeat the
 /// first verdict. [`RedisServerBuilder::start`] calls it before spawning
 /// anything; call it first in any other harness that starts `redis-server`.
 pub fn require_supported_version() {
-    static VERDICT: OnceLock<Result<(), String>> = OnceLock::new();
-    if let Err(message) = VERDICT.get_or_init(check_version) {
-        panic!("{message}");
+    server_version();
+}
+
+/// The (major, minor) version of the `redis-server` on `PATH`, after
+/// [`require_supported_version`]'s check (which panics).
+pub fn server_version() -> (u32, u32) {
+    static VERDICT: OnceLock<Result<(u32, u32), String>> = OnceLock::new();
+    match VERDICT.get_or_init(check_version) {
+        Ok(version) => *version,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// Panics unless the `redis-server` on `PATH` is at least `need`, saying that `what` needs it
+/// and why (`because`), for a harness whose servers or features are newer than 6.2 (a Redis
+/// Cluster: sharded pub/sub and `cluster-port` are 7.0). scripts/version-matrix.sh leaves such
+/// suites out on older servers, with the same reason.
+pub fn require_version(need: (u32, u32), what: &str, because: &str) {
+    let found = server_version();
+    let (major, minor) = need;
+    assert!(
+        found >= need,
+        "{what} needs redis-server ≥ {major}.{minor} ({because}), found {}.{}: put a newer \
+         one first on PATH",
+        found.0,
+        found.1
+    );
+}
+
+/// `--enable-debug-command yes` for a server that knows the option (7.0+), nothing for an
+/// older one, which always allows `DEBUG` (see [`DEBUG_COMMAND_OPTION_SINCE`]).
+pub fn debug_command_args() -> &'static [&'static str] {
+    if server_version() >= DEBUG_COMMAND_OPTION_SINCE {
+        &["--enable-debug-command", "yes"]
+    } else {
+        &[]
+    }
+}
+
+/// [`debug_command_args`] as a config file line (`"enable-debug-command yes\n"` or `""`).
+pub fn debug_command_config() -> &'static str {
+    if server_version() >= DEBUG_COMMAND_OPTION_SINCE {
+        "enable-debug-command yes\n"
+    } else {
+        ""
     }
 }
 
 /// Runs `redis-server --version` and compares it with [`MIN_VERSION`].
-fn check_version() -> Result<(), String> {
+fn check_version() -> Result<(u32, u32), String> {
     let output = match Command::new(REDIS_SERVER)
         .arg("--version")
         .stdin(Stdio::null())
@@ -803,12 +866,12 @@ fn check_version() -> Result<(), String> {
     if version < MIN_VERSION {
         let (major, minor) = MIN_VERSION;
         return Err(format!(
-            "the test harness needs redis-server ≥ {major}.{minor}, found {found}: it starts \
-             servers with --enable-debug-command, new in Redis 7.0. Install a newer one \
+            "the test harness needs redis-server ≥ {major}.{minor} (the oldest distlock \
+             supports), found {found}. Install a newer one \
              (`./scripts/test.sh --check-only` says how) or put one first on PATH"
         ));
     }
-    Ok(())
+    Ok(version)
 }
 
 /// The version in a `redis-server --version` banner (`Redis server v=7.0.15

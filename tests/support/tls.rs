@@ -392,13 +392,14 @@ impl TlsServerBuilder {
              logfile {}\n\
              save \"\"\n\
              appendonly no\n\
-             enable-debug-command yes\n\
+             {}\
              tls-cert-file {}\n\
              tls-key-file {}\n\
              tls-ca-cert-file {}\n\
              tls-auth-clients {}\n",
             quote(dir_text),
             quote(&format!("{dir_text}/redis.log")),
+            super::server::debug_command_config(),
             quote(path_str(&certs.server_cert_path())),
             quote(path_str(&certs.server_key_path())),
             quote(path_str(&certs.ca_path())),
@@ -461,6 +462,13 @@ impl TlsServer {
 
     fn start_with(builder: TlsServerBuilder) -> TlsServer {
         super::server::require_supported_version();
+        if builder.cluster {
+            super::server::require_version(
+                super::cluster::MIN_VERSION,
+                "a Redis Cluster",
+                super::cluster::MIN_VERSION_REASON,
+            );
+        }
         let certs = TestCerts::generate();
         let dir = make_temp_dir_for("tls");
         let node = RedisNode::start(NodeKind::TlsServer, "tls", &dir, |port| {

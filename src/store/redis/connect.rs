@@ -79,14 +79,19 @@ pub(crate) async fn check_cluster_mode<C: redis::aio::ConnectionLike + Send>(
     conn: &mut C,
     cluster: bool,
 ) -> Result<(), StoreError> {
-    let Ok(info) = redis::cmd("INFO")
-        .arg("server")
-        .arg("cluster")
-        .query_async::<String>(conn)
-        .await
-    else {
-        return Ok(());
-    };
+    // One section per INFO: Redis 6.2 answers a syntax error to a list of sections (7.0 added
+    // them), which would let every server through.
+    let mut info = String::new();
+    for section in ["server", "cluster"] {
+        let Ok(text) = redis::cmd("INFO")
+            .arg(section)
+            .query_async::<String>(conn)
+            .await
+        else {
+            return Ok(());
+        };
+        info.push_str(&text);
+    }
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
