@@ -231,6 +231,23 @@ impl Client {
         &self.inner.prefix
     }
 
+    /// Whether this client's store can serve `capability`, and if not, why (with what to
+    /// use instead). Every primitive that needs one asks when it is built, so a client whose
+    /// store cannot serve it fails there, once, not on every request.
+    ///
+    /// ```
+    /// use distlock::Capability;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// assert!(client.supports(Capability::HolderSets).is_ok());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Unsupported`](crate::Unsupported): the store, the capability, and the reason.
+    pub fn supports(&self, capability: crate::Capability) -> Result<(), crate::Unsupported> {
+        self.inner.store.supports(capability)
+    }
+
     pub(crate) fn store(&self) -> &Store {
         &self.inner.store
     }
@@ -585,12 +602,7 @@ impl ClientBuilder {
     fn build(self, store: Store) -> Client {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let watchdog = Watchdog::new(store.clone());
-        let fences = match store {
-            Store::Cluster(_) => crate::keys::Fences::per_slot(&self.prefix),
-            Store::Redis(_) | Store::Quorum(_) | Store::Memory(_) => {
-                crate::keys::Fences::shared(&self.prefix)
-            }
-        };
+        let fences = store.fences(&self.prefix);
         Client {
             inner: Arc::new(ClientInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

@@ -40,6 +40,12 @@ pub enum ConfigError {
         /// The largest limit allowed.
         max: u32,
     },
+    /// The client's store cannot serve what the layer needs: the concurrency layer counts
+    /// permits in holder sets, which a Redlock quorum cannot (majorities of independent
+    /// primaries do not bound how many hold at once). Build the layer on a client of a single
+    /// primary or a Cluster.
+    #[error(transparent)]
+    UnsupportedStore(#[from] distlock::Unsupported),
     /// A zero `max_hold`: the lease would stop being renewed before it was ever used.
     #[error("max_hold must be greater than zero")]
     ZeroMaxHold,

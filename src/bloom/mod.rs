@@ -63,10 +63,10 @@ use std::time::Duration;
 
 use self::sizing::Sizing;
 pub use self::sizing::{MAX_BITS, MAX_SHARD_BITS};
-use crate::Client;
 use crate::error::{BloomError, StoreError};
 use crate::keys::bloom_key;
 use crate::store::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply, Store};
+use crate::{Capability, Client};
 
 /// The most items one call of `add_many` or `contains_many` sends to the store; larger lists
 /// go in several calls, one after another, so no script runs long on the server.
@@ -180,11 +180,11 @@ impl BloomBuilder {
                 });
             }
         };
-        if matches!(self.client.store(), Store::Quorum(_)) {
-            return Err(BloomError::UnsupportedStore {
-                reason: crate::store::quorum::BLOOM_UNSUPPORTED,
-            });
-        }
+        self.client
+            .supports(Capability::BloomFilters)
+            .map_err(|refused| BloomError::UnsupportedStore {
+                reason: refused.reason,
+            })?;
         let prefix = self.client.prefix().to_owned();
         let keys = |kind: &str| -> Result<Vec<ShardCall>, BloomError> {
             (0..sizing.shards)

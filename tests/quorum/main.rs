@@ -16,6 +16,7 @@ use redis::AsyncCommands as _;
 use support::RedisServer;
 use support::child::{self, ChildProcess, say};
 
+mod capabilities;
 mod members;
 
 const NODES: usize = 5;

@@ -79,15 +79,26 @@ impl<K> ConcurrencyLimitLayer<K> {
     /// [`extract`](crate::extract)), counted through `client` by every replica alike.
     ///
     /// # Panics
-    /// If `limit` is 0 or above [`MAX_PERMITS`]; [`try_new`](Self::try_new) returns the error
-    /// instead.
+    /// If `limit` is 0 or above [`MAX_PERMITS`], or if `client`'s store cannot count holders
+    /// (a Redlock quorum: see [`Capability::HolderSets`](distlock::Capability::HolderSets));
+    /// [`try_new`](Self::try_new) returns the error instead.
     pub fn new(client: Client, extract: K, limit: u32) -> Self {
         Self::try_new(client, extract, limit)
             .unwrap_or_else(|err| panic!("ConcurrencyLimitLayer::new: {err}"))
     }
 
     /// [`new`](Self::new), or [`ConfigError::LimitOutOfRange`] for a limit of 0 or above
-    /// [`MAX_PERMITS`].
+    /// [`MAX_PERMITS`], or [`ConfigError::UnsupportedStore`] when `client`'s store cannot
+    /// count holders: refused here, where the router is built, rather than on every request.
+    ///
+    /// ```
+    /// use distlock_tower::{ConcurrencyLimitLayer, ConfigError};
+    /// use distlock_tower::extract::Constant;
+    ///
+    /// let client = distlock::Client::in_memory(); // a quorum client would be refused here
+    /// let layer = ConcurrencyLimitLayer::try_new(client, Constant::new("exports"), 2);
+    /// assert!(layer.is_ok());
+    /// ```
     pub fn try_new(client: Client, extract: K, limit: u32) -> Result<Self, ConfigError> {
         if limit == 0 || limit > MAX_PERMITS {
             return Err(ConfigError::LimitOutOfRange {
@@ -95,6 +106,7 @@ impl<K> ConcurrencyLimitLayer<K> {
                 max: MAX_PERMITS,
             });
         }
+        client.supports(distlock::Capability::HolderSets)?;
         Ok(Self {
             config: Config {
                 client,

@@ -20,6 +20,8 @@ use redis::cluster_async::ClusterConnection;
 use self::pubsub::ShardedLink;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
+use super::capability::{Capability, StoreKind, Unsupported};
+use super::peek;
 use super::redis::{RedisSettings, batcher, check_cluster_mode, probe};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
 use super::scripts::acquire_all::{self, AllReply};
@@ -35,7 +37,7 @@ use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::scripts::{release_entries, release_writer};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{LockKeys, RwKeys, SetKeys, slot_of};
+use crate::keys::{Fences, LockKeys, RwKeys, SetKeys, slot_of};
 use crate::token::Token;
 
 #[derive(Clone)]
@@ -137,25 +139,6 @@ impl ClusterStore {
         })
     }
 
-    /// The connection (test hooks, the operators' view of a lock).
-    pub(crate) fn connection(&self) -> ClusterConnection {
-        self.inner.conn.clone()
-    }
-
-    /// Test-only: one rate-limit check decided at `now_us`.
-    #[cfg(feature = "test-util")]
-    pub(crate) async fn rate_limit_at(
-        &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
-    ) -> Result<RateReply, StoreError> {
-        Rates {
-            conn: self.inner.conn.clone(),
-        }
-        .at(RateItem::of(req), now_us)
-        .await
-    }
-
     fn deadline(&self, err: StoreError) -> StoreError {
         err.with_deadline(self.inner.settings.response_timeout)
     }
@@ -180,6 +163,45 @@ pub(crate) fn builder(
 }
 
 impl Backend for ClusterStore {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Cluster
+    }
+
+    fn holder_sets(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn rate_limits(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::ReplicaAcknowledgement, REPLICAS_UNSUPPORTED))
+    }
+
+    fn hand_off(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    /// A lock's fence key lives in the lock's own slot.
+    fn fences(&self, prefix: &str) -> Fences {
+        Fences::per_slot(prefix)
+    }
+
+    /// One group per hash slot, in slot order: a script may only touch one slot.
+    fn lock_groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            by_slot.entry(slot_of(&k.lock)).or_default().push(i);
+        }
+        by_slot.into_values().collect()
+    }
+
     async fn acquire(
         &self,
         keys: &LockKeys,
@@ -189,7 +211,7 @@ impl Backend for ClusterStore {
         replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
         if replicas.is_some() {
-            return Err(super::replicas_unsupported("a Redis Cluster"));
+            return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
         let item = AcquireItem {
             keys: keys.clone(),
@@ -248,10 +270,6 @@ impl Backend for ClusterStore {
             }
         }
         Ok(answers)
-    }
-
-    fn hands_off(&self) -> bool {
-        true
     }
 
     async fn handoff(
@@ -331,6 +349,19 @@ impl Backend for ClusterStore {
             .map_err(|e| self.deadline(e))
     }
 
+    #[cfg(feature = "test-util")]
+    async fn rate_limit_at(
+        &self,
+        req: &RateRequest<'_>,
+        now_us: u64,
+    ) -> Result<RateReply, StoreError> {
+        Rates {
+            conn: self.inner.conn.clone(),
+        }
+        .at(RateItem::of(req), now_us)
+        .await
+    }
+
     /// One call per slot, all at once; the answers are put back in the shards' order.
     async fn bloom(
         &self,
@@ -376,4 +407,37 @@ impl Backend for ClusterStore {
     fn op_timeout(&self) -> Duration {
         self.inner.settings.response_timeout
     }
+
+    async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
+        peek::value_and_ttl(&mut self.inner.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        peek::get(&mut self.inner.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        peek::pttl(&mut self.inner.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
+        peek::delete(&mut self.inner.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        peek::keys(&mut self.inner.conn.clone(), prefix).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_live_entries(&self, key: &str) -> Result<u64, StoreError> {
+        peek::live_entries(&mut self.inner.conn.clone(), key).await
+    }
 }
+
+/// Why a cluster client refuses replica acknowledgement.
+const REPLICAS_UNSUPPORTED: &str = "replica acknowledgement (replicas(n, timeout)) needs a \
+    single primary, plain or behind Sentinel; this client is on a Redis Cluster";

@@ -43,20 +43,16 @@ use tokio::time::Instant;
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
 use super::batch::Batch;
+use super::capability::{Capability, StoreKind, Unsupported};
+use super::peek;
 use super::redis::{RedisSettings, check_cluster_mode, probe};
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
-use super::scripts::acquire_all::AllReply;
-use super::scripts::acquire_permits::PermitsItem;
-use super::scripts::acquire_rw::Side;
-use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
-use super::scripts::handoff::HandoffReply;
-use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
-use crate::keys::{LockKeys, RwKeys, SetKeys};
+use crate::keys::LockKeys;
 use crate::token::Token;
 
 /// The longest per-node timeout of an acquire by default.
@@ -222,26 +218,6 @@ impl QuorumStore {
         };
         store.quarantine_recent_seeds();
         Ok(store)
-    }
-
-    /// Every node's connection, for test hooks.
-    #[cfg(feature = "test-util")]
-    pub(crate) fn connections(&self) -> Vec<ConnectionManager> {
-        self.inner.nodes.iter().map(|n| n.conn.clone()).collect()
-    }
-
-    /// Every node's name (`host:port`) and connection.
-    pub(crate) fn named_connections(&self) -> Vec<(String, ConnectionManager)> {
-        self.inner
-            .nodes
-            .iter()
-            .map(|n| (n.name.clone(), n.conn.clone()))
-            .collect()
-    }
-
-    /// How many nodes make a majority.
-    pub(crate) fn majority(&self) -> usize {
-        self.inner.quorum
     }
 
     /// The per-node timeout of an operation on a lease of `ttl`.
@@ -575,6 +551,31 @@ fn node(info: &redis::ConnectionInfo, conn: ConnectionManager, boot_key: &str, b
 }
 
 impl Backend for QuorumStore {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Quorum
+    }
+
+    fn holder_sets(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::HolderSets, HOLDER_SETS_UNSUPPORTED))
+    }
+
+    fn rate_limits(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::RateLimits, RATE_LIMITS_UNSUPPORTED))
+    }
+
+    fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::BloomFilters, BLOOM_UNSUPPORTED))
+    }
+
+    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::ReplicaAcknowledgement, REPLICAS_UNSUPPORTED))
+    }
+
+    /// No hand-off: a quorum lease is released everywhere and its waiters woken.
+    fn hand_off(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::HandOff, HAND_OFF_UNSUPPORTED))
+    }
+
     async fn acquire(
         &self,
         keys: &LockKeys,
@@ -584,7 +585,7 @@ impl Backend for QuorumStore {
         replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
         if replicas.is_some() {
-            return Err(super::replicas_unsupported("a Redlock quorum"));
+            return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
         let started = Instant::now();
         self.inner
@@ -719,23 +720,6 @@ impl Backend for QuorumStore {
         Ok(result)
     }
 
-    /// No hand-off: a quorum lease is released everywhere and its waiters woken.
-    fn hands_off(&self) -> bool {
-        false
-    }
-
-    async fn handoff(
-        &self,
-        _keys: &LockKeys,
-        _from: &Token,
-        _to: &Token,
-        _ttl: Duration,
-    ) -> Result<HandoffReply, StoreError> {
-        Err(StoreError::Protocol {
-            message: "a Redlock quorum does not hand locks off".to_owned(),
-        })
-    }
-
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
         let limit = self.node_op_timeout();
         self.on_every_node(
@@ -746,96 +730,134 @@ impl Backend for QuorumStore {
         Ok(())
     }
 
-    /// One lock at a time (the store makes one group per lock on a quorum): a Redlock
-    /// acquire of its own.
-    async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        let ([keys], [token]) = (keys, tokens) else {
-            return Err(StoreError::Protocol {
-                message: "a quorum takes the locks of a multi-lock one by one".to_owned(),
-            });
-        };
-        Ok(match self.acquire(keys, token, ttl, waits, None).await? {
-            AcquireReply::Granted { fence } => AllReply::Granted {
-                fences: vec![fence],
-            },
-            AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
-            // Not asked for (no replica requirement here).
-            AcquireReply::Unreplicated { acked, wanted } => {
-                return Err(StoreError::NotReplicated { acked, wanted });
-            }
-        })
-    }
-
-    async fn acquire_permits(&self, _item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn acquire_rw(
-        &self,
-        _side: Side,
-        _keys: &RwKeys,
-        _token: &Token,
-        _ttl: Duration,
-        _waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn release_writer(&self, _keys: &RwKeys, _token: &Token) -> Result<Held, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn release_entries(
-        &self,
-        _keys: &SetKeys,
-        _token: &Token,
-        _count: u32,
-    ) -> Result<Held, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn rate_limit(&self, _req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
-        Err(StoreError::Config {
-            message: RATE_LIMITS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn bloom(
-        &self,
-        _native: bool,
-        _op: BloomOp,
-        _shape: &BloomShape,
-        _shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        Err(StoreError::Config {
-            message: BLOOM_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn bloom_module(&self) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-
     fn wakeups(&self) -> &Arc<Wakeups> {
         &self.inner.wakeups
     }
 
     fn op_timeout(&self) -> Duration {
         self.inner.settings.response_timeout
+    }
+
+    /// What a majority of the nodes hold for one lease, for as long as that majority does.
+    async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
+        let reads = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| async move { peek::value_and_ttl(&mut node.conn.clone(), key).await });
+        let answers = futures_util::future::join_all(reads).await;
+        let mut failures = Vec::new();
+        let mut seen: Vec<(String, Duration)> = Vec::new();
+        for (node, answer) in self.inner.nodes.iter().zip(answers) {
+            match answer {
+                Ok(Some(found)) => seen.push(found),
+                Ok(None) => {}
+                Err(err) => failures.push(NodeFailure {
+                    node: node.name.clone(),
+                    error: err.to_string(),
+                }),
+            }
+        }
+        let needed = self.inner.quorum;
+        if self.inner.nodes.len() - failures.len() < needed {
+            return Err(StoreError::NoQuorum {
+                nodes: self.inner.nodes.len(),
+                needed,
+                failures,
+            });
+        }
+        Ok(majority_holder(&seen, needed))
+    }
+
+    /// The first node that has it.
+    #[cfg(feature = "test-util")]
+    async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        for node in &self.inner.nodes {
+            if let Ok(Some(value)) = peek::get(&mut node.conn.clone(), key).await {
+                return Ok(Some(value));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The longest of the nodes that have it (what a waiter would be told).
+    #[cfg(feature = "test-util")]
+    async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        let mut longest = None;
+        for node in &self.inner.nodes {
+            if let Ok(ttl) = peek::pttl(&mut node.conn.clone(), key).await {
+                longest = longest.max(ttl);
+            }
+        }
+        Ok(longest)
+    }
+
+    /// On every node that answers.
+    #[cfg(feature = "test-util")]
+    async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
+        let mut deleted = false;
+        for node in &self.inner.nodes {
+            deleted |= peek::delete(&mut node.conn.clone(), key)
+                .await
+                .unwrap_or(false);
+        }
+        Ok(deleted)
+    }
+
+    /// Every node that answers, each key once.
+    #[cfg(feature = "test-util")]
+    async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let mut keys = std::collections::BTreeSet::new();
+        for node in &self.inner.nodes {
+            if let Ok(found) = peek::keys(&mut node.conn.clone(), prefix).await {
+                keys.extend(found);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// No holder sets on a quorum.
+    #[cfg(feature = "test-util")]
+    async fn peek_live_entries(&self, _key: &str) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+/// The value a majority of nodes hold for the same lease (a waiter's mark aside), and how
+/// long that majority lasts: the `needed`-th longest of their ttls.
+fn majority_holder(seen: &[(String, Duration)], needed: usize) -> Option<(String, Duration)> {
+    // A lock key holds its holder's token, followed by a waiter's mark ('*' or '!') if any.
+    let lease = |value: &str| value.trim_end_matches(['*', '!']).to_owned();
+    for (value, _) in seen {
+        let token = lease(value);
+        let mut ttls: Vec<Duration> = seen
+            .iter()
+            .filter(|(v, _)| lease(v) == token)
+            .map(|(_, ttl)| *ttl)
+            .collect();
+        if ttls.len() >= needed {
+            ttls.sort_unstable_by(|a, b| b.cmp(a));
+            return Some((value.clone(), ttls[needed - 1]));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quorum_holds_while_its_majority_does() {
+        let ms = Duration::from_millis;
+        let seen = vec![
+            ("t1".to_owned(), ms(900)),
+            ("t1*".to_owned(), ms(500)),
+            ("t2".to_owned(), ms(800)),
+        ];
+        assert_eq!(majority_holder(&seen, 2), Some(("t1".to_owned(), ms(500))));
+        assert_eq!(majority_holder(&seen, 3), None);
+        assert_eq!(majority_holder(&seen[2..], 2), None);
     }
 }
 
@@ -851,6 +873,14 @@ pub(crate) const HOLDER_SETS_UNSUPPORTED: &str = "semaphores and read-write lock
 pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store that counts: \
     connect a single primary (Client::connect) or a Cluster (Client::connect_cluster); counting \
     on independent primaries is not exact";
+
+/// Why a quorum client refuses replica acknowledgement.
+const REPLICAS_UNSUPPORTED: &str = "replica acknowledgement (replicas(n, timeout)) needs a \
+    single primary, plain or behind Sentinel; this client is on a Redlock quorum";
+
+/// Why a quorum client passes no lock straight to a waiter.
+const HAND_OFF_UNSUPPORTED: &str = "a Redlock quorum releases a lease on every node and wakes \
+    its waiters, who take it with a majority of their own";
 
 /// Why a quorum client refuses Bloom filters.
 pub(crate) const BLOOM_UNSUPPORTED: &str = "Bloom filters need one store that holds them: a \

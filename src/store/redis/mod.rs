@@ -17,6 +17,8 @@ use self::sentinel::FollowingConn;
 pub(crate) use self::sentinel::PrimaryConn;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher};
+use super::capability::{StoreKind, Unsupported};
+use super::peek;
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
@@ -163,31 +165,41 @@ impl RedisStore {
         }
     }
 
-    /// The connection (test hooks, the operators' view of a lock).
-    pub(crate) fn connection(&self) -> PrimaryConn {
-        self.conn.clone()
-    }
-
-    /// Test-only: one rate-limit check decided at `now_us`.
-    #[cfg(feature = "test-util")]
-    pub(crate) async fn rate_limit_at(
-        &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
-    ) -> Result<RateReply, StoreError> {
-        Rates {
-            conn: self.conn.clone(),
-        }
-        .at(RateItem::of(req), now_us)
-        .await
-    }
-
     fn deadline(&self, err: StoreError) -> StoreError {
         err.with_deadline(self.settings.response_timeout)
     }
 }
 
 impl Backend for RedisStore {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Redis
+    }
+
+    fn holder_sets(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn rate_limits(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn hand_off(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    /// Every lock in one group: one primary takes them in one call.
+    fn lock_groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
+        vec![(0..keys.len()).collect()]
+    }
+
     async fn acquire(
         &self,
         keys: &LockKeys,
@@ -229,10 +241,6 @@ impl Backend for RedisStore {
         renew::run(&self.conn, items)
             .await
             .map_err(|e| self.deadline(e))
-    }
-
-    fn hands_off(&self) -> bool {
-        true
     }
 
     async fn handoff(
@@ -308,6 +316,19 @@ impl Backend for RedisStore {
             .map_err(|e| self.deadline(e))
     }
 
+    #[cfg(feature = "test-util")]
+    async fn rate_limit_at(
+        &self,
+        req: &RateRequest<'_>,
+        now_us: u64,
+    ) -> Result<RateReply, StoreError> {
+        Rates {
+            conn: self.conn.clone(),
+        }
+        .at(RateItem::of(req), now_us)
+        .await
+    }
+
     async fn bloom(
         &self,
         native: bool,
@@ -335,5 +356,34 @@ impl Backend for RedisStore {
 
     fn op_timeout(&self) -> Duration {
         self.settings.response_timeout
+    }
+
+    async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
+        peek::value_and_ttl(&mut self.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        peek::get(&mut self.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        peek::pttl(&mut self.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
+        peek::delete(&mut self.conn.clone(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        peek::keys(&mut self.conn.clone(), prefix).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_live_entries(&self, key: &str) -> Result<u64, StoreError> {
+        peek::live_entries(&mut self.conn.clone(), key).await
     }
 }
