@@ -16,7 +16,7 @@ use crate::lock::rwlock::RwLockBuilder;
 use crate::lock::semaphore::SemaphoreBuilder;
 use crate::lock::watchdog::Watchdog;
 use crate::store::{
-    ClusterStore, MemoryStore, QuorumSettings, QuorumStore, RedisStore, Store, redis::RedisSettings,
+    ClusterStore, MemoryStore, QuorumSettings, QuorumStore, RedisSettings, RedisStore, Store,
 };
 
 /// The default key prefix.

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::capability::{Capability, StoreKind, Unsupported, reasons};
+use super::ratelimit::{RateReply, RateRequest};
 use super::scripts::acquire::{AcquireReply, Waits};
 use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::handoff::HandoffReply;
-use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
 use super::wakeups::Wakeups;

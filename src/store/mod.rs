@@ -14,11 +14,14 @@
 //!   mod.rs        Store: picks a backend; bounded entry points; capabilities
 //!   backend.rs    the seam: lock operations, capabilities (refused by default)
 //!   capability.rs Capability, Unsupported
-//!   scripts/      one module per Lua script
-//!   redis/        a single primary: connect, pub/sub, operations
-//!   cluster/      a Redis Cluster: per-slot batches and fences, sharded pub/sub
+//!   connect/      connection set-up shared by every Redis backend; following Sentinel
+//!   pubsub/       wake-up links: plain and sharded pub/sub
+//!   ratelimit/    the rate-limit contract; each algorithm in Lua and in Rust, side by side
+//!   scripts/      one module per Lua script (source, arguments, reply)
+//!   redis/        a single primary (plain or behind Sentinel)
+//!   cluster/      a Redis Cluster: per-slot batches and fences
 //!   quorum/       Redlock: a majority of independent primaries, restart-aware
-//!   memory/       in memory, with the rate-limit algorithms in Rust
+//!   memory/       in memory, the same semantics in Rust
 //!   peek.rs       reads of a key for operators and tests
 //!   batch.rs      batching of concurrent calls per connection target
 //!   wakeups.rs    local waiters and the subscriptions that wake them
@@ -28,9 +31,12 @@ mod backend;
 pub(crate) mod batch;
 mod capability;
 pub(crate) mod cluster;
+mod connect;
 mod memory;
 mod peek;
+mod pubsub;
 pub(crate) mod quorum;
+mod ratelimit;
 pub(crate) mod redis;
 pub(crate) mod scripts;
 pub(crate) mod wakeups;
@@ -41,8 +47,10 @@ use std::time::Duration;
 pub(crate) use self::backend::Backend;
 pub use self::capability::{Capability, Unsupported};
 pub(crate) use self::cluster::ClusterStore;
+pub(crate) use self::connect::RedisSettings;
 pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
+pub(crate) use self::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
 pub(crate) use self::redis::RedisStore;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
@@ -50,7 +58,6 @@ pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
 pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
 pub(crate) use self::scripts::handoff::HandoffReply;
-pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Held, Replicas};

@@ -8,21 +8,20 @@
 //! names of one slot still share calls. Renewals are grouped by slot and sent concurrently.
 //! Wake-ups travel on sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`, Redis 7) in the lock's slot.
 
-mod pubsub;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 
-use self::pubsub::ShardedLink;
 use super::backend::Backend;
-use super::batch::{Batch, Batcher};
+use super::batch::{Batch, Batcher, batcher};
 use super::capability::{Capability, StoreKind, Unsupported};
+use super::connect::{RedisSettings, check_cluster_mode, cluster_client, probe};
 use super::peek;
-use super::redis::{RedisSettings, batcher, check_cluster_mode, probe};
+use super::pubsub::ShardedLink;
+use super::ratelimit::script::{RateItem, Rates};
+use super::ratelimit::{RateReply, RateRequest};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
@@ -30,7 +29,6 @@ use super::scripts::acquire_rw::{self, Side};
 use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
 use super::scripts::handoff::{self, HandoffReply};
-use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
@@ -97,7 +95,7 @@ impl ClusterStore {
         let mut conn = probe(settings.client(first.clone())?, &settings).await?;
         check_cluster_mode(&mut conn, true).await?;
         drop(conn);
-        let client = builder(&nodes, &settings).build()?;
+        let client = cluster_client(&nodes, &settings).build()?;
         let limit = settings.connect_timeout.saturating_mul(2);
         let conn = tokio::time::timeout(limit, client.get_async_connection())
             .await
@@ -142,24 +140,6 @@ impl ClusterStore {
     fn deadline(&self, err: StoreError) -> StoreError {
         err.with_deadline(self.inner.settings.response_timeout)
     }
-}
-
-/// The cluster client's settings: our timeouts (the response timeout also bounds a call's
-/// redirects and retries), and as many retries as reconnects on a single primary.
-pub(crate) fn builder(
-    nodes: &[redis::ConnectionInfo],
-    settings: &RedisSettings,
-) -> ClusterClientBuilder {
-    crate::store::redis::install_crypto_provider();
-    let builder = ClusterClientBuilder::new(nodes.to_vec())
-        .connection_timeout(settings.connect_timeout)
-        .response_timeout(settings.response_timeout)
-        .retries(u32::try_from(settings.reconnect_retries).unwrap_or(u32::MAX));
-    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
-    if let Some(certs) = &settings.tls {
-        return builder.certs(certs.clone());
-    }
-    builder
 }
 
 impl Backend for ClusterStore {

@@ -2,13 +2,12 @@
 //! development and the example app. Time is tokio's clock, so `tokio::time::pause` works in
 //! users' tests; fencing tokens use wall-clock microseconds like the scripts use `TIME`.
 //!
-//! Rate-limit state lives in its own map, typed (the algorithms in [`ratelimit`] work on it
+//! Rate-limit state lives in its own map, typed (the algorithms of `store/ratelimit/` work on it
 //! directly), with expiry times on the algorithms' microsecond timeline: wall-clock
 //! microseconds at the store's creation advanced by tokio's clock, or the injected time of a
 //! test.
 
 mod bloom;
-pub(crate) mod ratelimit;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,9 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use self::ratelimit::State as RateState;
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind, Unsupported};
+use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::{
     AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,

@@ -3,22 +3,17 @@
 //! RESP3 connection for release wake-ups (`pubsub.rs`). Behind Sentinel, both follow the
 //! primary through failovers (`sentinel.rs`).
 
-mod connect;
-pub(crate) mod pubsub;
-mod sentinel;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use self::connect::{RedisSettings, check_cluster_mode, install_crypto_provider, probe};
-use self::pubsub::FollowingLink;
-pub(crate) use self::pubsub::{PubSubLink, route_push};
-use self::sentinel::FollowingConn;
-pub(crate) use self::sentinel::PrimaryConn;
 use super::backend::Backend;
-use super::batch::{Batch, Batcher};
+use super::batch::{Batcher, batcher};
 use super::capability::{StoreKind, Unsupported};
+use super::connect::{self, FollowingConn, PrimaryConn, RedisSettings, check_cluster_mode};
 use super::peek;
+use super::pubsub::{FollowingLink, PubSubLink};
+use super::ratelimit::script::{RateItem, Rates};
+use super::ratelimit::{RateReply, RateRequest};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
@@ -26,7 +21,6 @@ use super::scripts::acquire_rw::{self, Side};
 use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
 use super::scripts::handoff::{self, HandoffReply};
-use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
@@ -35,16 +29,6 @@ use super::wakeups::Wakeups;
 use crate::error::StoreError;
 use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
-
-/// Most calls of one kind on the wire at once (see `batch.rs`): enough that a few hundred
-/// callers, in calls of the kind's `FLUSH_AT`, never wait for a free one.
-pub(crate) const MAX_IN_FLIGHT: usize = 64;
-/// Most items in one batched script call (keeps each call short on the server).
-pub(crate) const MAX_BATCH: usize = 64;
-/// A batcher of one kind of script call, with the store's limits and the kind's `FLUSH_AT`.
-pub(crate) fn batcher<B: Batch>(op: B, timeout: Duration) -> Batcher<B> {
-    Batcher::new(op, MAX_IN_FLIGHT, MAX_BATCH, B::FLUSH_AT, timeout)
-}
 
 #[derive(Clone)]
 pub(crate) struct RedisStore {

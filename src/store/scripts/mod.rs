@@ -17,7 +17,6 @@ pub(crate) mod bloom;
 pub(crate) mod bloom_native;
 pub(crate) mod handoff;
 mod lua;
-pub(crate) mod ratelimit;
 pub(crate) mod release;
 pub(crate) mod release_entries;
 pub(crate) mod release_writer;

@@ -1,8 +1,8 @@
-//! `ratelimit.lua`: one or more rate-limit operations per call (checks, reservations,
-//! refunds, penalties, resets), each over one or more policies of one subject, all or nothing
-//! (contract in the `.lua` header). The script is the shared helpers, one file per algorithm
-//! (the token bucket runs GCRA's), then the driver; a clock comes first (the algorithms read
-//! its `slack` when they rewrite a state counted in another unit).
+//! The Lua side: `ratelimit.lua` runs one or more rate-limit operations per call (checks,
+//! reservations, refunds, penalties, resets), each over one or more policies of one subject,
+//! all or nothing (contract in the `.lua` header). The script is the shared helpers, one file
+//! per algorithm (the token bucket runs GCRA's), then the driver; a clock comes first (the
+//! algorithms read its `slack` when they rewrite a state counted in another unit).
 //!
 //! The production script reads the server's clock (`ratelimit/clock.lua`). With the
 //! `test-util` feature, a second script text takes the time from the caller, for the model
@@ -12,21 +12,22 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
-use super::{Conn, Lua, codes, per_item};
+use super::gcra::figures as gcra_figures;
+use super::{Kind, PolicyParams, RateOp, RateReply, RateRequest, Verdict};
 use crate::error::StoreError;
 use crate::store::batch::Batch;
-use crate::store::memory::ratelimit::gcra_figures;
+use crate::store::scripts::{Conn, Lua, codes, per_item};
 
 /// The script text up to the clock: the helpers and the algorithms.
 macro_rules! algorithms {
     () => {
         concat!(
-            include_str!("ratelimit/common.lua"),
-            include_str!("ratelimit/gcra_debt.lua"),
-            include_str!("ratelimit/gcra.lua"),
-            include_str!("ratelimit/fixed_window.lua"),
-            include_str!("ratelimit/sliding_window.lua"),
-            include_str!("ratelimit/sliding_log.lua"),
+            include_str!("common.lua"),
+            include_str!("gcra_debt.lua"),
+            include_str!("gcra.lua"),
+            include_str!("fixed_window.lua"),
+            include_str!("sliding_window.lua"),
+            include_str!("sliding_log.lua"),
         )
     };
 }
@@ -42,7 +43,7 @@ macro_rules! test_clock {
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        include_str!("ratelimit/clock.lua"),
+        include_str!("clock.lua"),
         algorithms!(),
         include_str!("ratelimit.lua"),
     ))
@@ -53,9 +54,9 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
 /// call costs the server about a third of the general script's.
 pub(crate) static GCRA_CHECKS: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        include_str!("ratelimit/clock.lua"),
-        include_str!("ratelimit/gcra_debt.lua"),
-        include_str!("ratelimit/gcra_checks.lua"),
+        include_str!("clock.lua"),
+        include_str!("gcra_debt.lua"),
+        include_str!("gcra_checks.lua"),
     ))
 });
 
@@ -64,8 +65,8 @@ pub(crate) static GCRA_CHECKS: LazyLock<Lua> = LazyLock::new(|| {
 pub(crate) static GCRA_CHECKS_AT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         test_clock!(),
-        include_str!("ratelimit/gcra_debt.lua"),
-        include_str!("ratelimit/gcra_checks.lua"),
+        include_str!("gcra_debt.lua"),
+        include_str!("gcra_checks.lua"),
     ))
 });
 
@@ -79,116 +80,6 @@ pub(crate) static SCRIPT_AT: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("ratelimit.lua"),
     ))
 });
-
-/// The algorithms, as the script numbers them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    Gcra,
-    TokenBucket,
-    FixedWindow,
-    SlidingWindow,
-    SlidingLog,
-}
-
-impl Kind {
-    /// The algorithm's number in the script's ARGV.
-    fn code(self) -> u8 {
-        match self {
-            Self::Gcra => 1,
-            Self::TokenBucket => 2,
-            Self::FixedWindow => 3,
-            Self::SlidingWindow => 4,
-            Self::SlidingLog => 5,
-        }
-    }
-}
-
-/// One policy as the stores see it. For GCRA and the token bucket, `unit_us` is the emission
-/// interval and `count` the burst; for the window algorithms, `unit_us` is the period and
-/// `count` the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PolicyParams {
-    pub(crate) kind: Kind,
-    pub(crate) unit_us: i64,
-    pub(crate) count: i64,
-}
-
-/// What one rate-limit operation does to a subject's policies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RateOp {
-    /// Consume `cost` units if every policy allows; 0 peeks (decides for a cost of 1,
-    /// consumes nothing).
-    Check { cost: u32 },
-    /// As a check, but a request of GCRA-family policies that would pass within
-    /// `max_wait_us` consumes now, at the moment it will pass, and is told to wait.
-    Reserve { cost: u32, max_wait_us: u64 },
-    /// Give back units (never fuller than full), then peek.
-    Refund(u32),
-    /// Charge units (never beyond empty), then peek.
-    Penalize(u32),
-    /// Delete every policy's state, then peek.
-    Reset,
-}
-
-impl RateOp {
-    /// The op's (code, amount, extra) in the script's ARGV.
-    fn encode(self) -> (u8, u32, u64) {
-        match self {
-            Self::Check { cost } => (0, cost, 0),
-            Self::Reserve { cost, max_wait_us } => (1, cost, max_wait_us),
-            Self::Refund(n) => (2, n, 0),
-            Self::Penalize(n) => (3, n, 0),
-            Self::Reset => (4, 0, 0),
-        }
-    }
-
-    /// Whether this op may consume (and so make a cached denial's figures stale).
-    pub(crate) fn consumes(self) -> bool {
-        match self {
-            Self::Check { cost } | Self::Reserve { cost, .. } => cost > 0,
-            Self::Refund(_) | Self::Penalize(_) | Self::Reset => true,
-        }
-    }
-}
-
-/// One rate-limit operation: one key and one policy per entry, all keys in one hash slot.
-pub(crate) struct RateRequest<'a> {
-    pub(crate) keys: &'a [String],
-    pub(crate) params: &'a [PolicyParams],
-    pub(crate) op: RateOp,
-}
-
-/// The answer to a rate-limit operation: whether a check or reservation was applied (every
-/// policy allowed and the cost was above zero), how long a reservation waits for its turn
-/// (µs), and each policy's verdict, in request order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RateReply {
-    pub(crate) applied: bool,
-    pub(crate) wait_us: u64,
-    pub(crate) verdicts: Vec<Verdict>,
-}
-
-/// One policy's verdict; times in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    pub(crate) allowed: bool,
-    pub(crate) remaining: u64,
-    pub(crate) retry_us: u64,
-    pub(crate) reset_us: u64,
-}
-
-impl Verdict {
-    /// From the algorithms' signed arithmetic; negatives (never produced) clamp to zero.
-    pub(crate) fn new(allowed: bool, remaining: i64, retry_us: i64, reset_us: i64) -> Self {
-        let clamp = |x: i64| u64::try_from(x).unwrap_or(0);
-        Self {
-            allowed,
-            remaining: clamp(remaining),
-            retry_us: clamp(retry_us),
-            reset_us: clamp(reset_us),
-        }
-    }
-}
 
 /// One operation, owned so it can wait in a batch.
 pub(crate) struct RateItem {
@@ -462,14 +353,14 @@ mod tests {
     fn the_production_scripts_take_no_time_from_the_client() {
         for text in [
             concat!(
-                include_str!("ratelimit/clock.lua"),
+                include_str!("clock.lua"),
                 algorithms!(),
                 include_str!("ratelimit.lua")
             ),
             concat!(
-                include_str!("ratelimit/clock.lua"),
-                include_str!("ratelimit/gcra_debt.lua"),
-                include_str!("ratelimit/gcra_checks.lua")
+                include_str!("clock.lua"),
+                include_str!("gcra_debt.lua"),
+                include_str!("gcra_checks.lua")
             ),
         ] {
             assert!(text.contains("redis.call('TIME')"));

@@ -1,10 +1,17 @@
-//! Connecting to one Redis server: a plain first attempt (so wrong credentials fail once,
-//! clearly), the version check, and the self-reconnecting `ConnectionManager` the store uses.
+//! Connection set-up shared by every Redis backend (a single primary, Sentinel, a Cluster, a
+//! quorum's nodes): a plain first attempt to a server (so wrong credentials fail once,
+//! clearly), the version and cluster-mode checks, the self-reconnecting `ConnectionManager`,
+//! the cluster client's settings, and following a Sentinel-managed primary
+//! ([`sentinel`]).
+
+mod sentinel;
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
 
+pub(crate) use self::sentinel::{FollowingConn, PrimaryConn};
 use crate::error::StoreError;
 
 /// Connection settings, validated by the client builder.
@@ -37,6 +44,24 @@ impl RedisSettings {
             .set_number_of_retries(self.reconnect_retries)
             .set_max_delay(Duration::from_secs(1))
     }
+}
+
+/// The cluster client's settings: our timeouts (the response timeout also bounds a call's
+/// redirects and retries), and as many retries as reconnects on a single primary.
+pub(crate) fn cluster_client(
+    nodes: &[redis::ConnectionInfo],
+    settings: &RedisSettings,
+) -> ClusterClientBuilder {
+    install_crypto_provider();
+    let builder = ClusterClientBuilder::new(nodes.to_vec())
+        .connection_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .retries(u32::try_from(settings.reconnect_retries).unwrap_or(u32::MAX));
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    if let Some(certs) = &settings.tls {
+        return builder.certs(certs.clone());
+    }
+    builder
 }
 
 /// rustls needs a process-wide crypto provider before its first handshake, and redis-rs

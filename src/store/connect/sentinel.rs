@@ -29,7 +29,7 @@ use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
 use tokio::time::Instant;
 
-use super::connect::{RedisSettings, check_cluster_mode, probe};
+use super::{RedisSettings, check_cluster_mode, probe};
 use crate::error::StoreError;
 
 /// Re-resolving more often than this is pointless: the sentinels need time to agree.
