@@ -43,7 +43,8 @@ pub enum ConfigError {
     /// The client's store cannot serve what the layer needs: the concurrency layer counts
     /// permits in holder sets, which a Redlock quorum cannot (majorities of independent
     /// primaries do not bound how many hold at once). Build the layer on a client of a single
-    /// primary or a Cluster.
+    /// primary or a Cluster, or on a quorum client made with
+    /// [`ClientBuilder::counting_on`](distlock::ClientBuilder::counting_on).
     #[error(transparent)]
     UnsupportedStore(#[from] distlock::Unsupported),
     /// A zero `max_hold`: the lease would stop being renewed before it was ever used.

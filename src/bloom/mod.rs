@@ -53,8 +53,10 @@
 //!   filter that already exists in one form keeps that form.
 //!   [`storage`](BloomFilter::storage) says which one a filter uses.
 //!
-//! A Redlock quorum client refuses Bloom filters ([`BloomError::UnsupportedStore`]): its
-//! independent primaries would each hold a different filter.
+//! A Redlock quorum client refuses Bloom filters ([`BloomError::UnsupportedStore`], when the
+//! filter is opened): its independent primaries would each hold a different filter. A quorum
+//! client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on) keeps
+//! its filters on the store it counts on.
 
 mod hash;
 mod sizing;
@@ -107,7 +109,7 @@ impl Client {
     /// configure and [`open`](BloomBuilder::open). See [`bloom`](crate::bloom).
     pub fn bloom_filter(&self, name: impl Into<String>) -> BloomBuilder {
         BloomBuilder {
-            client: self.clone(),
+            client: self.counting().clone(),
             name: name.into(),
             expected_items: None,
             false_positive_rate: 0.01,

@@ -23,6 +23,9 @@ use std::fmt;
 /// | [`ReplicaAcknowledgement`](Self::ReplicaAcknowledgement) | yes | no | no | no |
 /// | [`HandOff`](Self::HandOff) | yes | yes | no | no |
 ///
+/// A client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on)
+/// answers for holder sets, rate limits and Bloom filters with the store they go to.
+///
 /// ```
 /// use distlock::Capability;
 ///

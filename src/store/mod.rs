@@ -18,8 +18,9 @@
 //!   pubsub/       wake-up links: plain and sharded pub/sub
 //!   ratelimit/    the rate-limit contract; each algorithm in Lua and in Rust, side by side
 //!   scripts/      one module per Lua script (source, arguments, reply)
-//!   redis/        a single primary (plain or behind Sentinel)
-//!   cluster/      a Redis Cluster: per-slot batches and fences
+//!   scripted/     the one scripted backend, over a route: one target, or by slot
+//!   redis/        a single primary (plain or behind Sentinel): the single-target route
+//!   cluster/      a Redis Cluster: the by-slot route, sharded pub/sub
 //!   quorum/       Redlock: a majority of independent primaries, restart-aware
 //!   memory/       in memory, the same semantics in Rust
 //!   peek.rs       reads of a key for operators and tests
@@ -38,6 +39,7 @@ mod pubsub;
 pub(crate) mod quorum;
 mod ratelimit;
 pub(crate) mod redis;
+mod scripted;
 pub(crate) mod scripts;
 pub(crate) mod wakeups;
 
@@ -46,12 +48,11 @@ use std::time::Duration;
 
 pub(crate) use self::backend::Backend;
 pub use self::capability::{Capability, Unsupported};
-pub(crate) use self::cluster::ClusterStore;
 pub(crate) use self::connect::RedisSettings;
 pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
-pub(crate) use self::redis::RedisStore;
+pub(crate) use self::scripted::ScriptedStore;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;
@@ -66,19 +67,27 @@ use crate::error::StoreError;
 use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
-/// A backend: a single Redis primary, a Redis Cluster, a Redlock quorum, or memory.
+/// A backend: the scripted one (a single Redis primary, plain or behind Sentinel, or a Redis
+/// Cluster), a Redlock quorum, or memory; or two of them, one for locks and one for counting.
 #[derive(Clone)]
 pub(crate) enum Store {
-    Redis(RedisStore),
-    Cluster(ClusterStore),
+    Scripted(ScriptedStore),
     Quorum(QuorumStore),
     Memory(MemoryStore),
+    /// Locks on one store, counting primitives (rate limits, Bloom filters, holder sets) on
+    /// another: a quorum's locks with a single primary's or a Cluster's limits.
+    Split(Arc<Split>),
+}
+
+/// The two stores of [`Store::Split`].
+pub(crate) struct Split {
+    pub(crate) locks: Store,
+    pub(crate) counting: Store,
 }
 
 /// The backend a store call goes to, borrowed.
 enum Backing<'a> {
-    Redis(&'a RedisStore),
-    Cluster(&'a ClusterStore),
+    Scripted(&'a ScriptedStore),
     Quorum(&'a QuorumStore),
     Memory(&'a MemoryStore),
 }
@@ -87,8 +96,7 @@ enum Backing<'a> {
 macro_rules! on_backend {
     ($side:expr, $s:ident => $call:expr) => {
         match $side {
-            Backing::Redis($s) => $call,
-            Backing::Cluster($s) => $call,
+            Backing::Scripted($s) => $call,
             Backing::Quorum($s) => $call,
             Backing::Memory($s) => $call,
         }
@@ -96,19 +104,44 @@ macro_rules! on_backend {
 }
 
 impl Store {
+    /// Locks on `self`, counting primitives (rate limits, Bloom filters, holder sets) on
+    /// `counting`.
+    pub(crate) fn split(self, counting: Store) -> Self {
+        Self::Split(Arc::new(Split {
+            locks: self,
+            counting,
+        }))
+    }
+
     /// The backend that serves locks.
     fn locks(&self) -> Backing<'_> {
-        match self {
-            Self::Redis(s) => Backing::Redis(s),
-            Self::Cluster(s) => Backing::Cluster(s),
-            Self::Quorum(s) => Backing::Quorum(s),
-            Self::Memory(s) => Backing::Memory(s),
+        let mut store = self;
+        loop {
+            match store {
+                Self::Scripted(s) => return Backing::Scripted(s),
+                Self::Quorum(s) => return Backing::Quorum(s),
+                Self::Memory(s) => return Backing::Memory(s),
+                Self::Split(split) => store = &split.locks,
+            }
         }
     }
 
     /// The backend that serves counting primitives: rate limits, Bloom filters, holder sets.
     fn counting(&self) -> Backing<'_> {
-        self.locks()
+        let mut store = self;
+        loop {
+            match store {
+                Self::Scripted(s) => return Backing::Scripted(s),
+                Self::Quorum(s) => return Backing::Quorum(s),
+                Self::Memory(s) => return Backing::Memory(s),
+                Self::Split(split) => store = &split.counting,
+            }
+        }
+    }
+
+    /// The kind of the store counting primitives go to.
+    pub(crate) fn counting_kind(&self) -> &'static str {
+        on_backend!(self.counting(), s => s.kind().as_str())
     }
 
     /// `"redis"` (a single primary), `"cluster"`, `"quorum"` or `"memory"`: the store locks

@@ -13,7 +13,7 @@ use crate::support::RedisServer;
 use crate::support::fixture::connect;
 
 /// A primary and one replica of it, linked and in sync.
-async fn primary_and_replica() -> (RedisServer, RedisServer) {
+pub(super) async fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start();
     let replica = RedisServer::start();
     let mut conn = replica.conn().await;

@@ -17,6 +17,7 @@ use support::RedisServer;
 use support::child::{self, ChildProcess, say};
 
 mod capabilities;
+mod counting;
 mod members;
 
 const NODES: usize = 5;
@@ -153,8 +154,8 @@ async fn a_minority_down_is_fine_a_majority_down_fails_cleanly() {
     ));
 }
 
-/// TESTPLAN 35: one node frozen longer than the per-node timeout: acquires still take about
-/// that timeout at most, and the watchdog keeps leases on the remaining majority.
+/// TESTPLAN 35: one node frozen longer than the per-node timeout: acquires and releases still
+/// take about that timeout at most, and the watchdog keeps leases on the remaining majority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_costs_at_most_the_per_node_timeout() {
     let nodes = start_nodes();
@@ -186,6 +187,21 @@ async fn a_frozen_node_costs_at_most_the_per_node_timeout() {
     for lease in &leases {
         assert!(!lease.is_lost(), "lost: {:?}", lease.lost_reason());
     }
+    // A release waits for the frozen node the per-node timeout after the majority answered,
+    // not half the response timeout (500 ms).
+    let mut slowest = Duration::ZERO;
+    for lease in leases {
+        let asked = Instant::now();
+        assert_eq!(
+            lease.release().await.expect("release with one node frozen"),
+            ReleaseOutcome::Released
+        );
+        slowest = slowest.max(asked.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(30) + Duration::from_millis(150),
+        "a release took {slowest:?} with a 30 ms per-node timeout"
+    );
 }
 
 /// TESTPLAN 37: a lease is granted on nodes {1,2,3} (4 and 5 frozen); node 3 restarts empty

@@ -1,9 +1,12 @@
 //! The Redlock backend: leases on a majority of independent Redis primaries.
 //!
-//! Every operation goes to every node at once, and a majority decides:
+//! Every operation goes to every node at once, and a majority decides. Each node has its own
+//! batchers: a plain primary has no slot rule, so the concurrent acquires (or releases) of
+//! many locks share one script call per node, and a cycle costs each node one acquire call
+//! and one release call per batch rather than per lock.
 //!
 //! * **Acquire**: the acquire script on every node, each bounded by a per-node timeout much
-//!   shorter than the ttl (default `min(ttl / 10, 50 ms)`). Granted iff a majority granted and
+//!   shorter than the ttl (default `min(ttl / 10, 50 ms)`); one boot check per call. Granted iff a majority granted and
 //!   the validity `ttl − elapsed − drift` is still positive, counted from the first send (the
 //!   lease's local deadline counts from there too). Otherwise every node is released again,
 //!   the ones that timed out included, and the caller learns `Busy` (with the longest holder
@@ -12,8 +15,11 @@
 //! * **Renew / extend**: renewed iff a majority renewed; definitively lost only once a
 //!   majority can no longer say yes; anything in between is an unknown outcome (retried until
 //!   the lease's deadline).
-//! * **Release**: on every node; `Released` iff a majority released, else `HeldByOther` if some
-//!   node has another holder, else `AlreadyExpired`.
+//! * **Release**: on every node; once a majority released, the others get the per-node
+//!   timeout more (default 50 ms), so a frozen node costs a release that long, and its copy
+//!   expires with its ttl (a loaded machine, where every node is slow, still waits for its
+//!   majority, up to half the response timeout); `Released` iff a majority released, else
+//!   `HeldByOther` if some node has another holder, else `AlreadyExpired`.
 //! * **Wake-ups**: each node publishes where its copy of the lock was marked; a waiter
 //!   subscribes on every node (confirmed by a majority), so a release wakes at most one local
 //!   waiter per node.
@@ -42,13 +48,15 @@ use tokio::time::Instant;
 
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
-use super::batch::Batch;
+use super::batch::{Batch, Batcher, batcher};
 use super::capability::{Capability, StoreKind, Unsupported};
 use super::connect::{RedisSettings, check_cluster_mode, probe};
 use super::peek;
+use super::scripts::acquire::Acquires;
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
+use super::scripts::{self, Calls, OnConn};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
@@ -83,15 +91,15 @@ struct Inner {
     longest_ttl_ms: AtomicU64,
 }
 
-/// One independent primary.
+/// One independent primary, with a batcher per kind: a plain primary has no slot rule, so
+/// the concurrent acquires (or releases) of many locks share one script call per node.
 struct Node {
     /// `host:port`, for errors (never the password).
     name: String,
     conn: ConnectionManager,
-    releases: Releases<ConnectionManager>,
-    /// `<prefix>:boot`: a random value seeded once, gone if the node loses its data.
-    boot_key: String,
-    state: Mutex<NodeState>,
+    state: Arc<Mutex<NodeState>>,
+    acquires: Batcher<NodeAcquires>,
+    releases: Batcher<OnConn<Releases, ConnectionManager>>,
 }
 
 struct NodeState {
@@ -120,9 +128,43 @@ enum Identity {
     Twin { of: String },
 }
 
+/// Acquires on one node, many per call, behind one check of the node's boot value
+/// (`boot.lua`): the value this client last saw on the node is read when the call leaves.
+#[derive(Clone)]
+struct NodeAcquires {
+    conn: ConnectionManager,
+    /// `<prefix>:boot`: a random value seeded once, gone if the node loses its data.
+    boot_key: Arc<str>,
+    state: Arc<Mutex<NodeState>>,
+}
+
+impl Batch for NodeAcquires {
+    type Item = AcquireItem;
+    type Reply = NodeAcquire;
+    const FLUSH_AT: usize = <Acquires as Calls>::FLUSH_AT;
+
+    async fn run(&self, items: &[AcquireItem]) -> Result<Vec<NodeAcquire>, StoreError> {
+        let seen = lock_state(&self.state).boot.clone();
+        let fresh = Token::generate();
+        let refs: Vec<&AcquireItem> = items.iter().collect();
+        let (script, cmd) = acquire::on_quorum_node(&refs, &self.boot_key, &seen, fresh.as_str());
+        let reply = script.invoke::<redis::Value, _>(&cmd, &self.conn).await;
+        acquire::on_quorum_node_reply(reply, items.len())
+    }
+    // A grant nobody waits for (its caller's per-node deadline passed) is not undone here:
+    // a waiter keeps its token across busy attempts, so a release that left later than the
+    // next attempt's acquire would delete that attempt's copy on this node, and the lease
+    // would count a vote it no longer has. The attempt's rollback (sent on the connection,
+    // in order) or the grant's ttl clears it; a later attempt with the token re-takes it.
+}
+
+fn lock_state(state: &Mutex<NodeState>) -> std::sync::MutexGuard<'_, NodeState> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Node {
     fn state(&self) -> std::sync::MutexGuard<'_, NodeState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_state(&self.state)
     }
 
     fn votes(&self, now: Instant) -> bool {
@@ -229,10 +271,24 @@ impl QuorumStore {
             .max(Duration::from_millis(1))
     }
 
-    /// The per-node bound of a release or an unmark: well inside the operation's own bound,
-    /// so that the majority is counted before the caller's timeout fires.
+    /// The per-node bound of a release, a rollback or an unmark (which know no ttl): well
+    /// inside the operation's own bound, so that the majority is counted before the caller's
+    /// timeout fires. Once a majority answered, the others get only
+    /// [`straggler_grace`](Self::straggler_grace) more.
     fn node_op_timeout(&self) -> Duration {
         self.inner.settings.response_timeout / 2
+    }
+
+    /// How long the nodes still silent after a majority answered a release may take: the
+    /// configured per-node timeout, or its longest default. A frozen node then costs a release
+    /// that long, not half the response timeout (what it did not release expires with its
+    /// ttl), while a loaded machine, where every node is slow, still gets its majority.
+    fn straggler_grace(&self) -> Duration {
+        self.inner
+            .quorum_settings
+            .node_timeout
+            .unwrap_or(NODE_TIMEOUT_MAX)
+            .max(Duration::from_millis(1))
     }
 
     /// How long a node that lost its data sits out.
@@ -335,6 +391,72 @@ impl QuorumStore {
         futures_util::future::join_all(calls).await
     }
 
+    /// Runs `op` on every node at once, each bounded by `per_node`; once `settled` holds for
+    /// the answers so far (one per node that answered), the nodes still silent get `grace`
+    /// more, then count as failed.
+    async fn on_every_node_then_grace<'a, T, F, Fut>(
+        &'a self,
+        per_node: Duration,
+        grace: Duration,
+        settled: impl Fn(&[&T]) -> bool,
+        op: F,
+    ) -> Vec<Answer<T>>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>> + 'a,
+    {
+        use futures_util::StreamExt as _;
+        let mut pending: futures_util::stream::FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let call = op(node);
+                async move { (i, tokio::time::timeout(per_node, call).await) }
+            })
+            .collect();
+        let mut answers: Vec<Option<Answer<T>>> = std::iter::repeat_with(|| None)
+            .take(self.inner.nodes.len())
+            .collect();
+        let mut cut_off: Option<Instant> = None;
+        loop {
+            let next = match cut_off {
+                None => pending.next().await,
+                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((i, result)) = next else { break };
+            answers[i] = Some(match result {
+                Ok(Ok(value)) => Answer::Ok(value),
+                Ok(Err(err)) => Answer::Failed(err.to_string()),
+                Err(_) => Answer::Failed(format!("no answer within {per_node:?}")),
+            });
+            if cut_off.is_none() {
+                let so_far: Vec<&T> = answers
+                    .iter()
+                    .filter_map(|a| match a {
+                        Some(Answer::Ok(value)) => Some(value),
+                        _ => None,
+                    })
+                    .collect();
+                if settled(&so_far) {
+                    cut_off = Some(Instant::now() + grace);
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Answer::Failed(format!("no answer within {grace:?} of the outcome"))
+                })
+            })
+            .collect()
+    }
+
     /// The nodes that did not answer, and why, for [`StoreError::NoQuorum`].
     fn failures<T>(&self, answers: &[Answer<T>]) -> Vec<NodeFailure> {
         self.inner
@@ -363,14 +485,29 @@ impl QuorumStore {
     /// response timeout; what cannot be reached expires with its ttl.
     async fn roll_back(&self, keys: &LockKeys, token: &Token) {
         let limit = self.node_op_timeout();
+        let quorum = self.inner.quorum;
         let answers = self
-            .on_every_node(limit, |node| async move {
-                let item = ReleaseItem {
-                    keys: keys.clone(),
-                    token: token.clone(),
-                };
-                node.releases.run(std::slice::from_ref(&item)).await
-            })
+            .on_every_node_then_grace(
+                limit,
+                self.straggler_grace(),
+                |so_far| so_far.len() >= quorum,
+                |node| async move {
+                    // Not batched: on the connection at once, so it cannot leave after the next
+                    // attempt's acquire with the same token (which it would then undo).
+                    let item = ReleaseItem {
+                        keys: keys.clone(),
+                        token: token.clone(),
+                    };
+                    let releases = Releases {
+                        publish: Publish::Plain,
+                    };
+                    let mut held =
+                        scripts::call(&releases, &node.conn, std::slice::from_ref(&item)).await?;
+                    held.pop().ok_or_else(|| StoreError::Protocol {
+                        message: "release answered nothing".to_owned(),
+                    })
+                },
+            )
             .await;
         let failed = answers
             .iter()
@@ -498,7 +635,7 @@ async fn connect_node(
     )
     .await
     .map_err(|_| StoreError::Timeout { after: limit })??;
-    let node = node(info, manager, boot_key, boot);
+    let node = node(info, manager, boot_key, boot, settings.response_timeout);
     let mut state = node.state();
     state.run_id = run_id;
     state.identity = Identity::Distinct;
@@ -528,25 +665,52 @@ fn lazy_node(
         value: String::new(),
         age: Duration::ZERO,
     };
-    Ok(node(info, manager, boot_key, unknown))
+    Ok(node(
+        info,
+        manager,
+        boot_key,
+        unknown,
+        settings.response_timeout,
+    ))
 }
 
-fn node(info: &redis::ConnectionInfo, conn: ConnectionManager, boot_key: &str, boot: Boot) -> Node {
+/// A node over `conn`, last seen with `boot`; its batchers bound each call by `timeout`.
+fn node(
+    info: &redis::ConnectionInfo,
+    conn: ConnectionManager,
+    boot_key: &str,
+    boot: Boot,
+    timeout: Duration,
+) -> Node {
+    let state = Arc::new(Mutex::new(NodeState {
+        seeded_ago: (!boot.value.is_empty()).then_some(boot.age),
+        boot: boot.value,
+        sits_out_until: None,
+        run_id: None,
+        identity: Identity::Unchecked,
+    }));
     Node {
         name: node_name(info),
-        releases: Releases {
-            conn: conn.clone(),
-            publish: Publish::Plain,
-        },
+        acquires: batcher(
+            NodeAcquires {
+                conn: conn.clone(),
+                boot_key: boot_key.into(),
+                state: state.clone(),
+            },
+            timeout,
+        ),
+        releases: batcher(
+            OnConn {
+                calls: Releases {
+                    publish: Publish::Plain,
+                },
+                conn: conn.clone(),
+                publish: Publish::Plain,
+            },
+            timeout,
+        ),
         conn,
-        boot_key: boot_key.to_owned(),
-        state: Mutex::new(NodeState {
-            seeded_ago: (!boot.value.is_empty()).then_some(boot.age),
-            boot: boot.value,
-            sits_out_until: None,
-            run_id: None,
-            identity: Identity::Unchecked,
-        }),
+        state,
     }
 }
 
@@ -598,15 +762,10 @@ impl Backend for QuorumStore {
             waits,
             replicas: None,
         };
-        let fresh = Token::generate();
         let answers = self
             .on_every_node(self.node_timeout(ttl), |node| {
-                let seen = node.state().boot.clone();
-                let (item, fresh) = (&item, &fresh);
-                async move {
-                    acquire::on_quorum_node(&node.conn, item, &node.boot_key, &seen, fresh.as_str())
-                        .await
-                }
+                let item = item.clone();
+                async move { node.acquires.run(item).await }
             })
             .await;
         let now = Instant::now();
@@ -653,17 +812,21 @@ impl Backend for QuorumStore {
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
         let limit = self.node_op_timeout();
+        let quorum = self.inner.quorum;
         let answers = self
-            .on_every_node(limit, |node| async move {
-                let item = ReleaseItem {
-                    keys: keys.clone(),
-                    token: token.clone(),
-                };
-                let mut held = node.releases.run(std::slice::from_ref(&item)).await?;
-                held.pop().ok_or_else(|| StoreError::Protocol {
-                    message: "release answered nothing".to_owned(),
-                })
-            })
+            .on_every_node_then_grace(
+                limit,
+                self.straggler_grace(),
+                // Released: what the others answer changes nothing.
+                |so_far| so_far.iter().filter(|h| ***h == Held::Yes).count() >= quorum,
+                |node| async move {
+                    let item = ReleaseItem {
+                        keys: keys.clone(),
+                        token: token.clone(),
+                    };
+                    node.releases.run(item).await
+                },
+            )
             .await;
         let count = |want: Held| {
             answers

@@ -10,13 +10,14 @@
 
 use std::sync::LazyLock;
 
-use redis::Value;
+use redis::{Cmd, Value};
 
 use super::gcra::figures as gcra_figures;
 use super::{Kind, PolicyParams, RateOp, RateReply, RateRequest, Verdict};
 use crate::error::StoreError;
-use crate::store::batch::Batch;
-use crate::store::scripts::{Conn, Lua, codes, per_item};
+#[cfg(feature = "test-util")]
+use crate::store::scripts::Conn;
+use crate::store::scripts::{Calls, Lua, codes, per_item};
 
 /// The script text up to the clock: the helpers and the algorithms.
 macro_rules! algorithms {
@@ -109,113 +110,91 @@ impl RateItem {
     }
 }
 
-/// Rate-limit checks, many per call, on one connection target.
+/// Rate-limit operations, many per call.
 #[derive(Clone)]
-pub(crate) struct Rates<C> {
-    pub(crate) conn: C,
+pub(crate) struct Rates;
+
+/// How a call of rate-limit items is written: with the lean script when every item is a
+/// check under one GCRA-family policy (their cost and policy), else with the general one.
+enum Shape {
+    GcraChecks(Vec<(u32, PolicyParams)>),
+    General,
 }
 
-impl<C: Conn> Rates<C> {
-    /// Sends `items`: with [`GCRA_CHECKS`] (or `fast`) when every one is a check under one
-    /// GCRA-family policy, otherwise with the general `script`; after `leading` ARGV (the
-    /// test clock's time, or none).
-    async fn send(
-        &self,
-        script: &Lua,
-        fast: &Lua,
-        leading: Option<&str>,
-        items: &[RateItem],
-    ) -> Result<Vec<RateReply>, StoreError> {
-        let checks: Option<Vec<_>> = items.iter().map(RateItem::gcra_check).collect();
-        match checks {
-            Some(checks) => self.invoke_gcra_checks(fast, leading, items, &checks).await,
-            None => self.invoke(script, leading, items).await,
+fn shape(items: &[&RateItem]) -> Shape {
+    let checks: Option<Vec<_>> = items.iter().map(|item| item.gcra_check()).collect();
+    checks.map_or(Shape::General, Shape::GcraChecks)
+}
+
+/// The command of one call of `items` with `script` (the lean `fast` one when the items allow),
+/// after `leading` ARGV (the test clock's time, or none).
+fn encode(
+    script: &'static Lua,
+    fast: &'static Lua,
+    leading: Option<&str>,
+    items: &[&RateItem],
+) -> (&'static Lua, Cmd) {
+    match shape(items) {
+        Shape::GcraChecks(checks) => {
+            let mut cmd = fast.call(items.len(), 1 + items.len(), 96 * items.len());
+            for item in items {
+                cmd.arg(&item.keys[0]);
+            }
+            if let Some(leading) = leading {
+                cmd.arg(leading);
+            }
+            // One text per check; a batch usually repeats one, and the script parses it once.
+            let mut text = String::new();
+            let mut last = None;
+            for (cost, p) in checks {
+                if last != Some((cost, p)) {
+                    text = format!("{cost}:{}:{}", p.unit_us, p.count);
+                    last = Some((cost, p));
+                }
+                cmd.arg(text.as_str());
+            }
+            (fast, cmd)
+        }
+        Shape::General => {
+            let keys: usize = items.iter().map(|item| item.keys.len()).sum();
+            let mut cmd = script.call(keys, 1 + 4 * items.len() + 3 * keys, 128 * keys);
+            for item in items {
+                for key in &item.keys {
+                    cmd.arg(key);
+                }
+            }
+            if let Some(leading) = leading {
+                cmd.arg(leading);
+            }
+            for item in items {
+                let (code, amount, extra) = item.op.encode();
+                cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
+                for p in &item.params {
+                    cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
+                }
+            }
+            (script, cmd)
         }
     }
+}
 
-    async fn invoke_gcra_checks(
-        &self,
-        script: &Lua,
-        leading: Option<&str>,
-        items: &[RateItem],
-        checks: &[(u32, PolicyParams)],
-    ) -> Result<Vec<RateReply>, StoreError> {
-        let mut cmd = script.call(items.len(), 1 + items.len(), 96 * items.len());
-        for item in items {
-            cmd.arg(&item.keys[0]);
-        }
-        if let Some(leading) = leading {
-            cmd.arg(leading);
-        }
-        // One text per check; a batch usually repeats one, and the script parses it once.
-        let mut text = String::new();
-        let mut last = None;
-        for &(cost, p) in checks {
-            if last != Some((cost, p)) {
-                text = format!("{cost}:{}:{}", p.unit_us, p.count);
-                last = Some((cost, p));
-            }
-            cmd.arg(text.as_str());
-        }
-        let reply: Value = script.invoke(&cmd, &self.conn).await?;
-        codes(reply, items.len(), "gcra_checks")?
+/// The reply of [`encode`]'s call: one answer per item.
+fn decode(reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreError> {
+    match shape(items) {
+        Shape::GcraChecks(checks) => codes(reply, items.len(), "gcra_checks")?
             .into_iter()
             .zip(checks)
-            .map(|(code, &(cost, p))| gcra_check_reply(code, cost, p))
-            .collect()
-    }
-
-    /// Sends `items` with `script`, after `leading` ARGV (the test clock's time, or none).
-    async fn invoke(
-        &self,
-        script: &Lua,
-        leading: Option<&str>,
-        items: &[RateItem],
-    ) -> Result<Vec<RateReply>, StoreError> {
-        let keys: usize = items.iter().map(|item| item.keys.len()).sum();
-        let mut cmd = script.call(keys, 1 + 4 * items.len() + 3 * keys, 128 * keys);
-        for item in items {
-            for key in &item.keys {
-                cmd.arg(key);
-            }
-        }
-        if let Some(leading) = leading {
-            cmd.arg(leading);
-        }
-        for item in items {
-            let (code, amount, extra) = item.op.encode();
-            cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
-            for p in &item.params {
-                cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
-            }
-        }
-        let reply: Value = script.invoke(&cmd, &self.conn).await?;
-        let texts = per_item(reply, items.len(), "ratelimit")?;
-        texts
+            .map(|(code, (cost, p))| gcra_check_reply(code, cost, p))
+            .collect(),
+        Shape::General => per_item(reply, items.len(), "ratelimit")?
             .iter()
             .zip(items)
             .map(|(text, item)| parse_reply(text, item.keys.len()))
-            .collect()
-    }
-
-    /// Test-only: one check decided at `now_us` (µs since the epoch).
-    #[cfg(feature = "test-util")]
-    pub(crate) async fn at(&self, item: RateItem, now_us: u64) -> Result<RateReply, StoreError> {
-        let mut replies = self
-            .send(
-                &SCRIPT_AT,
-                &GCRA_CHECKS_AT,
-                Some(&now_us.to_string()),
-                std::slice::from_ref(&item),
-            )
-            .await?;
-        replies.pop().ok_or_else(|| StoreError::Protocol {
-            message: "ratelimit answered no check".to_owned(),
-        })
+            .collect(),
     }
 }
 
-impl<C: Conn> Batch for Rates<C> {
+impl Calls for Rates {
     type Item = RateItem;
     type Reply = RateReply;
     /// Measured with 40 to 200 callers on 1000 subjects (peer bench W5): a check costs the
@@ -224,9 +203,40 @@ impl<C: Conn> Batch for Rates<C> {
     /// slower at every count tried, 6 (the old value) much slower.
     const FLUSH_AT: usize = 32;
 
-    async fn run(&self, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
-        self.send(&SCRIPT, &GCRA_CHECKS, None, items).await
+    /// Every key of one operation shares the subject's slot.
+    fn slot_key(item: &RateItem) -> &str {
+        item.keys.first().map_or("", String::as_str)
     }
+
+    fn encode(&self, items: &[&RateItem]) -> (&'static Lua, Cmd) {
+        encode(&SCRIPT, &GCRA_CHECKS, None, items)
+    }
+
+    fn decode(&self, reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreError> {
+        decode(reply, items)
+    }
+}
+
+/// Test-only: one operation decided at `now_us` (µs since the epoch), on `conn`.
+#[cfg(feature = "test-util")]
+pub(crate) async fn check_at<C: Conn>(
+    conn: &C,
+    item: RateItem,
+    now_us: u64,
+) -> Result<RateReply, StoreError> {
+    let items = [&item];
+    let (script, cmd) = encode(
+        &SCRIPT_AT,
+        &GCRA_CHECKS_AT,
+        Some(&now_us.to_string()),
+        &items,
+    );
+    let reply: Value = script.invoke(&cmd, conn).await?;
+    decode(reply, &items)?
+        .pop()
+        .ok_or_else(|| StoreError::Protocol {
+            message: "ratelimit answered no check".to_owned(),
+        })
 }
 
 /// The reply of one check under one GCRA-family policy, from `gcra_checks.lua`'s integer:
