@@ -23,6 +23,14 @@ stub() {
   chmod +x "$bin/$1"
 }
 
+# Executable initdb and postgres stubs in directory $1.
+pg_stubs() {
+  mkdir -p "$1"
+  printf '#!/bin/sh\nexit 0\n' >"$1/initdb"
+  printf '#!/bin/sh\nexit 0\n' >"$1/postgres"
+  chmod +x "$1/initdb" "$1/postgres"
+}
+
 # A machine on which everything is present and recent enough; cases then break one thing.
 good_machine() {
   rm -rf "$work/case"
@@ -37,6 +45,8 @@ good_machine() {
   stub redis-server 'echo "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1"'
   stub redis-sentinel 'echo "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1"'
   stub redis-cli 'echo "redis-cli 7.0.15"'
+  # PostgreSQL's server binaries, off PATH as Debian puts them (DISTLOCK_TEST_PG_LIB).
+  pg_stubs "$work/case/pglib/15/bin"
   # apt-get records its calls; `install` adds Redis 7.0 stubs, as the real package would.
   stub apt-get 'echo "apt-get $*" >>"$LOG"
     [ "$1" = install ] || exit 0
@@ -46,6 +56,8 @@ good_machine() {
       redis-sentinel) put redis-sentinel "echo \"Redis server v=7.0.15 sha=0\"" ;;
       redis-tools) put redis-cli "echo redis-cli 7.0.15" ;;
       build-essential) put cc "exit 0" ;;
+      postgresql) '"$(command -v mkdir)"' -p "$PGLIB/15/bin"
+        BIN=$PGLIB/15/bin put initdb "exit 0"; BIN=$PGLIB/15/bin put postgres "exit 0" ;;
     esac; done'
   : >"$work/case/log"
 }
@@ -54,6 +66,7 @@ good_machine() {
 run_script() {
   set +e
   output=$(env -i PATH="$bin" HOME="$work/case/home" LOG="$work/case/log" BIN="$bin" \
+    DISTLOCK_TEST_PG_LIB="$work/case/pglib" PGLIB="$work/case/pglib" \
     "$bin/bash" "$repo/scripts/test.sh" "$@" 2>&1)
   status=$?
   set -e
@@ -182,6 +195,16 @@ expect_log "cargo test runs with the extra arguments" \
   "cargo test --workspace --all-features --no-fail-fast"
 expect_log "the core suites run again as an ACL user" \
   "cargo test --all-features --test lock --test ratelimit --no-fail-fast"
+
+good_machine
+rm -r "$work/case/pglib"
+run_script --check-only
+expect "a missing PostgreSQL server is named with its package" 1 \
+  "missing PostgreSQL's server (initdb and postgres" "apt-get install -y postgresql"
+run_script --no-fail-fast
+expect "a fresh machine gets PostgreSQL from apt-get" 0 "installing postgresql with apt-get" \
+  "PostgreSQL server binaries in $work/case/pglib/15/bin"
+expect_log "apt-get installs the postgresql package" "apt-get install -y -qq postgresql"
 
 good_machine
 stub uname 'echo MINGW64_NT-10.0'

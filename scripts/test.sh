@@ -11,10 +11,15 @@
 #     rustc are too old (Debian 12 ships 1.63), so rustup itself is never installed for you:
 #     the script prints the command.
 #   * a C compiler and linker, `cc` (apt: build-essential).
+#   * for the history suite: iproute2, nftables and faketime (network namespaces, partitions,
+#     server clock jumps), installed when missing.
 #   * redis-server >= 7.0 (the tests start it with --enable-debug-command, new in 7.0), and
 #     redis-cli and redis-sentinel for the multi-node tests (apt: redis-server redis-tools
 #     redis-sentinel). Releases that package an older Redis (Ubuntu 22.04, Debian 11) need
 #     Redis's own APT repository; the script prints how.
+#   * PostgreSQL's server binaries, initdb and postgres (apt: postgresql), under
+#     /usr/lib/postgresql/<version>/bin: the fenced-write tests (tests/fenced) start their own
+#     server with them (as the `postgres` account when run as root).
 #
 # Whatever it cannot fix is listed with the command that fixes it, and it exits 1 before
 # building anything. `--check-only` installs nothing and stops after the checks (exit 0 when
@@ -132,6 +137,47 @@ for tool in redis-server redis-sentinel; do
     note "$tool $found"
   fi
 done
+
+# --- History suite (tests/history) ------------------------------------------------------------
+# Its nemesis partitions in network namespaces it makes (`ip` from iproute2, `nft` from
+# nftables, `ss`), and jumps a server's clock with libfaketime (faketime). Installed here when
+# missing; without them (or without root) the history suite itself fails, saying what it lacks.
+history_tools=(ip:iproute2 nft:nftables ss:iproute2 faketime:faketime)
+history_missing=()
+for entry in "${history_tools[@]}"; do
+  command -v "${entry%%:*}" >/dev/null 2>&1 || history_missing+=("${entry#*:}")
+done
+if ((${#history_missing[@]})) && $can_apt; then apt_install "${history_missing[@]}"; fi
+for entry in "${history_tools[@]}"; do
+  command -v "${entry%%:*}" >/dev/null 2>&1 \
+    || note "the history suite needs ${entry%%:*} (apt-get install -y ${entry#*:}); it will fail without it"
+done
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+# tests/fenced runs initdb and postgres from Debian's postgresql package, which puts them off
+# PATH in /usr/lib/postgresql/<version>/bin (DISTLOCK_TEST_PG_LIB stands for that directory in
+# scripts/prerequisites_test.sh). The tests fail, never skip, without them.
+pg_lib=${DISTLOCK_TEST_PG_LIB:-/usr/lib/postgresql}
+find_postgres() {
+  pg_bin=""
+  local dir
+  for dir in "$pg_lib"/*/bin; do
+    if [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then pg_bin=$dir; fi
+  done
+}
+find_postgres
+if [ -z "$pg_bin" ] && $can_apt; then
+  apt_install postgresql
+  # The package starts a system cluster on 5432; the tests do not use it.
+  ($SUDO systemctl stop postgresql >/dev/null 2>&1 || $SUDO service postgresql stop >/dev/null 2>&1 || true)
+  find_postgres
+fi
+if [ -z "$pg_bin" ]; then
+  problem "missing PostgreSQL's server (initdb and postgres in $pg_lib/<version>/bin): the fenced-write tests start their own
+    fix: sudo apt-get install -y postgresql"
+else
+  note "PostgreSQL server binaries in $pg_bin"
+fi
 
 # --- Rust ------------------------------------------------------------------------------------
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then

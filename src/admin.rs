@@ -27,7 +27,8 @@ pub enum LockState {
         /// Whether a waiter has asked to be woken when it is released.
         waiters: bool,
     },
-    /// Released, and kept for a waiter that has waited long (see the README's "Waiting"):
+    /// Released, and kept for a waiter that has waited long (see "No starvation across
+    /// clients" in the guide's [guarantees](crate::guide::guarantees)):
     /// free for anyone once `remaining_ttl` has passed (at most 250 ms).
     Reserved {
         /// How long the reservation lasts.
@@ -93,7 +94,8 @@ impl Client {
     /// are woken. The holder is not told at once: its lost signal fires at its watchdog's next
     /// renewal (within a third of its ttl), and until then it may still act as the holder. So
     /// only force a lock whose holder is gone or whose writes carry their fence (see the
-    /// README's "Fencing"). A lock re-taken between the read and the release is left alone.
+    /// guide's [efficiency or correctness?](crate::guide::guarantees#efficiency-or-correctness)).
+    /// A lock re-taken between the read and the release is left alone.
     ///
     /// # Errors
     /// As [`lock_state`](Self::lock_state).

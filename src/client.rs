@@ -149,8 +149,8 @@ impl Client {
     /// [`StoreError::Config`] when two members are one server (the same address after
     /// resolving names, the same boot value, or the same `run_id`): such a server would vote
     /// twice. Nodes that cannot be reached are tolerated as long as a majority can (they join
-    /// when they come up, once checked against the others). See the README's Redlock section
-    /// for what it promises and what it does not.
+    /// when they come up, once checked against the others). See the guide's
+    /// [Redlock page](crate::guide::redlock) for what it promises and what it does not.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock::StoreError> {
@@ -382,6 +382,7 @@ impl ClientBuilder {
                 Capability::HolderSets,
                 Capability::RateLimits,
                 Capability::BloomFilters,
+                Capability::FencedWrites,
             ] {
                 if let Err(refused) = other.supports(capability) {
                     return bad(format!(
@@ -512,8 +513,8 @@ impl ClientBuilder {
 
     /// Counting primitives on another store: the client built takes its locks (and
     /// `#[distributed_lock]`, jobs, multi-locks, `LockLayer`) on its own store, and its rate
-    /// limiters, Bloom filters, semaphores and read-write locks (and `ConcurrencyLimitLayer`)
-    /// on `other`'s. Made for a Redlock quorum, whose independent primaries serve locks but
+    /// limiters, Bloom filters, semaphores, read-write locks and fenced resources (and
+    /// `ConcurrencyLimitLayer`) on `other`'s. Made for a Redlock quorum, whose independent primaries serve locks but
     /// cannot count: one client, locks on the quorum, limits on a single primary or a Cluster.
     ///
     /// `other` must be able to count ([`Capability::HolderSets`], [`Capability::RateLimits`]
@@ -542,7 +543,7 @@ impl ClientBuilder {
     /// assert!(client.supports(Capability::RateLimits).is_ok());
     ///
     /// let lease = client.lock("order:42").acquire().await?; // a Redlock lease
-    /// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?)?); // on the Cluster
+    /// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?)?).build()?; // on the Cluster
     /// assert!(api.check("user:7").await?.allowed);
     /// let export = client.semaphore("exports", 2).acquire().await?; // on the Cluster
     /// # drop((lease, export)); Ok(()) }

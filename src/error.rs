@@ -384,7 +384,7 @@ pub enum RateLimitError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// More checks of this limiter were waiting on the store than its
-    /// [`max_in_flight`](crate::ratelimit::RateLimiter::max_in_flight) allows (the store is
+    /// [`max_in_flight`](crate::ratelimit::RateLimiterBuilder::max_in_flight) allows (the store is
     /// slow), and the outage policy is fail-closed. Nothing was queued.
     #[error(
         "{in_flight} rate-limit checks are already waiting on the store; refusing to queue more"
@@ -432,6 +432,25 @@ pub enum RateLimitError {
     /// The limiter's configuration is invalid; see [`InvalidPolicy`].
     #[error(transparent)]
     InvalidPolicy(#[from] InvalidPolicy),
+    /// A call of a [`#[rate_limit]`](crate::rate_limit) function was refused: a policy denied
+    /// it (with `on_limit = wait`, its turn would have come later than `max_wait`), and the
+    /// function did not run. The limiter's own checks never return it: for them a denial is
+    /// an `Ok` [`Decision`](crate::ratelimit::Decision). Answer it as "too many requests"
+    /// (`429` with `Retry-After`, see [`http`](crate::http)), or retry after `retry_after`.
+    #[error("rate limit `{policy}` reached; the call may pass again in {retry_after:?}")]
+    Limited {
+        /// The policy that denied the call (the one with the longest wait, when several did).
+        policy: String,
+        /// How long until the same call would pass, if nobody else consumes meanwhile.
+        retry_after: Duration,
+    },
+    /// A [`#[rate_limit]`](crate::rate_limit) function without `client = ...` was called and
+    /// no default client was installed with [`set_default_client`](crate::set_default_client).
+    #[error(
+        "no default distlock client is installed: call distlock::set_default_client(client) at \
+         start-up, or pass `client = <expr>` to #[rate_limit]"
+    )]
+    NoDefaultClient,
 }
 
 /// Why a [`Rate`](crate::ratelimit::Rate), a [`Policy`](crate::ratelimit::Policy) or a set of

@@ -14,9 +14,10 @@
 //! | [`LockError::LeaseLost`] | `503 Service Unavailable` | 1 s |
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
+//! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
-//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
 //!
 //! The choices, and why:
 //!
@@ -30,10 +31,15 @@
 //! * **Every store failure is `503` with `Retry-After: 1`.** A store that failed or was too
 //!   slow usually answers again within moments; a lost lease is free again, or held by
 //!   whoever took it over (a retry then gets that holder's `423` and its ttl).
-//! * **A configuration mistake is `500`**, without `Retry-After`: no retry will fix it.
+//! * **A configuration mistake is `500`**, without `Retry-After`: no retry will fix it. The
+//!   body says only "lock error" or "rate limit error", so `IntoResponse` logs every `500`
+//!   once at ERROR with the error itself (what was misconfigured, e.g. a job's `at_most`
+//!   shorter than its `at_least`).
 //!
 //! A denied rate-limit check is not an error (it is an `Ok` decision); answer it `429` with
-//! [`retry_after_secs`]`(decision.retry_after)`, as the rate-limit layer does.
+//! [`retry_after_secs`]`(decision.retry_after)`, as the rate-limit layer does. A
+//! [`#[rate_limit]`](crate::rate_limit) function turns the same denial into
+//! [`RateLimitError::Limited`], which maps to that answer.
 //!
 //! ```
 //! use std::time::Duration;
@@ -148,9 +154,12 @@ impl RateLimitError {
             Self::CircuitOpen { retry_in } => {
                 HttpStatus::new(503, Some((*retry_in).max(STORE_RETRY_AFTER)))
             }
+            Self::Limited { retry_after, .. } => HttpStatus::new(429, Some(*retry_after)),
             Self::InvalidSubject(_) => HttpStatus::new(400, None),
             Self::CostTooLarge { .. } => HttpStatus::new(413, None),
-            Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } => HttpStatus::new(500, None),
+            Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } | Self::NoDefaultClient => {
+                HttpStatus::new(500, None)
+            }
         }
     }
 }
@@ -159,7 +168,9 @@ impl RateLimitError {
 mod into_response {
     //! `IntoResponse` for the error types. The body is a short fixed text per kind, never the
     //! error's `Display`: that names locks and subjects and quotes the store's own words,
-    //! which are for logs, not for clients.
+    //! which are for logs, not for clients. So a `500` (a configuration mistake, which no
+    //! retry fixes) is logged here, once, at ERROR with the error itself: the response alone
+    //! would leave the operator nothing to go on.
 
     use ::http::{HeaderValue, StatusCode, header};
     use axum_core::response::{IntoResponse, Response};
@@ -167,8 +178,11 @@ mod into_response {
     use super::HttpStatus;
     use crate::{LockError, RateLimitError};
 
-    fn respond(status: HttpStatus, text: &'static str) -> Response {
+    fn respond(status: HttpStatus, text: &'static str, error: &dyn std::error::Error) -> Response {
         let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if code == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %error, "answering 500: {}", text.trim_end());
+        }
         let mut response = (code, text).into_response();
         if let Some(secs) = status.retry_after_secs() {
             response
@@ -192,7 +206,7 @@ mod into_response {
                 Self::InvalidName(_) => "this request's lock key is invalid\n",
                 _ => "lock error\n",
             };
-            respond(self.http_status(), text)
+            respond(self.http_status(), text, &self)
         }
     }
 
@@ -209,9 +223,10 @@ mod into_response {
                 Self::CostTooLarge { .. } => {
                     "this request costs more than the rate limit ever allows at once\n"
                 }
+                Self::Limited { .. } => "too many requests; try again later\n",
                 _ => "rate limit error\n",
             };
-            respond(self.http_status(), text)
+            respond(self.http_status(), text, &self)
         }
     }
 }
@@ -312,6 +327,15 @@ mod tests {
                 500,
                 None,
             ),
+            (
+                RateLimitError::Limited {
+                    policy: "api".to_owned(),
+                    retry_after: Duration::from_millis(2100),
+                },
+                429,
+                Some(3),
+            ),
+            (RateLimitError::NoDefaultClient, 500, None),
         ];
         for (err, code, secs) in table {
             let status = err.http_status();
@@ -396,6 +420,19 @@ mod tests {
             "store details stay in the logs: {body}"
         );
 
+        let limited = || async {
+            Err::<String, _>(RateLimitError::Limited {
+                policy: "api".to_owned(),
+                retry_after: Duration::from_millis(1500),
+            })
+        };
+        let (status, retry_after, body) = call(limited).await;
+        assert_eq!(
+            (status, retry_after.as_deref()),
+            (StatusCode::TOO_MANY_REQUESTS, Some("2"))
+        );
+        assert!(body.starts_with("too many requests"), "{body}");
+
         let rate_limited_store_down = || async { Err::<String, _>(RateLimitError::Store(store())) };
         let (status, retry_after, _) = call(rate_limited_store_down).await;
         assert_eq!(
@@ -403,20 +440,108 @@ mod tests {
             (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
         );
 
-        let limiter = client.rate_limiter(
-            crate::ratelimit::Policy::gcra(
-                "api",
-                crate::ratelimit::Rate::per_second(1)
-                    .and_then(|r| r.burst(2))
-                    .expect("rate"),
+        let limiter = client
+            .rate_limiter(
+                crate::ratelimit::Policy::gcra(
+                    "api",
+                    crate::ratelimit::Rate::per_second(1)
+                        .and_then(|r| r.burst(2))
+                        .expect("rate"),
+                )
+                .expect("policy"),
             )
-            .expect("policy"),
-        );
+            .build()
+            .expect("valid limiter");
         let too_costly = move || async move {
             let decision = limiter.check_n("user:7", 3).await?;
             Ok::<_, RateLimitError>(decision.remaining.to_string())
         };
         let (status, retry_after, _) = call(too_costly).await;
         assert_eq!((status, retry_after), (StatusCode::PAYLOAD_TOO_LARGE, None));
+    }
+
+    /// Every 500 is logged once at ERROR with the error itself (here a job whose `at_most` is
+    /// shorter than its `at_least`, answered by a handler that returns the runtime's error);
+    /// the answers that are not 500 add no ERROR line.
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn a_500_is_logged_once_at_error_with_its_reason() {
+        use std::io::Write;
+        use std::sync::{Arc, Mutex};
+
+        use axum_core::response::IntoResponse;
+        use tracing::subscriber::NoSubscriber;
+
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("buffer").extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        // A second dispatcher makes every call site ask ours too, whatever other tests'
+        // threads cached about it (tokio-rs/tracing#3611).
+        let _pin = tracing::Dispatch::new(NoSubscriber::default());
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        let logged = || String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+
+        let client = crate::Client::in_memory();
+        let err = client
+            .job("nightly")
+            .at_least(Duration::from_secs(60))
+            .at_most(Duration::from_secs(1))
+            .run(|_| async {})
+            .await
+            .expect_err("at_most < at_least is refused");
+        assert!(matches!(err, LockError::InvalidConfig { .. }), "{err}");
+        let reason = err.to_string();
+        let response = err.into_response();
+        assert_eq!(response.status(), 500);
+        let text = logged();
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{text}");
+        assert!(errors[0].contains("answering 500"), "{text}");
+        assert!(
+            errors[0].contains(&reason),
+            "the reason: {reason} in {text}"
+        );
+
+        let policy = RateLimitError::InvalidPolicy(InvalidPolicy::NoPolicies);
+        let reason = policy.to_string();
+        assert_eq!(policy.into_response().status(), 500);
+        let text = logged();
+        assert_eq!(
+            text.lines().filter(|l| l.contains("ERROR")).count(),
+            2,
+            "{text}"
+        );
+        assert!(text.contains(&reason), "{text}");
+
+        // Not 500s: no ERROR.
+        let busy = LockError::Busy {
+            name: "order:42".to_owned(),
+            retry_after: Duration::from_secs(1),
+        };
+        assert_eq!(busy.into_response().status(), 423);
+        assert_eq!(RateLimitError::Store(store()).into_response().status(), 503);
+        let text = logged();
+        assert_eq!(
+            text.lines().filter(|l| l.contains("ERROR")).count(),
+            2,
+            "{text}"
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! fence key per slot at most, none per name).
 //!
 //! The braces are a Redis Cluster hash tag owned by the library: a lock key and its channel (and
-//! the keys of one rate-limit subject) land in one slot. User text
+//! the keys of one rate-limit subject, or of one fenced resource) land in one slot. User text
 //! never adds braces of its own: `%`, `{`, `}` and control characters are percent-encoded, which
 //! makes the encoding injective (distinct names give distinct keys) and leaves the tag
 //! unforgeable.
@@ -309,6 +309,29 @@ impl RwKeys {
     }
 }
 
+/// The keys of a fenced resource (`Client::fenced`): `<prefix>:fenced-guard:{<resource>}`, a
+/// string holding the highest fence a write to the resource was accepted with, and
+/// `<prefix>:fenced:{<resource>}`, a hash holding the resource's values. The resource is the
+/// hash tag, encoded like a lock name, so both keys share a slot and user text cannot forge
+/// the tag. The guard is a key of its own so that deleting every value never forgets it.
+#[derive(Clone, Debug)]
+pub(crate) struct FencedKeys {
+    /// The highest fence accepted.
+    pub(crate) guard: String,
+    /// The values.
+    pub(crate) values: String,
+}
+
+impl FencedKeys {
+    pub(crate) fn new(prefix: &str, resource: &str) -> Result<Self, InvalidName> {
+        let tag = tag_of(resource)?;
+        Ok(Self {
+            guard: tagged(prefix, "fenced-guard", &tag),
+            values: tagged(prefix, "fenced", &tag),
+        })
+    }
+}
+
 /// The keys of rate-limit policies are `<prefix>:rl:<policy>:<algorithm>:{<subject>}`; this is
 /// the part before the subject, built once per policy.
 ///
@@ -521,6 +544,28 @@ mod tests {
         }
         assert!(SetKeys::semaphore("p", &fences, "").is_err());
         assert!(RwKeys::new("p", &fences, &"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn a_fenced_resources_keys_share_its_tag_and_no_other_primitives() {
+        let fences = Fences::per_slot("p");
+        for name in ["seat:7", "a{b}c", "%7B", "123"] {
+            let keys = FencedKeys::new("p", name).expect("valid name");
+            let tag = hash_tag(&keys.values).to_owned();
+            assert_eq!(keys.values, format!("p:fenced:{{{tag}}}"));
+            assert_eq!(keys.guard, format!("p:fenced-guard:{{{tag}}}"));
+            assert!(!tag.contains(['{', '}']), "{tag}");
+            let lock = LockKeys::new("p", &fences, name).expect("valid name");
+            assert_eq!(hash_tag(&lock.lock), tag);
+            // Never a fence key, a lock or another primitive's key, even for a name that is
+            // a slot's tag ("123").
+            for other in [&*lock.fence, &lock.lock, &lock.channel] {
+                assert_ne!(other, &keys.guard);
+                assert_ne!(other, &keys.values);
+            }
+        }
+        assert!(FencedKeys::new("p", "").is_err());
+        assert!(FencedKeys::new("p", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
     }
 
     #[test]

@@ -1,10 +1,37 @@
-//! Redis-backed coordination for async services: distributed locks (leases with a watchdog,
-//! fencing tokens and a lost signal, pub/sub hand-off to waiters), the primitives built on
-//! the same leases (semaphores, read-write locks, multi-locks, scheduled-job locks), and
-//! distributed rate limiting ([`ratelimit`]).
+//! Redis-backed coordination for async Rust services that run as several replicas:
+//! distributed locks as leases (a watchdog renews them, a lost signal fires before the store
+//! could let them expire, every grant carries a strictly increasing fencing token), the
+//! primitives built on the same leases (semaphores, read-write locks, multi-locks,
+//! scheduled-job locks), distributed rate limiting ([`ratelimit`]), Bloom filters ([`bloom`]),
+//! and `#[distributed_lock]` for async functions. Tower layers for axum are the companion crate
+//! `distlock-tower`.
 //!
-//! The crate's README follows.
-#![doc = include_str!("../README.md")]
+//! ```
+//! use std::time::Duration;
+//! use distlock::ratelimit::{Policy, Rate};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // `Client::connect("redis://127.0.0.1:6379/")` shares everything with the other replicas;
+//! // the in-memory store is one process only (tests, local development).
+//! let client = distlock::Client::in_memory();
+//!
+//! let lease = client.lock("order:42").ttl(Duration::from_secs(30)).acquire().await?;
+//! let fence = lease.fence(); // the resource you protect refuses writes with a smaller one
+//! lease.release().await?;
+//!
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?).build()?;
+//! assert!(limiter.check("user:7").await?.allowed);
+//! # let _ = fence;
+//! # Ok(()) }
+//! ```
+//!
+//! Start with [`Client`]: [`Client::lock`], [`Client::semaphore`], [`Client::rw_lock`],
+//! [`Client::multi_lock`], [`Client::job`], [`Client::rate_limiter`] and
+//! [`Client::bloom_filter`] each return a builder. The [`guide`] has the rest: what the
+//! guarantees are and where they end, every primitive in depth, the layers, the configuration
+//! reference, Redis Cluster, Redlock, Sentinel, TLS and ACL users, and operations (metrics,
+//! key layout).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -15,6 +42,9 @@ mod admin;
 pub mod bloom;
 mod client;
 mod error;
+pub mod fenced;
+pub mod guide;
+mod health;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;
@@ -33,6 +63,8 @@ pub use error::{
     BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
     RateLimitError, RefusedKind, StoreError,
 };
+pub use fenced::{FencedError, FencedResource};
+pub use health::{Health, NodeHealth};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;
@@ -50,6 +82,12 @@ pub use store::{Capability, Unsupported};
 #[doc(hidden)]
 pub use keys::hash_tag;
 
+// The README's examples are compiled and run with the doctests (it is not the crate's
+// documentation: its links point at docs.rs).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 // Its documentation lives on the macro itself, so that it also shows in editors.
 #[cfg(feature = "macros")]
-pub use distlock_macros::distributed_lock;
+pub use distlock_macros::{distributed_lock, rate_limit};

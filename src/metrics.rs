@@ -1,12 +1,12 @@
-//! The `metrics` feature: every metric distlock records, in one place. Each function here
-//! compiles to nothing without the feature, so the code that decides (the acquire loop, a
-//! lease's end, a hand-off, a rate-limit check) calls it unconditionally.
+//! The `metrics` feature: the locks' metrics, and [`describe_metrics`] for all of them (the
+//! rate limiters' live in `ratelimit/metrics.rs`). Each function here compiles to nothing
+//! without the feature, so the code that decides (the acquire loop, a lease's end, a
+//! hand-off) calls it unconditionally.
 //!
 //! Labels are bounded: a primitive's kind, a loss reason, a policy name, an outcome and an
 //! origin. A lock name, a subject or a token is never a label: there are as many of them as
 //! the application makes (one series each), and a subject may be a user's identity.
 
-use std::sync::Arc;
 #[cfg(feature = "metrics")]
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,9 +15,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
-use crate::ratelimit::Decision;
-#[cfg(feature = "metrics")]
-use crate::ratelimit::Origin;
 
 #[cfg(feature = "metrics")]
 mod names {
@@ -30,19 +27,19 @@ mod names {
     pub(super) const HOLD: &str = "distlock_lock_hold_seconds";
     pub(super) const HELD: &str = "distlock_leases_held";
     pub(super) const WAITERS: &str = "distlock_lock_waiters";
-    pub(super) const DECISIONS: &str = "distlock_ratelimit_decisions_total";
-    pub(super) const CHECK: &str = "distlock_ratelimit_check_seconds";
 }
 
 /// Describes every metric distlock records (help text and unit) to the installed recorder,
 /// for exporters that publish descriptions (Prometheus' `# HELP`). Call it once, after
 /// installing the recorder; the metrics are recorded whether or not it is called.
 ///
-/// The metrics (see the README's "Metrics" section for their labels):
+/// The metrics (see the guide's [metrics](crate::guide::operations#metrics) for their
+/// labels):
 /// `distlock_lock_acquired_total`, `distlock_lock_busy_total`, `distlock_lock_timeout_total`,
 /// `distlock_lock_lost_total`, `distlock_lock_handoff_total`, `distlock_lock_wait_seconds`,
 /// `distlock_lock_hold_seconds`, `distlock_leases_held`, `distlock_lock_waiters`,
-/// `distlock_ratelimit_decisions_total` and `distlock_ratelimit_check_seconds`.
+/// `distlock_ratelimit_decisions_total`, `distlock_ratelimit_check_seconds`,
+/// `distlock_ratelimit_unavailable_total` and `distlock_ratelimit_breaker_open`.
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
     use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
@@ -81,15 +78,7 @@ pub fn describe_metrics() {
         names::WAITERS,
         "Acquires of this process waiting for a busy lock now (label kind)"
     );
-    describe_counter!(
-        names::DECISIONS,
-        "Rate-limit decisions, by binding policy, outcome (allowed, denied, shadow_denied) and origin (store, deny_cache, local_fallback, fail_open)"
-    );
-    describe_histogram!(
-        names::CHECK,
-        Unit::Seconds,
-        "Duration of a rate-limit check or reservation, deny-cache hits and fallbacks included (label policy: the limiter's first)"
-    );
+    crate::ratelimit::metrics::describe();
 }
 
 /// What a lock metric is about: the `kind` label.
@@ -221,63 +210,5 @@ impl LeaseMetrics {
         }
         #[cfg(not(feature = "metrics"))]
         let _ = reason;
-    }
-}
-
-/// A rate-limit decision given to the caller (a check, a reservation, an `acquire`'s
-/// outcome): counted under its binding policy. Peeks (cost 0) consume nothing and are not
-/// counted.
-pub(crate) fn decided(decision: &Decision, cost: u32) {
-    #[cfg(feature = "metrics")]
-    {
-        if cost == 0 {
-            return;
-        }
-        let outcome = if decision.shadowed {
-            "shadow_denied"
-        } else if decision.allowed {
-            "allowed"
-        } else {
-            "denied"
-        };
-        let origin = match decision.origin {
-            Origin::Store => "store",
-            Origin::DenyCache => "deny_cache",
-            Origin::LocalFallback => "local_fallback",
-            Origin::FailOpen => "fail_open",
-        };
-        ::metrics::counter!(
-            names::DECISIONS,
-            "policy" => Arc::clone(&decision.policy),
-            "outcome" => outcome,
-            "origin" => origin,
-        )
-        .increment(1);
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (decision, cost);
-}
-
-/// Times one rate-limit check or reservation, for `distlock_ratelimit_check_seconds`.
-pub(crate) struct CheckTimer {
-    #[cfg(feature = "metrics")]
-    started: Instant,
-}
-
-impl CheckTimer {
-    pub(crate) fn start() -> Self {
-        Self {
-            #[cfg(feature = "metrics")]
-            started: Instant::now(),
-        }
-    }
-
-    /// The check is over, for the limiter whose first policy is `policy`.
-    pub(crate) fn done(self, policy: &Arc<str>) {
-        #[cfg(feature = "metrics")]
-        ::metrics::histogram!(names::CHECK, "policy" => Arc::clone(policy))
-            .record(self.started.elapsed().as_secs_f64());
-        #[cfg(not(feature = "metrics"))]
-        let _ = policy;
     }
 }

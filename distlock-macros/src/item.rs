@@ -12,8 +12,20 @@ use syn::{Attribute, FnArg, Pat, ReturnType, Signature, Type, Visibility, braced
 
 use crate::errors::Errors;
 
+/// What an attribute needs of the function, for its messages.
+pub(crate) struct Needs {
+    /// The attribute as users write it: `#[distributed_lock]`.
+    pub(crate) attribute: &'static str,
+    /// Why it needs an `async fn`.
+    pub(crate) why_async: &'static str,
+    /// The error type `E` must convert from: `distlock::LockError`.
+    pub(crate) error: &'static str,
+    /// Why it needs a `Result`.
+    pub(crate) why_result: &'static str,
+}
+
 /// An `async fn` with a body: a free function or a method.
-pub(crate) struct LockedFn {
+pub(crate) struct AnnotatedFn {
     pub(crate) attrs: Vec<Attribute>,
     pub(crate) vis: Visibility,
     pub(crate) sig: Signature,
@@ -23,7 +35,7 @@ pub(crate) struct LockedFn {
     pub(crate) body_span: Span,
 }
 
-impl Parse for LockedFn {
+impl Parse for AnnotatedFn {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let attrs = input.call(Attribute::parse_outer)?;
         let vis: Visibility = input.parse()?;
@@ -43,44 +55,56 @@ impl Parse for LockedFn {
     }
 }
 
-impl LockedFn {
+impl AnnotatedFn {
     /// Parses the item, with an error that says where the attribute goes if it is not a
     /// function with a body.
-    pub(crate) fn parse(item: TokenStream) -> syn::Result<Self> {
+    pub(crate) fn parse(item: TokenStream, needs: &Needs) -> syn::Result<Self> {
         syn::parse2(item).map_err(|err| {
             syn::Error::new(
                 err.span(),
                 format!(
-                    "#[distributed_lock] can only be applied to an `async fn` with a body (a \
-                     free function or a method): {err}"
+                    "{} can only be applied to an `async fn` with a body (a free function or a \
+                     method): {err}",
+                    needs.attribute
                 ),
             )
         })
     }
 
     /// Checks what the attribute needs of the signature: `async`, and a `Result` return type.
-    pub(crate) fn check_signature(&self) -> syn::Result<()> {
+    pub(crate) fn check_signature(&self, needs: &Needs) -> syn::Result<()> {
+        let Needs {
+            attribute,
+            why_async,
+            error,
+            why_result,
+        } = needs;
         let mut errors = Errors::default();
         if self.sig.asyncness.is_none() {
             errors.push(syn::Error::new(
                 self.sig.fn_token.span,
-                "#[distributed_lock] can only be applied to an `async fn`: the lock is held \
-                 across the body's awaits; write `async fn`",
+                format!(
+                    "{attribute} can only be applied to an `async fn`: {why_async}; write \
+                     `async fn`"
+                ),
             ));
         }
         match &self.sig.output {
             ReturnType::Default => errors.push(syn::Error::new(
                 self.sig.paren_token.span.close(),
-                "#[distributed_lock] needs a `Result<T, E>` return type with \
-                 `E: From<distlock::LockError>`, because taking the lock can fail; add \
-                 `-> Result<(), E>`",
+                format!(
+                    "{attribute} needs a `Result<T, E>` return type with `E: From<{error}>`, \
+                     because {why_result}; add `-> Result<(), E>`"
+                ),
             )),
             ReturnType::Type(_, ty) if !is_result(ty) => errors.push(syn::Error::new(
                 ty.span(),
-                "#[distributed_lock] needs a `Result<T, E>` return type with \
-                 `E: From<distlock::LockError>`, because taking the lock can fail; accepted: \
-                 `Result<T, E>`, a path ending in `Result` such as `std::result::Result<T, E>`, \
-                 or an alias whose name ends in `Result` such as `AppResult<T>`",
+                format!(
+                    "{attribute} needs a `Result<T, E>` return type with `E: From<{error}>`, \
+                     because {why_result}; accepted: `Result<T, E>`, a path ending in `Result` \
+                     such as `std::result::Result<T, E>`, or an alias whose name ends in \
+                     `Result` such as `AppResult<T>`"
+                ),
             )),
             ReturnType::Type(..) => {}
         }
@@ -169,8 +193,15 @@ mod tests {
 
     use super::*;
 
-    fn parse(tokens: TokenStream) -> LockedFn {
-        LockedFn::parse(tokens).unwrap()
+    const NEEDS: Needs = Needs {
+        attribute: "#[distributed_lock]",
+        why_async: "the lock is held across the body's awaits",
+        error: "distlock::LockError",
+        why_result: "taking the lock can fail",
+    };
+
+    fn parse(tokens: TokenStream) -> AnnotatedFn {
+        AnnotatedFn::parse(tokens, &NEEDS).unwrap()
     }
 
     #[test]
@@ -211,7 +242,7 @@ mod tests {
 
     #[test]
     fn return_types() {
-        let ok = |t: TokenStream| parse(t).check_signature().is_ok();
+        let ok = |t: TokenStream| parse(t).check_signature(&NEEDS).is_ok();
         assert!(ok(quote!(
             async fn f() -> Result<u8, E> {}
         )));
@@ -255,18 +286,24 @@ mod tests {
 
     #[test]
     fn non_functions_are_refused() {
-        let err = LockedFn::parse(quote!(
-            struct S;
-        ))
+        let err = AnnotatedFn::parse(
+            quote!(
+                struct S;
+            ),
+            &NEEDS,
+        )
         .err()
         .unwrap();
         assert!(
             err.to_string()
                 .contains("can only be applied to an `async fn`")
         );
-        let err = LockedFn::parse(quote!(
-            async fn f() -> Result<(), E>;
-        ))
+        let err = AnnotatedFn::parse(
+            quote!(
+                async fn f() -> Result<(), E>;
+            ),
+            &NEEDS,
+        )
         .err()
         .unwrap();
         assert!(err.to_string().contains("with a body"));

@@ -1,13 +1,16 @@
-//! Procedural macros for `distlock`. Use them through `distlock::distributed_lock`.
+//! Procedural macros for `distlock`. Use them through `distlock::distributed_lock` and
+//! `distlock::rate_limit`.
 //!
-//! The crate is split the way the macro works: `args` parses the attribute's arguments,
-//! `template` the `key` template, `item` the annotated function, and `expand` writes the new
-//! body; `errors` collects what they find wrong. This file only hands the tokens over.
+//! The crate is split the way the macros work: `args` parses the attributes' arguments,
+//! `template` the `key` template, `policy` the rate-limit policies' text, `item` the annotated
+//! function, and `expand` writes the new body; `errors` collects what they find wrong. This
+//! file only hands the tokens over.
 
 mod args;
 mod errors;
 mod expand;
 mod item;
+mod policy;
 mod template;
 
 use proc_macro::TokenStream;
@@ -80,7 +83,7 @@ use proc_macro::TokenStream;
 /// | `wait = "5s"` | `"0s"` | how long to wait for a held lock; `"0s"` tries once |
 /// | `client = <expr>` | the default client | an expression of type `&distlock::Client` |
 /// | `watchdog = bool` | `true` | renew the lease every ttl/3 while the body runs |
-/// | `on_busy = wait \| error` | `wait` | `error`: fail at once with `LockError::Busy` |
+/// | `on_busy = wait \| error \| skip` | `wait` | `error`: fail at once with `LockError::Busy`; `skip`: return at once without running (below) |
 /// | `reentrant = bool` | `true` | a nested locked call on the same key in the same task joins the held lease |
 /// | `min_hold = "800ms"` | none | keep the lock at least this long after it was granted, even once the function returned (its key's expiry is set to what remains), like ShedLock's `lockAtLeastFor`; up to 7 days, not above `max_hold` |
 /// | `max_hold = "10m"` | none | stop renewing after this long: a function still running then loses the lock and is dropped; above zero |
@@ -88,7 +91,8 @@ use proc_macro::TokenStream;
 ///
 /// Durations are checked when the function is compiled: `ttl = "30x"` or `ttl = "1ms"` is a
 /// compile error, as are unknown and repeated arguments, and `wait` together with
-/// `on_busy = error`.
+/// `on_busy = error` or `on_busy = skip`. `on_busy` also takes its value as a string
+/// (`on_busy = "skip"`).
 ///
 /// ## The key
 ///
@@ -151,6 +155,39 @@ use proc_macro::TokenStream;
 /// `wait`), `LeaseLost`, `Store` (Redis failed), `InvalidName` (the rendered key is too long)
 /// and `NoDefaultClient`.
 ///
+/// ## Skipping scheduled work
+///
+/// With `on_busy = skip`, a call that finds the lock held by another owner returns at once
+/// without running the function, as ShedLock's `@SchedulerLock` does: every replica runs the
+/// job on its own timer, one runs it, the others skip. A skipped call returns `Ok(())` when
+/// the function returns `Result<(), E>`, and `Ok(None)` when it returns
+/// `Result<Option<T>, E>` (so a caller that needs to can tell a skipped call from a run). Any
+/// other `Ok` type is a compile error at the return type: a skipped call would have no value
+/// of it to return (use `on_busy = error` to get `Err(LockError::Busy)` instead). Errors other
+/// than a busy lock (the store failed, the lease was lost) are still errors. With `min_hold`
+/// (ShedLock's `lockAtLeastFor`) a run that finishes early keeps the other replicas skipping
+/// for the rest of the period, and `max_hold` (`lockAtMostFor`) bounds a stuck run.
+/// `client.job(name)` is the same without the macro.
+///
+/// ```
+/// use distlock::{LockError, distributed_lock};
+///
+/// /// Runs on one replica per minute, however many call it.
+/// #[distributed_lock(key = "nightly-report", on_busy = skip, min_hold = "1m", max_hold = "10m")]
+/// async fn nightly_report() -> Result<Option<usize>, LockError> {
+///     let rows = 42; // build and send the report
+///     Ok(Some(rows))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// distlock::set_default_client(distlock::Client::in_memory());
+/// assert_eq!(nightly_report().await?, Some(42)); // ran here
+/// assert_eq!(nightly_report().await?, None); // within the minute: skipped
+/// # Ok(())
+/// # }
+/// ```
+///
 /// ## Reentrancy
 ///
 /// With `reentrant = true` (the default), a locked function that calls another locked
@@ -183,5 +220,164 @@ use proc_macro::TokenStream;
 /// ```
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    expand::distributed_lock(args.into(), item.into()).into()
+    expand::lock::distributed_lock(args.into(), item.into()).into()
+}
+
+/// Rate-limits an `async fn` across every process that shares the store: a call runs only if
+/// the policy lets it through, and otherwise fails at once (or waits for its turn) without
+/// running the body.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock::{RateLimitError, rate_limit};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Limited(RateLimitError),
+/// }
+///
+/// impl From<RateLimitError> for AppError {
+///     fn from(err: RateLimitError) -> Self {
+///         AppError::Limited(err)
+///     }
+/// }
+///
+/// /// At most 3 password resets per user per hour, across every replica.
+/// #[rate_limit(policy = "password-reset: fixed-window 3/h", key = "user:{user_id}")]
+/// async fn send_reset_email(user_id: u64) -> Result<(), AppError> {
+///     Ok(()) // send the email
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// distlock::set_default_client(distlock::Client::in_memory());
+/// for _ in 0..3 {
+///     send_reset_email(7).await.unwrap();
+/// }
+/// match send_reset_email(7).await {
+///     Err(AppError::Limited(RateLimitError::Limited { policy, retry_after })) => {
+///         assert_eq!(policy, "password-reset");
+///         assert!(retry_after <= Duration::from_secs(3600));
+///     }
+///     other => panic!("expected Limited, got {other:?}"),
+/// }
+/// send_reset_email(8).await.unwrap(); // another user, another budget
+/// # }
+/// ```
+///
+/// # What the function must look like
+///
+/// As for [`#[distributed_lock]`](macro@distributed_lock): an `async fn` with a body (free
+/// function, method, generic function, axum-style handler) returning a `Result` whose error
+/// type implements `From<distlock::RateLimitError>` (`RateLimitError` itself, `anyhow::Error`
+/// and `Box<dyn Error + Send + Sync>` do). Its signature, attributes and docs are kept;
+/// `return` and `?` in the body work as before, and the returned future is `Send` whenever
+/// the original's would be.
+///
+/// # Arguments
+///
+/// | argument | default | meaning |
+/// |---|---|---|
+/// | `policy = "..."` | required | the limit, as one line of text (below), or `["...", "..."]` for several at once |
+/// | `key = "..."` | the policy's name | the subject the budget is counted for, a template as `#[distributed_lock]`'s key |
+/// | `cost = <expr>` | `1` | units a call consumes: a literal, or an expression of an unsigned integer type |
+/// | `on_limit = error \| wait` | `error` | `error`: a limited call fails at once; `wait`: it waits for its turn |
+/// | `max_wait = "5s"` | none | with `on_limit = wait` (and required by it): the longest a call waits, up to 366 days |
+/// | `client = <expr>` | the default client | an expression of type `&distlock::Client` |
+/// | `crate = "path"` | `"::distlock"` | the path of the `distlock` crate, if it is renamed |
+///
+/// Everything that can be checked when the function is compiled is: a policy that does not
+/// parse or cannot work (`"api: 0/s"`, a burst on a fixed window), two policies with one name,
+/// a literal cost of 0 or above a policy's limit, a placeholder that names no parameter,
+/// `on_limit = wait` without `max_wait` (or `max_wait` without it), and unknown or repeated
+/// arguments. `on_limit` also takes its value as a string (`on_limit = "wait"`).
+///
+/// ## The policy
+///
+/// `policy` is written exactly as a [`Policy`](../distlock/ratelimit/struct.Policy.html)
+/// parses from configuration: a name, a colon, an optional algorithm (GCRA by default) and a
+/// rate, such as `"api: 100/s burst 20"`, `"uploads: sliding-log 10 per 5min"` or
+/// `"daily: fixed-window 1000/d"`. A line copied from a configuration file means the same
+/// here. Several policies, `policy = ["per-second: 10/s", "per-day: fixed-window 1000/d"]`,
+/// are checked all or nothing in one round trip: a call runs only if every one allows it.
+///
+/// The policy's name is part of its keys: two functions with a policy of the same name (and
+/// the same subject) share one budget, which is how several functions that call one partner
+/// API stay under its single limit. Give different limits different names.
+///
+/// ## The key and the cost
+///
+/// `key` renders the subject from the parameters, as `#[distributed_lock]` renders a lock
+/// name (`{name}`, `{name.field}`, `{self.field}`, `{{` / `}}`; `:` and `%` in values are
+/// escaped). Without `key`, every call counts against one budget, whose subject is the first
+/// policy's name: right for a worker or an outbound client with one quota.
+///
+/// `cost` is evaluated when the function is called, before the body runs, and may use the
+/// parameters: `cost = batch.len()`. Any unsigned integer type works; a value above
+/// `u32::MAX` counts as `u32::MAX`. A call whose cost is above a policy's limit can never pass
+/// and fails with `RateLimitError::CostTooLarge`; a cost of 0 runs without a check.
+///
+/// ## When the limit is reached
+///
+/// With `on_limit = error` (the default) a denied call returns at once with
+/// `Err(RateLimitError::Limited { policy, retry_after }.into())`: `retry_after` says how long
+/// until the same call would pass. `distlock::http` maps it to `429 Too Many Requests` with
+/// `Retry-After`, and with the `axum` feature `RateLimitError` answers that way itself.
+///
+/// With `on_limit = wait` a call waits for its turn, up to `max_wait`, and then runs: the
+/// leaky bucket as a queue, for workers that must keep to a partner's rate. With GCRA and
+/// token-bucket policies a call reserves its turn in one round trip, so callers in every
+/// process are served in the order they called, and a call dropped while it waits gives its
+/// turn back. A call whose turn would come later than `max_wait` fails at once with
+/// `Limited`, without waiting.
+///
+/// ```
+/// use distlock::{RateLimitError, rate_limit};
+///
+/// /// The partner takes 20 calls a second from all our workers together.
+/// #[rate_limit(policy = "partner: 20/s burst 1", on_limit = wait, max_wait = "10s")]
+/// async fn call_partner(request: u32) -> Result<u32, RateLimitError> {
+///     Ok(request * 2)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), RateLimitError> {
+/// distlock::set_default_client(distlock::Client::in_memory());
+/// let started = tokio::time::Instant::now();
+/// for request in 0..3 {
+///     assert_eq!(call_partner(request).await?, request * 2);
+/// }
+/// // One call every 50 ms: the third ran 100 ms after the first.
+/// assert!(started.elapsed() >= std::time::Duration::from_millis(100));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## The client and the limiter
+///
+/// Without `client = ...`, the client installed with `distlock::set_default_client` is used;
+/// if there is none, the call fails with `RateLimitError::NoDefaultClient`. `client = <expr>`
+/// is evaluated when the function is called, as for `#[distributed_lock]`.
+///
+/// Each annotated function builds its limiter once per client it is called with and keeps it
+/// (up to 8 clients; a client nobody else holds any more is let go), so the limiter's local
+/// deny cache, circuit breaker and cap on checks in flight serve all its calls. The limiter
+/// has the runtime's defaults: it fails closed when the store cannot answer (the call fails
+/// with `RateLimitError::Store`, or `CircuitOpen` once the store has failed repeatedly; both
+/// map to `503`), and a check's deadline is the client's response timeout.
+///
+/// Errors of the limiter reach the caller converted into the function's error type:
+/// `Limited`, `Store`, `Overloaded`, `CircuitOpen`, `InvalidSubject` (the rendered key is
+/// empty or too long), `CostTooLarge`, `UnsupportedStore` (a Redlock quorum cannot rate
+/// limit) and `NoDefaultClient`.
+///
+/// ## With `#[distributed_lock]`
+///
+/// Both attributes can be put on one function. The one written *lower* is applied last and
+/// so runs first: with `#[distributed_lock(...)]` above `#[rate_limit(...)]`, a call is
+/// checked against the limit before it waits for the lock, and a limited call never takes
+/// the lock. The function's error type then needs both conversions.
+#[proc_macro_attribute]
+pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::limit::rate_limit(args.into(), item.into()).into()
 }

@@ -181,6 +181,67 @@ pub struct ClientIp {
     ipv6_prefix: u8,
 }
 
+/// The settings of a [`ClientIp`], checked together by [`build`](Self::build). Made by
+/// [`ClientIp::builder`]; consuming, as the layers' builders.
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until it is built"]
+pub struct ClientIpBuilder {
+    client_ip: ClientIp,
+}
+
+impl ClientIpBuilder {
+    /// The proxies whose forwarded hops are believed (default none: the peer is the client);
+    /// see [`ClientIp::trusting`].
+    pub fn trusting(mut self, proxies: impl IntoIterator<Item = Cidr>) -> Self {
+        self.client_ip.trusted = proxies.into_iter().collect();
+        self
+    }
+
+    /// Which header the trusted proxies write (default `X-Forwarded-For`).
+    pub fn header(mut self, header: ForwardedHeader) -> Self {
+        self.client_ip.header = header;
+        self
+    }
+
+    /// How many leading bits of an IPv6 address make one client (default 64), at most 128
+    /// (checked by [`build`](Self::build)).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.client_ip.ipv6_prefix = bits;
+        self
+    }
+
+    /// How many leading bits of an IPv4 address make one client (default 32), at most 32
+    /// (checked by [`build`](Self::build)).
+    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
+        self.client_ip.ipv4_prefix = bits;
+        self
+    }
+
+    /// The extractor, or [`ConfigError::PrefixTooLong`] for a prefix longer than its address.
+    pub fn build(self) -> Result<ClientIp, ConfigError> {
+        let ClientIp {
+            ipv4_prefix,
+            ipv6_prefix,
+            ..
+        } = self.client_ip;
+        if ipv6_prefix > 128 {
+            return Err(ConfigError::PrefixTooLong {
+                version: 6,
+                bits: ipv6_prefix,
+                max: 128,
+            });
+        }
+        if ipv4_prefix > 32 {
+            return Err(ConfigError::PrefixTooLong {
+                version: 4,
+                bits: ipv4_prefix,
+                max: 32,
+            });
+        }
+        Ok(self.client_ip)
+    }
+}
+
 impl ClientIp {
     /// The connection's peer address; forwarded headers are ignored. Use this when clients
     /// connect directly.
@@ -190,8 +251,9 @@ impl ClientIp {
     }
 
     /// Behind proxies: the peer and every hop inside `proxies` are skipped, right to left, in
-    /// the [`ForwardedHeader`] (default `X-Forwarded-For`); the first other address is the
-    /// client. A request whose peer is not in `proxies` is keyed by the peer.
+    /// `X-Forwarded-For`; the first other address is the client. A request whose peer is not
+    /// in `proxies` is keyed by the peer. The [`builder`](Self::builder) reads `Forwarded`
+    /// instead, and groups addresses otherwise.
     #[must_use]
     pub fn trusting(proxies: impl IntoIterator<Item = Cidr>) -> Self {
         Self {
@@ -202,61 +264,29 @@ impl ClientIp {
         }
     }
 
-    /// Which header the trusted proxies write (default `X-Forwarded-For`).
-    #[must_use]
-    pub fn header(mut self, header: ForwardedHeader) -> Self {
-        self.header = header;
-        self
-    }
-
-    /// How many leading bits of an IPv6 address make one client (default 64).
+    /// A `ClientIp` with settings of your own: set them on the builder, then
+    /// [`build`](ClientIpBuilder::build) it.
     ///
-    /// # Panics
-    /// If `bits` is above 128; [`try_ipv6_prefix`](Self::try_ipv6_prefix) returns the error
-    /// instead.
-    #[must_use]
-    pub fn ipv6_prefix(self, bits: u8) -> Self {
-        self.try_ipv6_prefix(bits)
-            .unwrap_or_else(|err| panic!("ClientIp::ipv6_prefix: {err}"))
-    }
-
-    /// [`ipv6_prefix`](Self::ipv6_prefix), or [`ConfigError::PrefixTooLong`] if `bits` is
-    /// above 128.
-    pub fn try_ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
-        if bits > 128 {
-            return Err(ConfigError::PrefixTooLong {
-                version: 6,
-                bits,
-                max: 128,
-            });
-        }
-        self.ipv6_prefix = bits;
-        Ok(self)
-    }
-
-    /// How many leading bits of an IPv4 address make one client (default 32).
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock_tower::client_ip::{ClientIp, ForwardedHeader};
     ///
-    /// # Panics
-    /// If `bits` is above 32; [`try_ipv4_prefix`](Self::try_ipv4_prefix) returns the error
-    /// instead.
-    #[must_use]
-    pub fn ipv4_prefix(self, bits: u8) -> Self {
-        self.try_ipv4_prefix(bits)
-            .unwrap_or_else(|err| panic!("ClientIp::ipv4_prefix: {err}"))
-    }
-
-    /// [`ipv4_prefix`](Self::ipv4_prefix), or [`ConfigError::PrefixTooLong`] if `bits` is
-    /// above 32.
-    pub fn try_ipv4_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
-        if bits > 32 {
-            return Err(ConfigError::PrefixTooLong {
-                version: 4,
-                bits,
-                max: 32,
-            });
+    /// // Prefix lengths from a configuration file: a wrong one is an error, not a panic.
+    /// let (v4, v6): (u8, u8) = (24, 56);
+    /// let client_ip = ClientIp::builder()
+    ///     .trusting(["10.0.0.0/8".parse()?])
+    ///     .header(ForwardedHeader::Forwarded)
+    ///     .ipv4_prefix(v4)
+    ///     .ipv6_prefix(v6)
+    ///     .build()?;
+    /// # let _ = client_ip;
+    /// assert!(ClientIp::builder().ipv6_prefix(129).build().is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> ClientIpBuilder {
+        ClientIpBuilder {
+            client_ip: Self::peer(),
         }
-        self.ipv4_prefix = bits;
-        Ok(self)
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
@@ -437,7 +467,7 @@ mod tests {
     #[test]
     fn prefixes_out_of_range_are_typed_errors() {
         assert_eq!(
-            ClientIp::peer().try_ipv6_prefix(129).err(),
+            ClientIp::builder().ipv6_prefix(129).build().err(),
             Some(ConfigError::PrefixTooLong {
                 version: 6,
                 bits: 129,
@@ -445,20 +475,28 @@ mod tests {
             })
         );
         assert_eq!(
-            ClientIp::peer().try_ipv4_prefix(33).err(),
+            ClientIp::builder().ipv4_prefix(33).build().err(),
             Some(ConfigError::PrefixTooLong {
                 version: 4,
                 bits: 33,
                 max: 32
             })
         );
-        let ok = ClientIp::peer()
-            .try_ipv6_prefix(128)
-            .and_then(|c| c.try_ipv4_prefix(0))
+        let ok = ClientIp::builder()
+            .ipv6_prefix(128)
+            .ipv4_prefix(0)
+            .build()
             .expect("in range");
         assert_eq!((ok.ipv6_prefix, ok.ipv4_prefix), (128, 0));
-        let panicked = std::panic::catch_unwind(|| ClientIp::peer().ipv4_prefix(33));
-        assert!(panicked.is_err(), "the unchecked form still panics");
+        // Every value a configuration file can hold is answered, never a panic.
+        for bits in 0..=u8::MAX {
+            let built = std::panic::catch_unwind(|| {
+                let v4 = ClientIp::builder().ipv4_prefix(bits).build().is_ok();
+                let v6 = ClientIp::builder().ipv6_prefix(bits).build().is_ok();
+                (v4, v6)
+            });
+            assert_eq!(built.ok(), Some((bits <= 32, bits <= 128)), "{bits}");
+        }
     }
 
     #[test]

@@ -2,18 +2,29 @@
 
 use std::time::Duration;
 
-/// A setting a layer or extractor of this crate cannot work with, returned by the checked
-/// builder methods (`try_ttl`, `try_cost`, ...). Their unchecked twins panic with the same
-/// message, so that a mistake in a router built at startup stops the process at once; use the
-/// checked ones when the values come from configuration you want to report on.
+/// A setting a layer or extractor of this crate cannot work with, returned where it is built.
+///
+/// One pattern throughout the crate: a type whose settings can be wrong is configured on a
+/// consuming builder whose setters only store, and one fallible call checks them all and
+/// makes the value ([`LockLayerBuilder::build`](crate::lock::LockLayerBuilder::build),
+/// [`ConcurrencyLimitLayer::new`](crate::ConcurrencyLimitLayer::new) and its builder's
+/// `build`, [`RateLimitLayerBuilder::build`](crate::rate_limit::RateLimitLayerBuilder::build),
+/// [`ClientIpBuilder::build`](crate::client_ip::ClientIpBuilder::build),
+/// [`Header::new`](crate::extract::Header::new)), as the runtime's `RateLimiterBuilder` does.
+/// Constructors that take nothing that can be wrong (`LockLayer::new`, `RateLimitLayer::new`,
+/// `ClientIp::peer`) cannot fail. No value, from code or from a configuration file, makes
+/// any of them panic.
 ///
 /// ```
 /// use std::time::Duration;
 /// use distlock_tower::{ConfigError, LockLayer};
 /// use distlock_tower::extract::Header;
 ///
-/// let layer = LockLayer::new(distlock::Client::in_memory(), Header::from_static("x-job"));
-/// let err = layer.try_ttl(Duration::ZERO).unwrap_err();
+/// let client = distlock::Client::in_memory();
+/// let err = LockLayer::builder(client, Header::from_static("x-job"))
+///     .ttl(Duration::ZERO)
+///     .build()
+///     .unwrap_err();
 /// assert!(matches!(err, ConfigError::TtlOutOfRange { .. }));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -44,7 +55,8 @@ pub enum ConfigError {
     /// permits in holder sets, which a Redlock quorum cannot (majorities of independent
     /// primaries do not bound how many hold at once). Build the layer on a client of a single
     /// primary or a Cluster, or on a quorum client made with
-    /// [`ClientBuilder::counting_on`](distlock::ClientBuilder::counting_on).
+    /// [`ClientBuilder::counting_on`](distlock::ClientBuilder::counting_on). Every request
+    /// would be refused, so the layer is refused where it is built.
     #[error(transparent)]
     UnsupportedStore(#[from] distlock::Unsupported),
     /// A zero `max_hold`: the lease would stop being renewed before it was ever used.
@@ -74,5 +86,12 @@ pub enum ConfigError {
         bits: u8,
         /// The longest prefix of that address family.
         max: u8,
+    },
+    /// A header name that is not a valid HTTP field name (visible ASCII token characters).
+    #[error("{name:?} is not a valid header name")]
+    #[non_exhaustive]
+    InvalidHeaderName {
+        /// The name given.
+        name: String,
     },
 }

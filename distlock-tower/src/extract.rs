@@ -65,6 +65,8 @@ use std::sync::Arc;
 
 use http::{HeaderName, Request};
 
+use crate::config_error::ConfigError;
+
 /// The longest value, in bytes, that the provided extractors take from a request (a header
 /// value, a decoded path segment). Longer values are [`InvalidKey::TooLong`]. It leaves room
 /// for a [`Prefixed`] prefix under the lock-name limit of [`distlock::MAX_NAME_LEN`].
@@ -247,10 +249,31 @@ where
 pub struct Header(pub HeaderName);
 
 impl Header {
-    /// The header named `name`.
+    /// The header named `name` (any case), or [`ConfigError::InvalidHeaderName`] if it is
+    /// not a valid HTTP field name: for names read from configuration.
+    ///
+    /// ```
+    /// use distlock_tower::extract::Header;
+    ///
+    /// let from_config = "X-Api-Key";
+    /// assert_eq!(Header::new(from_config)?.0, "x-api-key");
+    /// assert!(Header::new("x api key").is_err());
+    /// # Ok::<(), distlock_tower::ConfigError>(())
+    /// ```
+    pub fn new(name: &str) -> Result<Self, ConfigError> {
+        HeaderName::try_from(name)
+            .map(Self)
+            .map_err(|_| ConfigError::InvalidHeaderName {
+                name: name.to_owned(),
+            })
+    }
+
+    /// The header named `name`, a lower-case literal in your code.
     ///
     /// # Panics
-    /// If `name` is not a valid lower-case header name (see [`HeaderName::from_static`]).
+    /// If `name` is not a valid lower-case header name, as [`HeaderName::from_static`]: a
+    /// mistake in the source, found the first time it runs. For a name that comes from
+    /// configuration use [`new`](Self::new), which returns the error instead.
     #[must_use]
     pub fn from_static(name: &'static str) -> Self {
         Self(HeaderName::from_static(name))

@@ -51,7 +51,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // `Client::connect("redis://...")` in production, shared by every replica.
 //! let client = distlock::Client::in_memory();
-//! let per_user = client.rate_limiter(Policy::gcra("per-user", Rate::per_minute(60)?.burst(2)?)?);
+//! let per_user = client.rate_limiter(Policy::gcra("per-user", Rate::per_minute(60)?.burst(2)?)?).build()?;
 //!
 //! // The key: the user the authentication layer found. Absent (so `400`) only if that layer
 //! // did not run, which is a wiring mistake the tests below would catch.
@@ -92,41 +92,72 @@
 //! the deny cache or the outage policy decided), and those made under a lock the
 //! [`HeldLock`]. Every refusal is a `debug` event of target `distlock_tower`.
 //!
-//! A handler that calls the runtime API itself can return `distlock::LockError` and
-//! `distlock::RateLimitError`: with this crate's `axum` feature they implement
-//! `IntoResponse` (distlock's own `axum` feature), with the statuses and `Retry-After` the
-//! layers send (see `distlock::http`).
+//! A handler that calls the runtime API itself answers its errors as the layers answer
+//! theirs by returning [`Rendered<M>`](refusal::Rendered) (feature `axum`), `M` being the
+//! layers' [`MakeRefusal`]: `Result<T, Rendered<ProblemDetails>>` and `?` on a
+//! `distlock::LockError` or `distlock::RateLimitError` give the same status, `Retry-After`
+//! and problem document as the layer would. Outside axum,
+//! [`Refusal::from`](Refusal::from_lock_error) and
+//! [`into_response_with`](Refusal::into_response_with) do the same. (Returning the runtime's
+//! errors as they are also works: they implement `IntoResponse` with the default plain-text
+//! answer; see `distlock::http`.) Every `500`, from a layer, a [`Rendered`](refusal::Rendered)
+//! or the runtime's `IntoResponse`, is logged once at ERROR with its reason.
 //!
 //! # Features
 //!
 //! * `axum` (default): the axum-specific parts: the [`MatchedPath`](extract::MatchedPath)
-//!   extractor and per-route limiters ([`RateLimitLayer::route`]), axum's `ConnectInfo` as
+//!   extractor and per-route limiters ([`RateLimitLayerBuilder::route`]), axum's `ConnectInfo` as
 //!   [`ClientIp`](client_ip::ClientIp)'s peer address, the [`HeldLock`] extractor, and
 //!   `IntoResponse` for distlock's errors. Without it the crate depends on `http` and `tower`
 //!   only, as tower-http does, and works in any tower stack over `http` types.
 //!
 //! # Configuration mistakes
 //!
-//! Builders panic on a setting they cannot work with (documented under `# Panics`), so a
-//! misconfigured router stops the process where it is built; each such method has a checked
-//! twin (`try_ttl`, `try_cost`, ...) that returns a [`ConfigError`] instead.
+//! No setting panics, whether it comes from your code or from a configuration file. Each
+//! layer (and [`ClientIp`](client_ip::ClientIp)) has a constructor with the defaults, which
+//! cannot fail (`LockLayer::new`, `RateLimitLayer::new`, `ClientIp::peer`), and a consuming
+//! builder whose setters only store: its one `build()` checks every setting at once and
+//! returns a [`ConfigError`] for the first it cannot work with (a ttl out of range, a cost no
+//! policy allows, a concurrency limit of 0 or on a store that cannot count permits, a prefix
+//! longer than its address), as the runtime's `client.rate_limiter(policy).build()` does.
+//!
+//! ```
+//! use std::time::Duration;
+//! use distlock_tower::{ConfigError, LockLayer};
+//! use distlock_tower::extract::Header;
+//!
+//! // A ttl read from a configuration file: 5 ms is below distlock::MIN_TTL.
+//! let from_config = Duration::from_millis(5);
+//! let built = LockLayer::builder(distlock::Client::in_memory(), Header::from_static("x-job"))
+//!     .ttl(from_config)
+//!     .build();
+//! assert!(matches!(built, Err(ConfigError::TtlOutOfRange { .. })));
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+#[macro_use]
+mod macros;
 
 pub mod client_ip;
 pub mod concurrency;
 mod config_error;
 pub mod extract;
+#[cfg(feature = "axum")]
+pub mod health;
+mod lease;
 pub mod lock;
 pub mod rate_limit;
 mod readiness;
 pub mod refusal;
 mod retry_after;
+mod settings;
+mod wrapped;
 
-pub use concurrency::ConcurrencyLimitLayer;
+pub use concurrency::{ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder};
 pub use config_error::ConfigError;
 pub use extract::{ExtractKey, Extracted, MissingKey};
-pub use lock::{HeldLock, LockLayer};
-pub use rate_limit::RateLimitLayer;
+pub use lock::{HeldLock, LockLayer, LockLayerBuilder};
+pub use rate_limit::{RateLimitLayer, RateLimitLayerBuilder};
 pub use refusal::{MakeRefusal, Refusal};

@@ -80,14 +80,18 @@ impl JobBuilder {
     }
 
     /// Runs `body` if this replica gets the job's lock: `Ok(Some(value))` when it ran here,
-    /// `Ok(None)` when the lock was held (the job is running elsewhere, or ran less than
-    /// `at_least` ago). The body is dropped if the lease is lost. Afterwards the lock is kept
-    /// until `at_least` has passed since the start, then it is free.
+    /// `Ok(None)` when it was skipped because the lock was held (the job is running elsewhere,
+    /// or ran less than `at_least` ago). The body is dropped if the lease is lost. Afterwards
+    /// the lock is kept until `at_least` has passed since the start, then it is free.
+    ///
+    /// For a body that can fail, [`try_run`](Self::try_run) keeps its error apart from the
+    /// lock's.
     ///
     /// # Errors
     /// [`LockError::LeaseLost`] if the body was dropped, [`LockError::Store`],
     /// [`LockError::InvalidName`] and [`LockError::InvalidConfig`] (`at_least` longer than
     /// `at_most` or than [`MAX_TTL`](crate::MAX_TTL), a zero `at_most`, a ttl out of range).
+    /// A held lock is not an error.
     pub async fn run<F, Fut, T>(self, body: F) -> Result<Option<T>, LockError>
     where
         F: FnOnce(LeaseHandle) -> Fut,
@@ -95,8 +99,66 @@ impl JobBuilder {
     {
         match self.lock.run(body).await {
             Ok(value) => Ok(Some(value)),
-            Err(LockError::Busy { .. }) => Ok(None),
-            Err(err) => Err(err),
+            Err(err) => skipped_if_busy(err).map(|()| None),
         }
+    }
+
+    /// [`run`](Self::run) for a body that returns a `Result`: `Ok(Some(value))` when it ran
+    /// here and succeeded, `Ok(None)` when it was skipped because the lock was held, and the
+    /// body's own error, or the lock's converted into `E`, otherwise. This is what
+    /// `#[distributed_lock(..., on_busy = skip)]` does for a function returning
+    /// `Result<Option<T>, E>`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use std::time::Duration;
+    ///
+    /// // The body's error type only needs `From<LockError>`; a boxed error has it.
+    /// type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let nightly = || client.job("nightly-export").at_least(Duration::from_secs(60));
+    ///
+    /// let exported = nightly()
+    ///     .try_run(|_lease| async { Ok::<_, BoxError>(42) })
+    ///     .await?;
+    /// assert_eq!(exported, Some(42));
+    /// // Within the minute, every replica skips: the body does not run, its error neither.
+    /// let again = nightly()
+    ///     .try_run(|_lease| async { Err::<u32, BoxError>("never runs".into()) })
+    ///     .await?;
+    /// assert_eq!(again, None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The body's error; the lock's errors of [`run`](Self::run), converted into `E`.
+    pub async fn try_run<F, Fut, T, E>(self, body: F) -> Result<Option<T>, E>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<LockError>,
+    {
+        match self.lock.run(body).await {
+            Ok(result) => result.map(Some),
+            Err(err) => skipped_if_busy(err).map(|()| None).map_err(E::from),
+        }
+    }
+}
+
+/// `Ok` (the run is skipped) when `err` says the lock is held by another owner; the error
+/// otherwise.
+fn skipped_if_busy(err: LockError) -> Result<(), LockError> {
+    match err {
+        LockError::Busy { name, retry_after } => {
+            tracing::debug!(
+                job = %name,
+                ?retry_after,
+                "skipped: the job's lock is held by another owner"
+            );
+            Ok(())
+        }
+        err => Err(err),
     }
 }

@@ -75,7 +75,9 @@ impl LockBuilder {
     /// [`StoreError::NotReplicated`](crate::StoreError::NotReplicated); such a renewal
     /// counts as failed (retried until the lease's deadline). `count` 0 turns it off (the
     /// default, unless the client sets one). The timeout must be above zero and below the
-    /// ttl. See the README ("Failover") for what this buys and what it does not.
+    /// ttl. See the guide's
+    /// [replica acknowledgement](crate::guide::guarantees#replica-acknowledgement) for what
+    /// this buys, what it costs and what it does not buy.
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
         self.options.replicas = (count > 0).then_some(Replicas { count, timeout });
         self

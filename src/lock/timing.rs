@@ -439,3 +439,8 @@ mod tests {
         assert!(capped.last);
     }
 }
+
+// Property tests of the transitions above (proptest is a dev-dependency).
+#[cfg(test)]
+#[path = "timing_props.rs"]
+mod props;

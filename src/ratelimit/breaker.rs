@@ -51,10 +51,10 @@ const MAX_OPEN: Duration = Duration::from_secs(3600);
 ///     .open_for(Duration::from_millis(50), Duration::from_secs(2))?;
 /// let api = client
 ///     .rate_limiter(Policy::gcra("api", Rate::per_second(100)?)?)
-///     .circuit_breaker(Some(breaker.clone()));
+///     .circuit_breaker(Some(breaker.clone())).build()?;
 /// let logins = client
 ///     .rate_limiter(Policy::gcra("login", Rate::per_minute(5)?)?)
-///     .circuit_breaker(Some(breaker)); // one store, one breaker
+///     .circuit_breaker(Some(breaker)).build()?; // one store, one breaker
 /// # let _ = (api, logins);
 /// # Ok(()) }
 /// ```

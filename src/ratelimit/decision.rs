@@ -14,7 +14,7 @@ use std::time::Duration;
 /// use distlock::ratelimit::{Policy, Rate};
 ///
 /// let client = distlock::Client::in_memory();
-/// let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(2)?)?);
+/// let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(2)?)?).build()?;
 /// let first = limiter.check("user:7").await?;
 /// assert!(first.allowed);
 /// assert_eq!((first.limit, first.remaining), (2, 1));

@@ -59,7 +59,8 @@
 //! # Bounds
 //!
 //! At most `capacity` subjects. An entry expires when the denial it was made from would
-//! pass (a larger cost may wait longer; the store answers it then). When full, expired
+//! pass, or `max_age` after its check was sent, whichever comes first (a reset, refund or
+//! rate change made elsewhere is seen then at the latest) (a larger cost may wait longer; the store answers it then). When full, expired
 //! entries are swept, but only once the earliest expiry has passed (so a full cache of live
 //! entries costs nothing per insert); if it is still full, the new denial is simply not
 //! cached. A hit is one hash lookup and arithmetic on the cached figures; it allocates
@@ -74,12 +75,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Algorithm, Decision, Origin, Policy, PolicyDecision};
+use crate::store::{RateOp, RateReply};
 
 /// How many slots remember the latest consuming answer, by hash of the subject.
 const CONSUMED_SLOTS: usize = 256;
 
 pub(crate) struct DenyCache {
     capacity: usize,
+    /// The longest an entry answers, from when its check was sent.
+    max_age: Duration,
     /// How each policy's figures move with time, for the unit tests' `record` (the limiter
     /// passes each subject's own to `record_with`).
     #[cfg(test)]
@@ -264,6 +268,7 @@ impl DenyCache {
         let _ = policies;
         Self {
             capacity,
+            max_age: Duration::MAX,
             #[cfg(test)]
             recovery: recoveries(policies),
             consumed: AtomicU64::new(0),
@@ -273,6 +278,12 @@ impl DenyCache {
                 last_consumed: vec![0; CONSUMED_SLOTS].into_boxed_slice(),
             }),
         }
+    }
+
+    /// Bounds how long one denial answers (see the builder's `deny_cache_max_age`).
+    pub(crate) fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -368,7 +379,7 @@ impl DenyCache {
         if inner.last_consumed[slot] > sent.consumed {
             return; // A consuming answer arrived while this check was in flight.
         }
-        let until = sent.at + decision.retry_after;
+        let until = sent.at + decision.retry_after.min(self.max_age);
         let now = Instant::now();
         if until <= now {
             return;
@@ -395,6 +406,40 @@ impl DenyCache {
         );
     }
 
+    /// Learns from what the store did with `op` on `subject`, sent at `sent`: a consuming
+    /// answer, or an operation that may have consumed without an answer, forgets the
+    /// subject; a check's answer (or a refused reservation's) is recorded, remembering a
+    /// denial with the figures `decide` makes of the reply.
+    pub(crate) fn learn(
+        &self,
+        subject: &str,
+        op: RateOp,
+        sent: Sent,
+        answer: Answer<'_>,
+        decide: impl FnOnce(&RateReply) -> Decision,
+        recovery: &Arc<[Recovery]>,
+    ) {
+        match (answer, op) {
+            (Answer::Replied(reply), RateOp::Check { .. }) if reply.applied => {
+                self.consumed(subject);
+            }
+            // Every answer refreshes or drops the subject's entry, so the cache never serves
+            // figures the store has moved past.
+            (Answer::Replied(reply), RateOp::Check { cost }) => {
+                self.record_with(subject, cost, sent, &decide(reply), recovery);
+            }
+            (Answer::Replied(reply), RateOp::Reserve { cost, .. }) if !reply.applied => {
+                self.record_with(subject, cost, sent, &decide(reply), recovery);
+            }
+            // It changed the subject's state (a reservation, a refund, a penalty, a reset).
+            (Answer::Replied(_), _) => self.unanswered(subject),
+            // Sent but unanswered (a timeout, a dropped connection): the store may have
+            // applied it, so the cached figures may be stale.
+            (Answer::Lost, op) if op.consumes() => self.unanswered(subject),
+            (Answer::Lost | Answer::NotSent, _) => {}
+        }
+    }
+
     /// A check on `subject` consumed (the store said so): forget the subject.
     pub(crate) fn consumed(&self, subject: &str) {
         self.consumed_at_most_now(subject);
@@ -414,14 +459,20 @@ impl DenyCache {
         inner.last_consumed[slot] = self.consumed.fetch_add(1, Ordering::AcqRel) + 1;
     }
 
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     #[cfg(feature = "test-util")]
     pub(crate) fn len(&self) -> usize {
         self.inner().entries.len()
     }
+}
+
+/// What became of one operation on the store, for [`DenyCache::learn`].
+pub(crate) enum Answer<'a> {
+    /// The store answered.
+    Replied(&'a RateReply),
+    /// It was sent but not answered: it may have been applied.
+    Lost,
+    /// It never left (the in-flight limit, the circuit breaker).
+    NotSent,
 }
 
 /// The subject's slot in [`Inner::last_consumed`].
@@ -485,6 +536,20 @@ mod tests {
 
     async fn advance_ms(ms: u64) {
         tokio::time::advance(Duration::from_millis(ms)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_denial_answers_no_longer_than_the_max_age() {
+        // Denied for 10 s (a lockout, say); a reset elsewhere must be seen within 1 s.
+        let cache =
+            DenyCache::new(4, &[spec(Algorithm::Gcra, 100, 5)]).max_age(Duration::from_secs(1));
+        cache.record("a", 1, cache.sending(), &denial(5, 0, 10_000, 10_400));
+        let at = || cache.lookup("a", 1, Instant::now()).map(|d| seen(&d));
+        assert_eq!(at(), Some((false, 0, 10_000, 10_400)));
+        advance_ms(999).await;
+        assert_eq!(at(), Some((false, 0, 9_001, 9_401)));
+        advance_ms(1).await;
+        assert_eq!(at(), None, "past the max age the store decides again");
     }
 
     #[tokio::test(start_paused = true)]

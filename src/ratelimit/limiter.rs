@@ -4,24 +4,27 @@
 use std::sync::Arc;
 #[cfg(feature = "test-util")]
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::breaker::{Admit, CircuitBreaker};
-use super::deny_cache::DenyCache;
+use super::deny_cache::{Answer, DenyCache};
+use super::metrics::{self, CheckTimer};
+use super::outage::{Outage, OutageLog, Unavailable};
 use super::reservation::{Reservation, Turn};
-use super::subject_rates::{
-    DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, Effective, RateLookup, RateTable,
-};
+use super::subject_rates::{Effective, RateTable};
 use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::Client;
-use crate::error::{InvalidPolicy, RateLimitError, StoreError};
+use crate::error::{RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
-use crate::metrics::{self, CheckTimer};
-use crate::store::{MemoryStore, RateOp, RateReply, RateRequest, Store};
+use crate::store::{MemoryStore, RateOp, RateReply, RateRequest};
+
+#[cfg(feature = "test-util")]
+mod test_hooks;
+#[cfg(feature = "test-util")]
+pub use self::test_hooks::TestOp;
 
 /// The longest a reservation may wait for its turn (366 days, the longest period).
 pub const MAX_WAIT: Duration = super::MAX_PERIOD;
@@ -30,44 +33,16 @@ pub const MAX_WAIT: Duration = super::MAX_PERIOD;
 pub const MAX_POLICIES: usize = 8;
 /// The default size of the local deny cache, in subjects.
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
+/// The default longest time the deny cache answers from one denial: how soon a
+/// [`reset`](RateLimiter::reset), refund or rate change made through another replica (or
+/// another limiter) is seen here at the latest.
+pub const DEFAULT_DENY_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
 /// The default limit on checks of one limiter waiting on the store at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 
-/// What a check does when the store cannot answer in time (down, slow, refusing, or more
-/// than [`max_in_flight`](RateLimiter::max_in_flight) checks already waiting).
-///
-/// ```
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use distlock::ratelimit::{Outage, Policy, Rate};
-///
-/// let client = distlock::Client::in_memory();
-/// let policy = Policy::gcra("login", Rate::per_minute(5)?)?;
-/// // Logins: better refuse than let a password-guessing burst through unmetered.
-/// let logins = client.rate_limiter(policy.clone()).on_outage(Outage::FailClosed);
-/// // Page views: better serve than fail while Redis restarts.
-/// let views = client.rate_limiter(policy).on_outage(Outage::FailOpen);
-/// # let _ = (logins, views);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Outage {
-    /// The check fails with [`RateLimitError::Store`] (or
-    /// [`Overloaded`](RateLimitError::Overloaded)) within its deadline; the caller refuses
-    /// the request as unavailable (the tower layer answers 503 with `Retry-After`). Nothing
-    /// gets through unmetered. The default.
-    #[default]
-    FailClosed,
-    /// The check allows the request ([`Origin::FailOpen`]): availability over protection.
-    FailOpen,
-    /// The check is decided by an in-memory limiter with the same policies, local to this
-    /// process ([`Origin::LocalFallback`]): with `n` replicas, up to `n` times the limit
-    /// gets through while the store is away.
-    LocalFallback,
-}
-
 /// Checks requests against one or more [`Policy`]s on a subject (a user, an API key, an IP
-/// address). Cheap to clone; clones share the deny cache and the in-flight limit.
+/// address). Made by [`Client::rate_limiter`] and its [builder](super::RateLimiterBuilder).
+/// Cheap to clone; clones share the deny cache and the in-flight limit.
 ///
 /// Every check is one atomic round trip (or none, when the deny cache answers). With several
 /// policies the check is all-or-nothing: if any policy denies, none consumes.
@@ -82,9 +57,10 @@ pub enum Outage {
 ///     .rate_limiter_all([
 ///         Policy::gcra("per-second", Rate::per_second(10)?)?,
 ///         Policy::fixed_window("per-hour", Rate::per_hour(1000)?)?,
-///     ])?
+///     ])
 ///     .on_outage(Outage::LocalFallback)
-///     .deadline(Duration::from_millis(50));
+///     .deadline(Duration::from_millis(50))
+///     .build()?;
 ///
 /// let decision = limiter.check("user:7").await?;
 /// if !decision.allowed {
@@ -122,20 +98,25 @@ struct Shared {
     max_in_flight: usize,
     in_flight: Semaphore,
     fallback: MemoryStore,
-    degraded: AtomicBool,
+    outage_log: OutageLog,
     /// Round trips attempted, for tests.
     #[cfg(feature = "test-util")]
     store_calls: AtomicU64,
 }
 
 impl Shared {
-    fn new(deny_cache: usize, max_in_flight: usize, policies: &[Policy]) -> Arc<Self> {
+    fn new(
+        (deny_cache, max_age): (usize, Duration),
+        max_in_flight: usize,
+        policies: &[Policy],
+    ) -> Arc<Self> {
         Arc::new(Self {
-            deny_cache: (deny_cache > 0).then(|| DenyCache::new(deny_cache, policies)),
+            deny_cache: (deny_cache > 0 && !max_age.is_zero())
+                .then(|| DenyCache::new(deny_cache, policies).max_age(max_age)),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
-            degraded: AtomicBool::new(false),
+            outage_log: OutageLog::new(Arc::clone(policies[0].shared_name())),
             #[cfg(feature = "test-util")]
             store_calls: AtomicU64::new(0),
         })
@@ -153,253 +134,53 @@ impl std::fmt::Debug for RateLimiter {
     }
 }
 
-/// Why the store gave no answer.
-enum Unavailable {
-    Store(StoreError),
-    Overloaded(usize),
-    /// The circuit breaker skipped the store; the next probe is due in this long.
-    Skipped(Duration),
-}
-
-impl From<Unavailable> for RateLimitError {
-    fn from(u: Unavailable) -> Self {
-        match u {
-            Unavailable::Store(e) => Self::Store(e),
-            Unavailable::Overloaded(in_flight) => Self::Overloaded { in_flight },
-            Unavailable::Skipped(retry_in) => Self::CircuitOpen { retry_in },
-        }
-    }
-}
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Store(e) => e.fmt(f),
-            Self::Overloaded(n) => write!(f, "{n} checks already waiting on the store"),
-            Self::Skipped(d) => write!(f, "circuit breaker open, next probe in {d:?}"),
-        }
-    }
-}
-
-impl Client {
-    /// A rate limiter enforcing one policy. See [`RateLimiter`] for the options.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use distlock::ratelimit::{Policy, Rate};
-    ///
-    /// let client = distlock::Client::in_memory();
-    /// let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?);
-    /// assert!(limiter.check("user:7").await?.allowed);
-    /// # Ok(()) }
-    /// ```
-    pub fn rate_limiter(&self, policy: Policy) -> RateLimiter {
-        RateLimiter::new(self.clone(), vec![policy])
-    }
-
-    /// A rate limiter enforcing several policies on each subject, all or nothing: a request
-    /// passes only if every policy allows it, and then it consumes from every one. Fails if
-    /// there are none, more than [`MAX_POLICIES`], or two with the same name.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use distlock::ratelimit::{Policy, Rate};
-    ///
-    /// let client = distlock::Client::in_memory();
-    /// let limiter = client.rate_limiter_all([
-    ///     Policy::gcra("per-second", Rate::per_second(10)?)?,
-    ///     Policy::fixed_window("per-day", Rate::per_day(2)?)?,
-    /// ])?;
-    /// assert!(limiter.check("user:7").await?.allowed);
-    /// assert!(limiter.check("user:7").await?.allowed);
-    /// let third = limiter.check("user:7").await?;
-    /// assert!(!third.allowed);
-    /// assert_eq!(&*third.policy, "per-day"); // the per-second policy was not consumed
-    /// assert_eq!(third.policies[0].remaining, 8);
-    /// # Ok(()) }
-    /// ```
-    pub fn rate_limiter_all(
-        &self,
-        policies: impl IntoIterator<Item = Policy>,
-    ) -> Result<RateLimiter, InvalidPolicy> {
-        let policies: Vec<Policy> = policies.into_iter().collect();
-        if policies.is_empty() {
-            return Err(InvalidPolicy::NoPolicies);
-        }
-        if policies.len() > MAX_POLICIES {
-            return Err(InvalidPolicy::TooManyPolicies {
-                count: policies.len(),
-                max: MAX_POLICIES,
-            });
-        }
-        for (i, p) in policies.iter().enumerate() {
-            if policies[..i].iter().any(|q| q.name() == p.name()) {
-                return Err(InvalidPolicy::DuplicateName {
-                    name: p.name().to_owned(),
-                });
-            }
-        }
-        Ok(RateLimiter::new(self.clone(), policies))
-    }
+/// What a [`RateLimiter`] is built with (see [`RateLimiterBuilder`](super::RateLimiterBuilder)).
+pub(super) struct Settings {
+    pub(super) outage: Outage,
+    pub(super) deadline: Duration,
+    pub(super) breaker: Option<CircuitBreaker>,
+    pub(super) max_wait: Duration,
+    pub(super) rates: Option<Arc<RateTable>>,
+    pub(super) shadow: bool,
+    pub(super) deny_cache: usize,
+    pub(super) deny_cache_max_age: Duration,
+    pub(super) max_in_flight: usize,
 }
 
 impl RateLimiter {
-    fn new(client: Client, policies: Vec<Policy>) -> Self {
+    /// A limiter over `policies`, already validated by the builder.
+    pub(super) fn new(client: Client, policies: Vec<Policy>, settings: Settings) -> Self {
         let policies: Arc<[Policy]> = policies.into();
         let base = Effective::of(Arc::clone(&policies));
         let key_heads = policies
             .iter()
             .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
             .collect();
-        let deadline = client.store().op_timeout();
         let fifo = policies.iter().all(|p| {
             matches!(
                 p.algorithm(),
                 super::Algorithm::Gcra | super::Algorithm::TokenBucket
             )
         });
+        let max_in_flight = settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             client,
-            policies: Arc::clone(&policies),
             key_heads,
-            outage: Outage::default(),
-            deadline,
-            shadow: false,
-            max_wait: Duration::MAX,
+            outage: settings.outage,
+            deadline: settings.deadline,
+            shadow: settings.shadow,
+            max_wait: settings.max_wait,
             fifo,
-            breaker: Some(CircuitBreaker::new()),
-            shared: Shared::new(DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, &policies),
+            breaker: settings.breaker,
+            shared: Shared::new(
+                (settings.deny_cache, settings.deny_cache_max_age),
+                max_in_flight,
+                &policies,
+            ),
+            policies,
             base,
-            rates: None,
+            rates: settings.rates,
         }
-    }
-
-    /// What to do when the store cannot answer (default [`Outage::FailClosed`]).
-    #[must_use]
-    pub fn on_outage(mut self, outage: Outage) -> Self {
-        self.outage = outage;
-        self
-    }
-
-    /// The most a check may take, round trip included (default: the client's response
-    /// timeout, 2 s unless changed). Past it the outage policy decides. At least 1 ms.
-    #[must_use]
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline.max(Duration::from_millis(1));
-        self
-    }
-
-    /// The circuit breaker in front of the store (default: a [`CircuitBreaker::new`] of its
-    /// own, shared by this limiter's clones); `None` asks the store on every check, however
-    /// often it failed. Pass a clone of one breaker to several limiters of one store to
-    /// share what they learn.
-    #[must_use]
-    pub fn circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
-        self.breaker = breaker;
-        self
-    }
-
-    /// How long [`acquire`](Self::acquire) waits at most for its turn (default: as long as it
-    /// takes, up to [`MAX_WAIT`]; longer values, `Duration::MAX` included, mean that). A
-    /// request whose turn would come later is refused at once, without waiting. Zero makes
-    /// `acquire` a [`check`](Self::check).
-    #[must_use]
-    pub fn max_wait(mut self, max_wait: Duration) -> Self {
-        self.max_wait = max_wait;
-        self
-    }
-
-    /// Takes each subject's rates from `lookup` (a tenant's plan): the limiter's policies keep
-    /// their names and algorithms, and a policy the lookup names gets the rate it gives for
-    /// that subject. Answers are cached (see [`rate_cache`](Self::rate_cache)), and concurrent
-    /// checks of one subject share one lookup. A lookup that fails, takes longer than the
-    /// deadline, or gives a rate the policy cannot take (an unknown name, a burst for a window)
-    /// is logged at `warn`, and the subject keeps its previous rates (or the policies' own) for
-    /// a second before the lookup is tried again.
-    ///
-    /// When a subject's rate changes, what it used carries over (see
-    /// [Operating a limiter](crate#operating-a-limiter)): a downgrade never hands out a fresh
-    /// burst. Call before cloning the limiter.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use distlock::ratelimit::{Policy, Rate, SubjectRates};
-    ///
-    /// let client = distlock::Client::in_memory();
-    /// let api = client
-    ///     .rate_limiter(Policy::gcra("api", Rate::per_minute(2)?)?) // the free plan
-    ///     .rates_by_subject(|tenant: String| async move {
-    ///         // Look the tenant's plan up in your database here.
-    ///         let rates = match tenant.as_str() {
-    ///             "acme" => SubjectRates::new().rate("api", Rate::per_minute(100)?),
-    ///             _ => SubjectRates::new(),
-    ///         };
-    ///         Ok::<_, distlock::InvalidPolicy>(rates)
-    ///     });
-    /// assert_eq!(api.check("acme").await?.limit, 100);
-    /// assert_eq!(api.check("someone").await?.limit, 2);
-    /// # Ok(()) }
-    /// ```
-    #[must_use]
-    pub fn rates_by_subject<L: RateLookup>(mut self, lookup: L) -> Self {
-        self.rates = Some(Arc::new(RateTable::new(
-            Arc::new(lookup),
-            DEFAULT_RATE_CACHE_TTL,
-            DEFAULT_RATE_CACHE_SUBJECTS,
-        )));
-        self
-    }
-
-    /// How long a subject's looked-up rates are kept (default 60 s; zero looks up on every
-    /// check, one lookup at a time per subject) and for how many subjects (default 10 000,
-    /// at least 1; when full, expired entries go, then all). Only with
-    /// [`rates_by_subject`](Self::rates_by_subject), after it; call before cloning.
-    #[must_use]
-    pub fn rate_cache(mut self, ttl: Duration, subjects: usize) -> Self {
-        if let Some(table) = &self.rates {
-            self.rates = Some(Arc::new(table.with_cache(ttl, subjects)));
-        }
-        self
-    }
-
-    /// Shadow mode: decide and count as usual, but never deny. A request the policies deny is
-    /// allowed with [`Decision::shadowed`] set and reported through `tracing` (target
-    /// `distlock::ratelimit`, level INFO), and a store outage fails open. For trying a
-    /// policy on live traffic before enforcing it.
-    #[must_use]
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        self.shadow = shadow;
-        self
-    }
-
-    /// The local deny cache's size in subjects (default [`DEFAULT_DENY_CACHE`]); 0 turns it
-    /// off. Call before cloning the limiter: clones made earlier keep the old cache.
-    ///
-    /// After the store denies a subject, until that denial's `retry_after`, a check on the
-    /// subject that the store would deny too is answered locally ([`Origin::DenyCache`]),
-    /// with the figures the store would give for that check's own cost, every policy's.
-    /// Checks whose figures the cache cannot tell exactly ask the store, and every answer of
-    /// the store refreshes what the cache knows. Waits are counted from when the denied
-    /// check was sent, so they can be short by up to a round trip.
-    #[must_use]
-    pub fn deny_cache(mut self, subjects: usize) -> Self {
-        self.shared = Shared::new(subjects, self.shared.max_in_flight, &self.policies);
-        self
-    }
-
-    /// How many checks may wait on the store at once (default [`DEFAULT_MAX_IN_FLIGHT`],
-    /// at least 1; larger than tokio's `Semaphore::MAX_PERMITS` is cut to it). One more is not queued: the outage policy answers it at once, so a slow
-    /// store never builds an unbounded backlog. Call before cloning the limiter.
-    #[must_use]
-    pub fn max_in_flight(mut self, checks: usize) -> Self {
-        let cache = self
-            .shared
-            .deny_cache
-            .as_ref()
-            .map_or(0, DenyCache::capacity);
-        let checks = checks.clamp(1, Semaphore::MAX_PERMITS);
-        self.shared = Shared::new(cache, checks, &self.policies);
-        self
     }
 
     /// The policies, in the order given.
@@ -422,7 +203,7 @@ impl RateLimiter {
     /// use distlock::ratelimit::{Policy, Rate};
     ///
     /// let client = distlock::Client::in_memory();
-    /// let logins = client.rate_limiter(Policy::gcra("login", Rate::per_minute(3)?)?);
+    /// let logins = client.rate_limiter(Policy::gcra("login", Rate::per_minute(3)?)?).build()?;
     /// for _ in 0..3 {
     ///     assert!(logins.check("user:7").await?.allowed);
     /// }
@@ -466,7 +247,6 @@ impl RateLimiter {
     async fn check_uncounted(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
         let eff = self.effective(subject).await?;
         validate_cost(&eff, cost)?;
-        self.supported()?;
         // Invalid subjects are never cached, so the cache can be asked before the keys are
         // built: a hit costs no key, no round trip, and no allocation but the decision's.
         let cache = self.shared.deny_cache.as_ref();
@@ -512,7 +292,7 @@ impl RateLimiter {
     ///
     /// let client = distlock::Client::in_memory();
     /// // A third-party API that takes 50 calls a second, one every 20 ms.
-    /// let partner = client.rate_limiter(Policy::gcra("partner", Rate::per_second(50)?.burst(1)?)?);
+    /// let partner = client.rate_limiter(Policy::gcra("partner", Rate::per_second(50)?.burst(1)?)?).build()?;
     /// let start = tokio::time::Instant::now();
     /// for _ in 0..3 {
     ///     assert!(partner.acquire("partner-api").await?.allowed);
@@ -525,7 +305,7 @@ impl RateLimiter {
     }
 
     /// Waits until a request of `cost` units may pass, then passes it, if that is within
-    /// [`max_wait`](Self::max_wait) (default: however long it takes); otherwise it is denied at
+    /// [`max_wait`](super::RateLimiterBuilder::max_wait) (default: however long it takes); otherwise it is denied at
     /// once (`allowed == false`, with the wait it would have had in `retry_after`).
     ///
     /// With GCRA and token-bucket policies the request *reserves* its turn when it is called
@@ -601,7 +381,6 @@ impl RateLimiter {
     ) -> Result<Reservation, RateLimitError> {
         let eff = self.effective(subject).await?;
         validate_cost(&eff, cost)?;
-        self.supported()?;
         let cache = self.shared.deny_cache.as_ref();
         if let Some(hit) =
             cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
@@ -678,7 +457,7 @@ impl RateLimiter {
     /// use distlock::ratelimit::{Policy, Rate};
     ///
     /// let client = distlock::Client::in_memory();
-    /// let exports = client.rate_limiter(Policy::sliding_log("exports", Rate::per_hour(2)?)?);
+    /// let exports = client.rate_limiter(Policy::sliding_log("exports", Rate::per_hour(2)?)?).build()?;
     /// exports.check("user:7").await?;
     /// exports.check("user:7").await?;
     /// assert!(!exports.check("user:7").await?.allowed);
@@ -703,7 +482,7 @@ impl RateLimiter {
     /// use distlock::ratelimit::{Policy, Rate};
     ///
     /// let client = distlock::Client::in_memory();
-    /// let logins = client.rate_limiter(Policy::gcra("login", Rate::per_minute(10)?)?);
+    /// let logins = client.rate_limiter(Policy::gcra("login", Rate::per_minute(10)?)?).build()?;
     /// assert!(logins.check("alice").await?.allowed);
     /// // Wrong password: count it as four attempts.
     /// let after = logins.penalize("alice", 3).await?;
@@ -716,7 +495,6 @@ impl RateLimiter {
 
     /// A reset, refund or penalty: the store or an error (the fallback follows along).
     async fn adjust(&self, subject: &str, op: RateOp) -> Result<Decision, RateLimitError> {
-        self.supported()?;
         let keys = self.keys(subject)?;
         let eff = self.effective(subject).await?;
         if self.outage == Outage::LocalFallback {
@@ -729,18 +507,11 @@ impl RateLimiter {
         }
         match self.operate(subject, &keys, &eff, op).await {
             Ok(reply) => Ok(decision(&eff, reply, Origin::Store)),
-            Err(unavailable) => Err(unavailable.into()),
+            Err(unavailable) => {
+                self.shared.outage_log.unanswered(&unavailable, None);
+                Err(unavailable.into())
+            }
         }
-    }
-
-    /// Refuses every operation on a store that cannot count (a Redlock quorum).
-    fn supported(&self) -> Result<(), RateLimitError> {
-        if matches!(self.client.store(), Store::Quorum(_)) {
-            return Err(RateLimitError::UnsupportedStore {
-                reason: crate::store::quorum::RATE_LIMITS_UNSUPPORTED,
-            });
-        }
-        Ok(())
     }
 
     /// One operation on the store, through the circuit breaker, bounded by the deadline and
@@ -776,135 +547,29 @@ impl RateLimiter {
                 }
             }
         }
-        match &result {
-            Ok(reply) => {
-                if self.shared.degraded.swap(false, Ordering::Relaxed) {
-                    tracing::info!(target: "distlock::ratelimit", "rate-limit store is back");
-                }
-                if let (Some(cache), Some(sent)) = (cache, sent) {
-                    match op {
-                        // Consumed: the entry goes (as record_with would do with the
-                        // decision, without building it).
-                        RateOp::Check { .. } if reply.applied => cache.consumed(subject),
-                        // Every answer refreshes or drops the subject's entry, so the cache
-                        // never serves figures the store has moved past.
-                        RateOp::Check { cost } => {
-                            cache.record_with(
-                                subject,
-                                cost,
-                                sent,
-                                &decision(eff, reply.clone(), Origin::Store),
-                                &eff.recovery,
-                            );
-                        }
-                        RateOp::Reserve { cost, .. } if !reply.applied => {
-                            cache.record_with(
-                                subject,
-                                cost,
-                                sent,
-                                &decision(eff, reply.clone(), Origin::Store),
-                                &eff.recovery,
-                            );
-                        }
-                        // It changed the subject's state.
-                        _ => cache.unanswered(subject),
-                    }
-                }
-            }
-            // Sent but unanswered (a timeout, a dropped connection): the store may have
-            // applied it, so the cached figures may be stale.
-            Err(Unavailable::Store(_)) if op.consumes() => {
-                if let Some(cache) = cache {
-                    cache.unanswered(subject);
-                }
-            }
-            Err(_) => {}
+        if result.is_ok() {
+            self.shared.outage_log.answered();
+        }
+        if let (Some(cache), Some(sent)) = (cache, sent) {
+            let answer = match &result {
+                Ok(reply) => Answer::Replied(reply),
+                Err(Unavailable::Store(_)) => Answer::Lost,
+                // Our own limit or the breaker: nothing was sent.
+                Err(_) => Answer::NotSent,
+            };
+            cache.learn(
+                subject,
+                op,
+                sent,
+                answer,
+                |reply| decision(eff, reply.clone(), Origin::Store),
+                &eff.recovery,
+            );
         }
         result
     }
 
-    /// Test hook (`test-util`): one check decided at `now_us` (µs since the epoch) instead of
-    /// the store's clock, straight to the store (no deny cache, no shadow mode, no outage
-    /// policy). On Redis it is a separate script text, and every ttl it sets gets an hour of
-    /// slack, since the server expires keys on its own clock.
-    #[cfg(feature = "test-util")]
-    #[doc(hidden)]
-    pub async fn __check_at(
-        &self,
-        subject: &str,
-        cost: u32,
-        now_us: u64,
-    ) -> Result<Decision, RateLimitError> {
-        let eff = self.effective(subject).await?;
-        validate_cost(&eff, cost)?;
-        let keys = self.keys(subject)?;
-        let req = RateRequest {
-            keys: &keys,
-            params: &eff.params,
-            op: RateOp::Check { cost },
-        };
-        let reply = self.client.store().rate_limit_at(&req, now_us).await?;
-        Ok(decision(&eff, reply, Origin::Store))
-    }
-
-    /// Test hook (`test-util`): one operation decided at `now_us`, as
-    /// [`__check_at`](Self::__check_at): (decision, applied, wait µs).
-    #[cfg(feature = "test-util")]
-    #[doc(hidden)]
-    pub async fn __operate_at(
-        &self,
-        subject: &str,
-        op: TestOp,
-        now_us: u64,
-    ) -> Result<(Decision, bool, u64), RateLimitError> {
-        let eff = self.effective(subject).await?;
-        let keys = self.keys(subject)?;
-        let op = match op {
-            TestOp::Check(cost) => RateOp::Check { cost },
-            TestOp::Reserve(cost, max_wait_us) => RateOp::Reserve { cost, max_wait_us },
-            TestOp::Refund(n) => RateOp::Refund(n),
-            TestOp::Penalize(n) => RateOp::Penalize(n),
-            TestOp::Reset => RateOp::Reset,
-        };
-        let req = RateRequest {
-            keys: &keys,
-            params: &eff.params,
-            op,
-        };
-        let reply = self.client.store().rate_limit_at(&req, now_us).await?;
-        let (applied, wait) = (reply.applied, reply.wait_us);
-        Ok((decision(&eff, reply, Origin::Store), applied, wait))
-    }
-
-    /// Test hook (`test-util`): the store keys of `subject`, one per policy.
-    #[cfg(feature = "test-util")]
-    #[doc(hidden)]
-    pub fn __keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
-        self.keys(subject)
-    }
-
-    /// Test hook (`test-util`): subjects in the deny cache.
-    #[cfg(feature = "test-util")]
-    #[doc(hidden)]
-    pub fn __deny_cache_len(&self) -> usize {
-        self.shared.deny_cache.as_ref().map_or(0, DenyCache::len)
-    }
-
-    /// Test hook (`test-util`): round trips this limiter (and its clones) attempted.
-    #[cfg(feature = "test-util")]
-    #[doc(hidden)]
-    pub fn __store_calls(&self) -> u64 {
-        self.shared.store_calls.load(Ordering::Relaxed)
-    }
-
-    /// Test hook (`test-util`): checks waiting on the store right now.
-    #[cfg(feature = "test-util")]
-    #[doc(hidden)]
-    pub fn __in_flight(&self) -> usize {
-        self.shared.max_in_flight - self.shared.in_flight.available_permits()
-    }
-
-    fn keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
+    pub(super) fn keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
         Ok(rate_keys(&self.key_heads, subject)?)
     }
 
@@ -919,7 +584,9 @@ impl RateLimiter {
             return Err(Unavailable::Overloaded(self.shared.max_in_flight));
         };
         #[cfg(feature = "test-util")]
-        self.shared.store_calls.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .store_calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let req = RateRequest {
             keys,
             params: &eff.params,
@@ -976,14 +643,7 @@ impl RateLimiter {
         } else {
             self.outage
         };
-        if !self.shared.degraded.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                target: "distlock::ratelimit",
-                error = %why,
-                ?outage,
-                "rate-limit store unavailable; applying the outage policy until it answers again"
-            );
-        }
+        self.shared.outage_log.unanswered(&why, Some(outage));
         match outage {
             Outage::FailClosed => Err(why.into()),
             Outage::FailOpen => {
@@ -1042,17 +702,4 @@ fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
         })
         .collect();
     Decision::from_policies(per_policy, origin)
-}
-
-/// Test hook (`test-util`): an operation for [`RateLimiter::__operate_at`].
-#[cfg(feature = "test-util")]
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub enum TestOp {
-    Check(u32),
-    /// Cost, max wait µs.
-    Reserve(u32, u64),
-    Refund(u32),
-    Penalize(u32),
-    Reset,
 }

@@ -2,8 +2,9 @@
 //! same logic in memory), with the fields of redis-cell's `CL.THROTTLE`.
 //!
 //! * A [`Rate`] says how many per period and how many at once (the burst); a [`Policy`]
-//!   names a rate and picks an [`Algorithm`] (GCRA by default); a [`RateLimiter`] binds one
-//!   or more policies to a [`Client`](crate::Client) and answers [`Decision`]s.
+//!   names a rate and picks an [`Algorithm`] (GCRA by default); a [`RateLimiter`], made by a
+//!   [`RateLimiterBuilder`], binds one or more policies to a [`Client`](crate::Client) and
+//!   answers [`Decision`]s.
 //! * Time is the store's (Redis `TIME`, in microseconds), never the caller's, so replicas
 //!   with skewed clocks agree. Every key has a ttl equal to the time its state stops
 //!   mattering; GCRA keeps one integer per subject and policy.
@@ -18,7 +19,9 @@
 //! use distlock::ratelimit::{Policy, Rate};
 //!
 //! let client = distlock::Client::in_memory();
-//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?);
+//! let limiter = client
+//!     .rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?)
+//!     .build()?;
 //! let d = limiter.check("user:7").await?;
 //! assert!(d.allowed);
 //! println!("{} of {} left; full again in {:?}", d.remaining, d.limit, d.reset_after);
@@ -26,9 +29,12 @@
 //! ```
 
 mod breaker;
+mod builder;
 mod decision;
 mod deny_cache;
 mod limiter;
+pub(crate) mod metrics;
+mod outage;
 mod policy;
 mod rate;
 mod reservation;
@@ -37,13 +43,16 @@ mod subject_rates;
 pub use self::breaker::{
     CircuitBreaker, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN,
 };
+pub use self::builder::RateLimiterBuilder;
 pub use self::decision::{Decision, Origin, PolicyDecision};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use self::limiter::TestOp as __TestOp;
 pub use self::limiter::{
-    DEFAULT_DENY_CACHE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT, Outage, RateLimiter,
+    DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT,
+    RateLimiter,
 };
+pub use self::outage::Outage;
 pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};
 pub use self::rate::ParseRateError;

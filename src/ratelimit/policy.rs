@@ -164,10 +164,12 @@ impl fmt::Display for Algorithm {
 /// (`_` or a space may stand for `-` in the algorithm, and case does not matter.) Errors are a
 /// [`ParsePolicyError`] that says which part was wrong.
 ///
-/// With the `serde` feature a policy (de)serialises as a struct with the fields `name`,
-/// `algorithm` (optional, `"gcra"` by default) and `rate` (its text form), and an
-/// [`Algorithm`] as its name. Errors name the field that is wrong, as in
-/// ``field `rate`: invalid rate "100/x": unknown unit `x`; use ms, s, min, h or d``.
+/// With the `serde` feature a policy deserialises from either form: the one line above, or a
+/// table with the fields `name`, `algorithm` (optional, `"gcra"` by default) and `rate` (its
+/// text form); it serialises as the table, and an [`Algorithm`] as its name. Errors name the
+/// part or the field that is wrong, as in
+/// ``field `rate`: invalid rate "100/x": unknown unit `x`; use ms, s, min, h or d``. (Telling
+/// the two forms apart needs a self-describing format: TOML, JSON, YAML.)
 ///
 /// ```
 /// use distlock::ratelimit::{Algorithm, Policy, Rate};
@@ -201,6 +203,12 @@ impl fmt::Display for Algorithm {
 ///     rate = "10 per 5min"
 ///     "#,
 /// )?;
+/// assert_eq!(config["limits"][0], api);
+/// assert_eq!(config["limits"][1].algorithm(), Algorithm::SlidingLog);
+///
+/// // The one-line form, in a list or as a value.
+/// let config: HashMap<String, Vec<Policy>> =
+///     toml::from_str(r#"limits = ["api: 100/s burst 20", "uploads: sliding-log 10 per 5min"]"#)?;
 /// assert_eq!(config["limits"][0], api);
 /// assert_eq!(config["limits"][1].algorithm(), Algorithm::SlidingLog);
 ///
@@ -534,9 +542,11 @@ mod serde_impl {
         }
     }
 
+    /// Either form: the one line (`"api: 100/s burst 20"`, through [`FromStr`]) or the
+    /// table. Telling them apart needs a self-describing format (TOML, JSON, YAML...).
     impl<'de> Deserialize<'de> for Policy {
         fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer.deserialize_struct("Policy", FIELDS, PolicyVisitor)
+            deserializer.deserialize_any(PolicyVisitor)
         }
     }
 
@@ -650,7 +660,14 @@ mod serde_impl {
         type Value = Policy;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a rate-limit policy: `name`, `algorithm` (optional) and `rate`")
+            f.write_str(
+                "a rate-limit policy: one line such as \"api: 100/s burst 20\", or a table of \
+                 `name`, `algorithm` (optional) and `rate`",
+            )
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Policy, E> {
+            text.parse().map_err(E::custom)
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Policy, A::Error> {
@@ -929,7 +946,31 @@ mod tests {
                 from_json(r#"{"rate":"100/s burst 20","name":"api"}"#),
                 Ok(api.clone())
             );
-            assert_eq!(from_json(r#"["api","gcra","100/s burst 20"]"#), Ok(api));
+            assert_eq!(
+                from_json(r#"["api","gcra","100/s burst 20"]"#),
+                Ok(api.clone())
+            );
+        }
+
+        #[test]
+        fn the_one_line_form_deserialises_too() {
+            let api = policy("api", Algorithm::Gcra, "100/s burst 20");
+            assert_eq!(from_json(r#""api: 100/s burst 20""#), Ok(api.clone()));
+            assert_eq!(
+                from_json(r#""hourly: fixed-window 1000/h""#),
+                Ok(policy("hourly", Algorithm::FixedWindow, "1000/h"))
+            );
+            let config: std::collections::HashMap<String, Vec<Policy>> = toml::from_str(
+                "limits = [\"api: 100/s burst 20\", { name = \"up\", rate = \"5/min\" }]",
+            )
+            .expect("both forms in one list");
+            assert_eq!(config["limits"][0], api);
+            assert_eq!(config["limits"][1], policy("up", Algorithm::Gcra, "5/min"));
+            // A line that does not parse says which part is wrong; a number is no policy.
+            let err = json_err(r#""api: 100/s burst""#);
+            assert!(err.contains("`burst` needs a number"), "{err}");
+            let err = json_err("42");
+            assert!(err.contains("one line such as"), "{err}");
         }
 
         #[test]
@@ -974,10 +1015,6 @@ mod tests {
                     "duplicate field `rate`",
                 ),
                 (r#"["api","gcra"]"#, "invalid length 2"),
-                (
-                    r#""api: 1/s""#,
-                    "invalid type: string \"api: 1/s\", expected a rate-limit policy",
-                ),
             ];
             for (json, expected) in cases {
                 let message = json_err(json);

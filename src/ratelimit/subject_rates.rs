@@ -63,7 +63,7 @@ impl SubjectRates {
 /// Implemented by every `Fn(String) -> impl Future<Output = Result<SubjectRates, E>>`.
 ///
 /// The limiter caches the answers (see
-/// [`rates_by_subject`](super::RateLimiter::rates_by_subject)); a lookup that fails (or takes
+/// [`rates_by_subject`](super::RateLimiterBuilder::rates_by_subject)); a lookup that fails (or takes
 /// longer than the limiter's deadline, or names a rate its policy cannot take) is logged, and
 /// the subject keeps the rates it had (or the policies' own) for a second before the lookup
 /// is tried again.
@@ -139,11 +139,6 @@ impl RateTable {
             capacity: capacity.max(1),
             slots: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The same lookup with another cache (the entries start afresh).
-    pub(crate) fn with_cache(&self, ttl: Duration, capacity: usize) -> Self {
-        Self::new(Arc::clone(&self.lookup), ttl, capacity)
     }
 
     /// `subject`'s policies: `base` with the looked-up rates, from the cache or one lookup

@@ -19,6 +19,7 @@ use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
@@ -139,6 +140,11 @@ pub(crate) trait Backend {
         Err(self.refusal(Capability::HandOff, reasons::HAND_OFF))
     }
 
+    /// Whether the backend holds fenced resources (one store keeps a resource's last fence).
+    fn fenced_writes(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::FencedWrites, reasons::FENCED_WRITES))
+    }
+
     /// A refusal of `capability` by this backend.
     fn refusal(&self, capability: Capability, reason: &'static str) -> Unsupported {
         Unsupported::new(self.kind(), capability, reason)
@@ -152,6 +158,7 @@ pub(crate) trait Backend {
             Capability::BloomFilters => self.bloom_filters(),
             Capability::ReplicaAcknowledgement => self.replica_acknowledgement(),
             Capability::HandOff => self.hand_off(),
+            Capability::FencedWrites => self.fenced_writes(),
         };
         match answer {
             Err(refused) => refused.into(),
@@ -249,6 +256,13 @@ pub(crate) trait Backend {
     /// Whether the store has the RedisBloom module.
     async fn bloom_module(&self) -> Result<bool, StoreError> {
         Ok(false)
+    }
+
+    /// One fenced write to a resource, or a read of it (`fenced.lua`: the resource's keys
+    /// share its slot). Only on a backend with [`Capability::FencedWrites`].
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        let _ = call;
+        Err(self.lacks(Capability::FencedWrites))
     }
 
     // ---- The operators' view of a lock. ----

@@ -22,9 +22,11 @@ use std::fmt;
 /// | [`BloomFilters`](Self::BloomFilters) | yes | yes | no | yes |
 /// | [`ReplicaAcknowledgement`](Self::ReplicaAcknowledgement) | yes | no | no | no |
 /// | [`HandOff`](Self::HandOff) | yes | yes | no | no |
+/// | [`FencedWrites`](Self::FencedWrites) | yes | yes | no | yes |
 ///
 /// A client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on)
-/// answers for holder sets, rate limits and Bloom filters with the store they go to.
+/// answers for holder sets, rate limits, Bloom filters and fenced writes with the store they
+/// go to.
 ///
 /// ```
 /// use distlock::Capability;
@@ -51,6 +53,9 @@ pub enum Capability {
     /// in the release's own script. Without it the waiter is woken and takes the lock itself:
     /// the same guarantees, one more round trip.
     HandOff,
+    /// Fenced resources ([`Client::fenced`](crate::Client::fenced)): one store that keeps a
+    /// resource's last accepted fence.
+    FencedWrites,
 }
 
 impl Capability {
@@ -59,7 +64,7 @@ impl Capability {
     pub(crate) fn counts(self) -> bool {
         matches!(
             self,
-            Self::HolderSets | Self::RateLimits | Self::BloomFilters
+            Self::HolderSets | Self::RateLimits | Self::BloomFilters | Self::FencedWrites
         )
     }
 
@@ -70,6 +75,7 @@ impl Capability {
             Self::BloomFilters => "Bloom filters",
             Self::ReplicaAcknowledgement => "replica acknowledgement",
             Self::HandOff => "hand-off to a waiter",
+            Self::FencedWrites => "fenced writes",
         }
     }
 }
@@ -146,6 +152,7 @@ pub(crate) mod reasons {
         single primary (Client::connect) or a Cluster (Client::connect_cluster)";
     pub(crate) const REPLICA_ACKNOWLEDGEMENT: &str = "replica acknowledgement \
         (replicas(n, timeout)) needs a single primary, plain or behind Sentinel";
+    pub(crate) const FENCED_WRITES: &str = crate::store::scripts::fenced::UNSUPPORTED;
     pub(crate) const HAND_OFF: &str = "this store does not pass a released lock straight to a \
         waiter: the waiter is woken and takes it";
 }

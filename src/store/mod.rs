@@ -58,6 +58,9 @@ pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
 pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
+pub(crate) use self::scripts::fenced::{
+    Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
+};
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
@@ -77,6 +80,18 @@ pub(crate) enum Store {
     /// Locks on one store, counting primitives (rate limits, Bloom filters, holder sets) on
     /// another: a quorum's locks with a single primary's or a Cluster's limits.
     Split(Arc<Split>),
+}
+
+/// What `Client::ping` asks, for the store locks go to.
+pub(crate) enum PingTarget {
+    /// Nothing to ask: in memory.
+    Memory,
+    /// A single primary.
+    Primary(connect::PrimaryConn),
+    /// A Redis Cluster, through its cluster connection.
+    Cluster(::redis::cluster_async::ClusterConnection),
+    /// A quorum's nodes, by name, and how many make a majority.
+    Quorum(Vec<(String, ::redis::aio::ConnectionManager)>, usize),
 }
 
 /// The two stores of [`Store::Split`].
@@ -139,6 +154,15 @@ impl Store {
         }
     }
 
+    /// What `Client::ping` asks: the store locks go to.
+    pub(crate) fn ping_target(&self) -> PingTarget {
+        match self.locks() {
+            Backing::Memory(_) => PingTarget::Memory,
+            Backing::Scripted(s) => s.ping_target(),
+            Backing::Quorum(q) => PingTarget::Quorum(q.named_connections(), q.majority()),
+        }
+    }
+
     /// The kind of the store counting primitives go to.
     pub(crate) fn counting_kind(&self) -> &'static str {
         on_backend!(self.counting(), s => s.kind().as_str())
@@ -163,6 +187,7 @@ impl Store {
             Capability::BloomFilters => s.bloom_filters(),
             Capability::ReplicaAcknowledgement => s.replica_acknowledgement(),
             Capability::HandOff => s.hand_off(),
+            Capability::FencedWrites => s.fenced_writes(),
         })
     }
 
@@ -216,6 +241,16 @@ impl Store {
         let side = self.locks();
         bounded(&side, async {
             on_backend!(&side, s => s.handoff(keys, from, to, ttl).await)
+        })
+        .await
+    }
+
+    /// One fenced write or read, on the store counting primitives go to (bounded by its
+    /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
+    pub(crate) async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.fenced(call).await)
         })
         .await
     }

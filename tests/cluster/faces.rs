@@ -36,8 +36,9 @@ async fn exactly_the_limit_passes_on_a_cluster() {
             Policy::sliding_window("hourly", Rate::per_hour(10_000).expect("rate"))
                 .expect("policy"),
         ])
-        .expect("limiter")
-        .deny_cache(0);
+        .deny_cache(0)
+        .build()
+        .expect("limiter");
     for subject in ["a", "user:{7}", "}{", "x:y:z"] {
         let keys = limiter.__keys(subject).expect("keys");
         assert!(
@@ -104,13 +105,16 @@ async fn the_macro_runs_on_a_cluster() {
 async fn both_layers_run_on_a_cluster() {
     let cluster = RedisCluster::shared();
     let client = client(cluster, "layers").await;
-    let limiter = client.rate_limiter(
-        Policy::gcra(
-            "api",
-            Rate::per_minute(60).expect("rate").burst(2).expect("burst"),
+    let limiter = client
+        .rate_limiter(
+            Policy::gcra(
+                "api",
+                Rate::per_minute(60).expect("rate").burst(2).expect("burst"),
+            )
+            .expect("policy"),
         )
-        .expect("policy"),
-    );
+        .build()
+        .expect("valid limiter");
     let app = Router::new()
         .route("/orders/{id}", get(|| async { "settled" }))
         .route_layer(LockLayer::new(

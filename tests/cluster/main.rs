@@ -9,6 +9,7 @@ mod support;
 
 // The library on the cluster.
 mod faces;
+mod health;
 mod locks;
 mod primitives;
 mod topology;

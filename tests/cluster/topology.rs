@@ -52,7 +52,9 @@ async fn resharding_under_load_keeps_every_promise() {
     let (names, slots) = names_on_one_master(&cluster, &setup, 4).await;
     // The rate-limit subject: one that lands in the first moving slot.
     let limiter_probe = setup
-        .rate_limiter(Policy::gcra("quota", Rate::per_day(LIMIT).expect("rate")).expect("policy"));
+        .rate_limiter(Policy::gcra("quota", Rate::per_day(LIMIT).expect("rate")).expect("policy"))
+        .build()
+        .expect("valid limiter");
     let subject = (0..)
         .map(|i| format!("tenant:{i}"))
         .find(|s| slot_of(&limiter_probe.__keys(s).expect("keys")[0]) == slots[0])
@@ -131,7 +133,9 @@ async fn resharding_under_load_keeps_every_promise() {
             .rate_limiter(
                 Policy::gcra("quota", Rate::per_day(LIMIT).expect("rate")).expect("policy"),
             )
-            .deny_cache(0);
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let (stop, allowed, subject) = (stop.clone(), allowed.clone(), subject.clone());
         checkers.push(tokio::spawn(async move {
             let mut checks = 0u64;

@@ -121,9 +121,12 @@ struct Timings {
 /// Times, on `client`: rate-limit checks, extends and releases of leases that need no replica
 /// (`replicas(0, ..)`), and releases of `acked` (leases that needed one).
 async fn timings(client: &Client, tag: &str, acked: &mut Vec<distlock::Lease>) -> Timings {
-    let limiter = client.rate_limiter(
-        Policy::gcra("api", Rate::per_second(100_000).expect("rate")).expect("policy"),
-    );
+    let limiter = client
+        .rate_limiter(
+            Policy::gcra("api", Rate::per_second(100_000).expect("rate")).expect("policy"),
+        )
+        .build()
+        .expect("limiter");
     let mut t = Timings::default();
     for i in 0..SAMPLES {
         let asked = Instant::now();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock::{Client, LockError, distributed_lock};
+use distlock::{Client, LockError, RateLimitError, distributed_lock, rate_limit};
 
 use crate::support::fixture::Fixture;
 
@@ -16,11 +16,20 @@ async fn nightly(job: &str) -> Result<(String, Option<Duration>), LockError> {
     Ok((lease.name().to_owned(), pttl))
 }
 
+#[rate_limit(policy = "default-client: 2/h", key = "{user}")]
+async fn limited(user: u32) -> Result<u32, RateLimitError> {
+    Ok(user)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_client_is_used_and_its_absence_is_an_error() {
     assert!(distlock::default_client().is_none());
     match nightly("backup").await {
         Err(LockError::NoDefaultClient) => {}
+        other => panic!("expected NoDefaultClient, got {other:?}"),
+    }
+    match limited(1).await {
+        Err(RateLimitError::NoDefaultClient) => {}
         other => panic!("expected NoDefaultClient, got {other:?}"),
     }
 
@@ -35,11 +44,25 @@ async fn default_client_is_used_and_its_absence_is_an_error() {
         "{pttl:?}"
     );
     assert!(!store.is_held("nightly:backup").await, "released");
+    // The rate limit counts in the default client's Redis.
+    limited(1).await.expect("1 of 2");
+    limited(1).await.expect("2 of 2");
+    assert!(matches!(
+        limited(1).await,
+        Err(RateLimitError::Limited { .. })
+    ));
+    let keys = store.client.__inspect().keys().await.expect("keys");
+    assert!(
+        keys.iter().any(|k| k.contains("default-client")),
+        "the budget lives in the default client's store: {keys:?}"
+    );
 
     // A later call picks up a replaced default.
     let memory = Client::in_memory();
     distlock::set_default_client(memory.clone());
     let (_, pttl) = nightly("backup").await.expect("runs on the new default");
+    // The new default's store has a budget of its own.
+    assert_eq!(limited(1).await.expect("a fresh budget"), 1);
     assert!(pttl.is_some());
     // Its grant minted a fence in the new default's store.
     let fence_key = memory

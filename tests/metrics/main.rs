@@ -155,6 +155,8 @@ const HELD: &str = "distlock_leases_held";
 const WAITERS: &str = "distlock_lock_waiters";
 const DECISIONS: &str = "distlock_ratelimit_decisions_total";
 const CHECK: &str = "distlock_ratelimit_check_seconds";
+const UNAVAILABLE: &str = "distlock_ratelimit_unavailable_total";
+const BREAKER_OPEN: &str = "distlock_ratelimit_breaker_open";
 
 const LOCK: &[(&str, &str)] = &[("kind", "lock")];
 
@@ -477,8 +479,10 @@ async fn rate_limit_decisions_are_counted_by_policy_outcome_and_origin() {
     let _serial = serial().await;
     let client = Client::in_memory();
     let p = "m-counted";
-    let limiter =
-        client.rate_limiter(Policy::gcra(p, Rate::per_minute(2).expect("rate")).expect("policy"));
+    let limiter = client
+        .rate_limiter(Policy::gcra(p, Rate::per_minute(2).expect("rate")).expect("policy"))
+        .build()
+        .expect("valid limiter");
     let before = read();
     let mut origins = Vec::new();
     for _ in 0..4 {
@@ -519,7 +523,9 @@ async fn shadow_mode_counts_shadow_denials() {
     let limiter = client
         .rate_limiter(Policy::gcra(p, Rate::per_minute(1).expect("rate")).expect("policy"))
         .shadow(true)
-        .deny_cache(0);
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
     let before = read();
     let first = limiter.check("user:1").await.expect("check");
     let second = limiter.check("user:1").await.expect("check");
@@ -564,6 +570,8 @@ async fn decisions_while_the_store_is_down_are_counted_with_their_origin() {
             .rate_limiter(Policy::gcra(name, Rate::per_minute(5).expect("rate")).expect("policy"))
             .on_outage(outage)
             .deadline(Duration::from_millis(150))
+            .build()
+            .expect("valid limiter")
     };
     let fallback = limiter("m-fallback", Outage::LocalFallback);
     let open = limiter("m-open", Outage::FailOpen);
@@ -604,4 +612,46 @@ async fn decisions_while_the_store_is_down_are_counted_with_their_origin() {
         after.samples(CHECK, &closed_policy).len(),
         before.samples(CHECK, &closed_policy).len() + 1
     );
+    // Issue 29 §2: each unanswered operation is counted with what the outage policy made of
+    // it, so an outage can be alerted on.
+    let unavailable = |t: &Totals, policy: &str, outcome: &str| {
+        ["store", "circuit_open"]
+            .iter()
+            .map(|reason| {
+                t.counter(
+                    UNAVAILABLE,
+                    &[("policy", policy), ("reason", reason), ("outcome", outcome)],
+                )
+            })
+            .sum::<u64>()
+    };
+    for (policy, outcome) in [
+        ("m-fallback", "local_fallback"),
+        ("m-open", "failed_open"),
+        ("m-closed", "failed_closed"),
+    ] {
+        assert_eq!(
+            unavailable(&after, policy, outcome) - unavailable(&before, policy, outcome),
+            1,
+            "{policy}: {:?}",
+            after.all(UNAVAILABLE)
+        );
+    }
+    // The breaker opens after three failures in a row: the gauge says so, and drops back
+    // once the store answers again.
+    let gauge = |t: &Totals| t.gauge(BREAKER_OPEN, &[("policy", "m-open")]);
+    for _ in 0..5 {
+        open.check("user:1").await.expect("fails open");
+    }
+    assert_eq!(gauge(&read()), 1.0, "{:?}", read().all(BREAKER_OPEN));
+    server.restart();
+    let back = Instant::now();
+    while open.check("user:2").await.expect("check").origin != Origin::Store {
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "never back on the store"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(gauge(&read()), 0.0, "{:?}", read().all(BREAKER_OPEN));
 }

@@ -22,6 +22,7 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
         Capability::BloomFilters,
         Capability::ReplicaAcknowledgement,
         Capability::HandOff,
+        Capability::FencedWrites,
     ] {
         let refused = client
             .supports(capability)
@@ -39,7 +40,7 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
     );
 
     // The concurrency layer: refused where the router is built.
-    match ConcurrencyLimitLayer::try_new(client.clone(), Constant::new("exports"), 2) {
+    match ConcurrencyLimitLayer::new(client.clone(), Constant::new("exports"), 2) {
         Err(ConfigError::UnsupportedStore(refused)) => {
             assert_eq!(refused.capability, Capability::HolderSets);
             assert_eq!(refused.store, "quorum");
@@ -47,11 +48,24 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
         Err(other) => panic!("expected UnsupportedStore, got {other:?}"),
         Ok(_) => panic!("a concurrency layer on a quorum was built"),
     }
-    let unchecked = client.clone();
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        ConcurrencyLimitLayer::new(unchecked, Constant::new("exports"), 2)
-    }));
-    assert!(panicked.is_err(), "the unchecked constructor panics");
+    assert!(
+        ConcurrencyLimitLayer::builder(client.clone(), Constant::new("exports"), 2)
+            .build()
+            .is_err(),
+        "the builder refuses it too"
+    );
+
+    // A fenced resource: refused by `Client::fenced`, with the capability's reason.
+    match client.fenced("invoice:1") {
+        Err(distlock::FencedError::UnsupportedStore { reason }) => assert_eq!(
+            reason,
+            client
+                .supports(Capability::FencedWrites)
+                .expect_err("no fenced writes")
+                .reason
+        ),
+        other => panic!("a fenced resource on a quorum: {other:?}"),
+    }
 
     // A Bloom filter: refused by `open`.
     assert!(matches!(

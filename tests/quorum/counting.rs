@@ -70,7 +70,9 @@ async fn locks_on_the_quorum_counting_on_the_primary() {
     // Counting primitives: on the primary, never on a quorum node.
     let limiter = client
         .rate_limiter(Policy::gcra("api", Rate::per_minute(2).expect("rate")).expect("policy"))
-        .deny_cache(0);
+        .deny_cache(0)
+        .build()
+        .expect("a rate limiter on a quorum client that counts on a primary");
     assert!(limiter.check("user:7").await.expect("check").allowed);
     assert!(limiter.check("user:7").await.expect("check").allowed);
     assert!(!limiter.check("user:7").await.expect("check").allowed);
@@ -114,7 +116,7 @@ async fn locks_on_the_quorum_counting_on_the_primary() {
     }
 
     // The concurrency layer is built on it too.
-    let _layer = ConcurrencyLimitLayer::try_new(client.clone(), Constant::new("work"), 2)
+    let _layer = ConcurrencyLimitLayer::new(client.clone(), Constant::new("work"), 2)
         .expect("a concurrency layer on a quorum client that counts on a primary");
 
     for lease in [lease, permit, read] {

@@ -119,8 +119,11 @@ async fn late_member(late: Late, database: &str) -> usize {
         format!("{}{database}", nodes[target].url_via(proxy.addr())),
     ];
     // Two of three answer: the client starts, the third member joins when it answers.
+    // Nodes that answer at all answer within the per-node timeout, even on a busy machine
+    // (the killed node below refuses at once).
     let client = Client::builder()
-        .response_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(2))
+        .quorum_node_timeout(Duration::from_secs(1))
         .restart_quarantine(Duration::from_millis(1))
         .connect_quorum(&set)
         .await
@@ -142,12 +145,18 @@ async fn late_member(late: Late, database: &str) -> usize {
         // Two distinct servers remain: a majority.
         Late::ThirdServer => nodes[0].kill(),
     }
+    // A twin must be refused at once; a distinct member gets time to answer, however busy the
+    // machine (a long ttl, so the validity left after a slow answer stays positive).
+    let wait = match late {
+        Late::TwinOfFirst => Duration::ZERO,
+        Late::ThirdServer => Duration::from_secs(10),
+    };
     let mut granted = 0;
     for i in 0..ROUNDS {
         match client
             .lock(format!("after:{i}"))
-            .ttl(ttl)
-            .wait(Duration::ZERO)
+            .ttl(Duration::from_secs(10))
+            .wait(wait)
             .acquire()
             .await
         {

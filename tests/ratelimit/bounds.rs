@@ -100,7 +100,12 @@ async fn limiter_settings_at_their_bounds(fx: Fixture) {
     let policy = Policy::gcra("bounds", Rate::per_second(10).expect("rate")).expect("policy");
     for deadline in durations() {
         // Zero is raised to 1 ms; MAX means the client's own response timeout bounds it.
-        let limiter = fx.client.rate_limiter(policy.clone()).deadline(deadline);
+        let limiter = fx
+            .client
+            .rate_limiter(policy.clone())
+            .deadline(deadline)
+            .build()
+            .expect("valid limiter");
         match limiter.check("deadline").await {
             Ok(_) => {}
             // A deadline of a millisecond or so may pass on a busy machine: a typed answer.
@@ -110,7 +115,12 @@ async fn limiter_settings_at_their_bounds(fx: Fixture) {
         }
     }
     for size in [0, 1, 2, usize::MAX] {
-        let limiter = fx.client.rate_limiter(policy.clone()).deny_cache(size);
+        let limiter = fx
+            .client
+            .rate_limiter(policy.clone())
+            .deny_cache(size)
+            .build()
+            .expect("valid limiter");
         for _ in 0..12 {
             limiter
                 .check(&format!("cache-{size}"))
@@ -126,13 +136,22 @@ async fn limiter_settings_at_their_bounds(fx: Fixture) {
         );
     }
     for checks in [0, 1, usize::MAX / 8, usize::MAX] {
-        let limiter = fx.client.rate_limiter(policy.clone()).max_in_flight(checks);
+        let limiter = fx
+            .client
+            .rate_limiter(policy.clone())
+            .max_in_flight(checks)
+            .build()
+            .expect("valid limiter");
         limiter
             .check("in-flight")
             .await
             .expect("at least one check may wait");
     }
-    let limiter = fx.client.rate_limiter(policy);
+    let limiter = fx
+        .client
+        .rate_limiter(policy)
+        .build()
+        .expect("valid limiter");
     assert!(limiter.check_n("cost", 0).await.expect("peek").allowed);
     assert!(
         limiter

@@ -45,6 +45,8 @@ impl StoreClock {
         let d = client
             .rate_limiter(probe)
             .deny_cache(0)
+            .build()
+            .expect("valid limiter")
             .check("clock-probe")
             .await
             .expect("probe");
@@ -105,6 +107,7 @@ async fn run_trace(
 ) -> usize {
     let limiter = client
         .rate_limiter_all(policies.clone())
+        .build()
         .expect("valid policies");
     let mut models = Models::of(&policies);
     let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);

@@ -18,6 +18,7 @@ on_both_stores!(
     a_larger_cost_waits_its_own_time,
     a_smaller_allowed_cost_refreshes_the_figures,
     several_policies_report_each_policy_exactly,
+    a_reset_through_another_replica_is_seen_within_the_max_age,
 );
 
 /// Five per hour: one every 12 minutes for GCRA and the token bucket, and no window
@@ -84,8 +85,17 @@ async fn compare(
 async fn a_larger_cost_waits_its_own_time(fx: Fixture) {
     for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
         let p = policy(algorithm, 5, HOUR);
-        let cached = fx.client.rate_limiter(p.clone());
-        let uncached = fx.client.rate_limiter(p).deny_cache(0);
+        let cached = fx
+            .client
+            .rate_limiter(p.clone())
+            .build()
+            .expect("valid limiter");
+        let uncached = fx
+            .client
+            .rate_limiter(p)
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let what = format!("{algorithm} on {}", store_name(&fx));
         assert!(cached.check_n("larger", 5).await.expect("check").allowed);
         let first = compare(&cached, &uncached, "larger", 1, &what).await;
@@ -107,8 +117,17 @@ async fn a_larger_cost_waits_its_own_time(fx: Fixture) {
 async fn a_smaller_allowed_cost_refreshes_the_figures(fx: Fixture) {
     for algorithm in ALGORITHMS {
         let p = policy(algorithm, 5, HOUR);
-        let cached = fx.client.rate_limiter(p.clone());
-        let uncached = fx.client.rate_limiter(p).deny_cache(0);
+        let cached = fx
+            .client
+            .rate_limiter(p.clone())
+            .build()
+            .expect("valid limiter");
+        let uncached = fx
+            .client
+            .rate_limiter(p)
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let what = format!("{algorithm} on {}", store_name(&fx));
         assert!(cached.check_n("smaller", 3).await.expect("check").allowed);
         let denied = compare(&cached, &uncached, "smaller", 3, &what).await;
@@ -139,12 +158,17 @@ async fn several_policies_report_each_policy_exactly(fx: Fixture) {
         )
         .expect("valid"),
     ];
-    let cached = fx.client.rate_limiter_all(policies.clone()).expect("valid");
+    let cached = fx
+        .client
+        .rate_limiter_all(policies.clone())
+        .build()
+        .expect("valid");
     let uncached = fx
         .client
         .rate_limiter_all(policies)
-        .expect("valid")
-        .deny_cache(0);
+        .deny_cache(0)
+        .build()
+        .expect("valid");
     let what = format!("gcra and sliding log on {}", store_name(&fx));
     assert!(cached.check_n("several", 5).await.expect("check").allowed);
     for cost in [1, 3, 1, 0, 5, 2] {
@@ -160,4 +184,49 @@ fn store_name(fx: &Fixture) -> &'static str {
     } else {
         "memory"
     }
+}
+
+/// Issue 28 §1: a reset made through another replica (its own client and limiter, so its own
+/// deny cache) reaches this replica's cache within `deny_cache_max_age`, although the cached
+/// denial would otherwise answer for its whole `retry_after` (minutes here).
+async fn a_reset_through_another_replica_is_seen_within_the_max_age(fx: Fixture) {
+    const MAX_AGE: Duration = Duration::from_millis(300);
+    let policy = "login: 1 per 10min".parse::<Policy>().expect("policy");
+    let here = fx
+        .client
+        .rate_limiter(policy.clone())
+        .deny_cache_max_age(MAX_AGE)
+        .build()
+        .expect("limiter");
+    let elsewhere = fx
+        .another_client()
+        .await
+        .rate_limiter(policy)
+        .build()
+        .expect("limiter");
+    assert!(here.check("alice").await.expect("check").allowed);
+    let denied = here.check("alice").await.expect("check");
+    assert!(
+        !denied.allowed && denied.origin == Origin::Store,
+        "{}",
+        brief(&denied)
+    );
+    let cached = here.check("alice").await.expect("check");
+    assert!(
+        !cached.allowed && cached.origin == Origin::DenyCache,
+        "the denial is cached: {}",
+        brief(&cached)
+    );
+    assert!(cached.retry_after > Duration::from_secs(60));
+
+    elsewhere.reset("alice").await.expect("reset");
+    // The entry was made before the reset; once MAX_AGE has passed since, it answers no more
+    // (whatever the machine's load: a sleep is never shorter than asked).
+    tokio::time::sleep(MAX_AGE).await;
+    let after = here.check("alice").await.expect("check");
+    assert!(
+        after.allowed && after.origin == Origin::Store,
+        "the reset is seen here: {}",
+        brief(&after)
+    );
 }

@@ -51,7 +51,11 @@ async fn fire(limiter: &RateLimiter, subject: &str, at: Option<u64>) -> usize {
 
 async fn exactly_100_of_150_at_one_instant(fx: Fixture) {
     for algorithm in ALGORITHMS {
-        let limiter = fx.client.rate_limiter(policy(algorithm, LIMIT, PERIOD));
+        let limiter = fx
+            .client
+            .rate_limiter(policy(algorithm, LIMIT, PERIOD))
+            .build()
+            .expect("valid limiter");
         let allowed = fire(&limiter, "instant", Some(EPOCH_US + 123_456)).await;
         assert_eq!(allowed, 100, "{algorithm}");
     }
@@ -62,7 +66,11 @@ async fn exactly_100_of_150_at_one_instant(fx: Fixture) {
 /// window may roll over: each count must lie between 100 and the bound for the time taken.
 async fn exactly_100_of_150_in_real_time(fx: Fixture) {
     for algorithm in ALGORITHMS {
-        let limiter = fx.client.rate_limiter(policy(algorithm, LIMIT, PERIOD));
+        let limiter = fx
+            .client
+            .rate_limiter(policy(algorithm, LIMIT, PERIOD))
+            .build()
+            .expect("valid limiter");
         let start = Instant::now();
         let allowed = fire(&limiter, "real-time", None).await;
         let span = start.elapsed();
@@ -110,7 +118,11 @@ async fn boundary_bursts_stay_within_the_documented_bound(fx: Fixture) {
         PERIOD - Duration::from_micros(1),
     ];
     for algorithm in ALGORITHMS {
-        let limiter = fx.client.rate_limiter(policy(algorithm, LIMIT, PERIOD));
+        let limiter = fx
+            .client
+            .rate_limiter(policy(algorithm, LIMIT, PERIOD))
+            .build()
+            .expect("valid limiter");
         for (n, span) in spans.into_iter().enumerate() {
             let subject = format!("boundary:{n}");
             let start = boundary - 1;
@@ -161,9 +173,21 @@ async fn two_clients_get_the_answers_of_one() {
     let b = connect(&server.url()).await;
     for algorithm in ALGORITHMS {
         let p = policy(algorithm, 5, Duration::from_secs(20));
-        let alone = a.rate_limiter(p.clone()).deny_cache(0);
-        let on_a = a.rate_limiter(p.clone()).deny_cache(0);
-        let on_b = b.rate_limiter(p).deny_cache(0);
+        let alone = a
+            .rate_limiter(p.clone())
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
+        let on_a = a
+            .rate_limiter(p.clone())
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
+        let on_b = b
+            .rate_limiter(p)
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let mut single = Vec::new();
         let mut shared = Vec::new();
         for i in 0..8 {

@@ -63,7 +63,9 @@ async fn one_key_hammered_stays_the_same_size() {
     for algorithm in ALGORITHMS {
         let limiter = client
             .rate_limiter(policy(algorithm, 50, Duration::from_millis(500)))
-            .deny_cache(0);
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let key = limiter.__keys("hot").expect("keys").remove(0);
         let sampling = {
             let limiter = limiter.clone();
@@ -123,7 +125,12 @@ async fn every_one_of_many_keys_has_a_ttl() {
     let limiters: Arc<Vec<RateLimiter>> = Arc::new(
         ALGORITHMS
             .iter()
-            .map(|&a| client.rate_limiter(policy(a, 3, Duration::from_secs(3600))))
+            .map(|&a| {
+                client
+                    .rate_limiter(policy(a, 3, Duration::from_secs(3600)))
+                    .build()
+                    .expect("valid limiter")
+            })
             .collect(),
     );
     let workers = 32;
@@ -194,7 +201,9 @@ async fn denied_requests_are_not_stored() {
     for algorithm in ALGORITHMS {
         let limiter = client
             .rate_limiter(policy(algorithm, 5, Duration::from_secs(30)))
-            .deny_cache(0);
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         for _ in 0..5 {
             assert!(limiter.check("full").await.expect("check").allowed);
         }

@@ -34,6 +34,7 @@ async fn run_trace(fx: &Fixture, rng: &mut StdRng, seed: u64, trace: usize, poli
     let limiter = fx
         .client
         .rate_limiter_all(policies.clone())
+        .build()
         .expect("valid policies");
     let mut models = Models::of(&policies);
     let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);
@@ -242,7 +243,11 @@ async fn operations_and_rate_changes_match_the_model(fx: Fixture) {
             let limiters: Vec<_> = variants
                 .into_iter()
                 .map(|p| {
-                    let limiter = fx.client.rate_limiter(p.clone());
+                    let limiter = fx
+                        .client
+                        .rate_limiter(p.clone())
+                        .build()
+                        .expect("valid limiter");
                     (limiter, vec![p])
                 })
                 .collect();
@@ -265,6 +270,7 @@ async fn operations_and_rate_changes_match_the_model(fx: Fixture) {
         let limiter = fx
             .client
             .rate_limiter_all(policies.clone())
+            .build()
             .expect("valid policies");
         run_extended_trace(&mut rng, seed, 200 + trace, &[(limiter, policies)]).await;
     }

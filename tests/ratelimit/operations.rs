@@ -33,7 +33,9 @@ async fn refund_penalize_and_reset_on_every_algorithm(fx: Fixture) {
         let limiter = fx
             .client
             .rate_limiter(policy(algorithm, 5, Duration::from_secs(60)))
-            .deny_cache(0);
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let subject = format!("ops:{}", algorithm.name());
         for _ in 0..3 {
             assert!(limiter.check(&subject).await.expect("check").allowed);
@@ -106,6 +108,7 @@ async fn several_policies_move_together(fx: Fixture) {
             Policy::gcra("per-second", Rate::per_second(10).expect("rate")).expect("policy"),
             Policy::fixed_window("per-day", Rate::per_day(3).expect("rate")).expect("policy"),
         ])
+        .build()
         .expect("policies");
     for _ in 0..3 {
         limiter.check("both").await.expect("check");
@@ -125,22 +128,30 @@ async fn several_policies_move_together(fx: Fixture) {
 /// and lets them drain at the new pace.
 async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
     for algorithm in ALGORITHMS {
-        let fast = fx.client.rate_limiter(
-            Policy::new(
-                "plan",
-                algorithm,
-                Rate::per(10, Duration::from_secs(1)).expect("rate"),
+        let fast = fx
+            .client
+            .rate_limiter(
+                Policy::new(
+                    "plan",
+                    algorithm,
+                    Rate::per(10, Duration::from_secs(1)).expect("rate"),
+                )
+                .expect("policy"),
             )
-            .expect("policy"),
-        );
-        let slow = fx.client.rate_limiter(
-            Policy::new(
-                "plan",
-                algorithm,
-                Rate::per(10, Duration::from_secs(600)).expect("rate"),
+            .build()
+            .expect("valid limiter");
+        let slow = fx
+            .client
+            .rate_limiter(
+                Policy::new(
+                    "plan",
+                    algorithm,
+                    Rate::per(10, Duration::from_secs(600)).expect("rate"),
+                )
+                .expect("policy"),
             )
-            .expect("policy"),
-        );
+            .build()
+            .expect("valid limiter");
         let subject = format!("plan:{}", algorithm.name());
         // The windows are aligned to the Unix epoch: start the ten checks just after a
         // boundary, so they all fall in one fast window (ten checks that straddled one would
@@ -173,20 +184,28 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
         );
     }
     // GCRA: upgraded from the slow rate, the used units drain at the fast pace.
-    let fast = fx.client.rate_limiter(
-        Policy::gcra(
-            "upgrade",
-            Rate::per(10, Duration::from_millis(100)).expect("rate"),
+    let fast = fx
+        .client
+        .rate_limiter(
+            Policy::gcra(
+                "upgrade",
+                Rate::per(10, Duration::from_millis(100)).expect("rate"),
+            )
+            .expect("policy"),
         )
-        .expect("policy"),
-    );
-    let slow = fx.client.rate_limiter(
-        Policy::gcra(
-            "upgrade",
-            Rate::per(10, Duration::from_secs(600)).expect("rate"),
+        .build()
+        .expect("valid limiter");
+    let slow = fx
+        .client
+        .rate_limiter(
+            Policy::gcra(
+                "upgrade",
+                Rate::per(10, Duration::from_secs(600)).expect("rate"),
+            )
+            .expect("policy"),
         )
-        .expect("policy"),
-    );
+        .build()
+        .expect("valid limiter");
     for _ in 0..10 {
         assert!(slow.check("upgraded").await.expect("check").allowed);
     }
@@ -202,13 +221,17 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
 /// sooner than k turns of 20 ms after the start (a late wake-up on a loaded machine is no
 /// failure; the two-process test in `tests/waiting` measures the spacing).
 async fn acquire_lets_waiters_through_no_faster_than_the_rate(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(
-        Policy::gcra(
-            "worker",
-            Rate::per_second(50).expect("rate").burst(1).expect("burst"),
+    let limiter = fx
+        .client
+        .rate_limiter(
+            Policy::gcra(
+                "worker",
+                Rate::per_second(50).expect("rate").burst(1).expect("burst"),
+            )
+            .expect("policy"),
         )
-        .expect("policy"),
-    );
+        .build()
+        .expect("valid limiter");
     let passes = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let tasks: Vec<_> = (0..12)
@@ -240,13 +263,17 @@ async fn acquire_lets_waiters_through_no_faster_than_the_rate(fx: Fixture) {
 
 /// A reservation dropped before its turn gives the turn back: the next caller gets it.
 async fn a_cancelled_reservation_gives_its_turn_back(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(
-        Policy::gcra(
-            "cancel",
-            Rate::per_second(2).expect("rate").burst(1).expect("burst"),
+    let limiter = fx
+        .client
+        .rate_limiter(
+            Policy::gcra(
+                "cancel",
+                Rate::per_second(2).expect("rate").burst(1).expect("burst"),
+            )
+            .expect("policy"),
         )
-        .expect("policy"),
-    );
+        .build()
+        .expect("valid limiter");
     assert!(limiter.acquire("c").await.expect("first").allowed);
     let second = limiter
         .reserve("c", 1, Duration::from_secs(5))
@@ -286,7 +313,9 @@ async fn a_turn_past_max_wait_is_refused_at_once(fx: Fixture) {
             )
             .expect("policy"),
         )
-        .max_wait(Duration::from_millis(100));
+        .max_wait(Duration::from_millis(100))
+        .build()
+        .expect("valid limiter");
     assert!(limiter.acquire("b").await.expect("first").allowed);
     let start = Instant::now();
     let refused = limiter.acquire("b").await.expect("second");
@@ -303,7 +332,9 @@ async fn a_turn_past_max_wait_is_refused_at_once(fx: Fixture) {
             1,
             Duration::from_millis(200),
         ))
-        .max_wait(Duration::from_secs(1));
+        .max_wait(Duration::from_secs(1))
+        .build()
+        .expect("valid limiter");
     assert!(window.acquire("w").await.expect("acquire").allowed);
     let start = Instant::now();
     assert!(window.acquire("w").await.expect("acquire").allowed);
@@ -320,7 +351,9 @@ async fn outage_latencies(
         .rate_limiter(policy(Algorithm::Gcra, 1000, Duration::from_secs(1)))
         .on_outage(Outage::FailOpen)
         .deadline(Duration::from_millis(150))
-        .circuit_breaker(breaker);
+        .circuit_breaker(breaker)
+        .build()
+        .expect("valid limiter");
     let mut took = Vec::with_capacity(n);
     for i in 0..n {
         let start = Instant::now();
@@ -414,6 +447,8 @@ async fn rates_come_from_the_subject_cached_and_changes_keep_usage(fx: Fixture) 
                 }
             })
             .rate_cache(Duration::from_millis(300), 100)
+            .build()
+            .expect("valid limiter")
     };
     let checks: Vec<_> = (0..20)
         .map(|_| {
@@ -466,9 +501,11 @@ async fn rates_come_from_the_subject_cached_and_changes_keep_usage(fx: Fixture) 
 /// "t:12", so the next entry, numbered 12, overwrote one and was lost.)
 async fn a_sliding_log_refilled_at_one_instant_counts_every_entry(fx: Fixture) {
     use distlock::ratelimit::__TestOp as Op;
-    let limiter =
-        fx.client
-            .rate_limiter(policy(Algorithm::SlidingLog, 20, Duration::from_secs(60)));
+    let limiter = fx
+        .client
+        .rate_limiter(policy(Algorithm::SlidingLog, 20, Duration::from_secs(60)))
+        .build()
+        .expect("valid limiter");
     let at = EPOCH_US;
     let (d, applied, _) = limiter
         .__operate_at("log", Op::Check(12), at)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock::ratelimit::{Algorithm, Origin, Outage, RateLimiter};
+use distlock::ratelimit::{Algorithm, Origin, Outage, RateLimiter, RateLimiterBuilder};
 use distlock::{Client, RateLimitError, StoreError};
 use tokio::time::Instant;
 
@@ -43,6 +43,12 @@ async fn short_client(url: &str) -> Client {
 }
 
 fn limiter(client: &Client, outage: Outage) -> RateLimiter {
+    limiter_builder(client, outage)
+        .build()
+        .expect("valid limiter")
+}
+
+fn limiter_builder(client: &Client, outage: Outage) -> RateLimiterBuilder {
     client
         .rate_limiter(policy(Algorithm::Gcra, 3, Duration::from_secs(10)))
         .on_outage(outage)
@@ -205,7 +211,10 @@ async fn local_fallback_enforces_the_policy_per_process() {
 async fn back_on_the_store_within_a_second_of_a_restart() {
     let mut server = RedisServer::start();
     let client = short_client(&server.url()).await;
-    let limiter = limiter(&client, Outage::FailOpen).deny_cache(0);
+    let limiter = limiter_builder(&client, Outage::FailOpen)
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
     assert_eq!(
         limiter.check("warm").await.expect("check").origin,
         Origin::Store
@@ -250,7 +259,9 @@ async fn a_slow_store_never_builds_a_queue() {
     let limiter = client
         .rate_limiter(policy(Algorithm::Gcra, 1000, Duration::from_secs(1)))
         .deadline(deadline)
-        .max_in_flight(32);
+        .max_in_flight(32)
+        .build()
+        .expect("valid limiter");
     assert!(limiter.check("warm").await.expect("warm-up").allowed);
     proxy.delay(Duration::from_millis(500));
 
@@ -286,4 +297,61 @@ async fn a_slow_store_never_builds_a_queue() {
         peak.load(Ordering::Relaxed)
     );
     assert_eq!(limiter.__in_flight(), 0, "checks left waiting");
+}
+
+/// Issue 29 §2: an outage is logged when it starts and when it ends, with the count of the
+/// operations the outage policy answered, never a line per refused request.
+#[tokio::test(flavor = "current_thread")]
+async fn an_outage_is_logged_once_when_it_starts_and_once_when_it_ends() {
+    // Current-thread: the capture sees every task of the test.
+    let capture = crate::traces::Capture::start(tracing::Level::INFO);
+    let mut server = RedisServer::start();
+    let client = short_client(&server.url()).await;
+    let limiter = limiter_builder(&client, Outage::FailOpen)
+        // The breaker would answer most of them without asking: count them all the same.
+        .circuit_breaker(None)
+        .build()
+        .expect("valid limiter");
+    assert_eq!(
+        limiter.check("warm").await.expect("check").origin,
+        Origin::Store
+    );
+    server.kill();
+    const REFUSED: usize = 25;
+    for _ in 0..REFUSED {
+        let d = limiter.check("down").await.expect("fail open never errs");
+        assert_eq!(d.origin, Origin::FailOpen, "{}", brief(&d));
+    }
+    server.restart();
+    let back = Instant::now();
+    let mut unanswered = REFUSED;
+    while limiter.check("up").await.expect("check").origin != Origin::Store {
+        unanswered += 1;
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "never back on the store"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = capture.text();
+    let started: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("rate-limit store unavailable"))
+        .collect();
+    let ended: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("rate-limit store is back"))
+        .collect();
+    assert_eq!(started.len(), 1, "one line when it starts:\n{text}");
+    assert!(started[0].contains("WARN"), "{}", started[0]);
+    assert_eq!(ended.len(), 1, "one line when it ends:\n{text}");
+    assert!(
+        ended[0].contains(&format!("unanswered={unanswered}")),
+        "the end says how many the outage policy answered ({unanswered}): {}",
+        ended[0]
+    );
+    assert!(
+        !text.contains("still unavailable"),
+        "no summary within a minute:\n{text}"
+    );
 }

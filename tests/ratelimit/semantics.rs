@@ -32,7 +32,9 @@ async fn gcra_answers_like_cl_throttle(fx: Fixture) {
     let rate = Rate::per_second(1).and_then(|r| r.burst(5)).expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("cell", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("cell", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     // (offset µs, cost, allowed, remaining, reset µs, retry µs)
     let cases: [(u64, u32, bool, u64, u64, u64); 14] = [
         (0, 1, true, 4, S, 0),
@@ -78,7 +80,9 @@ async fn peek_consumes_nothing(fx: Fixture) {
     for algorithm in ALGORITHMS {
         let limiter = fx
             .client
-            .rate_limiter(policy(algorithm, 3, Duration::from_secs(10)));
+            .rate_limiter(policy(algorithm, 3, Duration::from_secs(10)))
+            .build()
+            .expect("valid limiter");
         let at = EPOCH_US;
         for _ in 0..5 {
             let d = limiter.__check_at("peek", 0, at).await.expect("peek");
@@ -117,7 +121,9 @@ async fn cost_weighs_and_an_impossible_cost_is_refused(fx: Fixture) {
     for algorithm in ALGORITHMS {
         let limiter = fx
             .client
-            .rate_limiter(policy(algorithm, 10, Duration::from_secs(10)));
+            .rate_limiter(policy(algorithm, 10, Duration::from_secs(10)))
+            .build()
+            .expect("valid limiter");
         let d = limiter
             .__check_at("cost", 7, EPOCH_US)
             .await
@@ -156,6 +162,7 @@ async fn several_policies_are_all_or_nothing(fx: Fixture) {
             Policy::gcra("per-second", Rate::per_second(10).expect("valid")).expect("valid"),
             Policy::fixed_window("per-hour", Rate::per_hour(15).expect("valid")).expect("valid"),
         ])
+        .build()
         .expect("valid");
     // Start of an hour window, so the fixed window does not roll over during the test.
     let t0 = EPOCH_US / 3_600_000_000 * 3_600_000_000 + 3_600_000_000;
@@ -203,7 +210,9 @@ async fn deny_cache_answers_without_a_round_trip(fx: Fixture) {
     let rate = Rate::per(2, Duration::from_secs(10)).expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("slow", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("slow", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     assert!(limiter.check_n("dc", 2).await.expect("check").allowed);
     let d = limiter.check_n("dc", 2).await.expect("check");
     assert!(!d.allowed && d.origin == Origin::Store, "{}", brief(&d));
@@ -234,7 +243,9 @@ async fn deny_cache_answers_without_a_round_trip(fx: Fixture) {
     let uncached = fx
         .client
         .rate_limiter(Policy::gcra("slow", rate).expect("valid"))
-        .deny_cache(0);
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
     assert_eq!(
         uncached.check("dc").await.expect("check").origin,
         Origin::Store
@@ -247,7 +258,9 @@ async fn deny_cache_stays_bounded(fx: Fixture) {
     let limiter = fx
         .client
         .rate_limiter(Policy::gcra("bounded", rate).expect("valid"))
-        .deny_cache(8);
+        .deny_cache(8)
+        .build()
+        .expect("valid limiter");
     for i in 0..100 {
         let subject = format!("s{i}");
         limiter.check(&subject).await.expect("check");
@@ -266,7 +279,9 @@ async fn shadow_mode_reports_and_never_denies(fx: Fixture) {
     let limiter = fx
         .client
         .rate_limiter(Policy::sliding_log("shadowed", rate).expect("valid"))
-        .shadow(true);
+        .shadow(true)
+        .build()
+        .expect("valid limiter");
     assert!(limiter.is_shadow());
     let decisions = {
         let mut out = Vec::new();
@@ -303,7 +318,9 @@ async fn keys_expire_once_their_state_stops_mattering(fx: Fixture) {
         let limiter = fx
             .client
             .rate_limiter(policy(algorithm, 4, Duration::from_millis(200)))
-            .deny_cache(0);
+            .deny_cache(0)
+            .build()
+            .expect("valid limiter");
         let subject = format!("ttl:{algorithm}");
         let key = limiter.__keys(&subject).expect("keys").remove(0);
         let mut last = None;
@@ -332,7 +349,9 @@ async fn keys_expire_once_their_state_stops_mattering(fx: Fixture) {
 async fn invalid_subjects_are_refused(fx: Fixture) {
     let limiter = fx
         .client
-        .rate_limiter(policy(Algorithm::Gcra, 1, Duration::from_secs(1)));
+        .rate_limiter(policy(Algorithm::Gcra, 1, Duration::from_secs(1)))
+        .build()
+        .expect("valid limiter");
     assert!(matches!(
         limiter.check("").await,
         Err(RateLimitError::InvalidSubject(InvalidName::Empty))
@@ -350,12 +369,14 @@ async fn invalid_subjects_are_refused(fx: Fixture) {
     );
     let p = || policy(Algorithm::Gcra, 1, Duration::from_secs(1));
     assert!(matches!(
-        fx.client.rate_limiter_all([p(), p()]),
-        Err(InvalidPolicy::DuplicateName { .. })
+        fx.client.rate_limiter_all([p(), p()]).build(),
+        Err(RateLimitError::InvalidPolicy(
+            InvalidPolicy::DuplicateName { .. }
+        ))
     ));
     assert!(matches!(
-        fx.client.rate_limiter_all([]),
-        Err(InvalidPolicy::NoPolicies)
+        fx.client.rate_limiter_all([]).build(),
+        Err(RateLimitError::InvalidPolicy(InvalidPolicy::NoPolicies))
     ));
 }
 
@@ -368,6 +389,7 @@ async fn subjects_that_look_alike_are_different(fx: Fixture) {
             policy(Algorithm::Gcra, 1, Duration::from_secs(10)),
             policy(Algorithm::SlidingLog, 5, Duration::from_secs(10)),
         ])
+        .build()
         .expect("valid");
     let subjects = ["a}b", "a%7Db", "{a}", "a", "a:b", "a%", "a%25", "}{"];
     for s in subjects {

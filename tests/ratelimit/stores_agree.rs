@@ -206,9 +206,11 @@ fn rates(redis: &Client, memory: &Client, shapes: &[Algorithm], rng: &mut StdRng
         .map(|policies| Rate {
             redis: redis
                 .rate_limiter_all(policies.clone())
+                .build()
                 .expect("valid policies"),
             memory: memory
                 .rate_limiter_all(policies.clone())
+                .build()
                 .expect("valid policies"),
             policies,
         })

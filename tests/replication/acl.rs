@@ -316,9 +316,12 @@ async fn library_operations(url: &str, replica: bool) -> Result<(), String> {
     }
 
     // Operating a limiter: refund (the sliding log's ZPOPMAX), penalize, reset.
-    let log = a.rate_limiter(
-        Policy::sliding_log("acl-operate", Rate::per_hour(3).expect("rate")).expect("policy"),
-    );
+    let log = a
+        .rate_limiter(
+            Policy::sliding_log("acl-operate", Rate::per_hour(3).expect("rate")).expect("policy"),
+        )
+        .build()
+        .expect("valid limiter");
     log.check_n("subject", 2)
         .await
         .map_err(rate_err("check before refund".into()))?;
@@ -403,7 +406,7 @@ async fn library_operations(url: &str, replica: bool) -> Result<(), String> {
     for policy in policies {
         let policy = policy.expect("policy");
         let name = policy.name().to_owned();
-        let limiter = a.rate_limiter(policy);
+        let limiter = a.rate_limiter(policy).build().expect("valid limiter");
         let mut allowed = 0;
         for _ in 0..4 {
             let decision = limiter
@@ -430,6 +433,7 @@ async fn library_operations(url: &str, replica: bool) -> Result<(), String> {
             Policy::sliding_log("acl-all-minute", Rate::per_minute(10).expect("rate"))
                 .expect("policy"),
         ])
+        .build()
         .expect("limiter");
     all.check("subject")
         .await
@@ -529,8 +533,10 @@ async fn a_user_without_a_rule_gets_a_typed_no_permission_error() {
         })) => eprintln!("without +evalsha, acquire: NoPermission: {message}"),
         other => panic!("acquire without +evalsha: expected NoPermission, got {other:?}"),
     }
-    let limiter =
-        client.rate_limiter(Policy::gcra("noperm", Rate::per_second(3).unwrap()).unwrap());
+    let limiter = client
+        .rate_limiter(Policy::gcra("noperm", Rate::per_second(3).unwrap()).unwrap())
+        .build()
+        .expect("valid limiter");
     match limiter.check("subject").await {
         Err(RateLimitError::Store(StoreError::Refused {
             kind: RefusedKind::NoPermission,
@@ -636,7 +642,7 @@ async fn behind_sentinel_the_user_also_needs_role() {
 #[test]
 fn the_readme_acl_example_lists_exactly_the_tested_rules() {
     use crate::support::server::LIBRARY_ACL_SENTINEL_RULES;
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../src/guide/deployment.md");
     let start = readme
         .find("ACL SETUSER app")
         .expect("the README's ACL example");

@@ -47,7 +47,9 @@ async fn a_killed_primary_is_followed_to_the_promoted_replica() {
     let holder = client(&setup).await;
     let waiter = client(&setup).await;
     let limiter = holder
-        .rate_limiter(Policy::gcra("api", Rate::per_second(1000).expect("rate")).expect("policy"));
+        .rate_limiter(Policy::gcra("api", Rate::per_second(1000).expect("rate")).expect("policy"))
+        .build()
+        .expect("valid limiter");
     assert!(limiter.check("user").await.expect("check").allowed);
 
     let lease = holder

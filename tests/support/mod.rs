@@ -18,7 +18,9 @@
 
 pub mod child;
 pub mod cluster;
+pub mod faketime;
 pub mod fixture;
+pub mod netns;
 pub mod process;
 pub mod proxy;
 pub mod sentinel;

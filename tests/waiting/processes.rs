@@ -34,13 +34,16 @@ async fn child_entry() {
         .and_then(|t| t.parse().ok())
         .expect("role acquire:<until µs>");
     let client = connect(&url).await;
-    let limiter = client.rate_limiter(
-        Policy::gcra(
-            "partner",
-            Rate::per_second(50).expect("rate").burst(1).expect("burst"),
+    let limiter = client
+        .rate_limiter(
+            Policy::gcra(
+                "partner",
+                Rate::per_second(50).expect("rate").burst(1).expect("burst"),
+            )
+            .expect("policy"),
         )
-        .expect("policy"),
-    );
+        .build()
+        .expect("valid limiter");
     let tasks: Vec<_> = (0..TASKS_PER_PROCESS)
         .map(|_| {
             let limiter = limiter.clone();

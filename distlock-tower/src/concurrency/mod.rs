@@ -20,13 +20,13 @@
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
+//! # async fn main() -> Result<(), distlock_tower::ConfigError> {
 //! // `Client::connect("redis://...")` in production; in memory here.
 //! let client = distlock::Client::in_memory();
 //! // At most 2 exports at once, whichever replica serves them.
 //! let app = Router::new()
 //!     .route("/export", post(|| async { "exported" }))
-//!     .route_layer(ConcurrencyLimitLayer::new(client, Constant::new("exports"), 2));
+//!     .route_layer(ConcurrencyLimitLayer::new(client, Constant::new("exports"), 2)?);
 //!
 //! let request = || Request::post("/export").body(Body::empty()).unwrap();
 //! // Two responses whose bodies have not been read yet: their requests still hold permits.
@@ -40,7 +40,7 @@
 //! axum::body::to_bytes(first.into_body(), 1024).await.unwrap();
 //! assert_eq!(app.oneshot(request()).await.unwrap().status(), StatusCode::OK);
 //! # drop(second);
-//! # }
+//! # Ok(()) }
 //! ```
 //!
 //! # How long a permit is held
@@ -62,25 +62,24 @@
 //! | the store is down or too slow | `503 Service Unavailable`, `Retry-After: 1` |
 //! | the permit was lost while the handler ran | `503 Service Unavailable`, `Retry-After: 1` (the handler is dropped) |
 //!
-//! The answers can be yours with [`refusal`](ConcurrencyLimitLayer::refusal), as on the other
+//! The answers can be yours with [`refusal`](ConcurrencyLimitLayerBuilder::refusal), as on the other
 //! layers; the [`Refusal`](crate::refusal::Refusal) has [`Reason::AtCapacity`] and
 //! [`RefusedBy::ConcurrencyLimit`].
 //!
 //! The limit counts requests of every replica that uses the same store, prefix and key,
 //! together with any `client.semaphore(key, ..)` of the runtime API on that name.
 //!
-//! [`wait`]: ConcurrencyLimitLayer::wait
-//! [`retry_after`]: ConcurrencyLimitLayer::retry_after
+//! [`wait`]: ConcurrencyLimitLayerBuilder::wait
+//! [`retry_after`]: ConcurrencyLimitLayerBuilder::retry_after
 //! [`Reason::AtCapacity`]: crate::refusal::Reason::AtCapacity
 //! [`RefusedBy::ConcurrencyLimit`]: crate::refusal::RefusedBy::ConcurrencyLimit
 
-mod future;
 mod held;
 mod layer;
 mod service;
 
-pub use held::HeldPermit;
-pub use layer::{ConcurrencyLimitLayer, FullStatus};
+pub use held::{HeldPermit, MissingHeldPermit};
+pub use layer::{ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder, FullStatus};
 pub use service::ConcurrencyLimit;
 
 /// The response body: the inner service's, owning the permit until it has been sent (the

@@ -1,115 +1,89 @@
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body::Body;
-use tower::Service;
+use distlock::{Lease, LeaseHandle, LockError};
 
-use super::future::run_limited;
-use super::layer::Config;
+use super::HeldPermit;
+use super::layer::{Config, Limiting};
 use super::{ResponseBody, ResponseFuture};
-use crate::extract::{ExtractKey, Extracted, MissingKey};
-use crate::refusal::{MakeRefusal, PlainText, Refusal, RefusedBy};
+use crate::extract::MissingKey;
+use crate::lease::{LeaseKind, LeaseOptions, with_lease_options};
+use crate::refusal::{PlainText, Refusal, RefusedBy};
 
 /// Middleware that lets at most N requests per key be in flight across every replica, each
 /// holding a permit until its response body has been sent. Built by
 /// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).
 ///
 /// Readiness is the inner service's; the inner service is called only once a permit is held.
-/// With a [`wait`](super::ConcurrencyLimitLayer::wait), a request gives that readiness back
-/// while it waits for a permit, and readies the service again once it holds one.
-#[derive(Clone, Debug)]
+/// With a [`wait`](super::ConcurrencyLimitLayerBuilder::wait), a request gives that readiness
+/// back while it waits for a permit, and readies the service again once it holds one.
 pub struct ConcurrencyLimit<S, K, R = PlainText> {
-    inner: S,
-    config: Arc<Config<R>>,
-    extract: K,
+    pub(crate) inner: S,
+    pub(crate) config: Arc<Config<K, R>>,
 }
 
-impl<S, K, R> ConcurrencyLimit<S, K, R> {
-    pub(crate) fn new(inner: S, config: Arc<Config<R>>, extract: K) -> Self {
-        Self {
-            inner,
-            config,
-            extract,
+impl_service!(ConcurrencyLimit, crate::lease::call);
+
+impl LeaseKind for Limiting {
+    type Held = HeldPermit;
+
+    const REFUSED_BY: RefusedBy = RefusedBy::ConcurrencyLimit;
+
+    async fn acquire<K: Sync>(
+        options: &LeaseOptions<K, Self>,
+        key: &str,
+    ) -> Result<Lease, Refusal> {
+        let semaphore = options.client.semaphore(key, options.kind.limit);
+        let semaphore = with_lease_options!(semaphore, options, options.wait);
+        semaphore.acquire().await.map_err(|err| {
+            match &err {
+                LockError::InvalidName(err) => {
+                    tracing::debug!(semaphore = %key, error = %err, "request key is not a valid semaphore name");
+                }
+                LockError::Store(err) => {
+                    tracing::warn!(semaphore = %key, error = %err, "concurrency limit store unavailable");
+                }
+                // A full limit is the layer's everyday answer; anything else is a `500`,
+                // which the refusal logs at ERROR once.
+                _ => {}
+            }
+            Refusal::concurrency_error(
+                key,
+                err,
+                options.kind.full_status.status_code(),
+                options.kind.retry_after,
+            )
+        })
+    }
+
+    fn held(handle: LeaseHandle) -> HeldPermit {
+        HeldPermit::new(handle)
+    }
+
+    fn log_without_key(hint: Option<&'static str>, behaviour: MissingKey) {
+        match behaviour {
+            MissingKey::Allow => tracing::debug!(
+                hint,
+                "request without a concurrency-limit key; running it unlimited"
+            ),
+            MissingKey::Reject => tracing::debug!(
+                hint,
+                "request without a concurrency-limit key; answering 400"
+            ),
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
+    fn log_lost(key: &str, handle: &LeaseHandle) {
+        tracing::warn!(semaphore = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
     }
 
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimit<S, K, R>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    K: ExtractKey<ReqBody>,
-    R: MakeRefusal,
-    ReqBody: Send + 'static,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-{
-    type Response = Response<ResponseBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let refused = |refusal: Refusal, config: &Config<R>| {
-            let response = super::future::refuse(refusal, config);
-            ResponseFuture::locked(async move { Ok(response) })
-        };
-        let key = match self.extract.extract_key(&request) {
-            Extracted::Key(key) => key,
-            Extracted::Absent => {
-                let hint = self.extract.absent_hint();
-                return match self.config.missing_key {
-                    MissingKey::Allow => {
-                        tracing::debug!(
-                            hint,
-                            "request without a concurrency-limit key; running it unlimited"
-                        );
-                        ResponseFuture::unlocked(self.inner.call(request))
-                    }
-                    MissingKey::Reject => {
-                        tracing::debug!(
-                            hint,
-                            "request without a concurrency-limit key; answering 400"
-                        );
-                        refused(
-                            Refusal::missing_key(RefusedBy::ConcurrencyLimit),
-                            &self.config,
-                        )
-                    }
-                };
-            }
-            // Never unlimited, whatever `MissingKey` says.
-            Extracted::Invalid(why) => {
-                return refused(
-                    Refusal::invalid_key(RefusedBy::ConcurrencyLimit, why),
-                    &self.config,
-                );
-            }
-        };
-        // As the lock layer: the readied service goes with the request, a fresh clone stays.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::locked(run_limited(inner, request, key, Arc::clone(&self.config)))
+    fn log_refused(refusal: &Refusal) {
+        tracing::debug!(
+            semaphore = refusal.key(),
+            retry_after = refusal.retry_after_secs(),
+            status = refusal.status().as_u16(),
+            reason = refusal.reason().code(),
+            detail = %refusal.detail(),
+            "request refused"
+        );
     }
 }

@@ -1,13 +1,11 @@
 use std::sync::Arc;
-use std::time::Duration;
 
-use distlock::{Client, MAX_TTL, MIN_TTL};
-use tower::Layer;
+use distlock::Client;
 
 use super::Lock;
 use crate::config_error::ConfigError;
-use crate::extract::MissingKey;
-use crate::refusal::{MakeRefusal, PlainText};
+use crate::lease::{LeaseConfig, LeaseOptions};
+use crate::refusal::PlainText;
 
 /// The status of a request refused because another request holds its lock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,27 +28,26 @@ impl BusyStatus {
 }
 
 /// The settings every service of one layer shares.
+pub(crate) type Config<K, R> = LeaseConfig<K, Locking, R>;
+
+/// What only the lock layer takes, besides the options it shares with the concurrency limit.
 #[derive(Clone, Debug)]
-pub(crate) struct Config<R> {
-    pub(crate) client: Client,
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) watchdog: bool,
-    pub(crate) max_hold: Option<Duration>,
+pub(crate) struct Locking {
     pub(crate) busy_status: BusyStatus,
-    pub(crate) missing_key: MissingKey,
-    /// Makes the responses the layer answers itself.
-    pub(crate) refusal: R,
 }
 
 /// Applies the [`Lock`] middleware: each request takes a lock named by its key, held until
 /// its response body has been sent.
 ///
-/// Defaults: ttl 30 s renewed by the watchdog while held, no waiting (`423 Locked` at once
-/// when busy), no maximum hold, `400 Bad Request` for a request without a key (and always
-/// for a request whose key is invalid).
+/// [`new`](Self::new) gives the defaults: ttl 30 s renewed by the watchdog while held, no
+/// waiting (`423 Locked` at once when busy), no maximum hold, `400 Bad Request` for a request
+/// without a key (and always for a request whose key is invalid). Anything else is set on
+/// the [`builder`](Self::builder), whose [`build`](LockLayerBuilder::build) checks it all
+/// at once and returns a [`ConfigError`] for a value the lock could never take (a ttl out
+/// of range from a configuration file, say): nothing here panics.
 ///
 /// ```
+/// # fn main() -> Result<(), distlock_tower::ConfigError> {
 /// use std::time::Duration;
 /// use axum::{Router, routing::post};
 /// use distlock_tower::extract::{Header, Prefixed};
@@ -63,182 +60,97 @@ pub(crate) struct Config<R> {
 /// // One import per tenant at a time, across every replica; others wait up to 5 s, then get
 /// // 409 Conflict with Retry-After.
 /// let client = distlock::Client::in_memory(); // Client::connect("redis://...") in production
-/// let app: Router = Router::new().route("/import", post(import)).route_layer(
-///     LockLayer::new(client, Prefixed::new("import:", Header::from_static("x-tenant")))
-///         .ttl(Duration::from_secs(15))
-///         .wait(Duration::from_secs(5))
-///         .max_hold(Duration::from_secs(600))
-///         .busy_status(BusyStatus::Conflict),
-/// );
+/// let layer = LockLayer::builder(client, Prefixed::new("import:", Header::from_static("x-tenant")))
+///     .ttl(Duration::from_secs(15))
+///     .wait(Duration::from_secs(5))
+///     .max_hold(Duration::from_secs(600))
+///     .busy_status(BusyStatus::Conflict)
+///     .build()?;
+/// let app: Router = Router::new().route("/import", post(import)).route_layer(layer);
+/// # Ok(()) }
 /// ```
 ///
 /// `R` makes the responses the layer answers itself (`423`, `503`, `400`): [`PlainText`]
-/// unless you set another with [`refusal`](Self::refusal). The [module docs](super) show the
-/// responses.
-#[derive(Clone, Debug)]
+/// unless the builder set another with [`refusal`](LockLayerBuilder::refusal). The
+/// [module docs](super) show the responses.
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct LockLayer<K, R = PlainText> {
-    config: Config<R>,
-    extract: K,
+    pub(crate) config: Arc<Config<K, R>>,
 }
+
+impl_layer!(LockLayer => Lock);
 
 impl<K> LockLayer<K> {
     /// Locks each request on the key `extract` finds in it (see
-    /// [`extract`](crate::extract)), through `client`.
+    /// [`extract`](crate::extract)), through `client`, with the default settings.
     ///
     /// The key is the lock name as it is: a layer keyed `order:42` and
     /// `client.lock("order:42")` elsewhere (or `#[distributed_lock(key = "order:{id}")]`)
     /// exclude each other. Use [`Prefixed`](crate::extract::Prefixed) to keep names apart.
     pub fn new(client: Client, extract: K) -> Self {
-        Self {
-            config: Config {
-                client,
-                ttl: distlock::DEFAULT_TTL,
-                wait: Duration::ZERO,
-                watchdog: true,
-                max_hold: None,
-                busy_status: BusyStatus::default(),
-                missing_key: MissingKey::default(),
-                refusal: PlainText,
-            },
-            extract,
+        Self::builder(client, extract).into_layer()
+    }
+
+    /// A layer locking as [`new`](Self::new) does, with settings of your own: set them on the
+    /// builder, then [`build`](LockLayerBuilder::build) it.
+    pub fn builder(client: Client, extract: K) -> LockLayerBuilder<K> {
+        let locking = Locking {
+            busy_status: BusyStatus::default(),
+        };
+        LockLayerBuilder {
+            config: LeaseOptions::defaults(client, extract, locking),
         }
     }
 }
 
-impl<K, R> LockLayer<K, R> {
-    /// Makes the responses the layer answers itself with `make`: a closure
-    /// `Fn(&Refusal) -> Response<B>`, [`ProblemDetails`](crate::refusal::ProblemDetails) for
-    /// RFC 9457 JSON, or your own [`MakeRefusal`]. The default, [`PlainText`], answers a short
-    /// `text/plain` sentence.
-    ///
-    /// Whatever `make` returns, the layer adds `Retry-After` if it is missing and the
-    /// [`Refusal`](crate::refusal::Refusal) to the response's extensions; see
-    /// [`refusal`](crate::refusal).
-    pub fn refusal<M: MakeRefusal>(self, make: M) -> LockLayer<K, M> {
-        let Config {
-            client,
-            ttl,
-            wait,
-            watchdog,
-            max_hold,
-            busy_status,
-            missing_key,
-            refusal: _,
-        } = self.config;
-        LockLayer {
-            config: Config {
-                client,
-                ttl,
-                wait,
-                watchdog,
-                max_hold,
-                busy_status,
-                missing_key,
-                refusal: make,
-            },
-            extract: self.extract,
-        }
-    }
+/// The settings of a [`LockLayer`], checked together by [`build`](Self::build). Made by
+/// [`LockLayer::builder`]; consuming, as the runtime's builders.
+#[must_use = "a builder does nothing until it is built"]
+pub struct LockLayerBuilder<K, R = PlainText> {
+    config: Config<K, R>,
+}
 
-    /// The lease's time to live in the store (default 30 s). With the watchdog on it is renewed
-    /// every ttl/3, so it only bounds how long a crashed server keeps the lock. A request
-    /// refused because another holds the lock is told the *holder's* remaining ttl in
-    /// `Retry-After`, whoever took it and with whatever ttl.
-    ///
-    /// # Panics
-    /// If `ttl` is outside [`MIN_TTL`]`..=`[`MAX_TTL`]: a configuration mistake is reported when
-    /// the router is built, not as a failure of every request. [`try_ttl`](Self::try_ttl)
-    /// returns the error instead.
-    pub fn ttl(self, ttl: Duration) -> Self {
-        self.try_ttl(ttl)
-            .unwrap_or_else(|err| panic!("LockLayer::ttl: {err}"))
-    }
-
-    /// [`ttl`](Self::ttl), or [`ConfigError::TtlOutOfRange`] if `ttl` is outside
-    /// [`MIN_TTL`]`..=`[`MAX_TTL`].
-    pub fn try_ttl(mut self, ttl: Duration) -> Result<Self, ConfigError> {
-        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
-            return Err(ConfigError::TtlOutOfRange {
-                ttl,
-                min: MIN_TTL,
-                max: MAX_TTL,
-            });
-        }
-        self.config.ttl = ttl;
-        Ok(self)
-    }
-
-    /// Waits up to `wait` for a busy lock before refusing the request (default zero: refuse at
-    /// once). Waiters are woken one at a time as the holder releases, so requests on one key
-    /// are served one after another. The request's own timeout, if any, still applies.
-    ///
-    /// With a wait, a request gives back the inner service's readiness (a `ConcurrencyLimit`
-    /// permit, say) before it asks for the lock, and readies the service again once it holds
-    /// it: a request waiting for one key never keeps requests on other keys out.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.config.wait = wait;
-        self
-    }
-
-    /// Renews the lease while the request runs (default on). Off, the lease simply expires
-    /// after its ttl, and a handler still running then is answered as described in the
-    /// [module docs](super#when-the-lease-is-lost).
-    pub fn watchdog(mut self, on: bool) -> Self {
-        self.config.watchdog = on;
-        self
-    }
-
-    /// Stops renewing once a request has held its lock this long, so a stuck handler or a
-    /// client reading a stream very slowly cannot keep the lock for ever.
-    ///
-    /// # Panics
-    /// If `max_hold` is zero; [`try_max_hold`](Self::try_max_hold) returns the error instead.
-    pub fn max_hold(self, max_hold: Duration) -> Self {
-        self.try_max_hold(max_hold)
-            .unwrap_or_else(|err| panic!("LockLayer::max_hold: {err}"))
-    }
-
-    /// [`max_hold`](Self::max_hold), or [`ConfigError::ZeroMaxHold`] if `max_hold` is zero.
-    pub fn try_max_hold(mut self, max_hold: Duration) -> Result<Self, ConfigError> {
-        if max_hold.is_zero() {
-            return Err(ConfigError::ZeroMaxHold);
-        }
-        self.config.max_hold = Some(max_hold);
-        Ok(self)
-    }
+impl<K, R> LockLayerBuilder<K, R> {
+    lease_option_setters!(LockLayerBuilder, "lock");
 
     /// The status of a request refused because its lock is busy: `423 Locked` (default) or
-    /// `409 Conflict`. Either comes with `Retry-After`.
+    /// `409 Conflict`. Either comes with `Retry-After`: the holder's remaining ttl, whoever
+    /// took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl.
     pub fn busy_status(mut self, status: BusyStatus) -> Self {
-        self.config.busy_status = status;
+        self.config.options.kind.busy_status = status;
         self
     }
 
-    /// What a request without a key gets (default [`MissingKey::Reject`]: `400`). A request
-    /// whose key is [invalid](crate::extract::Extracted::Invalid) (a key header sent twice,
-    /// over-long, not text) is answered `400` whatever this says, so that no request runs
-    /// unlocked by malforming its key.
-    pub fn on_missing_key(mut self, behaviour: MissingKey) -> Self {
-        self.config.missing_key = behaviour;
-        self
+    /// The layer, or the first setting it could not work with:
+    /// [`ConfigError::TtlOutOfRange`] for a ttl outside
+    /// [`MIN_TTL`](distlock::MIN_TTL)`..=`[`MAX_TTL`](distlock::MAX_TTL),
+    /// [`ConfigError::ZeroMaxHold`] for a zero `max_hold`. A mistake is reported where the
+    /// router is built, not as a failure of every request.
+    pub fn build(self) -> Result<LockLayer<K, R>, ConfigError> {
+        self.config.options.check()?;
+        Ok(self.into_layer())
+    }
+
+    /// The layer, unchecked: for the defaults, which are valid.
+    fn into_layer(self) -> LockLayer<K, R> {
+        LockLayer {
+            config: Arc::new(self.config),
+        }
     }
 }
 
-impl<S, K: Clone, R: Clone> Layer<S> for LockLayer<K, R> {
-    type Service = Lock<S, K, R>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Lock::new(inner, Arc::new(self.config.clone()), self.extract.clone())
-    }
-}
+impl_builder_debug!(LockLayerBuilder);
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use distlock::{MAX_TTL, MIN_TTL};
+
     use super::*;
 
-    fn layer() -> LockLayer<crate::extract::PathSegment> {
-        LockLayer::new(Client::in_memory(), crate::extract::PathSegment(0))
+    fn builder() -> LockLayerBuilder<crate::extract::PathSegment> {
+        LockLayer::builder(Client::in_memory(), crate::extract::PathSegment(0))
     }
 
     #[test]
@@ -249,7 +161,7 @@ mod tests {
             MAX_TTL + Duration::from_secs(1),
         ] {
             assert_eq!(
-                layer().try_ttl(ttl).err(),
+                builder().ttl(ttl).build().err(),
                 Some(ConfigError::TtlOutOfRange {
                     ttl,
                     min: MIN_TTL,
@@ -259,25 +171,52 @@ mod tests {
             );
         }
         for ttl in [MIN_TTL, MAX_TTL] {
-            assert_eq!(layer().try_ttl(ttl).map(|l| l.config.ttl).ok(), Some(ttl));
+            assert_eq!(
+                builder()
+                    .ttl(ttl)
+                    .build()
+                    .map(|l| l.config.options.ttl)
+                    .ok(),
+                Some(ttl)
+            );
         }
         assert_eq!(
-            layer().try_max_hold(Duration::ZERO).err(),
+            builder().max_hold(Duration::ZERO).build().err(),
             Some(ConfigError::ZeroMaxHold)
         );
         let one = Duration::from_nanos(1);
         assert_eq!(
-            layer()
-                .try_max_hold(one)
+            builder()
+                .max_hold(one)
+                .build()
                 .ok()
-                .and_then(|l| l.config.max_hold),
+                .and_then(|l| l.config.options.max_hold),
             Some(one)
         );
     }
 
+    /// Every value a configuration file can hold is answered, never a panic: the checked
+    /// settings over their whole range, and the unchecked ones at their extremes.
     #[test]
-    fn the_unchecked_forms_still_panic() {
-        assert!(std::panic::catch_unwind(|| layer().ttl(Duration::ZERO)).is_err());
-        assert!(std::panic::catch_unwind(|| layer().max_hold(Duration::ZERO)).is_err());
+    fn no_setting_panics() {
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            MIN_TTL,
+            MAX_TTL,
+            Duration::MAX,
+        ] {
+            let built = std::panic::catch_unwind(|| {
+                builder()
+                    .ttl(d)
+                    .wait(d)
+                    .max_hold(d)
+                    .watchdog(false)
+                    .busy_status(BusyStatus::Conflict)
+                    .build()
+                    .is_ok()
+            });
+            assert!(built.is_ok(), "{d:?} panicked");
+        }
     }
 }

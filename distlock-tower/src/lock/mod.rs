@@ -22,15 +22,15 @@
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
+//! # async fn main() -> Result<(), distlock_tower::ConfigError> {
 //! // `Client::connect("redis://...")` in production; in memory here.
 //! let client = distlock::Client::in_memory();
+//! let layer = LockLayer::builder(client, Prefixed::new("order:", PathSegment(1)))
+//!     .ttl(Duration::from_secs(10))
+//!     .build()?;
 //! let app = Router::new()
 //!     .route("/orders/{id}/settle", post(settle))
-//!     .route_layer(
-//!         LockLayer::new(client, Prefixed::new("order:", PathSegment(1)))
-//!             .ttl(Duration::from_secs(10)),
-//!     );
+//!     .route_layer(layer);
 //!
 //! let request = || Request::post("/orders/42/settle").body(Body::empty()).unwrap();
 //!
@@ -47,7 +47,7 @@
 //! assert!(body.starts_with(b"settled order:42 under fence "));
 //! let third = app.oneshot(request()).await.unwrap();
 //! assert_eq!(third.status(), StatusCode::OK);
-//! # }
+//! # Ok(()) }
 //! ```
 //!
 //! # How long the lock is held
@@ -70,16 +70,17 @@
 //!
 //! The inner service's error type passes through untouched; everything the layer decides is
 //! a response, by default with a short `text/plain` body.
-//! [`refusal`](LockLayer::refusal) makes those responses your own (a closure, or RFC 9457
+//! [`refusal`](LockLayerBuilder::refusal) makes those responses your own (a closure, or RFC 9457
 //! JSON with [`ProblemDetails`](crate::refusal::ProblemDetails)); see
 //! [`refusal`](crate::refusal). The statuses and `Retry-After` values are those of
-//! `distlock::http`, so a handler that takes a lock through the runtime API and returns its
-//! `LockError` (which implements axum's `IntoResponse`) answers a client as the layer does.
+//! `distlock::http`, so a handler that takes a lock through the runtime API and returns
+//! [`Rendered<M>`](crate::refusal::Rendered) (with the layer's hook `M`) from its `LockError`
+//! answers a client exactly as the layer does.
 //!
 //! | situation | response |
 //! |---|---|
 //! | the lock is held by another holder | `423 Locked` (or `409 Conflict`, [`BusyStatus`]) with `Retry-After`: the holder's remaining ttl in whole seconds, rounded up, at least 1, whoever took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl |
-//! | ... and [`wait`](LockLayer::wait) is set | waits up to that long (holding nothing of the inner service), one waiter served per release, then as above |
+//! | ... and [`wait`](LockLayerBuilder::wait) is set | waits up to that long (holding nothing of the inner service), one waiter served per release, then as above |
 //! | the request has no key ([`Extracted::Absent`](crate::extract::Extracted::Absent)) | `400 Bad Request`, or the inner service unlocked ([`MissingKey`]) |
 //! | an invalid key (key header sent twice, over-long, empty, not text: [`Extracted::Invalid`](crate::extract::Extracted::Invalid)) | `400 Bad Request`, whatever the [`MissingKey`] setting |
 //! | the key cannot be a lock name (longer than [`distlock::MAX_NAME_LEN`]) | `400 Bad Request` |
@@ -118,5 +119,5 @@ pub use crate::extract::MissingKey;
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use held::{HeldLock, MissingHeldLock};
-pub use layer::{BusyStatus, LockLayer};
+pub use layer::{BusyStatus, LockLayer, LockLayerBuilder};
 pub use service::Lock;

@@ -60,7 +60,7 @@ impl Check {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = distlock::Client::in_memory();
-/// let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?)?);
+/// let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?)?).build()?;
 /// let app = Router::new()
 ///     .route("/", get(|| async { "hello" }))
 ///     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")))

@@ -1,8 +1,4 @@
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use distlock::RateLimitError;
@@ -16,44 +12,45 @@ use super::ResponseBody;
 use super::checks::{Check, Checks};
 use super::headers::describe;
 use super::layer::{Config, Limiter};
-use crate::extract::{Extracted, MissingKey};
+use crate::extract::{ExtractKey, Extracted, MissingKey};
 use crate::readiness::InnerService;
 use crate::refusal::{MakeRefusal, Refusal, RefusedBy};
+use crate::wrapped::{WrappedBody, WrappedService};
 
-type BoxedFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
-
-/// Response future of [`RateLimit`](super::RateLimit).
-///
-/// Boxed: it awaits the limiter's check, whose future type cannot be named, and one
-/// allocation per request is small next to a store round trip. Opaque, so that what it does
-/// inside can change without breaking anyone.
-pub struct ResponseFuture<B, E> {
-    inner: BoxedFuture<B, E>,
+boxed_response_future! {
+    /// Response future of [`RateLimit`](super::RateLimit).
+    ///
+    /// Boxed: it awaits the limiter's check, whose future type cannot be named, and one
+    /// allocation per request is small next to a store round trip. Opaque, so that what it
+    /// does inside can change without breaking anyone.
 }
 
-impl<B, E> fmt::Debug for ResponseFuture<B, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<B, E> ResponseFuture<B, E> {
-    pub(crate) fn new<F>(future: F) -> Self
-    where
-        F: Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static,
-    {
-        Self {
-            inner: Box::pin(future),
-        }
-    }
-}
-
-impl<B, E> Future for ResponseFuture<B, E> {
-    type Output = Result<Response<ResponseBody<B>>, E>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
+/// The `call` of [`RateLimit`](super::RateLimit): reads the subject, then the response future
+/// checks it and calls the inner service or answers for it.
+pub(crate) fn call<S, K, R, ReqBody, ResBody>(
+    inner: &mut S,
+    config: &Arc<Config<K, R>>,
+    request: Request<ReqBody>,
+) -> ResponseFuture<ResBody, S::Error>
+where
+    S: WrappedService<ReqBody, ResBody>,
+    K: ExtractKey<ReqBody>,
+    R: MakeRefusal,
+    ReqBody: Send + 'static,
+    ResBody: WrappedBody,
+{
+    let subject = config.options.extract.extract_key(&request);
+    let hint = match subject {
+        Extracted::Absent => config.options.extract.absent_hint(),
+        _ => None,
+    };
+    // The inner service is called later, in the future, once the request is allowed: take the
+    // clone that `poll_ready` readied and leave a fresh clone in its place (which holds no
+    // readiness, so the next `poll_ready` on this instance never waits on a reservation held
+    // by this request).
+    let clone = inner.clone();
+    let readied = std::mem::replace(inner, clone);
+    ResponseFuture::new(run(readied, request, subject, hint, Arc::clone(config)))
 }
 
 /// Checks the request (waiting if configured), then calls the inner service or answers
@@ -62,12 +59,12 @@ impl<B, E> Future for ResponseFuture<B, E> {
 /// `readied` is the inner service that the layer's `poll_ready` readied; it is given back
 /// (see [`InnerService`]) before the request sleeps in wait mode. `hint` is the extractor's
 /// [`absent_hint`](crate::ExtractKey::absent_hint) when the key is absent.
-pub(crate) async fn run<S, R, ReqBody, ResBody>(
+async fn run<S, K, R, ReqBody, ResBody>(
     readied: S,
     request: Request<ReqBody>,
     subject: Extracted,
     hint: Option<&'static str>,
-    config: Arc<Config<R>>,
+    config: Arc<Config<K, R>>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
@@ -78,7 +75,7 @@ where
     let subject = match subject {
         Extracted::Key(subject) => subject,
         Extracted::Absent => {
-            return match config.missing_key {
+            return match config.options.missing_key {
                 MissingKey::Allow => {
                     tracing::debug!(
                         hint,
@@ -106,20 +103,36 @@ where
             ));
         }
     };
-    let limiter = config.limiter_for(matched_route(&request));
+    let limiter = config.options.limiter_for(matched_route(&request));
     let decision = match check(limiter, &subject, &config, &mut inner).await {
         Ok(decision) => decision,
         Err(refusal) => return Ok(refuse(refusal, &config, Some(limiter))),
     };
     let mut response = inner.call(request).await?.map(ResponseBody::inner);
+    tell(
+        &mut response,
+        limiter,
+        &config,
+        Check::new(subject, decision),
+    );
+    Ok(response)
+}
+
+/// Tells the client and outer layers what the limiter decided: the rate-limit fields (as
+/// configured) and `check` in [`Checks`].
+fn tell<B, K, R>(
+    response: &mut Response<B>,
+    limiter: &Limiter,
+    config: &Config<K, R>,
+    check: Check,
+) {
     describe(
         response.headers_mut(),
-        &decision,
+        &check.decision,
         &limiter.policy_field,
-        config.headers,
+        config.options.headers,
     );
-    Checks::record(response.extensions_mut(), Check::new(subject, decision));
-    Ok(response)
+    Checks::record(response.extensions_mut(), check);
 }
 
 /// The route template axum matched, which selects a per-route limiter.
@@ -141,16 +154,20 @@ fn matched_route<B>(_: &Request<B>) -> Option<&str> {
 /// turn (GCRA and token-bucket policies: requests are served in the order they came, across
 /// every replica), gives back the inner service's readiness and sleeps until it; with window
 /// algorithms it sleeps until the store's `retry_after` and checks again, while the wait fits.
-async fn check<S: Clone, R>(
+async fn check<S: Clone, K, R>(
     limiter: &Limiter,
     subject: &str,
-    config: &Config<R>,
+    config: &Config<K, R>,
     inner: &mut InnerService<S>,
 ) -> Result<Decision, Refusal> {
     let started = Instant::now();
     loop {
-        let left = config.max_wait.saturating_sub(started.elapsed());
-        match limiter.limiter.reserve(subject, config.cost, left).await {
+        let left = config.options.max_wait.saturating_sub(started.elapsed());
+        match limiter
+            .limiter
+            .reserve(subject, config.options.cost, left)
+            .await
+        {
             Ok(reservation) if reservation.is_granted() => {
                 if !reservation.delay().is_zero() {
                     // Nothing of the inner service is held while waiting (a concurrency
@@ -162,7 +179,9 @@ async fn check<S: Clone, R>(
             Ok(reservation) => {
                 let decision = reservation.decision().clone();
                 let retry = decision.retry_after;
-                if !retry.is_zero() && started.elapsed().saturating_add(retry) <= config.max_wait {
+                if !retry.is_zero()
+                    && started.elapsed().saturating_add(retry) <= config.options.max_wait
+                {
                     inner.release_readiness();
                     tokio::time::sleep(retry).await;
                     continue;
@@ -180,7 +199,13 @@ async fn check<S: Clone, R>(
                     | RateLimitError::CircuitOpen { .. } => {
                         tracing::warn!(subject, error = %err, "rate-limit store unavailable");
                     }
-                    _ => tracing::error!(subject, error = %err, "rate-limit check failed"),
+                    // The subject's own rate (a per-subject lookup) cannot take the layer's
+                    // cost: a `413` for the client, a configuration to fix for the operator.
+                    RateLimitError::CostTooLarge { .. } => {
+                        tracing::warn!(subject, error = %err, "rate-limit cost too large for the subject's policy");
+                    }
+                    // Anything else is a `500`, which the refusal logs at ERROR once.
+                    _ => {}
                 }
                 return Err(Refusal::rate_limit_error(subject, err));
             }
@@ -190,9 +215,9 @@ async fn check<S: Clone, R>(
 
 /// The response for `refusal`, made by the layer's [`MakeRefusal`]; a `429` also gets the
 /// rate-limit fields and its [`Check`] in the extensions.
-fn refuse<B, R: MakeRefusal>(
+fn refuse<B, K, R: MakeRefusal>(
     refusal: Refusal,
-    config: &Config<R>,
+    config: &Config<K, R>,
     limiter: Option<&Limiter>,
 ) -> Response<ResponseBody<B>> {
     let decision = refusal.decision().cloned();
@@ -209,13 +234,12 @@ fn refuse<B, R: MakeRefusal>(
     let subject = refusal.key().map(str::to_owned);
     let mut response = refusal.respond(&config.refusal, ResponseBody::message);
     if let (Some(decision), Some(limiter), Some(subject)) = (decision, limiter, subject) {
-        describe(
-            response.headers_mut(),
-            &decision,
-            &limiter.policy_field,
-            config.headers,
+        tell(
+            &mut response,
+            limiter,
+            config,
+            Check::new(subject, decision),
         );
-        Checks::record(response.extensions_mut(), Check::new(subject, decision));
     }
     response
 }

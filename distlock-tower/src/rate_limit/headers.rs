@@ -14,7 +14,7 @@
 //! judged the request is listed. The single-valued `X-RateLimit-*` fields are the binding
 //! layer's: the one with the fewest requests left.
 
-use distlock::ratelimit::{Decision, Policy};
+use distlock::ratelimit::{Algorithm, Decision, Policy};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
@@ -29,19 +29,124 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 /// `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
+/// The parameter that says how many units may go back to back, when that is not `q`: the
+/// draft asks for a vendor prefix on parameters of one implementation's own.
+pub const BURST_PARAMETER: &str = "distlock-burst";
+
 use crate::retry_after::ceil_secs;
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+
+/// The longest window, in seconds, in which a rate is stated exactly when its period is not
+/// a whole number of seconds (unless the period itself is longer).
+const MAX_EXACT_WINDOW_SECS: u128 = 60;
+
+/// How far below the written rate the limiter's real one may be (its spacing is rounded up
+/// to a whole microsecond) before the field states the real one instead: a part in a
+/// hundred, reached only above a few hundred thousand requests per second.
+const SPACING_TOLERANCE: f64 = 0.01;
+
+/// One policy as `RateLimit-Policy` states it: `quota` units per `window` seconds, and at
+/// most `burst` of them back to back. See [`advertise`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Advertised {
+    /// `q`: units per window, the policy's sustained rate.
+    pub quota: u64,
+    /// `w`: the window, in whole seconds (at least 1).
+    pub window: u64,
+    /// How many units may go back to back after a quiet spell: the burst of a GCRA or token
+    /// bucket policy, the count of a window policy. Sent as `distlock-burst` when it is not
+    /// `quota`.
+    pub burst: u64,
+}
+
+/// What `RateLimit-Policy` says of `policy`: its real rate as a quota per whole-second
+/// window, and its burst.
+///
+/// * `q`/`w` is the sustained rate, `count` per `period`, over the shortest whole number of
+///   seconds that holds a whole number of periods: `100/s` is `q=100;w=1`, `10 per 1500ms`
+///   is `q=20;w=3`, `5 per 100ms` is `q=50;w=1`, `1000/day` is `q=1000;w=86400`. When that
+///   window would be longer than a minute (and than the period), as for a period of 333 ms,
+///   `w` is the period rounded up to whole seconds and `q` what fits in it, rounded down:
+///   never more than the policy allows, less by under one unit per window.
+/// * GCRA and the token bucket space requests by the period over the count rounded up to a
+///   whole microsecond; when that makes the real rate more than 1% below the written one
+///   (hundreds of thousands per second), `q` is the real count per window.
+/// * `burst`, how many may go at once after a quiet spell (a GCRA or token-bucket burst, a
+///   window policy's count), is sent as `distlock-burst` when it differs from `q`: a burst
+///   below the count, or a period under a second. `100/s burst 1` is
+///   `q=100;w=1;distlock-burst=1`, not `q=1;w=1`.
+///
+/// ```
+/// use distlock::ratelimit::{Policy, Rate};
+/// use distlock_tower::rate_limit::headers::advertise;
+///
+/// # fn main() -> Result<(), distlock::InvalidPolicy> {
+/// let fast = advertise(&Policy::gcra("fast", Rate::per_second(100)?.burst(1)?)?);
+/// assert_eq!((fast.quota, fast.window, fast.burst), (100, 1, 1));
+/// let window = advertise(&Policy::fixed_window("w", Rate::per(10, std::time::Duration::from_millis(1500))?)?);
+/// assert_eq!((window.quota, window.window, window.burst), (20, 3, 10));
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub fn advertise(policy: &Policy) -> Advertised {
+    let rate = policy.rate();
+    let count = u128::from(rate.count());
+    let period_ns = rate.period().as_nanos().max(1);
+    let periods_in_second = gcd(period_ns, NANOS_PER_SEC);
+    let exact_window = period_ns / periods_in_second;
+    let period_secs = period_ns.div_ceil(NANOS_PER_SEC).max(1);
+    let (mut quota, window) = if exact_window <= MAX_EXACT_WINDOW_SECS.max(period_secs) {
+        (
+            count * (exact_window * NANOS_PER_SEC / period_ns),
+            exact_window,
+        )
+    } else {
+        (count * period_secs * NANOS_PER_SEC / period_ns, period_secs)
+    };
+    if matches!(policy.algorithm(), Algorithm::Gcra | Algorithm::TokenBucket) {
+        let spacing_ns = rate.emission_interval().as_nanos().max(1);
+        let real = window * NANOS_PER_SEC / spacing_ns;
+        #[allow(clippy::cast_precision_loss)] // a ratio of two rates, compared to 1%
+        let (real_exact, written) = (
+            (window * NANOS_PER_SEC) as f64 / spacing_ns as f64,
+            quota as f64,
+        );
+        if real_exact < written * (1.0 - SPACING_TOLERANCE) {
+            quota = real.max(1);
+        }
+    }
+    Advertised {
+        quota: saturate(quota),
+        window: saturate(window),
+        burst: u64::from(policy.limit()),
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+fn saturate(n: u128) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
 
 /// `RateLimit-Policy` for a limiter's policies.
 pub(crate) fn policy_field(policies: &[Policy]) -> HeaderValue {
     let mut list = ListSerializer::new();
     for p in policies {
+        let advertised = advertise(p);
+        let burst = (advertised.burst != advertised.quota).then_some(advertised.burst);
         member(
             &mut list,
             p.name(),
-            [
-                ("q", u64::from(p.limit())),
-                ("w", ceil_secs(p.window()).max(1)),
-            ],
+            [("q", advertised.quota), ("w", advertised.window)]
+                .into_iter()
+                .chain(burst.map(|burst| (BURST_PARAMETER, burst))),
         );
     }
     field_value(list)
@@ -54,7 +159,7 @@ pub(crate) fn ratelimit_field(decision: &Decision) -> HeaderValue {
         member(
             &mut list,
             &p.policy,
-            [("r", p.remaining), ("t", ceil_secs(p.reset_after))],
+            [("r", p.remaining), ("t", ceil_secs(p.reset_after))].into_iter(),
         );
     }
     field_value(list)
@@ -63,10 +168,10 @@ pub(crate) fn ratelimit_field(decision: &Decision) -> HeaderValue {
 /// One member of a rate-limit List: the policy's name as an sf-string, with integer
 /// parameters. Names are `[A-Za-z0-9._-]` (the runtime refuses others), always valid
 /// sf-strings; a figure above the largest sf-integer (10^15 - 1) is sent as that.
-fn member<const N: usize>(
+fn member(
     list: &mut ListSerializer<String>,
     name: &str,
-    params: [(&'static str, u64); N],
+    params: impl Iterator<Item = (&'static str, u64)>,
 ) {
     let Ok(name) = StringRef::from_str(name) else {
         return;
@@ -164,9 +269,308 @@ pub(crate) struct HeaderStyle {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use distlock::ratelimit::Rate;
 
     use super::*;
+
+    const ALGORITHMS: [Algorithm; 5] = [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ];
+
+    fn has_burst(algorithm: Algorithm) -> bool {
+        matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket)
+    }
+
+    fn rate(count: u32, period: Duration, burst: Option<u32>) -> Rate {
+        let rate = Rate::per(count, period).expect("valid rate");
+        match burst {
+            Some(burst) => rate.burst(burst).expect("valid burst"),
+            None => rate,
+        }
+    }
+
+    const fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    /// Boundary rates for every algorithm: `(count, period, burst)`, the burst for the two
+    /// algorithms that take one.
+    const BOUNDARY_RATES: [(u32, Duration, Option<u32>); 12] = [
+        // The issue's example: 100/s, one at a time.
+        (100, ms(1000), Some(1)),
+        // The shortest period, and one per millisecond.
+        (1, ms(1), None),
+        (5, ms(100), None),
+        (5, ms(100), Some(1)),
+        // A period that is not a whole number of seconds, above and below one.
+        (10, ms(1500), None),
+        (1, ms(1500), None),
+        (3, ms(700), None),
+        // No whole-second window of at most a minute holds whole periods.
+        (1, ms(333), None),
+        (7, ms(999), None),
+        // Whole seconds, a burst below and above the count.
+        (60, ms(60_000), Some(2)),
+        (10, ms(1000), Some(50)),
+        // Spacing rounded up to a microsecond: 333 334 µs.
+        (3, ms(1000), None),
+    ];
+
+    /// The fields a layer sends, parameter by parameter.
+    #[test]
+    fn the_policy_field_states_the_real_rate_and_the_burst() {
+        let table: [(Algorithm, u32, Duration, Option<u32>, &str); 16] = [
+            (
+                Algorithm::Gcra,
+                100,
+                ms(1000),
+                Some(1),
+                "q=100;w=1;distlock-burst=1",
+            ),
+            (Algorithm::Gcra, 100, ms(1000), None, "q=100;w=1"),
+            (
+                Algorithm::TokenBucket,
+                60,
+                ms(60_000),
+                Some(2),
+                "q=60;w=60;distlock-burst=2",
+            ),
+            (
+                Algorithm::Gcra,
+                10,
+                ms(1000),
+                Some(50),
+                "q=10;w=1;distlock-burst=50",
+            ),
+            (
+                Algorithm::FixedWindow,
+                5,
+                ms(100),
+                None,
+                "q=50;w=1;distlock-burst=5",
+            ),
+            (
+                Algorithm::SlidingWindow,
+                10,
+                ms(1500),
+                None,
+                "q=20;w=3;distlock-burst=10",
+            ),
+            (
+                Algorithm::SlidingLog,
+                1,
+                ms(1),
+                None,
+                "q=1000;w=1;distlock-burst=1",
+            ),
+            (
+                Algorithm::SlidingLog,
+                1,
+                ms(7),
+                None,
+                "q=1000;w=7;distlock-burst=1",
+            ),
+            (
+                Algorithm::FixedWindow,
+                1,
+                ms(333),
+                None,
+                "q=3;w=1;distlock-burst=1",
+            ),
+            (Algorithm::FixedWindow, 5, ms(61_500), None, "q=5;w=62"),
+            (
+                Algorithm::TokenBucket,
+                1,
+                ms(1500),
+                None,
+                "q=2;w=3;distlock-burst=1",
+            ),
+            (Algorithm::Gcra, 3, ms(1000), None, "q=3;w=1"),
+            (
+                Algorithm::FixedWindow,
+                1000,
+                ms(86_400_000),
+                None,
+                "q=1000;w=86400",
+            ),
+            (
+                Algorithm::FixedWindow,
+                u32::MAX,
+                ms(31_622_400_000),
+                None,
+                "q=4294967295;w=31622400",
+            ),
+            // 1000 per 1.5 ms: spaced 2 µs, not 1.5, so 500 000 a second are real.
+            (
+                Algorithm::Gcra,
+                1000,
+                Duration::from_micros(1500),
+                None,
+                "q=1500000;w=3;distlock-burst=1000",
+            ),
+            (
+                Algorithm::Gcra,
+                1000,
+                ms(1),
+                None,
+                "q=1000000;w=1;distlock-burst=1000",
+            ),
+        ];
+        for (algorithm, count, period, burst, want) in table {
+            let policy = Policy::new("p", algorithm, rate(count, period, burst)).expect("policy");
+            let field = policy_field(std::slice::from_ref(&policy));
+            assert_eq!(field, format!("\"p\";{want}").as_str(), "{policy}");
+        }
+    }
+
+    /// One subject of `policy`, alone on an in-memory store, checked at the times we choose.
+    struct Subject {
+        limiter: distlock::ratelimit::RateLimiter,
+        name: String,
+    }
+
+    impl Subject {
+        fn new(policy: &Policy, name: &str) -> Self {
+            let limiter = distlock::Client::in_memory()
+                .rate_limiter(policy.clone())
+                .build()
+                .expect("valid limiter");
+            Self {
+                limiter,
+                name: name.to_owned(),
+            }
+        }
+
+        async fn check(&self, at_us: u64) -> distlock::ratelimit::Decision {
+            self.limiter
+                .__check_at(&self.name, 1, at_us)
+                .await
+                .expect("in memory")
+        }
+    }
+
+    /// A start time on every window boundary of the rates above (whole milliseconds).
+    fn start_us(period: Duration) -> u64 {
+        let period_us = u64::try_from(period.as_micros()).expect("period");
+        let t = 1_700_000_000_000_000_u64;
+        t - t % period_us + period_us
+    }
+
+    /// What the fields promise holds for every algorithm and boundary rate, in the store's own
+    /// decisions at simulated times: `distlock-burst` (or `q`) requests pass back to back on a
+    /// fresh subject and one more does not, and a client that sends as fast as it is let
+    /// through gets `q` per `w` over many windows, give or take the burst. With the fields as
+    /// they were (`q` the burst, `w` the time to refill it), `100/s burst 1` would have
+    /// promised 1 a second to a client that gets 100.
+    #[tokio::test]
+    async fn the_fields_match_what_the_limiter_lets_through() {
+        for algorithm in ALGORITHMS {
+            for (count, period, burst) in BOUNDARY_RATES {
+                let burst = burst.filter(|_| has_burst(algorithm));
+                let policy =
+                    Policy::new("p", algorithm, rate(count, period, burst)).expect("policy");
+                let advertised = advertise(&policy);
+                let (q, w, b) = (advertised.quota, advertised.window, advertised.burst);
+                let what = format!("{algorithm} {policy}: q={q} w={w} burst={b}");
+                let t0 = start_us(period);
+
+                // Back to back on a fresh subject: exactly the burst.
+                let subject = Subject::new(&policy, "burst");
+                for i in 0..b {
+                    assert!(subject.check(t0).await.allowed, "{what}: request {i}");
+                }
+                assert!(!subject.check(t0).await.allowed, "{what}: one more");
+
+                // As fast as let through, over whole windows (or, at very high rates, a part
+                // of one): q per w.
+                let span_us = (20 * w * 1_000_000).min(w * 1_000_000 * 20_000 / q);
+                let subject = Subject::new(&policy, "greedy");
+                let (mut t, mut passed, mut calls) = (t0, 0_u64, 0_u64);
+                while t < t0 + span_us {
+                    calls += 1;
+                    assert!(calls < 1_000_000, "{what}: the client never got through");
+                    let decision = subject.check(t).await;
+                    if decision.allowed {
+                        passed += 1;
+                    } else {
+                        let wait = u64::try_from(decision.retry_after.as_micros()).expect("wait");
+                        t += wait.max(1);
+                    }
+                }
+                #[allow(clippy::cast_precision_loss)]
+                let promised = q as f64 * span_us as f64 / (w as f64 * 1e6);
+                #[allow(clippy::cast_precision_loss)]
+                let (passed_f, b_f) = (passed as f64, b as f64);
+                // Never more than promised plus the burst (and, where `q` was rounded down,
+                // under one more per window): a larger count means `q` understates the rate.
+                let windows = span_us.div_ceil(w * 1_000_000);
+                #[allow(clippy::cast_precision_loss)]
+                let upper = promised + b_f + windows as f64 + 1.0;
+                assert!(
+                    passed_f <= upper,
+                    "{what}: {passed} passed, {promised} promised"
+                );
+                // Never fewer than promised, but for the sliding window counter's rounding
+                // (under one per period) and the spacing rounded up to a microsecond.
+                let periods = span_us.div_ceil(u64::try_from(period.as_micros()).expect("period"));
+                #[allow(clippy::cast_precision_loss)]
+                let slack = match algorithm {
+                    Algorithm::SlidingWindow => periods as f64 + 1.0,
+                    _ => promised * SPACING_TOLERANCE + 1.0,
+                };
+                assert!(
+                    passed_f >= promised - slack,
+                    "{what}: {passed} passed, {promised} promised"
+                );
+            }
+        }
+    }
+
+    /// `RateLimit` for every algorithm and boundary rate: `r` more requests pass back to back
+    /// (and not one more), and after `t` seconds the policy is full again, its whole burst
+    /// passing back to back.
+    #[tokio::test]
+    async fn the_state_field_says_what_is_left_and_when_it_is_full() {
+        for algorithm in ALGORITHMS {
+            for (count, period, burst) in BOUNDARY_RATES {
+                let burst = burst.filter(|_| has_burst(algorithm));
+                let policy =
+                    Policy::new("p", algorithm, rate(count, period, burst)).expect("policy");
+                let b = u64::from(policy.limit());
+                let used = b.div_ceil(2);
+                let t0 = start_us(period);
+                let what = format!("{algorithm} {policy}, {used} used");
+                for (name, then) in [("left", None), ("full", Some(()))] {
+                    let subject = Subject::new(&policy, name);
+                    let mut last = None;
+                    for _ in 0..used {
+                        last = Some(subject.check(t0).await);
+                    }
+                    let decision = last.expect("at least one request");
+                    let member = ratelimit_field(&decision);
+                    let member = member.to_str().expect("ASCII");
+                    let (r, t) = (decision.remaining, ceil_secs(decision.reset_after));
+                    assert_eq!(member, format!("\"p\";r={r};t={t}"), "{what}");
+                    assert_eq!(r, b - used, "{what}");
+                    let at = match then {
+                        None => t0,
+                        Some(()) => t0 + t * 1_000_000,
+                    };
+                    let expected = if then.is_none() { r } else { b };
+                    for i in 0..expected {
+                        assert!(subject.check(at).await.allowed, "{what}: {name} {i}");
+                    }
+                    assert!(!subject.check(at).await.allowed, "{what}: {name}, one more");
+                }
+            }
+        }
+    }
 
     #[test]
     fn fields_are_sf_lists_of_named_items() {

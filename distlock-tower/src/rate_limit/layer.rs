@@ -3,13 +3,13 @@ use std::time::Duration;
 
 use distlock::ratelimit::RateLimiter;
 use http::HeaderValue;
-use tower::Layer;
 
 use super::RateLimit;
 use super::headers::{HeaderStyle, policy_field};
 use crate::config_error::ConfigError;
 use crate::extract::MissingKey;
 use crate::refusal::{MakeRefusal, PlainText};
+use crate::settings::LayerConfig;
 
 /// A limiter and its precomputed `RateLimit-Policy` field.
 #[derive(Clone, Debug)]
@@ -29,8 +29,13 @@ impl Limiter {
 }
 
 /// The settings every service of one layer shares.
-#[derive(Clone, Debug)]
-pub(crate) struct Config<R> {
+pub(crate) type Config<K, R> = LayerConfig<RateOptions<K>, R>;
+
+/// What a rate-limit layer is set to do, besides its refusal hook.
+#[derive(Clone)]
+pub(crate) struct RateOptions<K> {
+    /// Where a request's subject comes from.
+    pub(crate) extract: K,
     pub(crate) default: Limiter,
     /// Per-route limiters, by axum's matched route template.
     pub(crate) routes: Vec<(String, Limiter)>,
@@ -38,11 +43,9 @@ pub(crate) struct Config<R> {
     pub(crate) max_wait: Duration,
     pub(crate) headers: HeaderStyle,
     pub(crate) missing_key: MissingKey,
-    /// Makes the responses the layer answers itself.
-    pub(crate) refusal: R,
 }
 
-impl<R> Config<R> {
+impl<K> RateOptions<K> {
     /// The limiter for a request: its route's, else the default.
     pub(crate) fn limiter_for(&self, matched: Option<&str>) -> &Limiter {
         matched
@@ -55,17 +58,21 @@ impl<R> Config<R> {
 /// [`RateLimiter`] under the subject its key extractor finds, and refused with
 /// `429 Too Many Requests` when denied.
 ///
-/// Defaults: cost 1 per request, no waiting, the IETF `RateLimit-Policy` / `RateLimit`
-/// fields on every response (no `X-RateLimit-*`), `400 Bad Request` for a request without a
-/// key (and always for a request whose key is invalid). What happens when the store is down
-/// is the limiter's [`Outage`](distlock::ratelimit::Outage) policy.
+/// [`new`](Self::new) gives the defaults: cost 1 per request, no waiting, the IETF
+/// `RateLimit-Policy` / `RateLimit` fields on every response (no `X-RateLimit-*`),
+/// `400 Bad Request` for a request without a key (and always for a request whose key is
+/// invalid). Anything else is set on the [`builder`](Self::builder), whose
+/// [`build`](RateLimitLayerBuilder::build) checks it all at once and returns a
+/// [`ConfigError`] for a cost some policy can never allow: nothing here panics. What happens
+/// when the store is down is the limiter's [`Outage`](distlock::ratelimit::Outage) policy.
 ///
 /// Layers stack: an outer layer (say, per client IP) and an inner one (per API key) each
 /// judge the request, and both show in the `RateLimit` fields and in the response's
 /// [`Checks`](super::Checks).
 ///
 /// `R` makes the responses the layer answers itself (`429`, `503`, `400`):
-/// [`PlainText`] unless you set another with [`refusal`](Self::refusal).
+/// [`PlainText`] unless the builder set another with
+/// [`refusal`](RateLimitLayerBuilder::refusal).
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -76,55 +83,73 @@ impl<R> Config<R> {
 /// use distlock_tower::rate_limit::RateLimitLayer;
 ///
 /// let client = distlock::Client::in_memory(); // Client::connect("redis://...") in production
-/// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(20)?)?);
-/// let search = client.rate_limiter(Policy::sliding_log("search", Rate::per_minute(30)?)?);
+/// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?.burst(20)?)?).build()?;
+/// let search = client.rate_limiter(Policy::sliding_log("search", Rate::per_minute(30)?)?).build()?;
 ///
 /// // Per client IP behind a load balancer in 10.0.0.0/8; searches get their own, stricter
 /// // limiter; a request over the limit that would pass within 250 ms waits instead.
+/// let layer = RateLimitLayer::builder(api, ClientIp::trusting(["10.0.0.0/8".parse()?]))
+///     .route("/search", search)
+///     .wait(Duration::from_millis(250))
+///     .legacy_headers(true)
+///     .build()?;
 /// let app: Router = Router::new()
 ///     .route("/items", get(|| async { "items" }))
 ///     .route("/search", post(|| async { "results" }))
-///     .route_layer(
-///         RateLimitLayer::new(api, ClientIp::trusting(["10.0.0.0/8".parse()?]))
-///             .route("/search", search)
-///             .wait(Duration::from_millis(250))
-///             .legacy_headers(true),
-///     );
+///     .route_layer(layer);
 /// // Serve with `app.into_make_service_with_connect_info::<SocketAddr>()`.
 /// # Ok(()) }
 /// ```
 ///
 /// The [module docs](super) show the responses.
-#[derive(Clone, Debug)]
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct RateLimitLayer<K, R = PlainText> {
-    config: Config<R>,
-    extract: K,
+    pub(crate) config: Arc<Config<K, R>>,
 }
+
+impl_layer!(RateLimitLayer => RateLimit);
 
 impl<K> RateLimitLayer<K> {
     /// Limits each request by `limiter`, under the subject `extract` finds in it (see
-    /// [`extract`](crate::extract) and [`ClientIp`](crate::client_ip::ClientIp)).
+    /// [`extract`](crate::extract) and [`ClientIp`](crate::client_ip::ClientIp)), with the
+    /// default settings (a cost of 1 fits every policy, so this cannot fail).
     pub fn new(limiter: RateLimiter, extract: K) -> Self {
-        Self {
-            config: Config {
-                default: Limiter::new(limiter),
-                routes: Vec::new(),
-                cost: 1,
-                max_wait: Duration::ZERO,
-                headers: HeaderStyle {
-                    ietf: true,
-                    legacy: false,
+        RateLimitLayer {
+            config: Arc::new(Self::builder(limiter, extract).config),
+        }
+    }
+
+    /// A layer limiting as [`new`](Self::new) does, with settings of your own: set them on
+    /// the builder, then [`build`](RateLimitLayerBuilder::build) it.
+    pub fn builder(limiter: RateLimiter, extract: K) -> RateLimitLayerBuilder<K> {
+        RateLimitLayerBuilder {
+            config: LayerConfig {
+                options: RateOptions {
+                    extract,
+                    default: Limiter::new(limiter),
+                    routes: Vec::new(),
+                    cost: 1,
+                    max_wait: Duration::ZERO,
+                    headers: HeaderStyle {
+                        ietf: true,
+                        legacy: false,
+                    },
+                    missing_key: MissingKey::default(),
                 },
-                missing_key: MissingKey::default(),
                 refusal: PlainText,
             },
-            extract,
         }
     }
 }
 
-impl<K, R> RateLimitLayer<K, R> {
+/// The settings of a [`RateLimitLayer`], checked together by [`build`](Self::build). Made by
+/// [`RateLimitLayer::builder`]; consuming, as the runtime's builders.
+#[must_use = "a builder does nothing until it is built"]
+pub struct RateLimitLayerBuilder<K, R = PlainText> {
+    config: Config<K, R>,
+}
+
+impl<K, R> RateLimitLayerBuilder<K, R> {
     /// Makes the responses the layer answers itself with `make`: a closure
     /// `Fn(&Refusal) -> Response<B>`, [`ProblemDetails`](crate::refusal::ProblemDetails) for
     /// RFC 9457 JSON, or your own [`MakeRefusal`]. The default, [`PlainText`], answers a short
@@ -133,27 +158,9 @@ impl<K, R> RateLimitLayer<K, R> {
     /// Whatever `make` returns, the layer adds `Retry-After` if it is missing, the rate-limit
     /// fields of a `429` (as configured), and the [`Refusal`](crate::refusal::Refusal) to the
     /// response's extensions; see [`refusal`](crate::refusal).
-    pub fn refusal<M: MakeRefusal>(self, make: M) -> RateLimitLayer<K, M> {
-        let Config {
-            default,
-            routes,
-            cost,
-            max_wait,
-            headers,
-            missing_key,
-            refusal: _,
-        } = self.config;
-        RateLimitLayer {
-            config: Config {
-                default,
-                routes,
-                cost,
-                max_wait,
-                headers,
-                missing_key,
-                refusal: make,
-            },
-            extract: self.extract,
+    pub fn refusal<M: MakeRefusal>(self, make: M) -> RateLimitLayerBuilder<K, M> {
+        RateLimitLayerBuilder {
+            config: self.config.with_refusal(make),
         }
     }
 
@@ -165,31 +172,14 @@ impl<K, R> RateLimitLayer<K, R> {
     ///
     /// The other way is to stack one layer per route with `MethodRouter::layer` or
     /// `Router::route_layer` on nested routers; both work.
-    ///
-    /// # Panics
-    /// If the layer's [`cost`](Self::cost) can never pass one of `limiter`'s policies;
-    /// [`try_route`](Self::try_route) returns the error instead.
     #[cfg(feature = "axum")]
     #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
-    pub fn route(self, route: impl Into<String>, limiter: RateLimiter) -> Self {
-        self.try_route(route, limiter)
-            .unwrap_or_else(|err| panic!("RateLimitLayer::route: {err}"))
-    }
-
-    /// [`route`](Self::route), or [`ConfigError::CostTooLarge`] if the layer's
-    /// [`cost`](Self::cost) can never pass one of `limiter`'s policies.
-    #[cfg(feature = "axum")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
-    pub fn try_route(
-        mut self,
-        route: impl Into<String>,
-        limiter: RateLimiter,
-    ) -> Result<Self, ConfigError> {
-        check_cost_fits(self.config.cost, &limiter)?;
+    pub fn route(mut self, route: impl Into<String>, limiter: RateLimiter) -> Self {
         self.config
+            .options
             .routes
             .push((route.into(), Limiter::new(limiter)));
-        Ok(self)
+        self
     }
 
     /// What each request costs (default 1). Use one layer per cost, e.g. a heavier cost on
@@ -197,24 +187,12 @@ impl<K, R> RateLimitLayer<K, R> {
     /// subject could still afford one more, which makes a route that is refused once others
     /// have used up the budget, without spending any of it.
     ///
-    /// # Panics
-    /// If `cost` is more than some policy allows at once: such a layer would refuse every
-    /// request, so it is refused where the router is built. [`try_cost`](Self::try_cost)
-    /// returns the error instead.
-    pub fn cost(self, cost: u32) -> Self {
-        self.try_cost(cost)
-            .unwrap_or_else(|err| panic!("RateLimitLayer::cost: {err}"))
-    }
-
-    /// [`cost`](Self::cost), or [`ConfigError::CostTooLarge`] if `cost` is more than one of
-    /// the layer's policies (default or per route) allows at once.
-    pub fn try_cost(mut self, cost: u32) -> Result<Self, ConfigError> {
-        check_cost_fits(cost, &self.config.default.limiter)?;
-        for (_, l) in &self.config.routes {
-            check_cost_fits(cost, &l.limiter)?;
-        }
-        self.config.cost = cost;
-        Ok(self)
+    /// At most what every policy of the layer (default or per route) allows at once: a
+    /// layer with a larger cost would refuse every request, so [`build`](Self::build)
+    /// refuses it.
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.config.options.cost = cost;
+        self
     }
 
     /// Waits instead of refusing when the request would be allowed within `max_wait`
@@ -225,21 +203,21 @@ impl<K, R> RateLimitLayer<K, R> {
     /// With window algorithms it sleeps for the decision's `retry_after` and is checked
     /// again, as long as its total wait stays within `max_wait`.
     pub fn wait(mut self, max_wait: Duration) -> Self {
-        self.config.max_wait = max_wait;
+        self.config.options.max_wait = max_wait;
         self
     }
 
     /// Whether responses carry the IETF `RateLimit-Policy` and `RateLimit` fields (default
     /// on).
     pub fn ietf_headers(mut self, on: bool) -> Self {
-        self.config.headers.ietf = on;
+        self.config.options.headers.ietf = on;
         self
     }
 
     /// Whether responses carry `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` (seconds until full) for the binding policy (default off).
     pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.config.headers.legacy = on;
+        self.config.options.headers.legacy = on;
         self
     }
 
@@ -248,8 +226,38 @@ impl<K, R> RateLimitLayer<K, R> {
     /// over-long, not text) is answered `400` whatever this says, so that no client passes
     /// unmetered by malforming its key.
     pub fn on_missing_key(mut self, behaviour: MissingKey) -> Self {
-        self.config.missing_key = behaviour;
+        self.config.options.missing_key = behaviour;
         self
+    }
+
+    /// The layer, or [`ConfigError::CostTooLarge`] if the [`cost`](Self::cost) is more than
+    /// one of its policies (default or per route) allows at once: such a layer would refuse
+    /// every request, so it is refused where the router is built.
+    pub fn build(self) -> Result<RateLimitLayer<K, R>, ConfigError> {
+        let cost = self.config.options.cost;
+        check_cost_fits(cost, &self.config.options.default.limiter)?;
+        for (_, l) in &self.config.options.routes {
+            check_cost_fits(cost, &l.limiter)?;
+        }
+        Ok(RateLimitLayer {
+            config: Arc::new(self.config),
+        })
+    }
+}
+
+impl_builder_debug!(RateLimitLayerBuilder);
+
+impl<K> std::fmt::Debug for RateOptions<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let routes: Vec<&str> = self.routes.iter().map(|(r, _)| &**r).collect();
+        f.debug_struct("RateOptions")
+            .field("limiter", &self.default.limiter)
+            .field("routes", &routes)
+            .field("cost", &self.cost)
+            .field("max_wait", &self.max_wait)
+            .field("headers", &self.headers)
+            .field("missing_key", &self.missing_key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -264,14 +272,6 @@ fn check_cost_fits(cost: u32, limiter: &RateLimiter) -> Result<(), ConfigError> 
     }
 }
 
-impl<S, K: Clone, R: Clone> Layer<S> for RateLimitLayer<K, R> {
-    type Service = RateLimit<S, K, R>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::new(self.config.clone()), self.extract.clone())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use distlock::ratelimit::{Policy, Rate};
@@ -283,13 +283,16 @@ mod tests {
         let rate = Rate::per_minute(60)
             .and_then(|r| r.burst(burst))
             .expect("valid rate");
-        distlock::Client::in_memory().rate_limiter(Policy::gcra(name, rate).expect("valid policy"))
+        distlock::Client::in_memory()
+            .rate_limiter(Policy::gcra(name, rate).expect("valid policy"))
+            .build()
+            .expect("valid limiter")
     }
 
     #[test]
     fn a_cost_that_cannot_fit_is_a_typed_error() {
-        let layer = || RateLimitLayer::new(limiter("api", 5), ClientIp::peer());
-        let err = layer().try_cost(6).err();
+        let builder = || RateLimitLayer::builder(limiter("api", 5), ClientIp::peer());
+        let err = builder().cost(6).build().err();
         assert_eq!(
             err,
             Some(ConfigError::CostTooLarge {
@@ -298,41 +301,55 @@ mod tests {
                 capacity: 5
             })
         );
-        let ok = layer().try_cost(5).expect("fits");
-        assert_eq!(ok.config.cost, 5);
+        let ok = builder().cost(5).build().expect("fits");
+        assert_eq!(ok.config.options.cost, 5);
     }
 
     #[cfg(feature = "axum")]
     #[test]
     fn a_route_and_a_cost_that_cannot_fit_are_typed_errors() {
-        let layer = || RateLimitLayer::new(limiter("api", 5), ClientIp::peer());
-        // A route whose policy cannot take the layer's cost, and a cost a route cannot take.
-        let err = layer()
-            .try_cost(3)
-            .and_then(|l| l.try_route("/small", limiter("small", 2)))
+        let builder = || RateLimitLayer::builder(limiter("api", 5), ClientIp::peer());
+        // A route whose policy cannot take the layer's cost, in either order: the cost is
+        // checked against every limiter once, at build.
+        let err = builder()
+            .cost(3)
+            .route("/small", limiter("small", 2))
+            .build()
             .err();
         assert!(
             matches!(&err, Some(ConfigError::CostTooLarge { policy, .. }) if policy == "small"),
             "{err:?}"
         );
-        let err = layer()
-            .try_route("/small", limiter("small", 2))
-            .and_then(|l| l.try_cost(3))
+        let err = builder()
+            .route("/small", limiter("small", 2))
+            .cost(3)
+            .build()
             .err();
         assert!(
             matches!(&err, Some(ConfigError::CostTooLarge { policy, .. }) if policy == "small"),
             "{err:?}"
         );
         assert!(err.is_some_and(|e| e.to_string().contains("can never pass policy `small`")));
+        assert!(
+            builder()
+                .route("/small", limiter("small", 2))
+                .cost(2)
+                .build()
+                .is_ok()
+        );
     }
 
+    /// Whatever cost a configuration file holds, the answer is a value, never a panic.
     #[test]
-    fn the_unchecked_forms_still_panic() {
-        let layer = || RateLimitLayer::new(limiter("api", 5), ClientIp::peer());
-        assert!(std::panic::catch_unwind(|| layer().cost(6)).is_err());
-        #[cfg(feature = "axum")]
-        assert!(
-            std::panic::catch_unwind(|| layer().cost(3).route("/x", limiter("small", 2))).is_err()
-        );
+    fn no_cost_panics() {
+        for cost in [0, 1, 5, 6, u32::MAX] {
+            let built = std::panic::catch_unwind(|| {
+                RateLimitLayer::builder(limiter("api", 5), ClientIp::peer())
+                    .cost(cost)
+                    .build()
+                    .is_ok()
+            });
+            assert_eq!(built.ok(), Some(cost <= 5), "cost {cost}");
+        }
     }
 }

@@ -21,7 +21,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // `Client::connect("redis://...")` in production; in memory here.
 //! let client = distlock::Client::in_memory();
-//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(2)?)?);
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(2)?)?).build()?;
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
 //!     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")));
@@ -29,7 +29,8 @@
 //! let request = || Request::get("/").header("x-api-key", "k1").body(Body::empty()).unwrap();
 //! let ok = app.clone().oneshot(request()).await?;
 //! assert_eq!(ok.status(), StatusCode::OK);
-//! assert_eq!(ok.headers()["ratelimit-policy"], r#""api";q=2;w=2"#);
+//! // 60 per 60 s, 2 at once.
+//! assert_eq!(ok.headers()["ratelimit-policy"], r#""api";q=60;w=60;distlock-burst=2"#);
 //! assert_eq!(ok.headers()["ratelimit"], r#""api";r=1;t=1"#);
 //!
 //! app.clone().oneshot(request()).await?;
@@ -46,7 +47,7 @@
 //!
 //! The inner service's error type passes through untouched (axum needs infallible
 //! services); everything the layer decides is a response, by default with a short
-//! `text/plain` body. [`refusal`](RateLimitLayer::refusal) makes those responses your own (a
+//! `text/plain` body. [`refusal`](RateLimitLayerBuilder::refusal) makes those responses your own (a
 //! closure, or RFC 9457 JSON with [`ProblemDetails`](crate::refusal::ProblemDetails)); see
 //! [`refusal`](crate::refusal).
 //!
@@ -54,7 +55,7 @@
 //! |---|---|
 //! | allowed | the inner service's response, plus `RateLimit-Policy` and `RateLimit` |
 //! | denied | `429 Too Many Requests`, `Retry-After` (whole seconds, rounded up, at least 1), `RateLimit-Policy`, `RateLimit` |
-//! | denied, but allowed within [`wait`](RateLimitLayer::wait) | waits (holding nothing of the inner service), then as allowed |
+//! | denied, but allowed within [`wait`](RateLimitLayerBuilder::wait) | waits (holding nothing of the inner service), then as allowed |
 //! | store unavailable, limiter fails closed (the default) | `503 Service Unavailable`, `Retry-After: 1`, within the limiter's deadline |
 //! | store unavailable, limiter fails open | the inner service's response, without `RateLimit` fields |
 //! | store unavailable, local fallback | as allowed or denied, decided in this process |
@@ -63,10 +64,15 @@
 //! | a key the limiter cannot use as a subject | `400 Bad Request` |
 //! | shadow-mode limiter | always the inner service's response; the fields still tell |
 //!
-//! The fields follow draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy:
-//! "api";q=100;w=60` lists each policy's quota `q` per window `w` (seconds), and
-//! `RateLimit: "api";r=42;t=17` what is left (`r`) and when it is full again (`t` seconds).
-//! [`legacy_headers`](RateLimitLayer::legacy_headers) adds `X-RateLimit-Limit`,
+//! The fields follow draft-ietf-httpapi-ratelimit-headers-11. `RateLimit-Policy:
+//! "api";q=100;w=60` lists each policy's real sustained rate as a quota `q` per window `w`
+//! (whole seconds, the shortest that holds whole periods: `5 per 100ms` is `q=50;w=1`), and,
+//! when fewer than `q` may go back to back (a burst below the count, a period under a
+//! second), how many may, as `distlock-burst`: `100/s burst 1` is
+//! `"api";q=100;w=1;distlock-burst=1` (see [`headers::advertise`]). `RateLimit:
+//! "api";r=42;t=17` says how many may go right now (`r`) and in how many seconds, rounded up,
+//! the policy is full again (`t`).
+//! [`legacy_headers`](RateLimitLayerBuilder::legacy_headers) adds `X-RateLimit-Limit`,
 //! `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
 //!
 //! Every response the layer lets through, and its own `429`, carries the layer's [`Check`]
@@ -92,7 +98,7 @@
 //! # Per-route policies
 //!
 //! Either one layer on the router with a table keyed by axum's matched route
-//! (`RateLimitLayer::route`, feature `axum`), or one layer per route (`MethodRouter::layer`).
+//! (`RateLimitLayerBuilder::route`, feature `axum`), or one layer per route (`MethodRouter::layer`).
 
 mod body;
 mod checks;
@@ -106,5 +112,5 @@ pub use crate::extract::MissingKey;
 pub use body::ResponseBody;
 pub use checks::{Check, Checks};
 pub use future::ResponseFuture;
-pub use layer::RateLimitLayer;
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use service::RateLimit;

@@ -4,7 +4,7 @@
 //! `400`, `500`), it describes why in a [`Refusal`]: the [`Reason`], the status it would
 //! answer, the `Retry-After` wait, the subject or lock name, the rate-limit [`Decision`] and
 //! the runtime's error, if any. A [`MakeRefusal`] turns it into the response. Set one with
-//! `.refusal(..)` on either layer:
+//! `.refusal(..)` on any layer's builder:
 //!
 //! * [`PlainText`], the default: a short `text/plain` sentence, as the layers always sent.
 //! * [`ProblemDetails`]: an RFC 9457 `application/problem+json` document.
@@ -12,6 +12,11 @@
 //!   (`String`, `Vec<u8>`, `&'static str`, `Bytes`), or your own type implementing
 //!   [`MakeRefusal`]. [`Refusal::default_response`] and [`Refusal::problem_response`] are
 //!   there to fall back on for the kinds you do not want to change.
+//!
+//! A handler that calls the runtime itself can answer its own errors the same way:
+//! [`Refusal::from`] a `LockError` or `RateLimitError`, then
+//! [`into_response_with`](Refusal::into_response_with) the layers' hook, or, in axum, return
+//! [`Rendered<M>`](Rendered) and use `?`.
 //!
 //! Whatever makes the response, the layer then adds what belongs to its protocol: a
 //! `Retry-After` when the refusal has a wait and the response does not set one itself, the
@@ -49,10 +54,10 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = distlock::Client::in_memory();
-//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(1)?)?);
+//! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_minute(60)?.burst(1)?)?).build()?;
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
-//!     .layer(RateLimitLayer::new(limiter, Header::from_static("x-api-key")).refusal(refuse));
+//!     .layer(RateLimitLayer::builder(limiter, Header::from_static("x-api-key")).refusal(refuse).build()?);
 //!
 //! let request = || Request::get("/").header("x-api-key", "k1").body(Body::empty()).unwrap();
 //! app.clone().oneshot(request()).await?;
@@ -69,6 +74,8 @@
 //! ```
 
 mod problem;
+#[cfg(feature = "axum")]
+mod rendered;
 
 use std::borrow::Cow;
 use std::error::Error;
@@ -82,6 +89,9 @@ use distlock::{LockError, RateLimitError};
 use http::{HeaderValue, Response, StatusCode, header};
 
 pub use problem::ProblemDetails;
+pub(crate) use problem::push_json_string;
+#[cfg(feature = "axum")]
+pub use rendered::Rendered;
 
 use crate::extract::InvalidKey;
 use crate::retry_after;
@@ -115,6 +125,10 @@ pub enum Reason {
     StoreUnavailable,
     /// The lease was lost while the handler ran (`503`): the handler was dropped.
     LeaseLost,
+    /// The request costs more than a rate-limit policy ever allows at once (`413`): no retry
+    /// helps, only a smaller request. [`Refusal::error`] has the runtime's
+    /// [`RateLimitError::CostTooLarge`].
+    CostTooLarge,
     /// An error the layer's configuration should have ruled out (`500`, or the status of
     /// [`distlock::http`]); [`Refusal::error`] has it.
     Internal,
@@ -123,7 +137,7 @@ pub enum Reason {
 impl Reason {
     /// A stable, lower-case name for logs, metrics and problem types: `too-many-requests`,
     /// `lock-busy`, `at-capacity`, `missing-key`, `invalid-key`, `unusable-key`,
-    /// `store-unavailable`, `lease-lost`, `internal`.
+    /// `store-unavailable`, `lease-lost`, `cost-too-large`, `internal`.
     #[must_use]
     pub fn code(&self) -> &'static str {
         match self {
@@ -135,6 +149,7 @@ impl Reason {
             Self::UnusableKey => "unusable-key",
             Self::StoreUnavailable => "store-unavailable",
             Self::LeaseLost => "lease-lost",
+            Self::CostTooLarge => "cost-too-large",
             Self::Internal => "internal",
         }
     }
@@ -235,21 +250,52 @@ impl Refusal {
         refusal
     }
 
-    /// The rate limiter failed for `subject`. Status and `Retry-After` are the runtime's
-    /// mapping ([`RateLimitError::http_status`]), the one a handler's `IntoResponse` uses.
+    /// The rate limiter failed for `subject`.
     pub(crate) fn rate_limit_error(subject: &str, err: RateLimitError) -> Self {
+        Self::from_rate_limit_error(err).with_key(subject)
+    }
+
+    /// The refusal the rate-limit layer makes of a runtime error, for a handler that calls
+    /// the limiter itself: status and `Retry-After` are the runtime's mapping
+    /// ([`RateLimitError::http_status`]), the reason and the text the layer's. Render it with
+    /// [`into_response_with`](Self::into_response_with), or return a
+    /// [`Rendered`] from the handler.
+    #[must_use]
+    pub fn from_rate_limit_error(err: RateLimitError) -> Self {
         let reason = match &err {
             RateLimitError::InvalidSubject(_) => Reason::UnusableKey,
             RateLimitError::Store(_)
             | RateLimitError::Overloaded { .. }
             | RateLimitError::CircuitOpen { .. } => Reason::StoreUnavailable,
+            RateLimitError::CostTooLarge { .. } => Reason::CostTooLarge,
             _ => Reason::Internal,
         };
         let mapped = err.http_status();
-        let mut refusal = Self::new(RefusedBy::RateLimit, reason, status_code(mapped.code))
-            .with_key(subject)
-            .with_error(err);
+        let mut refusal =
+            Self::new(RefusedBy::RateLimit, reason, status_code(mapped.code)).with_error(err);
         refusal.retry_after = mapped.retry_after;
+        refusal
+    }
+
+    /// The refusal the lock layer makes of a runtime error, for a handler that takes a lock
+    /// (or a semaphore, a read-write lock) itself: status and `Retry-After` are the runtime's
+    /// mapping ([`LockError::http_status`], so a busy lock is `423` with the holder's
+    /// remaining ttl), the reason and the text the layer's. The lock's name, when the error
+    /// has one, is the [`key`](Self::key) (never sent to the client). Render it with
+    /// [`into_response_with`](Self::into_response_with), or return a [`Rendered`] from the
+    /// handler.
+    #[must_use]
+    pub fn from_lock_error(err: LockError) -> Self {
+        let name = match &err {
+            LockError::Busy { name, .. }
+            | LockError::Timeout { name, .. }
+            | LockError::LeaseLost { name, .. }
+            | LockError::MaxHoldReached { name }
+            | LockError::PermitsExceeded { name, .. } => Some(Arc::from(name.as_str())),
+            _ => None,
+        };
+        let mut refusal = Self::lock_error_by(err, StatusCode::LOCKED);
+        refusal.key = name;
         refusal
     }
 
@@ -257,6 +303,11 @@ impl Refusal {
     /// ([`LockError::http_status`]), the one a handler's `IntoResponse` uses, except that a
     /// busy lock answers the layer's `busy` status (`423` or `409`).
     pub(crate) fn lock_error(name: &str, err: LockError, busy: StatusCode) -> Self {
+        Self::lock_error_by(err, busy).with_key(name)
+    }
+
+    /// [`lock_error`](Self::lock_error) without a key.
+    fn lock_error_by(err: LockError, busy: StatusCode) -> Self {
         let mapped = err.http_status();
         let (reason, status) = match &err {
             LockError::Busy { .. } | LockError::Timeout { .. } => (Reason::LockBusy, busy),
@@ -265,16 +316,9 @@ impl Refusal {
             LockError::LeaseLost { .. } => (Reason::LeaseLost, status_code(mapped.code)),
             _ => (Reason::Internal, status_code(mapped.code)),
         };
-        let mut refusal = Self::new(RefusedBy::Lock, reason, status)
-            .with_key(name)
-            .with_error(err);
+        let mut refusal = Self::new(RefusedBy::Lock, reason, status).with_error(err);
         refusal.retry_after = mapped.retry_after;
         refusal
-    }
-
-    /// The lease on `name` was lost while the handler ran.
-    pub(crate) fn lease_lost(name: &str) -> Self {
-        Self::lease_lost_by(RefusedBy::Lock, name)
     }
 
     /// The lease that layer `refused_by` held for the request on `name` was lost while the
@@ -336,7 +380,7 @@ impl Refusal {
     }
 
     /// The status the layer answers by default: `429`, `423` or `409` (the lock layer's
-    /// [`busy_status`](crate::LockLayer::busy_status)), `503` or `429` for a full concurrency
+    /// [`busy_status`](crate::LockLayerBuilder::busy_status)), `503` or `429` for a full concurrency
     /// limit, `400`, `503`, or the runtime's status for an unexpected error.
     #[must_use]
     pub fn status(&self) -> StatusCode {
@@ -345,7 +389,7 @@ impl Refusal {
 
     /// How long the client should wait before retrying: the rate limiter's `retry_after`, the
     /// lock holder's remaining ttl, the concurrency limit's
-    /// [`retry_after`](crate::ConcurrencyLimitLayer::retry_after), or 1 s after a store
+    /// [`retry_after`](crate::ConcurrencyLimitLayerBuilder::retry_after), or 1 s after a store
     /// failure or a lost lease. `None` when
     /// a retry will not help (a bad key) or nothing is known.
     #[must_use]
@@ -412,6 +456,9 @@ impl Refusal {
             }
             (Reason::StoreUnavailable, false) => "lock store unavailable, try again later".into(),
             (Reason::LeaseLost, _) => "the lock was lost while handling this request".into(),
+            (Reason::CostTooLarge, _) => {
+                "this request costs more than the rate limit ever allows at once".into()
+            }
             (Reason::Internal, true) => "rate limit error".into(),
             (Reason::Internal, false) => "lock error".into(),
             (Reason::AtCapacity, _) => "too many requests in flight; try again shortly".into(),
@@ -433,9 +480,10 @@ impl Refusal {
             Reason::LeaseLost => {
                 "the request's place in the concurrency limit was lost while handling it".into()
             }
-            Reason::TooManyRequests | Reason::LockBusy | Reason::Internal => {
-                "concurrency limit error".into()
-            }
+            Reason::TooManyRequests
+            | Reason::LockBusy
+            | Reason::CostTooLarge
+            | Reason::Internal => "concurrency limit error".into(),
         }
     }
 
@@ -472,13 +520,47 @@ impl Refusal {
         response
     }
 
-    /// The response for this refusal: made by `make`, then given the `Retry-After` it lacks
-    /// and the refusal in its extensions. The body type is the layer's.
+    /// The response `make` gives this refusal, exactly as a layer with that hook sends it:
+    /// made by `make`, then given the `Retry-After` it lacks, with the refusal in its
+    /// extensions. A `500` is logged at ERROR with its reason (once: the layers call this
+    /// too).
+    ///
+    /// For a handler that calls the runtime itself and should answer as the layers do; in
+    /// axum, [`Rendered`] does it in the return type.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use distlock::LockError;
+    /// use distlock_tower::refusal::{ProblemDetails, Refusal};
+    ///
+    /// let err = LockError::Busy { name: "order:42".into(), retry_after: Duration::from_secs(3) };
+    /// let response = Refusal::from(err).into_response_with(&ProblemDetails::new());
+    /// assert_eq!(response.status(), 423);
+    /// assert_eq!(response.headers()["content-type"], "application/problem+json");
+    /// assert_eq!(response.headers()["retry-after"], "3");
+    /// ```
+    #[must_use]
+    pub fn into_response_with<M: MakeRefusal>(self, make: &M) -> Response<Bytes> {
+        self.respond(make, Into::into)
+    }
+
+    /// [`into_response_with`](Self::into_response_with), with the body in the layer's type.
     pub(crate) fn respond<M: MakeRefusal, B>(
         self,
         make: &M,
         body: impl FnOnce(Bytes) -> B,
     ) -> Response<B> {
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
+            // What went wrong is for the operator: the client gets a fixed sentence.
+            tracing::error!(
+                refused_by = ?self.refused_by,
+                key = self.key(),
+                reason = self.reason.code(),
+                error = self.error.as_ref().map(tracing::field::display),
+                "answering 500: {}",
+                self.detail()
+            );
+        }
         let response = make.make_refusal(&self);
         let mut response = response.map(|b| body(b.into()));
         if let Some(wait) = self.retry_after
@@ -490,6 +572,20 @@ impl Refusal {
         }
         response.extensions_mut().insert(self);
         response
+    }
+}
+
+/// [`Refusal::from_lock_error`].
+impl From<LockError> for Refusal {
+    fn from(err: LockError) -> Self {
+        Self::from_lock_error(err)
+    }
+}
+
+/// [`Refusal::from_rate_limit_error`].
+impl From<RateLimitError> for Refusal {
+    fn from(err: RateLimitError) -> Self {
+        Self::from_rate_limit_error(err)
     }
 }
 
@@ -551,7 +647,9 @@ mod tests {
             .and_then(|r| r.burst(1))
             .expect("valid rate");
         let limiter = distlock::Client::in_memory()
-            .rate_limiter(Policy::gcra("api", rate).expect("valid policy"));
+            .rate_limiter(Policy::gcra("api", rate).expect("valid policy"))
+            .build()
+            .expect("valid limiter");
         limiter.check("s").await.expect("in memory");
         let decision = limiter.check("s").await.expect("in memory");
         assert!(!decision.allowed);
@@ -661,7 +759,7 @@ mod tests {
                 "lock store unavailable, try again later\n",
             ),
             (
-                Refusal::lease_lost("k"),
+                Refusal::lease_lost_by(RefusedBy::Lock, "k"),
                 503,
                 Some("1"),
                 "the lock was lost while handling this request\n",
@@ -778,7 +876,7 @@ mod tests {
 
     #[test]
     fn respond_adds_a_missing_retry_after_and_the_refusal() {
-        let refusal = Refusal::lease_lost("k");
+        let refusal = Refusal::lease_lost_by(RefusedBy::Lock, "k");
         let bare = |r: &Refusal| {
             let mut response = Response::new("gone");
             *response.status_mut() = r.status();
@@ -803,5 +901,118 @@ mod tests {
         };
         let response = refusal.respond(&own, |b| b);
         assert_eq!(response.headers()[header::RETRY_AFTER], "60");
+    }
+
+    /// Every runtime error, rendered through [`Refusal::into_response_with`] with the default
+    /// hook, answers exactly what the runtime's own `IntoResponse` answers: a handler that
+    /// switches to [`Rendered`] changes nothing for its clients until it picks another hook.
+    #[cfg(feature = "axum")]
+    #[test]
+    fn rendering_a_runtime_error_matches_its_own_into_response() {
+        use axum::response::IntoResponse;
+        use distlock::{InvalidPolicy, LossReason};
+
+        fn parts(status: StatusCode, headers: &http::HeaderMap, body: &[u8]) -> String {
+            let header = |name| {
+                headers
+                    .get(name)
+                    .map(|v| v.to_str().expect("ASCII").to_owned())
+            };
+            format!(
+                "{status} {:?} {:?} {}",
+                header(header::CONTENT_TYPE),
+                header(header::RETRY_AFTER),
+                String::from_utf8_lossy(body)
+            )
+        }
+        async fn own(response: axum::response::Response) -> String {
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .expect("body");
+            parts(status, &headers, &body)
+        }
+        fn rendered(refusal: Refusal) -> String {
+            let response = refusal.into_response_with(&PlainText);
+            parts(response.status(), response.headers(), response.body())
+        }
+
+        let name = || "order:42".to_owned();
+        let store = || StoreError::Timeout {
+            after: Duration::from_millis(50),
+        };
+        let lock_errors: Vec<fn() -> LockError> = vec![
+            || LockError::Busy {
+                name: "order:42".to_owned(),
+                retry_after: Duration::from_millis(2500),
+            },
+            || LockError::Timeout {
+                name: "order:42".to_owned(),
+                waited: Duration::from_secs(5),
+            },
+            || LockError::LeaseLost {
+                name: "order:42".to_owned(),
+                reason: LossReason::Expired,
+            },
+            || {
+                LockError::Store(StoreError::Timeout {
+                    after: Duration::from_millis(50),
+                })
+            },
+            || LockError::InvalidName(InvalidName::Empty),
+            || LockError::MaxHoldReached {
+                name: "order:42".to_owned(),
+            },
+            || LockError::InvalidConfig {
+                reason: "at_most is shorter than at_least".to_owned(),
+            },
+            || LockError::NoDefaultClient,
+            || LockError::PermitsExceeded {
+                name: "exports".to_owned(),
+                asked: 3,
+                permits: 2,
+            },
+            || LockError::UnsupportedStore {
+                reason: "not on a quorum",
+            },
+        ];
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        for make in lock_errors {
+            let want = runtime.block_on(own(make().into_response()));
+            assert_eq!(rendered(Refusal::from(make())), want);
+        }
+        let rate_errors: Vec<Box<dyn Fn() -> RateLimitError>> = vec![
+            Box::new(move || RateLimitError::Store(store())),
+            Box::new(|| RateLimitError::Overloaded { in_flight: 4096 }),
+            Box::new(|| RateLimitError::CircuitOpen {
+                retry_in: Duration::from_millis(2500),
+            }),
+            Box::new(|| RateLimitError::InvalidSubject(InvalidName::Empty)),
+            Box::new(move || RateLimitError::CostTooLarge {
+                cost: 9,
+                policy: name(),
+                capacity: 5,
+            }),
+            Box::new(|| RateLimitError::InvalidPolicy(InvalidPolicy::NoPolicies)),
+            Box::new(|| RateLimitError::UnsupportedStore {
+                reason: "not on a quorum",
+            }),
+        ];
+        for make in rate_errors {
+            let want = runtime.block_on(own(make().into_response()));
+            assert_eq!(rendered(Refusal::from(make())), want);
+        }
+        // The lock's name is the refusal's key, for logs; it is in no body.
+        let busy = Refusal::from(LockError::Busy {
+            name: name(),
+            retry_after: Duration::from_secs(1),
+        });
+        assert_eq!(busy.key(), Some("order:42"));
+        assert_eq!(busy.reason(), &Reason::LockBusy);
+        let json = busy.into_response_with(&ProblemDetails::new());
+        assert!(!json.body().windows(8).any(|w| w == b"order:42"));
     }
 }

@@ -30,9 +30,11 @@ use super::{MakeRefusal, Refusal};
 /// use distlock_tower::extract::Header;
 /// use distlock_tower::refusal::ProblemDetails;
 ///
-/// let layer = LockLayer::new(distlock::Client::in_memory(), Header::from_static("x-job"))
-///     .refusal(ProblemDetails::new().type_base("https://api.example.com/problems/"));
+/// let layer = LockLayer::builder(distlock::Client::in_memory(), Header::from_static("x-job"))
+///     .refusal(ProblemDetails::new().type_base("https://api.example.com/problems/"))
+///     .build()?;
 /// # let _ = layer;
+/// # Ok::<(), distlock_tower::ConfigError>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use]
@@ -91,7 +93,7 @@ impl MakeRefusal for ProblemDetails {
 /// Appends `text` as a JSON string. Written out rather than pulling serde into every user's
 /// build for five fields: escape `"` and `\`, and every control character as `\u00XX`
 /// (RFC 8259, section 7); everything else is UTF-8 as it is.
-fn push_json_string(json: &mut String, text: &str) {
+pub(crate) fn push_json_string(json: &mut String, text: &str) {
     json.push('"');
     for c in text.chars() {
         match c {
@@ -124,7 +126,7 @@ mod tests {
 
     #[test]
     fn documents_parse_with_the_rfc_9457_members() {
-        let refusal = Refusal::lease_lost("order:1");
+        let refusal = Refusal::lease_lost_by(RefusedBy::Lock, "order:1");
         let response = ProblemDetails::new().make_refusal(&refusal);
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()["retry-after"], "1");

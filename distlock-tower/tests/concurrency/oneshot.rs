@@ -6,7 +6,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use bytes::Bytes;
-use distlock_tower::concurrency::{ConcurrencyLimitLayer, FullStatus, HeldPermit};
+use distlock_tower::concurrency::{
+    ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder, FullStatus, HeldPermit,
+};
 use distlock_tower::extract::{Constant, Header, MissingKey};
 use distlock_tower::refusal::{ProblemDetails, Reason, Refusal, RefusedBy};
 use http::{Request, Response, StatusCode};
@@ -26,7 +28,8 @@ async fn fence(permit: HeldPermit) -> String {
     permit.fence().to_string()
 }
 
-fn app(layer: ConcurrencyLimitLayer<Constant>) -> Router {
+fn app(layer: ConcurrencyLimitLayerBuilder<Constant>) -> Router {
+    let layer = layer.build().expect("valid settings");
     Router::new()
         .route("/", get(fence))
         .route(
@@ -45,8 +48,8 @@ fn app(layer: ConcurrencyLimitLayer<Constant>) -> Router {
         .route_layer(layer)
 }
 
-fn layer(fx: &Fixture, limit: u32) -> ConcurrencyLimitLayer<Constant> {
-    ConcurrencyLimitLayer::new(fx.client.clone(), Constant::new("exports"), limit)
+fn layer(fx: &Fixture, limit: u32) -> ConcurrencyLimitLayerBuilder<Constant> {
+    ConcurrencyLimitLayer::builder(fx.client.clone(), Constant::new("exports"), limit)
         .ttl(Duration::from_secs(5))
 }
 
@@ -141,8 +144,10 @@ async fn a_waiting_request_gets_the_next_permit(fx: Fixture) {
 async fn keys_missing_invalid_and_per_client(fx: Fixture) {
     let per_client = |missing: MissingKey| {
         Router::new().route("/", get(|| async { "ok" })).layer(
-            ConcurrencyLimitLayer::new(fx.client.clone(), Header::from_static("x-client"), 1)
-                .on_missing_key(missing),
+            ConcurrencyLimitLayer::builder(fx.client.clone(), Header::from_static("x-client"), 1)
+                .on_missing_key(missing)
+                .build()
+                .expect("valid settings"),
         )
     };
     let request = |client: Option<&str>| {
@@ -243,8 +248,10 @@ async fn refusals_can_be_problem_documents(fx: Fixture) {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .route_layer(
-            ConcurrencyLimitLayer::new(fx.client.clone(), Constant::new("p"), 1)
-                .refusal(ProblemDetails::new().type_base("https://example.com/problems/")),
+            ConcurrencyLimitLayer::builder(fx.client.clone(), Constant::new("p"), 1)
+                .refusal(ProblemDetails::new().type_base("https://example.com/problems/"))
+                .build()
+                .expect("valid settings"),
         );
     let held = call(&app, "/").await;
     let full = call(&app, "/").await;
@@ -255,4 +262,36 @@ async fn refusals_can_be_problem_documents(fx: Fixture) {
     assert_eq!(json["type"], "https://example.com/problems/at-capacity");
     assert_eq!(json["retry_after"], 1);
     drop(held);
+}
+
+/// A concurrency limit on a Redlock quorum, whose majorities of independent primaries do not
+/// bound how many hold at once, is refused where it is built, with a typed error that says
+/// what to use instead, rather than answering `500` to every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_client_is_refused_at_build() {
+    use distlock_tower::ConfigError;
+
+    use crate::support::RedisServer;
+
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let quorum = distlock::Client::connect_quorum(&urls)
+        .await
+        .expect("connect_quorum");
+    let built = ConcurrencyLimitLayer::new(quorum.clone(), Constant::new("exports"), 2);
+    let Err(ConfigError::UnsupportedStore(refused)) = built else {
+        panic!("a quorum must be refused: {built:?}");
+    };
+    assert_eq!(refused.capability, distlock::Capability::HolderSets);
+    assert!(refused.reason.contains("Client::connect"), "{refused}");
+    assert!(
+        ConcurrencyLimitLayer::builder(quorum, Constant::new("exports"), 2)
+            .build()
+            .is_err()
+    );
+    // A single primary (and the in-memory store) serves it.
+    let single = distlock::Client::connect(&nodes[0].url())
+        .await
+        .expect("connect");
+    assert!(ConcurrencyLimitLayer::new(single, Constant::new("exports"), 2).is_ok());
 }

@@ -72,9 +72,11 @@ async fn child_entry() {
             }),
         )
         .route_layer(
-            ConcurrencyLimitLayer::new(client, Constant::new("work"), LIMIT)
+            ConcurrencyLimitLayer::builder(client, Constant::new("work"), LIMIT)
                 .ttl(Duration::from_secs(10))
-                .wait(Duration::from_secs(30)),
+                .wait(Duration::from_secs(30))
+                .build()
+                .expect("valid settings"),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

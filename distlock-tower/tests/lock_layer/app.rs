@@ -12,7 +12,7 @@ use axum::extract::{Path, State};
 use axum::routing::get;
 use bytes::Bytes;
 use distlock_tower::extract::{PathSegment, Prefixed};
-use distlock_tower::lock::{HeldLock, LockLayer};
+use distlock_tower::lock::{HeldLock, LockLayer, LockLayerBuilder};
 use distlock_tower::refusal::MakeRefusal;
 use http::{Request, Response, StatusCode};
 use tokio::task::JoinHandle;
@@ -59,12 +59,16 @@ pub fn order_key() -> Prefixed<PathSegment> {
 }
 
 /// The app with `layer` applied to every route.
-pub fn app<R: MakeRefusal>(layer: LockLayer<Prefixed<PathSegment>, R>, seen: &Shared) -> Router {
+pub fn app<R: MakeRefusal>(
+    layer: LockLayerBuilder<Prefixed<PathSegment>, R>,
+    seen: &Shared,
+) -> Router {
+    let layer = layer.build().expect("valid settings");
     routes().route_layer(layer).with_state(Arc::clone(seen))
 }
 
-pub fn layer(fx: &Fixture) -> LockLayer<Prefixed<PathSegment>> {
-    LockLayer::new(fx.client.clone(), order_key()).ttl(TTL)
+pub fn layer(fx: &Fixture) -> LockLayerBuilder<Prefixed<PathSegment>> {
+    LockLayer::builder(fx.client.clone(), order_key()).ttl(TTL)
 }
 
 async fn fence(State(seen): State<Shared>, lock: HeldLock) -> String {

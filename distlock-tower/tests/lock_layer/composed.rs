@@ -31,7 +31,10 @@ async fn a_request_waiting_for_its_lock_holds_no_readiness_of_the_inner_service(
         .layer(
             ServiceBuilder::new()
                 .layer(
-                    LockLayer::new(fx.client.clone(), PathSegment(0)).wait(Duration::from_secs(5)),
+                    LockLayer::builder(fx.client.clone(), PathSegment(0))
+                        .wait(Duration::from_secs(5))
+                        .build()
+                        .expect("valid settings"),
                 )
                 .layer(ConcurrencyLimitLayer::new(1)),
         )
@@ -79,7 +82,12 @@ async fn a_request_waiting_for_its_lock_holds_no_readiness_of_the_inner_service(
 /// concurrently: a request waiting for its lock must not keep the next `ready()` waiting.
 async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
     let mut service = ServiceBuilder::new()
-        .layer(LockLayer::new(fx.client.clone(), PathSegment(0)).wait(Duration::from_secs(5)))
+        .layer(
+            LockLayer::builder(fx.client.clone(), PathSegment(0))
+                .wait(Duration::from_secs(5))
+                .build()
+                .expect("valid settings"),
+        )
         .layer(ConcurrencyLimitLayer::new(1))
         .service_fn(|request: Request<Body>| async move {
             let name = request

@@ -123,8 +123,12 @@ async fn redis_killed_is_the_same_503_from_the_layer_and_from_a_handler() {
         )
         .route(
             "/hook",
-            get(|| async { "ran" })
-                .route_layer(LockLayer::new(fx.client.clone(), job).refusal(hook)),
+            get(|| async { "ran" }).route_layer(
+                LockLayer::builder(fx.client.clone(), job)
+                    .refusal(hook)
+                    .build()
+                    .expect("valid settings"),
+            ),
         )
         .route("/direct", get(direct))
         .with_state(fx.client.clone());

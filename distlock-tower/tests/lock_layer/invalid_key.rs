@@ -52,11 +52,19 @@ async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixt
             )
             .route_layer(layer)
     };
-    let layer = || LockLayer::new(fx.client.clone(), Header::from_static("x-lock"));
+    let layer = |missing: Option<MissingKey>| {
+        let builder = LockLayer::builder(fx.client.clone(), Header::from_static("x-lock"));
+        match missing {
+            Some(missing) => builder.on_missing_key(missing),
+            None => builder,
+        }
+        .build()
+        .expect("valid settings")
+    };
     let apps: [(&str, Router); 3] = [
-        ("default", app(layer())),
-        ("reject", app(layer().on_missing_key(MissingKey::Reject))),
-        ("allow", app(layer().on_missing_key(MissingKey::Allow))),
+        ("default", app(layer(None))),
+        ("reject", app(layer(Some(MissingKey::Reject)))),
+        ("allow", app(layer(Some(MissingKey::Allow)))),
     ];
     for (setting, app) in &apps {
         for (what, request) in malformed_key_requests() {

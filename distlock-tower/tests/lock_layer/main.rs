@@ -10,6 +10,8 @@ mod traces;
 mod app;
 mod composed;
 mod faults;
+mod handler_errors;
+mod health;
 mod invalid_key;
 mod oneshot;
 mod responses;

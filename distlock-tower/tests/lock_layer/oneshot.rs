@@ -189,8 +189,10 @@ async fn missing_key_is_400_by_default(fx: Fixture) {
 
 async fn missing_key_can_pass_through_unlocked(fx: Fixture) {
     let app = header_app(
-        LockLayer::new(fx.client.clone(), Header::from_static("x-lock"))
-            .on_missing_key(MissingKey::Allow),
+        LockLayer::builder(fx.client.clone(), Header::from_static("x-lock"))
+            .on_missing_key(MissingKey::Allow)
+            .build()
+            .expect("valid settings"),
     );
     let response = app
         .clone()
@@ -214,7 +216,12 @@ async fn key_too_long_for_a_lock_name_is_400(fx: Fixture) {
     let long = |_: &Request<Body>| Some("k".repeat(distlock::MAX_NAME_LEN + 1));
     let app = Router::new()
         .route("/", get(|| async { "ran" }))
-        .route_layer(LockLayer::new(fx.client.clone(), long).on_missing_key(MissingKey::Allow));
+        .route_layer(
+            LockLayer::builder(fx.client.clone(), long)
+                .on_missing_key(MissingKey::Allow)
+                .build()
+                .expect("valid settings"),
+        );
     let response = app.oneshot(with_key(None)).await.expect("infallible");
     // Never unlocked: an unusable key is not a missing one.
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);

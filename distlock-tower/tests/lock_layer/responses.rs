@@ -87,8 +87,10 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
             .route_layer(layer)
     };
     let header_layer = || {
-        LockLayer::new(fx.client.clone(), Header::from_static("x-lock"))
+        LockLayer::builder(fx.client.clone(), Header::from_static("x-lock"))
             .refusal(hook as fn(&Refusal) -> Response<String>)
+            .build()
+            .expect("valid settings")
     };
     let response = by_header(header_layer())
         .oneshot(get_request("/"))
@@ -109,7 +111,12 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
     let too_long = |_: &Request<Body>| Some("k".repeat(distlock::MAX_NAME_LEN + 1));
     let response = Router::new()
         .route("/", get(|| async { "ran" }))
-        .route_layer(LockLayer::new(fx.client.clone(), too_long).refusal(hook))
+        .route_layer(
+            LockLayer::builder(fx.client.clone(), too_long)
+                .refusal(hook)
+                .build()
+                .expect("valid settings"),
+        )
         .oneshot(get_request("/"))
         .await
         .expect("infallible");

@@ -173,7 +173,11 @@ fn table() {
         (&proxies, fwd, "10.0.0.1:1", &[], Some("10.0.0.1")),
     ];
     for (i, (trusted, kind, peer, lines, want)) in rows.iter().enumerate() {
-        let extractor = ClientIp::trusting(cidrs(trusted)).header(*kind);
+        let extractor = ClientIp::builder()
+            .trusting(cidrs(trusted))
+            .header(*kind)
+            .build()
+            .expect("valid settings");
         let name = match kind {
             ForwardedHeader::Forwarded => "forwarded",
             _ => "x-forwarded-for",
@@ -192,19 +196,31 @@ fn table() {
 fn grouping_is_configurable_and_connect_info_is_required() {
     let request = request_from("/", "[2001:db8:1:2:3:4:5:6]:1", &[]);
     assert_eq!(
-        ClientIp::peer()
+        ClientIp::builder()
             .ipv6_prefix(128)
+            .build()
+            .expect("valid settings")
             .extract_key(&request)
             .key(),
         Some("2001:db8:1:2:3:4:5:6")
     );
     assert_eq!(
-        ClientIp::peer().ipv6_prefix(48).extract_key(&request).key(),
+        ClientIp::builder()
+            .ipv6_prefix(48)
+            .build()
+            .expect("valid settings")
+            .extract_key(&request)
+            .key(),
         Some("2001:db8:1::/48")
     );
     let v4 = request_from("/", "198.51.100.77:1", &[]);
     assert_eq!(
-        ClientIp::peer().ipv4_prefix(24).extract_key(&v4).key(),
+        ClientIp::builder()
+            .ipv4_prefix(24)
+            .build()
+            .expect("valid settings")
+            .extract_key(&v4)
+            .key(),
         Some("198.51.100.0/24")
     );
     let bare = Request::get("/").body(()).expect("request");
@@ -216,8 +232,11 @@ fn grouping_is_configurable_and_connect_info_is_required() {
 #[test]
 fn hostile_headers_never_panic() {
     let extractor = ClientIp::trusting(cidrs(&["0.0.0.0/0", "::/0"]));
-    let forwarded =
-        ClientIp::trusting(cidrs(&["0.0.0.0/0", "::/0"])).header(ForwardedHeader::Forwarded);
+    let forwarded = ClientIp::builder()
+        .trusting(cidrs(&["0.0.0.0/0", "::/0"]))
+        .header(ForwardedHeader::Forwarded)
+        .build()
+        .expect("valid settings");
     let mut values: Vec<Vec<u8>> = vec![
         b"".to_vec(),
         b",,,,,".to_vec(),
@@ -302,7 +321,11 @@ fn non_text_bytes_left_of_the_client_are_never_read() {
         (xff, &[b"203.0.113.7, \xff, 10.0.0.3"], "10.0.0.3"),
     ];
     for (i, (kind, lines, want)) in rows.iter().enumerate() {
-        let extractor = ClientIp::trusting(cidrs(&["10.0.0.0/8"])).header(*kind);
+        let extractor = ClientIp::builder()
+            .trusting(cidrs(&["10.0.0.0/8"]))
+            .header(*kind)
+            .build()
+            .expect("valid settings");
         let name = match kind {
             ForwardedHeader::Forwarded => "forwarded",
             _ => "x-forwarded-for",
@@ -337,7 +360,11 @@ fn random_bytes_left_of_the_proxys_hop_never_change_the_bucket() {
     assert!(alphabet.contains(&0xff) && alphabet.contains(&0x80) && alphabet.contains(&b'\t'));
     let trusted = cidrs(&["10.0.0.0/8", "2001:db8:ffff::/48"]);
     let xff = ClientIp::trusting(trusted.clone());
-    let fwd = ClientIp::trusting(trusted).header(ForwardedHeader::Forwarded);
+    let fwd = ClientIp::builder()
+        .trusting(trusted)
+        .header(ForwardedHeader::Forwarded)
+        .build()
+        .expect("valid settings");
     let clients = ["203.0.113.7", "[2001:db8:1:2::9]:443", "198.51.100.2:4711"];
     let mut rng = rand::rng();
     for case in 0..10_000 {

@@ -63,8 +63,16 @@ fn names(items: &[FieldItem]) -> Vec<&str> {
 /// `inner` allows 2 at once, `outer` 5. The outer layer judges first and counts every
 /// request it lets through, including those the inner one then refuses.
 async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
-    let inner = fx.client.rate_limiter(gcra("inner", 60, 2));
-    let outer = fx.client.rate_limiter(gcra("outer", 60, 5));
+    let inner = fx
+        .client
+        .rate_limiter(gcra("inner", 60, 2))
+        .build()
+        .expect("valid limiter");
+    let outer = fx
+        .client
+        .rate_limiter(gcra("outer", 60, 5))
+        .build()
+        .expect("valid limiter");
     let app = routes()
         .layer(RateLimitLayer::new(inner, ClientIp::peer()))
         .layer(RateLimitLayer::new(outer, ClientIp::peer()));
@@ -80,12 +88,22 @@ async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
         let left: Vec<(String, i64)> = state.iter().map(|(n, p)| (n.clone(), p["r"])).collect();
         seen.push((status, names(&policy).join(" "), left.clone()));
         assert_eq!(names(&policy), names(&state), "request {i}: {left:?}");
-        let quota = |name: &str| policy.iter().find(|(n, _)| n == name).map(|(_, p)| p["q"]);
+        // The burst each policy lets go at once: both are 60/min (q=60;w=60), with their own
+        // burst in `distlock-burst`.
+        let burst = |name: &str| {
+            policy
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, p)| (p["q"], p["w"], p["distlock-burst"]))
+        };
         match i {
             // Allowed by both, then refused by the inner policy: both judged it.
             0..=4 => {
                 assert_eq!(names(&policy), ["inner", "outer"], "request {i}: {seen:?}");
-                assert_eq!((quota("inner"), quota("outer")), (Some(2), Some(5)));
+                assert_eq!(
+                    (burst("inner"), burst("outer")),
+                    (Some((60, 60, 2)), Some((60, 60, 5)))
+                );
                 let outer_left = state
                     .iter()
                     .find(|(n, _)| n == "outer")
@@ -109,11 +127,29 @@ async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
 }
 
 async fn stacked_legacy_fields_show_the_binding_layer(fx: Fixture) {
-    let inner = fx.client.rate_limiter(gcra("inner", 60, 2));
-    let outer = fx.client.rate_limiter(gcra("outer", 60, 5));
+    let inner = fx
+        .client
+        .rate_limiter(gcra("inner", 60, 2))
+        .build()
+        .expect("valid limiter");
+    let outer = fx
+        .client
+        .rate_limiter(gcra("outer", 60, 5))
+        .build()
+        .expect("valid limiter");
     let app = routes()
-        .layer(RateLimitLayer::new(inner, ClientIp::peer()).legacy_headers(true))
-        .layer(RateLimitLayer::new(outer, ClientIp::peer()).legacy_headers(true));
+        .layer(
+            RateLimitLayer::builder(inner, ClientIp::peer())
+                .legacy_headers(true)
+                .build()
+                .expect("valid settings"),
+        )
+        .layer(
+            RateLimitLayer::builder(outer, ClientIp::peer())
+                .legacy_headers(true)
+                .build()
+                .expect("valid settings"),
+        );
     let response = call(&app, request_from("/", PEER, &[])).await;
     let one = |name: &str| {
         let values: Vec<_> = response.headers().get_all(name).iter().collect();
@@ -131,7 +167,9 @@ async fn a_request_waiting_in_the_limiter_holds_no_readiness_of_the_inner_servic
     let rate = Rate::per(1, Duration::from_secs(1)).expect("valid rate");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("queue", rate).expect("valid policy"));
+        .rate_limiter(Policy::gcra("queue", rate).expect("valid policy"))
+        .build()
+        .expect("valid limiter");
     // `with_state(())` builds each route's service once, as `into_make_service` does for a
     // served app; without it, axum layers a handler anew for every request, and each request
     // would get a concurrency limit of its own.
@@ -139,7 +177,12 @@ async fn a_request_waiting_in_the_limiter_holds_no_readiness_of_the_inner_servic
         .route("/", get(|| async { "ok" }))
         .layer(
             ServiceBuilder::new()
-                .layer(RateLimitLayer::new(limiter, ClientIp::peer()).wait(Duration::from_secs(3)))
+                .layer(
+                    RateLimitLayer::builder(limiter, ClientIp::peer())
+                        .wait(Duration::from_secs(3))
+                        .build()
+                        .expect("valid settings"),
+                )
                 .layer(ConcurrencyLimitLayer::new(1)),
         )
         .with_state(());
@@ -183,10 +226,15 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
     let rate = Rate::per(1, Duration::from_secs(1)).expect("valid rate");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("loop", rate).expect("valid policy"));
+        .rate_limiter(Policy::gcra("loop", rate).expect("valid policy"))
+        .build()
+        .expect("valid limiter");
     let mut service = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(limiter, Header::from_static("x-key")).wait(Duration::from_secs(3)),
+            RateLimitLayer::builder(limiter, Header::from_static("x-key"))
+                .wait(Duration::from_secs(3))
+                .build()
+                .expect("valid settings"),
         )
         .layer(ConcurrencyLimitLayer::new(1))
         .service_fn(|request: Request<Body>| async move {

@@ -34,14 +34,20 @@ async fn store_trouble_becomes_the_outage_policys_response() {
     let client = client_via(&proxy).await;
     let policy = Policy::gcra("api", Rate::per_minute(60).expect("valid")).expect("valid");
     let closed = routes().layer(RateLimitLayer::new(
-        client.rate_limiter(policy.clone()).deadline(DEADLINE),
+        client
+            .rate_limiter(policy.clone())
+            .deadline(DEADLINE)
+            .build()
+            .expect("valid limiter"),
         ClientIp::peer(),
     ));
     let open = routes().layer(RateLimitLayer::new(
         client
             .rate_limiter(policy)
             .deadline(DEADLINE)
-            .on_outage(Outage::FailOpen),
+            .on_outage(Outage::FailOpen)
+            .build()
+            .expect("valid limiter"),
         ClientIp::peer(),
     ));
     let peer = "192.0.2.1:1";
@@ -89,17 +95,34 @@ async fn store_trouble_through_a_hook_and_in_the_checks() {
     let proxy = Proxy::start(server.addr()).await;
     let client = client_via(&proxy).await;
     let policy = Policy::gcra("api", Rate::per_minute(60).expect("valid")).expect("valid");
-    let limiter = || client.rate_limiter(policy.clone()).deadline(DEADLINE);
+    let limiter_with = |outage: Outage| {
+        client
+            .rate_limiter(policy.clone())
+            .deadline(DEADLINE)
+            .on_outage(outage)
+            .build()
+            .expect("valid limiter")
+    };
+    let limiter = || limiter_with(Outage::default());
     let hook = |refusal: &Refusal| {
         let mut response = Response::new(format!("down: {}", refusal.reason()));
         *response.status_mut() = refusal.status();
         response
     };
-    let hooked = routes().layer(RateLimitLayer::new(limiter(), ClientIp::peer()).refusal(hook));
-    let problem = routes()
-        .layer(RateLimitLayer::new(limiter(), ClientIp::peer()).refusal(ProblemDetails::new()));
+    let hooked = routes().layer(
+        RateLimitLayer::builder(limiter(), ClientIp::peer())
+            .refusal(hook)
+            .build()
+            .expect("valid settings"),
+    );
+    let problem = routes().layer(
+        RateLimitLayer::builder(limiter(), ClientIp::peer())
+            .refusal(ProblemDetails::new())
+            .build()
+            .expect("valid settings"),
+    );
     let open = routes().layer(RateLimitLayer::new(
-        limiter().on_outage(Outage::FailOpen),
+        limiter_with(Outage::FailOpen),
         ClientIp::peer(),
     ));
     let peer = "192.0.2.1:1";

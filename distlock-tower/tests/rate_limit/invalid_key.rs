@@ -41,18 +41,24 @@ async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixt
         Rate::per_minute(60).and_then(|r| r.burst(1)).expect("rate"),
     )
     .expect("policy");
-    let limiter = fx.client.rate_limiter(policy);
-    let layer = || RateLimitLayer::new(limiter.clone(), Header::from_static("x-api-key"));
+    let limiter = fx
+        .client
+        .rate_limiter(policy)
+        .build()
+        .expect("valid limiter");
+    let layer = |missing: Option<MissingKey>| {
+        let builder = RateLimitLayer::builder(limiter.clone(), Header::from_static("x-api-key"));
+        match missing {
+            Some(missing) => builder.on_missing_key(missing),
+            None => builder,
+        }
+        .build()
+        .expect("valid settings")
+    };
     let apps: [(&str, Router); 3] = [
-        ("default", routes().layer(layer())),
-        (
-            "reject",
-            routes().layer(layer().on_missing_key(MissingKey::Reject)),
-        ),
-        (
-            "allow",
-            routes().layer(layer().on_missing_key(MissingKey::Allow)),
-        ),
+        ("default", routes().layer(layer(None))),
+        ("reject", routes().layer(layer(Some(MissingKey::Reject)))),
+        ("allow", routes().layer(layer(Some(MissingKey::Allow)))),
     ];
     for (setting, app) in &apps {
         // Many times over a budget of 1: none passes, metered or not.

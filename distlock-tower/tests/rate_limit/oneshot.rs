@@ -39,7 +39,11 @@ fn gcra(name: &str, per_minute: u32, burst: u32) -> Policy {
 }
 
 async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 3));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 3))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
     for left in (0..3).rev() {
         let response = call(&app, request_from("/", PEER, &[])).await;
@@ -47,8 +51,9 @@ async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
         let (policy, state) = fields(&response);
         assert_eq!(policy.len(), 1);
         assert_eq!(policy[0].0, "api");
-        assert_eq!(policy[0].1["q"], 3, "quota = burst");
-        assert_eq!(policy[0].1["w"], 3, "3 requests refill in 3 s at 60/min");
+        assert_eq!(policy[0].1["q"], 60, "the rate: 60 ...");
+        assert_eq!(policy[0].1["w"], 60, "... per 60 s");
+        assert_eq!(policy[0].1["distlock-burst"], 3, "3 at once");
         assert_eq!(state[0].0, "api");
         assert_eq!(state[0].1["r"], left);
         assert!((1..=3).contains(&state[0].1["t"]));
@@ -59,7 +64,7 @@ async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(&refused), 1);
     let (policy, state) = fields(&refused);
-    assert_eq!(policy[0].1["q"], 3);
+    assert_eq!((policy[0].1["q"], policy[0].1["distlock-burst"]), (60, 3));
     assert_eq!(state[0].1["r"], 0);
     assert_eq!(
         header(&refused, "content-type"),
@@ -78,15 +83,28 @@ async fn retry_after_is_whole_seconds_rounded_up_never_zero(fx: Fixture) {
         .expect("valid");
     let fast = fx
         .client
-        .rate_limiter(Policy::gcra("fast", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("fast", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(fast, ClientIp::peer()));
-    call(&app, request_from("/", PEER, &[])).await;
-    let refused = call(&app, request_from("/", PEER, &[])).await;
+    // Back to back, the second request is refused unless 10 ms passed between the two (a
+    // busy machine): ask until one is refused, which a burst of 1 makes quick.
+    let mut refused = call(&app, request_from("/", PEER, &[])).await;
+    for _ in 0..1000 {
+        if refused.status() != StatusCode::OK {
+            break;
+        }
+        refused = call(&app, request_from("/", PEER, &[])).await;
+    }
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(&refused), 1);
 
     // 2 per minute, burst 1: the wait is ~30 s, rounded up (29.99... → 30).
-    let slow = fx.client.rate_limiter(gcra("slow", 2, 1));
+    let slow = fx
+        .client
+        .rate_limiter(gcra("slow", 2, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(slow, ClientIp::peer()));
     call(&app, request_from("/", PEER, &[])).await;
     let refused = call(&app, request_from("/", PEER, &[])).await;
@@ -100,6 +118,7 @@ async fn several_policies_are_listed_in_both_fields(fx: Fixture) {
             gcra("burst", 60, 2),
             Policy::fixed_window("daily", Rate::per_day(1000).expect("valid")).expect("valid"),
         ])
+        .build()
         .expect("valid");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
     let response = call(&app, request_from("/", PEER, &[])).await;
@@ -111,11 +130,17 @@ async fn several_policies_are_listed_in_both_fields(fx: Fixture) {
 }
 
 async fn legacy_fields_when_asked(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 2));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 2))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
-        RateLimitLayer::new(limiter, ClientIp::peer())
+        RateLimitLayer::builder(limiter, ClientIp::peer())
             .legacy_headers(true)
-            .ietf_headers(false),
+            .ietf_headers(false)
+            .build()
+            .expect("valid settings"),
     );
     let response = call(&app, request_from("/", PEER, &[])).await;
     assert_eq!(header(&response, "x-ratelimit-limit"), Some("2"));
@@ -132,9 +157,14 @@ async fn wait_mode_delays_instead_of_refusing(fx: Fixture) {
         .expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("queue", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("queue", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     let waiting = routes().layer(
-        RateLimitLayer::new(limiter.clone(), ClientIp::peer()).wait(Duration::from_millis(500)),
+        RateLimitLayer::builder(limiter.clone(), ClientIp::peer())
+            .wait(Duration::from_millis(500))
+            .build()
+            .expect("valid settings"),
     );
     assert_eq!(
         call(&waiting, request_from("/", PEER, &[])).await.status(),
@@ -153,8 +183,12 @@ async fn wait_mode_delays_instead_of_refusing(fx: Fixture) {
         "passed after {waited:?}: it did not wait"
     );
     // A wait longer than allowed is refused at once.
-    let impatient = routes()
-        .layer(RateLimitLayer::new(limiter, ClientIp::peer()).wait(Duration::from_millis(5)));
+    let impatient = routes().layer(
+        RateLimitLayer::builder(limiter, ClientIp::peer())
+            .wait(Duration::from_millis(5))
+            .build()
+            .expect("valid settings"),
+    );
     let response = call(&impatient, request_from("/", PEER, &[])).await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
 }
@@ -165,9 +199,15 @@ async fn a_dropped_waiting_request_consumes_nothing(fx: Fixture) {
     let rate = Rate::per(1, Duration::from_secs(2)).expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("drop", rate).expect("valid"));
-    let app = routes()
-        .layer(RateLimitLayer::new(limiter.clone(), ClientIp::peer()).wait(Duration::from_secs(5)));
+        .rate_limiter(Policy::gcra("drop", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
+    let app = routes().layer(
+        RateLimitLayer::builder(limiter.clone(), ClientIp::peer())
+            .wait(Duration::from_secs(5))
+            .build()
+            .expect("valid settings"),
+    );
     assert_eq!(
         call(&app, request_from("/", PEER, &[])).await.status(),
         StatusCode::OK
@@ -190,7 +230,11 @@ async fn a_dropped_waiting_request_consumes_nothing(fx: Fixture) {
 }
 
 async fn missing_key_is_refused_or_unmetered(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 1))
+        .build()
+        .expect("valid limiter");
     let strict = routes().layer(RateLimitLayer::new(
         limiter.clone(),
         Header::from_static("x-api-key"),
@@ -198,8 +242,10 @@ async fn missing_key_is_refused_or_unmetered(fx: Fixture) {
     let response = call(&strict, request_from("/", PEER, &[])).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let lenient = routes().layer(
-        RateLimitLayer::new(limiter, Header::from_static("x-api-key"))
-            .on_missing_key(MissingKey::Allow),
+        RateLimitLayer::builder(limiter, Header::from_static("x-api-key"))
+            .on_missing_key(MissingKey::Allow)
+            .build()
+            .expect("valid settings"),
     );
     for _ in 0..3 {
         let response = call(&lenient, request_from("/", PEER, &[])).await;
@@ -209,13 +255,27 @@ async fn missing_key_is_refused_or_unmetered(fx: Fixture) {
 }
 
 async fn per_route_policies_from_one_layer(fx: Fixture) {
-    let default = fx.client.rate_limiter(gcra("default", 60, 3));
-    let strict = fx.client.rate_limiter(gcra("route-a", 60, 1));
-    let items = fx.client.rate_limiter(gcra("route-items", 60, 2));
+    let default = fx
+        .client
+        .rate_limiter(gcra("default", 60, 3))
+        .build()
+        .expect("valid limiter");
+    let strict = fx
+        .client
+        .rate_limiter(gcra("route-a", 60, 1))
+        .build()
+        .expect("valid limiter");
+    let items = fx
+        .client
+        .rate_limiter(gcra("route-items", 60, 2))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
-        RateLimitLayer::new(default, ClientIp::peer())
+        RateLimitLayer::builder(default, ClientIp::peer())
             .route("/a", strict)
-            .route("/items/{id}", items),
+            .route("/items/{id}", items)
+            .build()
+            .expect("valid settings"),
     );
     let status = |uri: &'static str| {
         let app = app.clone();
@@ -237,7 +297,12 @@ async fn per_route_policies_from_one_layer(fx: Fixture) {
 }
 
 async fn shadow_mode_never_refuses(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 1)).shadow(true);
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 1))
+        .shadow(true)
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
     for i in 0..4 {
         let response = call(&app, request_from("/", PEER, &[])).await;
@@ -250,7 +315,11 @@ async fn shadow_mode_never_refuses(fx: Fixture) {
 /// values (the layer trusts 10.0.0.0/8 only) all count against the peer: exactly the limit
 /// passes.
 async fn random_forwarded_headers_from_one_peer_share_one_bucket(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("per-ip", 10, 10));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("per-ip", 10, 10))
+        .build()
+        .expect("valid limiter");
     let trusted: Cidr = "10.0.0.0/8".parse().expect("valid CIDR");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::trusting([trusted])));
     let mut passed = 0;

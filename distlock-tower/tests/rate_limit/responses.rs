@@ -59,9 +59,16 @@ fn hook(refusal: &Refusal) -> Response<String> {
 }
 
 async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 60, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 60, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
-        RateLimitLayer::new(limiter.clone(), Header::from_static("x-api-key")).refusal(hook),
+        RateLimitLayer::builder(limiter.clone(), Header::from_static("x-api-key"))
+            .refusal(hook)
+            .build()
+            .expect("valid settings"),
     );
     let with_key = |key: &str| request_from("/", PEER, &[("x-api-key", key)]);
 
@@ -122,7 +129,12 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
 
     // 400, a key the limiter cannot use as a subject (longer than a name may be).
     let too_long = |_: &Request<Body>| Some("k".repeat(distlock::MAX_NAME_LEN + 1));
-    let app = routes().layer(RateLimitLayer::new(limiter, too_long).refusal(hook));
+    let app = routes().layer(
+        RateLimitLayer::builder(limiter, too_long)
+            .refusal(hook)
+            .build()
+            .expect("valid settings"),
+    );
     let response = call(&app, request_from("/", PEER, &[])).await;
     assert_eq!(header(&response, "x-refusal"), Some("unusable-key"));
     let why = response.extensions().get::<Refusal>().expect("refusal");
@@ -139,10 +151,16 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
 }
 
 async fn problem_details_are_json_with_the_rfc_9457_members(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 2, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 2, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(
-        RateLimitLayer::new(limiter, ClientIp::peer())
-            .refusal(ProblemDetails::new().type_base("https://errors.example/")),
+        RateLimitLayer::builder(limiter, ClientIp::peer())
+            .refusal(ProblemDetails::new().type_base("https://errors.example/"))
+            .build()
+            .expect("valid settings"),
     );
     assert_eq!(
         call(&app, request_from("/", PEER, &[])).await.status(),
@@ -204,7 +222,11 @@ fn observed(app: Router, seen: &Seen) -> Router {
 }
 
 async fn an_outer_layer_reads_subject_policy_and_origin(fx: Fixture) {
-    let limiter = fx.client.rate_limiter(gcra("api", 6, 1));
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("api", 6, 1))
+        .build()
+        .expect("valid limiter");
     let seen = Seen::default();
     let app = observed(
         routes().layer(RateLimitLayer::new(limiter, ClientIp::peer())),
@@ -238,8 +260,16 @@ async fn an_outer_layer_reads_subject_policy_and_origin(fx: Fixture) {
 }
 
 async fn stacked_layers_each_record_their_check(fx: Fixture) {
-    let inner = fx.client.rate_limiter(gcra("per-key", 60, 1));
-    let outer = fx.client.rate_limiter(gcra("per-ip", 60, 5));
+    let inner = fx
+        .client
+        .rate_limiter(gcra("per-key", 60, 1))
+        .build()
+        .expect("valid limiter");
+    let outer = fx
+        .client
+        .rate_limiter(gcra("per-ip", 60, 5))
+        .build()
+        .expect("valid limiter");
     let app = routes()
         .layer(RateLimitLayer::new(inner, Header::from_static("x-api-key")))
         .layer(RateLimitLayer::new(outer, ClientIp::peer()));
@@ -287,7 +317,10 @@ async fn stacked_layers_each_record_their_check(fx: Fixture) {
 async fn refusals_and_keyless_requests_are_debug_events() {
     let capture = Capture::start(tracing::Level::DEBUG);
     let client = distlock::Client::in_memory();
-    let limiter = client.rate_limiter(gcra("api", 60, 1));
+    let limiter = client
+        .rate_limiter(gcra("api", 60, 1))
+        .build()
+        .expect("valid limiter");
     let app = routes().layer(RateLimitLayer::new(limiter.clone(), ClientIp::peer()));
     call(&app, request_from("/", PEER, &[])).await;
     call(&app, request_from("/", PEER, &[])).await;
@@ -310,8 +343,12 @@ async fn refusals_and_keyless_requests_are_debug_events() {
     // No ConnectInfo: the hint says how to serve the router.
     let bare = || Request::get("/").body(Body::empty()).expect("request");
     call(&app, bare()).await;
-    let lenient = routes()
-        .layer(RateLimitLayer::new(limiter, ClientIp::peer()).on_missing_key(MissingKey::Allow));
+    let lenient = routes().layer(
+        RateLimitLayer::builder(limiter, ClientIp::peer())
+            .on_missing_key(MissingKey::Allow)
+            .build()
+            .expect("valid settings"),
+    );
     call(&lenient, bare()).await;
     let logged = capture.text();
     let keyless: Vec<&str> = logged

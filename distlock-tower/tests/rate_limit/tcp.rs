@@ -1,14 +1,19 @@
 //! The layer over real TCP: `axum::serve` with `ConnectInfo` on 127.0.0.1 and HTTP clients,
 //! on both stores.
 
-use distlock::ratelimit::{Policy, Rate};
+use std::time::Duration;
+
+use distlock::ratelimit::{Algorithm, Policy, Rate};
 use distlock_tower::client_ip::ClientIp;
 use distlock_tower::rate_limit::RateLimitLayer;
 use http::StatusCode;
 
 use crate::app::{Fixture, http_client, on_both_stores, parse_field, routes, serve};
 
-on_both_stores!(hundred_connections_share_one_limit);
+on_both_stores!(
+    hundred_connections_share_one_limit,
+    policy_fields_state_the_real_rate_over_tcp
+);
 
 /// TESTPLAN 21: 100 clients, each on its own connection (axum clones the service per
 /// connection), all from 127.0.0.1, against a limit of 30: exactly 30 pass, and every
@@ -17,7 +22,9 @@ async fn hundred_connections_share_one_limit(fx: Fixture) {
     let rate = Rate::per_hour(30).expect("valid");
     let limiter = fx
         .client
-        .rate_limiter(Policy::gcra("per-ip", rate).expect("valid"));
+        .rate_limiter(Policy::gcra("per-ip", rate).expect("valid"))
+        .build()
+        .expect("valid limiter");
     let (addr, _server) =
         serve(routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()))).await;
     let tasks: Vec<_> = (0..100)
@@ -69,4 +76,59 @@ async fn hundred_connections_share_one_limit(fx: Fixture) {
         (0..30).collect::<Vec<i64>>(),
         "one shared count"
     );
+}
+
+/// Issue 28 §1 over TCP: a fast or sub-second policy advertises its real rate, with its burst
+/// apart, for each algorithm; one per route of one layer.
+async fn policy_fields_state_the_real_rate_over_tcp(fx: Fixture) {
+    let limiter = |algorithm, rate: Rate| {
+        fx.client
+            .rate_limiter(Policy::new("p", algorithm, rate).expect("valid policy"))
+            .build()
+            .expect("valid limiter")
+    };
+    let per = |count, ms| Rate::per(count, Duration::from_millis(ms)).expect("valid rate");
+    let fast = per(100, 1000).burst(1).expect("valid burst");
+    let layer = RateLimitLayer::builder(limiter(Algorithm::Gcra, fast), ClientIp::peer())
+        .route("/a", limiter(Algorithm::FixedWindow, per(5, 100)))
+        .route("/b", limiter(Algorithm::SlidingWindow, per(10, 1500)))
+        .route("/items/{id}", limiter(Algorithm::TokenBucket, per(1, 333)))
+        .build()
+        .expect("valid settings");
+    let (addr, _server) = serve(routes().layer(layer)).await;
+    let http = http_client();
+    // `t`: back to full within a second, but the sliding window, whose request counts until
+    // it has slid out of the previous window (two periods, 3 s).
+    for (path, q, w, burst, full_within) in [
+        ("/", 100, 1, 1, 1),
+        ("/a", 50, 1, 5, 1),
+        ("/b", 20, 3, 10, 3),
+        ("/items/1", 3, 1, 1, 1),
+    ] {
+        let response = http
+            .get(format!("http://{addr}{path}"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let field = |name: &str| {
+            parse_field(
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_else(|| panic!("{path}: {name} is set")),
+            )
+        };
+        let (policy, state) = (field("ratelimit-policy"), field("ratelimit"));
+        let params = &policy[0].1;
+        assert_eq!(
+            (params["q"], params["w"], params["distlock-burst"]),
+            (q, w, burst),
+            "{path}: {policy:?}"
+        );
+        assert_eq!(state[0].1["r"], burst - 1, "{path}: {state:?}");
+        let t = state[0].1["t"];
+        assert!((1..=full_within).contains(&t), "{path}: t={t}");
+    }
 }

@@ -29,7 +29,10 @@ fn router(peer: Peer) -> Result<Router, String> {
                 .and_then(|r| r.burst(1_000_000))
                 .map_err(|e| e.to_string())?;
             let policy = Policy::gcra("bench", rate).map_err(|e| e.to_string())?;
-            let limiter = distlock::Client::in_memory().rate_limiter(policy);
+            let limiter = distlock::Client::in_memory()
+                .rate_limiter(policy)
+                .build()
+                .map_err(|e| e.to_string())?;
             app.layer(RateLimitLayer::new(limiter, ClientIp::peer()))
         }
     })

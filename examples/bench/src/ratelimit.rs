@@ -86,12 +86,13 @@ impl Decider {
             Peer::Distlock => {
                 let client = crate::workloads::distlock_client(workload, targets).await?;
                 let policy = Policy::gcra("bench", rate).map_err(|e| e.to_string())?;
-                let limiter = client.rate_limiter(policy);
-                Self::Distlock(if deny_cache {
-                    limiter
+                let builder = client.rate_limiter(policy);
+                let builder = if deny_cache {
+                    builder
                 } else {
-                    limiter.deny_cache(0)
-                })
+                    builder.deny_cache(0)
+                };
+                Self::Distlock(builder.build().map_err(|e| e.to_string())?)
             }
             Peer::Raw if workload.is_cluster() => Self::RawCluster {
                 conn: raw::connect_cluster(&targets.cluster()?.seeds).await?,

@@ -24,17 +24,17 @@ pub struct Seats {
 /// `GET /api/seats`
 pub async fn list_seats(State(state): State<AppState>) -> Result<Json<Seats>, AppError> {
     let seats = state.settings.seats;
-    let sales = state.store.sales(seats).await?;
+    let sold_seats = state.store.sold_seats(seats).await?;
     let mut sold = vec![false; seats as usize + 1];
-    for sale in &sales {
-        if let Some(slot) = sold.get_mut(sale.seat as usize) {
+    for &seat in &sold_seats {
+        if let Some(slot) = sold.get_mut(seat as usize) {
             *slot = true;
         }
     }
     let available = (1..=seats).filter(|&s| !sold[s as usize]).collect();
     Ok(Json(Seats {
         seats,
-        sold: sales.len() as u64,
+        sold: sold_seats.len() as u64,
         available,
     }))
 }

@@ -4,7 +4,8 @@
 //! * per-client rate limits on the API ([`limits`]), with the `RateLimit` fields on every
 //!   response and a stricter, all-or-nothing set of policies on checkout;
 //! * a checkout guarded by `#[distributed_lock]` on the seat, writing under the lock's fencing
-//!   token, so a seat is never sold twice ([`checkout`]);
+//!   token to a fenced resource that refuses older fences, so a seat is never sold twice
+//!   ([`checkout`], [`store`]);
 //! * a `LockLayer` on an admin route that must run one at a time ([`admin`]);
 //! * a periodic job that runs on one replica at a time, with a minimum hold ([`job`]);
 //! * `GET /health`, which says which store is in use.
@@ -29,7 +30,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::Request;
 use axum::routing::{get, post};
-use distlock::InvalidPolicy;
+use distlock::RateLimitError;
 use distlock_tower::client_ip::{Cidr, ClientIp};
 use distlock_tower::lock::LockLayer;
 use distlock_tower::rate_limit::RateLimitLayer;
@@ -37,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 use crate::limits::{CHECKOUT_ROUTE, Limits};
-use crate::store::{MemoryStore, Store};
+use crate::store::Store;
 
 /// What the handlers share. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -88,7 +89,7 @@ impl AppState {
         locks: distlock::Client,
         store: Store,
         settings: Settings,
-    ) -> Result<Self, InvalidPolicy> {
+    ) -> Result<Self, RateLimitError> {
         Ok(Self {
             limits: Limits::new(&locks)?,
             locks,
@@ -98,12 +99,8 @@ impl AppState {
     }
 
     /// Everything in this process's memory: no setup, one replica.
-    pub fn in_memory(settings: Settings) -> Result<Self, InvalidPolicy> {
-        Self::new(
-            distlock::Client::in_memory(),
-            Store::Memory(MemoryStore::new()),
-            settings,
-        )
+    pub fn in_memory(settings: Settings) -> Result<Self, RateLimitError> {
+        Self::new(distlock::Client::in_memory(), Store::in_memory(), settings)
     }
 }
 
@@ -128,8 +125,11 @@ pub fn app(state: AppState) -> Router {
         .route("/api/seats/{seat}", get(api::seat))
         .route(CHECKOUT_ROUTE, post(api::checkout))
         .route_layer(
-            RateLimitLayer::new(state.limits.api.clone(), client_ip)
-                .route(CHECKOUT_ROUTE, state.limits.checkout.clone()),
+            RateLimitLayer::builder(state.limits.api.clone(), client_ip)
+                .route(CHECKOUT_ROUTE, state.limits.checkout.clone())
+                .build()
+                // The only check is that the cost (1, the default) fits every policy: it does.
+                .expect("a cost of 1 fits every policy"),
         );
 
     // One reindex at a time across every replica; the lock is keyed by a constant.
@@ -138,7 +138,11 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/admin/reindex",
             post(admin::reindex).route_layer(
-                LockLayer::new(state.locks.clone(), reindex_key).ttl(Duration::from_secs(10)),
+                LockLayer::builder(state.locks.clone(), reindex_key)
+                    .ttl(Duration::from_secs(10))
+                    .build()
+                    // A constant ttl inside distlock::MIN_TTL..=MAX_TTL.
+                    .expect("10 s is a valid lock ttl"),
             ),
         )
         .route("/admin/jobs", get(admin::job_runs));

@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
-use distlock::InvalidPolicy;
 use distlock::ratelimit::{Outage, Policy, Rate, RateLimiter};
+use distlock::{InvalidPolicy, RateLimitError};
 
 /// The route template whose requests get the checkout limits.
 pub const CHECKOUT_ROUTE: &str = "/api/seats/{seat}/checkout";
@@ -33,18 +33,21 @@ fn api_policy() -> Result<Policy, InvalidPolicy> {
 }
 
 impl Limits {
-    pub fn new(client: &distlock::Client) -> Result<Self, InvalidPolicy> {
+    pub fn new(client: &distlock::Client) -> Result<Self, RateLimitError> {
         // Browsing may go on while Redis restarts: each replica then limits on its own.
         let api = client
             .rate_limiter(api_policy()?)
             .on_outage(Outage::LocalFallback)
-            .deadline(Duration::from_millis(200));
+            .deadline(Duration::from_millis(200))
+            .build()?;
         // Checkouts need Redis anyway (for the seat lock), so they fail closed: 503.
-        let checkout = client.rate_limiter_all([
-            api_policy()?,
-            Policy::gcra("checkout", Rate::per_second(2)?.burst(3)?)?,
-            Policy::sliding_log("checkout-per-minute", Rate::per_minute(10)?)?,
-        ])?;
+        let checkout = client
+            .rate_limiter_all([
+                api_policy()?,
+                Policy::gcra("checkout", Rate::per_second(2)?.burst(3)?)?,
+                Policy::sliding_log("checkout-per-minute", Rate::per_minute(10)?)?,
+            ])
+            .build()?;
         Ok(Self { api, checkout })
     }
 }

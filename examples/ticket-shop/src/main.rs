@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use distlock_example_ticket_shop::config::{Backend, Config, USAGE};
 use distlock_example_ticket_shop::job::{self, Schedule};
-use distlock_example_ticket_shop::store::{MemoryStore, RedisStore, Store};
+use distlock_example_ticket_shop::store::Store;
 use distlock_example_ticket_shop::{AppState, Settings, app};
 use tracing_subscriber::EnvFilter;
 
@@ -47,20 +47,17 @@ async fn main() -> ExitCode {
 
 async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // One Redis (or one cluster) for both: the lock client keeps its own connections, the
-    // shop's records get theirs.
+    // shop's records (fenced resources under their own prefix) get theirs.
     let (locks, store) = match &config.backend {
         Backend::Redis(url) => (
             distlock::Client::connect(url).await?,
-            Store::Redis(RedisStore::connect(url).await?),
+            Store::connect(url).await?,
         ),
         Backend::Cluster(urls) => (
             distlock::Client::connect_cluster(urls).await?,
-            Store::Redis(RedisStore::connect_cluster(urls).await?),
+            Store::connect_cluster(urls).await?,
         ),
-        Backend::Memory => (
-            distlock::Client::in_memory(),
-            Store::Memory(MemoryStore::new()),
-        ),
+        Backend::Memory => (distlock::Client::in_memory(), Store::in_memory()),
     };
     let mut settings = Settings::new(config.seats, config.replica.clone());
     settings.trusted_proxies = config.trusted_proxies.clone();

@@ -5,8 +5,9 @@
 //! Checks: exactly as many seats sold as there are, none twice (in the responses and in the
 //! store's records), the periodic job never ran on both replicas at once nor twice in one
 //! period, 429s where the policies say (one client hammering an endpoint, across both
-//! replicas), and a `Retry-After` of at least 1 s on every 429. On the cluster, the same,
-//! read from the master that holds the shop's records, and distlock's keys on every master.
+//! replicas), and a `Retry-After` of at least 1 s on every 429. On the cluster, the same, each
+//! record read from the master that holds it, with the seats and distlock's keys spread over
+//! every master.
 //!
 //! The app processes believe `X-Forwarded-For` from 127.0.0.1 (`TRUSTED_PROXIES`), as they
 //! would from a load balancer, so each simulated buyer is a distinct client address. The
@@ -35,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use cluster::RedisCluster;
 use distlock_example_ticket_shop::store::{
-    Fenced, JobRun, Keys, Log, RedisStore, Sale, Store, sale_from_fields,
+    Fenced, JobRun, Log, PREFIX, SOLD_KEY, Sale, Store, seat_resource,
 };
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -70,24 +71,14 @@ impl Target {
         }
     }
 
-    fn keys(&self) -> Keys {
+    /// A plain connection to the server that holds `key`: on a cluster, the master of its
+    /// slot (any other would answer `MOVED`), and which master that is.
+    async fn conn_for(&self, key: &str) -> (MultiplexedConnection, u16) {
         match self {
-            Self::Primary(_) => Keys::PRIMARY,
-            Self::Cluster(_) => Keys::CLUSTER,
-        }
-    }
-
-    /// A plain connection to the server that holds the shop's records: on a cluster, the
-    /// master of their slot (any key outside it would answer `MOVED` there).
-    async fn records_conn(&self) -> MultiplexedConnection {
-        match self {
-            Self::Primary(server) => server.conn().await,
+            Self::Primary(server) => (server.conn().await, server.port()),
             Self::Cluster(cluster) => {
-                cluster
-                    .master_of_key(Keys::CLUSTER.sold())
-                    .await
-                    .conn()
-                    .await
+                let master = cluster.master_of_key(key).await;
+                (master.conn().await, master.port())
             }
         }
     }
@@ -95,10 +86,10 @@ impl Target {
     /// The shop's own store on it, as a replica connects it.
     async fn store(&self) -> Store {
         let store = match self {
-            Self::Primary(server) => RedisStore::connect(&server.url()).await,
-            Self::Cluster(cluster) => RedisStore::connect_cluster(&cluster.seed_urls()).await,
+            Self::Primary(server) => Store::connect(&server.url()).await,
+            Self::Cluster(cluster) => Store::connect_cluster(&cluster.seed_urls()).await,
         };
-        Store::Redis(store.expect("connect"))
+        store.expect("connect")
     }
 }
 
@@ -382,17 +373,34 @@ async fn two_replicas_on(target: Target) {
     assert_eq!(sales.len(), SEATS as usize, "201 responses");
     assert_eq!(by_seat.len(), SEATS as usize);
 
-    // The store agrees: every seat has exactly the buyer and fence its 201 response said.
-    let keys = target.keys();
-    let mut conn = target.records_conn().await;
-    let sold: u64 = conn.scard(keys.sold()).await.expect("scard");
-    assert_eq!(sold, u64::from(SEATS));
+    // The store agrees: every seat has exactly the buyer and fence its 201 response said...
+    let store = target.store().await;
+    assert_eq!(store.sold_count().await.expect("count"), u64::from(SEATS));
+    let (mut conn, _) = target.conn_for(SOLD_KEY).await;
+    let indexed: u64 = conn.scard(SOLD_KEY).await.expect("SCARD");
+    assert_eq!(indexed, u64::from(SEATS), "the index of sold seats");
+    let mut seat_masters = std::collections::BTreeSet::new();
     for seat in 1..=SEATS {
-        let fields: Vec<(String, String)> = conn.hgetall(keys.seat(seat)).await.expect("hgetall");
-        let stored = sale_from_fields(seat, &fields)
+        let stored = store
+            .sale(seat)
+            .await
             .expect("readable")
             .unwrap_or_else(|| panic!("seat {seat} has no buyer in the store"));
         assert_eq!(&stored, by_seat[&seat][0], "seat {seat}");
+        // ...and so does Redis itself: the seat's fenced resource holds the buyer, and its
+        // guard the sale's fence (no later write was accepted).
+        let resource = seat_resource(seat);
+        let values = format!("{PREFIX}:fenced:{{{resource}}}");
+        let guard = format!("{PREFIX}:fenced-guard:{{{resource}}}");
+        let (mut conn, master) = target.conn_for(&values).await;
+        seat_masters.insert(master);
+        let buyer: Option<String> = conn.hget(&values, "buyer").await.expect("HGET");
+        assert_eq!(buyer.as_deref(), Some(stored.buyer.as_str()), "seat {seat}");
+        let fence: Option<u64> = conn.get(&guard).await.expect("GET");
+        assert_eq!(fence, Some(stored.fence), "seat {seat}'s guard");
+    }
+    if let Target::Cluster(_) = &target {
+        assert_eq!(seat_masters.len(), 3, "the seats spread over the masters");
     }
     let mut per_replica: HashMap<&str, usize> = HashMap::new();
     for sale in &sales {
@@ -477,14 +485,12 @@ async fn two_replicas_on(target: Target) {
     while test_started.elapsed() < JOB_PERIOD * 4 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let raw: Vec<String> = conn
-        .lrange(keys.log(Log::JobRuns), 0, -1)
-        .await
-        .expect("lrange");
-    let mut runs: Vec<JobRun> = raw
-        .iter()
-        .map(|r| serde_json::from_str(r).expect("job run"))
-        .collect();
+    let mut runs: Vec<JobRun> = store.records(Log::JobRuns).await.expect("job runs");
+    // In Redis, one entry per run in the log's fenced resource.
+    let log_values = format!("{PREFIX}:fenced:{{{}}}", Log::JobRuns.resource());
+    let (mut conn, _) = target.conn_for(&log_values).await;
+    let entries: usize = conn.hlen(&log_values).await.expect("HLEN");
+    assert_eq!(entries, runs.len());
     runs.sort_by_key(|r| r.started_ms);
     assert!(runs.len() >= 3, "{} job runs", runs.len());
     let period_ms = JOB_PERIOD.as_millis() as u64;

@@ -8,6 +8,7 @@
 //! test.
 
 mod bloom;
+mod fenced;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,6 +20,7 @@ use super::backend::Backend;
 use super::capability::{Capability, StoreKind, Unsupported};
 use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::fenced::{FencedCall, FencedReply};
 use super::{
     AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
     Side, Waits, Wakeups,
@@ -41,6 +43,7 @@ pub(crate) struct MemoryStore {
     state: Arc<Mutex<State>>,
     rates: Arc<Mutex<Rates>>,
     blooms: Arc<bloom::Blooms>,
+    fenced: Arc<fenced::Resources>,
     wakeups: Arc<Wakeups>,
 }
 
@@ -592,6 +595,10 @@ impl Backend for MemoryStore {
         Ok(())
     }
 
+    fn fenced_writes(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
     fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
         Err(self.refusal(Capability::ReplicaAcknowledgement, REPLICAS_UNSUPPORTED))
     }
@@ -696,6 +703,10 @@ impl Backend for MemoryStore {
 
     async fn bloom_module(&self) -> Result<bool, StoreError> {
         Ok(false)
+    }
+
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        Ok(self.fenced.run(call))
     }
 
     fn wakeups(&self) -> &Arc<Wakeups> {

@@ -30,12 +30,17 @@
 //!   `restart_quarantine`), so every lease it forgot has expired before its vote counts again.
 //!   A node this client never saw answer is treated the same way the first time it answers.
 //!
+//! * **A node whose clock steps forward** expires its copies early. Each grant's fence tells
+//!   the node's clock, so a granting node whose clock is ahead of the others' by more than
+//!   half the lease's safety margin does not vote for that grant (`clocks.rs`).
+//!
 //! What Redlock does not give: consensus. Two majorities share a node, so fences (the maximum
 //! over the granting majority, each node minting `max(previous + 1, its clock in µs)`)
 //! increase as long as the nodes' clocks agree within what was handed out since; a holder
 //! paused past its ttl is not stopped by any lease; so writes that need correctness are
 //! fenced, as everywhere.
 
+mod clocks;
 mod members;
 mod pubsub;
 
@@ -115,6 +120,9 @@ struct NodeState {
     run_id: Option<String>,
     /// Whether the node is known to be a server of its own (see `members.rs`).
     identity: Identity,
+    /// Whether the node's clock was ahead of the others' at its last grant (see `clocks.rs`),
+    /// so that the warning is logged when that starts and the end when it ends.
+    clock_ahead: bool,
 }
 
 /// Whether a member is a server of its own, or another member under a second name.
@@ -262,6 +270,20 @@ impl QuorumStore {
         Ok(store)
     }
 
+    /// Each node's name and connection (for `Client::ping`).
+    pub(crate) fn named_connections(&self) -> Vec<(String, ConnectionManager)> {
+        self.inner
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.conn.clone()))
+            .collect()
+    }
+
+    /// How many nodes make a majority.
+    pub(crate) fn majority(&self) -> usize {
+        self.inner.quorum
+    }
+
     /// The per-node timeout of an operation on a lease of `ttl`.
     fn node_timeout(&self, ttl: Duration) -> Duration {
         self.inner
@@ -347,6 +369,56 @@ impl QuorumStore {
         } else {
             tracing::warn!(node = %node.name, "quorum node lost its data (restarted or flushed); it sits out of majorities until every grant it forgot has expired");
         }
+    }
+
+    /// For each node, whether it granted with a clock ahead of the other granting nodes' (see
+    /// `clocks.rs`); logs when a node starts or stops being ahead.
+    fn clocks_ahead(
+        &self,
+        answers: &[Answer<(NodeAcquire, Instant)>],
+        sent: Instant,
+        ttl: Duration,
+    ) -> Vec<bool> {
+        let grants: Vec<(usize, clocks::Granted)> = answers
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| {
+                !matches!(
+                    self.inner.nodes[*index].state().identity,
+                    Identity::Twin { .. }
+                )
+            })
+            .filter_map(|(index, answer)| match answer {
+                Answer::Ok((NodeAcquire::Replied(AcquireReply::Granted { fence }), answered)) => {
+                    Some((
+                        index,
+                        clocks::Granted {
+                            fence: *fence,
+                            answered: *answered,
+                        },
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        let limit = clocks::limit(ttl);
+        let found = clocks::ahead(
+            &grants.iter().map(|(_, g)| *g).collect::<Vec<_>>(),
+            sent,
+            limit,
+        );
+        let mut ahead = vec![false; answers.len()];
+        for ((index, _), is_ahead) in grants.iter().zip(found) {
+            ahead[*index] = is_ahead;
+            let node = &self.inner.nodes[*index];
+            let was = std::mem::replace(&mut node.state().clock_ahead, is_ahead);
+            if is_ahead && !was {
+                tracing::warn!(node = %node.name, limit = ?limit, "quorum node's clock is ahead of the other nodes' (a clock step?): its keys may expire early, so it does not vote until its clock agrees again");
+            } else if was && !is_ahead {
+                tracing::info!(node = %node.name, "quorum node's clock agrees with the other nodes' again; it votes");
+            }
+        }
+        ahead
     }
 
     /// A node that could not be reached at connect answered: it votes once it is known to be
@@ -688,6 +760,7 @@ fn node(
         sits_out_until: None,
         run_id: None,
         identity: Identity::Unchecked,
+        clock_ahead: false,
     }));
     Node {
         name: node_name(info),
@@ -765,10 +838,21 @@ impl Backend for QuorumStore {
         let answers = self
             .on_every_node(self.node_timeout(ttl), |node| {
                 let item = item.clone();
-                async move { node.acquires.run(item).await }
+                async move {
+                    let reply = node.acquires.run(item).await?;
+                    Ok((reply, Instant::now()))
+                }
             })
             .await;
         let now = Instant::now();
+        let ahead = self.clocks_ahead(&answers, started, ttl);
+        let answers: Vec<Answer<NodeAcquire>> = answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Ok((reply, _)) => Answer::Ok(reply),
+                Answer::Failed(why) => Answer::Failed(why),
+            })
+            .collect();
         let mut granted = 0;
         let mut fence = 0;
         let mut busy = false;
@@ -776,7 +860,7 @@ impl Backend for QuorumStore {
         for (index, (node, answer)) in self.inner.nodes.iter().zip(&answers).enumerate() {
             match answer {
                 Answer::Ok(NodeAcquire::Replied(AcquireReply::Granted { fence: f })) => {
-                    if node.votes(now) {
+                    if node.votes(now) && !ahead[index] {
                         granted += 1;
                         fence = fence.max(*f);
                     }
@@ -1006,24 +1090,6 @@ fn majority_holder(seen: &[(String, Duration)], needed: usize) -> Option<(String
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_quorum_holds_while_its_majority_does() {
-        let ms = Duration::from_millis;
-        let seen = vec![
-            ("t1".to_owned(), ms(900)),
-            ("t1*".to_owned(), ms(500)),
-            ("t2".to_owned(), ms(800)),
-        ];
-        assert_eq!(majority_holder(&seen, 2), Some(("t1".to_owned(), ms(500))));
-        assert_eq!(majority_holder(&seen, 3), None);
-        assert_eq!(majority_holder(&seen[2..], 2), None);
-    }
-}
-
 /// Why a quorum client refuses semaphores and read-write locks: majorities do not bound how
 /// many hold at once. With 3 nodes and 2 permits, holders on nodes {1, 2}, {2, 3} and {1, 3}
 /// each have a majority while no node counts more than 2: three hold 2 permits.
@@ -1049,3 +1115,21 @@ const HAND_OFF_UNSUPPORTED: &str = "a Redlock quorum releases a lease on every n
 pub(crate) const BLOOM_UNSUPPORTED: &str = "Bloom filters need one store that holds them: a \
     Redlock quorum's independent primaries would each hold a different filter; use a client \
     on a single primary or a Cluster";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quorum_holds_while_its_majority_does() {
+        let ms = Duration::from_millis;
+        let seen = vec![
+            ("t1".to_owned(), ms(900)),
+            ("t1*".to_owned(), ms(500)),
+            ("t2".to_owned(), ms(800)),
+        ];
+        assert_eq!(majority_holder(&seen, 2), Some(("t1".to_owned(), ms(500))));
+        assert_eq!(majority_holder(&seen, 3), None);
+        assert_eq!(majority_holder(&seen[2..], 2), None);
+    }
+}

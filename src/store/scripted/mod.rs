@@ -43,6 +43,7 @@ use super::scripts::acquire_permits::{self, PermitsItem};
 use super::scripts::acquire_rw::{self, Side};
 use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
+use super::scripts::fenced::{self, FencedCall, FencedReply};
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
@@ -91,6 +92,14 @@ impl ScriptedStore {
         }
     }
 
+    /// What `Client::ping` asks: the primary, or the cluster connection.
+    pub(crate) fn ping_target(&self) -> super::PingTarget {
+        match &self.inner.route {
+            Route::Single(single) => super::PingTarget::Primary(single.conn().clone()),
+            Route::BySlot(by_slot) => super::PingTarget::Cluster(by_slot.conn().clone()),
+        }
+    }
+
     /// How releases publish their wake-ups: `SPUBLISH` in the lock's slot on a cluster.
     fn publish(&self) -> Publish {
         match self.inner.route {
@@ -121,6 +130,10 @@ impl Backend for ScriptedStore {
     }
 
     fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn fenced_writes(&self) -> Result<(), Unsupported> {
         Ok(())
     }
 
@@ -220,6 +233,13 @@ impl Backend for ScriptedStore {
 
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
         unmark::run(&self.conn(), keys)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One call: the resource's keys share its hash tag (one slot on a cluster).
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        fenced::run(&self.conn(), call)
             .await
             .map_err(|e| self.deadline(e))
     }

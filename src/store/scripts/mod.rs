@@ -17,6 +17,7 @@ pub(crate) mod acquire_permits;
 pub(crate) mod acquire_rw;
 pub(crate) mod bloom;
 pub(crate) mod bloom_native;
+pub(crate) mod fenced;
 pub(crate) mod handoff;
 mod lua;
 pub(crate) mod release;

@@ -1,37 +1,35 @@
-//! Parsing of the attribute's arguments: `key = "...", ttl = "30s", client = <expr>, ...`.
-//!
-//! Parsing is in two steps. `RawArgs` only splits the input into `name = value` pairs (every
-//! value is parsed as an expression, so an unknown argument can be skipped and the others still
-//! checked). `LockArgs::from_raw` then interprets each pair, collecting every problem it finds
-//! into one `syn::Error` so the user sees all of them at once.
+//! The arguments of `#[distributed_lock]`.
 
 use std::time::Duration;
 
-use proc_macro2::Span;
-use syn::ext::IdentExt as _;
-use syn::parse::{Parse, ParseStream};
+use proc_macro2::{Span, TokenStream};
+use syn::Expr;
 use syn::spanned::Spanned as _;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
+use super::{
+    Grammar, Key, parse_bool, parse_choice, parse_crate, parse_duration, parse_key, parse_raw, walk,
+};
 use crate::errors::Errors;
-use crate::template::{self, Part};
 
-/// Every argument the attribute accepts, in the order the docs list them.
-const NAMES: [&str; 10] = [
-    "key",
-    "ttl",
-    "wait",
-    "client",
-    "watchdog",
-    "on_busy",
-    "reentrant",
-    "min_hold",
-    "max_hold",
-    "crate",
-];
-/// [`NAMES`] for error messages.
-const ACCEPTED: &str = "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant`, \
-                        `min_hold`, `max_hold` and `crate`";
+/// What `#[distributed_lock]` accepts.
+pub(crate) const GRAMMAR: Grammar = Grammar {
+    names: &[
+        "key",
+        "ttl",
+        "wait",
+        "client",
+        "watchdog",
+        "on_busy",
+        "reentrant",
+        "min_hold",
+        "max_hold",
+        "crate",
+    ],
+    accepted: "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant`, \
+               `min_hold`, `max_hold` and `crate`",
+    example,
+    key_names: "lock",
+};
 
 // Copies of the runtime's constants (a proc-macro crate cannot use them);
 // `tests/macro/semantics.rs` checks that they agree.
@@ -42,6 +40,17 @@ const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The default ttl (`distlock::DEFAULT_TTL`).
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
+/// What a call does when the lock is held by someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// Wait up to `wait` (the default; with no `wait`, try once and fail with `Busy`).
+    Wait,
+    /// Fail at once with `LockError::Busy`.
+    Error,
+    /// Return at once without running the body: `Ok(())` or `Ok(None)`.
+    Skip,
+}
+
 /// The arguments, checked and with defaults filled in.
 pub(crate) struct LockArgs {
     pub(crate) key: Key,
@@ -50,8 +59,7 @@ pub(crate) struct LockArgs {
     /// `client = <expr>`: an expression of type `&distlock::Client`.
     pub(crate) client: Option<Expr>,
     pub(crate) watchdog: bool,
-    /// `on_busy = error`.
-    pub(crate) fail_if_busy: bool,
+    pub(crate) on_busy: OnBusy,
     pub(crate) reentrant: bool,
     /// `min_hold = "800ms"`: keep the lock at least this long after it was granted.
     pub(crate) min_hold: Option<Duration>,
@@ -61,124 +69,52 @@ pub(crate) struct LockArgs {
     pub(crate) krate: Option<syn::Path>,
 }
 
-/// The `key` template and the literal it came from (errors about it point at the literal).
-pub(crate) struct Key {
-    pub(crate) parts: Vec<Part>,
-    pub(crate) span: Span,
-}
-
-/// One `name = value` (or a bare `name`) as written.
-struct RawArg {
-    name: Ident,
-    value: Option<Expr>,
-}
-
-/// The attribute's arguments as written, before interpretation.
-struct RawArgs(Vec<RawArg>);
-
-impl Parse for RawArgs {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        let mut args = Vec::new();
-        while !input.is_empty() {
-            if input.peek(LitStr) {
-                return Err(input.error(
-                    "arguments are written `name = value`: give the key as `key = \"...\"`",
-                ));
-            }
-            // `crate` is a keyword, so accept any identifier here and sort names out later.
-            let name = input.call(Ident::parse_any).map_err(|err| {
-                syn::Error::new(
-                    err.span(),
-                    format!("expected an argument name: one of {ACCEPTED}, written `name = value`"),
-                )
-            })?;
-            let value = if input.peek(Token![=]) {
-                input.parse::<Token![=]>()?;
-                Some(input.parse::<Expr>()?)
-            } else {
-                None
-            };
-            args.push(RawArg { name, value });
-            if input.is_empty() {
-                break;
-            }
-            if !input.peek(Token![,]) {
-                return Err(input.error("expected `,` between arguments or `=` after a name"));
-            }
-            input.parse::<Token![,]>()?;
-        }
-        Ok(Self(args))
-    }
-}
-
 impl LockArgs {
     /// Parses and checks the attribute's arguments.
-    pub(crate) fn parse(args: proc_macro2::TokenStream) -> syn::Result<Self> {
-        let raw: RawArgs = syn::parse2(args)?;
-        Self::from_raw(raw)
-    }
-
-    fn from_raw(raw: RawArgs) -> syn::Result<Self> {
+    pub(crate) fn parse(args: TokenStream) -> syn::Result<Self> {
+        let raw = parse_raw(args, &GRAMMAR)?;
+        let g = &GRAMMAR;
         let mut errors = Errors::default();
-        let mut seen: Vec<String> = Vec::new();
         let mut key = None;
         let mut ttl = None;
         let mut wait: Option<(Duration, Span)> = None;
         let mut client = None;
         let mut watchdog = None;
-        let mut on_busy: Option<(bool, Span)> = None;
+        let mut on_busy: Option<(OnBusy, Span)> = None;
         let mut reentrant = None;
         let mut min_hold: Option<(Duration, Span)> = None;
         let mut max_hold: Option<Duration> = None;
         let mut krate = None;
 
-        for RawArg { name, value } in raw.0 {
-            let label = name.unraw().to_string();
-            if !NAMES.contains(&label.as_str()) {
-                errors.push(unknown(&name, &label));
-                continue;
+        let seen = walk(raw, g, &mut errors, |label, name, value| match label {
+            "key" => parse_key(g, &value).map(|k| key = Some(k)),
+            "ttl" => parse_ttl(&value).map(|d| ttl = Some(d)),
+            "wait" => parse_duration(g, "wait", &value).map(|d| wait = Some((d, name.span()))),
+            "client" => {
+                client = Some(value);
+                Ok(())
             }
-            if seen.contains(&label) {
-                errors.push(syn::Error::new(
-                    name.span(),
-                    format!("`{label}` is given more than once; give each argument once"),
-                ));
-                continue;
-            }
-            seen.push(label.clone());
-            let Some(value) = value else {
-                errors.push(syn::Error::new(
-                    name.span(),
-                    format!("`{label}` needs a value: {}", example(&label)),
-                ));
-                continue;
-            };
-            let result = match label.as_str() {
-                "key" => parse_key(&value).map(|k| key = Some(k)),
-                "ttl" => parse_ttl(&value).map(|d| ttl = Some(d)),
-                "wait" => parse_duration("wait", &value).map(|d| wait = Some((d, name.span()))),
-                "client" => {
-                    client = Some(value);
-                    Ok(())
-                }
-                "watchdog" => parse_bool("watchdog", &value).map(|b| watchdog = Some(b)),
-                "reentrant" => parse_bool("reentrant", &value).map(|b| reentrant = Some(b)),
-                "on_busy" => parse_on_busy(&value).map(|b| on_busy = Some((b, value.span()))),
-                "min_hold" => parse_min_hold(&value).map(|d| min_hold = Some((d, value.span()))),
-                "max_hold" => parse_max_hold(&value).map(|d| max_hold = Some(d)),
-                "crate" => parse_crate(&value).map(|p| krate = Some(p)),
-                _ => Err(unknown(&name, &label)),
-            };
-            if let Err(err) = result {
-                errors.push(err);
-            }
-        }
+            "watchdog" => parse_bool(g, "watchdog", &value).map(|b| watchdog = Some(b)),
+            "reentrant" => parse_bool(g, "reentrant", &value).map(|b| reentrant = Some(b)),
+            "on_busy" => parse_on_busy(&value).map(|b| on_busy = Some((b, value.span()))),
+            "min_hold" => parse_min_hold(&value).map(|d| min_hold = Some((d, value.span()))),
+            "max_hold" => parse_max_hold(&value).map(|d| max_hold = Some(d)),
+            _ => parse_crate(g, &value).map(|p| krate = Some(p)),
+        });
 
-        if let (Some((true, _)), Some((_, wait_span))) = (on_busy, wait) {
+        if let (Some((mode @ (OnBusy::Error | OnBusy::Skip), _)), Some((_, wait_span))) =
+            (on_busy, wait)
+        {
+            let (mode, what) = match mode {
+                OnBusy::Skip => ("skip", "returns at once without running the function"),
+                _ => ("error", "fails at once"),
+            };
             errors.push(syn::Error::new(
                 wait_span,
-                "`wait` has no effect with `on_busy = error`, which fails at once when the lock \
-                 is held: remove one of them",
+                format!(
+                    "`wait` has no effect with `on_busy = {mode}`, which {what} when the lock is \
+                     held: remove one of them"
+                ),
             ));
         }
         if let (Some((min, min_span)), Some(max)) = (min_hold, max_hold)
@@ -194,7 +130,7 @@ impl LockArgs {
                 ),
             ));
         }
-        if key.is_none() && !seen.iter().any(|s| s == "key") {
+        if !seen.iter().any(|s| s == "key") {
             errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing `key`: #[distributed_lock] needs the lock's key, e.g. \
@@ -210,20 +146,13 @@ impl LockArgs {
             wait: wait.map_or(Duration::ZERO, |(d, _)| d),
             client,
             watchdog: watchdog.unwrap_or(true),
-            fail_if_busy: on_busy.is_some_and(|(b, _)| b),
+            on_busy: on_busy.map_or(OnBusy::Wait, |(b, _)| b),
             reentrant: reentrant.unwrap_or(true),
             min_hold: min_hold.map(|(d, _)| d).filter(|d| !d.is_zero()),
             max_hold,
             krate,
         })
     }
-}
-
-fn unknown(name: &Ident, label: &str) -> syn::Error {
-    syn::Error::new(
-        name.span(),
-        format!("unknown argument `{label}`; accepted arguments: {ACCEPTED}"),
-    )
 }
 
 /// How an argument is written, for "needs a value" errors.
@@ -235,59 +164,15 @@ fn example(name: &str) -> &'static str {
         "client" => "`client = &self.locks` (an expression of type `&distlock::Client`)",
         "watchdog" => "`watchdog = true` or `watchdog = false`",
         "reentrant" => "`reentrant = true` or `reentrant = false`",
-        "on_busy" => "`on_busy = wait` or `on_busy = error`",
+        "on_busy" => "`on_busy = wait`, `on_busy = error` or `on_busy = skip`",
         "min_hold" => "`min_hold = \"800ms\"`",
         "max_hold" => "`max_hold = \"10m\"`",
         _ => "`crate = \"::distlock\"`",
     }
 }
 
-/// The value as a string literal, or an error saying how to write it.
-fn string_literal<'a>(name: &str, value: &'a Expr) -> syn::Result<&'a LitStr> {
-    match value {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(s), ..
-        }) => Ok(s),
-        _ => Err(syn::Error::new(
-            value.span(),
-            format!("`{name}` takes a string literal: {}", example(name)),
-        )),
-    }
-}
-
-fn parse_key(value: &Expr) -> syn::Result<Key> {
-    let lit = string_literal("key", value)?;
-    let text = lit.value();
-    if text.is_empty() {
-        return Err(syn::Error::new(
-            lit.span(),
-            "`key` is empty: give the lock a name, e.g. `key = \"order:{order_id}\"`",
-        ));
-    }
-    let parts = template::parse(&text).map_err(|err| syn::Error::new(lit.span(), err.0))?;
-    Ok(Key {
-        parts,
-        span: lit.span(),
-    })
-}
-
-/// A humantime duration (`"30s"`, `"1m 30s"`, `"250ms"`); zero is allowed.
-fn parse_duration(name: &str, value: &Expr) -> syn::Result<Duration> {
-    let lit = string_literal(name, value)?;
-    humantime::parse_duration(lit.value().trim()).map_err(|err| {
-        syn::Error::new(
-            lit.span(),
-            format!(
-                "invalid `{name}` {:?}: {err}; write a duration such as \"500ms\", \"30s\" or \
-                 \"1m 30s\"",
-                lit.value()
-            ),
-        )
-    })
-}
-
 fn parse_ttl(value: &Expr) -> syn::Result<Duration> {
-    let ttl = parse_duration("ttl", value)?;
+    let ttl = parse_duration(&GRAMMAR, "ttl", value)?;
     let out_of_range = if ttl < MIN_TTL {
         "shorter than the 10ms minimum"
     } else if ttl > MAX_TTL {
@@ -308,7 +193,7 @@ fn parse_ttl(value: &Expr) -> syn::Result<Duration> {
 
 /// `min_hold`: a duration up to the longest ttl; zero means none.
 fn parse_min_hold(value: &Expr) -> syn::Result<Duration> {
-    let min = parse_duration("min_hold", value)?;
+    let min = parse_duration(&GRAMMAR, "min_hold", value)?;
     if min > MAX_TTL {
         return Err(syn::Error::new(
             value.span(),
@@ -324,7 +209,7 @@ fn parse_min_hold(value: &Expr) -> syn::Result<Duration> {
 
 /// `max_hold`: a duration above zero.
 fn parse_max_hold(value: &Expr) -> syn::Result<Duration> {
-    let max = parse_duration("max_hold", value)?;
+    let max = parse_duration(&GRAMMAR, "max_hold", value)?;
     if max.is_zero() {
         return Err(syn::Error::new(
             value.span(),
@@ -335,49 +220,18 @@ fn parse_max_hold(value: &Expr) -> syn::Result<Duration> {
     Ok(max)
 }
 
-fn parse_bool(name: &str, value: &Expr) -> syn::Result<bool> {
-    match value {
-        Expr::Lit(ExprLit {
-            lit: Lit::Bool(b), ..
-        }) => Ok(b.value),
-        _ => Err(syn::Error::new(
-            value.span(),
-            format!("expected {}", example(name)),
-        )),
-    }
-}
-
-/// `wait` → false, `error` → true (fail if busy).
-fn parse_on_busy(value: &Expr) -> syn::Result<bool> {
-    if let Expr::Path(path) = value
-        && path.attrs.is_empty()
-        && path.qself.is_none()
-    {
-        if path.path.is_ident("wait") {
-            return Ok(false);
-        }
-        if path.path.is_ident("error") {
-            return Ok(true);
-        }
-    }
-    Err(syn::Error::new(
-        value.span(),
-        "expected `on_busy = wait` (wait up to `wait` for the lock, the default) or \
-         `on_busy = error` (fail at once with `LockError::Busy`)",
-    ))
-}
-
-fn parse_crate(value: &Expr) -> syn::Result<syn::Path> {
-    let lit = string_literal("crate", value)?;
-    lit.parse::<syn::Path>().map_err(|err| {
-        syn::Error::new(
-            lit.span(),
-            format!(
-                "`crate` must be the path of the distlock crate, e.g. \"::distlock\" or \
-                 \"::my_locks\": {err}"
-            ),
-        )
-    })
+fn parse_on_busy(value: &Expr) -> syn::Result<OnBusy> {
+    parse_choice(
+        value,
+        &[
+            ("wait", OnBusy::Wait),
+            ("error", OnBusy::Error),
+            ("skip", OnBusy::Skip),
+        ],
+        "expected `on_busy = wait` (wait up to `wait` for the lock, the default), \
+         `on_busy = error` (fail at once with `LockError::Busy`) or `on_busy = skip` (return \
+         at once without running the function: `Ok(())` or `Ok(None)`)",
+    )
 }
 
 #[cfg(test)]
@@ -402,7 +256,8 @@ mod tests {
         let args = parse(quote!(key = "jobs")).unwrap();
         assert_eq!(args.ttl, Duration::from_secs(30));
         assert_eq!(args.wait, Duration::ZERO);
-        assert!(args.watchdog && args.reentrant && !args.fail_if_busy);
+        assert!(args.watchdog && args.reentrant);
+        assert_eq!(args.on_busy, OnBusy::Wait);
         assert!(args.client.is_none() && args.krate.is_none());
     }
 
@@ -425,12 +280,21 @@ mod tests {
         assert_eq!(args.max_hold, Some(Duration::from_secs(60)));
         assert_eq!(args.ttl, Duration::from_secs(90));
         assert_eq!(args.wait, Duration::from_millis(250));
-        assert!(!args.watchdog && !args.reentrant && !args.fail_if_busy);
+        assert!(!args.watchdog && !args.reentrant);
+        assert_eq!(args.on_busy, OnBusy::Wait);
         assert!(args.client.is_some());
         let krate = args.krate.unwrap();
         assert_eq!(quote!(#krate).to_string(), ":: locks");
         let args = parse(quote!(key = "k", on_busy = error)).unwrap();
-        assert!(args.fail_if_busy);
+        assert_eq!(args.on_busy, OnBusy::Error);
+        let args = parse(quote!(key = "k", on_busy = skip)).unwrap();
+        assert_eq!(args.on_busy, OnBusy::Skip);
+        let args = parse(quote!(key = "k", on_busy = "skip")).unwrap();
+        assert_eq!(
+            args.on_busy,
+            OnBusy::Skip,
+            "the string form is accepted too"
+        );
     }
 
     #[test]
@@ -464,7 +328,11 @@ mod tests {
         );
         assert!(
             messages(quote!(key = "a", on_busy = error, wait = "1s"))[0]
-                .contains("`wait` has no effect")
+                .contains("`wait` has no effect with `on_busy = error`")
+        );
+        assert!(
+            messages(quote!(key = "a", on_busy = skip, wait = "1s"))[0]
+                .contains("`wait` has no effect with `on_busy = skip`")
         );
         assert!(messages(quote!(key = "a", crate = "not a path"))[0].contains("`crate` must be"));
         assert!(

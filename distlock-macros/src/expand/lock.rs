@@ -1,0 +1,288 @@
+//! The expansion of `#[distributed_lock]`. For
+//!
+//! ```text
+//! #[distributed_lock(key = "order:{id}", ttl = "10s")]
+//! async fn settle(id: u64) -> Result<Receipt, AppError> { BODY }
+//! ```
+//!
+//! the function keeps its signature and gets this body (see the parent module for why it is
+//! shaped so):
+//!
+//! ```text
+//! let __distlock_key: String = { "order:" + escaped `id` };
+//! let __distlock_client: Option<Client> = None;
+//! ::distlock::__private::run(__distlock_client, __distlock_key, LockSpec { ttl: 10s, .. },
+//!     async move {
+//!         if false { return unreachable_output::<Result<Receipt, AppError>>(); }
+//!         BODY
+//!     }).await
+//! ```
+//!
+//! With `on_busy = skip` the call is to `run_or_skip`, which needs the `Ok` type to have a
+//! "did not run" value (`()` or `Option<T>`); the type checker says so at the return type.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+
+use super::{
+    Locals, body_block, check_placeholders, client_expr, duration, krate, or_item_with_errors,
+    output_span, render_key, respan, with_body,
+};
+use crate::args::lock::{LockArgs, OnBusy};
+use crate::errors::Errors;
+use crate::item::{AnnotatedFn, Needs};
+
+/// What `#[distributed_lock]` needs of the function.
+const NEEDS: Needs = Needs {
+    attribute: "#[distributed_lock]",
+    why_async: "the lock is held across the body's awaits",
+    error: "distlock::LockError",
+    why_result: "taking the lock can fail",
+};
+
+/// Expands the attribute; on error, the item unchanged and the errors.
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    or_item_with_errors(args, item, expand)
+}
+
+fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    let args = LockArgs::parse(args).map_err(|e| errors.push(e)).ok();
+    let func = AnnotatedFn::parse(item, &NEEDS)
+        .map_err(|e| errors.push(e))
+        .ok();
+    if let Some(func) = &func {
+        if let Err(err) = func.check_signature(&NEEDS) {
+            errors.push(err);
+        }
+        if let Some(args) = &args
+            && let Err(err) = check_placeholders(&args.key, func)
+        {
+            errors.push(err);
+        }
+    }
+    errors.finish()?;
+    match (args, func) {
+        (Some(args), Some(func)) => Ok(generate(&args, &func)),
+        // Both parsed, or an error was pushed above.
+        _ => Err(syn::Error::new(
+            Span::call_site(),
+            "invalid #[distributed_lock]",
+        )),
+    }
+}
+
+fn generate(args: &LockArgs, func: &AnnotatedFn) -> TokenStream {
+    let krate = krate(args.krate.as_ref());
+    let Locals {
+        key: key_var,
+        client: client_var,
+    } = Locals::new();
+    let key = render_key(&args.key, &krate, &key_var);
+    let client = client_expr(args.client.as_ref(), &krate);
+    let spec = spec(args, &krate);
+    let body = body_block(func, &krate);
+    let output_span = output_span(func);
+    let runner = match args.on_busy {
+        OnBusy::Skip => quote!(#krate::__private::run_or_skip),
+        OnBusy::Wait | OnBusy::Error => quote!(#krate::__private::run),
+    };
+    let runner = respan(runner, output_span);
+    let call = quote_spanned! {output_span=>
+        #runner(#client_var, #key_var, #spec, #body).await
+    };
+    with_body(
+        func,
+        &quote! {
+            let #key_var: ::std::string::String = #key;
+            let #client_var: ::core::option::Option<#krate::Client> = #client;
+            #call
+        },
+    )
+}
+
+/// The `LockSpec` literal.
+fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
+    let ttl = duration(args.ttl, krate);
+    let wait = duration(args.wait, krate);
+    let fail_if_busy = args.on_busy != OnBusy::Wait;
+    let (watchdog, reentrant) = (args.watchdog, args.reentrant);
+    let optional = |d: Option<std::time::Duration>| match d {
+        Some(d) => {
+            let d = duration(d, krate);
+            quote!(::core::option::Option::Some(#d))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let min_hold = optional(args.min_hold);
+    let max_hold = optional(args.max_hold);
+    quote! {
+        #krate::__private::LockSpec {
+            ttl: #ttl,
+            wait: #wait,
+            fail_if_busy: #fail_if_busy,
+            watchdog: #watchdog,
+            reentrant: #reentrant,
+            min_hold: #min_hold,
+            max_hold: #max_hold,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::*;
+
+    fn expand_ok(args: TokenStream, item: TokenStream) -> String {
+        expand(args, item).unwrap().to_string()
+    }
+
+    fn expand_err(args: TokenStream, item: TokenStream) -> Vec<String> {
+        match expand(args, item) {
+            Ok(tokens) => panic!("expanded without errors: {tokens}"),
+            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn keeps_the_signature_and_moves_the_body() {
+        let out = expand_ok(
+            quote!(key = "order:{id}", ttl = "10s", wait = "1500ms"),
+            quote! {
+                /// Docs.
+                #[inline]
+                pub async fn settle<T: Send>(id: u64, t: T) -> Result<u64, AppError> {
+                    #![allow(unused)]
+                    Ok(id)
+                }
+            },
+        );
+        let expected_start = quote! {
+            #[doc = r" Docs."]
+            #[inline]
+            pub async fn settle<T: Send>(id: u64, t: T) -> Result<u64, AppError> {
+                #![allow(unused)]
+            }
+        }
+        .to_string();
+        // Everything up to the body is the original.
+        let head = &expected_start[..expected_start.len() - "}".len() - 1];
+        assert!(out.starts_with(head), "{out}");
+        assert!(out.contains("push_str (\"order:\")"), "{out}");
+        assert!(
+            out.contains("push_key_part (& mut __distlock_key , & id)"),
+            "{out}"
+        );
+        assert!(out.contains("__Duration :: new (10u64 , 0u32)"), "{out}");
+        assert!(
+            out.contains("__Duration :: new (1u64 , 500000000u32)"),
+            "{out}"
+        );
+        assert!(out.contains("unreachable_output :: < Result < u64 , AppError > > ()"));
+        assert!(out.contains("async move"), "{out}");
+        assert!(out.contains("Ok (id)"), "{out}");
+        assert!(out.ends_with(". await }"), "{out}");
+    }
+
+    #[test]
+    fn crate_path_replaces_every_distlock_path() {
+        let out = expand_ok(
+            quote!(key = "k:{self.0}", crate = "::locks", client = &self.c),
+            quote!(
+                async fn f(&self) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(!out.contains("distlock ::"), "{out}");
+        assert!(out.contains(":: locks :: __private :: run"), "{out}");
+        assert!(
+            out.contains(
+                "< :: locks :: Client as :: core :: clone :: Clone > :: clone (& self . c)"
+            )
+        );
+        assert!(out.contains("& self . 0)"), "{out}");
+    }
+
+    #[test]
+    fn on_busy_picks_the_runner_and_fails_fast() {
+        let item = quote!(
+            async fn f() -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let skip = expand_ok(quote!(key = "k", on_busy = skip), item.clone());
+        assert!(skip.contains("__private :: run_or_skip ("), "{skip}");
+        assert!(skip.contains("fail_if_busy : true"), "{skip}");
+        let error = expand_ok(quote!(key = "k", on_busy = error), item.clone());
+        assert!(error.contains("__private :: run ("), "{error}");
+        assert!(error.contains("fail_if_busy : true"), "{error}");
+        let wait = expand_ok(quote!(key = "k"), item);
+        assert!(wait.contains("fail_if_busy : false"), "{wait}");
+    }
+
+    #[test]
+    fn impl_trait_outputs_are_not_pinned() {
+        let out = expand_ok(
+            quote!(key = "k"),
+            quote!(
+                async fn f() -> Result<impl Display, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(!out.contains("unreachable_output"), "{out}");
+    }
+
+    #[test]
+    fn unknown_placeholders_name_the_parameters() {
+        let msgs = expand_err(
+            quote!(key = "o:{ordr_id}:{self.x}"),
+            quote!(
+                async fn settle(order_id: u64, Path(p): Path<u8>) -> Result<(), E> {}
+            ),
+        );
+        assert_eq!(
+            msgs,
+            [
+                "unknown placeholder `{ordr_id}` in `key`: `ordr_id` is not a parameter; the \
+                 parameters of `settle` bind `order_id`, `p`",
+                "unknown placeholder `{self.x}` in `key`: `self` is not a parameter; the \
+                 parameters of `settle` bind `order_id`, `p`"
+            ]
+        );
+        let msgs = expand_err(
+            quote!(key = "{id}"),
+            quote!(
+                async fn f() -> Result<(), E> {}
+            ),
+        );
+        assert!(msgs[0].ends_with("`f` has no parameters that bind a name"));
+    }
+
+    #[test]
+    fn argument_and_signature_errors_are_reported_together() {
+        let msgs = expand_err(
+            quote!(ttl = "1s"),
+            quote!(
+                fn f() {}
+            ),
+        );
+        assert_eq!(msgs.len(), 3, "{msgs:#?}");
+        assert!(msgs[0].starts_with("missing `key`"));
+        assert!(msgs[1].contains("can only be applied to an `async fn`"));
+        assert!(msgs[2].contains("needs a `Result<T, E>` return type"));
+    }
+
+    #[test]
+    fn the_original_item_is_kept_on_error() {
+        let item = quote!(
+            async fn f() {}
+        );
+        let out = distributed_lock(quote!(key = "k"), item.clone()).to_string();
+        assert!(out.starts_with(&item.to_string()), "{out}");
+        assert!(out.contains("compile_error"), "{out}");
+    }
+}

@@ -1,0 +1,213 @@
+//! Whether the store answers: [`Client::ping`], for readiness probes and dashboards.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use tokio::time::Instant;
+
+use crate::Client;
+use crate::error::StoreError;
+use crate::store::PingTarget;
+
+/// What [`Client::ping`] found: each server asked, and whether the client can work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Health {
+    /// The kind of store: `"redis"` (a primary, plain or behind Sentinel), `"cluster"`,
+    /// `"quorum"` or `"memory"`.
+    pub store: &'static str,
+    /// Whether the client can work now: the primary answered; every Cluster master answered
+    /// (each owns slots no other serves); a majority of a quorum answered; always in memory.
+    pub ready: bool,
+    /// Each server asked, in the store's order (a Cluster's masters as the Cluster lists
+    /// them; none in memory).
+    pub nodes: Vec<NodeHealth>,
+}
+
+/// One server's answer to a ping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeHealth {
+    /// `host:port` (the primary behind Sentinel is `"primary"`: the sentinels say which).
+    pub node: String,
+    /// The round trip of its `PING`, or why there was none (never a password).
+    pub answer: Result<Duration, String>,
+}
+
+impl NodeHealth {
+    /// Whether it answered.
+    #[must_use]
+    pub fn is_up(&self) -> bool {
+        self.answer.is_ok()
+    }
+}
+
+impl Client {
+    /// Pings every server the client works with, each bounded by the client's
+    /// `response_timeout`, and says whether the client can work now ([`Health::ready`]). It
+    /// never fails: a server that does not answer is a [`NodeHealth`] with the reason. For a
+    /// readiness probe, `distlock_tower::health` serves it over HTTP.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let client = distlock::Client::in_memory();
+    /// let health = client.ping().await;
+    /// assert!(health.ready);
+    /// # }
+    /// ```
+    pub async fn ping(&self) -> Health {
+        let store = self.store();
+        let limit = store.op_timeout();
+        let (nodes, ready) = match store.ping_target() {
+            PingTarget::Memory => (Vec::new(), true),
+            PingTarget::Primary(conn) => {
+                let node = ping_one("primary".to_owned(), conn, limit).await;
+                let ready = node.is_up();
+                (vec![node], ready)
+            }
+            PingTarget::Quorum(named, majority) => {
+                let pings = named
+                    .into_iter()
+                    .map(|(name, conn)| ping_one(name, conn, limit));
+                let nodes = futures_util::future::join_all(pings).await;
+                let up = nodes.iter().filter(|n| n.is_up()).count();
+                (nodes, up >= majority)
+            }
+            PingTarget::Cluster(conn) => match masters(conn.clone(), limit).await {
+                Ok(masters) => {
+                    let pings = masters.into_iter().map(|(host, port)| {
+                        let conn = conn.clone();
+                        async move {
+                            let node = format!("{host}:{port}");
+                            let routing =
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                                    host,
+                                    port,
+                                });
+                            let started = Instant::now();
+                            let answer = match tokio::time::timeout(
+                                limit,
+                                conn.clone().route_command(redis::cmd("PING"), routing),
+                            )
+                            .await
+                            {
+                                Ok(Ok(_)) => Ok(started.elapsed()),
+                                Ok(Err(err)) => Err(StoreError::from(err).to_string()),
+                                Err(_) => Err(format!("no answer within {limit:?}")),
+                            };
+                            NodeHealth { node, answer }
+                        }
+                    });
+                    let nodes = futures_util::future::join_all(pings).await;
+                    let ready = !nodes.is_empty() && nodes.iter().all(NodeHealth::is_up);
+                    (nodes, ready)
+                }
+                Err(why) => (
+                    vec![NodeHealth {
+                        node: "cluster".to_owned(),
+                        answer: Err(why),
+                    }],
+                    false,
+                ),
+            },
+        };
+        Health {
+            store: store.kind(),
+            ready,
+            nodes,
+        }
+    }
+}
+
+async fn ping_one<C: ConnectionLike + Send>(
+    node: String,
+    mut conn: C,
+    limit: Duration,
+) -> NodeHealth {
+    let started = Instant::now();
+    let answer = match tokio::time::timeout(
+        limit,
+        redis::cmd("PING").query_async::<String>(&mut conn),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(started.elapsed()),
+        Ok(Err(err)) => Err(StoreError::from(err).to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    };
+    NodeHealth { node, answer }
+}
+
+/// The Cluster's masters (`CLUSTER SHARDS` through any node), as `(host, port)`.
+async fn masters(
+    mut conn: redis::cluster_async::ClusterConnection,
+    limit: Duration,
+) -> Result<Vec<(String, u16)>, String> {
+    let asked = tokio::time::timeout(
+        limit,
+        redis::cmd("CLUSTER")
+            .arg("SHARDS")
+            .query_async::<redis::Value>(&mut conn),
+    )
+    .await;
+    let shards = match asked {
+        Ok(Ok(value)) => value,
+        Ok(Err(err)) => return Err(StoreError::from(err).to_string()),
+        Err(_) => return Err(format!("no answer within {limit:?}")),
+    };
+    let mut found = Vec::new();
+    let redis::Value::Array(shards) = shards else {
+        return Err("CLUSTER SHARDS answered something other than a list".to_owned());
+    };
+    for shard in shards {
+        for node in field(&shard, "nodes")
+            .and_then(as_list)
+            .into_iter()
+            .flatten()
+        {
+            if field(node, "role").and_then(as_text).as_deref() != Some("master") {
+                continue;
+            }
+            let host = field(node, "endpoint")
+                .and_then(as_text)
+                .filter(|h| !h.is_empty() && h != "?")
+                .or_else(|| field(node, "ip").and_then(as_text));
+            let port = field(node, "port")
+                .or_else(|| field(node, "tls-port"))
+                .and_then(|v| redis::from_redis_value_ref::<u16>(v).ok());
+            if let (Some(host), Some(port)) = (host, port) {
+                found.push((host, port));
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
+
+/// A field of a RESP2 flat list or a RESP3 map.
+fn field<'a>(value: &'a redis::Value, name: &str) -> Option<&'a redis::Value> {
+    match value {
+        redis::Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| as_text(k).as_deref() == Some(name))
+            .map(|(_, v)| v),
+        redis::Value::Array(items) => items
+            .chunks_exact(2)
+            .find(|pair| as_text(&pair[0]).as_deref() == Some(name))
+            .map(|pair| &pair[1]),
+        _ => None,
+    }
+}
+
+fn as_list(value: &redis::Value) -> Option<&[redis::Value]> {
+    match value {
+        redis::Value::Array(items) => Some(items),
+        _ => None,
+    }
+}
+
+fn as_text(value: &redis::Value) -> Option<String> {
+    redis::from_redis_value_ref::<String>(value).ok()
+}

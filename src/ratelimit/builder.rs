@@ -1,0 +1,352 @@
+//! [`RateLimiterBuilder`]: everything a [`RateLimiter`] is configured with, set before it
+//! exists, so that clones never disagree about their settings and an unusable limiter (no
+//! policies, two with one name, a store that cannot count) is refused once, when it is built,
+//! instead of on every check.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::breaker::CircuitBreaker;
+use super::limiter::{
+    DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Settings,
+};
+use super::outage::Outage;
+use super::subject_rates::{
+    DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, RateLookup, RateTable,
+};
+use super::{Policy, RateLimiter};
+use crate::client::Client;
+use crate::error::{InvalidPolicy, RateLimitError};
+
+impl Client {
+    /// Starts a rate limiter enforcing one policy; [`build`](RateLimiterBuilder::build) it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client
+    ///     .rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?)
+    ///     .build()?;
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter(&self, policy: Policy) -> RateLimiterBuilder {
+        RateLimiterBuilder::new(self.clone(), vec![policy])
+    }
+
+    /// Starts a rate limiter enforcing several policies on each subject, all or nothing: a
+    /// request passes only if every policy allows it, and then it consumes from every one.
+    /// [`build`](RateLimiterBuilder::build) refuses none, more than [`MAX_POLICIES`], or two
+    /// with the same name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client
+    ///     .rate_limiter_all([
+    ///         Policy::gcra("per-second", Rate::per_second(10)?)?,
+    ///         Policy::fixed_window("per-day", Rate::per_day(2)?)?,
+    ///     ])
+    ///     .build()?;
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// let third = limiter.check("user:7").await?;
+    /// assert!(!third.allowed);
+    /// assert_eq!(&*third.policy, "per-day"); // the per-second policy was not consumed
+    /// assert_eq!(third.policies[0].remaining, 8);
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter_all(
+        &self,
+        policies: impl IntoIterator<Item = Policy>,
+    ) -> RateLimiterBuilder {
+        RateLimiterBuilder::new(self.clone(), policies.into_iter().collect())
+    }
+}
+
+/// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`] or
+/// [`Client::rate_limiter_all`]. Consuming: each setter returns the builder, and
+/// [`build`](Self::build) checks everything once.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use distlock::ratelimit::{Outage, Policy, Rate};
+///
+/// let client = distlock::Client::in_memory(); // or Client::connect("redis://...").await?
+/// let limiter = client
+///     .rate_limiter_all([
+///         Policy::gcra("per-second", Rate::per_second(10)?)?,
+///         Policy::fixed_window("per-hour", Rate::per_hour(1000)?)?,
+///     ])
+///     .on_outage(Outage::LocalFallback)
+///     .deadline(Duration::from_millis(50))
+///     .build()?;
+///
+/// let decision = limiter.check("user:7").await?;
+/// if !decision.allowed {
+///     println!("slow down: retry in {:?}", decision.retry_after);
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until it is built"]
+pub struct RateLimiterBuilder {
+    client: Client,
+    policies: Vec<Policy>,
+    outage: Outage,
+    deadline: Option<Duration>,
+    breaker: Option<CircuitBreaker>,
+    max_wait: Duration,
+    lookup: Option<Arc<dyn RateLookup>>,
+    rate_cache: (Duration, usize),
+    shadow: bool,
+    deny_cache: usize,
+    deny_cache_max_age: Duration,
+    max_in_flight: usize,
+}
+
+impl std::fmt::Debug for RateLimiterBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiterBuilder")
+            .field("policies", &self.policies)
+            .field("outage", &self.outage)
+            .field("deadline", &self.deadline)
+            .field("shadow", &self.shadow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiterBuilder {
+    fn new(client: Client, policies: Vec<Policy>) -> Self {
+        Self {
+            client,
+            policies,
+            outage: Outage::default(),
+            deadline: None,
+            breaker: Some(CircuitBreaker::new()),
+            max_wait: Duration::MAX,
+            lookup: None,
+            rate_cache: (DEFAULT_RATE_CACHE_TTL, DEFAULT_RATE_CACHE_SUBJECTS),
+            shadow: false,
+            deny_cache: DEFAULT_DENY_CACHE,
+            deny_cache_max_age: DEFAULT_DENY_CACHE_MAX_AGE,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+
+    /// What to do when the store cannot answer (default [`Outage::FailClosed`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Outage, Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let policy = Policy::gcra("login", Rate::per_minute(5)?)?;
+    /// // Logins: better refuse than let a password-guessing burst through unmetered.
+    /// let logins = client.rate_limiter(policy.clone()).on_outage(Outage::FailClosed).build()?;
+    /// // Page views: better serve than fail while Redis restarts.
+    /// let views = client.rate_limiter(policy).on_outage(Outage::FailOpen).build()?;
+    /// # let _ = (logins, views);
+    /// # Ok(()) }
+    /// ```
+    pub fn on_outage(mut self, outage: Outage) -> Self {
+        self.outage = outage;
+        self
+    }
+
+    /// The most a check may take, round trip included (default: the client's response
+    /// timeout, 2 s unless changed). Past it the outage policy decides. At least 1 ms.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// The circuit breaker in front of the store (default: a [`CircuitBreaker::new`] of its
+    /// own, shared by this limiter's clones); `None` asks the store on every check, however
+    /// often it failed. Pass a clone of one breaker to several limiters of one store to
+    /// share what they learn.
+    pub fn circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// How long [`acquire`](RateLimiter::acquire) waits at most for its turn (default: as
+    /// long as it takes, up to [`MAX_WAIT`](super::MAX_WAIT); longer values, `Duration::MAX`
+    /// included, mean that). A request whose turn would come later is refused at once,
+    /// without waiting. Zero makes `acquire` a [`check`](RateLimiter::check).
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Takes each subject's rates from `lookup` (a tenant's plan): the limiter's policies keep
+    /// their names and algorithms, and a policy the lookup names gets the rate it gives for
+    /// that subject. Answers are cached (see [`rate_cache`](Self::rate_cache)), and concurrent
+    /// checks of one subject share one lookup. A lookup that fails, takes longer than the
+    /// deadline, or gives a rate the policy cannot take (an unknown name, a burst for a window)
+    /// is logged at `warn`, and the subject keeps its previous rates (or the policies' own) for
+    /// a second before the lookup is tried again.
+    ///
+    /// When a subject's rate changes, what it used carries over (see
+    /// [Operating a limiter](crate::guide::rate_limiting#operating-a-limiter)): a downgrade
+    /// never hands out a fresh burst.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate, SubjectRates};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let api = client
+    ///     .rate_limiter(Policy::gcra("api", Rate::per_minute(2)?)?) // the free plan
+    ///     .rates_by_subject(|tenant: String| async move {
+    ///         // Look the tenant's plan up in your database here.
+    ///         let rates = match tenant.as_str() {
+    ///             "acme" => SubjectRates::new().rate("api", Rate::per_minute(100)?),
+    ///             _ => SubjectRates::new(),
+    ///         };
+    ///         Ok::<_, distlock::InvalidPolicy>(rates)
+    ///     })
+    ///     .build()?;
+    /// assert_eq!(api.check("acme").await?.limit, 100);
+    /// assert_eq!(api.check("someone").await?.limit, 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn rates_by_subject<L: RateLookup>(mut self, lookup: L) -> Self {
+        self.lookup = Some(Arc::new(lookup));
+        self
+    }
+
+    /// How long a subject's looked-up rates are kept (default 60 s; zero looks up on every
+    /// check, one lookup at a time per subject) and for how many subjects (default 10 000,
+    /// at least 1; when full, expired entries go, then all). Only used with
+    /// [`rates_by_subject`](Self::rates_by_subject).
+    pub fn rate_cache(mut self, ttl: Duration, subjects: usize) -> Self {
+        self.rate_cache = (ttl, subjects);
+        self
+    }
+
+    /// Shadow mode: decide and count as usual, but never deny. A request the policies deny is
+    /// allowed with [`Decision::shadowed`](super::Decision::shadowed) set and reported through
+    /// `tracing` (target `distlock::ratelimit`, level INFO), and a store outage fails open.
+    /// For trying a policy on live traffic before enforcing it.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The local deny cache's size in subjects (default [`DEFAULT_DENY_CACHE`]); 0 turns it
+    /// off.
+    ///
+    /// After the store denies a subject, until that denial's `retry_after`, a check on the
+    /// subject that the store would deny too is answered locally
+    /// ([`Origin::DenyCache`](super::Origin::DenyCache)), with the figures the store would
+    /// give for that check's own cost, every policy's. Checks whose figures the cache cannot
+    /// tell exactly ask the store, and every answer of the store refreshes what the cache
+    /// knows. Waits are counted from when the denied check was sent, so they can be short by
+    /// up to a round trip. One denial answers for at most
+    /// [`deny_cache_max_age`](Self::deny_cache_max_age).
+    pub fn deny_cache(mut self, subjects: usize) -> Self {
+        self.deny_cache = subjects;
+        self
+    }
+
+    /// The longest the deny cache answers from one denial (default
+    /// [`DEFAULT_DENY_CACHE_MAX_AGE`], 1 s); zero turns the cache off.
+    ///
+    /// A [`reset`](RateLimiter::reset), refund or rate change made through another replica
+    /// happens in the store, where this limiter's cache cannot see it: the cache may keep
+    /// answering the old denial until its `retry_after`, which for a lockout can be minutes.
+    /// This bounds that: every replica sees such a change within this age of the denial it
+    /// cached. A subject denied for longer costs one round trip per age instead of none.
+    pub fn deny_cache_max_age(mut self, age: Duration) -> Self {
+        self.deny_cache_max_age = age;
+        self
+    }
+
+    /// How many checks may wait on the store at once (default [`DEFAULT_MAX_IN_FLIGHT`], at
+    /// least 1; more than tokio's `Semaphore::MAX_PERMITS` is cut to it). One more is not
+    /// queued: the outage policy answers it at once, so a slow store never builds an
+    /// unbounded backlog.
+    pub fn max_in_flight(mut self, checks: usize) -> Self {
+        self.max_in_flight = checks;
+        self
+    }
+
+    /// The limiter, or why it cannot be: [`RateLimitError::InvalidPolicy`] for no policies,
+    /// more than [`MAX_POLICIES`] or two with one name; [`RateLimitError::UnsupportedStore`]
+    /// when the client's store cannot count (a Redlock quorum).
+    ///
+    /// ```
+    /// use distlock::ratelimit::{Policy, Rate};
+    /// use distlock::{InvalidPolicy, RateLimitError};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = distlock::Client::in_memory();
+    /// let twice = client
+    ///     .rate_limiter_all([
+    ///         Policy::gcra("api", Rate::per_second(10)?)?,
+    ///         Policy::gcra("api", Rate::per_hour(100)?)?,
+    ///     ])
+    ///     .build();
+    /// assert!(matches!(
+    ///     twice,
+    ///     Err(RateLimitError::InvalidPolicy(InvalidPolicy::DuplicateName { .. }))
+    /// ));
+    /// # Ok(()) }
+    /// ```
+    pub fn build(self) -> Result<RateLimiter, RateLimitError> {
+        validate(&self.policies)?;
+        if let Err(refused) = self.client.supports(crate::Capability::RateLimits) {
+            return Err(RateLimitError::UnsupportedStore {
+                reason: refused.reason,
+            });
+        }
+        let rates = self.lookup.map(|lookup| {
+            let (ttl, subjects) = self.rate_cache;
+            Arc::new(RateTable::new(lookup, ttl, subjects))
+        });
+        let deadline = self
+            .deadline
+            .unwrap_or_else(|| self.client.store().op_timeout());
+        Ok(RateLimiter::new(
+            self.client,
+            self.policies,
+            Settings {
+                outage: self.outage,
+                deadline,
+                breaker: self.breaker,
+                max_wait: self.max_wait,
+                rates,
+                shadow: self.shadow,
+                deny_cache: self.deny_cache,
+                deny_cache_max_age: self.deny_cache_max_age,
+                max_in_flight: self.max_in_flight,
+            },
+        ))
+    }
+}
+
+/// Refuses an empty set of policies, too many, or two with one name (they would share keys).
+fn validate(policies: &[Policy]) -> Result<(), InvalidPolicy> {
+    if policies.is_empty() {
+        return Err(InvalidPolicy::NoPolicies);
+    }
+    if policies.len() > MAX_POLICIES {
+        return Err(InvalidPolicy::TooManyPolicies {
+            count: policies.len(),
+            max: MAX_POLICIES,
+        });
+    }
+    for (i, p) in policies.iter().enumerate() {
+        if policies[..i].iter().any(|q| q.name() == p.name()) {
+            return Err(InvalidPolicy::DuplicateName {
+                name: p.name().to_owned(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,414 @@
+//! What a `#[rate_limit]` function guarantees, each on Redis and in memory (and the limiter's
+//! reuse across calls, shown by its circuit breaker, on Redis only): a denied call fails with
+//! `Limited` and does not run, costs and subjects are counted as written, `on_limit = wait`
+//! paces calls and gives up at `max_wait`, several policies are all or nothing, and functions
+//! with one policy name share its budget.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{
+    Client, InvalidName, LockError, RateLimitError, StoreError, distributed_lock, rate_limit,
+};
+
+use crate::support::RedisServer;
+use crate::support::fixture::{Fixture, connect, on_both_stores};
+
+on_both_stores!(
+    a_denied_call_fails_with_limited_and_does_not_run,
+    subjects_are_rendered_from_the_parameters_and_escaped,
+    costs_are_counted_as_written,
+    several_policies_are_all_or_nothing,
+    waiting_calls_keep_to_the_rate_and_give_up_at_max_wait,
+    a_dropped_waiting_call_gives_its_turn_back,
+    functions_with_one_policy_name_share_its_budget,
+    the_rate_limit_written_lower_runs_before_the_lock,
+);
+
+// --- denial --------------------------------------------------------------------------------------
+
+#[rate_limit(policy = "reports: 3/min", key = "user:{user}", client = client)]
+async fn report(client: &Client, user: u32, runs: &AtomicU32) -> Result<u32, RateLimitError> {
+    Ok(runs.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+async fn a_denied_call_fails_with_limited_and_does_not_run(store: Fixture) {
+    let runs = AtomicU32::new(0);
+    for n in 1..=3 {
+        assert_eq!(
+            report(&store.client, 1, &runs)
+                .await
+                .expect("within the burst"),
+            n
+        );
+    }
+    match report(&store.client, 1, &runs).await {
+        Err(RateLimitError::Limited {
+            policy,
+            retry_after,
+        }) => {
+            assert_eq!(policy, "reports");
+            // GCRA at 3/min: one more every 20 s.
+            assert!(
+                retry_after > Duration::from_secs(15) && retry_after <= Duration::from_secs(20),
+                "{retry_after:?}"
+            );
+        }
+        other => panic!("expected Limited, got {other:?}"),
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "the denied call did not run"
+    );
+    // Another user has a budget of their own.
+    assert_eq!(report(&store.client, 2, &runs).await.expect("user 2"), 4);
+}
+
+#[rate_limit(policy = "pairs: fixed-window 1/h", key = "{a}:{b}", client = client)]
+async fn pair(client: &Client, a: &str, b: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+async fn subjects_are_rendered_from_the_parameters_and_escaped(store: Fixture) {
+    pair(&store.client, "x:y", "z").await.expect("first");
+    // ("x", "y:z") would render "x:y:z" too without escaping: it has a budget of its own.
+    pair(&store.client, "x", "y:z")
+        .await
+        .expect("a different subject");
+    let again = pair(&store.client, "x:y", "z").await;
+    assert!(
+        matches!(again, Err(RateLimitError::Limited { .. })),
+        "{again:?}"
+    );
+    // A subject that cannot be a key fails the call without running it.
+    match named(&store.client, "").await {
+        Err(RateLimitError::InvalidSubject(InvalidName::Empty)) => {}
+        other => panic!("expected InvalidSubject, got {other:?}"),
+    }
+}
+
+#[rate_limit(policy = "names: 1/s", key = "{name}", client = client)]
+async fn named(client: &Client, name: &str) -> Result<(), RateLimitError> {
+    unreachable!("{name:?} is not a subject")
+}
+
+#[rate_limit(policy = "uploads: 10/min", client = client, cost = 4)]
+async fn upload_fixed(client: &Client) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limit(policy = "bytes: 10/min", client = client, cost = files.len())]
+async fn upload_files(client: &Client, files: Vec<&str>) -> Result<usize, RateLimitError> {
+    Ok(files.len())
+}
+
+async fn costs_are_counted_as_written(store: Fixture) {
+    upload_fixed(&store.client).await.expect("4 of 10");
+    upload_fixed(&store.client).await.expect("8 of 10");
+    let third = upload_fixed(&store.client).await;
+    assert!(
+        matches!(third, Err(RateLimitError::Limited { .. })),
+        "{third:?}"
+    );
+
+    assert_eq!(
+        upload_files(&store.client, vec!["a"; 7]).await.expect("7"),
+        7
+    );
+    assert_eq!(
+        upload_files(&store.client, vec!["b"; 3]).await.expect("10"),
+        3
+    );
+    let over = upload_files(&store.client, vec!["c"]).await;
+    assert!(
+        matches!(over, Err(RateLimitError::Limited { .. })),
+        "{over:?}"
+    );
+    // Nothing to send costs nothing, and is not checked.
+    assert_eq!(upload_files(&store.client, vec![]).await.expect("free"), 0);
+    // A cost above the limit can never pass.
+    match upload_files(&store.client, vec!["d"; 11]).await {
+        Err(RateLimitError::CostTooLarge {
+            cost: 11,
+            policy,
+            capacity: 10,
+        }) => assert_eq!(policy, "bytes"),
+        other => panic!("expected CostTooLarge, got {other:?}"),
+    }
+}
+
+#[rate_limit(
+    policy = ["burst: 5/s burst 2", "hourly: 3/h"],
+    key = "user:{user}",
+    client = client,
+)]
+async fn both(client: &Client, user: u32) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+async fn several_policies_are_all_or_nothing(store: Fixture) {
+    both(&store.client, 1).await.expect("1");
+    both(&store.client, 1).await.expect("2");
+    match both(&store.client, 1).await {
+        Err(RateLimitError::Limited { policy, .. }) => assert_eq!(policy, "burst"),
+        other => panic!("expected the burst policy to deny, got {other:?}"),
+    }
+    // The denied call consumed nothing from `hourly`: after the burst refills, one more
+    // passes and the fourth is the hourly policy's to deny.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    both(&store.client, 1).await.expect("3 of the hour");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    match both(&store.client, 1).await {
+        Err(RateLimitError::Limited {
+            policy,
+            retry_after,
+        }) => {
+            assert_eq!(policy, "hourly");
+            // GCRA at 3/h: one more every 20 minutes.
+            assert!(retry_after > Duration::from_secs(600), "{retry_after:?}");
+        }
+        other => panic!("expected the hourly policy to deny, got {other:?}"),
+    }
+}
+
+// --- waiting -------------------------------------------------------------------------------------
+
+#[rate_limit(
+    policy = "paced: 20/s burst 1",
+    client = client,
+    on_limit = wait,
+    max_wait = "400ms"
+)]
+async fn paced(client: &Client) -> Result<Instant, RateLimitError> {
+    Ok(Instant::now())
+}
+
+async fn waiting_calls_keep_to_the_rate_and_give_up_at_max_wait(store: Fixture) {
+    // Sequential calls: one every 50 ms (with the burst of 1, each after the first would be
+    // refused if it did not wait; the bound leaves room for a loaded machine's latency).
+    let mut ran = Vec::new();
+    for _ in 0..5 {
+        ran.push(paced(&store.client).await.expect("waits for its turn"));
+    }
+    let span = ran[4].duration_since(ran[0]);
+    assert!(span >= Duration::from_millis(150), "5 calls in {span:?}");
+
+    // Concurrent calls: turns are handed out 50 ms apart; those past 400 ms are refused at
+    // once instead of waiting.
+    let started = Instant::now();
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let client = store.client.clone();
+            tokio::spawn(async move {
+                let result = paced(&client).await;
+                (result, Instant::now())
+            })
+        })
+        .collect();
+    let (mut passed, mut refused) = (0, 0);
+    for call in calls {
+        match call.await.expect("task") {
+            (Ok(_), _) => passed += 1,
+            (Err(RateLimitError::Limited { retry_after, .. }), at) => {
+                refused += 1;
+                assert!(retry_after > Duration::from_millis(350), "{retry_after:?}");
+                assert!(
+                    at.duration_since(started) < Duration::from_millis(300),
+                    "a refused call waited {:?}",
+                    at.duration_since(started)
+                );
+            }
+            (Err(err), _) => panic!("unexpected error: {err}"),
+        }
+    }
+    // The first turn comes within 50 ms of the last sequential call, then one per 50 ms up
+    // to 400 ms after each call asked: 8 or 9 turns (one more if the calls were spread out
+    // by a loaded machine).
+    assert!(
+        (7..=10).contains(&passed),
+        "{passed} passed, {refused} refused"
+    );
+    assert_eq!(passed + refused, 12);
+}
+
+#[rate_limit(
+    policy = "turns: 2/s burst 1",
+    client = client,
+    on_limit = wait,
+    max_wait = "5s"
+)]
+async fn turn(client: &Client) -> Result<Instant, RateLimitError> {
+    Ok(Instant::now())
+}
+
+async fn a_dropped_waiting_call_gives_its_turn_back(store: Fixture) {
+    turn(&store.client).await.expect("the burst");
+    // This call's turn is 500 ms away; it is dropped after 100 ms.
+    let dropped = tokio::time::timeout(Duration::from_millis(100), turn(&store.client)).await;
+    assert!(dropped.is_err(), "dropped while waiting");
+    // The turn is given back in the background.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The returned turn goes to the next caller: 350 ms from now, not 850 ms.
+    let asked = Instant::now();
+    let ran = turn(&store.client).await.expect("the returned turn");
+    let waited = ran.duration_since(asked);
+    assert!(
+        waited < Duration::from_millis(700),
+        "waited {waited:?}: the dropped call kept its turn"
+    );
+}
+
+// --- one budget for several functions -----------------------------------------------------------
+
+#[rate_limit(policy = "partner: 4/min", client = client)]
+async fn partner_read(client: &Client) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limit(policy = "partner: 4/min", client = client, cost = 2)]
+async fn partner_write(client: &Client) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+async fn functions_with_one_policy_name_share_its_budget(store: Fixture) {
+    partner_read(&store.client).await.expect("1 of 4");
+    partner_write(&store.client).await.expect("3 of 4");
+    partner_read(&store.client).await.expect("4 of 4");
+    assert!(matches!(
+        partner_write(&store.client).await,
+        Err(RateLimitError::Limited { .. })
+    ));
+    assert!(matches!(
+        partner_read(&store.client).await,
+        Err(RateLimitError::Limited { .. })
+    ));
+}
+
+// --- with #[distributed_lock] --------------------------------------------------------------------
+
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Limited(RateLimitError),
+}
+
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        Self::Lock(err)
+    }
+}
+
+impl From<RateLimitError> for AppError {
+    fn from(err: RateLimitError) -> Self {
+        Self::Limited(err)
+    }
+}
+
+#[distributed_lock(key = "checkout:{id}", client = client, on_busy = error)]
+#[rate_limit(policy = "checkout: 2/min", key = "{id}", client = client)]
+async fn checkout(client: &Client, id: u32) -> Result<u64, AppError> {
+    Ok(distlock::current_lease().expect("under the lock").fence())
+}
+
+async fn the_rate_limit_written_lower_runs_before_the_lock(store: Fixture) {
+    checkout(&store.client, 1)
+        .await
+        .expect("free and within the limit");
+    let other = store.another_client().await;
+    let held = other
+        .lock("checkout:1")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("hold");
+    // Within the limit, the lock is busy.
+    assert!(matches!(
+        checkout(&store.client, 1).await,
+        Err(AppError::Lock(LockError::Busy { .. }))
+    ));
+    // That call was counted: the limit is reached, and it answers before the lock is tried.
+    assert!(matches!(
+        checkout(&store.client, 1).await,
+        Err(AppError::Limited(RateLimitError::Limited { .. }))
+    ));
+    held.release().await.expect("release");
+}
+
+// --- the limiter is built once per client ------------------------------------------------------
+
+#[rate_limit(policy = "breaker: 1000/s", client = client)]
+async fn guarded(client: &Client) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+/// The limiter's circuit breaker opens after 3 failures in a row: a limiter built per call
+/// would start closed every time and never say `CircuitOpen`. The site keeps one limiter per
+/// client, so another client's calls are not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limiter_is_kept_across_calls_per_client() {
+    let mut server = RedisServer::start();
+    let client = connect(&server.url()).await;
+    guarded(&client).await.expect("the store answers");
+    server.kill();
+    for n in 1..=3 {
+        match guarded(&client).await {
+            Err(RateLimitError::Store(err)) => {
+                assert!(
+                    matches!(
+                        err,
+                        StoreError::Unreachable { .. } | StoreError::Timeout { .. }
+                    ),
+                    "failure {n}: {err}"
+                );
+            }
+            other => panic!("failure {n}: expected a store error, got {other:?}"),
+        }
+    }
+    match guarded(&client).await {
+        Err(RateLimitError::CircuitOpen { .. }) => {}
+        other => panic!("expected the breaker to be open, got {other:?}"),
+    }
+    let memory = Client::in_memory();
+    guarded(&memory)
+        .await
+        .expect("another client's limiter has a breaker of its own");
+}
+
+/// Calls through a function's site from many tasks at once share its limiter and its
+/// budget: exactly the burst passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_pass_exactly_the_budget() {
+    let store = Fixture::redis().await;
+    let runs = Arc::new(AtomicU32::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let client = store.client.clone();
+            let runs = runs.clone();
+            tokio::spawn(async move {
+                let mut limited = 0;
+                for _ in 0..25 {
+                    match counted(&client, &runs).await {
+                        Ok(()) => {}
+                        Err(RateLimitError::Limited { .. }) => limited += 1,
+                        Err(err) => panic!("{err}"),
+                    }
+                }
+                limited
+            })
+        })
+        .collect();
+    let mut limited = 0;
+    for task in tasks {
+        limited += task.await.expect("task");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 50, "{}", store.log());
+    assert_eq!(limited, 150);
+}
+
+#[rate_limit(policy = "counted: 50/h", client = client)]
+async fn counted(client: &Client, runs: &AtomicU32) -> Result<(), RateLimitError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}

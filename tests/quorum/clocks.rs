@@ -1,0 +1,90 @@
+//! TESTPLAN 16 on a quorum (issue 26 §2): one node whose clock steps forward expires its copy
+//! of a lease early; its vote must not give a second client the lock while the first lease is
+//! valid, and its fences (minted on the jumped clock) must not be used.
+
+use std::time::{Duration, Instant};
+
+use distlock::{Client, LockError};
+
+use super::support::faketime::ClockedServer;
+
+/// The quorum node whose clock jumps.
+const JUMPER: usize = 2;
+const TTL: Duration = Duration::from_secs(3);
+
+async fn client(nodes: &[ClockedServer]) -> Client {
+    Client::builder()
+        .response_timeout(Duration::from_secs(1))
+        .restart_quarantine(Duration::from_secs(1))
+        .connect_quorum(nodes.iter().map(ClockedServer::url).collect::<Vec<_>>())
+        .await
+        .unwrap_or_else(|e| panic!("connect_quorum: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_jumps_does_not_vote_for_a_second_holder() {
+    let nodes: Vec<ClockedServer> = (0..5)
+        .map(|i| ClockedServer::start(&format!("node{i}"), i == JUMPER))
+        .collect();
+    let a = client(&nodes).await;
+    let b = client(&nodes).await;
+
+    // A bare majority, {0, 1, 2}: nodes 3 and 4 are stopped while it is granted. No watchdog,
+    // so the lease stays valid (and its holder trusts it) until its local deadline.
+    nodes[3].stop_process();
+    nodes[4].stop_process();
+    let granted = Instant::now();
+    let lease = a
+        .lock("jump")
+        .ttl(TTL)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("granted on nodes 0-2");
+    nodes[3].cont_process();
+    nodes[4].cont_process();
+
+    // Node 2's clock steps past the lease's expiry: its copy is gone, so it grants the lock to
+    // the next client along with nodes 3 and 4 - a majority, if its vote counted.
+    nodes[JUMPER]
+        .clock()
+        .expect("node 2 runs on a fake clock")
+        .jump(TTL + Duration::from_secs(2));
+    let mut tries = 0;
+    while !lease.is_lost() && granted.elapsed() < TTL {
+        tries += 1;
+        match b.lock("jump").ttl(TTL).acquire().await {
+            Err(LockError::Busy { .. }) => {}
+            Ok(second) => panic!(
+                "a second client was granted the lock (fence {}) while the first lease (fence \
+                 {}) is valid: the node whose clock jumped voted for it",
+                second.fence(),
+                lease.fence()
+            ),
+            Err(other) => panic!("second client: {other}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        tries >= 3,
+        "only {tries} tries while the first lease was valid"
+    );
+
+    // Once the first is released, four nodes without node 2 are a majority: granted, under a
+    // fence from the others' clocks, not node 2's (which runs 5 s, 5 000 000 µs, ahead).
+    let first = lease.fence();
+    lease.release().await.expect("release");
+    let second = b
+        .lock("jump")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("granted by the four nodes whose clocks agree");
+    assert!(second.fence() > first, "fences increase");
+    assert!(
+        second.fence() - first < 4_000_000,
+        "the second fence ({}) came from the jumped node's clock (the first was {first})",
+        second.fence()
+    );
+    second.release().await.expect("release");
+}

@@ -1,0 +1,8 @@
+use distlock::{RateLimitError, rate_limit};
+
+#[rate_limit(policy = "api: 10/s", on_limit = wait, max_wait = "400 days")]
+async fn fetch() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+fn main() {}
