@@ -7,12 +7,10 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
-
 use crate::Client;
-use crate::error::{LockError, NodeFailure, StoreError};
+use crate::error::{LockError, StoreError};
 use crate::keys::LockKeys;
-use crate::store::{Held, Store};
+use crate::store::Held;
 use crate::token::Token;
 
 /// What a lock's key says right now, as [`Client::lock_state`] reads it.
@@ -49,19 +47,6 @@ fn parse(value: &str) -> Option<(&str, bool)> {
     }
 }
 
-async fn value_and_ttl<C: ConnectionLike + Send>(
-    conn: &mut C,
-    key: &str,
-) -> Result<Option<(String, Duration)>, StoreError> {
-    let (value, pttl): (Option<String>, i64) =
-        redis::pipe().get(key).pttl(key).query_async(conn).await?;
-    Ok(match (value, u64::try_from(pttl)) {
-        (Some(value), Ok(ms)) => Some((value, Duration::from_millis(ms))),
-        // Gone, or expired between the two reads; a key of ours always has a ttl.
-        _ => None,
-    })
-}
-
 impl Client {
     /// Whether lock `name` is held now, and for how long unless renewed. A read, for
     /// operators and dashboards: by the time it returns the answer may have changed, so never
@@ -94,7 +79,7 @@ impl Client {
                     remaining_ttl,
                     // In memory every waiter is in this process and none marks the key.
                     waiters: marked
-                        || (matches!(self.store(), Store::Memory(_))
+                        || (!self.store().waiters_mark_locks()
                             && self.store().wakeups().waiters(&keys.channel) > 0),
                 },
                 None => LockState::Reserved { remaining_ttl },
@@ -133,62 +118,11 @@ impl Client {
         Ok(forced)
     }
 
-    /// The lock key's value and remaining ttl, if it exists.
+    /// The lock key's value and remaining ttl, if it exists (on a quorum, what a majority of
+    /// the nodes hold for one lease, for as long as that majority does).
     async fn read_holder(&self, keys: &LockKeys) -> Result<Option<(String, Duration)>, StoreError> {
-        let key = keys.lock.as_str();
-        match self.store() {
-            Store::Memory(m) => Ok(m.value_and_ttl(key)),
-            Store::Redis(r) => value_and_ttl(&mut r.connection(), key).await,
-            Store::Cluster(c) => value_and_ttl(&mut c.connection(), key).await,
-            Store::Quorum(q) => {
-                let nodes = q.named_connections();
-                let reads = nodes.into_iter().map(|(name, mut conn)| async move {
-                    (name, value_and_ttl(&mut conn, key).await)
-                });
-                let answers = futures_util::future::join_all(reads).await;
-                let mut failures = Vec::new();
-                let mut seen: Vec<(String, Duration)> = Vec::new();
-                let total = answers.len();
-                for (node, answer) in answers {
-                    match answer {
-                        Ok(Some(found)) => seen.push(found),
-                        Ok(None) => {}
-                        Err(err) => failures.push(NodeFailure {
-                            node,
-                            error: err.to_string(),
-                        }),
-                    }
-                }
-                let needed = q.majority();
-                if total - failures.len() < needed {
-                    return Err(StoreError::NoQuorum {
-                        nodes: total,
-                        needed,
-                        failures,
-                    });
-                }
-                Ok(majority_holder(&seen, needed))
-            }
-        }
+        self.store().lock_value(&keys.lock).await
     }
-}
-
-/// The value a majority of nodes hold for the same lease (marks aside), and how long that
-/// majority lasts: the `needed`-th longest of their ttls.
-fn majority_holder(seen: &[(String, Duration)], needed: usize) -> Option<(String, Duration)> {
-    for (value, _) in seen {
-        let token = parse(value).map_or(value.as_str(), |(t, _)| t);
-        let mut ttls: Vec<Duration> = seen
-            .iter()
-            .filter(|(v, _)| parse(v).map_or(v.as_str(), |(t, _)| t) == token)
-            .map(|(_, ttl)| *ttl)
-            .collect();
-        if ttls.len() >= needed {
-            ttls.sort_unstable_by(|a, b| b.cmp(a));
-            return Some((value.clone(), ttls[needed - 1]));
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -202,18 +136,5 @@ mod tests {
         assert_eq!(parse("abc!"), Some(("abc", true)));
         assert_eq!(parse("!"), None);
         assert_eq!(parse(""), None);
-    }
-
-    #[test]
-    fn a_quorum_holds_while_its_majority_does() {
-        let ms = Duration::from_millis;
-        let seen = vec![
-            ("t1".to_owned(), ms(900)),
-            ("t1*".to_owned(), ms(500)),
-            ("t2".to_owned(), ms(800)),
-        ];
-        assert_eq!(majority_holder(&seen, 2), Some(("t1".to_owned(), ms(500))));
-        assert_eq!(majority_holder(&seen, 3), None);
-        assert_eq!(majority_holder(&seen[2..], 2), None);
     }
 }

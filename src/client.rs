@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
+use crate::Capability;
 use crate::error::{InvalidName, StoreError};
 use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::lock::LockBuilder;
@@ -15,9 +16,7 @@ use crate::lock::multi::MultiLockBuilder;
 use crate::lock::rwlock::RwLockBuilder;
 use crate::lock::semaphore::SemaphoreBuilder;
 use crate::lock::watchdog::Watchdog;
-use crate::store::{
-    ClusterStore, MemoryStore, QuorumSettings, QuorumStore, RedisStore, Store, redis::RedisSettings,
-};
+use crate::store::{MemoryStore, QuorumSettings, QuorumStore, RedisSettings, Store};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "distlock";
@@ -48,12 +47,20 @@ pub(crate) struct ClientInner {
     pub(crate) replicas: Option<crate::store::Replicas>,
     /// This client's waiters that a releaser can hand a lock to.
     pub(crate) handoffs: crate::lock::handoff::Handoffs,
+    /// The client whose store serves this one's counting primitives (semaphores, read-write
+    /// locks, Bloom filters; rate limits go there through the store), if not this one: see
+    /// [`ClientBuilder::counting_on`].
+    pub(crate) counting: Option<Client>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("store", &self.inner.store.kind())
+        let mut debug = f.debug_struct("Client");
+        debug.field("store", &self.inner.store.kind());
+        if self.inner.counting.is_some() {
+            debug.field("counting_on", &self.inner.store.counting_kind());
+        }
+        debug
             .field("prefix", &self.inner.prefix)
             .finish_non_exhaustive()
     }
@@ -185,21 +192,23 @@ impl Client {
     /// hold at once across every client of the store (1 to
     /// [`MAX_PERMITS`](crate::MAX_PERMITS)). Each grant is a [`Lease`](crate::Lease) on its
     /// permits, with a ttl, the watchdog, the lost signal and a fence, like a lock's; a
-    /// holder that dies gives its permits back within its ttl. Not on a Redlock quorum.
+    /// holder that dies gives its permits back within its ttl. Not on a Redlock quorum (but on
+    /// a quorum client's [`counting_on`](ClientBuilder::counting_on) store).
     ///
     /// The limit is the caller's: clients that pass different numbers for one name each
     /// grant up to their own. Lowering it takes nothing from the holders; new grants wait
     /// until enough have gone.
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> SemaphoreBuilder {
-        SemaphoreBuilder::new(self.clone(), name.into(), permits)
+        SemaphoreBuilder::new(self.counting().clone(), name.into(), permits)
     }
 
     /// Starts taking the read-write lock `name`: many readers at once, or one writer, each
     /// hold a [`Lease`](crate::Lease). A waiting writer keeps new readers out, so readers
     /// cannot starve it. Independent of [`lock`](Self::lock) on the same name. Not on a
-    /// Redlock quorum.
+    /// Redlock quorum (but on a quorum client's [`counting_on`](ClientBuilder::counting_on)
+    /// store).
     pub fn rw_lock(&self, name: impl Into<String>) -> RwLockBuilder {
-        RwLockBuilder::new(self.clone(), name.into())
+        RwLockBuilder::new(self.counting().clone(), name.into())
     }
 
     /// Starts taking the locks `names` all or nothing (the same locks as
@@ -219,16 +228,40 @@ impl Client {
         JobBuilder::new(self.clone(), name.into())
     }
 
-    /// `"redis"` (a single primary), `"cluster"`, `"quorum"` (Redlock) or `"memory"`.
+    /// `"redis"` (a single primary), `"cluster"`, `"quorum"` (Redlock) or `"memory"`: the store
+    /// locks go to (see [`ClientBuilder::counting_on`] for a client that counts elsewhere).
     #[must_use]
     pub fn store_kind(&self) -> &'static str {
         self.inner.store.kind()
+    }
+
+    /// The client counting primitives are built on: the one given to
+    /// [`ClientBuilder::counting_on`], or this one.
+    pub(crate) fn counting(&self) -> &Client {
+        self.inner.counting.as_ref().unwrap_or(self)
     }
 
     /// The key prefix.
     #[must_use]
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
+    }
+
+    /// Whether this client's store can serve `capability`, and if not, why (with what to
+    /// use instead). Every primitive that needs one asks when it is built, so a client whose
+    /// store cannot serve it fails there, once, not on every request.
+    ///
+    /// ```
+    /// use distlock::Capability;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// assert!(client.supports(Capability::HolderSets).is_ok());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Unsupported`](crate::Unsupported): the store, the capability, and the reason.
+    pub fn supports(&self, capability: crate::Capability) -> Result<(), crate::Unsupported> {
+        self.inner.store.supports(capability)
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -262,6 +295,8 @@ pub struct ClientBuilder {
     primary_auth: Option<(Option<String>, Secret)>,
     /// The replica acknowledgement every lock of the client asks for by default.
     replicas: Option<crate::store::Replicas>,
+    /// Where counting primitives go, if not to this client's own store.
+    counting: Option<Client>,
     /// Certificates for `rediss://` (a CA to trust, a client identity).
     #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
     tls: Option<redis::TlsCertificates>,
@@ -288,6 +323,7 @@ impl Default for ClientBuilder {
             restart_quarantine: crate::DEFAULT_TTL,
             primary_auth: None,
             replicas: None,
+            counting: None,
             #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
             tls: None,
         }
@@ -341,6 +377,29 @@ impl ClientBuilder {
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return bad("timeouts must be greater than zero".to_owned());
         }
+        if let Some(other) = &self.counting {
+            for capability in [
+                Capability::HolderSets,
+                Capability::RateLimits,
+                Capability::BloomFilters,
+                Capability::FencedWrites,
+            ] {
+                if let Err(refused) = other.supports(capability) {
+                    return bad(format!(
+                        "counting_on: the client given counts on `{}`, which cannot: {}",
+                        refused.store, refused.reason
+                    ));
+                }
+            }
+            if other.prefix() != self.prefix {
+                return bad(format!(
+                    "counting_on: the client given has the key prefix {:?}, this one {:?}: \
+                     one prefix names one application's keys on both stores",
+                    other.prefix(),
+                    self.prefix
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -348,8 +407,8 @@ impl ClientBuilder {
     pub async fn connect(self, url: &str) -> Result<Client, StoreError> {
         self.validate()?;
         let info = connection_info(url)?;
-        let store = RedisStore::connect(info, self.settings()).await?;
-        Ok(self.build(Store::Redis(store)))
+        let store = crate::store::redis::connect(info, self.settings()).await?;
+        Ok(self.build(Store::Scripted(store)))
     }
 
     /// Connects to the server described by `info` (for settings a URL cannot carry, or a
@@ -357,8 +416,8 @@ impl ClientBuilder {
     /// [`connect`](Self::connect).
     pub async fn connect_info(self, info: redis::ConnectionInfo) -> Result<Client, StoreError> {
         self.validate()?;
-        let store = RedisStore::connect(info, self.settings()).await?;
-        Ok(self.build(Store::Redis(store)))
+        let store = crate::store::redis::connect(info, self.settings()).await?;
+        Ok(self.build(Store::Scripted(store)))
     }
 
     /// Connects through a `redis::Client` your application already has (its address,
@@ -374,8 +433,8 @@ impl ClientBuilder {
     /// ```
     pub async fn connect_redis_client(self, client: redis::Client) -> Result<Client, StoreError> {
         self.validate()?;
-        let store = RedisStore::connect_client(client, self.settings()).await?;
-        Ok(self.build(Store::Redis(store)))
+        let store = crate::store::redis::connect_client(client, self.settings()).await?;
+        Ok(self.build(Store::Scripted(store)))
     }
 
     /// Runs on a `ConnectionManager` your application already has, sharing its connection
@@ -389,13 +448,15 @@ impl ClientBuilder {
         manager: redis::aio::ConnectionManager,
     ) -> Result<Client, StoreError> {
         self.validate()?;
-        let store = RedisStore::from_manager(manager, self.settings()).await?;
-        Ok(self.build(Store::Redis(store)))
+        let store = crate::store::redis::from_manager(manager, self.settings()).await?;
+        Ok(self.build(Store::Scripted(store)))
     }
 
     /// Redlock only: how long each node of a quorum may take to answer an acquire or renewal
-    /// (default `min(ttl / 10, 50 ms)`, per lease). A node slower than this does not vote, so
-    /// one frozen node costs an acquire at most this long. At least 1 ms.
+    /// (default `min(ttl / 10, 50 ms)`, per lease), and how long a release waits for the
+    /// nodes still silent once a majority released (default 50 ms). A node slower than this
+    /// does not vote, so one frozen node costs an acquire or a release at most about this
+    /// long (what it did not release expires with its ttl). At least 1 ms.
     pub fn quorum_node_timeout(mut self, timeout: Duration) -> Self {
         self.quorum_node_timeout = Some(timeout);
         self
@@ -447,6 +508,48 @@ impl ClientBuilder {
     /// (the default).
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
         self.replicas = (count > 0).then_some(crate::store::Replicas { count, timeout });
+        self
+    }
+
+    /// Counting primitives on another store: the client built takes its locks (and
+    /// `#[distributed_lock]`, jobs, multi-locks, `LockLayer`) on its own store, and its rate
+    /// limiters, Bloom filters, semaphores, read-write locks and fenced resources (and
+    /// `ConcurrencyLimitLayer`) on `other`'s. Made for a Redlock quorum, whose independent primaries serve locks but
+    /// cannot count: one client, locks on the quorum, limits on a single primary or a Cluster.
+    ///
+    /// `other` must be able to count ([`Capability::HolderSets`], [`Capability::RateLimits`]
+    /// and [`Capability::BloomFilters`]) and have the same key prefix; otherwise connecting
+    /// fails with [`StoreError::Config`]. Its connections, timeouts and watchdog serve what
+    /// goes there, and it keeps working on its own (the two clients share those
+    /// primitives: a semaphore of one is the semaphore of the other).
+    /// [`Client::supports`] answers for counting capabilities with `other`'s store, and
+    /// [`Client::store_kind`] names the store locks go to.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    /// use distlock::{Capability, Client};
+    ///
+    /// let limits = Client::connect_cluster(["redis://10.0.0.1:6379/"]).await?;
+    /// let client = Client::builder()
+    ///     .counting_on(limits)
+    ///     .connect_quorum([
+    ///         "redis://10.0.1.1:6379/",
+    ///         "redis://10.0.2.1:6379/",
+    ///         "redis://10.0.3.1:6379/",
+    ///     ])
+    ///     .await?;
+    /// assert_eq!(client.store_kind(), "quorum");
+    /// assert!(client.supports(Capability::RateLimits).is_ok());
+    ///
+    /// let lease = client.lock("order:42").acquire().await?; // a Redlock lease
+    /// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?)?).build()?; // on the Cluster
+    /// assert!(api.check("user:7").await?.allowed);
+    /// let export = client.semaphore("exports", 2).acquire().await?; // on the Cluster
+    /// # drop((lease, export)); Ok(()) }
+    /// ```
+    pub fn counting_on(mut self, other: Client) -> Self {
+        self.counting = Some(other);
         self
     }
 
@@ -508,8 +611,9 @@ impl ClientBuilder {
         }) {
             node = node.set_tls_mode(mode);
         }
-        let store = RedisStore::connect_sentinel(sentinels, master, node, self.settings()).await?;
-        Ok(self.build(Store::Redis(store)))
+        let store =
+            crate::store::redis::connect_sentinel(sentinels, master, node, self.settings()).await?;
+        Ok(self.build(Store::Scripted(store)))
     }
 
     /// Connects to a Redlock quorum; see [`Client::connect_quorum`].
@@ -542,8 +646,8 @@ impl ClientBuilder {
             .into_iter()
             .map(|url| connection_info(url.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        let store = ClusterStore::connect(nodes, self.settings()).await?;
-        Ok(self.build(Store::Cluster(store)))
+        let store = crate::store::cluster::connect(nodes, self.settings()).await?;
+        Ok(self.build(Store::Scripted(store)))
     }
 
     fn settings(&self) -> RedisSettings {
@@ -559,7 +663,7 @@ impl ClientBuilder {
     /// Builds a client over a fresh in-memory store.
     ///
     /// # Panics
-    /// If the prefix is invalid (see [`ClientBuilder::prefix`]);
+    /// If the settings are invalid (see [`try_in_memory`](Self::try_in_memory));
     /// [`try_in_memory`](Self::try_in_memory) returns the error instead.
     pub fn in_memory(self) -> Client {
         self.try_in_memory()
@@ -576,7 +680,8 @@ impl ClientBuilder {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::Config`] for an invalid prefix or a zero timeout.
+    /// [`StoreError::Config`] for an invalid prefix, a zero timeout, or a
+    /// [`counting_on`](Self::counting_on) client that cannot count or has another prefix.
     pub fn try_in_memory(self) -> Result<Client, StoreError> {
         self.validate()?;
         Ok(self.build(Store::Memory(MemoryStore::new())))
@@ -584,13 +689,14 @@ impl ClientBuilder {
 
     fn build(self, store: Store) -> Client {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let watchdog = Watchdog::new(store.clone());
-        let fences = match store {
-            Store::Cluster(_) => crate::keys::Fences::per_slot(&self.prefix),
-            Store::Redis(_) | Store::Quorum(_) | Store::Memory(_) => {
-                crate::keys::Fences::shared(&self.prefix)
-            }
+        // `validate` checked it; the counting primitives are built on its own client.
+        let counting = self.counting.map(|other| other.counting().clone());
+        let store = match &counting {
+            Some(other) => store.split(other.store().clone()),
+            None => store,
         };
+        let watchdog = Watchdog::new(store.clone());
+        let fences = store.fences(&self.prefix);
         Client {
             inner: Arc::new(ClientInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -600,6 +706,7 @@ impl ClientBuilder {
                 watchdog,
                 replicas: self.replicas,
                 handoffs: crate::lock::handoff::Handoffs::default(),
+                counting,
             }),
         }
     }

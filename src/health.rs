@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::Client;
 use crate::error::StoreError;
-use crate::store::Store;
+use crate::store::PingTarget;
 
 /// What [`Client::ping`] found: each server asked, and whether the client can work.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,62 +59,58 @@ impl Client {
     pub async fn ping(&self) -> Health {
         let store = self.store();
         let limit = store.op_timeout();
-        let (nodes, ready) = match store {
-            Store::Memory(_) => (Vec::new(), true),
-            Store::Redis(r) => {
-                let node = ping_one("primary".to_owned(), r.connection(), limit).await;
+        let (nodes, ready) = match store.ping_target() {
+            PingTarget::Memory => (Vec::new(), true),
+            PingTarget::Primary(conn) => {
+                let node = ping_one("primary".to_owned(), conn, limit).await;
                 let ready = node.is_up();
                 (vec![node], ready)
             }
-            Store::Quorum(q) => {
-                let pings = q
-                    .named_connections()
+            PingTarget::Quorum(named, majority) => {
+                let pings = named
                     .into_iter()
                     .map(|(name, conn)| ping_one(name, conn, limit));
                 let nodes = futures_util::future::join_all(pings).await;
                 let up = nodes.iter().filter(|n| n.is_up()).count();
-                (nodes, up >= q.majority())
+                (nodes, up >= majority)
             }
-            Store::Cluster(c) => {
-                let conn = c.connection();
-                match masters(conn.clone(), limit).await {
-                    Ok(masters) => {
-                        let pings = masters.into_iter().map(|(host, port)| {
-                            let conn = conn.clone();
-                            async move {
-                                let node = format!("{host}:{port}");
-                                let routing =
-                                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                                        host,
-                                        port,
-                                    });
-                                let started = Instant::now();
-                                let answer = match tokio::time::timeout(
-                                    limit,
-                                    conn.clone().route_command(redis::cmd("PING"), routing),
-                                )
-                                .await
-                                {
-                                    Ok(Ok(_)) => Ok(started.elapsed()),
-                                    Ok(Err(err)) => Err(StoreError::from(err).to_string()),
-                                    Err(_) => Err(format!("no answer within {limit:?}")),
-                                };
-                                NodeHealth { node, answer }
-                            }
-                        });
-                        let nodes = futures_util::future::join_all(pings).await;
-                        let ready = !nodes.is_empty() && nodes.iter().all(NodeHealth::is_up);
-                        (nodes, ready)
-                    }
-                    Err(why) => (
-                        vec![NodeHealth {
-                            node: "cluster".to_owned(),
-                            answer: Err(why),
-                        }],
-                        false,
-                    ),
+            PingTarget::Cluster(conn) => match masters(conn.clone(), limit).await {
+                Ok(masters) => {
+                    let pings = masters.into_iter().map(|(host, port)| {
+                        let conn = conn.clone();
+                        async move {
+                            let node = format!("{host}:{port}");
+                            let routing =
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                                    host,
+                                    port,
+                                });
+                            let started = Instant::now();
+                            let answer = match tokio::time::timeout(
+                                limit,
+                                conn.clone().route_command(redis::cmd("PING"), routing),
+                            )
+                            .await
+                            {
+                                Ok(Ok(_)) => Ok(started.elapsed()),
+                                Ok(Err(err)) => Err(StoreError::from(err).to_string()),
+                                Err(_) => Err(format!("no answer within {limit:?}")),
+                            };
+                            NodeHealth { node, answer }
+                        }
+                    });
+                    let nodes = futures_util::future::join_all(pings).await;
+                    let ready = !nodes.is_empty() && nodes.iter().all(NodeHealth::is_up);
+                    (nodes, ready)
                 }
-            }
+                Err(why) => (
+                    vec![NodeHealth {
+                        node: "cluster".to_owned(),
+                        answer: Err(why),
+                    }],
+                    false,
+                ),
+            },
         };
         Health {
             store: store.kind(),

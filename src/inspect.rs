@@ -4,11 +4,8 @@
 
 use std::time::Duration;
 
-use redis::AsyncCommands;
-
 use crate::Client;
 use crate::error::{InvalidName, StoreError};
-use crate::store::Store;
 
 /// Store-level views of one client, for tests.
 #[doc(hidden)]
@@ -51,29 +48,7 @@ impl Inspector<'_> {
 
     /// How many live (unexpired) entries the holder set `key` has: the permits held.
     pub async fn live_entries(&self, key: &str) -> Result<u64, StoreError> {
-        const COUNT: &str = "
-            local t = redis.call('TIME')
-            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-            return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-        ";
-        match self.client.store() {
-            Store::Memory(m) => Ok(m.live_entries(key)),
-            Store::Redis(r) => {
-                let mut conn = r.connection();
-                Ok(redis::Script::new(COUNT)
-                    .key(key)
-                    .invoke_async(&mut conn)
-                    .await?)
-            }
-            Store::Cluster(c) => {
-                let mut conn = c.connection();
-                Ok(redis::Script::new(COUNT)
-                    .key(key)
-                    .invoke_async(&mut conn)
-                    .await?)
-            }
-            Store::Quorum(_) => Ok(0),
-        }
+        self.client.store().peek_live_entries(key).await
     }
 
     /// The pub/sub channel a release of `name` publishes its wake-up to.
@@ -81,96 +56,30 @@ impl Inspector<'_> {
         Ok(self.client.lock_keys(name)?.channel.clone())
     }
 
-    /// Remaining ttl of a key; `None` if it does not exist.
+    /// Remaining ttl of a key; `None` if it does not exist (on a quorum, the longest of the
+    /// nodes that have it: what a waiter would be told).
     pub async fn pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
-        match self.client.store() {
-            Store::Memory(m) => Ok(m.pttl(key)),
-            Store::Redis(r) => {
-                let ms: i64 = r.connection().pttl(key).await?;
-                Ok(u64::try_from(ms).ok().map(Duration::from_millis))
-            }
-            Store::Cluster(c) => {
-                let ms: i64 = c.connection().pttl(key).await?;
-                Ok(u64::try_from(ms).ok().map(Duration::from_millis))
-            }
-            // The longest of the nodes that have it (what a waiter would be told).
-            Store::Quorum(q) => {
-                let mut longest = None;
-                for mut conn in q.connections() {
-                    if let Ok(ms) = conn.pttl::<_, i64>(key).await {
-                        longest = longest.max(u64::try_from(ms).ok().map(Duration::from_millis));
-                    }
-                }
-                Ok(longest)
-            }
-        }
+        self.client.store().peek_pttl(key).await
     }
 
     /// The value of a string key (a lock key holds its holder's token, followed by `*` once a
-    /// waiter has marked it).
+    /// waiter has marked it; on a quorum, the first node that has it).
     pub async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
-        match self.client.store() {
-            Store::Memory(m) => Ok(m.get(key)),
-            Store::Redis(r) => Ok(r.connection().get(key).await?),
-            Store::Cluster(c) => Ok(c.connection().get(key).await?),
-            // The first node that has it.
-            Store::Quorum(q) => {
-                for mut conn in q.connections() {
-                    if let Ok(Some(value)) = conn.get::<_, Option<String>>(key).await {
-                        return Ok(Some(value));
-                    }
-                }
-                Ok(None)
-            }
-        }
+        self.client.store().peek_get(key).await
     }
 
-    /// Deletes a key behind every holder's back.
+    /// Deletes a key behind every holder's back (on a quorum, on every node that answers).
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        match self.client.store() {
-            Store::Memory(m) => Ok(m.delete(key)),
-            Store::Redis(r) => {
-                let n: i64 = r.connection().del(key).await?;
-                Ok(n > 0)
-            }
-            Store::Cluster(c) => {
-                let n: i64 = c.connection().del(key).await?;
-                Ok(n > 0)
-            }
-            // On every node that answers.
-            Store::Quorum(q) => {
-                let mut deleted = false;
-                for mut conn in q.connections() {
-                    deleted |= conn.del::<_, i64>(key).await.unwrap_or(0) > 0;
-                }
-                Ok(deleted)
-            }
-        }
+        self.client.store().peek_delete(key).await
     }
 
-    /// Live keys under this client's prefix.
+    /// Live keys under this client's prefix (on a cluster, of every primary; on a quorum, of
+    /// every node that answers, each key once).
     pub async fn keys(&self) -> Result<Vec<String>, StoreError> {
-        let prefix = &self.client.inner.prefix;
-        match self.client.store() {
-            Store::Memory(m) => Ok(m
-                .live_keys()
-                .into_iter()
-                .filter(|k| k.starts_with(prefix.as_str()))
-                .collect()),
-            Store::Redis(r) => Ok(r.connection().keys(format!("{prefix}:*")).await?),
-            // KEYS goes to every primary; the answers are joined.
-            Store::Cluster(c) => Ok(c.connection().keys(format!("{prefix}:*")).await?),
-            // Every node that answers, each key once.
-            Store::Quorum(q) => {
-                let mut keys = std::collections::BTreeSet::new();
-                for mut conn in q.connections() {
-                    if let Ok(found) = conn.keys::<_, Vec<String>>(format!("{prefix}:*")).await {
-                        keys.extend(found);
-                    }
-                }
-                Ok(keys.into_iter().collect())
-            }
-        }
+        self.client
+            .store()
+            .peek_keys(&self.client.inner.prefix)
+            .await
     }
 
     /// Channels with local waiters.

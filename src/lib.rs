@@ -79,6 +79,7 @@ pub use lock::{
     DEFAULT_TTL, Lease, LeaseHandle, LockBuilder, MAX_TTL, MIN_TTL, ReleaseOutcome, RunReport,
     current_lease, safety_margin,
 };
+pub use store::{Capability, Unsupported};
 
 #[doc(hidden)]
 pub use keys::hash_tag;

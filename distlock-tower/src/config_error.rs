@@ -51,6 +51,14 @@ pub enum ConfigError {
         /// The largest limit allowed.
         max: u32,
     },
+    /// The client's store cannot serve what the layer needs: the concurrency layer counts
+    /// permits in holder sets, which a Redlock quorum cannot (majorities of independent
+    /// primaries do not bound how many hold at once). Build the layer on a client of a single
+    /// primary or a Cluster, or on a quorum client made with
+    /// [`ClientBuilder::counting_on`](distlock::ClientBuilder::counting_on). Every request
+    /// would be refused, so the layer is refused where it is built.
+    #[error(transparent)]
+    UnsupportedStore(#[from] distlock::Unsupported),
     /// A zero `max_hold`: the lease would stop being renewed before it was ever used.
     #[error("max_hold must be greater than zero")]
     ZeroMaxHold,
@@ -78,15 +86,6 @@ pub enum ConfigError {
         bits: u8,
         /// The longest prefix of that address family.
         max: u8,
-    },
-    /// The client's store cannot serve this layer: a concurrency limit on a Redlock quorum,
-    /// whose majorities of independent primaries do not bound how many hold at once. Every
-    /// request would be refused, so the layer is refused where it is built.
-    #[error("{reason}")]
-    #[non_exhaustive]
-    UnsupportedStore {
-        /// Why, and what to use instead.
-        reason: String,
     },
     /// A header name that is not a valid HTTP field name (visible ASCII token characters).
     #[error("{name:?} is not a valid header name")]

@@ -53,8 +53,10 @@
 //!   filter that already exists in one form keeps that form.
 //!   [`storage`](BloomFilter::storage) says which one a filter uses.
 //!
-//! A Redlock quorum client refuses Bloom filters ([`BloomError::UnsupportedStore`]): its
-//! independent primaries would each hold a different filter.
+//! A Redlock quorum client refuses Bloom filters ([`BloomError::UnsupportedStore`], when the
+//! filter is opened): its independent primaries would each hold a different filter. A quorum
+//! client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on) keeps
+//! its filters on the store it counts on.
 
 mod hash;
 mod sizing;
@@ -63,10 +65,10 @@ use std::time::Duration;
 
 use self::sizing::Sizing;
 pub use self::sizing::{MAX_BITS, MAX_SHARD_BITS};
-use crate::Client;
 use crate::error::{BloomError, StoreError};
 use crate::keys::bloom_key;
 use crate::store::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply, Store};
+use crate::{Capability, Client};
 
 /// The most items one call of `add_many` or `contains_many` sends to the store; larger lists
 /// go in several calls, one after another, so no script runs long on the server.
@@ -107,7 +109,7 @@ impl Client {
     /// configure and [`open`](BloomBuilder::open). See [`bloom`](crate::bloom).
     pub fn bloom_filter(&self, name: impl Into<String>) -> BloomBuilder {
         BloomBuilder {
-            client: self.clone(),
+            client: self.counting().clone(),
             name: name.into(),
             expected_items: None,
             false_positive_rate: 0.01,
@@ -180,11 +182,11 @@ impl BloomBuilder {
                 });
             }
         };
-        if matches!(self.client.store(), Store::Quorum(_)) {
-            return Err(BloomError::UnsupportedStore {
-                reason: crate::store::quorum::BLOOM_UNSUPPORTED,
-            });
-        }
+        self.client
+            .supports(Capability::BloomFilters)
+            .map_err(|refused| BloomError::UnsupportedStore {
+                reason: refused.reason,
+            })?;
         let prefix = self.client.prefix().to_owned();
         let keys = |kind: &str| -> Result<Vec<ShardCall>, BloomError> {
             (0..sizing.shards)

@@ -105,9 +105,9 @@ impl Client {
     /// [`FencedError::InvalidName`] for an empty or over-long name.
     pub fn fenced(&self, resource: impl Into<String>) -> Result<FencedResource, FencedError> {
         let resource = resource.into();
-        if !self.store().has_fenced_writes() {
+        if let Err(refused) = self.supports(crate::Capability::FencedWrites) {
             return Err(FencedError::UnsupportedStore {
-                reason: crate::store::scripts::fenced::UNSUPPORTED,
+                reason: refused.reason,
             });
         }
         let keys = FencedKeys::new(self.prefix(), &resource)?;

@@ -27,11 +27,11 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::lease::{LeaseShared, release_in_background};
-use crate::Client;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::store::{HandoffReply, Held};
 use crate::token::Token;
+use crate::{Capability, Client};
 
 /// The most hand-offs of one lock in a row before an ordinary release gives the waiters of
 /// other clients a chance.
@@ -166,7 +166,10 @@ pub(crate) async fn pass_on(
     let store = client.store();
     // A lease that needs replica acknowledgement is released the ordinary way: a hand-off
     // would give the waiter a grant no replica acknowledged.
-    if !store.hands_off() || shared.handed_in_row >= MAX_IN_ROW || shared.replicas.is_some() {
+    if store.supports(Capability::HandOff).is_err()
+        || shared.handed_in_row >= MAX_IN_ROW
+        || shared.replicas.is_some()
+    {
         return None;
     }
     // Only a lock key can pass to a waiter (waiters queue for locks only).

@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::lease::Terms;
 use super::wait::{BACKOFF_MAX, BACKOFF_MIN, Retry, Wait};
 use super::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
-use crate::Client;
 use crate::error::LockError;
 use crate::store::Replicas;
+use crate::{Capability, Client};
 
 /// A builder's lease options, before validation.
 #[derive(Debug, Clone)]
@@ -96,11 +96,10 @@ impl Options {
                     r.timeout, self.ttl
                 )));
             }
-            if !client.store().waits_for_replicas() {
+            if let Err(refused) = client.supports(Capability::ReplicaAcknowledgement) {
                 return Err(invalid(format!(
-                    "replica acknowledgement needs a single primary (plain or behind \
-                     Sentinel); this client's store is `{}`",
-                    client.store_kind()
+                    "{}; this client's store is `{}`",
+                    refused.reason, refused.store
                 )));
             }
         }

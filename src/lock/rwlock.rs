@@ -20,12 +20,12 @@ use super::lease::{Grant, Hold, LeaseShared, Terms};
 use super::options::{Options, lease_options};
 use super::wait::{self, Attempt, Claim};
 use super::{GrantGuard, Lease, LeaseHandle, RunReport, guarded, released_after};
-use crate::Client;
 use crate::error::{LockError, StoreError};
 use crate::keys::RwKeys;
 use crate::metrics::Kind;
 use crate::store::{AcquireReply, Side, Waits};
 use crate::token::Token;
+use crate::{Capability, Client};
 
 /// Options for taking a read-write lock. Start with [`Client::rw_lock`], then [`read`] for a
 /// shared hold or [`write`] for the exclusive one.
@@ -80,11 +80,11 @@ impl RwLockBuilder {
 
     fn validate(&self) -> Result<(RwKeys, Terms), LockError> {
         let keys = self.client.rw_keys(&self.name)?;
-        if !self.client.store().has_holder_sets() {
-            return Err(LockError::UnsupportedStore {
-                reason: crate::store::quorum::HOLDER_SETS_UNSUPPORTED,
-            });
-        }
+        self.client
+            .supports(Capability::HolderSets)
+            .map_err(|refused| LockError::UnsupportedStore {
+                reason: refused.reason,
+            })?;
         Ok((keys, self.options.validate(&self.client)?))
     }
 

@@ -18,12 +18,12 @@ use super::lease::{Grant, Hold, LeaseShared, Terms};
 use super::options::{Options, lease_options};
 use super::wait::{self, Attempt, Claim};
 use super::{GrantGuard, Lease, LeaseHandle, RunReport, guarded, released_after};
-use crate::Client;
 use crate::error::{LockError, StoreError};
 use crate::keys::SetKeys;
 use crate::metrics::Kind;
 use crate::store::{AcquireReply, PermitsItem, Waits};
 use crate::token::Token;
+use crate::{Capability, Client};
 
 /// The most permits a semaphore may have (each held permit is one entry of a sorted set).
 pub const MAX_PERMITS: u32 = 10_000;
@@ -80,11 +80,11 @@ impl SemaphoreBuilder {
 
     fn validate(&self, count: u32) -> Result<(SetKeys, Terms), LockError> {
         let keys = self.client.semaphore_keys(&self.name)?;
-        if !self.client.store().has_holder_sets() {
-            return Err(LockError::UnsupportedStore {
-                reason: crate::store::quorum::HOLDER_SETS_UNSUPPORTED,
-            });
-        }
+        self.client
+            .supports(Capability::HolderSets)
+            .map_err(|refused| LockError::UnsupportedStore {
+                reason: refused.reason,
+            })?;
         if self.permits == 0 || self.permits > MAX_PERMITS {
             return Err(LockError::InvalidConfig {
                 reason: format!(

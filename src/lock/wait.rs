@@ -26,11 +26,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::handoff::{Handed, Ticket};
-use crate::Client;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::metrics::{self, Kind, Waiting};
 use crate::store::{Subscription, Waits};
+use crate::{Capability, Client};
 
 /// A waiter that has waited this long marks the lock so that its next release reserves it for
 /// such waiters, of any client (see `acquire.lua`): a client that releases and re-takes a lock
@@ -377,7 +377,7 @@ pub(crate) async fn acquire<C: Claim>(
             }
         }
         if ticket.is_none()
-            && store.hands_off()
+            && store.supports(Capability::HandOff).is_ok()
             && let Some((keys, ttl)) = claim.lock()
         {
             ticket = Some(Ticket::join(client, keys, ttl));

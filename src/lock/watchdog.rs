@@ -3,7 +3,7 @@
 //!
 //! Renewals are batched: when a lease's renewal is due, every lease due within ttl/12 is renewed
 //! with it, so leases taken at about the same time share round trips, up to [`MAX_BATCH`]
-//! keys per script call. Each batch runs in its own task, so a hung connection never delays
+//! keys per script call (leases that need replica acknowledgement in batches of their own). Each batch runs in its own task, so a hung connection never delays
 //! the deadline checks, and each is bounded by the earliest deadline in it.
 //!
 //! The task starts with the first lease and stops after [`IDLE_EXIT`] with nothing to watch;
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::lease::LeaseShared;
 use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::LossReason;
-use crate::store::{Held, RenewItem, Store};
+use crate::store::{Held, RenewItem, Replicas, Store};
 
 /// Most keys renewed in one script call (keeps each script short on the server).
 pub(crate) const MAX_BATCH: usize = 512;
@@ -198,10 +198,23 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             .unwrap_or_else(PoisonError::into_inner) = None;
         let now = Instant::now();
         let (due, next) = scan(&shared, now);
-        let mut due = due.into_iter().peekable();
-        while due.peek().is_some() {
-            let batch: Vec<Due> = due.by_ref().take(MAX_BATCH).collect();
-            tokio::spawn(renew(shared.clone(), batch));
+        // Leases that need replica acknowledgement renew apart from the others (and apart
+        // from each other's requirements), so that a renewal never waits for a `WAIT` its
+        // lease did not ask for.
+        let mut groups: Vec<(Option<Replicas>, Vec<Due>)> = Vec::new();
+        for lease in due {
+            let wants = lease.lease.replicas;
+            match groups.iter_mut().find(|(r, _)| *r == wants) {
+                Some((_, group)) => group.push(lease),
+                None => groups.push((wants, vec![lease])),
+            }
+        }
+        for (_, group) in groups {
+            let mut group = group.into_iter().peekable();
+            while group.peek().is_some() {
+                let batch: Vec<Due> = group.by_ref().take(MAX_BATCH).collect();
+                tokio::spawn(renew(shared.clone(), batch));
+            }
         }
         let next = match next {
             Some(next) => {

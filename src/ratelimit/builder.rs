@@ -300,9 +300,9 @@ impl RateLimiterBuilder {
     /// ```
     pub fn build(self) -> Result<RateLimiter, RateLimitError> {
         validate(&self.policies)?;
-        if matches!(self.client.store(), crate::store::Store::Quorum(_)) {
+        if let Err(refused) = self.client.supports(crate::Capability::RateLimits) {
             return Err(RateLimitError::UnsupportedStore {
-                reason: crate::store::quorum::RATE_LIMITS_UNSUPPORTED,
+                reason: refused.reason,
             });
         }
         let rates = self.lookup.map(|lookup| {

@@ -1,36 +1,47 @@
-//! The seam between the store and its backends: what locks and rate limits need from one.
+//! The seam between the store and its backends: what locks and counting primitives need from
+//! one, and what each can serve.
 //!
-//! Every backend (a single primary, a cluster, memory; a Redlock quorum next) implements the
-//! same operations with the same semantics, which the scripts under `scripts/` define (the
-//! in-memory store re-implements them in Rust). [`Store`](super::Store) picks the backend and
-//! bounds every call with the operation timeout, so a backend never has to.
+//! Every backend implements the lock operations (acquire, release, renew, unmark) with the same
+//! semantics, which the scripts under `scripts/` define (the in-memory store re-implements them
+//! in Rust). Everything else is a capability: a method that refuses by default, with its
+//! reason, and the operations behind it, which refuse the same way until a backend provides
+//! them. So a new backend is one module that implements the lock operations (and whatever else
+//! it can serve) plus its constructor. [`Store`](super::Store) picks the backend and bounds
+//! every call with the operation timeout, so a backend never has to.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::capability::{Capability, StoreKind, Unsupported, reasons};
+use super::ratelimit::{RateReply, RateRequest};
 use super::scripts::acquire::{AcquireReply, Waits};
 use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
-use super::scripts::fenced::{self, FencedCall, FencedReply};
+use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
-use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{LockKeys, RwKeys, SetKeys};
+use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
 /// One backend. Batching is the backend's business, per connection target (the one primary,
-/// or one hash slot of a cluster): callers pass one item at a time (renewals excepted, which
-/// the watchdog gathers itself), and concurrent calls share script calls where the target
-/// allows.
+/// one node of a cluster, one node of a quorum): callers pass one item at a time (renewals
+/// excepted, which the watchdog gathers itself), and concurrent calls share script calls
+/// where the target allows.
 pub(crate) trait Backend {
+    /// Which kind of store this is.
+    fn kind(&self) -> StoreKind;
+
+    // ---- Lock operations: every backend has them. ----
+
     /// Takes the lock of `keys` for `token` if it is free; mints its fence. With `replicas`,
     /// the grant counts only once that many replicas acknowledged it (else
-    /// [`StoreError::NotReplicated`]; the caller releases it), on a backend that has them.
+    /// [`StoreError::NotReplicated`]; the caller releases it), on a backend that
+    /// [`acknowledges`](Self::replica_acknowledgement).
     async fn acquire(
         &self,
         keys: &LockKeys,
@@ -46,34 +57,140 @@ pub(crate) trait Backend {
     /// Sets each lease's ttl if its token still holds it; never re-creates a key.
     async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError>;
 
-    /// Whether [`handoff`](Self::handoff) is worth calling (the in-memory store wakes its
-    /// waiters at once anyway).
-    fn hands_off(&self) -> bool;
-
-    /// Passes a held lock from `from` to a local waiter's `to`, with a new ttl and fence.
-    async fn handoff(
-        &self,
-        keys: &LockKeys,
-        from: &Token,
-        to: &Token,
-        ttl: Duration,
-    ) -> Result<HandoffReply, StoreError>;
-
     /// Takes back a starving waiter's mark on a lock.
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError>;
 
-    /// Takes several locks of one connection target (see
-    /// [`Store::groups`](super::Store::groups)) all or nothing, each with its token.
+    /// The registry of local waiters, and the subscriptions that wake them.
+    fn wakeups(&self) -> &Arc<Wakeups>;
+
+    /// The most one operation may take.
+    fn op_timeout(&self) -> Duration;
+
+    /// Where the locks of key prefix `prefix` mint their fences: one fence key per prefix,
+    /// unless the backend needs each lock's fence in the lock's own hash slot.
+    fn fences(&self, prefix: &str) -> Fences {
+        Fences::shared(prefix)
+    }
+
+    /// Splits the locks of a multi-lock into the groups that can each be taken in one call,
+    /// all or nothing ([`acquire_all`](Self::acquire_all)), in a deterministic order, each
+    /// group keeping the locks' order. By default one lock per group (each an acquire of its
+    /// own), which every backend can do.
+    fn lock_groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
+        (0..keys.len()).map(|i| vec![i]).collect()
+    }
+
+    /// Takes the locks of one group (see [`lock_groups`](Self::lock_groups)) all or nothing,
+    /// each with its token. By default a group is one lock, taken with
+    /// [`acquire`](Self::acquire).
     async fn acquire_all(
         &self,
         keys: &[&LockKeys],
         tokens: &[Token],
         ttl: Duration,
         waits: Waits,
-    ) -> Result<AllReply, StoreError>;
+    ) -> Result<AllReply, StoreError> {
+        let ([keys], [token]) = (keys, tokens) else {
+            return Err(StoreError::Protocol {
+                message: format!(
+                    "this store takes the locks of a multi-lock one by one, not {} at once",
+                    keys.len()
+                ),
+            });
+        };
+        Ok(match self.acquire(keys, token, ttl, waits, None).await? {
+            AcquireReply::Granted { fence } => AllReply::Granted {
+                fences: vec![fence],
+            },
+            AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
+            // Not asked for (no replica requirement here).
+            AcquireReply::Unreplicated { acked, wanted } => {
+                return Err(StoreError::NotReplicated { acked, wanted });
+            }
+        })
+    }
+
+    // ---- Capabilities: each refuses by default, with its reason. ----
+
+    /// Whether the backend counts holder sets (semaphores, read-write locks).
+    fn holder_sets(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::HolderSets, reasons::HOLDER_SETS))
+    }
+
+    /// Whether the backend serves rate limits.
+    fn rate_limits(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::RateLimits, reasons::RATE_LIMITS))
+    }
+
+    /// Whether the backend holds Bloom filters.
+    fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::BloomFilters, reasons::BLOOM_FILTERS))
+    }
+
+    /// Whether the backend can make a write wait for replicas (`WAIT`).
+    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(
+            Capability::ReplicaAcknowledgement,
+            reasons::REPLICA_ACKNOWLEDGEMENT,
+        ))
+    }
+
+    /// Whether [`handoff`](Self::handoff) is worth calling.
+    fn hand_off(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::HandOff, reasons::HAND_OFF))
+    }
+
+    /// Whether the backend holds fenced resources (one store keeps a resource's last fence).
+    fn fenced_writes(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::FencedWrites, reasons::FENCED_WRITES))
+    }
+
+    /// A refusal of `capability` by this backend.
+    fn refusal(&self, capability: Capability, reason: &'static str) -> Unsupported {
+        Unsupported::new(self.kind(), capability, reason)
+    }
+
+    /// The error of an operation behind a capability the backend lacks (or did not provide).
+    fn lacks(&self, capability: Capability) -> StoreError {
+        let answer = match capability {
+            Capability::HolderSets => self.holder_sets(),
+            Capability::RateLimits => self.rate_limits(),
+            Capability::BloomFilters => self.bloom_filters(),
+            Capability::ReplicaAcknowledgement => self.replica_acknowledgement(),
+            Capability::HandOff => self.hand_off(),
+            Capability::FencedWrites => self.fenced_writes(),
+        };
+        match answer {
+            Err(refused) => refused.into(),
+            Ok(()) => StoreError::Protocol {
+                message: format!(
+                    "the {} store claims {capability} but does not implement it",
+                    self.kind().as_str()
+                ),
+            },
+        }
+    }
+
+    // ---- Operations behind capabilities. ----
+
+    /// Passes a held lock from `from` to a local waiter's `to`, with a new ttl and fence
+    /// ([`hand_off`](Self::hand_off)).
+    async fn handoff(
+        &self,
+        keys: &LockKeys,
+        from: &Token,
+        to: &Token,
+        ttl: Duration,
+    ) -> Result<HandoffReply, StoreError> {
+        let _ = (keys, from, to, ttl);
+        Err(self.lacks(Capability::HandOff))
+    }
 
     /// Takes permits of a semaphore if that many are free; mints the grant's fence.
-    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError>;
+    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
+        let _ = item;
+        Err(self.lacks(Capability::HolderSets))
+    }
 
     /// Takes a read or the write hold of a read-write lock; mints the grant's fence.
     async fn acquire_rw(
@@ -83,10 +200,16 @@ pub(crate) trait Backend {
         token: &Token,
         ttl: Duration,
         waits: Waits,
-    ) -> Result<AcquireReply, StoreError>;
+    ) -> Result<AcquireReply, StoreError> {
+        let _ = (side, keys, token, ttl, waits);
+        Err(self.lacks(Capability::HolderSets))
+    }
 
     /// Releases the write hold of a read-write lock, waking writers and readers.
-    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError>;
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+        let _ = (keys, token);
+        Err(self.lacks(Capability::HolderSets))
+    }
 
     /// Gives back `count` entries of `token` in a holder set, waking its waiters.
     async fn release_entries(
@@ -94,39 +217,85 @@ pub(crate) trait Backend {
         keys: &SetKeys,
         token: &Token,
         count: u32,
-    ) -> Result<Held, StoreError>;
+    ) -> Result<Held, StoreError> {
+        let _ = (keys, token, count);
+        Err(self.lacks(Capability::HolderSets))
+    }
 
     /// One rate-limit check, atomically.
-    async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError>;
+    async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
+        let _ = req;
+        Err(self.lacks(Capability::RateLimits))
+    }
+
+    /// Test-only: one rate-limit check decided at `now_us` (µs since the epoch) instead of
+    /// the store's clock.
+    #[cfg(feature = "test-util")]
+    async fn rate_limit_at(
+        &self,
+        req: &RateRequest<'_>,
+        now_us: u64,
+    ) -> Result<RateReply, StoreError> {
+        let _ = (req, now_us);
+        Err(self.lacks(Capability::RateLimits))
+    }
 
     /// One Bloom filter operation on `shards`, kept in bitmaps (`bloom.lua`) or, when
-    /// `native`, by the RedisBloom module (`bloom_native.lua`). Shards of different hash
-    /// slots go in separate calls, at once.
+    /// `native`, by the RedisBloom module (`bloom_native.lua`).
     async fn bloom(
         &self,
         native: bool,
         op: BloomOp,
         shape: &BloomShape,
         shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError>;
-
-    /// Whether the store has the RedisBloom module.
-    async fn bloom_module(&self) -> Result<bool, StoreError>;
-
-    /// One fenced write to a resource, or a read of it (`fenced.lua`: the resource's keys
-    /// share its slot). Refused by default: a backend without one store that holds the
-    /// resource (a Redlock quorum) keeps the default; one that can route such calls to a store
-    /// of its own (a quorum with a separate counting store) overrides it.
-    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
-        let _ = call;
-        Err(StoreError::Config {
-            message: fenced::UNSUPPORTED.to_owned(),
-        })
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        let _ = (native, op, shape, shards);
+        Err(self.lacks(Capability::BloomFilters))
     }
 
-    /// The registry of local waiters, and the subscriptions that wake them.
-    fn wakeups(&self) -> &Arc<Wakeups>;
+    /// Whether the store has the RedisBloom module.
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
 
-    /// The most one operation may take.
-    fn op_timeout(&self) -> Duration;
+    /// One fenced write to a resource, or a read of it (`fenced.lua`: the resource's keys
+    /// share its slot). Only on a backend with [`Capability::FencedWrites`].
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        let _ = call;
+        Err(self.lacks(Capability::FencedWrites))
+    }
+
+    // ---- The operators' view of a lock. ----
+
+    /// A lock key's value and remaining ttl, if it exists (on a quorum: what a majority of
+    /// the nodes hold).
+    async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError>;
+
+    /// Whether a waiter marks the lock it waits for in the store (every backend but memory,
+    /// where every waiter is in this process and a release wakes one at once).
+    fn waiters_mark_locks(&self) -> bool {
+        true
+    }
+
+    // ---- Test hooks (`test-util`): raw keys, the same way on every backend. ----
+
+    /// The value of a string key.
+    #[cfg(feature = "test-util")]
+    async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// A key's remaining ttl; `None` if it does not exist.
+    #[cfg(feature = "test-util")]
+    async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError>;
+
+    /// Deletes a key; whether it existed.
+    #[cfg(feature = "test-util")]
+    async fn peek_delete(&self, key: &str) -> Result<bool, StoreError>;
+
+    /// Live keys under `prefix` (`<prefix>:*`).
+    #[cfg(feature = "test-util")]
+    async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError>;
+
+    /// How many live (unexpired) entries the holder set `key` has.
+    #[cfg(feature = "test-util")]
+    async fn peek_live_entries(&self, key: &str) -> Result<u64, StoreError>;
 }

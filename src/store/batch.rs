@@ -49,6 +49,17 @@ pub(crate) trait Batch: Clone + Send + Sync + 'static {
     }
 }
 
+/// Most calls of one kind on the wire at once per target: enough that a few hundred callers,
+/// in calls of the kind's `FLUSH_AT`, never wait for a free one.
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
+/// Most items in one batched call (keeps each call short on the server).
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// A batcher of one kind of call, with the stores' limits and the kind's `FLUSH_AT`.
+pub(crate) fn batcher<B: Batch>(op: B, timeout: Duration) -> Batcher<B> {
+    Batcher::new(op, MAX_IN_FLIGHT, MAX_BATCH, B::FLUSH_AT, timeout)
+}
+
 type Waiter<B> = (
     <B as Batch>::Item,
     oneshot::Sender<Result<<B as Batch>::Reply, StoreError>>,

@@ -1,30 +1,45 @@
-//! The store: what locks and rate limits need from a backend, and the backends behind it.
+//! The store: what locks and counting primitives need from a backend, and the backends behind
+//! it.
 //!
 //! [`Store`] is an enum rather than a generic parameter so that no user-facing type carries a
 //! backend parameter. Each variant implements the [`Backend`] seam with the same semantics:
 //! the scripts under `scripts/` (one module per script: source, argument encoding, reply
 //! decoding) define them, and the in-memory store re-implements them in Rust under a mutex.
-//! `Store` bounds every operation with the backend's operation timeout.
+//! What a backend can serve beyond locks is a [`Capability`], asked through
+//! [`Store::supports`]; no code outside this module names a backend. `Store` bounds every
+//! operation with the backend's operation timeout.
 //!
 //! ```text
 //! store/
-//!   mod.rs        Store: picks a backend; bounded entry points
-//!   backend.rs    the seam
-//!   scripts/      one module per Lua script
-//!   redis/        a single primary: connect, pub/sub, operations
-//!   cluster/      a Redis Cluster: per-slot batches and fences, sharded pub/sub
+//!   mod.rs        Store: picks a backend; bounded entry points; capabilities
+//!   backend.rs    the seam: lock operations, capabilities (refused by default)
+//!   capability.rs Capability, Unsupported
+//!   connect/      connection set-up shared by every Redis backend; following Sentinel
+//!   pubsub/       wake-up links: plain and sharded pub/sub
+//!   ratelimit/    the rate-limit contract; each algorithm in Lua and in Rust, side by side
+//!   scripts/      one module per Lua script (source, arguments, reply)
+//!   scripted/     the one scripted backend, over a route: one target, or by slot
+//!   redis/        a single primary (plain or behind Sentinel): the single-target route
+//!   cluster/      a Redis Cluster: the by-slot route, sharded pub/sub
 //!   quorum/       Redlock: a majority of independent primaries, restart-aware
-//!   memory/       in memory, with the rate-limit algorithms in Rust
+//!   memory/       in memory, the same semantics in Rust
+//!   peek.rs       reads of a key for operators and tests
 //!   batch.rs      batching of concurrent calls per connection target
 //!   wakeups.rs    local waiters and the subscriptions that wake them
 //! ```
 
 mod backend;
 pub(crate) mod batch;
+mod capability;
 pub(crate) mod cluster;
+mod connect;
 mod memory;
+mod peek;
+mod pubsub;
 pub(crate) mod quorum;
+mod ratelimit;
 pub(crate) mod redis;
+mod scripted;
 pub(crate) mod scripts;
 pub(crate) mod wakeups;
 
@@ -32,10 +47,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use self::backend::Backend;
-pub(crate) use self::cluster::ClusterStore;
+pub use self::capability::{Capability, Unsupported};
+pub(crate) use self::connect::RedisSettings;
 pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
-pub(crate) use self::redis::RedisStore;
+pub(crate) use self::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
+pub(crate) use self::scripted::ScriptedStore;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;
@@ -45,54 +62,138 @@ pub(crate) use self::scripts::fenced::{
     Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
 };
 pub(crate) use self::scripts::handoff::HandoffReply;
-pub(crate) use self::scripts::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Held, Replicas};
 pub(crate) use self::wakeups::{Subscription, Wakeups};
 use crate::error::StoreError;
-use crate::keys::{LockKeys, RwKeys, SetKeys, slot_of};
+use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
-/// A backend: a single Redis primary, a Redis Cluster, a Redlock quorum, or memory.
+/// A backend: the scripted one (a single Redis primary, plain or behind Sentinel, or a Redis
+/// Cluster), a Redlock quorum, or memory; or two of them, one for locks and one for counting.
 #[derive(Clone)]
 pub(crate) enum Store {
-    Redis(RedisStore),
-    Cluster(ClusterStore),
+    Scripted(ScriptedStore),
     Quorum(QuorumStore),
     Memory(MemoryStore),
+    /// Locks on one store, counting primitives (rate limits, Bloom filters, holder sets) on
+    /// another: a quorum's locks with a single primary's or a Cluster's limits.
+    Split(Arc<Split>),
 }
 
-/// A replica requirement on a backend that cannot wait for replicas.
-pub(crate) fn replicas_unsupported(kind: &str) -> StoreError {
-    StoreError::Config {
-        message: format!(
-            "replica acknowledgement (replicas(n, timeout)) needs a single primary, plain or \
-             behind Sentinel; this client is on {kind}"
-        ),
-    }
+/// What `Client::ping` asks, for the store locks go to.
+pub(crate) enum PingTarget {
+    /// Nothing to ask: in memory.
+    Memory,
+    /// A single primary.
+    Primary(connect::PrimaryConn),
+    /// A Redis Cluster, through its cluster connection.
+    Cluster(::redis::cluster_async::ClusterConnection),
+    /// A quorum's nodes, by name, and how many make a majority.
+    Quorum(Vec<(String, ::redis::aio::ConnectionManager)>, usize),
 }
 
-/// Calls the same `Backend` method on whichever backend this is.
+/// The two stores of [`Store::Split`].
+pub(crate) struct Split {
+    pub(crate) locks: Store,
+    pub(crate) counting: Store,
+}
+
+/// The backend a store call goes to, borrowed.
+enum Backing<'a> {
+    Scripted(&'a ScriptedStore),
+    Quorum(&'a QuorumStore),
+    Memory(&'a MemoryStore),
+}
+
+/// Calls the same `Backend` method on whichever backend a [`Backing`] is.
 macro_rules! on_backend {
-    ($store:expr, $s:ident => $call:expr) => {
-        match $store {
-            Store::Redis($s) => $call,
-            Store::Cluster($s) => $call,
-            Store::Quorum($s) => $call,
-            Store::Memory($s) => $call,
+    ($side:expr, $s:ident => $call:expr) => {
+        match $side {
+            Backing::Scripted($s) => $call,
+            Backing::Quorum($s) => $call,
+            Backing::Memory($s) => $call,
         }
     };
 }
 
 impl Store {
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Self::Redis(_) => "redis",
-            Self::Cluster(_) => "cluster",
-            Self::Quorum(_) => "quorum",
-            Self::Memory(_) => "memory",
+    /// Locks on `self`, counting primitives (rate limits, Bloom filters, holder sets) on
+    /// `counting`.
+    pub(crate) fn split(self, counting: Store) -> Self {
+        Self::Split(Arc::new(Split {
+            locks: self,
+            counting,
+        }))
+    }
+
+    /// The backend that serves locks.
+    fn locks(&self) -> Backing<'_> {
+        let mut store = self;
+        loop {
+            match store {
+                Self::Scripted(s) => return Backing::Scripted(s),
+                Self::Quorum(s) => return Backing::Quorum(s),
+                Self::Memory(s) => return Backing::Memory(s),
+                Self::Split(split) => store = &split.locks,
+            }
         }
+    }
+
+    /// The backend that serves counting primitives: rate limits, Bloom filters, holder sets.
+    fn counting(&self) -> Backing<'_> {
+        let mut store = self;
+        loop {
+            match store {
+                Self::Scripted(s) => return Backing::Scripted(s),
+                Self::Quorum(s) => return Backing::Quorum(s),
+                Self::Memory(s) => return Backing::Memory(s),
+                Self::Split(split) => store = &split.counting,
+            }
+        }
+    }
+
+    /// What `Client::ping` asks: the store locks go to.
+    pub(crate) fn ping_target(&self) -> PingTarget {
+        match self.locks() {
+            Backing::Memory(_) => PingTarget::Memory,
+            Backing::Scripted(s) => s.ping_target(),
+            Backing::Quorum(q) => PingTarget::Quorum(q.named_connections(), q.majority()),
+        }
+    }
+
+    /// The kind of the store counting primitives go to.
+    pub(crate) fn counting_kind(&self) -> &'static str {
+        on_backend!(self.counting(), s => s.kind().as_str())
+    }
+
+    /// `"redis"` (a single primary), `"cluster"`, `"quorum"` or `"memory"`: the store locks
+    /// go to.
+    pub(crate) fn kind(&self) -> &'static str {
+        on_backend!(self.locks(), s => s.kind().as_str())
+    }
+
+    /// Whether this store can serve `capability`, and if not, why.
+    pub(crate) fn supports(&self, capability: Capability) -> Result<(), Unsupported> {
+        let side = if capability.counts() {
+            self.counting()
+        } else {
+            self.locks()
+        };
+        on_backend!(side, s => match capability {
+            Capability::HolderSets => s.holder_sets(),
+            Capability::RateLimits => s.rate_limits(),
+            Capability::BloomFilters => s.bloom_filters(),
+            Capability::ReplicaAcknowledgement => s.replica_acknowledgement(),
+            Capability::HandOff => s.hand_off(),
+            Capability::FencedWrites => s.fenced_writes(),
+        })
+    }
+
+    /// Where the locks of key prefix `prefix` mint their fences.
+    pub(crate) fn fences(&self, prefix: &str) -> Fences {
+        on_backend!(self.locks(), s => s.fences(prefix))
     }
 
     pub(crate) async fn acquire(
@@ -103,38 +204,33 @@ impl Store {
         waits: Waits,
         replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
-        self.bounded(async {
-            on_backend!(self, s => s.acquire(keys, token, ttl, waits, replicas).await)
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.acquire(keys, token, ttl, waits, replicas).await)
         })
         .await
     }
 
-    /// Whether this store can wait for replicas to acknowledge a write (a single primary,
-    /// plain or behind Sentinel).
-    pub(crate) fn waits_for_replicas(&self) -> bool {
-        matches!(self, Self::Redis(_))
-    }
-
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.release(keys, token).await) })
-            .await
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.release(keys, token).await)
+        })
+        .await
     }
 
     /// Takes back the mark a waiter that waited long left on a lock, when it gives up and no
     /// other waiter of this client starves on it (`unmark.lua`).
     pub(crate) async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
-        self.bounded(async { on_backend!(self, s => s.unmark(keys).await) })
-            .await
-    }
-
-    /// Whether a holder can pass its lock straight to a local waiter
-    /// ([`handoff`](Self::handoff)).
-    pub(crate) fn hands_off(&self) -> bool {
-        on_backend!(self, s => s.hands_off())
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.unmark(keys).await)
+        })
+        .await
     }
 
     /// Passes a held lock from token `from` to token `to`, with a new ttl and fence. Only on
-    /// a store that [`hands_off`](Self::hands_off).
+    /// a store that supports [`Capability::HandOff`].
     pub(crate) async fn handoff(
         &self,
         keys: &LockKeys,
@@ -142,28 +238,21 @@ impl Store {
         to: &Token,
         ttl: Duration,
     ) -> Result<HandoffReply, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.handoff(keys, from, to, ttl).await) })
-            .await
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.handoff(keys, from, to, ttl).await)
+        })
+        .await
     }
 
-    /// Whether this store has holder sets (semaphores, read-write locks): every store but a
-    /// Redlock quorum, where counting holders on independent primaries is not exact.
-    pub(crate) fn has_holder_sets(&self) -> bool {
-        !matches!(self, Self::Quorum(_))
-    }
-
-    /// Whether this store can hold fenced resources (`Client::fenced`): every store but a
-    /// Redlock quorum, whose independent primaries would each keep a different last fence.
-    /// (A quorum client that routes its counting primitives to a store of its own would route
-    /// these there too, and say yes.)
-    pub(crate) fn has_fenced_writes(&self) -> bool {
-        !matches!(self, Self::Quorum(_))
-    }
-
-    /// One fenced write or read, bounded by the operation timeout.
+    /// One fenced write or read, on the store counting primitives go to (bounded by its
+    /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
     pub(crate) async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.fenced(call).await) })
-            .await
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.fenced(call).await)
+        })
+        .await
     }
 
     /// Splits the locks of a multi-lock into the groups that can each be taken in one call,
@@ -172,18 +261,7 @@ impl Store {
     /// Groups come in a deterministic order (by slot on a cluster), and each keeps the
     /// locks' order.
     pub(crate) fn groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
-        match self {
-            Self::Redis(_) | Self::Memory(_) => vec![(0..keys.len()).collect()],
-            Self::Quorum(_) => (0..keys.len()).map(|i| vec![i]).collect(),
-            Self::Cluster(_) => {
-                let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> =
-                    std::collections::BTreeMap::new();
-                for (i, k) in keys.iter().enumerate() {
-                    by_slot.entry(slot_of(&k.lock)).or_default().push(i);
-                }
-                by_slot.into_values().collect()
-            }
-        }
+        on_backend!(self.locks(), s => s.lock_groups(keys))
     }
 
     /// Takes the locks of one group (see [`groups`](Self::groups)) all or nothing.
@@ -194,8 +272,9 @@ impl Store {
         ttl: Duration,
         waits: Waits,
     ) -> Result<AllReply, StoreError> {
-        self.bounded(async {
-            on_backend!(self, s => s.acquire_all(keys, tokens, ttl, waits).await)
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.acquire_all(keys, tokens, ttl, waits).await)
         })
         .await
     }
@@ -204,20 +283,24 @@ impl Store {
         &self,
         item: &PermitsItem<'_>,
     ) -> Result<AcquireReply, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.acquire_permits(item).await) })
-            .await
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.acquire_permits(item).await)
+        })
+        .await
     }
 
     pub(crate) async fn acquire_rw(
         &self,
-        side: Side,
+        rw: Side,
         keys: &RwKeys,
         token: &Token,
         ttl: Duration,
         waits: Waits,
     ) -> Result<AcquireReply, StoreError> {
-        self.bounded(async {
-            on_backend!(self, s => s.acquire_rw(side, keys, token, ttl, waits).await)
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.acquire_rw(rw, keys, token, ttl, waits).await)
         })
         .await
     }
@@ -227,8 +310,11 @@ impl Store {
         keys: &RwKeys,
         token: &Token,
     ) -> Result<Held, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.release_writer(keys, token).await) })
-            .await
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.release_writer(keys, token).await)
+        })
+        .await
     }
 
     pub(crate) async fn release_entries(
@@ -237,19 +323,26 @@ impl Store {
         token: &Token,
         count: u32,
     ) -> Result<Held, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.release_entries(keys, token, count).await) })
-            .await
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.release_entries(keys, token, count).await)
+        })
+        .await
     }
 
+    /// Renews leases of locks (and, on a store that is not split, of holder sets).
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.renew(items).await) })
-            .await
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.renew(items).await)
+        })
+        .await
     }
 
     /// Runs one rate-limit check atomically (one script on Redis). Bounded by the limiter's
     /// own deadline, not here.
     pub(crate) async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
-        on_backend!(self, s => s.rate_limit(req).await)
+        on_backend!(self.counting(), s => s.rate_limit(req).await)
     }
 
     /// Test-only: one rate-limit check decided at `now_us` (µs since the epoch) instead of
@@ -260,12 +353,7 @@ impl Store {
         req: &RateRequest<'_>,
         now_us: u64,
     ) -> Result<RateReply, StoreError> {
-        match self {
-            Self::Redis(s) => s.rate_limit_at(req, now_us).await,
-            Self::Cluster(s) => s.rate_limit_at(req, now_us).await,
-            Self::Quorum(s) => s.rate_limit(req).await,
-            Self::Memory(s) => Ok(s.rate_limit_at(req, now_us)),
-        }
+        on_backend!(self.counting(), s => s.rate_limit_at(req, now_us).await)
     }
 
     /// One Bloom filter operation, bounded by the operation timeout.
@@ -276,34 +364,88 @@ impl Store {
         shape: &BloomShape,
         shards: &[ShardCall],
     ) -> Result<Vec<ShardReply>, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.bloom(native, op, shape, shards).await) })
-            .await
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.bloom(native, op, shape, shards).await)
+        })
+        .await
     }
 
     /// Whether the store has the RedisBloom module.
     pub(crate) async fn bloom_module(&self) -> Result<bool, StoreError> {
-        self.bounded(async { on_backend!(self, s => s.bloom_module().await) })
-            .await
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.bloom_module().await)
+        })
+        .await
     }
 
+    /// The wake-up registry of the store locks go to.
     pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
-        on_backend!(self, s => s.wakeups())
+        on_backend!(self.locks(), s => s.wakeups())
     }
 
-    /// Runs one store operation within [`op_timeout`](Self::op_timeout): every operation is
-    /// bounded here, so no caller can forget it.
-    async fn bounded<T>(
-        &self,
-        op: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let limit = self.op_timeout();
-        tokio::time::timeout(limit, op)
-            .await
-            .map_err(|_| StoreError::Timeout { after: limit })?
-    }
-
-    /// The deadline for one operation on this store.
+    /// The deadline for one operation on the store locks go to.
     pub(crate) fn op_timeout(&self) -> Duration {
-        on_backend!(self, s => s.op_timeout())
+        on_backend!(self.locks(), s => s.op_timeout())
+    }
+
+    /// A lock key's value and remaining ttl, if it exists (on a quorum, what a majority of
+    /// the nodes hold), for the operators' view of a lock.
+    pub(crate) async fn lock_value(
+        &self,
+        key: &str,
+    ) -> Result<Option<(String, Duration)>, StoreError> {
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.lock_value(key).await)
+        })
+        .await
+    }
+
+    /// Whether a waiter marks the lock it waits for in the store.
+    pub(crate) fn waiters_mark_locks(&self) -> bool {
+        on_backend!(self.locks(), s => s.waiters_mark_locks())
+    }
+}
+
+/// Runs one operation on `side` within its operation timeout: every operation is bounded
+/// here, so no caller can forget it.
+async fn bounded<T>(
+    side: &Backing<'_>,
+    op: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let limit = on_backend!(side, s => s.op_timeout());
+    tokio::time::timeout(limit, op)
+        .await
+        .map_err(|_| StoreError::Timeout { after: limit })?
+}
+
+/// Test hooks: reads and writes of raw keys, the same way on every backend.
+#[cfg(feature = "test-util")]
+impl Store {
+    /// The value of a string key (on a quorum, the first node that has it).
+    pub(crate) async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        on_backend!(self.locks(), s => s.peek_get(key).await)
+    }
+
+    /// A key's remaining ttl (on a quorum, the longest of the nodes that have it).
+    pub(crate) async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        on_backend!(self.locks(), s => s.peek_pttl(key).await)
+    }
+
+    /// Deletes a key behind every holder's back (on a quorum, on every node that answers).
+    pub(crate) async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
+        on_backend!(self.locks(), s => s.peek_delete(key).await)
+    }
+
+    /// Live keys under `prefix` (on a quorum, those of every node that answers).
+    pub(crate) async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        on_backend!(self.locks(), s => s.peek_keys(prefix).await)
+    }
+
+    /// How many live entries the holder set `key` has.
+    pub(crate) async fn peek_live_entries(&self, key: &str) -> Result<u64, StoreError> {
+        on_backend!(self.counting(), s => s.peek_live_entries(key).await)
     }
 }

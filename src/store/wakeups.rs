@@ -216,7 +216,9 @@ impl Wakeups {
                     entry.confirm.send_replace(Confirm::Pending);
                 }
                 let rx = entry.confirm.subscribe();
-                self.kick(state);
+                let reconciler = self.claim_reconciler(&mut state);
+                drop(state);
+                start(reconciler);
                 (notify, Some(rx))
             }
         };
@@ -268,31 +270,27 @@ impl Wakeups {
             state.channels.remove(channel);
             return;
         }
-        self.kick(state);
+        let reconciler = self.claim_reconciler(&mut state);
+        drop(state);
+        start(reconciler);
     }
 
-    /// Starts the reconciler unless it is running (it re-reads the wanted set each round).
-    /// Decides under the caller's lock, and spawns after releasing it: a runtime that is
-    /// shutting down drops the task inside `spawn`, and the task's guard then takes the lock
-    /// itself (under the caller's, that deadlocked the runtime's shutdown).
-    fn kick(self: &Arc<Self>, mut state: MutexGuard<'_, State>) {
+    /// Claims the reconciler unless it is running (it re-reads the wanted set each round);
+    /// the caller [`start`]s the claim once it has let go of the state's lock. (Spawning under
+    /// the lock could deadlock: a runtime that is shutting down drops the task at once, and
+    /// the dropped claim takes the lock to give the reconciler back.)
+    #[must_use]
+    fn claim_reconciler(self: &Arc<Self>, state: &mut State) -> Option<Reconciling> {
         if state.reconciling || self.link.get().is_none() {
-            return;
+            return None;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to run it on: the difference is settled at the next kick.
-            return;
-        };
+        // No runtime to run it on: the difference is settled at the next claim.
+        tokio::runtime::Handle::try_current().ok()?;
         state.reconciling = true;
-        drop(state);
-        let mut guard = Reconciling {
+        Some(Reconciling {
             wakeups: self.clone(),
             armed: true,
-        };
-        runtime.spawn(async move {
-            guard.wakeups.reconcile().await;
-            guard.disarm();
-        });
+        })
     }
 
     /// Brings the server's subscription set to the wanted one, round after round, until they
@@ -363,7 +361,9 @@ impl Wakeups {
         entry.confirm.send_replace(Confirm::Pending);
         entry.notify.notify_waiters();
         entry.starving_notify.notify_waiters();
-        self.kick(state);
+        let reconciler = self.claim_reconciler(&mut state);
+        drop(state);
+        start(reconciler);
     }
 
     /// The pub/sub connection moved to another server (a Sentinel failover): nothing is
@@ -379,7 +379,9 @@ impl Wakeups {
             entry.notify.notify_waiters();
             entry.starving_notify.notify_waiters();
         }
-        self.kick(state);
+        let reconciler = self.claim_reconciler(&mut state);
+        drop(state);
+        start(reconciler);
     }
 
     /// How many local waiters are registered on `channel`.
@@ -459,8 +461,26 @@ impl State {
     }
 }
 
+/// Runs a claimed reconciler (see `Wakeups::claim_reconciler`), with the state's lock free.
+fn start(reconciler: Option<Reconciling>) {
+    let Some(mut guard) = reconciler else {
+        return;
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move {
+                guard.wakeups.reconcile().await;
+                guard.disarm();
+            });
+        }
+        // Gone since the claim: the guard gives the reconciler back as it drops.
+        Err(_) => drop(guard),
+    }
+}
+
 /// Carried by the reconciler task: if the task is dropped unfinished (its runtime shut
-/// down), the next kick starts a new one, and the joiners waiting on it are told to poll.
+/// down, even inside `spawn`), the next claim starts a new one, and the joiners waiting on
+/// it are told to poll.
 struct Reconciling {
     wakeups: Arc<Wakeups>,
     armed: bool,
@@ -494,14 +514,12 @@ impl Drop for Reconciling {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
-    /// A pub/sub link whose every call succeeds at once.
-    struct Accepting;
+    /// A link whose every (un)subscribe succeeds at once.
+    struct Agreeable;
 
-    impl Subscriber for Accepting {
+    impl Subscriber for Agreeable {
         fn subscribe(&self, _channels: Vec<String>) -> SubscribeFuture<'_> {
             Box::pin(async { Ok(()) })
         }
@@ -511,35 +529,23 @@ mod tests {
         }
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
+    /// A waiter's task dropped by its runtime's shutdown unsubscribes without deadlocking:
+    /// the reconciler it starts is dropped inside `spawn` (the runtime takes no new task),
+    /// and giving it back takes the registry's lock, which must not be held then.
+    #[test]
+    fn a_waiter_dropped_by_its_runtime_shutting_down_does_not_deadlock() {
+        let wakeups = Wakeups::new();
+        wakeups.set_link(Box::new(Agreeable));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .expect("runtime")
-    }
-
-    /// Subscribes a waiter on `channel` and waits until the reconciler has finished.
-    fn subscribed(wakeups: &Arc<Wakeups>, runtime: &tokio::runtime::Runtime) -> Subscription {
-        runtime.block_on(async {
-            let subscription = wakeups.subscribe("chan", false).await.expect("subscribed");
-            while wakeups.state().reconciling {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            subscription
-        })
-    }
-
-    /// The last waiter of a subscribed channel, dropped by its runtime's shutdown, leaves:
-    /// that starts the reconciler on the closing runtime, which drops the task inside
-    /// `spawn`, under the registry's lock. The runtime still shuts down (this deadlocked:
-    /// the dropped task's guard locked the registry again), and the registry still works.
-    #[test]
-    fn a_waiter_dropped_by_its_runtimes_shutdown_does_not_deadlock_it() {
-        let wakeups = Wakeups::new();
-        wakeups.set_link(Box::new(Accepting));
-        let runtime = runtime();
-        let subscription = subscribed(&wakeups, &runtime);
+            .expect("runtime");
+        let subscribed = runtime.block_on({
+            let wakeups = wakeups.clone();
+            async move { wakeups.subscribe("release:x", false).await }
+        });
+        let subscription = subscribed.expect("subscribed");
         runtime.spawn(async move {
             let _held = subscription;
             std::future::pending::<()>().await;
@@ -549,11 +555,10 @@ mod tests {
             drop(runtime);
             let _ = done.send(());
         });
-        assert!(
-            finished.recv_timeout(Duration::from_secs(10)).is_ok(),
-            "the runtime's shutdown deadlocked in the wake-up registry"
-        );
-        let runtime = self::runtime();
-        drop(subscribed(&wakeups, &runtime));
+        finished
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the runtime shut down (no deadlock on the registry's lock)");
+        let state = wakeups.state();
+        assert!(!state.reconciling, "the reconciler was given back");
     }
 }

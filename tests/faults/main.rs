@@ -1,6 +1,7 @@
 //! Fault injection against real `redis-server` processes: the server killed, frozen or slow
 //! while a lease is held, scripts flushed under the client, connection faults through a TCP
-//! proxy, memory pressure and wrong credentials (TESTPLAN cases 7, 10, 11, 17, 18 and 25).
+//! proxy, memory pressure and wrong credentials (TESTPLAN cases 7, 10, 11, 17, 18 and 25), and
+//! writes that wait for a frozen replica stalling only themselves (43).
 //!
 //! Timing assertions are bounds on behaviour that is specified as a bound (a deadline, a
 //! response timeout); everything else is polled with bounded loops.
@@ -8,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acknowledged;
 mod common;
 mod credentials;
 mod killed;

@@ -18,7 +18,7 @@ use crate::support::fixture::connect;
 const LIVE_REPLICA_WAIT: Duration = Duration::from_secs(3);
 
 /// A primary and one replica of it, linked and in sync.
-async fn primary_and_replica() -> (RedisServer, RedisServer) {
+pub(super) async fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start();
     let replica = RedisServer::start();
     let mut conn = replica.conn().await;

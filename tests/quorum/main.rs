@@ -18,7 +18,9 @@ use support::child::{self, ChildProcess, say};
 use support::lateness::LatenessProbe;
 use support::server::resource_conn;
 
+mod capabilities;
 mod clocks;
+mod counting;
 mod health;
 mod members;
 
@@ -162,14 +164,15 @@ async fn a_minority_down_is_fine_a_majority_down_fails_cleanly() {
     ));
 }
 
-/// TESTPLAN 35: one node frozen longer than the per-node timeout: acquires still take about
-/// that timeout at most (not the 3 s response timeout), and the watchdog keeps leases on the
-/// remaining majority.
+/// TESTPLAN 35: one node frozen longer than the per-node timeout: acquires and releases still
+/// take about that timeout at most (not the 3 s response timeout, or half of it), and the
+/// watchdog keeps leases on the remaining majority.
 ///
 /// The per-node timeout is 250 ms, not a few milliseconds: a live node of a busy machine can
 /// take longer than that to answer, and it then (rightly) counts as failed for that round;
-/// with four of five live, a majority needs three of them on time. Each acquire is allowed
-/// the per-node timeout plus 150 ms of work plus how late this runtime ran its timers.
+/// with four of five live, a majority needs three of them on time. Each acquire and release
+/// is allowed the per-node timeout plus 150 ms of work plus how late this runtime ran its
+/// timers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_costs_at_most_the_per_node_timeout() {
     const NODE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -205,6 +208,22 @@ async fn a_frozen_node_costs_at_most_the_per_node_timeout() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     for lease in &leases {
         assert!(!lease.is_lost(), "lost: {:?}", lease.lost_reason());
+    }
+    // A release waits for the frozen node the per-node timeout after the majority released,
+    // not half the response timeout (1.5 s).
+    for lease in leases {
+        let mark = probe.mark();
+        let asked = Instant::now();
+        assert_eq!(
+            lease.release().await.expect("release with one node frozen"),
+            ReleaseOutcome::Released
+        );
+        let (took, late) = (asked.elapsed(), probe.since(mark));
+        assert!(
+            took < NODE_TIMEOUT + Duration::from_millis(150) + late,
+            "a release took {took:?} with a {NODE_TIMEOUT:?} per-node timeout (timers {late:?} \
+             late meanwhile)"
+        );
     }
 }
 

@@ -147,19 +147,11 @@ impl<K, R> ConcurrencyLimitLayerBuilder<K, R> {
     }
 }
 
-/// Refuses a store that keeps no holder sets, so cannot serve a semaphore: today a Redlock
-/// quorum, which `Client::store_kind` names. The runtime would refuse every permit of such a
-/// client at `acquire` (`LockError::UnsupportedStore`), so every request would be a `500`.
+/// Refuses a store that keeps no holder sets, so cannot serve a semaphore (a Redlock quorum
+/// without a counting store): the runtime would refuse every permit of such a client at
+/// `acquire`, so every request would be a `500`.
 fn check_store(client: &Client) -> Result<(), ConfigError> {
-    if client.store_kind() == "quorum" {
-        return Err(ConfigError::UnsupportedStore {
-            reason: "a concurrency limit needs a store that counts the holders of a \
-                     semaphore: connect a single primary (Client::connect) or a Cluster \
-                     (Client::connect_cluster); on a Redlock quorum, majorities of \
-                     independent primaries do not bound how many hold at once"
-                .to_owned(),
-        });
-    }
+    client.supports(distlock::Capability::HolderSets)?;
     Ok(())
 }
 

@@ -285,10 +285,11 @@ async fn a_quorum_client_is_refused_at_build() {
         .await
         .expect("connect_quorum");
     let built = ConcurrencyLimitLayer::new(quorum.clone(), Constant::new("exports"), 2);
-    let Err(ConfigError::UnsupportedStore { reason, .. }) = built else {
+    let Err(ConfigError::UnsupportedStore(refused)) = built else {
         panic!("a quorum must be refused: {built:?}");
     };
-    assert!(reason.contains("Client::connect"), "{reason}");
+    assert_eq!(refused.capability, distlock::Capability::HolderSets);
+    assert!(refused.reason.contains("Client::connect"), "{refused}");
     assert!(
         ConcurrencyLimitLayer::builder(quorum, Constant::new("exports"), 2)
             .build()

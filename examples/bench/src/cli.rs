@@ -19,7 +19,9 @@ usage: distlock-bench [flags]
   --quorum             add the quorum_* workloads to the selection
   --quorum-url URL     a node of a Redlock quorum (independent primaries) for the quorum_*
                        workloads; repeat it or give a comma-separated list, an odd number of
-                       at least 3 (default: start 3 redis-servers)
+                       at least 3 (default: start --quorum-nodes redis-servers)
+  --quorum-nodes N     independent redis-servers the bench starts for the quorum_* workloads
+                       without --quorum-url (default: 5, as the outside benchmark's W7)
   --peers LIST         distlock,raw (default: both)
   --duration D         time budget per run, humantime (default: 5s; 3s for ratelimit_accuracy)
   --ops N              cap on operations per run (default: the workload's own)
@@ -53,6 +55,7 @@ pub struct Args {
     pub server_cpus: Option<String>,
     pub cluster_slots: Option<u16>,
     pub quorum_urls: Vec<String>,
+    pub quorum_nodes: usize,
     pub workloads: Vec<Workload>,
     pub peers: Vec<Peer>,
     pub duration: Option<Duration>,
@@ -80,6 +83,7 @@ impl Args {
             server_cpus: None,
             cluster_slots: None,
             quorum_urls: Vec::new(),
+            quorum_nodes: 5,
             workloads: Workload::ALL.to_vec(),
             peers: vec![Peer::Distlock, Peer::Raw],
             duration: None,
@@ -120,6 +124,15 @@ impl Args {
                         .filter(|u| !u.is_empty())
                         .map(str::to_owned),
                 ),
+                "--quorum-nodes" => {
+                    let n: usize = value()?
+                        .parse()
+                        .map_err(|e| format!("--quorum-nodes: {e}"))?;
+                    if n < 3 || n.is_multiple_of(2) {
+                        return Err("--quorum-nodes: an odd number of at least 3".into());
+                    }
+                    args.quorum_nodes = n;
+                }
                 "--cluster-slots" => {
                     let n: u16 = value()?
                         .parse()

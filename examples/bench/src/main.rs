@@ -10,8 +10,8 @@
 //! ```
 //! Without `--url` it starts its own `redis-server` on a free loopback port, for the
 //! `cluster_*` workloads without `--cluster-url` its own local cluster, and for the `quorum_*`
-//! workloads without `--quorum-url` three more independent `redis-server`s; all are killed on
-//! exit, on an error and on SIGINT/SIGTERM.
+//! workloads without `--quorum-url` `--quorum-nodes` (5) more independent `redis-server`s; all
+//! are killed on exit, on an error and on SIGINT/SIGTERM.
 
 mod bloom;
 mod chart;
@@ -155,7 +155,7 @@ async fn run(args: cli::Args) -> ExitCode {
     let mut _quorum = Vec::new();
     if args.workloads.iter().any(|w| w.is_quorum()) {
         if args.quorum_urls.is_empty() {
-            for _ in 0..3 {
+            for _ in 0..args.quorum_nodes {
                 match server::Server::start(cpus) {
                     Ok(server) => _quorum.push(server),
                     Err(message) => {

@@ -79,7 +79,7 @@ pub fn median(mut runs: Vec<Outcome>) -> Outcome {
 /// multiple of the same peer's on the single primary.
 pub fn table(results: &[Outcome]) -> String {
     let mut out = format!(
-        "{:<28} {:<9} {:>12} {:>10} {:>10} {:>10} {:>7} {:>6} {:>9} {:>10} {:>10} {:>7} {:>9}\n",
+        "{:<28} {:<9} {:>12} {:>10} {:>10} {:>10} {:>7} {:>6} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7} {:>9} {:>9}\n",
         "workload",
         "peer",
         "ops/s",
@@ -91,8 +91,11 @@ pub fn table(results: &[Outcome]) -> String {
         "vs raw",
         "srv µs/op",
         "cpu µs/op",
+        "calls/op",
+        "µs/call",
         "items",
-        "÷ single"
+        "÷ single",
+        "cpu ÷ 1"
     );
     let blank_or =
         |v: Option<f64>, digits: usize| v.map_or_else(String::new, |v| format!("{v:.digits$}"));
@@ -105,19 +108,22 @@ pub fn table(results: &[Outcome]) -> String {
                 format!("{:.2}×", r.ops_per_s / raw.ops_per_s)
             });
         let server = r.extra_f64("server_us_per_op");
-        let vs_single = crate::workloads::Workload::from_name(r.workload)
+        let single = crate::workloads::Workload::from_name(r.workload)
             .and_then(|w| w.single_counterpart())
             .and_then(|single| {
                 results
                     .iter()
                     .find(|o| o.workload == single.name() && o.peer == r.peer)
-            })
-            .and_then(|single| Some(server? / single.extra_f64("server_us_per_op")?))
-            .filter(|ratio| ratio.is_finite())
-            .map_or_else(String::new, |ratio| format!("{ratio:.2}×"));
+            });
+        let versus = |field: &str| {
+            single
+                .and_then(|single| Some(r.extra_f64(field)? / single.extra_f64(field)?))
+                .filter(|ratio| ratio.is_finite())
+                .map_or_else(String::new, |ratio| format!("{ratio:.2}×"))
+        };
         let _ = writeln!(
             out,
-            "{:<28} {:<9} {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>7} {:>6} {:>9} {:>10} {:>10} {:>7} {:>9}",
+            "{:<28} {:<9} {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>7} {:>6} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7} {:>9} {:>9}",
             r.workload,
             r.peer,
             r.ops_per_s,
@@ -129,8 +135,11 @@ pub fn table(results: &[Outcome]) -> String {
             ratio,
             blank_or(server, 2),
             blank_or(r.extra_f64("server_cpu_us_per_op"), 2),
+            blank_or(r.extra_f64("script_calls_per_op"), 3),
+            blank_or(r.extra_f64("script_us_per_call"), 2),
             blank_or(r.extra_f64("items_per_script_call"), 2),
-            vs_single
+            versus("server_us_per_op"),
+            versus("server_cpu_us_per_op")
         );
     }
     out

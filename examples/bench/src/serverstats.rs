@@ -111,6 +111,11 @@ impl Snapshot {
         SCRIPT_COMMANDS.iter().map(|c| self.stat(c).calls).sum()
     }
 
+    /// Server time of the script calls alone (the commands they made included).
+    pub fn script_usec(&self) -> u64 {
+        SCRIPT_COMMANDS.iter().map(|c| self.stat(c).usec).sum()
+    }
+
     /// Server time of the commands the client sent itself: every script command plus `plain`
     /// (lower-case names), without double-counting what scripts ran inside.
     pub fn top_level_usec(&self, plain: &[&str]) -> u64 {
@@ -164,6 +169,11 @@ pub fn fields(
             (ops * accounting.scripted_items_per_op) as f64 / script_calls as f64
         )
     };
+    let us_per_call = if script_calls == 0 {
+        "null".to_owned()
+    } else {
+        format!("{:.2}", delta.script_usec() as f64 / script_calls as f64)
+    };
     vec![
         (
             "server_us_per_op",
@@ -173,6 +183,7 @@ pub fn fields(
         ("script_calls", script_calls.to_string()),
         ("script_calls_per_op", per_op(script_calls as f64)),
         ("items_per_script_call", items_per_call),
+        ("script_us_per_call", us_per_call),
         ("commands_per_op", per_op(delta.commands_executed() as f64)),
         ("masters", nodes.to_string()),
     ]
@@ -348,6 +359,7 @@ mod tests {
         assert_eq!(f["script_calls"], "250");
         assert_eq!(f["script_calls_per_op"], "0.500");
         assert_eq!(f["items_per_script_call"], "4.00");
+        assert_eq!(f["script_us_per_call"], "16.00");
         assert_eq!(f["commands_per_op"], "4.500");
         assert_eq!(f["masters"], "3");
         let none: BTreeMap<_, _> = fields(&Snapshot::default(), 0, 1, accounting)
@@ -355,5 +367,6 @@ mod tests {
             .collect();
         assert_eq!(none["server_us_per_op"], "null");
         assert_eq!(none["items_per_script_call"], "null");
+        assert_eq!(none["script_us_per_call"], "null");
     }
 }

@@ -130,15 +130,19 @@ impl Workload {
         }
     }
 
-    /// Reports the server's cost per operation, summed over the nodes (the parallel cluster and
-    /// quorum workloads and their single-primary counterparts, so they compare in one run).
+    /// Reports the server's cost per operation, summed over the nodes (the cluster and quorum
+    /// workloads and their single-primary counterparts, so they compare in one run): script
+    /// calls per operation, items per call, server µs per operation and per call.
     pub fn measures_server(self) -> bool {
         matches!(
             self,
-            Self::LockUncontendedParallel
+            Self::LockUncontendedSeq
+                | Self::LockUncontendedParallel
+                | Self::RatelimitSeq
                 | Self::RatelimitParallel
                 | Self::ClusterLockParallel
                 | Self::ClusterRatelimitParallel
+                | Self::QuorumLockSeq
                 | Self::QuorumLockParallel
         )
     }

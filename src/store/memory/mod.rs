@@ -2,14 +2,13 @@
 //! development and the example app. Time is tokio's clock, so `tokio::time::pause` works in
 //! users' tests; fencing tokens use wall-clock microseconds like the scripts use `TIME`.
 //!
-//! Rate-limit state lives in its own map, typed (the algorithms in [`ratelimit`] work on it
+//! Rate-limit state lives in its own map, typed (the algorithms of `store/ratelimit/` work on it
 //! directly), with expiry times on the algorithms' microsecond timeline: wall-clock
 //! microseconds at the store's creation advanced by tokio's clock, or the injected time of a
 //! test.
 
 mod bloom;
 mod fenced;
-pub(crate) mod ratelimit;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,11 +16,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use self::ratelimit::State as RateState;
 use super::backend::Backend;
+use super::capability::{Capability, StoreKind, Unsupported};
+use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
-use super::scripts::handoff::HandoffReply;
 use super::{
     AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
     Side, Waits, Wakeups,
@@ -479,12 +478,6 @@ impl MemoryStore {
         self.check_rate_at(req, None)
     }
 
-    /// Test-only: one rate-limit check decided at `now_us` (µs since the epoch).
-    #[cfg(feature = "test-util")]
-    pub(crate) fn rate_limit_at(&self, req: &RateRequest<'_>, now_us: u64) -> RateReply {
-        self.check_rate_at(req, Some(now_us))
-    }
-
     fn check_rate_at(&self, req: &RateRequest<'_>, now_us: Option<u64>) -> RateReply {
         let mut rates = self.rates();
         let now = now_us.map_or_else(
@@ -534,14 +527,6 @@ impl MemoryStore {
     #[cfg(feature = "test-util")]
     pub(crate) fn live_entries(&self, key: &str) -> u64 {
         self.state().held_entries(key, Instant::now())
-    }
-
-    /// The value of a live key and its remaining ttl (the operators' view of a lock).
-    pub(crate) fn value_and_ttl(&self, key: &str) -> Option<(String, Duration)> {
-        let now = Instant::now();
-        self.state()
-            .get(key, now)
-            .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now)))
     }
 
     /// The value of a live key, for tests.
@@ -594,6 +579,40 @@ impl MemoryStore {
 }
 
 impl Backend for MemoryStore {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Memory
+    }
+
+    fn holder_sets(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn rate_limits(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn fenced_writes(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::ReplicaAcknowledgement, REPLICAS_UNSUPPORTED))
+    }
+
+    /// Every release wakes a local waiter at once: nothing to gain from a hand-off.
+    fn hand_off(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::HandOff, HAND_OFF_UNSUPPORTED))
+    }
+
+    /// Every lock in one group: the map takes them under one lock.
+    fn lock_groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
+        vec![(0..keys.len()).collect()]
+    }
+
     async fn acquire(
         &self,
         keys: &LockKeys,
@@ -603,7 +622,7 @@ impl Backend for MemoryStore {
         replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
         if replicas.is_some() {
-            return Err(super::replicas_unsupported("the in-memory store"));
+            return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
         Ok(self.take_lock(keys, token, ttl, waits))
     }
@@ -614,23 +633,6 @@ impl Backend for MemoryStore {
 
     async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
         Ok(self.renew_leases(items))
-    }
-
-    /// Every release wakes a local waiter at once: nothing to gain from a hand-off.
-    fn hands_off(&self) -> bool {
-        false
-    }
-
-    async fn handoff(
-        &self,
-        _keys: &LockKeys,
-        _from: &Token,
-        _to: &Token,
-        _ttl: Duration,
-    ) -> Result<HandoffReply, StoreError> {
-        Err(StoreError::Protocol {
-            message: "the in-memory store does not hand locks off".to_owned(),
-        })
     }
 
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
@@ -680,6 +682,15 @@ impl Backend for MemoryStore {
         Ok(self.check_rate(req))
     }
 
+    #[cfg(feature = "test-util")]
+    async fn rate_limit_at(
+        &self,
+        req: &RateRequest<'_>,
+        now_us: u64,
+    ) -> Result<RateReply, StoreError> {
+        Ok(self.check_rate_at(req, Some(now_us)))
+    }
+
     async fn bloom(
         &self,
         native: bool,
@@ -706,4 +717,54 @@ impl Backend for MemoryStore {
     fn op_timeout(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
+        let now = Instant::now();
+        Ok(self
+            .state()
+            .get(key, now)
+            .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now))))
+    }
+
+    /// Every waiter is in this process, and a release wakes one at once: none marks a lock.
+    fn waiters_mark_locks(&self) -> bool {
+        false
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.get(key))
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        Ok(self.pttl(key))
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.delete(key))
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .live_keys()
+            .into_iter()
+            .filter(|k| k.starts_with(prefix))
+            .collect())
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_live_entries(&self, key: &str) -> Result<u64, StoreError> {
+        Ok(self.live_entries(key))
+    }
 }
+
+/// Why the in-memory store refuses replica acknowledgement.
+const REPLICAS_UNSUPPORTED: &str = "replica acknowledgement (replicas(n, timeout)) needs a \
+    single primary, plain or behind Sentinel; this client is on the in-memory store";
+
+/// Why the in-memory store passes no lock straight to a waiter.
+const HAND_OFF_UNSUPPORTED: &str = "the in-memory store wakes a local waiter at every release; \
+    there is nothing to hand off";

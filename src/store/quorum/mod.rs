@@ -1,9 +1,12 @@
 //! The Redlock backend: leases on a majority of independent Redis primaries.
 //!
-//! Every operation goes to every node at once, and a majority decides:
+//! Every operation goes to every node at once, and a majority decides. Each node has its own
+//! batchers: a plain primary has no slot rule, so the concurrent acquires (or releases) of
+//! many locks share one script call per node, and a cycle costs each node one acquire call
+//! and one release call per batch rather than per lock.
 //!
 //! * **Acquire**: the acquire script on every node, each bounded by a per-node timeout much
-//!   shorter than the ttl (default `min(ttl / 10, 50 ms)`). Granted iff a majority granted and
+//!   shorter than the ttl (default `min(ttl / 10, 50 ms)`); one boot check per call. Granted iff a majority granted and
 //!   the validity `ttl − elapsed − drift` is still positive, counted from the first send (the
 //!   lease's local deadline counts from there too). Otherwise every node is released again,
 //!   the ones that timed out included, and the caller learns `Busy` (with the longest holder
@@ -12,8 +15,11 @@
 //! * **Renew / extend**: renewed iff a majority renewed; definitively lost only once a
 //!   majority can no longer say yes; anything in between is an unknown outcome (retried until
 //!   the lease's deadline).
-//! * **Release**: on every node; `Released` iff a majority released, else `HeldByOther` if some
-//!   node has another holder, else `AlreadyExpired`.
+//! * **Release**: on every node; once a majority released, the others get the per-node
+//!   timeout more (default 50 ms), so a frozen node costs a release that long, and its copy
+//!   expires with its ttl (a loaded machine, where every node is slow, still waits for its
+//!   majority, up to half the response timeout); `Released` iff a majority released, else
+//!   `HeldByOther` if some node has another holder, else `AlreadyExpired`.
 //! * **Wake-ups**: each node publishes where its copy of the lock was marked; a waiter
 //!   subscribes on every node (confirmed by a majority), so a release wakes at most one local
 //!   waiter per node.
@@ -47,21 +53,19 @@ use tokio::time::Instant;
 
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
-use super::batch::Batch;
-use super::redis::{RedisSettings, check_cluster_mode, probe};
+use super::batch::{Batch, Batcher, batcher};
+use super::capability::{Capability, StoreKind, Unsupported};
+use super::connect::{RedisSettings, check_cluster_mode, probe};
+use super::peek;
+use super::scripts::acquire::Acquires;
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
-use super::scripts::acquire_all::AllReply;
-use super::scripts::acquire_permits::PermitsItem;
-use super::scripts::acquire_rw::Side;
-use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
-use super::scripts::handoff::HandoffReply;
-use super::scripts::ratelimit::{RateReply, RateRequest};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
+use super::scripts::{self, Calls, OnConn};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
-use crate::keys::{LockKeys, RwKeys, SetKeys};
+use crate::keys::LockKeys;
 use crate::token::Token;
 
 /// The longest per-node timeout of an acquire by default.
@@ -92,15 +96,15 @@ struct Inner {
     longest_ttl_ms: AtomicU64,
 }
 
-/// One independent primary.
+/// One independent primary, with a batcher per kind: a plain primary has no slot rule, so
+/// the concurrent acquires (or releases) of many locks share one script call per node.
 struct Node {
     /// `host:port`, for errors (never the password).
     name: String,
     conn: ConnectionManager,
-    releases: Releases<ConnectionManager>,
-    /// `<prefix>:boot`: a random value seeded once, gone if the node loses its data.
-    boot_key: String,
-    state: Mutex<NodeState>,
+    state: Arc<Mutex<NodeState>>,
+    acquires: Batcher<NodeAcquires>,
+    releases: Batcher<OnConn<Releases, ConnectionManager>>,
 }
 
 struct NodeState {
@@ -132,9 +136,43 @@ enum Identity {
     Twin { of: String },
 }
 
+/// Acquires on one node, many per call, behind one check of the node's boot value
+/// (`boot.lua`): the value this client last saw on the node is read when the call leaves.
+#[derive(Clone)]
+struct NodeAcquires {
+    conn: ConnectionManager,
+    /// `<prefix>:boot`: a random value seeded once, gone if the node loses its data.
+    boot_key: Arc<str>,
+    state: Arc<Mutex<NodeState>>,
+}
+
+impl Batch for NodeAcquires {
+    type Item = AcquireItem;
+    type Reply = NodeAcquire;
+    const FLUSH_AT: usize = <Acquires as Calls>::FLUSH_AT;
+
+    async fn run(&self, items: &[AcquireItem]) -> Result<Vec<NodeAcquire>, StoreError> {
+        let seen = lock_state(&self.state).boot.clone();
+        let fresh = Token::generate();
+        let refs: Vec<&AcquireItem> = items.iter().collect();
+        let (script, cmd) = acquire::on_quorum_node(&refs, &self.boot_key, &seen, fresh.as_str());
+        let reply = script.invoke::<redis::Value, _>(&cmd, &self.conn).await;
+        acquire::on_quorum_node_reply(reply, items.len())
+    }
+    // A grant nobody waits for (its caller's per-node deadline passed) is not undone here:
+    // a waiter keeps its token across busy attempts, so a release that left later than the
+    // next attempt's acquire would delete that attempt's copy on this node, and the lease
+    // would count a vote it no longer has. The attempt's rollback (sent on the connection,
+    // in order) or the grant's ttl clears it; a later attempt with the token re-takes it.
+}
+
+fn lock_state(state: &Mutex<NodeState>) -> std::sync::MutexGuard<'_, NodeState> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Node {
     fn state(&self) -> std::sync::MutexGuard<'_, NodeState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_state(&self.state)
     }
 
     fn votes(&self, now: Instant) -> bool {
@@ -232,13 +270,7 @@ impl QuorumStore {
         Ok(store)
     }
 
-    /// Every node's connection, for test hooks.
-    #[cfg(feature = "test-util")]
-    pub(crate) fn connections(&self) -> Vec<ConnectionManager> {
-        self.inner.nodes.iter().map(|n| n.conn.clone()).collect()
-    }
-
-    /// Every node's name (`host:port`) and connection.
+    /// Each node's name and connection (for `Client::ping`).
     pub(crate) fn named_connections(&self) -> Vec<(String, ConnectionManager)> {
         self.inner
             .nodes
@@ -261,10 +293,24 @@ impl QuorumStore {
             .max(Duration::from_millis(1))
     }
 
-    /// The per-node bound of a release or an unmark: well inside the operation's own bound,
-    /// so that the majority is counted before the caller's timeout fires.
+    /// The per-node bound of a release, a rollback or an unmark (which know no ttl): well
+    /// inside the operation's own bound, so that the majority is counted before the caller's
+    /// timeout fires. Once a majority answered, the others get only
+    /// [`straggler_grace`](Self::straggler_grace) more.
     fn node_op_timeout(&self) -> Duration {
         self.inner.settings.response_timeout / 2
+    }
+
+    /// How long the nodes still silent after a majority answered a release may take: the
+    /// configured per-node timeout, or its longest default. A frozen node then costs a release
+    /// that long, not half the response timeout (what it did not release expires with its
+    /// ttl), while a loaded machine, where every node is slow, still gets its majority.
+    fn straggler_grace(&self) -> Duration {
+        self.inner
+            .quorum_settings
+            .node_timeout
+            .unwrap_or(NODE_TIMEOUT_MAX)
+            .max(Duration::from_millis(1))
     }
 
     /// How long a node that lost its data sits out.
@@ -417,6 +463,72 @@ impl QuorumStore {
         futures_util::future::join_all(calls).await
     }
 
+    /// Runs `op` on every node at once, each bounded by `per_node`; once `settled` holds for
+    /// the answers so far (one per node that answered), the nodes still silent get `grace`
+    /// more, then count as failed.
+    async fn on_every_node_then_grace<'a, T, F, Fut>(
+        &'a self,
+        per_node: Duration,
+        grace: Duration,
+        settled: impl Fn(&[&T]) -> bool,
+        op: F,
+    ) -> Vec<Answer<T>>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>> + 'a,
+    {
+        use futures_util::StreamExt as _;
+        let mut pending: futures_util::stream::FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let call = op(node);
+                async move { (i, tokio::time::timeout(per_node, call).await) }
+            })
+            .collect();
+        let mut answers: Vec<Option<Answer<T>>> = std::iter::repeat_with(|| None)
+            .take(self.inner.nodes.len())
+            .collect();
+        let mut cut_off: Option<Instant> = None;
+        loop {
+            let next = match cut_off {
+                None => pending.next().await,
+                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((i, result)) = next else { break };
+            answers[i] = Some(match result {
+                Ok(Ok(value)) => Answer::Ok(value),
+                Ok(Err(err)) => Answer::Failed(err.to_string()),
+                Err(_) => Answer::Failed(format!("no answer within {per_node:?}")),
+            });
+            if cut_off.is_none() {
+                let so_far: Vec<&T> = answers
+                    .iter()
+                    .filter_map(|a| match a {
+                        Some(Answer::Ok(value)) => Some(value),
+                        _ => None,
+                    })
+                    .collect();
+                if settled(&so_far) {
+                    cut_off = Some(Instant::now() + grace);
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Answer::Failed(format!("no answer within {grace:?} of the outcome"))
+                })
+            })
+            .collect()
+    }
+
     /// The nodes that did not answer, and why, for [`StoreError::NoQuorum`].
     fn failures<T>(&self, answers: &[Answer<T>]) -> Vec<NodeFailure> {
         self.inner
@@ -445,14 +557,29 @@ impl QuorumStore {
     /// response timeout; what cannot be reached expires with its ttl.
     async fn roll_back(&self, keys: &LockKeys, token: &Token) {
         let limit = self.node_op_timeout();
+        let quorum = self.inner.quorum;
         let answers = self
-            .on_every_node(limit, |node| async move {
-                let item = ReleaseItem {
-                    keys: keys.clone(),
-                    token: token.clone(),
-                };
-                node.releases.run(std::slice::from_ref(&item)).await
-            })
+            .on_every_node_then_grace(
+                limit,
+                self.straggler_grace(),
+                |so_far| so_far.len() >= quorum,
+                |node| async move {
+                    // Not batched: on the connection at once, so it cannot leave after the next
+                    // attempt's acquire with the same token (which it would then undo).
+                    let item = ReleaseItem {
+                        keys: keys.clone(),
+                        token: token.clone(),
+                    };
+                    let releases = Releases {
+                        publish: Publish::Plain,
+                    };
+                    let mut held =
+                        scripts::call(&releases, &node.conn, std::slice::from_ref(&item)).await?;
+                    held.pop().ok_or_else(|| StoreError::Protocol {
+                        message: "release answered nothing".to_owned(),
+                    })
+                },
+            )
             .await;
         let failed = answers
             .iter()
@@ -580,7 +707,7 @@ async fn connect_node(
     )
     .await
     .map_err(|_| StoreError::Timeout { after: limit })??;
-    let node = node(info, manager, boot_key, boot);
+    let node = node(info, manager, boot_key, boot, settings.response_timeout);
     let mut state = node.state();
     state.run_id = run_id;
     state.identity = Identity::Distinct;
@@ -610,30 +737,82 @@ fn lazy_node(
         value: String::new(),
         age: Duration::ZERO,
     };
-    Ok(node(info, manager, boot_key, unknown))
+    Ok(node(
+        info,
+        manager,
+        boot_key,
+        unknown,
+        settings.response_timeout,
+    ))
 }
 
-fn node(info: &redis::ConnectionInfo, conn: ConnectionManager, boot_key: &str, boot: Boot) -> Node {
+/// A node over `conn`, last seen with `boot`; its batchers bound each call by `timeout`.
+fn node(
+    info: &redis::ConnectionInfo,
+    conn: ConnectionManager,
+    boot_key: &str,
+    boot: Boot,
+    timeout: Duration,
+) -> Node {
+    let state = Arc::new(Mutex::new(NodeState {
+        seeded_ago: (!boot.value.is_empty()).then_some(boot.age),
+        boot: boot.value,
+        sits_out_until: None,
+        run_id: None,
+        identity: Identity::Unchecked,
+        clock_ahead: false,
+    }));
     Node {
         name: node_name(info),
-        releases: Releases {
-            conn: conn.clone(),
-            publish: Publish::Plain,
-        },
+        acquires: batcher(
+            NodeAcquires {
+                conn: conn.clone(),
+                boot_key: boot_key.into(),
+                state: state.clone(),
+            },
+            timeout,
+        ),
+        releases: batcher(
+            OnConn {
+                calls: Releases {
+                    publish: Publish::Plain,
+                },
+                conn: conn.clone(),
+                publish: Publish::Plain,
+            },
+            timeout,
+        ),
         conn,
-        boot_key: boot_key.to_owned(),
-        state: Mutex::new(NodeState {
-            seeded_ago: (!boot.value.is_empty()).then_some(boot.age),
-            boot: boot.value,
-            sits_out_until: None,
-            run_id: None,
-            identity: Identity::Unchecked,
-            clock_ahead: false,
-        }),
+        state,
     }
 }
 
 impl Backend for QuorumStore {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Quorum
+    }
+
+    fn holder_sets(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::HolderSets, HOLDER_SETS_UNSUPPORTED))
+    }
+
+    fn rate_limits(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::RateLimits, RATE_LIMITS_UNSUPPORTED))
+    }
+
+    fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::BloomFilters, BLOOM_UNSUPPORTED))
+    }
+
+    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::ReplicaAcknowledgement, REPLICAS_UNSUPPORTED))
+    }
+
+    /// No hand-off: a quorum lease is released everywhere and its waiters woken.
+    fn hand_off(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::HandOff, HAND_OFF_UNSUPPORTED))
+    }
+
     async fn acquire(
         &self,
         keys: &LockKeys,
@@ -643,7 +822,7 @@ impl Backend for QuorumStore {
         replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
         if replicas.is_some() {
-            return Err(super::replicas_unsupported("a Redlock quorum"));
+            return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
         let started = Instant::now();
         self.inner
@@ -656,20 +835,11 @@ impl Backend for QuorumStore {
             waits,
             replicas: None,
         };
-        let fresh = Token::generate();
         let answers = self
             .on_every_node(self.node_timeout(ttl), |node| {
-                let seen = node.state().boot.clone();
-                let (item, fresh) = (&item, &fresh);
+                let item = item.clone();
                 async move {
-                    let reply = acquire::on_quorum_node(
-                        &node.conn,
-                        item,
-                        &node.boot_key,
-                        &seen,
-                        fresh.as_str(),
-                    )
-                    .await?;
+                    let reply = node.acquires.run(item).await?;
                     Ok((reply, Instant::now()))
                 }
             })
@@ -726,17 +896,21 @@ impl Backend for QuorumStore {
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
         let limit = self.node_op_timeout();
+        let quorum = self.inner.quorum;
         let answers = self
-            .on_every_node(limit, |node| async move {
-                let item = ReleaseItem {
-                    keys: keys.clone(),
-                    token: token.clone(),
-                };
-                let mut held = node.releases.run(std::slice::from_ref(&item)).await?;
-                held.pop().ok_or_else(|| StoreError::Protocol {
-                    message: "release answered nothing".to_owned(),
-                })
-            })
+            .on_every_node_then_grace(
+                limit,
+                self.straggler_grace(),
+                // Released: what the others answer changes nothing.
+                |so_far| so_far.iter().filter(|h| ***h == Held::Yes).count() >= quorum,
+                |node| async move {
+                    let item = ReleaseItem {
+                        keys: keys.clone(),
+                        token: token.clone(),
+                    };
+                    node.releases.run(item).await
+                },
+            )
             .await;
         let count = |want: Held| {
             answers
@@ -793,23 +967,6 @@ impl Backend for QuorumStore {
         Ok(result)
     }
 
-    /// No hand-off: a quorum lease is released everywhere and its waiters woken.
-    fn hands_off(&self) -> bool {
-        false
-    }
-
-    async fn handoff(
-        &self,
-        _keys: &LockKeys,
-        _from: &Token,
-        _to: &Token,
-        _ttl: Duration,
-    ) -> Result<HandoffReply, StoreError> {
-        Err(StoreError::Protocol {
-            message: "a Redlock quorum does not hand locks off".to_owned(),
-        })
-    }
-
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
         let limit = self.node_op_timeout();
         self.on_every_node(
@@ -820,90 +977,6 @@ impl Backend for QuorumStore {
         Ok(())
     }
 
-    /// One lock at a time (the store makes one group per lock on a quorum): a Redlock
-    /// acquire of its own.
-    async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        let ([keys], [token]) = (keys, tokens) else {
-            return Err(StoreError::Protocol {
-                message: "a quorum takes the locks of a multi-lock one by one".to_owned(),
-            });
-        };
-        Ok(match self.acquire(keys, token, ttl, waits, None).await? {
-            AcquireReply::Granted { fence } => AllReply::Granted {
-                fences: vec![fence],
-            },
-            AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
-            // Not asked for (no replica requirement here).
-            AcquireReply::Unreplicated { acked, wanted } => {
-                return Err(StoreError::NotReplicated { acked, wanted });
-            }
-        })
-    }
-
-    async fn acquire_permits(&self, _item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn acquire_rw(
-        &self,
-        _side: Side,
-        _keys: &RwKeys,
-        _token: &Token,
-        _ttl: Duration,
-        _waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn release_writer(&self, _keys: &RwKeys, _token: &Token) -> Result<Held, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn release_entries(
-        &self,
-        _keys: &SetKeys,
-        _token: &Token,
-        _count: u32,
-    ) -> Result<Held, StoreError> {
-        Err(StoreError::Config {
-            message: HOLDER_SETS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn rate_limit(&self, _req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
-        Err(StoreError::Config {
-            message: RATE_LIMITS_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn bloom(
-        &self,
-        _native: bool,
-        _op: BloomOp,
-        _shape: &BloomShape,
-        _shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        Err(StoreError::Config {
-            message: BLOOM_UNSUPPORTED.to_owned(),
-        })
-    }
-
-    async fn bloom_module(&self) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-
     fn wakeups(&self) -> &Arc<Wakeups> {
         &self.inner.wakeups
     }
@@ -911,6 +984,110 @@ impl Backend for QuorumStore {
     fn op_timeout(&self) -> Duration {
         self.inner.settings.response_timeout
     }
+
+    /// What a majority of the nodes hold for one lease, for as long as that majority does.
+    async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
+        let reads = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| async move { peek::value_and_ttl(&mut node.conn.clone(), key).await });
+        let answers = futures_util::future::join_all(reads).await;
+        let mut failures = Vec::new();
+        let mut seen: Vec<(String, Duration)> = Vec::new();
+        for (node, answer) in self.inner.nodes.iter().zip(answers) {
+            match answer {
+                Ok(Some(found)) => seen.push(found),
+                Ok(None) => {}
+                Err(err) => failures.push(NodeFailure {
+                    node: node.name.clone(),
+                    error: err.to_string(),
+                }),
+            }
+        }
+        let needed = self.inner.quorum;
+        if self.inner.nodes.len() - failures.len() < needed {
+            return Err(StoreError::NoQuorum {
+                nodes: self.inner.nodes.len(),
+                needed,
+                failures,
+            });
+        }
+        Ok(majority_holder(&seen, needed))
+    }
+
+    /// The first node that has it.
+    #[cfg(feature = "test-util")]
+    async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        for node in &self.inner.nodes {
+            if let Ok(Some(value)) = peek::get(&mut node.conn.clone(), key).await {
+                return Ok(Some(value));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The longest of the nodes that have it (what a waiter would be told).
+    #[cfg(feature = "test-util")]
+    async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        let mut longest = None;
+        for node in &self.inner.nodes {
+            if let Ok(ttl) = peek::pttl(&mut node.conn.clone(), key).await {
+                longest = longest.max(ttl);
+            }
+        }
+        Ok(longest)
+    }
+
+    /// On every node that answers.
+    #[cfg(feature = "test-util")]
+    async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
+        let mut deleted = false;
+        for node in &self.inner.nodes {
+            deleted |= peek::delete(&mut node.conn.clone(), key)
+                .await
+                .unwrap_or(false);
+        }
+        Ok(deleted)
+    }
+
+    /// Every node that answers, each key once.
+    #[cfg(feature = "test-util")]
+    async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let mut keys = std::collections::BTreeSet::new();
+        for node in &self.inner.nodes {
+            if let Ok(found) = peek::keys(&mut node.conn.clone(), prefix).await {
+                keys.extend(found);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// No holder sets on a quorum.
+    #[cfg(feature = "test-util")]
+    async fn peek_live_entries(&self, _key: &str) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+/// The value a majority of nodes hold for the same lease (a waiter's mark aside), and how
+/// long that majority lasts: the `needed`-th longest of their ttls.
+fn majority_holder(seen: &[(String, Duration)], needed: usize) -> Option<(String, Duration)> {
+    // A lock key holds its holder's token, followed by a waiter's mark ('*' or '!') if any.
+    let lease = |value: &str| value.trim_end_matches(['*', '!']).to_owned();
+    for (value, _) in seen {
+        let token = lease(value);
+        let mut ttls: Vec<Duration> = seen
+            .iter()
+            .filter(|(v, _)| lease(v) == token)
+            .map(|(_, ttl)| *ttl)
+            .collect();
+        if ttls.len() >= needed {
+            ttls.sort_unstable_by(|a, b| b.cmp(a));
+            return Some((value.clone(), ttls[needed - 1]));
+        }
+    }
+    None
 }
 
 /// Why a quorum client refuses semaphores and read-write locks: majorities do not bound how
@@ -926,7 +1103,33 @@ pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store tha
     connect a single primary (Client::connect) or a Cluster (Client::connect_cluster); counting \
     on independent primaries is not exact";
 
+/// Why a quorum client refuses replica acknowledgement.
+const REPLICAS_UNSUPPORTED: &str = "replica acknowledgement (replicas(n, timeout)) needs a \
+    single primary, plain or behind Sentinel; this client is on a Redlock quorum";
+
+/// Why a quorum client passes no lock straight to a waiter.
+const HAND_OFF_UNSUPPORTED: &str = "a Redlock quorum releases a lease on every node and wakes \
+    its waiters, who take it with a majority of their own";
+
 /// Why a quorum client refuses Bloom filters.
 pub(crate) const BLOOM_UNSUPPORTED: &str = "Bloom filters need one store that holds them: a \
     Redlock quorum's independent primaries would each hold a different filter; use a client \
     on a single primary or a Cluster";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quorum_holds_while_its_majority_does() {
+        let ms = Duration::from_millis;
+        let seen = vec![
+            ("t1".to_owned(), ms(900)),
+            ("t1*".to_owned(), ms(500)),
+            ("t2".to_owned(), ms(800)),
+        ];
+        assert_eq!(majority_holder(&seen, 2), Some(("t1".to_owned(), ms(500))));
+        assert_eq!(majority_holder(&seen, 3), None);
+        assert_eq!(majority_holder(&seen[2..], 2), None);
+    }
+}

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use crate::error::StoreError;
-use crate::store::redis::{PubSubLink, RedisSettings};
+use crate::store::connect::RedisSettings;
+use crate::store::pubsub::PubSubLink;
 use crate::store::wakeups::{SubscribeFuture, Subscriber, Wakeups};
 
 pub(crate) struct QuorumLink {

@@ -1,346 +1,122 @@
-//! The single-primary Redis backend: scripts over a multiplexed `ConnectionManager` (which
-//! reconnects by itself), batched per kind (`batch.rs`), plus a second, lazily connected
-//! RESP3 connection for release wake-ups (`pubsub.rs`). Behind Sentinel, both follow the
-//! primary through failovers (`sentinel.rs`).
-
-mod connect;
-pub(crate) mod pubsub;
-mod sentinel;
+//! A single Redis primary: the scripted backend over the single-target route, on a
+//! multiplexed `ConnectionManager` (which reconnects by itself), a few lazily connected lanes
+//! for writes that wait for replicas, and a second, lazily connected RESP3 connection for
+//! release wake-ups. Behind Sentinel, all of them follow the primary through failovers.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-pub(crate) use self::connect::{RedisSettings, check_cluster_mode, install_crypto_provider, probe};
-use self::pubsub::FollowingLink;
-pub(crate) use self::pubsub::{PubSubLink, route_push};
-use self::sentinel::FollowingConn;
-pub(crate) use self::sentinel::PrimaryConn;
-use super::backend::Backend;
-use super::batch::{Batch, Batcher};
-use super::scripts::acquire::{AcquireItem, AcquireReply, Acquires, Waits};
-use super::scripts::acquire_all::{self, AllReply};
-use super::scripts::acquire_permits::{self, PermitsItem};
-use super::scripts::acquire_rw::{self, Side};
-use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
-use super::scripts::bloom_native;
-use super::scripts::fenced::{self, FencedCall, FencedReply};
-use super::scripts::handoff::{self, HandoffReply};
-use super::scripts::ratelimit::{RateItem, RateReply, RateRequest, Rates};
-use super::scripts::release::{ReleaseItem, Releases};
-use super::scripts::renew::{self, RenewItem};
-use super::scripts::{Held, Publish, Replicas, millis, unmark};
-use super::scripts::{release_entries, release_writer};
+use super::connect::{self, FollowingConn, PrimaryConn, RedisSettings, check_cluster_mode};
+use super::pubsub::{FollowingLink, PubSubLink};
+use super::scripted::{LANES, Route, ScriptedStore, Single};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{LockKeys, RwKeys, SetKeys};
-use crate::token::Token;
 
-/// Most calls of one kind on the wire at once (see `batch.rs`): enough that a few hundred
-/// callers, in calls of the kind's `FLUSH_AT`, never wait for a free one.
-pub(crate) const MAX_IN_FLIGHT: usize = 64;
-/// Most items in one batched script call (keeps each call short on the server).
-pub(crate) const MAX_BATCH: usize = 64;
-/// A batcher of one kind of script call, with the store's limits and the kind's `FLUSH_AT`.
-pub(crate) fn batcher<B: Batch>(op: B, timeout: Duration) -> Batcher<B> {
-    Batcher::new(op, MAX_IN_FLIGHT, MAX_BATCH, B::FLUSH_AT, timeout)
+/// Connects (eagerly, so a wrong URL or password fails here, once) and prepares the lazy
+/// lanes and pub/sub connection.
+pub(crate) async fn connect(
+    info: redis::ConnectionInfo,
+    settings: RedisSettings,
+) -> Result<ScriptedStore, StoreError> {
+    let client = settings.client(info)?;
+    connect_client(client, settings).await
 }
 
-#[derive(Clone)]
-pub(crate) struct RedisStore {
+/// As [`connect`], through a `redis::Client` the application made (its address, credentials
+/// and TLS parameters are used for the lanes and the pub/sub connection too).
+pub(crate) async fn connect_client(
+    client: redis::Client,
+    settings: RedisSettings,
+) -> Result<ScriptedStore, StoreError> {
+    let info = client.get_connection_info().clone();
+    let conn = PrimaryConn::Fixed(connect::manager(client.clone(), &settings).await?);
+    let lane_config = settings.manager_config();
+    let lanes = (0..LANES)
+        .map(|_| {
+            redis::aio::ConnectionManager::new_lazy_with_config(client.clone(), lane_config.clone())
+                .map(PrimaryConn::Fixed)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let wakeups = Wakeups::new();
+    match PubSubLink::new(&info, &settings, &wakeups) {
+        Ok(link) => wakeups.set_link(Box::new(link)),
+        // Waiters then poll with backoff; say so once.
+        Err(err) => {
+            wakeups.set_deaf();
+            tracing::warn!(
+                error = %err,
+                "no pub/sub connection for release wake-ups; waiters will poll"
+            );
+        }
+    }
+    Ok(store(conn, lanes, settings, wakeups))
+}
+
+/// Runs on a connection manager the application made (checked like a new connection). There
+/// is no address to open another connection to: waiters poll, each retry bounded by the
+/// holder's remaining ttl, and writes that wait for replicas share the one connection.
+pub(crate) async fn from_manager(
+    mut conn: redis::aio::ConnectionManager,
+    settings: RedisSettings,
+) -> Result<ScriptedStore, StoreError> {
+    let limit = settings.response_timeout;
+    tokio::time::timeout(limit, async {
+        connect::check_version(&mut conn).await?;
+        check_cluster_mode(&mut conn, false).await
+    })
+    .await
+    .map_err(|_| StoreError::Timeout { after: limit })??;
+    tracing::debug!("on an existing connection manager: waiters poll for releases");
+    let wakeups = Wakeups::new();
+    wakeups.set_deaf();
+    Ok(store(
+        PrimaryConn::Fixed(conn),
+        Vec::new(),
+        settings,
+        wakeups,
+    ))
+}
+
+/// Connects through `sentinels` to the primary they name for `master`, and follows it
+/// through failovers (the commands' connection, the lanes and the wake-up link).
+pub(crate) async fn connect_sentinel(
+    sentinels: Vec<redis::ConnectionInfo>,
+    master: &str,
+    node: redis::sentinel::SentinelNodeConnectionInfo,
+    settings: RedisSettings,
+) -> Result<ScriptedStore, StoreError> {
+    let (following, info) = FollowingConn::connect(sentinels, master, node, &settings).await?;
+    let wakeups = Wakeups::new();
+    match FollowingLink::new(&info, &settings, &wakeups) {
+        Ok(link) => {
+            let relink = link.clone();
+            following.on_switch(move |info| relink.switch(info));
+            wakeups.set_link(Box::new(link));
+        }
+        Err(err) => {
+            wakeups.set_deaf();
+            tracing::warn!(
+                error = %err,
+                "no pub/sub connection for release wake-ups; waiters will poll"
+            );
+        }
+    }
+    let lanes = (0..LANES)
+        .map(|lane| PrimaryConn::Following(following.lane(lane)))
+        .collect();
+    Ok(store(
+        PrimaryConn::Following(following),
+        lanes,
+        settings,
+        wakeups,
+    ))
+}
+
+fn store(
     conn: PrimaryConn,
+    lanes: Vec<PrimaryConn>,
     settings: RedisSettings,
     wakeups: Arc<Wakeups>,
-    acquires: Batcher<Acquires<PrimaryConn>>,
-    releases: Batcher<Releases<PrimaryConn>>,
-    rates: Batcher<Rates<PrimaryConn>>,
-}
-
-impl RedisStore {
-    /// Connects (eagerly, so a wrong URL or password fails here, once) and prepares the lazy
-    /// pub/sub connection.
-    pub(crate) async fn connect(
-        info: redis::ConnectionInfo,
-        settings: RedisSettings,
-    ) -> Result<Self, StoreError> {
-        let client = settings.client(info)?;
-        Self::connect_client(client, settings).await
-    }
-
-    /// As [`connect`](Self::connect), through a `redis::Client` the application made (its
-    /// address, credentials and TLS parameters are used for the pub/sub connection too).
-    pub(crate) async fn connect_client(
-        client: redis::Client,
-        settings: RedisSettings,
-    ) -> Result<Self, StoreError> {
-        let info = client.get_connection_info().clone();
-        let conn = PrimaryConn::Fixed(connect::manager(client, &settings).await?);
-        let wakeups = Wakeups::new();
-        match PubSubLink::new(&info, &settings, &wakeups) {
-            Ok(link) => wakeups.set_link(Box::new(link)),
-            // Waiters then poll with backoff; say so once.
-            Err(err) => {
-                wakeups.set_deaf();
-                tracing::warn!(
-                    error = %err,
-                    "no pub/sub connection for release wake-ups; waiters will poll"
-                );
-            }
-        }
-        Ok(Self::with(conn, settings, wakeups))
-    }
-
-    /// Runs on a connection manager the application made (checked like a new connection).
-    /// There is no address to open a pub/sub connection to: waiters poll, each retry bounded
-    /// by the holder's remaining ttl.
-    pub(crate) async fn from_manager(
-        mut conn: redis::aio::ConnectionManager,
-        settings: RedisSettings,
-    ) -> Result<Self, StoreError> {
-        let limit = settings.response_timeout;
-        tokio::time::timeout(limit, async {
-            connect::check_version(&mut conn).await?;
-            check_cluster_mode(&mut conn, false).await
-        })
-        .await
-        .map_err(|_| StoreError::Timeout { after: limit })??;
-        tracing::debug!("on an existing connection manager: waiters poll for releases");
-        let wakeups = Wakeups::new();
-        wakeups.set_deaf();
-        Ok(Self::with(PrimaryConn::Fixed(conn), settings, wakeups))
-    }
-
-    /// Connects through `sentinels` to the primary they name for `master`, and follows it
-    /// through failovers (the commands' connection and the wake-up link).
-    pub(crate) async fn connect_sentinel(
-        sentinels: Vec<redis::ConnectionInfo>,
-        master: &str,
-        node: redis::sentinel::SentinelNodeConnectionInfo,
-        settings: RedisSettings,
-    ) -> Result<Self, StoreError> {
-        let (following, info) = FollowingConn::connect(sentinels, master, node, &settings).await?;
-        let wakeups = Wakeups::new();
-        match FollowingLink::new(&info, &settings, &wakeups) {
-            Ok(link) => {
-                let relink = link.clone();
-                following.on_switch(move |info| relink.switch(info));
-                wakeups.set_link(Box::new(link));
-            }
-            Err(err) => {
-                wakeups.set_deaf();
-                tracing::warn!(
-                    error = %err,
-                    "no pub/sub connection for release wake-ups; waiters will poll"
-                );
-            }
-        }
-        Ok(Self::with(
-            PrimaryConn::Following(following),
-            settings,
-            wakeups,
-        ))
-    }
-
-    fn with(conn: PrimaryConn, settings: RedisSettings, wakeups: Arc<Wakeups>) -> Self {
-        let timeout = settings.response_timeout;
-        Self {
-            acquires: batcher(
-                Acquires {
-                    conn: conn.clone(),
-                    publish: Publish::Plain,
-                },
-                timeout,
-            ),
-            releases: batcher(
-                Releases {
-                    conn: conn.clone(),
-                    publish: Publish::Plain,
-                },
-                timeout,
-            ),
-            rates: batcher(Rates { conn: conn.clone() }, timeout),
-            conn,
-            settings,
-            wakeups,
-        }
-    }
-
-    /// The connection (test hooks, the operators' view of a lock).
-    pub(crate) fn connection(&self) -> PrimaryConn {
-        self.conn.clone()
-    }
-
-    /// Test-only: one rate-limit check decided at `now_us`.
-    #[cfg(feature = "test-util")]
-    pub(crate) async fn rate_limit_at(
-        &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
-    ) -> Result<RateReply, StoreError> {
-        Rates {
-            conn: self.conn.clone(),
-        }
-        .at(RateItem::of(req), now_us)
-        .await
-    }
-
-    fn deadline(&self, err: StoreError) -> StoreError {
-        err.with_deadline(self.settings.response_timeout)
-    }
-}
-
-impl Backend for RedisStore {
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-    ) -> Result<AcquireReply, StoreError> {
-        let item = AcquireItem {
-            keys: keys.clone(),
-            token: token.clone(),
-            ttl_ms: millis(ttl),
-            waits,
-            replicas,
-        };
-        match self
-            .acquires
-            .run(item)
-            .await
-            .map_err(|e| self.deadline(e))?
-        {
-            // Granted but not acknowledged: the caller releases it.
-            AcquireReply::Unreplicated { acked, wanted } => {
-                Err(StoreError::NotReplicated { acked, wanted })
-            }
-            reply => Ok(reply),
-        }
-    }
-
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
-        let item = ReleaseItem {
-            keys: keys.clone(),
-            token: token.clone(),
-        };
-        self.releases.run(item).await.map_err(|e| self.deadline(e))
-    }
-
-    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
-        renew::run(&self.conn, items)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    fn hands_off(&self) -> bool {
-        true
-    }
-
-    async fn handoff(
-        &self,
-        keys: &LockKeys,
-        from: &Token,
-        to: &Token,
-        ttl: Duration,
-    ) -> Result<HandoffReply, StoreError> {
-        handoff::run(&self.conn, Publish::Plain, keys, from, to, ttl)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
-        unmark::run(&self.conn, keys)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        acquire_all::run(&self.conn, keys, tokens, ttl, waits)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
-        acquire_permits::run(&self.conn, item)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn acquire_rw(
-        &self,
-        side: Side,
-        keys: &RwKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        acquire_rw::run(&self.conn, side, keys, token, ttl, waits)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
-        release_writer::run(&self.conn, Publish::Plain, keys, token)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        count: u32,
-    ) -> Result<Held, StoreError> {
-        release_entries::run(&self.conn, Publish::Plain, keys, token, count)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
-        self.rates
-            .run(RateItem::of(req))
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        let reply = if native {
-            bloom_native::run(&self.conn, op, shape, shards).await
-        } else {
-            bloom::run(&self.conn, op, shape, shards).await
-        };
-        reply.map_err(|e| self.deadline(e))
-    }
-
-    async fn bloom_module(&self) -> Result<bool, StoreError> {
-        bloom_native::available(&self.conn)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
-        fenced::run(&self.conn, call)
-            .await
-            .map_err(|e| self.deadline(e))
-    }
-
-    fn wakeups(&self) -> &Arc<Wakeups> {
-        &self.wakeups
-    }
-
-    fn op_timeout(&self) -> Duration {
-        self.settings.response_timeout
-    }
+) -> ScriptedStore {
+    let single = Single::new(conn, lanes, settings.response_timeout);
+    ScriptedStore::new(Route::Single(single), settings, wakeups)
 }

@@ -3,13 +3,12 @@
 
 use std::sync::LazyLock;
 
-use redis::Value;
+use redis::{Cmd, Value};
 
-use super::release::Releases;
-use super::{Conn, Lua, Publish, Replicas, codes};
+use super::release::ReleaseItem;
+use super::{Calls, Lua, Replicas, codes};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
-use crate::store::batch::Batch;
 use crate::token::Token;
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
@@ -59,33 +58,44 @@ impl Boot {
     }
 }
 
-/// One acquire on one node of a quorum (not batched: each call goes to every node), checking
-/// the node's boot value `seen` (and seeding it with `fresh` if missing).
-pub(crate) async fn on_quorum_node<C: Conn>(
-    conn: &C,
-    item: &AcquireItem,
+/// Acquires on one node of a quorum, many per call: the call first checks the node's boot
+/// value `seen` (seeding it with `fresh` if missing), once for every item in it. A node whose
+/// boot value is not `seen` runs none of them and answers [`NodeAcquire::Restarted`] for all.
+pub(crate) fn on_quorum_node(
+    items: &[&AcquireItem],
     boot_key: &str,
     seen: &str,
     fresh: &str,
-) -> Result<NodeAcquire, StoreError> {
-    let mut cmd = ON_QUORUM_NODE.call(3, 5, 256);
-    cmd.arg(&item.keys.lock)
-        .arg(&*item.keys.fence)
-        .arg(boot_key);
-    cmd.arg(item.token.as_str())
-        .arg(item.ttl_ms)
-        .arg(item.waits.arg())
-        .arg(seen)
-        .arg(fresh);
-    match ON_QUORUM_NODE.invoke::<i64, C>(&cmd, conn).await {
-        Ok(code) => Ok(NodeAcquire::Replied(AcquireReply::from_code(code))),
+) -> (&'static Lua, Cmd) {
+    let mut cmd = ON_QUORUM_NODE.call(2 * items.len() + 1, 3 * items.len() + 2, 128 * items.len());
+    for item in items {
+        cmd.arg(&item.keys.lock).arg(&*item.keys.fence);
+    }
+    cmd.arg(boot_key);
+    for item in items {
+        cmd.arg(item.token.as_str())
+            .arg(item.ttl_ms)
+            .arg(item.waits.arg());
+    }
+    cmd.arg(seen).arg(fresh);
+    (&ON_QUORUM_NODE, cmd)
+}
+
+/// The reply of [`on_quorum_node`]'s call (its error reply included): one answer per item.
+pub(crate) fn on_quorum_node_reply(
+    reply: Result<Value, redis::RedisError>,
+    items: usize,
+) -> Result<Vec<NodeAcquire>, StoreError> {
+    match reply {
+        Ok(reply) => Ok(codes(reply, items, "acquire")?
+            .into_iter()
+            .map(|code| NodeAcquire::Replied(AcquireReply::from_code(code)))
+            .collect()),
         Err(err) if err.code() == Some("DISTLOCK_RESTARTED") => {
             let detail = err.detail().unwrap_or_default().trim();
             let (value, now) = detail.rsplit_once(' ').unwrap_or((detail, "0"));
-            Ok(NodeAcquire::Restarted(Boot::parse(
-                value,
-                now.parse().unwrap_or(0),
-            )))
+            let boot = Boot::parse(value, now.parse().unwrap_or(0));
+            Ok(vec![NodeAcquire::Restarted(boot); items])
         }
         Err(err) => Err(err.into()),
     }
@@ -154,6 +164,7 @@ impl Waits {
 }
 
 /// One lock to acquire, owned so it can wait in a batch.
+#[derive(Clone)]
 pub(crate) struct AcquireItem {
     pub(crate) keys: LockKeys,
     pub(crate) token: Token,
@@ -163,15 +174,35 @@ pub(crate) struct AcquireItem {
     pub(crate) replicas: Option<Replicas>,
 }
 
-/// Acquires, many per call, on one connection target.
+/// Acquires, many per call.
 #[derive(Clone)]
-pub(crate) struct Acquires<C> {
-    pub(crate) conn: C,
-    /// How the release of an abandoned grant publishes.
-    pub(crate) publish: Publish,
+pub(crate) struct Acquires;
+
+impl Acquires {
+    /// Replies to a call that ran with `WAIT` behind it: a grant counts only if at least
+    /// `acked` replicas is what its item asked for.
+    pub(crate) fn acknowledged(
+        replies: Vec<AcquireReply>,
+        items: &[&AcquireItem],
+        acked: u32,
+    ) -> Vec<AcquireReply> {
+        replies
+            .into_iter()
+            .zip(items)
+            .map(|(reply, item)| match (reply, item.replicas) {
+                (AcquireReply::Granted { .. }, Some(r)) if acked < r.count => {
+                    AcquireReply::Unreplicated {
+                        acked,
+                        wanted: r.count,
+                    }
+                }
+                (reply, _) => reply,
+            })
+            .collect()
+    }
 }
 
-impl<C: Conn> Batch for Acquires<C> {
+impl Calls for Acquires {
     type Item = AcquireItem;
     type Reply = AcquireReply;
     /// Measured with 32 and 64 tasks cycling acquire/release on distinct keys (peer bench
@@ -179,7 +210,11 @@ impl<C: Conn> Batch for Acquires<C> {
     /// kind sees about half the tasks) put them all in one call, 6 paid a call per few items.
     const FLUSH_AT: usize = 16;
 
-    async fn run(&self, items: &[AcquireItem]) -> Result<Vec<AcquireReply>, StoreError> {
+    fn slot_key(item: &AcquireItem) -> &str {
+        &item.keys.lock
+    }
+
+    fn encode(&self, items: &[&AcquireItem]) -> (&'static Lua, Cmd) {
         let mut cmd = SCRIPT.call(2 * items.len(), 3 * items.len(), 128 * items.len());
         for item in items {
             cmd.arg(&item.keys.lock).arg(&*item.keys.fence);
@@ -189,43 +224,30 @@ impl<C: Conn> Batch for Acquires<C> {
                 .arg(item.ttl_ms)
                 .arg(item.waits.arg());
         }
-        let Some(wanted) = Replicas::strongest(items.iter().map(|i| i.replicas)) else {
-            let reply: Value = SCRIPT.invoke(&cmd, &self.conn).await?;
-            let codes = codes(reply, items.len(), "acquire")?;
-            return Ok(codes.into_iter().map(AcquireReply::from_code).collect());
-        };
-        let (reply, acked): (Value, u32) =
-            SCRIPT.invoke_then_wait(&cmd, wanted, &self.conn).await?;
-        let codes = codes(reply, items.len(), "acquire")?;
-        Ok(codes
+        (&SCRIPT, cmd)
+    }
+
+    fn decode(
+        &self,
+        reply: Value,
+        items: &[&AcquireItem],
+    ) -> Result<Vec<AcquireReply>, StoreError> {
+        Ok(codes(reply, items.len(), "acquire")?
             .into_iter()
-            .zip(items)
-            .map(
-                |(code, item)| match (AcquireReply::from_code(code), item.replicas) {
-                    (AcquireReply::Granted { .. }, Some(r)) if acked < r.count => {
-                        AcquireReply::Unreplicated {
-                            acked,
-                            wanted: r.count,
-                        }
-                    }
-                    (reply, _) => reply,
-                },
-            )
+            .map(AcquireReply::from_code)
             .collect())
     }
 
     /// A grant nobody waits for any more: give it back at once rather than at its ttl.
-    fn abandoned(&self, item: AcquireItem, reply: AcquireReply) {
-        if matches!(
+    fn undo(&self, item: AcquireItem, reply: &AcquireReply) -> Option<ReleaseItem> {
+        matches!(
             reply,
             AcquireReply::Granted { .. } | AcquireReply::Unreplicated { .. }
-        ) {
-            Releases {
-                conn: self.conn.clone(),
-                publish: self.publish,
-            }
-            .in_background(item.keys, item.token);
-        }
+        )
+        .then_some(ReleaseItem {
+            keys: item.keys,
+            token: item.token,
+        })
     }
 }
 

@@ -58,6 +58,12 @@ impl Lua {
         }
     }
 
+    /// Loads the script into the server behind `conn` (after a `NOSCRIPT` on a pipeline).
+    pub(crate) async fn load<C: Conn>(&self, conn: &C) -> RedisResult<()> {
+        let mut conn = conn.clone();
+        self.script.load_async(&mut conn).await.map(drop)
+    }
+
     /// Sends `cmd` (from [`call`](Self::call)); on `NOSCRIPT`, loads the script and sends it
     /// once more.
     pub(crate) async fn invoke<T: FromRedisValue, C: Conn>(

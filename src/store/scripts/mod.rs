@@ -1,8 +1,10 @@
 //! The Lua scripts, one module per script: each owns its source (the `.lua` file beside it,
 //! which opens with its KEYS / ARGV / reply contract), the encoding of its arguments, and the
-//! decoding of its reply, so a script's contract lives in one place. The batched ones also
-//! provide their [`Batch`](super::batch::Batch) operation, over any [`Conn`]ection, so the
-//! single primary and the cluster send the very same calls (the cluster one slot at a time).
+//! decoding of its reply, so a script's contract lives in one place. The ones that carry many
+//! items per call implement [`Calls`]: they write a call for any items of one hash slot and
+//! read its reply, and the backend decides how calls travel (one call per batch to a primary;
+//! one call per slot, pipelined, to a cluster node; one call per batch to each node of a
+//! quorum).
 //!
 //! Rules every script keeps (DESIGN §1): time only from `redis.call('TIME')`, never from the
 //! client (the one exception, the rate-limit script's injected clock, exists only with the
@@ -18,7 +20,6 @@ pub(crate) mod bloom_native;
 pub(crate) mod fenced;
 pub(crate) mod handoff;
 mod lua;
-pub(crate) mod ratelimit;
 pub(crate) mod release;
 pub(crate) mod release_entries;
 pub(crate) mod release_writer;
@@ -29,8 +30,76 @@ use std::time::Duration;
 
 use redis::Value;
 
+use redis::Cmd;
+
 pub(crate) use self::lua::{Conn, Lua};
+use self::release::ReleaseItem;
+use super::batch::Batch;
 use crate::error::StoreError;
+
+/// A script that carries many items per call. It writes one call for any of its items (all
+/// of one hash slot) and reads that call's reply, so the same items can travel as one call
+/// (to a primary) or split into one call per slot, pipelined (to a cluster node).
+pub(crate) trait Calls: Clone + Send + Sync + 'static {
+    type Item: Send + Sync + 'static;
+    type Reply: Send + 'static;
+    /// A queue this long is sent at once (see `batch.rs`).
+    const FLUSH_AT: usize;
+
+    /// The key whose hash slot every key of `item` shares.
+    fn slot_key(item: &Self::Item) -> &str;
+
+    /// The script and the `EVALSHA` command of one call that carries `items`.
+    fn encode(&self, items: &[&Self::Item]) -> (&'static Lua, Cmd);
+
+    /// That call's reply: one per item, in order.
+    fn decode(&self, reply: Value, items: &[&Self::Item]) -> Result<Vec<Self::Reply>, StoreError>;
+
+    /// What to give back when `reply` reaches nobody (its caller gave up): a grant to release.
+    fn undo(&self, item: Self::Item, reply: &Self::Reply) -> Option<ReleaseItem> {
+        let _ = (item, reply);
+        None
+    }
+}
+
+/// A [`Calls`] script batched on one connection: each batch is one call (a primary, or a
+/// node of a quorum). A grant whose caller is gone is released in the background on the
+/// same connection, publishing as `publish` says.
+#[derive(Clone)]
+pub(crate) struct OnConn<K, C> {
+    pub(crate) calls: K,
+    pub(crate) conn: C,
+    pub(crate) publish: Publish,
+}
+
+impl<K: Calls, C: Conn> Batch for OnConn<K, C> {
+    type Item = K::Item;
+    type Reply = K::Reply;
+    const FLUSH_AT: usize = K::FLUSH_AT;
+
+    async fn run(&self, items: &[K::Item]) -> Result<Vec<K::Reply>, StoreError> {
+        call(&self.calls, &self.conn, items).await
+    }
+
+    fn abandoned(&self, item: K::Item, reply: K::Reply) {
+        if let Some(undo) = self.calls.undo(item, &reply) {
+            release::in_background(self.conn.clone(), self.publish, undo);
+        }
+    }
+}
+
+/// Runs `items` as one call on `conn` (a primary, or a cluster connection when they share a
+/// slot): one reply per item, or one error for all.
+pub(crate) async fn call<K: Calls, C: Conn>(
+    calls: &K,
+    conn: &C,
+    items: &[K::Item],
+) -> Result<Vec<K::Reply>, StoreError> {
+    let refs: Vec<&K::Item> = items.iter().collect();
+    let (script, cmd) = calls.encode(&refs);
+    let reply: Value = script.invoke(&cmd, conn).await?;
+    calls.decode(reply, &refs)
+}
 
 /// How a script publishes a release wake-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,12 +4,11 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Value;
+use redis::{Cmd, Value};
 
-use super::{Conn, Held, Lua, Publish, codes, publish_prelude};
+use super::{Calls, Conn, Held, Lua, Publish, codes, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
-use crate::store::batch::Batch;
 use crate::token::Token;
 
 static PLAIN: LazyLock<Lua> = LazyLock::new(|| {
@@ -43,35 +42,23 @@ pub(crate) struct ReleaseItem {
     pub(crate) token: Token,
 }
 
-/// Releases, many per call, on one connection target.
+/// Releases, many per call, publishing their wake-ups as `publish` says.
 #[derive(Clone)]
-pub(crate) struct Releases<C> {
-    pub(crate) conn: C,
+pub(crate) struct Releases {
     pub(crate) publish: Publish,
 }
 
-impl<C: Conn> Releases<C> {
-    /// Releases one lock in the background, best effort (a grant nobody wants any more).
-    pub(crate) fn in_background(self, keys: LockKeys, token: Token) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let item = ReleaseItem { keys, token };
-            if let Err(err) = self.run(std::slice::from_ref(&item)).await {
-                tracing::debug!(error = %err, "releasing an abandoned grant failed; it expires with its ttl");
-            }
-        });
-    }
-}
-
-impl<C: Conn> Batch for Releases<C> {
+impl Calls for Releases {
     type Item = ReleaseItem;
     type Reply = Held;
     /// As acquires (the same tasks alternate between the two).
     const FLUSH_AT: usize = 16;
 
-    async fn run(&self, items: &[ReleaseItem]) -> Result<Vec<Held>, StoreError> {
+    fn slot_key(item: &ReleaseItem) -> &str {
+        &item.keys.lock
+    }
+
+    fn encode(&self, items: &[&ReleaseItem]) -> (&'static Lua, Cmd) {
         let script = script(self.publish);
         let mut cmd = script.call(items.len(), 2 * items.len(), 128 * items.len());
         for item in items {
@@ -80,12 +67,29 @@ impl<C: Conn> Batch for Releases<C> {
         for item in items {
             cmd.arg(item.token.as_str()).arg(&item.keys.channel);
         }
-        let reply: Value = script.invoke(&cmd, &self.conn).await?;
+        (script, cmd)
+    }
+
+    fn decode(&self, reply: Value, items: &[&ReleaseItem]) -> Result<Vec<Held>, StoreError> {
         codes(reply, items.len(), "release")?
             .into_iter()
             .map(Held::from_reply)
             .collect()
     }
+}
+
+/// Releases one lock on `conn` in the background, best effort (a grant nobody wants any more;
+/// what cannot be released expires with its ttl).
+pub(crate) fn in_background<C: Conn>(conn: C, publish: Publish, item: ReleaseItem) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let releases = Releases { publish };
+        if let Err(err) = super::call(&releases, &conn, std::slice::from_ref(&item)).await {
+            tracing::debug!(error = %err, "releasing an abandoned grant failed; it expires with its ttl");
+        }
+    });
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use redis::{Cmd, Value};
+
 use super::{Conn, Held, Lua, Replicas, millis};
 use crate::error::StoreError;
 use crate::token::Token;
@@ -18,6 +20,7 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
 });
 
 /// One lease in a renewal batch.
+#[derive(Clone)]
 pub(crate) struct RenewItem<'a> {
     pub(crate) key: &'a str,
     pub(crate) token: &'a Token,
@@ -29,11 +32,8 @@ pub(crate) struct RenewItem<'a> {
     pub(crate) replicas: Option<Replicas>,
 }
 
-/// Renews `items` (all in one hash slot on a cluster) in one call.
-pub(crate) async fn run<C: Conn>(
-    conn: &C,
-    items: &[RenewItem<'_>],
-) -> Result<Vec<Held>, StoreError> {
+/// The call that renews `items` (all in one hash slot on a cluster).
+pub(crate) fn encode(items: &[&RenewItem<'_>]) -> (&'static Lua, Cmd) {
     // Lock keys only (the common case): the shorter form, without the entry counts.
     let shaped = items.iter().any(|item| item.entries > 0);
     let args = if shaped { 3 } else { 2 } * items.len();
@@ -52,11 +52,33 @@ pub(crate) async fn run<C: Conn>(
             cmd.arg(item.entries);
         }
     }
-    let codes: Vec<i64> = match Replicas::strongest(items.iter().map(|i| i.replicas)) {
-        None => SCRIPT.invoke(&cmd, conn).await?,
+    (&SCRIPT, cmd)
+}
+
+/// The reply of [`encode`]'s call: one answer per item.
+pub(crate) fn decode(reply: Value, items: usize) -> Result<Vec<Held>, StoreError> {
+    let codes: Vec<i64> = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+    if codes.len() != items {
+        return Err(StoreError::Protocol {
+            message: format!("renew answered {} items for {items}", codes.len()),
+        });
+    }
+    codes.into_iter().map(Held::from_reply).collect()
+}
+
+/// Renews `items` (all in one hash slot on a cluster) in one call on `conn`, with `WAIT` behind
+/// it when any item needs replica acknowledgement (then `conn` must be one whose last write is
+/// this call's: see `scripted/lanes.rs`).
+pub(crate) async fn run<C: Conn>(
+    conn: &C,
+    items: &[RenewItem<'_>],
+) -> Result<Vec<Held>, StoreError> {
+    let refs: Vec<&RenewItem<'_>> = items.iter().collect();
+    let (script, cmd) = encode(&refs);
+    let reply: Value = match Replicas::strongest(items.iter().map(|i| i.replicas)) {
+        None => script.invoke(&cmd, conn).await?,
         Some(wanted) => {
-            let (codes, acked): (Vec<i64>, u32) =
-                SCRIPT.invoke_then_wait(&cmd, wanted, conn).await?;
+            let (reply, acked): (Value, u32) = script.invoke_then_wait(&cmd, wanted, conn).await?;
             // Too few acknowledgements: the renewals are applied on the primary but may not
             // survive a failover, so none of them counts (the watchdog tries again).
             if acked < wanted.count {
@@ -65,13 +87,8 @@ pub(crate) async fn run<C: Conn>(
                     wanted: wanted.count,
                 });
             }
-            codes
+            reply
         }
     };
-    if codes.len() != items.len() {
-        return Err(StoreError::Protocol {
-            message: format!("renew answered {} items for {}", codes.len(), items.len()),
-        });
-    }
-    codes.into_iter().map(Held::from_reply).collect()
+    decode(reply, items.len())
 }

@@ -1,10 +1,17 @@
-//! Connecting to one Redis server: a plain first attempt (so wrong credentials fail once,
-//! clearly), the version check, and the self-reconnecting `ConnectionManager` the store uses.
+//! Connection set-up shared by every Redis backend (a single primary, Sentinel, a Cluster, a
+//! quorum's nodes): a plain first attempt to a server (so wrong credentials fail once,
+//! clearly), the version and cluster-mode checks, the self-reconnecting `ConnectionManager`,
+//! the cluster client's settings, and following a Sentinel-managed primary
+//! ([`sentinel`]).
+
+mod sentinel;
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
 
+pub(crate) use self::sentinel::{FollowingConn, PrimaryConn};
 use crate::error::StoreError;
 
 /// Connection settings, validated by the client builder.
@@ -37,6 +44,60 @@ impl RedisSettings {
             .set_number_of_retries(self.reconnect_retries)
             .set_max_delay(Duration::from_secs(1))
     }
+}
+
+/// The least and the most the cluster client waits before a retry, in ms.
+const CLUSTER_RETRY_WAIT_MIN_MS: u64 = 10;
+const CLUSTER_RETRY_WAIT_MAX_MS: u64 = 1_000;
+
+/// The cluster client's settings: our timeouts (the response timeout also bounds a call's
+/// redirects and retries), as many retries as reconnects on a single primary, and short waits
+/// between them.
+///
+/// redis-rs waits at least 1.28 s before retrying a `TRYAGAIN` (a multi-key call in a slot
+/// that is being migrated, some of whose keys have moved: an acquire's lock and fence keys,
+/// for one). A migration step lasts milliseconds, and a lock waiter that slept 1.28 s more
+/// than needed would miss its turn; so the waits here grow from 10 ms, doubling, up to 1 s.
+pub(crate) fn cluster_client(
+    nodes: &[redis::ConnectionInfo],
+    settings: &RedisSettings,
+) -> ClusterClientBuilder {
+    install_crypto_provider();
+    let builder = ClusterClientBuilder::new(nodes.to_vec())
+        .connection_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .retries(u32::try_from(settings.reconnect_retries).unwrap_or(u32::MAX))
+        .min_retry_wait(CLUSTER_RETRY_WAIT_MIN_MS)
+        .max_retry_wait(CLUSTER_RETRY_WAIT_MAX_MS)
+        .retry_wait_formula(CLUSTER_RETRY_WAIT_MIN_MS, 2);
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    if let Some(certs) = &settings.tls {
+        return builder.certs(certs.clone());
+    }
+    builder
+}
+
+/// The settings of another node of the same deployment at `host:port`: `seed`'s credentials,
+/// database and TLS parameters, with its address replaced.
+pub(crate) fn node_info(
+    seed: &redis::ConnectionInfo,
+    host: &str,
+    port: u16,
+) -> redis::ConnectionInfo {
+    let addr = match seed.addr() {
+        redis::ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => redis::ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    seed.clone().set_addr(addr)
 }
 
 /// rustls needs a process-wide crypto provider before its first handshake, and redis-rs

@@ -1,4 +1,4 @@
--- ratelimit/sliding_log.lua: the sliding log. Mirrors src/store/memory/ratelimit/sliding_log.rs.
+-- ratelimit/sliding_log.lua: the sliding log. Mirrors src/store/ratelimit/sliding_log.rs.
 --
 -- sliding_log(key, now, cost, need, period, limit) with the contract of common.lua.
 -- key      sorted set: one member per allowed cost unit, scored by its time in µs; members

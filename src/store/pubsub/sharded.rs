@@ -14,10 +14,10 @@ use std::sync::Arc;
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
-use super::builder;
+use super::route_push;
 use crate::error::StoreError;
 use crate::keys::slot_of;
-use crate::store::redis::{RedisSettings, route_push};
+use crate::store::connect::{RedisSettings, cluster_client};
 use crate::store::wakeups::{SubscribeFuture, Subscriber, Wakeups};
 
 pub(crate) struct ShardedLink {
@@ -43,7 +43,7 @@ impl ShardedLink {
             }
             Ok::<(), redis::aio::SendError>(())
         };
-        let client = builder(nodes, settings)
+        let client = cluster_client(nodes, settings)
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(on_push)
             .build()?;

@@ -1,8 +1,8 @@
-//! `ratelimit.lua`: one or more rate-limit operations per call (checks, reservations,
-//! refunds, penalties, resets), each over one or more policies of one subject, all or nothing
-//! (contract in the `.lua` header). The script is the shared helpers, one file per algorithm
-//! (the token bucket runs GCRA's), then the driver; a clock comes first (the algorithms read
-//! its `slack` when they rewrite a state counted in another unit).
+//! The Lua side: `ratelimit.lua` runs one or more rate-limit operations per call (checks,
+//! reservations, refunds, penalties, resets), each over one or more policies of one subject,
+//! all or nothing (contract in the `.lua` header). The script is the shared helpers, one file
+//! per algorithm (the token bucket runs GCRA's), then the driver; a clock comes first (the
+//! algorithms read its `slack` when they rewrite a state counted in another unit).
 //!
 //! The production script reads the server's clock (`ratelimit/clock.lua`). With the
 //! `test-util` feature, a second script text takes the time from the caller, for the model
@@ -10,23 +10,25 @@
 
 use std::sync::LazyLock;
 
-use redis::Value;
+use redis::{Cmd, Value};
 
-use super::{Conn, Lua, codes, per_item};
+use super::gcra::figures as gcra_figures;
+use super::{Kind, PolicyParams, RateOp, RateReply, RateRequest, Verdict};
 use crate::error::StoreError;
-use crate::store::batch::Batch;
-use crate::store::memory::ratelimit::gcra_figures;
+#[cfg(feature = "test-util")]
+use crate::store::scripts::Conn;
+use crate::store::scripts::{Calls, Lua, codes, per_item};
 
 /// The script text up to the clock: the helpers and the algorithms.
 macro_rules! algorithms {
     () => {
         concat!(
-            include_str!("ratelimit/common.lua"),
-            include_str!("ratelimit/gcra_debt.lua"),
-            include_str!("ratelimit/gcra.lua"),
-            include_str!("ratelimit/fixed_window.lua"),
-            include_str!("ratelimit/sliding_window.lua"),
-            include_str!("ratelimit/sliding_log.lua"),
+            include_str!("common.lua"),
+            include_str!("gcra_debt.lua"),
+            include_str!("gcra.lua"),
+            include_str!("fixed_window.lua"),
+            include_str!("sliding_window.lua"),
+            include_str!("sliding_log.lua"),
         )
     };
 }
@@ -42,7 +44,7 @@ macro_rules! test_clock {
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        include_str!("ratelimit/clock.lua"),
+        include_str!("clock.lua"),
         algorithms!(),
         include_str!("ratelimit.lua"),
     ))
@@ -53,9 +55,9 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
 /// call costs the server about a third of the general script's.
 pub(crate) static GCRA_CHECKS: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        include_str!("ratelimit/clock.lua"),
-        include_str!("ratelimit/gcra_debt.lua"),
-        include_str!("ratelimit/gcra_checks.lua"),
+        include_str!("clock.lua"),
+        include_str!("gcra_debt.lua"),
+        include_str!("gcra_checks.lua"),
     ))
 });
 
@@ -64,8 +66,8 @@ pub(crate) static GCRA_CHECKS: LazyLock<Lua> = LazyLock::new(|| {
 pub(crate) static GCRA_CHECKS_AT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         test_clock!(),
-        include_str!("ratelimit/gcra_debt.lua"),
-        include_str!("ratelimit/gcra_checks.lua"),
+        include_str!("gcra_debt.lua"),
+        include_str!("gcra_checks.lua"),
     ))
 });
 
@@ -79,116 +81,6 @@ pub(crate) static SCRIPT_AT: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("ratelimit.lua"),
     ))
 });
-
-/// The algorithms, as the script numbers them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    Gcra,
-    TokenBucket,
-    FixedWindow,
-    SlidingWindow,
-    SlidingLog,
-}
-
-impl Kind {
-    /// The algorithm's number in the script's ARGV.
-    fn code(self) -> u8 {
-        match self {
-            Self::Gcra => 1,
-            Self::TokenBucket => 2,
-            Self::FixedWindow => 3,
-            Self::SlidingWindow => 4,
-            Self::SlidingLog => 5,
-        }
-    }
-}
-
-/// One policy as the stores see it. For GCRA and the token bucket, `unit_us` is the emission
-/// interval and `count` the burst; for the window algorithms, `unit_us` is the period and
-/// `count` the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PolicyParams {
-    pub(crate) kind: Kind,
-    pub(crate) unit_us: i64,
-    pub(crate) count: i64,
-}
-
-/// What one rate-limit operation does to a subject's policies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RateOp {
-    /// Consume `cost` units if every policy allows; 0 peeks (decides for a cost of 1,
-    /// consumes nothing).
-    Check { cost: u32 },
-    /// As a check, but a request of GCRA-family policies that would pass within
-    /// `max_wait_us` consumes now, at the moment it will pass, and is told to wait.
-    Reserve { cost: u32, max_wait_us: u64 },
-    /// Give back units (never fuller than full), then peek.
-    Refund(u32),
-    /// Charge units (never beyond empty), then peek.
-    Penalize(u32),
-    /// Delete every policy's state, then peek.
-    Reset,
-}
-
-impl RateOp {
-    /// The op's (code, amount, extra) in the script's ARGV.
-    fn encode(self) -> (u8, u32, u64) {
-        match self {
-            Self::Check { cost } => (0, cost, 0),
-            Self::Reserve { cost, max_wait_us } => (1, cost, max_wait_us),
-            Self::Refund(n) => (2, n, 0),
-            Self::Penalize(n) => (3, n, 0),
-            Self::Reset => (4, 0, 0),
-        }
-    }
-
-    /// Whether this op may consume (and so make a cached denial's figures stale).
-    pub(crate) fn consumes(self) -> bool {
-        match self {
-            Self::Check { cost } | Self::Reserve { cost, .. } => cost > 0,
-            Self::Refund(_) | Self::Penalize(_) | Self::Reset => true,
-        }
-    }
-}
-
-/// One rate-limit operation: one key and one policy per entry, all keys in one hash slot.
-pub(crate) struct RateRequest<'a> {
-    pub(crate) keys: &'a [String],
-    pub(crate) params: &'a [PolicyParams],
-    pub(crate) op: RateOp,
-}
-
-/// The answer to a rate-limit operation: whether a check or reservation was applied (every
-/// policy allowed and the cost was above zero), how long a reservation waits for its turn
-/// (µs), and each policy's verdict, in request order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RateReply {
-    pub(crate) applied: bool,
-    pub(crate) wait_us: u64,
-    pub(crate) verdicts: Vec<Verdict>,
-}
-
-/// One policy's verdict; times in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    pub(crate) allowed: bool,
-    pub(crate) remaining: u64,
-    pub(crate) retry_us: u64,
-    pub(crate) reset_us: u64,
-}
-
-impl Verdict {
-    /// From the algorithms' signed arithmetic; negatives (never produced) clamp to zero.
-    pub(crate) fn new(allowed: bool, remaining: i64, retry_us: i64, reset_us: i64) -> Self {
-        let clamp = |x: i64| u64::try_from(x).unwrap_or(0);
-        Self {
-            allowed,
-            remaining: clamp(remaining),
-            retry_us: clamp(retry_us),
-            reset_us: clamp(reset_us),
-        }
-    }
-}
 
 /// One operation, owned so it can wait in a batch.
 pub(crate) struct RateItem {
@@ -218,113 +110,91 @@ impl RateItem {
     }
 }
 
-/// Rate-limit checks, many per call, on one connection target.
+/// Rate-limit operations, many per call.
 #[derive(Clone)]
-pub(crate) struct Rates<C> {
-    pub(crate) conn: C,
+pub(crate) struct Rates;
+
+/// How a call of rate-limit items is written: with the lean script when every item is a
+/// check under one GCRA-family policy (their cost and policy), else with the general one.
+enum Shape {
+    GcraChecks(Vec<(u32, PolicyParams)>),
+    General,
 }
 
-impl<C: Conn> Rates<C> {
-    /// Sends `items`: with [`GCRA_CHECKS`] (or `fast`) when every one is a check under one
-    /// GCRA-family policy, otherwise with the general `script`; after `leading` ARGV (the
-    /// test clock's time, or none).
-    async fn send(
-        &self,
-        script: &Lua,
-        fast: &Lua,
-        leading: Option<&str>,
-        items: &[RateItem],
-    ) -> Result<Vec<RateReply>, StoreError> {
-        let checks: Option<Vec<_>> = items.iter().map(RateItem::gcra_check).collect();
-        match checks {
-            Some(checks) => self.invoke_gcra_checks(fast, leading, items, &checks).await,
-            None => self.invoke(script, leading, items).await,
+fn shape(items: &[&RateItem]) -> Shape {
+    let checks: Option<Vec<_>> = items.iter().map(|item| item.gcra_check()).collect();
+    checks.map_or(Shape::General, Shape::GcraChecks)
+}
+
+/// The command of one call of `items` with `script` (the lean `fast` one when the items allow),
+/// after `leading` ARGV (the test clock's time, or none).
+fn encode(
+    script: &'static Lua,
+    fast: &'static Lua,
+    leading: Option<&str>,
+    items: &[&RateItem],
+) -> (&'static Lua, Cmd) {
+    match shape(items) {
+        Shape::GcraChecks(checks) => {
+            let mut cmd = fast.call(items.len(), 1 + items.len(), 96 * items.len());
+            for item in items {
+                cmd.arg(&item.keys[0]);
+            }
+            if let Some(leading) = leading {
+                cmd.arg(leading);
+            }
+            // One text per check; a batch usually repeats one, and the script parses it once.
+            let mut text = String::new();
+            let mut last = None;
+            for (cost, p) in checks {
+                if last != Some((cost, p)) {
+                    text = format!("{cost}:{}:{}", p.unit_us, p.count);
+                    last = Some((cost, p));
+                }
+                cmd.arg(text.as_str());
+            }
+            (fast, cmd)
+        }
+        Shape::General => {
+            let keys: usize = items.iter().map(|item| item.keys.len()).sum();
+            let mut cmd = script.call(keys, 1 + 4 * items.len() + 3 * keys, 128 * keys);
+            for item in items {
+                for key in &item.keys {
+                    cmd.arg(key);
+                }
+            }
+            if let Some(leading) = leading {
+                cmd.arg(leading);
+            }
+            for item in items {
+                let (code, amount, extra) = item.op.encode();
+                cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
+                for p in &item.params {
+                    cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
+                }
+            }
+            (script, cmd)
         }
     }
+}
 
-    async fn invoke_gcra_checks(
-        &self,
-        script: &Lua,
-        leading: Option<&str>,
-        items: &[RateItem],
-        checks: &[(u32, PolicyParams)],
-    ) -> Result<Vec<RateReply>, StoreError> {
-        let mut cmd = script.call(items.len(), 1 + items.len(), 96 * items.len());
-        for item in items {
-            cmd.arg(&item.keys[0]);
-        }
-        if let Some(leading) = leading {
-            cmd.arg(leading);
-        }
-        // One text per check; a batch usually repeats one, and the script parses it once.
-        let mut text = String::new();
-        let mut last = None;
-        for &(cost, p) in checks {
-            if last != Some((cost, p)) {
-                text = format!("{cost}:{}:{}", p.unit_us, p.count);
-                last = Some((cost, p));
-            }
-            cmd.arg(text.as_str());
-        }
-        let reply: Value = script.invoke(&cmd, &self.conn).await?;
-        codes(reply, items.len(), "gcra_checks")?
+/// The reply of [`encode`]'s call: one answer per item.
+fn decode(reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreError> {
+    match shape(items) {
+        Shape::GcraChecks(checks) => codes(reply, items.len(), "gcra_checks")?
             .into_iter()
             .zip(checks)
-            .map(|(code, &(cost, p))| gcra_check_reply(code, cost, p))
-            .collect()
-    }
-
-    /// Sends `items` with `script`, after `leading` ARGV (the test clock's time, or none).
-    async fn invoke(
-        &self,
-        script: &Lua,
-        leading: Option<&str>,
-        items: &[RateItem],
-    ) -> Result<Vec<RateReply>, StoreError> {
-        let keys: usize = items.iter().map(|item| item.keys.len()).sum();
-        let mut cmd = script.call(keys, 1 + 4 * items.len() + 3 * keys, 128 * keys);
-        for item in items {
-            for key in &item.keys {
-                cmd.arg(key);
-            }
-        }
-        if let Some(leading) = leading {
-            cmd.arg(leading);
-        }
-        for item in items {
-            let (code, amount, extra) = item.op.encode();
-            cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
-            for p in &item.params {
-                cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
-            }
-        }
-        let reply: Value = script.invoke(&cmd, &self.conn).await?;
-        let texts = per_item(reply, items.len(), "ratelimit")?;
-        texts
+            .map(|(code, (cost, p))| gcra_check_reply(code, cost, p))
+            .collect(),
+        Shape::General => per_item(reply, items.len(), "ratelimit")?
             .iter()
             .zip(items)
             .map(|(text, item)| parse_reply(text, item.keys.len()))
-            .collect()
-    }
-
-    /// Test-only: one check decided at `now_us` (µs since the epoch).
-    #[cfg(feature = "test-util")]
-    pub(crate) async fn at(&self, item: RateItem, now_us: u64) -> Result<RateReply, StoreError> {
-        let mut replies = self
-            .send(
-                &SCRIPT_AT,
-                &GCRA_CHECKS_AT,
-                Some(&now_us.to_string()),
-                std::slice::from_ref(&item),
-            )
-            .await?;
-        replies.pop().ok_or_else(|| StoreError::Protocol {
-            message: "ratelimit answered no check".to_owned(),
-        })
+            .collect(),
     }
 }
 
-impl<C: Conn> Batch for Rates<C> {
+impl Calls for Rates {
     type Item = RateItem;
     type Reply = RateReply;
     /// Measured with 40 to 200 callers on 1000 subjects (peer bench W5): a check costs the
@@ -333,9 +203,40 @@ impl<C: Conn> Batch for Rates<C> {
     /// slower at every count tried, 6 (the old value) much slower.
     const FLUSH_AT: usize = 32;
 
-    async fn run(&self, items: &[RateItem]) -> Result<Vec<RateReply>, StoreError> {
-        self.send(&SCRIPT, &GCRA_CHECKS, None, items).await
+    /// Every key of one operation shares the subject's slot.
+    fn slot_key(item: &RateItem) -> &str {
+        item.keys.first().map_or("", String::as_str)
     }
+
+    fn encode(&self, items: &[&RateItem]) -> (&'static Lua, Cmd) {
+        encode(&SCRIPT, &GCRA_CHECKS, None, items)
+    }
+
+    fn decode(&self, reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreError> {
+        decode(reply, items)
+    }
+}
+
+/// Test-only: one operation decided at `now_us` (µs since the epoch), on `conn`.
+#[cfg(feature = "test-util")]
+pub(crate) async fn check_at<C: Conn>(
+    conn: &C,
+    item: RateItem,
+    now_us: u64,
+) -> Result<RateReply, StoreError> {
+    let items = [&item];
+    let (script, cmd) = encode(
+        &SCRIPT_AT,
+        &GCRA_CHECKS_AT,
+        Some(&now_us.to_string()),
+        &items,
+    );
+    let reply: Value = script.invoke(&cmd, conn).await?;
+    decode(reply, &items)?
+        .pop()
+        .ok_or_else(|| StoreError::Protocol {
+            message: "ratelimit answered no check".to_owned(),
+        })
 }
 
 /// The reply of one check under one GCRA-family policy, from `gcra_checks.lua`'s integer:
@@ -462,14 +363,14 @@ mod tests {
     fn the_production_scripts_take_no_time_from_the_client() {
         for text in [
             concat!(
-                include_str!("ratelimit/clock.lua"),
+                include_str!("clock.lua"),
                 algorithms!(),
                 include_str!("ratelimit.lua")
             ),
             concat!(
-                include_str!("ratelimit/clock.lua"),
-                include_str!("ratelimit/gcra_debt.lua"),
-                include_str!("ratelimit/gcra_checks.lua")
+                include_str!("clock.lua"),
+                include_str!("gcra_debt.lua"),
+                include_str!("gcra_checks.lua")
             ),
         ] {
             assert!(text.contains("redis.call('TIME')"));

@@ -1,7 +1,23 @@
-//! The five algorithms in Rust, for the in-memory store (and as the readable twin of the
-//! Lua in `src/store/scripts/ratelimit/`): pure functions of (parameters, stored state, now,
-//! operation) with no clock and no I/O. The token bucket is GCRA counted in whole tokens (the
-//! same figures to the microsecond), so it runs GCRA's code.
+//! Rate limiting as the stores see it: the contract every store keeps ([`PolicyParams`],
+//! [`RateOp`], [`RateRequest`], [`RateReply`]), and each algorithm twice, side by side: in Lua
+//! (`<algorithm>.lua`, run by Redis through [`script`]) and in Rust (`<algorithm>.rs`, run
+//! by the in-memory store and by a limiter's local fallback). Neither store owns it, so both
+//! import it and it imports neither.
+//!
+//! ```text
+//! ratelimit/
+//!   mod.rs            the contract; the Rust algorithms' shared machinery (below)
+//!   script.rs         the Lua side: the scripts, their arguments and replies, the batch
+//!   ratelimit.lua     the driver; clock.lua, common.lua its helpers
+//!   gcra.rs           gcra.lua, gcra_debt.lua, gcra_checks.lua (the lean checks)
+//!   fixed_window.rs   fixed_window.lua
+//!   sliding_window.rs sliding_window.lua
+//!   sliding_log.rs    sliding_log.lua
+//! ```
+//!
+//! The Rust twins are pure functions of (parameters, stored state, now, operation) with no
+//! clock and no I/O. The token bucket is GCRA counted in whole tokens (the same figures to the
+//! microsecond), so it runs GCRA's code.
 //!
 //! Every function mirrors its Lua counterpart step by step, in integer microseconds (`i64`;
 //! every value stays below 2^53, so Lua's doubles hold them exactly) and, where the sliding
@@ -21,14 +37,121 @@
 
 mod fixed_window;
 mod gcra;
-
-pub(crate) use gcra::figures as gcra_figures;
+pub(crate) mod script;
 mod sliding_log;
 mod sliding_window;
 
 use std::collections::VecDeque;
 
-use crate::store::scripts::ratelimit::{Kind, PolicyParams, RateOp, RateReply, Verdict};
+/// The algorithms, as the script numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Gcra,
+    TokenBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+}
+
+impl Kind {
+    /// The algorithm's number in the script's ARGV.
+    pub(super) fn code(self) -> u8 {
+        match self {
+            Self::Gcra => 1,
+            Self::TokenBucket => 2,
+            Self::FixedWindow => 3,
+            Self::SlidingWindow => 4,
+            Self::SlidingLog => 5,
+        }
+    }
+}
+
+/// One policy as the stores see it. For GCRA and the token bucket, `unit_us` is the emission
+/// interval and `count` the burst; for the window algorithms, `unit_us` is the period and
+/// `count` the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PolicyParams {
+    pub(crate) kind: Kind,
+    pub(crate) unit_us: i64,
+    pub(crate) count: i64,
+}
+
+/// What one rate-limit operation does to a subject's policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RateOp {
+    /// Consume `cost` units if every policy allows; 0 peeks (decides for a cost of 1,
+    /// consumes nothing).
+    Check { cost: u32 },
+    /// As a check, but a request of GCRA-family policies that would pass within
+    /// `max_wait_us` consumes now, at the moment it will pass, and is told to wait.
+    Reserve { cost: u32, max_wait_us: u64 },
+    /// Give back units (never fuller than full), then peek.
+    Refund(u32),
+    /// Charge units (never beyond empty), then peek.
+    Penalize(u32),
+    /// Delete every policy's state, then peek.
+    Reset,
+}
+
+impl RateOp {
+    /// The op's (code, amount, extra) in the script's ARGV.
+    pub(super) fn encode(self) -> (u8, u32, u64) {
+        match self {
+            Self::Check { cost } => (0, cost, 0),
+            Self::Reserve { cost, max_wait_us } => (1, cost, max_wait_us),
+            Self::Refund(n) => (2, n, 0),
+            Self::Penalize(n) => (3, n, 0),
+            Self::Reset => (4, 0, 0),
+        }
+    }
+
+    /// Whether this op may consume (and so make a cached denial's figures stale).
+    pub(crate) fn consumes(self) -> bool {
+        match self {
+            Self::Check { cost } | Self::Reserve { cost, .. } => cost > 0,
+            Self::Refund(_) | Self::Penalize(_) | Self::Reset => true,
+        }
+    }
+}
+
+/// One rate-limit operation: one key and one policy per entry, all keys in one hash slot.
+pub(crate) struct RateRequest<'a> {
+    pub(crate) keys: &'a [String],
+    pub(crate) params: &'a [PolicyParams],
+    pub(crate) op: RateOp,
+}
+
+/// The answer to a rate-limit operation: whether a check or reservation was applied (every
+/// policy allowed and the cost was above zero), how long a reservation waits for its turn
+/// (µs), and each policy's verdict, in request order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RateReply {
+    pub(crate) applied: bool,
+    pub(crate) wait_us: u64,
+    pub(crate) verdicts: Vec<Verdict>,
+}
+
+/// One policy's verdict; times in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_us: u64,
+    pub(crate) reset_us: u64,
+}
+
+impl Verdict {
+    /// From the algorithms' signed arithmetic; negatives (never produced) clamp to zero.
+    pub(crate) fn new(allowed: bool, remaining: i64, retry_us: i64, reset_us: i64) -> Self {
+        let clamp = |x: i64| u64::try_from(x).unwrap_or(0);
+        Self {
+            allowed,
+            remaining: clamp(remaining),
+            retry_us: clamp(retry_us),
+            reset_us: clamp(reset_us),
+        }
+    }
+}
 
 /// What the store keeps for one policy and subject.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! The sliding log. Mirrors `src/store/scripts/ratelimit/sliding_log.lua` (a sorted set there).
+//! The sliding log. Mirrors `src/store/ratelimit/sliding_log.lua` (a sorted set there).
 //!
 //! The times of the allowed requests of the last `P` (one entry per cost unit); a request
 //! passes if the entries in `(now − P, now]` plus its cost stay within the limit. Denied

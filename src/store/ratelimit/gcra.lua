@@ -1,7 +1,7 @@
 -- ratelimit/gcra.lua: GCRA (leaky bucket as a meter), the model of redis-cell's CL.THROTTLE,
 -- and the token bucket, which is the same algorithm counted in whole tokens (its figures are
 -- GCRA's to the microsecond, so it keeps the same state; algorithm 2 dispatches here too).
--- Mirrors src/store/memory/ratelimit/gcra.rs.
+-- Mirrors src/store/ratelimit/gcra.rs.
 --
 -- key      string "<tat>:<interval>": the theoretical arrival time (TAT) in µs, and the
 --          emission interval it was counted in; absent = no debt

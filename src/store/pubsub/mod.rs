@@ -1,13 +1,18 @@
-//! The single primary's pub/sub link for release wake-ups: a second, lazily connected RESP3
-//! `ConnectionManager`, on which subscriptions and their messages travel as push frames; it
-//! reconnects and resubscribes by itself. What to subscribe is decided by the wake-up
-//! registry's reconciler (`wakeups.rs`).
+//! Wake-up links: the connections release wake-ups travel on, beside the backends that use
+//! them. A single primary's link is a second, lazily connected RESP3 `ConnectionManager`, on
+//! which subscriptions and their messages travel as push frames; it reconnects and
+//! resubscribes by itself ([`PubSubLink`]; behind Sentinel it follows the primary,
+//! [`FollowingLink`]). A cluster's link subscribes to sharded channels ([`sharded`]). What to
+//! subscribe is decided by the wake-up registry's reconciler (`wakeups.rs`).
 
 use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
+mod sharded;
+
+pub(crate) use self::sharded::ShardedLink;
 use super::connect::RedisSettings;
 use crate::error::StoreError;
 use crate::store::wakeups::{SubscribeFuture, Subscriber, Wakeups};

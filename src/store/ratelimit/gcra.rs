@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm (leaky bucket as a meter), as redis-cell's
 //! `CL.THROTTLE`, and the token bucket, which is the same algorithm counted in whole tokens.
-//! Mirrors `src/store/scripts/ratelimit/gcra.lua`.
+//! Mirrors `src/store/ratelimit/gcra.lua`.
 //!
 //! State is the TAT, the theoretical arrival time: when the subject's requests so far would
 //! have finished had they been spaced one emission interval `T` apart, and the `T` it was
@@ -40,7 +40,7 @@ pub(super) fn state(tat: i64, now: i64, interval: i64) -> Option<State> {
 }
 
 /// The figures with the TAT at `tat` (also how the Redis store's lean GCRA script's replies
-/// are read: `src/store/scripts/ratelimit.rs`).
+/// are read: `src/store/ratelimit/script.rs`).
 pub(crate) fn figures(tat: i64, now: i64, interval: i64, burst: i64) -> Snapshot {
     Snapshot {
         remaining: non_negative(interval * burst - (tat - now)) / interval,

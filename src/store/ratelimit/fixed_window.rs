@@ -1,4 +1,4 @@
-//! The fixed window counter. Mirrors `src/store/scripts/ratelimit/fixed_window.lua`.
+//! The fixed window counter. Mirrors `src/store/ratelimit/fixed_window.lua`.
 //!
 //! Windows are `[k·P, (k+1)·P)` in server time (aligned to the Unix epoch, the same for
 //! every subject). State is the window's index, its count and the period it was counted in; a

@@ -1,5 +1,5 @@
 -- ratelimit/fixed_window.lua: a fixed window counter. Mirrors
--- src/store/memory/ratelimit/fixed_window.rs.
+-- src/store/ratelimit/fixed_window.rs.
 --
 -- fixed_window(key, now, cost, need, period, limit) with the contract of common.lua.
 -- key      string "<index>:<count>:<period>": the window (now / period, epoch-aligned), its

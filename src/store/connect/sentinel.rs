@@ -29,7 +29,7 @@ use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
 use tokio::time::Instant;
 
-use super::connect::{RedisSettings, check_cluster_mode, probe};
+use super::{RedisSettings, check_cluster_mode, probe};
 use crate::error::StoreError;
 
 /// Re-resolving more often than this is pointless: the sentinels need time to agree.
@@ -78,10 +78,13 @@ impl ConnectionLike for PrimaryConn {
     }
 }
 
-/// A connection to whichever node the sentinels say is the primary of `master`.
+/// A connection to whichever node the sentinels say is the primary of `master`: the main one,
+/// or one of its lanes (a spare connection to the same primary, see [`lane`](Self::lane)).
 #[derive(Clone)]
 pub(crate) struct FollowingConn {
     shared: Arc<Following>,
+    /// `None`: the main connection; `Some(i)`: spare connection `i`.
+    lane: Option<usize>,
 }
 
 struct Following {
@@ -109,6 +112,41 @@ type OnSwitch = Box<dyn Fn(&redis::ConnectionInfo) + Send + Sync>;
 struct Current {
     conn: ConnectionManager,
     info: redis::ConnectionInfo,
+    /// Spare connections to the same primary, made when first used.
+    lanes: Mutex<Vec<Option<ConnectionManager>>>,
+}
+
+impl Current {
+    fn new(conn: ConnectionManager, info: redis::ConnectionInfo) -> Self {
+        Self {
+            conn,
+            info,
+            lanes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Spare connection `lane` to this primary, connected lazily (the main one if it cannot
+    /// even be described, which a primary we are connected to always can).
+    fn lane(&self, lane: usize, settings: &RedisSettings) -> ConnectionManager {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        if lanes.len() <= lane {
+            lanes.resize(lane + 1, None);
+        }
+        if let Some(conn) = &lanes[lane] {
+            return conn.clone();
+        }
+        let made = settings.client(self.info.clone()).and_then(|client| {
+            let config = settings.manager_config().set_number_of_retries(0);
+            Ok(ConnectionManager::new_lazy_with_config(client, config)?)
+        });
+        match made {
+            Ok(conn) => {
+                lanes[lane] = Some(conn.clone());
+                conn
+            }
+            Err(_) => self.conn.clone(),
+        }
+    }
 }
 
 /// Whether an error means the node may no longer be the primary.
@@ -146,16 +184,14 @@ impl FollowingConn {
         drop(probe_conn);
         let conn = manager(client, settings).await?;
         let following = Self {
+            lane: None,
             shared: Arc::new(Following {
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 sentinels,
                 master: master.to_owned(),
                 node,
                 settings: settings.clone(),
-                current: RwLock::new(Current {
-                    conn,
-                    info: info.clone(),
-                }),
+                current: RwLock::new(Current::new(conn, info.clone())),
                 resolving: tokio::sync::Mutex::new(()),
                 left: Mutex::new(None),
                 last_resolved: Mutex::new(Instant::now()),
@@ -171,13 +207,25 @@ impl FollowingConn {
         let _ = self.shared.on_switch.set(Box::new(f));
     }
 
+    /// Spare connection `lane` to the primary, following it like the main one: for commands
+    /// that hold their connection (`WAIT`), so that they never delay the others.
+    pub(crate) fn lane(&self, lane: usize) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            lane: Some(lane),
+        }
+    }
+
     fn current(&self) -> ConnectionManager {
-        self.shared
+        let current = self
+            .shared
             .current
             .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .conn
-            .clone()
+            .unwrap_or_else(PoisonError::into_inner);
+        match self.lane {
+            None => current.conn.clone(),
+            Some(lane) => current.lane(lane, &self.shared.settings),
+        }
     }
 
     /// Asks the sentinels which node is the primary now, and moves there if it changed.
@@ -236,20 +284,7 @@ impl FollowingConn {
             .unwrap_or_else(PoisonError::into_inner)
             .info
             .clone();
-        let addr = match current.addr() {
-            ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => ConnectionAddr::TcpTls {
-                host: host.to_owned(),
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => ConnectionAddr::Tcp(host.to_owned(), port),
-        };
-        let info = current.clone().set_addr(addr);
+        let info = super::node_info(&current, host, port);
         let client = match shared.settings.client(info.clone()) {
             Ok(client) => client,
             Err(err) => {
@@ -296,10 +331,7 @@ impl FollowingConn {
         *shared
             .current
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Current {
-            conn,
-            info: info.clone(),
-        };
+            .unwrap_or_else(PoisonError::into_inner) = Current::new(conn, info.clone());
         if let Some(on_switch) = shared.on_switch.get() {
             on_switch(&info);
         }
@@ -366,7 +398,14 @@ async fn listen_for_switches(shared: Weak<Following>) {
         };
         // Anything announced while no one listened.
         match shared.upgrade() {
-            Some(strong) => FollowingConn { shared: strong }.resolve().await,
+            Some(strong) => {
+                FollowingConn {
+                    shared: strong,
+                    lane: None,
+                }
+                .resolve()
+                .await
+            }
             None => return,
         }
         let mut messages = pubsub.on_message();
@@ -395,7 +434,12 @@ async fn listen_for_switches(shared: Weak<Following>) {
             let Some(strong) = shared.upgrade() else {
                 return;
             };
-            FollowingConn { shared: strong }.switch_to(host, port).await;
+            FollowingConn {
+                shared: strong,
+                lane: None,
+            }
+            .switch_to(host, port)
+            .await;
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The sliding window counter. Mirrors `src/store/scripts/ratelimit/sliding_window.lua`.
+//! The sliding window counter. Mirrors `src/store/ratelimit/sliding_window.lua`.
 //!
 //! Counts per fixed window of `P`, as the fixed window does, but a request is judged by the
 //! current count plus the previous window's count weighted by the share of the previous

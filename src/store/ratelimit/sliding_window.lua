@@ -1,5 +1,5 @@
 -- ratelimit/sliding_window.lua: the sliding window counter. Mirrors
--- src/store/memory/ratelimit/sliding_window.rs (same double expressions in the same order, so
+-- src/store/ratelimit/sliding_window.rs (same double expressions in the same order, so
 -- both stores agree to the bit).
 --
 -- sliding_window(key, now, cost, need, period, limit) with the contract of common.lua.

@@ -1,0 +1,158 @@
+//! What a store can serve beyond plain locks, asked once, when a primitive is built.
+//!
+//! Every backend answers for itself ([`Backend`](super::Backend)'s capability methods, which
+//! refuse by default, each refusal with its reason), and the client asks through one entry
+//! point ([`Store::supports`](super::Store::supports), public as
+//! [`Client::supports`](crate::Client::supports)). So no code outside the store names a
+//! backend: a semaphore asks for holder sets, not whether this is a quorum.
+
+use std::fmt;
+
+/// Something beyond plain locks that not every store can serve.
+///
+/// Building a primitive that needs one on a client whose store cannot serve it is a typed
+/// error where it is built (a rate limiter, a Bloom filter, a semaphore, a read-write lock,
+/// the concurrency layer), never an error on every request. Ask a client beforehand with
+/// [`Client::supports`](crate::Client::supports).
+///
+/// | | single primary (and Sentinel) | Redis Cluster | Redlock quorum | in memory |
+/// |---|:-:|:-:|:-:|:-:|
+/// | [`HolderSets`](Self::HolderSets) | yes | yes | no | yes |
+/// | [`RateLimits`](Self::RateLimits) | yes | yes | no | yes |
+/// | [`BloomFilters`](Self::BloomFilters) | yes | yes | no | yes |
+/// | [`ReplicaAcknowledgement`](Self::ReplicaAcknowledgement) | yes | no | no | no |
+/// | [`HandOff`](Self::HandOff) | yes | yes | no | no |
+/// | [`FencedWrites`](Self::FencedWrites) | yes | yes | no | yes |
+///
+/// A client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on)
+/// answers for holder sets, rate limits, Bloom filters and fenced writes with the store they
+/// go to.
+///
+/// ```
+/// use distlock::Capability;
+///
+/// let client = distlock::Client::in_memory();
+/// assert!(client.supports(Capability::RateLimits).is_ok());
+/// let refused = client.supports(Capability::ReplicaAcknowledgement).unwrap_err();
+/// assert_eq!(refused.store, "memory");
+/// println!("{refused}"); // what is missing, and what to use instead
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Capability {
+    /// Sets of holders counted on one store: semaphores, read-write locks, and
+    /// `distlock-tower`'s concurrency layer.
+    HolderSets,
+    /// Rate limiters.
+    RateLimits,
+    /// Bloom filters.
+    BloomFilters,
+    /// Replica acknowledgement of lock writes (`replicas(n, timeout)`, Redis `WAIT`).
+    ReplicaAcknowledgement,
+    /// A released lock passed straight to a waiting task of the same client, with a new fence,
+    /// in the release's own script. Without it the waiter is woken and takes the lock itself:
+    /// the same guarantees, one more round trip.
+    HandOff,
+    /// Fenced resources ([`Client::fenced`](crate::Client::fenced)): one store that keeps a
+    /// resource's last accepted fence.
+    FencedWrites,
+}
+
+impl Capability {
+    /// Whether the capability is about counting primitives (served by the store a client's
+    /// counting goes to), rather than about locks.
+    pub(crate) fn counts(self) -> bool {
+        matches!(
+            self,
+            Self::HolderSets | Self::RateLimits | Self::BloomFilters | Self::FencedWrites
+        )
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::HolderSets => "holder sets (semaphores, read-write locks)",
+            Self::RateLimits => "rate limits",
+            Self::BloomFilters => "Bloom filters",
+            Self::ReplicaAcknowledgement => "replica acknowledgement",
+            Self::HandOff => "hand-off to a waiter",
+            Self::FencedWrites => "fenced writes",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// A [`Capability`] the client's store cannot serve: which store, and why (with what to use
+/// instead). Returned where a primitive is built; see [`Client::supports`](crate::Client::supports).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+#[non_exhaustive]
+pub struct Unsupported {
+    /// The store that refused, as [`Client::store_kind`](crate::Client::store_kind) names it:
+    /// `"redis"`, `"cluster"`, `"quorum"` or `"memory"`.
+    pub store: &'static str,
+    /// What it cannot serve.
+    pub capability: Capability,
+    /// Why, and what to use instead.
+    pub reason: &'static str,
+}
+
+impl Unsupported {
+    pub(crate) fn new(store: StoreKind, capability: Capability, reason: &'static str) -> Self {
+        Self {
+            store: store.as_str(),
+            capability,
+            reason,
+        }
+    }
+}
+
+impl From<Unsupported> for crate::error::StoreError {
+    fn from(refused: Unsupported) -> Self {
+        Self::Config {
+            message: refused.reason.to_owned(),
+        }
+    }
+}
+
+/// Which kind of store a backend is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreKind {
+    /// A single primary, plain or behind Sentinel.
+    Redis,
+    Cluster,
+    Quorum,
+    Memory,
+}
+
+impl StoreKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Redis => "redis",
+            Self::Cluster => "cluster",
+            Self::Quorum => "quorum",
+            Self::Memory => "memory",
+        }
+    }
+}
+
+/// The refusals a backend gives unless it says otherwise (each backend that lacks a
+/// capability refuses with a reason of its own where it has a better one).
+pub(crate) mod reasons {
+    pub(crate) const HOLDER_SETS: &str = "semaphores and read-write locks need one store that \
+        counts their holders: a single primary (Client::connect) or a Cluster \
+        (Client::connect_cluster)";
+    pub(crate) const RATE_LIMITS: &str = "rate limits need one store that counts: a single \
+        primary (Client::connect) or a Cluster (Client::connect_cluster)";
+    pub(crate) const BLOOM_FILTERS: &str = "Bloom filters need one store that holds them: a \
+        single primary (Client::connect) or a Cluster (Client::connect_cluster)";
+    pub(crate) const REPLICA_ACKNOWLEDGEMENT: &str = "replica acknowledgement \
+        (replicas(n, timeout)) needs a single primary, plain or behind Sentinel";
+    pub(crate) const FENCED_WRITES: &str = crate::store::scripts::fenced::UNSUPPORTED;
+    pub(crate) const HAND_OFF: &str = "this store does not pass a released lock straight to a \
+        waiter: the waiter is woken and takes it";
+}

@@ -1,0 +1,450 @@
+//! The one scripted backend: every store that runs this library's scripts on one keyspace, a
+//! single primary (plain or behind Sentinel) and a Redis Cluster, is a [`ScriptedStore`] over
+//! a [`Route`]. The operations and their scripts are the same; only the route differs:
+//!
+//! * [`Single`]: one target. A batch is one script call, whatever its items' slots.
+//! * [`BySlot`]: a cluster. A call may touch one slot, so a batch is one call per slot, and
+//!   batches form per node: the calls of one node's batch leave in one pipelined write.
+//!
+//! What is specific to each deployment (how it is reached, how it follows failovers, how its
+//! wake-ups travel) is set up by its constructor (`redis/`, `cluster/`) and handed in here.
+//!
+//! ```text
+//! scripted/
+//!   mod.rs      ScriptedStore: the operations, over either route
+//!   single.rs   one target: batchers on its connection; replica waits on lanes
+//!   lanes.rs    spare connections for writes that wait for replicas (WAIT)
+//!   by_slot.rs  a cluster: the slot map, a connection and batchers per node, pipelines
+//! ```
+
+mod by_slot;
+mod lanes;
+mod single;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+pub(crate) use self::by_slot::BySlot;
+pub(crate) use self::lanes::LANES;
+pub(crate) use self::single::Single;
+use super::backend::Backend;
+use super::capability::{Capability, StoreKind, Unsupported};
+use super::connect::{PrimaryConn, RedisSettings};
+use super::peek;
+use super::ratelimit::script::RateItem;
+use super::ratelimit::{RateReply, RateRequest};
+use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
+use super::scripts::acquire_all::{self, AllReply};
+use super::scripts::acquire_permits::{self, PermitsItem};
+use super::scripts::acquire_rw::{self, Side};
+use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom_native;
+use super::scripts::fenced::{self, FencedCall, FencedReply};
+use super::scripts::handoff::{self, HandoffReply};
+use super::scripts::release::ReleaseItem;
+use super::scripts::renew::RenewItem;
+use super::scripts::{Held, Publish, Replicas, millis, release_entries, release_writer, unmark};
+use super::wakeups::Wakeups;
+use crate::error::StoreError;
+use crate::keys::{Fences, LockKeys, RwKeys, SetKeys, slot_of};
+use crate::token::Token;
+
+/// How a scripted store reaches its keys.
+pub(crate) enum Route {
+    /// One primary.
+    Single(Single),
+    /// A Redis Cluster: by hash slot, batched per node.
+    BySlot(BySlot),
+}
+
+#[derive(Clone)]
+pub(crate) struct ScriptedStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    route: Route,
+    settings: RedisSettings,
+    wakeups: Arc<Wakeups>,
+}
+
+impl ScriptedStore {
+    pub(crate) fn new(route: Route, settings: RedisSettings, wakeups: Arc<Wakeups>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                route,
+                settings,
+                wakeups,
+            }),
+        }
+    }
+
+    /// The connection for a script that is not batched: the primary's, or the cluster
+    /// connection (which routes a call by its first key).
+    fn conn(&self) -> RouteConn {
+        match &self.inner.route {
+            Route::Single(single) => RouteConn::Primary(single.conn().clone()),
+            Route::BySlot(by_slot) => RouteConn::Cluster(by_slot.conn().clone()),
+        }
+    }
+
+    /// What `Client::ping` asks: the primary, or the cluster connection.
+    pub(crate) fn ping_target(&self) -> super::PingTarget {
+        match &self.inner.route {
+            Route::Single(single) => super::PingTarget::Primary(single.conn().clone()),
+            Route::BySlot(by_slot) => super::PingTarget::Cluster(by_slot.conn().clone()),
+        }
+    }
+
+    /// How releases publish their wake-ups: `SPUBLISH` in the lock's slot on a cluster.
+    fn publish(&self) -> Publish {
+        match self.inner.route {
+            Route::Single(_) => Publish::Plain,
+            Route::BySlot(_) => Publish::Sharded,
+        }
+    }
+
+    fn deadline(&self, err: StoreError) -> StoreError {
+        err.with_deadline(self.inner.settings.response_timeout)
+    }
+}
+
+impl Backend for ScriptedStore {
+    fn kind(&self) -> StoreKind {
+        match self.inner.route {
+            Route::Single(_) => StoreKind::Redis,
+            Route::BySlot(_) => StoreKind::Cluster,
+        }
+    }
+
+    fn holder_sets(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn rate_limits(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn bloom_filters(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn fenced_writes(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    /// A single primary, where a write and its `WAIT` share a lane; not a cluster (a lease's
+    /// keys may move between primaries with different replicas).
+    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
+        match self.inner.route {
+            Route::Single(_) => Ok(()),
+            Route::BySlot(_) => Err(self.refusal(
+                Capability::ReplicaAcknowledgement,
+                CLUSTER_REPLICAS_UNSUPPORTED,
+            )),
+        }
+    }
+
+    fn hand_off(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    /// On a cluster, a lock's fence key lives in the lock's own slot.
+    fn fences(&self, prefix: &str) -> Fences {
+        match self.inner.route {
+            Route::Single(_) => Fences::shared(prefix),
+            Route::BySlot(_) => Fences::per_slot(prefix),
+        }
+    }
+
+    /// Every lock in one group on a primary; one group per hash slot, in slot order, on a
+    /// cluster (a script may only touch one slot).
+    fn lock_groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
+        match self.inner.route {
+            Route::Single(_) => vec![(0..keys.len()).collect()],
+            Route::BySlot(_) => {
+                let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> =
+                    std::collections::BTreeMap::new();
+                for (i, k) in keys.iter().enumerate() {
+                    by_slot.entry(slot_of(&k.lock)).or_default().push(i);
+                }
+                by_slot.into_values().collect()
+            }
+        }
+    }
+
+    async fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+        replicas: Option<Replicas>,
+    ) -> Result<AcquireReply, StoreError> {
+        let item = AcquireItem {
+            keys: keys.clone(),
+            token: token.clone(),
+            ttl_ms: millis(ttl),
+            waits,
+            replicas,
+        };
+        let reply = match &self.inner.route {
+            Route::Single(single) => single.acquire(item).await,
+            Route::BySlot(_) if replicas.is_some() => {
+                return Err(self.lacks(Capability::ReplicaAcknowledgement));
+            }
+            Route::BySlot(by_slot) => by_slot.acquire(item).await,
+        };
+        match reply.map_err(|e| self.deadline(e))? {
+            // Granted but not acknowledged: the caller releases it.
+            AcquireReply::Unreplicated { acked, wanted } => {
+                Err(StoreError::NotReplicated { acked, wanted })
+            }
+            reply => Ok(reply),
+        }
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+        let item = ReleaseItem {
+            keys: keys.clone(),
+            token: token.clone(),
+        };
+        let held = match &self.inner.route {
+            Route::Single(single) => single.release(item).await,
+            Route::BySlot(by_slot) => by_slot.release(item).await,
+        };
+        held.map_err(|e| self.deadline(e))
+    }
+
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+        let held = match &self.inner.route {
+            Route::Single(single) => single.renew(items).await,
+            Route::BySlot(_) if items.iter().any(|item| item.replicas.is_some()) => {
+                return Err(self.lacks(Capability::ReplicaAcknowledgement));
+            }
+            Route::BySlot(by_slot) => by_slot.renew(items).await,
+        };
+        held.map_err(|e| self.deadline(e))
+    }
+
+    async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
+        unmark::run(&self.conn(), keys)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One call: the resource's keys share its hash tag (one slot on a cluster).
+    async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
+        fenced::run(&self.conn(), call)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    fn wakeups(&self) -> &Arc<Wakeups> {
+        &self.inner.wakeups
+    }
+
+    fn op_timeout(&self) -> Duration {
+        self.inner.settings.response_timeout
+    }
+
+    async fn handoff(
+        &self,
+        keys: &LockKeys,
+        from: &Token,
+        to: &Token,
+        ttl: Duration,
+    ) -> Result<HandoffReply, StoreError> {
+        handoff::run(&self.conn(), self.publish(), keys, from, to, ttl)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One group's locks (one slot's, on a cluster).
+    async fn acquire_all(
+        &self,
+        keys: &[&LockKeys],
+        tokens: &[Token],
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AllReply, StoreError> {
+        acquire_all::run(&self.conn(), keys, tokens, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
+        acquire_permits::run(&self.conn(), item)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn acquire_rw(
+        &self,
+        side: Side,
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        acquire_rw::run(&self.conn(), side, keys, token, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+        release_writer::run(&self.conn(), self.publish(), keys, token)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn release_entries(
+        &self,
+        keys: &SetKeys,
+        token: &Token,
+        count: u32,
+    ) -> Result<Held, StoreError> {
+        release_entries::run(&self.conn(), self.publish(), keys, token, count)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
+        let item = RateItem::of(req);
+        let reply = match &self.inner.route {
+            Route::Single(single) => single.rate_limit(item).await,
+            Route::BySlot(by_slot) => by_slot.rate_limit(item).await,
+        };
+        reply.map_err(|e| self.deadline(e))
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn rate_limit_at(
+        &self,
+        req: &RateRequest<'_>,
+        now_us: u64,
+    ) -> Result<RateReply, StoreError> {
+        super::ratelimit::script::check_at(&self.conn(), RateItem::of(req), now_us).await
+    }
+
+    /// One call per slot (a cluster's shards live in several), all at once; the answers are
+    /// put back in the shards' order.
+    async fn bloom(
+        &self,
+        native: bool,
+        op: BloomOp,
+        shape: &BloomShape,
+        shards: &[ShardCall],
+    ) -> Result<Vec<ShardReply>, StoreError> {
+        let conn = self.conn();
+        let groups: Vec<Vec<usize>> = match self.inner.route {
+            Route::Single(_) => vec![(0..shards.len()).collect()],
+            Route::BySlot(_) => {
+                let mut by_slot: std::collections::HashMap<u16, Vec<usize>> =
+                    std::collections::HashMap::new();
+                for (i, shard) in shards.iter().enumerate() {
+                    by_slot.entry(slot_of(&shard.key)).or_default().push(i);
+                }
+                by_slot.into_values().collect()
+            }
+        };
+        let calls = groups.into_iter().map(|indices| {
+            let conn = &conn;
+            async move {
+                let group: Vec<ShardCall> = indices.iter().map(|&i| shards[i].clone()).collect();
+                let reply = if native {
+                    bloom_native::run(conn, op, shape, &group).await
+                } else {
+                    bloom::run(conn, op, shape, &group).await
+                };
+                reply.map(|replies| (indices, replies))
+            }
+        });
+        let mut answers = vec![ShardReply::Missing; shards.len()];
+        for result in futures_util::future::join_all(calls).await {
+            let (indices, replies) = result.map_err(|e| self.deadline(e))?;
+            for (i, reply) in indices.into_iter().zip(replies) {
+                answers[i] = reply;
+            }
+        }
+        Ok(answers)
+    }
+
+    async fn bloom_module(&self) -> Result<bool, StoreError> {
+        bloom_native::available(&self.conn())
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
+        peek::value_and_ttl(&mut self.conn(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        peek::get(&mut self.conn(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        peek::pttl(&mut self.conn(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
+        peek::delete(&mut self.conn(), key).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        peek::keys(&mut self.conn(), prefix).await
+    }
+
+    #[cfg(feature = "test-util")]
+    async fn peek_live_entries(&self, key: &str) -> Result<u64, StoreError> {
+        peek::live_entries(&mut self.conn(), key).await
+    }
+}
+
+/// Why a cluster client refuses replica acknowledgement.
+const CLUSTER_REPLICAS_UNSUPPORTED: &str = "replica acknowledgement (replicas(n, timeout)) \
+    needs a single primary, plain or behind Sentinel; this client is on a Redis Cluster";
+
+/// The connection a route's unbatched scripts go on.
+#[derive(Clone)]
+enum RouteConn {
+    Primary(PrimaryConn),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RouteConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Primary(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Primary(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Primary(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
