@@ -243,6 +243,19 @@ pub(crate) async fn acquire<C: Claim>(
             Some(s) if store.wakeups().waiters(s.channel()) > 1 => Waits::WithOthers,
             Some(_) => Waits::Listening,
         };
+        // A starving attempt marks a busy lock on the server before its answer is read: the
+        // take-back is armed before it is sent, so a waiter cancelled while the answer is
+        // on its way still takes the mark back.
+        if waits == Waits::Starving
+            && unmark.is_none()
+            && let Some((keys, _)) = claim.lock()
+        {
+            unmark = Some(Unmark {
+                client: client.clone(),
+                keys: keys.clone(),
+                armed: true,
+            });
+        }
         let attempt = match claim.attempt(waits).await {
             Ok(attempt) => {
                 failing_since = None;
@@ -274,19 +287,6 @@ pub(crate) async fn acquire<C: Claim>(
             }
             Err(err) => return Err(err),
         };
-        // A busy attempt as a starving waiter marked the lock for us: if we give up, the
-        // mark is taken back (see `unmark.lua`).
-        if waits == Waits::Starving
-            && matches!(attempt, Attempt::Busy(_))
-            && unmark.is_none()
-            && let Some((keys, _)) = claim.lock()
-        {
-            unmark = Some(Unmark {
-                client: client.clone(),
-                keys: keys.clone(),
-                armed: true,
-            });
-        }
 
         // Answered: granted, or busy and marked (the wake-up did its work).
         if let Some(mut used) = wake_up.take() {
