@@ -15,6 +15,9 @@ const TTL: Duration = Duration::from_secs(3);
 async fn client(nodes: &[ClockedServer]) -> Client {
     Client::builder()
         .response_timeout(Duration::from_secs(1))
+        // The default 50 ms per node is for production; a busy test machine misses it on
+        // every node at once, and this test is about clocks, not latency.
+        .quorum_node_timeout(Duration::from_millis(500))
         .restart_quarantine(Duration::from_secs(1))
         .connect_quorum(nodes.iter().map(ClockedServer::url).collect::<Vec<_>>())
         .await
@@ -52,9 +55,11 @@ async fn a_node_whose_clock_jumps_does_not_vote_for_a_second_holder() {
         .jump(TTL + Duration::from_secs(2));
     let mut tries = 0;
     while !lease.is_lost() && granted.elapsed() < TTL {
-        tries += 1;
         match b.lock("jump").ttl(TTL).acquire().await {
-            Err(LockError::Busy { .. }) => {}
+            Err(LockError::Busy { .. }) => tries += 1,
+            // Not a grant either (a node too slow to answer on a busy machine); only the
+            // refusals count as tries below.
+            Err(LockError::Store(err)) if err.is_transient() => {}
             Ok(second) => panic!(
                 "a second client was granted the lock (fence {}) while the first lease (fence \
                  {}) is valid: the node whose clock jumped voted for it",
