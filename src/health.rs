@@ -19,9 +19,12 @@ pub struct Health {
     pub store: &'static str,
     /// Whether the client can work now: the primary answered; every Cluster master answered
     /// (each owns slots no other serves); a majority of a quorum answered; always in memory.
+    /// A client that counts on another store is ready when both are.
     pub ready: bool,
     /// Each server asked, in the store's order (a Cluster's masters as the Cluster lists
-    /// them; none in memory).
+    /// them; none in memory), then those of the client's
+    /// [`counting_on`](crate::ClientBuilder::counting_on) store, if it has one, each named
+    /// `counting <node>`.
     pub nodes: Vec<NodeHealth>,
 }
 
@@ -47,7 +50,8 @@ impl Client {
     /// Pings every server the client works with, each bounded by the client's
     /// `response_timeout`, and says whether the client can work now ([`Health::ready`]). It
     /// never fails: a server that does not answer is a [`NodeHealth`] with the reason. For a
-    /// readiness probe, `distlock_tower::health` serves it over HTTP.
+    /// readiness probe, `distlock_tower::health` serves it over HTTP. A client built with
+    /// [`counting_on`](crate::ClientBuilder::counting_on) pings both of its stores at once.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -57,6 +61,23 @@ impl Client {
     /// # }
     /// ```
     pub async fn ping(&self) -> Health {
+        let counting = self.counting();
+        if std::ptr::eq(counting, self) {
+            return self.ping_store().await;
+        }
+        let (mut health, other) = tokio::join!(self.ping_store(), counting.ping_store());
+        health.ready &= other.ready;
+        health
+            .nodes
+            .extend(other.nodes.into_iter().map(|node| NodeHealth {
+                node: format!("counting {}", node.node),
+                answer: node.answer,
+            }));
+        health
+    }
+
+    /// [`ping`](Self::ping) of this client's own store.
+    async fn ping_store(&self) -> Health {
         let store = self.store();
         let limit = store.op_timeout();
         let (nodes, ready) = match store.ping_target() {

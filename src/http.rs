@@ -4,8 +4,9 @@
 //! `limiter.check(..)`) should answer its client the way `distlock-tower`'s layers do, so that
 //! a client sees one behaviour whether the layer or the handler took the lock. This module is
 //! that one mapping: [`LockError::http_status`] and [`RateLimitError::http_status`], which the
-//! layers use for every error the runtime returns them, and, with the `axum` feature,
-//! `IntoResponse` for both error types, built on the same mapping.
+//! layers use for every error the runtime returns them, [`FencedError::http_status`] for a
+//! handler's fenced writes, and, with the `axum` feature, `IntoResponse` for the three error
+//! types, built on the same mapping.
 //!
 //! | error | status | `Retry-After` |
 //! |---|---|---|
@@ -17,7 +18,10 @@
 //! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
-//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
+//! | [`FencedError::Stale`], [`FencedError::Conflict`] | `409 Conflict` | none |
+//! | [`FencedError::Store`], a PostgreSQL connection failure | `503 Service Unavailable` | 1 s |
+//! | [`FencedError::InvalidName`] | `400 Bad Request` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::UnsupportedStore`], [`FencedError::InvalidInput`], [`FencedError::UnsupportedStore`], a PostgreSQL statement's error | `500 Internal Server Error` | none |
 //!
 //! The choices, and why:
 //!
@@ -31,6 +35,10 @@
 //! * **Every store failure is `503` with `Retry-After: 1`.** A store that failed or was too
 //!   slow usually answers again within moments; a lost lease is free again, or held by
 //!   whoever took it over (a retry then gets that holder's `423` and its ttl).
+//! * **A stale fenced write is `409`**, without `Retry-After`: the request's lease ran out and
+//!   a newer holder has written since, so the work it did is void. The same request sent
+//!   again takes the lock anew and may well succeed; the client decides, as it does for any
+//!   conflict. A failed condition of an [`Update`](crate::fenced::Update) is a conflict too.
 //! * **A configuration mistake is `500`**, without `Retry-After`: no retry will fix it. The
 //!   body says only "lock error" or "rate limit error", so `IntoResponse` logs every `500`
 //!   once at ERROR with the error itself (what was misconfigured, e.g. a job's `at_most`
@@ -69,7 +77,7 @@
 
 use std::time::Duration;
 
-use crate::{LockError, RateLimitError};
+use crate::{FencedError, LockError, RateLimitError};
 
 /// `Retry-After` of a `503`: a store failure, an overloaded limiter, a lost lease.
 pub const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -164,6 +172,27 @@ impl RateLimitError {
     }
 }
 
+impl FencedError {
+    /// How this error answers an HTTP request; see the [`http`](crate::http) module for the
+    /// table and the reasons.
+    #[must_use]
+    pub fn http_status(&self) -> HttpStatus {
+        match self {
+            Self::Stale { .. } | Self::Conflict { .. } => HttpStatus::new(409, None),
+            Self::Store(_) => HttpStatus::new(503, Some(STORE_RETRY_AFTER)),
+            Self::InvalidName(_) => HttpStatus::new(400, None),
+            Self::UnsupportedStore { .. } | Self::InvalidInput { .. } => HttpStatus::new(500, None),
+            // No SQLSTATE: the connection failed, not the statement.
+            #[cfg(feature = "postgres")]
+            Self::Postgres(err) if err.code().is_none() => {
+                HttpStatus::new(503, Some(STORE_RETRY_AFTER))
+            }
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => HttpStatus::new(500, None),
+        }
+    }
+}
+
 #[cfg(feature = "axum")]
 mod into_response {
     //! `IntoResponse` for the error types. The body is a short fixed text per kind, never the
@@ -176,7 +205,7 @@ mod into_response {
     use axum_core::response::{IntoResponse, Response};
 
     use super::HttpStatus;
-    use crate::{LockError, RateLimitError};
+    use crate::{FencedError, LockError, RateLimitError};
 
     fn respond(status: HttpStatus, text: &'static str, error: &dyn std::error::Error) -> Response {
         let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -225,6 +254,25 @@ mod into_response {
                 }
                 Self::Limited { .. } => "too many requests; try again later\n",
                 _ => "rate limit error\n",
+            };
+            respond(self.http_status(), text, &self)
+        }
+    }
+
+    /// Answers `409 Conflict` for a stale write (a newer holder has written: this request's
+    /// work is void) or a failed condition, `503` with `Retry-After: 1` when the store or
+    /// PostgreSQL's connection failed, `400` for an unusable name, `500` for a mistake in the
+    /// code or configuration (see [`crate::http`]).
+    impl IntoResponse for FencedError {
+        fn into_response(self) -> Response {
+            let text = match &self {
+                Self::Stale { .. } => {
+                    "conflict: a newer holder has written this resource; this request's lease ran out\n"
+                }
+                Self::Conflict { .. } => "conflict: the resource changed; nothing was written\n",
+                Self::InvalidName(_) => "this request's resource name is invalid\n",
+                _ if self.http_status().code == 503 => "storage unavailable, try again later\n",
+                _ => "fenced write error\n",
             };
             respond(self.http_status(), text, &self)
         }
@@ -347,6 +395,51 @@ mod tests {
         }
     }
 
+    #[test]
+    fn fenced_errors_map_as_the_table_says() {
+        let table = [
+            (
+                FencedError::Stale {
+                    resource: "invoice:42".to_owned(),
+                    last: 9,
+                    offered: 7,
+                },
+                409,
+                None,
+            ),
+            (
+                FencedError::Conflict {
+                    resource: "invoice:42".to_owned(),
+                    key: "status".to_owned(),
+                },
+                409,
+                None,
+            ),
+            (FencedError::Store(store()), 503, Some(1)),
+            (FencedError::InvalidName(InvalidName::Empty), 400, None),
+            (
+                FencedError::InvalidInput {
+                    reason: "ttl".to_owned(),
+                },
+                500,
+                None,
+            ),
+            (
+                FencedError::UnsupportedStore { reason: "a quorum" },
+                500,
+                None,
+            ),
+        ];
+        for (err, code, secs) in table {
+            let status = err.http_status();
+            assert_eq!(
+                (status.code, status.retry_after_secs()),
+                (code, secs),
+                "{err}"
+            );
+        }
+    }
+
     /// Through real axum handlers: a handler returning the runtime's errors answers with the
     /// mapped status, `Retry-After` and a short text that does not echo the lock's name.
     #[cfg(feature = "axum")]
@@ -458,6 +551,28 @@ mod tests {
         };
         let (status, retry_after, _) = call(too_costly).await;
         assert_eq!((status, retry_after), (StatusCode::PAYLOAD_TOO_LARGE, None));
+
+        // A real stale write: the resource has accepted a newer holder's fence.
+        let invoice = client
+            .fenced("invoice:42")
+            .expect("the memory store fences");
+        let first = client.lock("invoice:42").acquire().await.expect("free");
+        let stale = first.fence();
+        first.release().await.expect("release");
+        let next = client.lock("invoice:42").acquire().await.expect("free");
+        invoice
+            .set("status", "refunded", next.fence())
+            .await
+            .expect("the newer holder writes");
+        let late_write = move || async move {
+            invoice.set("status", "paid", stale).await?;
+            Ok::<_, FencedError>("written")
+        };
+        let (status, retry_after, body) = call(late_write).await;
+        assert_eq!((status, retry_after), (StatusCode::CONFLICT, None));
+        assert!(body.starts_with("conflict"), "{body}");
+        assert!(!body.contains("invoice"), "the name is not echoed: {body}");
+        next.release().await.expect("release");
     }
 
     /// Every 500 is logged once at ERROR with the error itself (here a job whose `at_most` is

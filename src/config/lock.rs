@@ -24,6 +24,8 @@ use crate::{Client, LockBuilder, MAX_TTL, MIN_TTL};
 /// | `min_hold` | a duration, at most 7 days and `max_hold` | [`LockBuilder::min_hold`] |
 /// | `reentrant` | `true` or `false` | [`LockBuilder::reentrant`] |
 /// | `replicas` | `{ count = 1, timeout = "50ms" }`, the timeout below the ttl | [`LockBuilder::replicas`] |
+/// | `max_attempts` | at least 1 | [`LockBuilder::max_attempts`] |
+/// | `retry_backoff` | `{ first = "5ms", largest = "500ms" }`: `first` above zero and at most `largest`, `largest` at most 60 s | [`LockBuilder::retry_backoff`] |
 ///
 /// The bounds that do not depend on the client's store are checked when the configuration is
 /// read, so a bad value stops the service at start-up rather than failing every acquire;
@@ -64,7 +66,34 @@ pub struct LockConfig {
     pub reentrant: Option<bool>,
     /// [`LockBuilder::replicas`]; unset: the client's.
     pub replicas: Option<ReplicasConfig>,
+    /// [`LockBuilder::max_attempts`].
+    pub max_attempts: Option<u32>,
+    /// [`LockBuilder::retry_backoff`].
+    pub retry_backoff: Option<BackoffConfig>,
 }
+
+/// The sleeps between attempts that no release wakes: `{ first = "5ms", largest = "500ms" }`;
+/// see [`LockBuilder::retry_backoff`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackoffConfig {
+    /// The first sleep: above zero and at most `largest`.
+    pub first: Duration,
+    /// The largest sleep: at most 60 s.
+    pub largest: Duration,
+}
+
+impl BackoffConfig {
+    /// `first`, doubling up to `largest` (checked when it is read from a file, and by
+    /// [`LockBuilder::acquire`] when set in code).
+    #[must_use]
+    pub fn new(first: Duration, largest: Duration) -> Self {
+        Self { first, largest }
+    }
+}
+
+/// The largest sleep [`LockBuilder::retry_backoff`] accepts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 impl LockConfig {
     /// `lock` with every option this configuration sets; the others keep what `lock` has.
@@ -92,6 +121,12 @@ impl LockConfig {
         }
         if let Some(replicas) = self.replicas {
             lock = lock.replicas(replicas.count, replicas.timeout);
+        }
+        if let Some(attempts) = self.max_attempts {
+            lock = lock.max_attempts(attempts);
+        }
+        if let Some(backoff) = self.retry_backoff {
+            lock = lock.retry_backoff(backoff.first, backoff.largest);
         }
         lock
     }
@@ -152,6 +187,15 @@ fn check_ttl(ttl: &Duration) -> Result<(), String> {
     }
 }
 
+/// `max_attempts`: 0 would never try.
+fn at_least_one(attempts: &u32) -> Result<(), String> {
+    if *attempts == 0 {
+        Err("0 would never try; 1 tries once".to_owned())
+    } else {
+        Ok(())
+    }
+}
+
 /// A `min_hold` no longer than [`MAX_TTL`].
 fn check_min_hold(min: &Duration) -> Result<(), String> {
     if *min > MAX_TTL {
@@ -191,6 +235,8 @@ impl ReadTable for LockConfig {
         "min_hold",
         "reentrant",
         "replicas",
+        "max_attempts",
+        "retry_backoff",
     ];
 
     fn read_fields<'de, A: MapAccess<'de>>(
@@ -210,6 +256,10 @@ impl ReadTable for LockConfig {
                 }
                 "reentrant" => config.reentrant = Some(table.value(map, key)?),
                 "replicas" => config.replicas = Some(table.value(map, key)?),
+                "max_attempts" => {
+                    config.max_attempts = Some(table.value_checked(map, key, at_least_one)?);
+                }
+                "retry_backoff" => config.retry_backoff = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
             }
         }
@@ -217,5 +267,50 @@ impl ReadTable for LockConfig {
             .check()
             .map_err(|invalid| table.error(invalid.field(), invalid.reason()))?;
         Ok(config)
+    }
+}
+
+impl<'de> Deserialize<'de> for BackoffConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize_table(deserializer)
+    }
+}
+
+impl ReadTable for BackoffConfig {
+    const WHAT: &'static str = "retry backoff";
+    const FIELDS: &'static [&'static str] = &["first", "largest"];
+
+    fn read_fields<'de, A: MapAccess<'de>>(
+        table: &mut Table<'_>,
+        map: &mut A,
+    ) -> Result<Self, A::Error> {
+        let mut first = None;
+        let mut largest = None;
+        while let Some(key) = table.next_key(map)? {
+            match key {
+                "first" => first = Some(table.value_checked(map, key, above_zero)?),
+                "largest" => largest = Some(table.value::<Duration, _>(map, key)?),
+                _ => return Err(table.unhandled(key)),
+            }
+        }
+        let first: Duration = first.ok_or_else(|| table.missing("first"))?;
+        let largest = largest.ok_or_else(|| table.missing("largest"))?;
+        if largest > MAX_BACKOFF {
+            return Err(table.error(
+                "largest",
+                format!("{} is longer than {}", Shown(largest), Shown(MAX_BACKOFF)),
+            ));
+        }
+        if first > largest {
+            return Err(table.error(
+                "first",
+                format!(
+                    "{} is longer than largest, {}",
+                    Shown(first),
+                    Shown(largest)
+                ),
+            ));
+        }
+        Ok(Self { first, largest })
     }
 }

@@ -56,7 +56,7 @@ pub use self::file::Config;
 #[cfg(feature = "toml")]
 pub use self::file::ConfigLoader;
 pub use self::limiter::{BreakerConfig, LimiterConfig, RateCacheConfig};
-pub use self::lock::LockConfig;
+pub use self::lock::{BackoffConfig, LockConfig};
 use crate::StoreError;
 
 /// Why [`ClientConfig::connect`] made no client.

@@ -676,3 +676,48 @@ fn locations_count_characters_on_their_line() {
         "{err:?}"
     );
 }
+
+#[test]
+fn retry_knobs_read_and_their_bounds_are_refused() {
+    let config = Config::from_toml_str(&format!(
+        "{MEMORY}[lock]\nmax_attempts = 3\nretry_backoff = {{ first = \"10ms\", largest = \"2s\" }}"
+    ))
+    .expect("retry knobs");
+    assert_eq!(config.lock.max_attempts, Some(3));
+    let backoff = config.lock.retry_backoff.expect("retry_backoff");
+    assert_eq!(
+        (backoff.first, backoff.largest),
+        (Duration::from_millis(10), Duration::from_secs(2))
+    );
+    for (text, field) in [
+        ("max_attempts = 0", "lock.max_attempts"),
+        (
+            "retry_backoff = { first = \"0s\", largest = \"1s\" }",
+            "lock.retry_backoff.first",
+        ),
+        (
+            "retry_backoff = { first = \"2s\", largest = \"1s\" }",
+            "lock.retry_backoff.first",
+        ),
+        (
+            "retry_backoff = { first = \"1s\", largest = \"61s\" }",
+            "lock.retry_backoff.largest",
+        ),
+    ] {
+        field_error(
+            &format!("{MEMORY}[lock]\n{text}"),
+            Kind::InvalidValue,
+            field,
+        );
+    }
+    field_error(
+        &format!("{MEMORY}[lock]\nretry_backoff = {{ first = \"1s\" }}"),
+        Kind::MissingField,
+        "lock.retry_backoff.largest",
+    );
+    field_error(
+        &format!("{MEMORY}[lock]\nmax_attempts = -1"),
+        Kind::InvalidValue,
+        "lock.max_attempts",
+    );
+}

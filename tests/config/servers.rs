@@ -71,6 +71,31 @@ async fn a_single_primary_from_its_url() {
 }
 
 #[tokio::test]
+async fn max_attempts_from_the_file_ends_a_forever_wait() {
+    let server = RedisServer::start();
+    let config = Config::from_toml_str(&format!(
+        "[client]\nurl = {:?}\n[lock]\nwait = \"forever\"\nmax_attempts = 2\n\
+         retry_backoff = {{ first = \"1ms\", largest = \"2ms\" }}",
+        server.url()
+    ))
+    .expect("configuration");
+    let client = config.connect().await.expect("connect");
+    let held = client
+        .lock("config:attempts")
+        .acquire()
+        .await
+        .expect("free");
+    // Without `max_attempts` this would wait for ever; with it, two tries and a timeout.
+    let err = config
+        .lock(&client, "config:attempts")
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    held.release().await.expect("release");
+}
+
+#[tokio::test]
 async fn a_url_nobody_answers_is_a_connect_error() {
     let server = RedisServer::start();
     let url = server.url();

@@ -156,3 +156,32 @@ async fn counting_on_a_store_that_cannot_count_or_another_prefix_is_refused() {
         other => panic!("counting on another prefix: {other:?}"),
     }
 }
+
+/// `ping` asks both stores: the quorum's nodes and, named `counting …`, the primary; the client
+/// is ready only while both can work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_asks_the_counting_store_too() {
+    let nodes = start_nodes();
+    let primary = RedisServer::start();
+    let client = counting_client(&nodes, &primary, "pinged").await;
+    let health = client.ping().await;
+    assert!(health.ready, "{health:?}");
+    assert_eq!(health.store, "quorum");
+    assert_eq!(health.nodes.len(), nodes.len() + 1, "{health:?}");
+    let counting: Vec<_> = health
+        .nodes
+        .iter()
+        .filter(|n| n.node.starts_with("counting "))
+        .collect();
+    assert_eq!(counting.len(), 1, "{health:?}");
+    assert!(counting[0].is_up(), "{health:?}");
+
+    // The primary goes away: the locks could still be taken, the limits could not.
+    drop(primary);
+    let health = client.ping().await;
+    assert!(!health.ready, "{health:?}");
+    for node in &health.nodes {
+        let is_counting = node.node.starts_with("counting ");
+        assert_eq!(node.is_up(), !is_counting, "{node:?}");
+    }
+}
