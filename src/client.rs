@@ -571,6 +571,13 @@ impl ClientBuilder {
         S: AsRef<str>,
     {
         self.validate()?;
+        if master.trim().is_empty() {
+            return Err(StoreError::Config {
+                message: "Sentinel needs the name the sentinels monitor the primary under \
+                          (`sentinel monitor <name> ...`; often `mymaster`), not an empty one"
+                    .to_owned(),
+            });
+        }
         let sentinels = sentinels
             .into_iter()
             .map(|url| connection_info(url.as_ref()))

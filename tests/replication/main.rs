@@ -8,6 +8,7 @@ mod support;
 mod acl;
 mod failover;
 mod leaks;
+mod misconfig;
 mod sentinel;
 // redis-rs's rustls backend (distlock's `tls` feature; CI enables every feature).
 #[cfg(feature = "tls")]

@@ -226,6 +226,18 @@ pub(crate) async fn check_version<C: redis::aio::ConnectionLike + Send>(
             };
         }
     };
+    // A sentinel answers INFO too (and PING, and a version): without this, `connect` to a
+    // sentinel's address would succeed and every script call fail with "unknown command".
+    if info
+        .lines()
+        .any(|line| line.trim() == "redis_mode:sentinel")
+    {
+        return Err(StoreError::Config {
+            message: "this address is a Redis Sentinel, not a data server: connect with \
+                      Client::connect_sentinel(master_name, [...sentinel urls])"
+                .to_owned(),
+        });
+    }
     match info
         .lines()
         .find_map(|line| line.strip_prefix("redis_version:"))

@@ -505,6 +505,16 @@ async fn manager(
 
 /// A sentinel lookup's error, with the master's name.
 fn sentinel_error(master: &str, err: redis::RedisError) -> StoreError {
+    // Every sentinel answered, and none monitors that name: a configuration mistake that no
+    // retry fixes (redis-rs reports this kind only when no sentinel could name a primary).
+    if err.kind() == ErrorKind::MasterNameNotFoundBySentinel {
+        return StoreError::Config {
+            message: format!(
+                "no sentinel monitors a primary named `{master}`: check the name against \
+                 `sentinel monitor <name> ...` in the sentinels' configuration"
+            ),
+        };
+    }
     match StoreError::from(err) {
         StoreError::Unreachable { message } => StoreError::Unreachable {
             message: format!("no sentinel could name a primary for `{master}`: {message}"),
