@@ -10,6 +10,7 @@ use tower::Service;
 
 use super::ResponseBody;
 use super::checks::{Check, Checks};
+use super::exempt::{self, Exemption};
 use super::headers::describe;
 use super::layer::{Config, Limiter};
 use crate::extract::{ExtractKey, Extracted, MissingKey};
@@ -39,7 +40,18 @@ where
     ReqBody: Send + 'static,
     ResBody: WrappedBody,
 {
-    let subject = config.options.extract.extract_key(&request);
+    let exempt = &config.options.exempt;
+    let exemption = if exempt.is_empty() {
+        None
+    } else {
+        exempt.before_key(&request)
+    };
+    let subject = match exemption {
+        // Not read at all: a skipped request may carry no key.
+        Some(_) => Extracted::Absent,
+        None => config.options.extract.extract_key(&request),
+    };
+    let exemption = exemption.or_else(|| subject.key().and_then(|key| exempt.for_key(key)));
     let hint = match subject {
         Extracted::Absent => config.options.extract.absent_hint(),
         _ => None,
@@ -50,7 +62,29 @@ where
     // by this request).
     let clone = inner.clone();
     let readied = std::mem::replace(inner, clone);
+    if let Some(exemption) = exemption {
+        return ResponseFuture::new(pass_exempt(readied, request, exemption));
+    }
     ResponseFuture::new(run(readied, request, subject, hint, Arc::clone(config)))
+}
+
+/// Calls the inner service for a request exempt from the limit, and records why.
+async fn pass_exempt<S, ReqBody, ResBody>(
+    readied: S,
+    request: Request<ReqBody>,
+    exemption: Exemption,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Body<Data = Bytes>,
+{
+    exempt::record(exemption);
+    let mut response = InnerService::Ready(readied)
+        .call(request)
+        .await?
+        .map(ResponseBody::inner);
+    response.extensions_mut().insert(exemption);
+    Ok(response)
 }
 
 /// Checks the request (waiting if configured), then calls the inner service or answers

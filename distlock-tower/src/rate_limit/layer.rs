@@ -5,7 +5,9 @@ use distlock::ratelimit::RateLimiter;
 use http::HeaderValue;
 
 use super::RateLimit;
+use super::exempt::{Exemptions, RequestHead};
 use super::headers::{HeaderStyle, policy_field};
+use crate::client_ip::Cidr;
 use crate::config_error::ConfigError;
 use crate::extract::MissingKey;
 use crate::refusal::{MakeRefusal, PlainText};
@@ -43,6 +45,8 @@ pub(crate) struct RateOptions<K> {
     pub(crate) max_wait: Duration,
     pub(crate) headers: HeaderStyle,
     pub(crate) missing_key: MissingKey,
+    /// Requests let through without a check.
+    pub(crate) exempt: Exemptions,
 }
 
 impl<K> RateOptions<K> {
@@ -135,6 +139,7 @@ impl<K> RateLimitLayer<K> {
                         legacy: false,
                     },
                     missing_key: MissingKey::default(),
+                    exempt: Exemptions::default(),
                 },
                 refusal: PlainText,
             },
@@ -230,6 +235,63 @@ impl<K, R> RateLimitLayerBuilder<K, R> {
         self
     }
 
+    /// Lets a request through without a check (no round trip, nothing counted) when
+    /// `predicate` says so, from the request's head: health checks, a monitoring agent's
+    /// header, an internal route. Checked first, before the key is read. The response
+    /// carries the [`Exemption`](super::Exemption) in its extensions instead of a
+    /// [`Check`](super::Check). A second call replaces the first predicate.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    /// use distlock_tower::client_ip::ClientIp;
+    /// use distlock_tower::rate_limit::RateLimitLayer;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?)?).build()?;
+    /// let layer = RateLimitLayer::builder(limiter, ClientIp::peer())
+    ///     .skip(|head| head.uri.path() == "/healthz")
+    ///     .allow_keys(["10.1.2.3"]) // the monitoring host's address, as the key reads it
+    ///     .allow_networks(["127.0.0.0/8".parse()?]) // calls from this host
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn skip(
+        mut self,
+        predicate: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config.options.exempt.skip = Some(std::sync::Arc::new(predicate));
+        self
+    }
+
+    /// Lets requests whose key (what the layer's extractor reads: an address, an API key) is
+    /// one of `keys` through without a check: internal services, a partner without limits.
+    /// Compared exactly, after the extractor (so with a [`Prefixed`](crate::extract::Prefixed)
+    /// extractor, give the prefixed keys). Adds to the list.
+    pub fn allow_keys<I, S>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config
+            .options
+            .exempt
+            .keys
+            .extend(keys.into_iter().map(Into::into));
+        self
+    }
+
+    /// Lets requests whose connection comes from one of `networks` through without a check.
+    /// The connection's peer address (axum's `ConnectInfo`), never a forwarded header, which a
+    /// client can write: behind a proxy, every request's peer is the proxy, so list backend
+    /// networks here, and use [`allow_keys`](Self::allow_keys) with a
+    /// [`ClientIp`](crate::client_ip::ClientIp) key for clients behind it. Adds to the list.
+    pub fn allow_networks(mut self, networks: impl IntoIterator<Item = Cidr>) -> Self {
+        self.config.options.exempt.networks.extend(networks);
+        self
+    }
+
     /// The layer, or [`ConfigError::CostTooLarge`] if the [`cost`](Self::cost) is more than
     /// one of its policies (default or per route) allows at once: such a layer would refuse
     /// every request, so it is refused where the router is built.
@@ -257,6 +319,7 @@ impl<K> std::fmt::Debug for RateOptions<K> {
             .field("max_wait", &self.max_wait)
             .field("headers", &self.headers)
             .field("missing_key", &self.missing_key)
+            .field("exempt", &self.exempt)
             .finish_non_exhaustive()
     }
 }

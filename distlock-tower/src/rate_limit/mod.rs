@@ -102,6 +102,7 @@
 
 mod body;
 mod checks;
+mod exempt;
 mod future;
 pub mod headers;
 mod layer;
@@ -111,6 +112,7 @@ mod service;
 pub use crate::extract::MissingKey;
 pub use body::ResponseBody;
 pub use checks::{Check, Checks};
+pub use exempt::{Exemption, RequestHead};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use service::RateLimit;

@@ -10,6 +10,7 @@ mod traces;
 mod app;
 mod client_ip;
 mod composed;
+mod exempt;
 mod faults;
 mod invalid_key;
 mod oneshot;
