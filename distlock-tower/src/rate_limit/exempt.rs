@@ -60,7 +60,7 @@ pub struct RequestHead<'a> {
 }
 
 impl<'a> RequestHead<'a> {
-    fn of<B>(request: &'a Request<B>) -> Self {
+    pub(crate) fn of<B>(request: &'a Request<B>) -> Self {
         Self {
             method: request.method(),
             uri: request.uri(),

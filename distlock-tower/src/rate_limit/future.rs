@@ -10,7 +10,7 @@ use tower::Service;
 
 use super::ResponseBody;
 use super::checks::{Check, Checks};
-use super::exempt::{self, Exemption};
+use super::exempt::{self, Exemption, RequestHead};
 use super::headers::describe;
 use super::layer::{Config, Limiter};
 use crate::extract::{ExtractKey, Extracted, MissingKey};
@@ -65,7 +65,18 @@ where
     if let Some(exemption) = exemption {
         return ResponseFuture::new(pass_exempt(readied, request, exemption));
     }
-    ResponseFuture::new(run(readied, request, subject, hint, Arc::clone(config)))
+    let cost = match &config.options.cost_by {
+        Some(by) => (by.cost)(&RequestHead::of(&request)),
+        None => config.options.cost,
+    };
+    ResponseFuture::new(run(
+        readied,
+        request,
+        subject,
+        hint,
+        cost,
+        Arc::clone(config),
+    ))
 }
 
 /// Calls the inner service for a request exempt from the limit, and records why.
@@ -98,6 +109,7 @@ async fn run<S, K, R, ReqBody, ResBody>(
     request: Request<ReqBody>,
     subject: Extracted,
     hint: Option<&'static str>,
+    cost: u32,
     config: Arc<Config<K, R>>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
@@ -138,7 +150,28 @@ where
         }
     };
     let limiter = config.options.limiter_for(matched_route(&request));
-    let decision = match check(limiter, &subject, &config, &mut inner).await {
+    if let Some(by) = &config.options.cost_by
+        && cost > by.cap
+    {
+        // Priced above what the layer allows at once: refused before any round trip.
+        let policy = limiter
+            .limiter
+            .policies()
+            .first()
+            .map(|p| p.name().to_owned())
+            .unwrap_or_default();
+        let err = RateLimitError::CostTooLarge {
+            cost,
+            policy,
+            capacity: by.cap,
+        };
+        return Ok(refuse(
+            Refusal::rate_limit_error(&subject, err),
+            &config,
+            None,
+        ));
+    }
+    let decision = match check(limiter, &subject, cost, &config, &mut inner).await {
         Ok(decision) => decision,
         Err(refusal) => return Ok(refuse(refusal, &config, Some(limiter))),
     };
@@ -191,17 +224,14 @@ fn matched_route<B>(_: &Request<B>) -> Option<&str> {
 async fn check<S: Clone, K, R>(
     limiter: &Limiter,
     subject: &str,
+    cost: u32,
     config: &Config<K, R>,
     inner: &mut InnerService<S>,
 ) -> Result<Decision, Refusal> {
     let started = Instant::now();
     loop {
         let left = config.options.max_wait.saturating_sub(started.elapsed());
-        match limiter
-            .limiter
-            .reserve(subject, config.options.cost, left)
-            .await
-        {
+        match limiter.limiter.reserve(subject, cost, left).await {
             Ok(reservation) if reservation.is_granted() => {
                 if !reservation.delay().is_zero() {
                     // Nothing of the inner service is held while waiting (a concurrency

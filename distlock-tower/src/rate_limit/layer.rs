@@ -42,11 +42,20 @@ pub(crate) struct RateOptions<K> {
     /// Per-route limiters, by axum's matched route template.
     pub(crate) routes: Vec<(String, Limiter)>,
     pub(crate) cost: u32,
+    /// A cost read from each request, and the most it may be.
+    pub(crate) cost_by: Option<CostBy>,
     pub(crate) max_wait: Duration,
     pub(crate) headers: HeaderStyle,
     pub(crate) missing_key: MissingKey,
     /// Requests let through without a check.
     pub(crate) exempt: Exemptions,
+}
+
+/// A request's cost from its head ([`RateLimitLayerBuilder::cost_by`]).
+#[derive(Clone)]
+pub(crate) struct CostBy {
+    pub(crate) cap: u32,
+    pub(crate) cost: Arc<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>,
 }
 
 impl<K> RateOptions<K> {
@@ -133,6 +142,7 @@ impl<K> RateLimitLayer<K> {
                     default: Limiter::new(limiter),
                     routes: Vec::new(),
                     cost: 1,
+                    cost_by: None,
                     max_wait: Duration::ZERO,
                     headers: HeaderStyle {
                         ietf: true,
@@ -197,6 +207,45 @@ impl<K, R> RateLimitLayerBuilder<K, R> {
     /// refuses it.
     pub fn cost(mut self, cost: u32) -> Self {
         self.config.options.cost = cost;
+        self
+    }
+
+    /// Reads each request's cost from its head with `cost` (a batch's size from a header or
+    /// the query, a weight by route), instead of one [`cost`](Self::cost) for all. `cap` is
+    /// the most a request may cost: one that `cost` prices higher is answered `413 Content
+    /// Too Large` without a round trip (never charged only `cap`), and
+    /// [`build`](Self::build) refuses a `cap` that some policy can never allow at once. A
+    /// cost of 0 spends nothing, as with [`cost`](Self::cost).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    /// use distlock_tower::extract::Header;
+    /// use distlock_tower::rate_limit::RateLimitLayer;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let sends = client.rate_limiter(Policy::gcra("sends", Rate::per_second(100)?)?).build()?;
+    /// // `X-Batch-Size: 20` costs 20; no header costs 1; more than 100 is refused with 413.
+    /// let layer = RateLimitLayer::builder(sends, Header::from_static("x-api-key"))
+    ///     .cost_by(100, |head| {
+    ///         head.headers
+    ///             .get("x-batch-size")
+    ///             .and_then(|v| v.to_str().ok()?.parse().ok())
+    ///             .unwrap_or(1)
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn cost_by(
+        mut self,
+        cap: u32,
+        cost: impl Fn(&RequestHead<'_>) -> u32 + Send + Sync + 'static,
+    ) -> Self {
+        self.config.options.cost_by = Some(CostBy {
+            cap,
+            cost: Arc::new(cost),
+        });
         self
     }
 
@@ -296,9 +345,11 @@ impl<K, R> RateLimitLayerBuilder<K, R> {
     /// one of its policies (default or per route) allows at once: such a layer would refuse
     /// every request, so it is refused where the router is built.
     pub fn build(self) -> Result<RateLimitLayer<K, R>, ConfigError> {
-        let cost = self.config.options.cost;
-        check_cost_fits(cost, &self.config.options.default.limiter)?;
-        for (_, l) in &self.config.options.routes {
+        let options = &self.config.options;
+        // The fixed cost, or the most a request's own cost may be.
+        let cost = options.cost_by.as_ref().map_or(options.cost, |by| by.cap);
+        check_cost_fits(cost, &options.default.limiter)?;
+        for (_, l) in &options.routes {
             check_cost_fits(cost, &l.limiter)?;
         }
         Ok(RateLimitLayer {
@@ -316,6 +367,7 @@ impl<K> std::fmt::Debug for RateOptions<K> {
             .field("limiter", &self.default.limiter)
             .field("routes", &routes)
             .field("cost", &self.cost)
+            .field("cost_cap", &self.cost_by.as_ref().map(|by| by.cap))
             .field("max_wait", &self.max_wait)
             .field("headers", &self.headers)
             .field("missing_key", &self.missing_key)

@@ -10,6 +10,7 @@ mod traces;
 mod app;
 mod client_ip;
 mod composed;
+mod cost_by;
 mod exempt;
 mod faults;
 mod invalid_key;
