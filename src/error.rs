@@ -557,6 +557,16 @@ pub enum InvalidPolicy {
         /// What is wrong and what is accepted.
         reason: String,
     },
+    /// How long sliding logs are kept
+    /// ([`keep_logs_for`](crate::ratelimit::RateLimiterBuilder::keep_logs_for)) is zero or
+    /// longer than the longest period.
+    #[error("invalid log retention {keep:?}: use more than zero and at most {max:?}")]
+    LogRetention {
+        /// The retention given.
+        keep: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
+    },
 }
 
 /// Errors of a [`BloomFilter`](crate::bloom::BloomFilter).

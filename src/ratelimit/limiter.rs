@@ -145,13 +145,15 @@ pub(super) struct Settings {
     pub(super) deny_cache: usize,
     pub(super) deny_cache_max_age: Duration,
     pub(super) max_in_flight: usize,
+    /// How long sliding logs outlive their newest entry, µs; 0: their window.
+    pub(super) keep_log_us: i64,
 }
 
 impl RateLimiter {
     /// A limiter over `policies`, already validated by the builder.
     pub(super) fn new(client: Client, policies: Vec<Policy>, settings: Settings) -> Self {
         let policies: Arc<[Policy]> = policies.into();
-        let base = Effective::of(Arc::clone(&policies));
+        let base = Effective::of(Arc::clone(&policies), settings.keep_log_us);
         let key_heads = policies
             .iter()
             .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))

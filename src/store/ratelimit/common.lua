@@ -5,7 +5,9 @@
 -- Every time is an integer number of microseconds held in a Lua number (a double): all of
 -- them stay below 2^53, so they are exact. Each algorithm file defines one function
 --
---   decide(key, now, cost, need, a, b) -> d
+--   decide(key, now, cost, need, a, b, keep) -> d
+--
+-- (`keep` is read by the sliding log only: how long it outlives its newest entry)
 --
 -- that only READS its key (but for rewriting, in the same meaning, a state counted in another
 -- unit when the subject's rate changed) and returns a table d:

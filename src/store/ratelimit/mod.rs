@@ -68,12 +68,21 @@ impl Kind {
 
 /// One policy as the stores see it. For GCRA and the token bucket, `unit_us` is the emission
 /// interval and `count` the burst; for the window algorithms, `unit_us` is the period and
-/// `count` the limit.
+/// `count` the limit. `keep_us` is how long a sliding log outlives its newest entry (at
+/// least its period; see `sliding_log.rs`); the other algorithms ignore it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PolicyParams {
     pub(crate) kind: Kind,
     pub(crate) unit_us: i64,
     pub(crate) count: i64,
+    pub(crate) keep_us: i64,
+}
+
+impl PolicyParams {
+    /// How long a sliding log outlives its newest entry: `keep_us`, and at least the period.
+    pub(crate) fn log_keep_us(&self) -> i64 {
+        self.keep_us.max(self.unit_us)
+    }
 }
 
 /// What one rate-limit operation does to a subject's policies.
@@ -185,7 +194,7 @@ pub(crate) struct Snapshot {
 pub(crate) enum Write {
     /// Store this state (none: delete it).
     Replace(Option<State>),
-    /// Sliding log: drop entries older than the window, add `cost` entries at `now`, cap.
+    /// Sliding log: add `cost` entries at `now`, cap.
     LogAppend,
 }
 
@@ -236,7 +245,7 @@ pub(crate) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i6
 fn apply(p: &PolicyParams, slot: &mut Option<State>, write: Write, now: i64, cost: i64) {
     match write {
         Write::Replace(state) => *slot = state,
-        Write::LogAppend => sliding_log::append(p.unit_us, p.count, slot, now, cost),
+        Write::LogAppend => sliding_log::append(p.count, slot, now, cost),
     }
 }
 
@@ -334,6 +343,16 @@ fn operate(
                     written.push(None);
                     continue;
                 }
+                if p.kind == Kind::SlidingLog {
+                    // As the script: a charge appends (and sets the ttl), a refund only takes
+                    // entries away (the ttl stays).
+                    written.push(if delta > 0 {
+                        sliding_log::expires(p.log_keep_us(), slot.as_ref())
+                    } else {
+                        None
+                    });
+                    continue;
+                }
                 let reset = decide(p, slot.as_ref(), now, 0).before.reset;
                 written.push(Some(now + reset));
             }
@@ -364,7 +383,11 @@ fn check(
         let figures = match outcome.after {
             Some((after, write)) if applied => {
                 apply(p, slot, write, now, cost);
-                expiries.push(Some(now + after.reset));
+                expiries.push(if p.kind == Kind::SlidingLog {
+                    sliding_log::expires(p.log_keep_us(), slot.as_ref())
+                } else {
+                    Some(now + after.reset)
+                });
                 after
             }
             _ => {

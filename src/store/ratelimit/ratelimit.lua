@@ -7,8 +7,9 @@
 -- For each operation in order:
 --   ARGV       op, amount, extra, n: the number of policies, then for each policy its
 --              algorithm (1 gcra, 2 token bucket, 3 fixed window, 4 sliding window, 5 sliding
---              log) and its two parameters: interval µs and burst for 1-2, period µs and limit
---              for 3-5. The ops:
+--              log), its two parameters (interval µs and burst for 1-2, period µs and limit
+--              for 3-5) and keep: how long a sliding log outlives its newest entry, µs, at
+--              least its period (0, unread, for the others). The ops:
 --                0 check     consume `amount` units if every policy allows (0 peeks: decides
 --                            for a cost of 1, writes nothing)
 --                1 reserve   as a check, but when every policy is of the GCRA family (1-2)
@@ -48,10 +49,11 @@ local function check(cost, need, n)
   local all_allowed = true
   for i = 1, n do
     local decide = algorithms[tonumber(ARGV[arg])]
-    local d = decide(KEYS[key], now, cost, need, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]))
+    local d = decide(KEYS[key], now, cost, need, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]),
+      tonumber(ARGV[arg + 3]))
     decisions[i] = d
     all_allowed = all_allowed and d.allowed
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
   end
 
@@ -79,7 +81,7 @@ end
 -- Whether the n policies from ARGV[arg..] are all of the GCRA family.
 local function reservable(n)
   for i = 0, n - 1 do
-    local algorithm = ARGV[arg + 3 * i]
+    local algorithm = ARGV[arg + 4 * i]
     if algorithm ~= '1' and algorithm ~= '2' then
       return false
     end
@@ -92,7 +94,7 @@ end
 local function reserve(cost, need, max_wait, n)
   local tats, allow_at = {}, now
   for i = 1, n do
-    local interval, burst = tonumber(ARGV[arg + 3 * (i - 1) + 1]), tonumber(ARGV[arg + 3 * (i - 1) + 2])
+    local interval, burst = tonumber(ARGV[arg + 4 * (i - 1) + 1]), tonumber(ARGV[arg + 4 * (i - 1) + 2])
     local tat = gcra_tat(KEYS[key + i - 1], now, interval)
     tats[i] = tat
     local at = tat + need * interval - interval * burst
@@ -130,7 +132,7 @@ local function reserve(cost, need, max_wait, n)
       end
       text = text .. string.format(' %d %d %d %d', allowed, remaining, retry, tat - now)
     end
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
   end
   return text
@@ -145,9 +147,10 @@ local function adjust(sign, amount, n)
       redis.call('DEL', k)
     elseif amount > 0 then
       local adjuster = adjusters[tonumber(ARGV[arg])]
-      adjuster(k, now, sign * amount, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]), slack)
+      adjuster(k, now, sign * amount, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]), slack,
+        tonumber(ARGV[arg + 3]))
     end
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
   end
   arg, key = first_arg, first_key
@@ -171,7 +174,7 @@ while arg <= #ARGV do
     -- decision table and closure of check() (an eighth of the script's server time here).
     local interval, burst = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
     local k = KEYS[key]
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
     local allowed, remaining, retry, reset, new_tat = gcra_core(k, now, amount, need, interval, burst)
     if not allowed then

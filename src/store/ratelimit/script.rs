@@ -157,7 +157,7 @@ fn encode(
         }
         Shape::General => {
             let keys: usize = items.iter().map(|item| item.keys.len()).sum();
-            let mut cmd = script.call(keys, 1 + 4 * items.len() + 3 * keys, 128 * keys);
+            let mut cmd = script.call(keys, 1 + 4 * items.len() + 4 * keys, 128 * keys);
             for item in items {
                 for key in &item.keys {
                     cmd.arg(key);
@@ -170,7 +170,13 @@ fn encode(
                 let (code, amount, extra) = item.op.encode();
                 cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
                 for p in &item.params {
-                    cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
+                    // Only the sliding log reads how long it is kept.
+                    let keep = if p.kind == Kind::SlidingLog {
+                        p.log_keep_us()
+                    } else {
+                        0
+                    };
+                    cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count).arg(keep);
                 }
             }
             (script, cmd)
@@ -387,6 +393,7 @@ mod tests {
             kind: Kind::Gcra,
             unit_us,
             count,
+            keep_us: 0,
         }
     }
 
