@@ -431,6 +431,11 @@ pub enum RateLimitError {
         /// The most that policy allows at once (its burst or limit).
         capacity: u32,
     },
+    /// [`check_up_to`](crate::ratelimit::RateLimiter::check_up_to) was asked for no units:
+    /// ask for at least one (a [`peek`](crate::ratelimit::RateLimiter::peek) tells what is
+    /// left without consuming).
+    #[error("check_up_to needs at least one unit, got 0; use peek to consume nothing")]
+    NoUnits,
     /// The limiter's configuration is invalid; see [`InvalidPolicy`].
     #[error(transparent)]
     InvalidPolicy(#[from] InvalidPolicy),

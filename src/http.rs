@@ -17,7 +17,7 @@
 //! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
-//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::NoUnits`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
 //!
 //! The choices, and why:
 //!
@@ -157,9 +157,10 @@ impl RateLimitError {
             Self::Limited { retry_after, .. } => HttpStatus::new(429, Some(*retry_after)),
             Self::InvalidSubject(_) => HttpStatus::new(400, None),
             Self::CostTooLarge { .. } => HttpStatus::new(413, None),
-            Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } | Self::NoDefaultClient => {
-                HttpStatus::new(500, None)
-            }
+            Self::InvalidPolicy(_)
+            | Self::UnsupportedStore { .. }
+            | Self::NoDefaultClient
+            | Self::NoUnits => HttpStatus::new(500, None),
         }
     }
 }

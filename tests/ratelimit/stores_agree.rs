@@ -1,5 +1,5 @@
 //! The two stores against each other: the Redis scripts and the in-memory store run the same
-//! random operations (checks, reservations, refunds, penalties, resets) at
+//! random operations (checks, checks up to n, reservations, refunds, penalties, resets) at
 //! the same injected times, with the subject's rate changing mid-trace for every algorithm
 //! (the reference model covers rate changes for the GCRA family only), and must answer the
 //! same to the microsecond. At each change of rate, the new rate must not hand out a burst:
@@ -29,8 +29,9 @@ struct Rate {
     memory: RateLimiter,
 }
 
-/// Every verdict's (allowed, remaining, retry µs, reset µs), then applied and wait µs.
-type Figures = (Vec<(bool, u64, i64, i64)>, bool, u64);
+/// Every verdict's (allowed, remaining, retry µs, reset µs), then applied, wait µs and the
+/// units granted.
+type Figures = (Vec<(bool, u64, i64, i64)>, bool, u64, u32);
 
 fn figures(d: &Decision, applied: bool, wait: u64) -> Figures {
     let verdicts = d
@@ -38,7 +39,7 @@ fn figures(d: &Decision, applied: bool, wait: u64) -> Figures {
         .iter()
         .map(|p| (p.allowed, p.remaining, us(p.retry_after), us(p.reset_after)))
         .collect();
-    (verdicts, applied, wait)
+    (verdicts, applied, wait, d.granted)
 }
 
 /// Runs `op` on both stores at `now`; asserts they agree and returns the answer.
@@ -66,7 +67,7 @@ async fn both(
         on_redis,
         in_memory,
         "{}: the stores differ ((allowed, remaining, retry µs, reset µs) per policy, applied, \
-         wait µs): redis left, memory right",
+         wait µs, granted): redis left, memory right",
         context()
     );
     on_redis
@@ -101,10 +102,11 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
             50..60 => Op::Refund(rng.random_range(0..=min_limit + 2)),
             60..70 => Op::Penalize(rng.random_range(0..=min_limit + 2)),
             70..73 => Op::Reset,
-            73..85 => Op::Reserve(
+            73..80 => Op::Reserve(
                 rng.random_range(1..=min_limit),
                 rng.random_range(0..=u64::try_from(3 * unit).expect("fits")),
             ),
+            80..85 => Op::CheckUpTo(rng.random_range(1..=min_limit + 3)),
             _ => {
                 let next = (current + rng.random_range(1..RATES)) % RATES;
                 switch(&subject, now, &rates[current], &rates[next], &|| {
@@ -134,8 +136,8 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
 /// window is in force, when its window grows (a shorter one rightly forgets the older
 /// entries; a longer one forgot them too before issue 28's fix).
 async fn switch(subject: &str, now: i64, from: &Rate, to: &Rate, context: &dyn Fn() -> String) {
-    let (before, _, _) = both(from, subject, Op::Check(0), now, context).await;
-    let (after, _, _) = both(to, subject, Op::Check(0), now, context).await;
+    let (before, _, _, _) = both(from, subject, Op::Check(0), now, context).await;
+    let (after, _, _, _) = both(to, subject, Op::Check(0), now, context).await;
     for (i, ((old, new), (was, is))) in from
         .policies
         .iter()

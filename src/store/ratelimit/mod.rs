@@ -100,6 +100,9 @@ pub(crate) enum RateOp {
     Penalize(u32),
     /// Delete every policy's state, then peek.
     Reset,
+    /// Consume as many units as every policy allows now, at most `max` (at least 1), in one
+    /// step: the largest `k ≤ max` that a check of cost `k` would pass. None fit: a peek.
+    CheckUpTo { max: u32 },
 }
 
 impl RateOp {
@@ -111,6 +114,7 @@ impl RateOp {
             Self::Refund(n) => (2, n, 0),
             Self::Penalize(n) => (3, n, 0),
             Self::Reset => (4, 0, 0),
+            Self::CheckUpTo { max } => (5, max, 0),
         }
     }
 
@@ -118,7 +122,7 @@ impl RateOp {
     pub(crate) fn consumes(self) -> bool {
         match self {
             Self::Check { cost } | Self::Reserve { cost, .. } => cost > 0,
-            Self::Refund(_) | Self::Penalize(_) | Self::Reset => true,
+            Self::Refund(_) | Self::Penalize(_) | Self::Reset | Self::CheckUpTo { .. } => true,
         }
     }
 }
@@ -132,11 +136,14 @@ pub(crate) struct RateRequest<'a> {
 
 /// The answer to a rate-limit operation: whether a check or reservation was applied (every
 /// policy allowed and the cost was above zero), how long a reservation waits for its turn
-/// (µs), and each policy's verdict, in request order.
+/// (µs), how many units it consumed, and each policy's verdict, in request order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RateReply {
     pub(crate) applied: bool,
     pub(crate) wait_us: u64,
+    /// Units consumed: an applied check's or reservation's cost, a [`RateOp::CheckUpTo`]'s
+    /// grant; 0 otherwise.
+    pub(crate) granted: u32,
     pub(crate) verdicts: Vec<Verdict>,
 }
 
@@ -327,6 +334,7 @@ fn operate(
                 check(params, states, now, cost)
             }
         }
+        RateOp::CheckUpTo { max } => check_up_to(params, states, now, max),
         RateOp::Refund(_) | RateOp::Penalize(_) | RateOp::Reset => {
             let delta = match op {
                 RateOp::Refund(n) => -i64::from(n),
@@ -406,10 +414,32 @@ fn check(
         RateReply {
             applied,
             wait_us: 0,
+            granted: if applied {
+                u32::try_from(cost).unwrap_or(0)
+            } else {
+                0
+            },
             verdicts,
         },
         expiries,
     )
+}
+
+/// A check of as many units as every policy allows now, at most `max`: each policy's
+/// `remaining` is exactly the largest cost it passes now (see `decide`), so the grant is the
+/// least of them; a grant of 0 is a peek (it answers when one unit would pass).
+fn check_up_to(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    now: i64,
+    max: u32,
+) -> (RateReply, Vec<Option<i64>>) {
+    let fits = params
+        .iter()
+        .zip(states.iter())
+        .map(|(p, state)| decide(p, state.as_ref(), now, 0).before.remaining)
+        .fold(i64::from(max), i64::min);
+    check(params, states, now, u32::try_from(fits).unwrap_or(0))
 }
 
 /// A reservation over GCRA-family policies: the request passes at the first moment every
@@ -458,6 +488,11 @@ fn reserve(
     let reply = RateReply {
         applied: granted,
         wait_us: u64::try_from(wait).unwrap_or(0),
+        granted: if granted {
+            u32::try_from(cost).unwrap_or(0)
+        } else {
+            0
+        },
         verdicts,
     };
     (reply, expiries)

@@ -19,6 +19,10 @@
 --                2 refund    give back `amount` units (never fuller than full)
 --                3 penalize  charge `amount` units (never beyond empty)
 --                4 reset     delete every policy's state
+--                5 up to     consume as many units as every policy allows now, at most
+--                            `amount` (>= 1): the least of the policies' `remaining`, which
+--                            is the largest cost each passes now; a check of that many (a
+--                            peek when it is 0)
 --              refund, penalize and reset then answer as a peek.
 --   KEYS       n keys, one per policy; all share the subject's hash tag
 --
@@ -28,7 +32,7 @@
 --   applied      1 if a check or reservation consumed (every policy allowed and cost > 0);
 --                0 otherwise, and then a check or reservation wrote nothing
 --   wait         µs until a reservation's turn (for one refused, the turn it would have
---                had); 0 for every other op
+--                had); for an up-to, the units it consumed; 0 for every other op
 --   allowed_i    1 if policy i alone allows the request
 --   remaining_i  cost-1 requests left under policy i (after consuming, if applied)
 --   retry_i      µs until policy i would allow the request (0 if it does)
@@ -43,8 +47,9 @@ local adjusters = { gcra_adjust, gcra_adjust, fixed_window_adjust, sliding_windo
   sliding_log_adjust }
 local key = 1
 
--- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply.
-local function check(cost, need, n)
+-- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply,
+-- with `second` (or 0) as its second number.
+local function check(cost, need, n, second)
   local decisions = {}
   local all_allowed = true
   for i = 1, n do
@@ -58,9 +63,9 @@ local function check(cost, need, n)
   end
 
   local applied = all_allowed and cost > 0
-  local text = '0 0'
+  local text = '0 ' .. int_str(second or 0)
   if applied then
-    text = '1 0'
+    text = '1 ' .. int_str(second or 0)
   end
   for i = 1, n do
     local d = decisions[i]
@@ -157,6 +162,29 @@ local function adjust(sign, amount, n)
   return check(0, 1, n)
 end
 
+-- As many units as every one of n policies allows now, at most `most` (>= 1), consumed in
+-- one check; the reply's second number is how many. Each policy's `remaining` for a peek is
+-- the largest cost it passes now (every algorithm's figures are readings of that), so the
+-- least of them all pass together, and one more would not.
+local function up_to(most, n)
+  local first_arg, first_key = arg, key
+  for _ = 1, n do
+    local decide = algorithms[tonumber(ARGV[arg])]
+    local d = decide(KEYS[key], now, 0, 1, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]),
+      tonumber(ARGV[arg + 3]))
+    if d.remaining < most then
+      most = d.remaining
+    end
+    arg = arg + 4
+    key = key + 1
+  end
+  arg, key = first_arg, first_key
+  if most < 1 then
+    return check(0, 1, n, 0)
+  end
+  return check(most, most, n, most)
+end
+
 local reply = {}
 while arg <= #ARGV do
   local op = tonumber(ARGV[arg])
@@ -198,6 +226,8 @@ while arg <= #ARGV do
     text = adjust(-1, amount, n)
   elseif op == 3 then
     text = adjust(1, amount, n)
+  elseif op == 5 then
+    text = up_to(amount, n)
   else
     text = adjust(0, 0, n)
   end

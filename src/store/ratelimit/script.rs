@@ -195,7 +195,7 @@ fn decode(reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreErro
         Shape::General => per_item(reply, items.len(), "ratelimit")?
             .iter()
             .zip(items)
-            .map(|(text, item)| parse_reply(text, item.keys.len()))
+            .map(|(text, item)| parse_reply(text, item.keys.len()).map(|r| granted(r, item.op)))
             .collect(),
     }
 }
@@ -270,6 +270,7 @@ fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, 
     Ok(RateReply {
         applied: allowed && cost > 0,
         wait_us: 0,
+        granted: if allowed { cost } else { 0 },
         verdicts: vec![Verdict::new(
             allowed,
             figures.remaining,
@@ -277,6 +278,21 @@ fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, 
             figures.reset,
         )],
     })
+}
+
+/// The units a reply of the general script consumed: an applied check's or reservation's
+/// cost; for a check-up-to, its second number (its grant, where a reservation has its wait).
+fn granted(mut reply: RateReply, op: RateOp) -> RateReply {
+    reply.granted = match op {
+        RateOp::CheckUpTo { .. } => {
+            let grant = u32::try_from(reply.wait_us).unwrap_or(0);
+            reply.wait_us = 0;
+            grant
+        }
+        RateOp::Check { cost } | RateOp::Reserve { cost, .. } if reply.applied => cost,
+        _ => 0,
+    };
+    reply
 }
 
 /// One operation's text: `applied wait_us`, then `allowed remaining retry_us reset_us` per
@@ -315,6 +331,7 @@ fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
     Ok(RateReply {
         applied,
         wait_us,
+        granted: 0,
         verdicts,
     })
 }
