@@ -15,9 +15,10 @@
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
 //! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
+//! | [`RateLimitError::NoUnits`] (a `check_up_to` of no units: the caller's mistake, as below) | `500 Internal Server Error` | none |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
-//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::NoUnits`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
+//! | [`LockError::InvalidConfig`], [`LockError::MaxHoldReached`], [`LockError::NoDefaultClient`], [`LockError::PermitsExceeded`], [`LockError::UnsupportedStore`], [`RateLimitError::InvalidPolicy`], [`RateLimitError::NoDefaultClient`], [`RateLimitError::UnsupportedStore`] | `500 Internal Server Error` | none |
 //!
 //! The choices, and why:
 //!
