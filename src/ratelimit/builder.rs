@@ -338,6 +338,15 @@ impl RateLimiterBuilder {
     /// ```
     pub fn build(self) -> Result<RateLimiter, RateLimitError> {
         validate(&self.policies)?;
+        if let Err(refused) = self.client.supports(crate::Capability::RateLimits) {
+            return Err(RateLimitError::UnsupportedStore {
+                reason: refused.reason,
+            });
+        }
+        let rates = self.lookup.map(|lookup| {
+            let (ttl, subjects) = self.rate_cache;
+            Arc::new(RateTable::new(lookup, ttl, subjects))
+        });
         let keep_log_us = match self.keep_logs {
             None => 0,
             Some(keep) if keep.is_zero() || keep > super::MAX_PERIOD => {
@@ -350,15 +359,6 @@ impl RateLimiterBuilder {
             // At most MAX_PERIOD: fits.
             Some(keep) => i64::try_from(keep.as_micros()).unwrap_or(i64::MAX),
         };
-        if let Err(refused) = self.client.supports(crate::Capability::RateLimits) {
-            return Err(RateLimitError::UnsupportedStore {
-                reason: refused.reason,
-            });
-        }
-        let rates = self.lookup.map(|lookup| {
-            let (ttl, subjects) = self.rate_cache;
-            Arc::new(RateTable::new(lookup, ttl, subjects))
-        });
         let deadline = self
             .deadline
             .unwrap_or_else(|| self.client.store().op_timeout());
