@@ -431,6 +431,11 @@ pub enum RateLimitError {
         /// The most that policy allows at once (its burst or limit).
         capacity: u32,
     },
+    /// [`check_up_to`](crate::ratelimit::RateLimiter::check_up_to) was asked for no units:
+    /// ask for at least one (a [`peek`](crate::ratelimit::RateLimiter::peek) tells what is
+    /// left without consuming).
+    #[error("check_up_to needs at least one unit, got 0; use peek to consume nothing")]
+    NoUnits,
     /// The limiter's configuration is invalid; see [`InvalidPolicy`].
     #[error(transparent)]
     InvalidPolicy(#[from] InvalidPolicy),
@@ -556,6 +561,16 @@ pub enum InvalidPolicy {
     CircuitBreaker {
         /// What is wrong and what is accepted.
         reason: String,
+    },
+    /// How long sliding logs are kept
+    /// ([`keep_logs_for`](crate::ratelimit::RateLimiterBuilder::keep_logs_for)) is zero or
+    /// longer than the longest period.
+    #[error("invalid log retention {keep:?}: use more than zero and at most {max:?}")]
+    LogRetention {
+        /// The retention given.
+        keep: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
     },
 }
 

@@ -16,6 +16,7 @@
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
 //! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
+//! | [`RateLimitError::NoUnits`] (a `check_up_to` of no units: the caller's mistake, as below) | `500 Internal Server Error` | none |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
 //! | [`FencedError::Stale`], [`FencedError::Conflict`] | `409 Conflict` | none |
@@ -165,9 +166,10 @@ impl RateLimitError {
             Self::Limited { retry_after, .. } => HttpStatus::new(429, Some(*retry_after)),
             Self::InvalidSubject(_) => HttpStatus::new(400, None),
             Self::CostTooLarge { .. } => HttpStatus::new(413, None),
-            Self::InvalidPolicy(_) | Self::UnsupportedStore { .. } | Self::NoDefaultClient => {
-                HttpStatus::new(500, None)
-            }
+            Self::InvalidPolicy(_)
+            | Self::UnsupportedStore { .. }
+            | Self::NoDefaultClient
+            | Self::NoUnits => HttpStatus::new(500, None),
         }
     }
 }

@@ -107,6 +107,7 @@ pub struct RateLimiterBuilder {
     deny_cache: usize,
     deny_cache_max_age: Duration,
     max_in_flight: usize,
+    keep_logs: Option<Duration>,
 }
 
 impl std::fmt::Debug for RateLimiterBuilder {
@@ -135,6 +136,7 @@ impl RateLimiterBuilder {
             deny_cache: DEFAULT_DENY_CACHE,
             deny_cache_max_age: DEFAULT_DENY_CACHE_MAX_AGE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            keep_logs: None,
         }
     }
 
@@ -276,6 +278,42 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// How long a [sliding log](super::Algorithm::SlidingLog) outlives its newest entry
+    /// (default: its window; a longer window keeps it that long), so that a window made
+    /// longer later, by [`rates_by_subject`](Self::rates_by_subject) or a deploy, still counts
+    /// the entries of the old one: set it to the longest window a plan may give the policy.
+    /// While a log lives it keeps its newest `limit` entries whatever their age, so this
+    /// costs no more entries per subject, only idle subjects' logs kept longer. Other
+    /// algorithms carry what was used across a rate change without it. [`build`](Self::build)
+    /// refuses zero or more than [`MAX_PERIOD`](super::MAX_PERIOD)
+    /// ([`InvalidPolicy::LogRetention`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use distlock::ratelimit::{Policy, Rate, SubjectRates};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let exports = client
+    ///     .rate_limiter(Policy::sliding_log("exports", Rate::per_minute(5)?)?)
+    ///     // Suspended tenants get 5 per hour: keep an hour of entries.
+    ///     .keep_logs_for(Duration::from_secs(3600))
+    ///     .rates_by_subject(|tenant: String| async move {
+    ///         let rates = match tenant.as_str() {
+    ///             "suspended" => SubjectRates::new().rate("exports", Rate::per_hour(5)?),
+    ///             _ => SubjectRates::new(),
+    ///         };
+    ///         Ok::<_, distlock::InvalidPolicy>(rates)
+    ///     })
+    ///     .build()?;
+    /// assert!(exports.check("acme").await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_logs_for(mut self, keep: Duration) -> Self {
+        self.keep_logs = Some(keep);
+        self
+    }
+
     /// The limiter, or why it cannot be: [`RateLimitError::InvalidPolicy`] for no policies,
     /// more than [`MAX_POLICIES`] or two with one name; [`RateLimitError::UnsupportedStore`]
     /// when the client's store cannot count (a Redlock quorum).
@@ -309,6 +347,18 @@ impl RateLimiterBuilder {
             let (ttl, subjects) = self.rate_cache;
             Arc::new(RateTable::new(lookup, ttl, subjects))
         });
+        let keep_log_us = match self.keep_logs {
+            None => 0,
+            Some(keep) if keep.is_zero() || keep > super::MAX_PERIOD => {
+                return Err(InvalidPolicy::LogRetention {
+                    keep,
+                    max: super::MAX_PERIOD,
+                }
+                .into());
+            }
+            // At most MAX_PERIOD: fits.
+            Some(keep) => i64::try_from(keep.as_micros()).unwrap_or(i64::MAX),
+        };
         let deadline = self
             .deadline
             .unwrap_or_else(|| self.client.store().op_timeout());
@@ -325,6 +375,7 @@ impl RateLimiterBuilder {
                 deny_cache: self.deny_cache,
                 deny_cache_max_age: self.deny_cache_max_age,
                 max_in_flight: self.max_in_flight,
+                keep_log_us,
             },
         ))
     }

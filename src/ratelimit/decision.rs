@@ -49,6 +49,12 @@ pub struct Decision {
     pub shadowed: bool,
     /// Every policy's own figures, in the order the limiter was built with.
     pub policies: Vec<PolicyDecision>,
+    /// How many units this answer lets the caller use: the cost of a check that passed, and
+    /// for [`check_up_to`](super::RateLimiter::check_up_to) the units it granted (`0..=n`,
+    /// `allowed` when above 0). Zero for a denial, a peek, a reset, refund or penalty. When
+    /// the store did not count them (shadow mode letting a denied request through,
+    /// [`Origin::FailOpen`]), what was asked for.
+    pub granted: u32,
 }
 
 /// One policy's part of a [`Decision`].
@@ -134,6 +140,7 @@ impl Decision {
             origin,
             shadowed: false,
             policies,
+            granted: 0,
         }
     }
 }

@@ -431,6 +431,13 @@ impl DenyCache {
             (Answer::Replied(reply), RateOp::Reserve { cost, .. }) if !reply.applied => {
                 self.record_with(subject, cost, sent, &decide(reply), recovery);
             }
+            (Answer::Replied(reply), RateOp::CheckUpTo { .. }) if reply.applied => {
+                self.consumed(subject);
+            }
+            // Nothing fitted: the reply is a peek's.
+            (Answer::Replied(reply), RateOp::CheckUpTo { .. }) => {
+                self.record_with(subject, 0, sent, &decide(reply), recovery);
+            }
             // It changed the subject's state (a reservation, a refund, a penalty, a reset).
             (Answer::Replied(_), _) => self.unanswered(subject),
             // Sent but unanswered (a timeout, a dropped connection): the store may have

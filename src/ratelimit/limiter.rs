@@ -145,13 +145,15 @@ pub(super) struct Settings {
     pub(super) deny_cache: usize,
     pub(super) deny_cache_max_age: Duration,
     pub(super) max_in_flight: usize,
+    /// How long sliding logs outlive their newest entry, µs; 0: their window.
+    pub(super) keep_log_us: i64,
 }
 
 impl RateLimiter {
     /// A limiter over `policies`, already validated by the builder.
     pub(super) fn new(client: Client, policies: Vec<Policy>, settings: Settings) -> Self {
         let policies: Arc<[Policy]> = policies.into();
-        let base = Effective::of(Arc::clone(&policies));
+        let base = Effective::of(Arc::clone(&policies), settings.keep_log_us);
         let key_heads = policies
             .iter()
             .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
@@ -235,7 +237,10 @@ impl RateLimiter {
     /// deadline. A denial is `Ok` with `allowed == false`.
     pub async fn check_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
         let timer = CheckTimer::start();
-        let result = self.check_uncounted(subject, cost).await;
+        let result = self
+            .check_uncounted(subject, cost)
+            .await
+            .map(|d| granting(d, cost));
         timer.done(self.policies[0].shared_name());
         if let Ok(decision) = &result {
             metrics::decided(decision, cost);
@@ -264,8 +269,94 @@ impl RateLimiter {
             .await
         {
             Ok(reply) => Ok(self.enforce(subject, decision(&eff, reply, Origin::Store))),
-            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, cost, unavailable),
+            Err(unavailable) => {
+                self.on_unavailable(subject, &keys, &eff, RateOp::Check { cost }, unavailable)
+            }
         }
+    }
+
+    /// Takes as many units as every policy allows now, at most `n`, and says how many:
+    /// [`granted`](Decision::granted), `0..=n`, atomically, in one round trip, for batch
+    /// senders that would rather send part of a batch now than all of it later. Where
+    /// [`check_n`](Self::check_n) is all or nothing, this takes the largest `k ≤ n` that a
+    /// `check_n(subject, k)` would pass at that instant (the same for every algorithm; with
+    /// several policies, the least any of them has left), so nothing is refused that would
+    /// fit.
+    ///
+    /// The decision is `allowed` when it granted at least one unit; its figures are then as
+    /// after consuming them (`remaining` is usually 0 when it granted less than `n`), and
+    /// `retry_after` is zero. With nothing granted it is a denial with the figures of a peek:
+    /// `retry_after` says when one unit will fit. `n` above a policy's limit is fine (it
+    /// grants at most the limit); `n == 0` fails with [`RateLimitError::NoUnits`]. Other
+    /// errors, the outage policy and the deny cache are as for [`check_n`](Self::check_n):
+    /// failing open grants all `n` (and so does shadow mode, with
+    /// [`shadowed`](Decision::shadowed) set when the store granted fewer); the local
+    /// fallback grants what it has.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let sms = client.rate_limiter(Policy::sliding_log("sms", Rate::per_minute(100)?)?).build()?;
+    /// assert_eq!(sms.check_up_to("tenant:7", 70).await?.granted, 70);
+    /// let second = sms.check_up_to("tenant:7", 70).await?; // only 30 fit
+    /// assert!(second.allowed);
+    /// assert_eq!((second.granted, second.remaining), (30, 0));
+    /// let third = sms.check_up_to("tenant:7", 70).await?;
+    /// assert!(!third.allowed && third.granted == 0);
+    /// assert!(third.retry_after > std::time::Duration::ZERO); // when the first of the 100 leaves
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_up_to(&self, subject: &str, n: u32) -> Result<Decision, RateLimitError> {
+        let timer = CheckTimer::start();
+        let result = self.check_up_to_uncounted(subject, n).await;
+        timer.done(self.policies[0].shared_name());
+        if let Ok(decision) = &result {
+            metrics::decided(decision, n);
+        }
+        result
+    }
+
+    /// [`check_up_to`](Self::check_up_to), without its metrics.
+    async fn check_up_to_uncounted(
+        &self,
+        subject: &str,
+        n: u32,
+    ) -> Result<Decision, RateLimitError> {
+        if n == 0 {
+            return Err(RateLimitError::NoUnits);
+        }
+        let eff = self.effective(subject).await?;
+        // A cached denial says one unit does not fit yet: nothing would be granted.
+        let cache = self.shared.deny_cache.as_ref();
+        if let Some(hit) =
+            cache.and_then(|c| c.lookup_for(subject, 0, Instant::now(), &eff.recovery))
+        {
+            tokio::task::consume_budget().await;
+            return Ok(self.enforce_up_to(subject, hit, n));
+        }
+        let keys = self.keys(subject)?;
+        let op = RateOp::CheckUpTo { max: n };
+        let decision = match self.operate(subject, &keys, &eff, op).await {
+            Ok(reply) => decision(&eff, reply, Origin::Store),
+            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, op, unavailable)?,
+        };
+        Ok(self.enforce_up_to(subject, decision, n))
+    }
+
+    /// Shadow mode and failing open for a [`check_up_to`](Self::check_up_to): all `n` go.
+    fn enforce_up_to(&self, subject: &str, decision: Decision, n: u32) -> Decision {
+        let mut decision = self.enforce(subject, decision);
+        if self.shadow && decision.granted < n {
+            decision.allowed = true;
+            decision.shadowed = true;
+            decision.granted = n;
+        }
+        if decision.origin == Origin::FailOpen {
+            decision.granted = n;
+        }
+        decision
     }
 
     /// `subject`'s policies: the limiter's own, or with the rates looked up for it.
@@ -389,7 +480,10 @@ impl RateLimiter {
             // wait longer than max_wait is refused without a round trip.
             if hit.retry_after > max_wait || !self.fifo {
                 tokio::task::consume_budget().await;
-                return Ok(Reservation::refused(self.enforce(subject, hit)));
+                return Ok(Reservation::refused(granting(
+                    self.enforce(subject, hit),
+                    cost,
+                )));
             }
         }
         let keys = self.keys(subject)?;
@@ -403,7 +497,10 @@ impl RateLimiter {
             Ok(reply) => {
                 let wait = Duration::from_micros(reply.wait_us);
                 let granted = reply.applied;
-                let decision = self.enforce(subject, decision(&eff, reply, Origin::Store));
+                let decision = granting(
+                    self.enforce(subject, decision(&eff, reply, Origin::Store)),
+                    cost,
+                );
                 if granted && cost > 0 {
                     Ok(Reservation::granted(
                         decision,
@@ -421,7 +518,10 @@ impl RateLimiter {
                 }
             }
             Err(unavailable) => {
-                let decision = self.on_unavailable(subject, &keys, &eff, cost, unavailable)?;
+                let decision = granting(
+                    self.on_unavailable(subject, &keys, &eff, RateOp::Check { cost }, unavailable)?,
+                    cost,
+                );
                 Ok(if decision.allowed {
                     Reservation::granted(decision, Duration::ZERO, None)
                 } else {
@@ -635,7 +735,7 @@ impl RateLimiter {
         subject: &str,
         keys: &[String],
         eff: &Effective,
-        cost: u32,
+        op: RateOp,
         why: Unavailable,
     ) -> Result<Decision, RateLimitError> {
         let outage = if self.shadow {
@@ -665,7 +765,7 @@ impl RateLimiter {
                 let req = RateRequest {
                     keys,
                     params: &eff.params,
-                    op: RateOp::Check { cost },
+                    op,
                 };
                 let reply = self.shared.fallback.check_rate(&req);
                 Ok(self.enforce(subject, decision(eff, reply, Origin::LocalFallback)))
@@ -686,8 +786,16 @@ fn validate_cost(eff: &Effective, cost: u32) -> Result<(), RateLimitError> {
     }
 }
 
+/// `decision` with what it grants a request of `cost`: all of it when allowed (consumed, or
+/// let through by failing open or shadow mode), nothing otherwise.
+fn granting(mut decision: Decision, cost: u32) -> Decision {
+    decision.granted = if decision.allowed { cost } else { 0 };
+    decision
+}
+
 /// The decision the store's reply makes, with the subject's policies.
 fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
+    let granted = reply.granted;
     let per_policy = eff
         .policies
         .iter()
@@ -701,5 +809,7 @@ fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
             reset_after: Duration::from_micros(v.reset_us),
         })
         .collect();
-    Decision::from_policies(per_policy, origin)
+    let mut decision = Decision::from_policies(per_policy, origin);
+    decision.granted = granted;
+    decision
 }

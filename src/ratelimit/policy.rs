@@ -341,6 +341,8 @@ impl Policy {
             // Both fit: the unit is at most MAX_PERIOD in µs (< 2^45), the count a u32.
             unit_us: i64::try_from(unit).unwrap_or(i64::MAX),
             count: i64::from(count),
+            // A sliding log is kept for its window unless the limiter says longer.
+            keep_us: 0,
         }
     }
 }

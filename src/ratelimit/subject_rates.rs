@@ -97,16 +97,26 @@ pub(crate) struct Effective {
     pub(crate) params: Arc<[PolicyParams]>,
     /// How the policies recover, for the deny cache.
     pub(super) recovery: Arc<[Recovery]>,
+    /// How long sliding logs are kept after their newest entry, µs (0: their window; see
+    /// [`keep_logs_for`](super::RateLimiterBuilder::keep_logs_for)).
+    keep_log_us: i64,
 }
 
 impl Effective {
-    pub(crate) fn of(policies: Arc<[Policy]>) -> Arc<Self> {
-        let params = policies.iter().map(Policy::params).collect();
+    pub(crate) fn of(policies: Arc<[Policy]>, keep_log_us: i64) -> Arc<Self> {
+        let params = policies
+            .iter()
+            .map(|p| PolicyParams {
+                keep_us: keep_log_us,
+                ..p.params()
+            })
+            .collect();
         let recovery = recoveries(&policies);
         Arc::new(Self {
             policies,
             params,
             recovery,
+            keep_log_us,
         })
     }
 }
@@ -222,5 +232,5 @@ fn apply(base: &Arc<Effective>, rates: &SubjectRates) -> Result<Arc<Effective>, 
             },
         )
         .collect::<Result<Vec<Policy>, String>>()?;
-    Ok(Effective::of(policies.into()))
+    Ok(Effective::of(policies.into(), base.keep_log_us))
 }

@@ -16,7 +16,8 @@
 //! The history holds more than checks: a refund takes back the newest units still counted
 //! (GCRA: moves the TAT back, never below now), a penalty adds units at its moment, at most
 //! what is left (GCRA: never past now + tolerance), a reset forgets everything, and a
-//! reservation (GCRA family) applies its cost at the moment it will pass. For GCRA a change of
+//! reservation (GCRA family) applies its cost at the moment it will pass. A check "up to n"
+//! takes the largest `k ≤ n` the predicate passes under every policy. For GCRA a change of
 //! rate is an event too: the debt left at each event is converted to the interval in force
 //! (rounded up, in the stores' double expression), which is the contract of a rate change.
 
@@ -348,6 +349,20 @@ impl Models {
             verdicts.push(after);
         }
         (true, wait, verdicts)
+    }
+
+    /// A check of as many units as every policy allows at `t`, at most `max`: the largest
+    /// `k ≤ max` that the predicate passes under every policy (found by search, not from the
+    /// stores' `remaining`), then a check of `k` (a peek when it is 0). Returns (k, verdicts).
+    pub fn check_up_to(&mut self, t: i64, max: i64) -> (i64, Vec<Expected>) {
+        self.normalize(t);
+        // No policy passes more than its limit at once.
+        let top = self.0.iter().map(|m| m.policy.limit).fold(max, i64::min);
+        let k = (0..=top)
+            .rev()
+            .find(|&k| self.0.iter().all(|m| m.allows(t, k)))
+            .unwrap_or(0);
+        (k, self.check(t, k))
     }
 
     /// One check: every policy judges; if all allow and `cost > 0`, all apply, and the

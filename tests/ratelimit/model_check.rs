@@ -126,6 +126,8 @@ enum Step {
     Reserve(u32, u64),
     /// Switch to the other rate of the subject (GCRA family only).
     SwitchRate,
+    /// As many units as fit, at most this many.
+    UpTo(u32),
 }
 
 /// Checks interleaved with refunds, penalties, resets, reservations (GCRA family) and, when
@@ -157,11 +159,12 @@ async fn run_extended_trace(
         let policies = &limiters[current].1;
         let min_limit = policies.iter().map(Policy::limit).min().unwrap_or(1);
         let step = match rng.random_range(0..100) {
-            0..55 => Step::Check(match rng.random_range(0..10) {
+            0..50 => Step::Check(match rng.random_range(0..10) {
                 0 => 0,
                 1..7 => 1,
                 _ => rng.random_range(1..=min_limit),
             }),
+            50..55 => Step::UpTo(rng.random_range(1..=min_limit + 3)),
             55..65 => Step::Refund(rng.random_range(0..=min_limit + 2)),
             65..75 => Step::Penalize(rng.random_range(0..=min_limit + 2)),
             75..78 => Step::Reset,
@@ -181,8 +184,14 @@ async fn run_extended_trace(
         }
         let limiter = &limiters[current].0;
         let at = u64::try_from(now).expect("positive");
+        let mut want_granted = None;
         let (op, expected, want_reserved) = match step {
             Step::Check(cost) => (Op::Check(cost), models.check(now, i64::from(cost)), None),
+            Step::UpTo(n) => {
+                let (granted, verdicts) = models.check_up_to(now, i64::from(n));
+                want_granted = Some(granted);
+                (Op::CheckUpTo(n), verdicts, None)
+            }
             Step::Refund(n) => (Op::Refund(n), models.refund(now, i64::from(n)), None),
             Step::Penalize(n) => (Op::Penalize(n), models.penalize(now, i64::from(n)), None),
             Step::Reset => (Op::Reset, models.reset(now), None),
@@ -218,6 +227,14 @@ async fn run_extended_trace(
                 context()
             );
         }
+        if let Some(granted) = want_granted {
+            assert_eq!(
+                (i64::from(decision.granted), applied, decision.allowed),
+                (granted, granted > 0, granted > 0),
+                "{}: (granted, applied, allowed) of a check up to n",
+                context()
+            );
+        }
         if let Some((granted, want_wait)) = want_reserved {
             assert_eq!(
                 (applied, i64::try_from(wait).expect("fits")),
@@ -229,8 +246,8 @@ async fn run_extended_trace(
     }
 }
 
-/// Every algorithm alone, and mixed policies, with refunds, penalties, resets and (GCRA
-/// family) reservations; GCRA and the token bucket also change rate mid-trace.
+/// Every algorithm alone, and mixed policies, with checks up to n, refunds, penalties, resets
+/// and (GCRA family) reservations; GCRA and the token bucket also change rate mid-trace.
 async fn operations_and_rate_changes_match_the_model(fx: Fixture) {
     let seed: u64 = rand::random();
     let mut rng = StdRng::seed_from_u64(seed);

@@ -1,9 +1,10 @@
 //! The two stores against each other: the Redis scripts and the in-memory store run the same
-//! random operations (checks, reservations, refunds, penalties, resets) at the same injected
-//! times, with the subject's rate changing mid-trace for every algorithm (the reference
-//! model covers rate changes for the GCRA family only), and must answer the same to the
-//! microsecond. At each change of rate, the new rate must not hand out a burst: what the
-//! subject had used carries over.
+//! random operations (checks, checks up to n, reservations, refunds, penalties, resets) at
+//! the same injected times, with the subject's rate changing mid-trace for every algorithm
+//! (the reference model covers rate changes for the GCRA family only), and must answer the
+//! same to the microsecond. At each change of rate, the new rate must not hand out a burst:
+//! what the subject had used carries over (for a sliding log, when its window grows: issue
+//! 28).
 
 use distlock::Client;
 use distlock::ratelimit::{__TestOp as Op, Algorithm, Decision, Policy, RateLimiter};
@@ -28,8 +29,9 @@ struct Rate {
     memory: RateLimiter,
 }
 
-/// Every verdict's (allowed, remaining, retry µs, reset µs), then applied and wait µs.
-type Figures = (Vec<(bool, u64, i64, i64)>, bool, u64);
+/// Every verdict's (allowed, remaining, retry µs, reset µs), then applied, wait µs and the
+/// units granted.
+type Figures = (Vec<(bool, u64, i64, i64)>, bool, u64, u32);
 
 fn figures(d: &Decision, applied: bool, wait: u64) -> Figures {
     let verdicts = d
@@ -37,7 +39,7 @@ fn figures(d: &Decision, applied: bool, wait: u64) -> Figures {
         .iter()
         .map(|p| (p.allowed, p.remaining, us(p.retry_after), us(p.reset_after)))
         .collect();
-    (verdicts, applied, wait)
+    (verdicts, applied, wait, d.granted)
 }
 
 /// Runs `op` on both stores at `now`; asserts they agree and returns the answer.
@@ -65,7 +67,7 @@ async fn both(
         on_redis,
         in_memory,
         "{}: the stores differ ((allowed, remaining, retry µs, reset µs) per policy, applied, \
-         wait µs): redis left, memory right",
+         wait µs, granted): redis left, memory right",
         context()
     );
     on_redis
@@ -81,11 +83,6 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
         .unwrap_or(1);
     let mut now = i64::try_from(EPOCH_US).expect("fits") / unit * unit - rng.random_range(0..unit);
     let subject = format!("agree:{seed}:{trace}");
-    // See `rates`: a sliding log's window only ever shortens.
-    let has_log = rates[0]
-        .policies
-        .iter()
-        .any(|p| p.algorithm() == Algorithm::SlidingLog);
     let mut current = 0;
     for step in 0..STEPS {
         now += match rng.random_range(0..100) {
@@ -105,16 +102,13 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
             50..60 => Op::Refund(rng.random_range(0..=min_limit + 2)),
             60..70 => Op::Penalize(rng.random_range(0..=min_limit + 2)),
             70..73 => Op::Reset,
-            73..85 => Op::Reserve(
+            73..80 => Op::Reserve(
                 rng.random_range(1..=min_limit),
                 rng.random_range(0..=u64::try_from(3 * unit).expect("fits")),
             ),
-            _ if !has_log || current + 1 < RATES => {
-                let next = if has_log {
-                    current + 1
-                } else {
-                    (current + rng.random_range(1..RATES)) % RATES
-                };
+            80..85 => Op::CheckUpTo(rng.random_range(1..=min_limit + 3)),
+            _ => {
+                let next = (current + rng.random_range(1..RATES)) % RATES;
                 switch(&subject, now, &rates[current], &rates[next], &|| {
                     format!(
                         "seed {seed} trace {trace} step {step} at {now}: from {:?} to {:?}",
@@ -125,7 +119,6 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
                 current = next;
                 continue;
             }
-            _ => Op::Check(1),
         };
         both(rate, &subject, op, now, &|| {
             format!(
@@ -137,13 +130,14 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
     }
 }
 
-/// A change of rate at `now`: a peek under the old rate, then under the new one. For the
-/// algorithms that count (all but the sliding log, which judges the exact times of its
-/// requests by whatever window is in force), the new rate leaves at most its limit less what
-/// the old one counted as used.
+/// A change of rate at `now`: a peek under the old rate, then under the new one. The new rate
+/// leaves at most its limit less what the old one counted as used: for the algorithms that
+/// count, always; for the sliding log, which judges the times of its requests by whatever
+/// window is in force, when its window grows (a shorter one rightly forgets the older
+/// entries; a longer one forgot them too before issue 28's fix).
 async fn switch(subject: &str, now: i64, from: &Rate, to: &Rate, context: &dyn Fn() -> String) {
-    let (before, _, _) = both(from, subject, Op::Check(0), now, context).await;
-    let (after, _, _) = both(to, subject, Op::Check(0), now, context).await;
+    let (before, _, _, _) = both(from, subject, Op::Check(0), now, context).await;
+    let (after, _, _, _) = both(to, subject, Op::Check(0), now, context).await;
     for (i, ((old, new), (was, is))) in from
         .policies
         .iter()
@@ -151,7 +145,7 @@ async fn switch(subject: &str, now: i64, from: &Rate, to: &Rate, context: &dyn F
         .zip(before.iter().zip(&after))
         .enumerate()
     {
-        if old.algorithm() == Algorithm::SlidingLog {
+        if old.algorithm() == Algorithm::SlidingLog && new.window() < old.window() {
             continue;
         }
         let used = u64::from(old.limit()) - was.1.min(u64::from(old.limit()));
@@ -169,47 +163,37 @@ async fn switch(subject: &str, now: i64, from: &Rate, to: &Rate, context: &dyn F
     }
 }
 
-/// `RATES` random rates of the same policies (names and algorithms), on both stores. A
-/// sliding log's rates come with windows from the longest to the shortest, taken in that
-/// order: the log is stored until its newest entry leaves the window in force when it was
-/// written (its ttl), so a later, longer window sees older entries only while the store
-/// still holds them, which with injected time only the in-memory store follows (the Redis
-/// script under test adds an hour to every ttl).
+/// `RATES` random rates of the same policies (names and algorithms), on both stores, in any
+/// order. Sliding logs are kept for the longest window of any of the rates
+/// (`keep_logs_for`): a log expires that long after its newest entry, which with injected
+/// time only the in-memory store follows (the Redis script under test adds an hour to every
+/// ttl), and then no window of the trace can see its entries on either store.
 fn rates(redis: &Client, memory: &Client, shapes: &[Algorithm], rng: &mut StdRng) -> Vec<Rate> {
-    let windows = |policies: &[Policy]| -> Vec<i64> {
-        policies
-            .iter()
-            .filter(|p| p.algorithm() == Algorithm::SlidingLog)
-            .map(|p| us(p.window()))
-            .collect()
-    };
-    let mut sets: Vec<Vec<Policy>> = Vec::with_capacity(RATES);
-    while sets.len() < RATES {
-        let policies: Vec<Policy> = shapes
-            .iter()
-            .enumerate()
-            .map(|(i, &algorithm)| random_policy(rng, algorithm, &format!("p{i}")))
-            .collect();
-        let shorter = sets.last().is_none_or(|last| {
-            windows(last)
+    let sets: Vec<Vec<Policy>> = (0..RATES)
+        .map(|_| {
+            shapes
                 .iter()
-                .zip(windows(&policies))
-                .all(|(was, is)| is <= *was)
-        });
-        if shorter {
-            sets.push(policies);
-        } else {
-            sets.clear();
-        }
-    }
+                .enumerate()
+                .map(|(i, &algorithm)| random_policy(rng, algorithm, &format!("p{i}")))
+                .collect()
+        })
+        .collect();
+    let keep = sets
+        .iter()
+        .flatten()
+        .map(Policy::window)
+        .max()
+        .expect("some policy");
     sets.into_iter()
         .map(|policies| Rate {
             redis: redis
                 .rate_limiter_all(policies.clone())
+                .keep_logs_for(keep)
                 .build()
                 .expect("valid policies"),
             memory: memory
                 .rate_limiter_all(policies.clone())
+                .keep_logs_for(keep)
                 .build()
                 .expect("valid policies"),
             policies,

@@ -51,6 +51,7 @@ impl RateLimiter {
             TestOp::Refund(n) => RateOp::Refund(n),
             TestOp::Penalize(n) => RateOp::Penalize(n),
             TestOp::Reset => RateOp::Reset,
+            TestOp::CheckUpTo(max) => RateOp::CheckUpTo { max },
         };
         let req = RateRequest {
             keys: &keys,
@@ -97,4 +98,6 @@ pub enum TestOp {
     Refund(u32),
     Penalize(u32),
     Reset,
+    /// At most this many units.
+    CheckUpTo(u32),
 }

@@ -5,13 +5,16 @@
 -- Every time is an integer number of microseconds held in a Lua number (a double): all of
 -- them stay below 2^53, so they are exact. Each algorithm file defines one function
 --
---   decide(key, now, cost, need, a, b) -> d
+--   decide(key, now, cost, need, a, b, keep) -> d
+--
+-- (`keep` is read by the sliding log only: how long it outlives its newest entry)
 --
 -- that only READS its key (but for rewriting, in the same meaning, a state counted in another
 -- unit when the subject's rate changed) and returns a table d:
 --   d.allowed      true if this policy allows `need` units now
 --   d.retry        µs until it would (0 when allowed)
---   d.remaining    cost-1 requests left if nothing is applied
+--   d.remaining    cost-1 requests left if nothing is applied: also the largest cost that
+--                  passes now (ratelimit.lua's up-to relies on it)
 --   d.reset        µs until the policy is back to full if nothing is applied
 --   d.apply        when allowed with cost > 0: function(slack_ms) that writes the new state
 --                  (with a ttl of its reset time plus slack_ms); nil otherwise

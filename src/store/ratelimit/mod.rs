@@ -68,12 +68,21 @@ impl Kind {
 
 /// One policy as the stores see it. For GCRA and the token bucket, `unit_us` is the emission
 /// interval and `count` the burst; for the window algorithms, `unit_us` is the period and
-/// `count` the limit.
+/// `count` the limit. `keep_us` is how long a sliding log outlives its newest entry (at
+/// least its period; see `sliding_log.rs`); the other algorithms ignore it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PolicyParams {
     pub(crate) kind: Kind,
     pub(crate) unit_us: i64,
     pub(crate) count: i64,
+    pub(crate) keep_us: i64,
+}
+
+impl PolicyParams {
+    /// How long a sliding log outlives its newest entry: `keep_us`, and at least the period.
+    pub(crate) fn log_keep_us(&self) -> i64 {
+        self.keep_us.max(self.unit_us)
+    }
 }
 
 /// What one rate-limit operation does to a subject's policies.
@@ -91,6 +100,9 @@ pub(crate) enum RateOp {
     Penalize(u32),
     /// Delete every policy's state, then peek.
     Reset,
+    /// Consume as many units as every policy allows now, at most `max` (at least 1), in one
+    /// step: the largest `k ≤ max` that a check of cost `k` would pass. None fit: a peek.
+    CheckUpTo { max: u32 },
 }
 
 impl RateOp {
@@ -102,6 +114,7 @@ impl RateOp {
             Self::Refund(n) => (2, n, 0),
             Self::Penalize(n) => (3, n, 0),
             Self::Reset => (4, 0, 0),
+            Self::CheckUpTo { max } => (5, max, 0),
         }
     }
 
@@ -109,7 +122,7 @@ impl RateOp {
     pub(crate) fn consumes(self) -> bool {
         match self {
             Self::Check { cost } | Self::Reserve { cost, .. } => cost > 0,
-            Self::Refund(_) | Self::Penalize(_) | Self::Reset => true,
+            Self::Refund(_) | Self::Penalize(_) | Self::Reset | Self::CheckUpTo { .. } => true,
         }
     }
 }
@@ -123,11 +136,14 @@ pub(crate) struct RateRequest<'a> {
 
 /// The answer to a rate-limit operation: whether a check or reservation was applied (every
 /// policy allowed and the cost was above zero), how long a reservation waits for its turn
-/// (µs), and each policy's verdict, in request order.
+/// (µs), how many units it consumed, and each policy's verdict, in request order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RateReply {
     pub(crate) applied: bool,
     pub(crate) wait_us: u64,
+    /// Units consumed: an applied check's or reservation's cost, a [`RateOp::CheckUpTo`]'s
+    /// grant; 0 otherwise.
+    pub(crate) granted: u32,
     pub(crate) verdicts: Vec<Verdict>,
 }
 
@@ -185,7 +201,7 @@ pub(crate) struct Snapshot {
 pub(crate) enum Write {
     /// Store this state (none: delete it).
     Replace(Option<State>),
-    /// Sliding log: drop entries older than the window, add `cost` entries at `now`, cap.
+    /// Sliding log: add `cost` entries at `now`, cap.
     LogAppend,
 }
 
@@ -236,7 +252,7 @@ pub(crate) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i6
 fn apply(p: &PolicyParams, slot: &mut Option<State>, write: Write, now: i64, cost: i64) {
     match write {
         Write::Replace(state) => *slot = state,
-        Write::LogAppend => sliding_log::append(p.unit_us, p.count, slot, now, cost),
+        Write::LogAppend => sliding_log::append(p.count, slot, now, cost),
     }
 }
 
@@ -318,6 +334,7 @@ fn operate(
                 check(params, states, now, cost)
             }
         }
+        RateOp::CheckUpTo { max } => check_up_to(params, states, now, max),
         RateOp::Refund(_) | RateOp::Penalize(_) | RateOp::Reset => {
             let delta = match op {
                 RateOp::Refund(n) => -i64::from(n),
@@ -332,6 +349,16 @@ fn operate(
                     adjust(p, slot, now, delta);
                 } else {
                     written.push(None);
+                    continue;
+                }
+                if p.kind == Kind::SlidingLog {
+                    // As the script: a charge appends (and sets the ttl), a refund only takes
+                    // entries away (the ttl stays).
+                    written.push(if delta > 0 {
+                        sliding_log::expires(p.log_keep_us(), slot.as_ref())
+                    } else {
+                        None
+                    });
                     continue;
                 }
                 let reset = decide(p, slot.as_ref(), now, 0).before.reset;
@@ -364,7 +391,11 @@ fn check(
         let figures = match outcome.after {
             Some((after, write)) if applied => {
                 apply(p, slot, write, now, cost);
-                expiries.push(Some(now + after.reset));
+                expiries.push(if p.kind == Kind::SlidingLog {
+                    sliding_log::expires(p.log_keep_us(), slot.as_ref())
+                } else {
+                    Some(now + after.reset)
+                });
                 after
             }
             _ => {
@@ -383,10 +414,32 @@ fn check(
         RateReply {
             applied,
             wait_us: 0,
+            granted: if applied {
+                u32::try_from(cost).unwrap_or(0)
+            } else {
+                0
+            },
             verdicts,
         },
         expiries,
     )
+}
+
+/// A check of as many units as every policy allows now, at most `max`: each policy's
+/// `remaining` is exactly the largest cost it passes now (see `decide`), so the grant is the
+/// least of them; a grant of 0 is a peek (it answers when one unit would pass).
+fn check_up_to(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    now: i64,
+    max: u32,
+) -> (RateReply, Vec<Option<i64>>) {
+    let fits = params
+        .iter()
+        .zip(states.iter())
+        .map(|(p, state)| decide(p, state.as_ref(), now, 0).before.remaining)
+        .fold(i64::from(max), i64::min);
+    check(params, states, now, u32::try_from(fits).unwrap_or(0))
 }
 
 /// A reservation over GCRA-family policies: the request passes at the first moment every
@@ -435,6 +488,11 @@ fn reserve(
     let reply = RateReply {
         applied: granted,
         wait_us: u64::try_from(wait).unwrap_or(0),
+        granted: if granted {
+            u32::try_from(cost).unwrap_or(0)
+        } else {
+            0
+        },
         verdicts,
     };
     (reply, expiries)

@@ -7,8 +7,9 @@
 -- For each operation in order:
 --   ARGV       op, amount, extra, n: the number of policies, then for each policy its
 --              algorithm (1 gcra, 2 token bucket, 3 fixed window, 4 sliding window, 5 sliding
---              log) and its two parameters: interval µs and burst for 1-2, period µs and limit
---              for 3-5. The ops:
+--              log), its two parameters (interval µs and burst for 1-2, period µs and limit
+--              for 3-5) and keep: how long a sliding log outlives its newest entry, µs, at
+--              least its period (0, unread, for the others). The ops:
 --                0 check     consume `amount` units if every policy allows (0 peeks: decides
 --                            for a cost of 1, writes nothing)
 --                1 reserve   as a check, but when every policy is of the GCRA family (1-2)
@@ -18,6 +19,10 @@
 --                2 refund    give back `amount` units (never fuller than full)
 --                3 penalize  charge `amount` units (never beyond empty)
 --                4 reset     delete every policy's state
+--                5 up to     consume as many units as every policy allows now, at most
+--                            `amount` (>= 1): the least of the policies' `remaining`, which
+--                            is the largest cost each passes now; a check of that many (a
+--                            peek when it is 0)
 --              refund, penalize and reset then answer as a peek.
 --   KEYS       n keys, one per policy; all share the subject's hash tag
 --
@@ -27,7 +32,7 @@
 --   applied      1 if a check or reservation consumed (every policy allowed and cost > 0);
 --                0 otherwise, and then a check or reservation wrote nothing
 --   wait         µs until a reservation's turn (for one refused, the turn it would have
---                had); 0 for every other op
+--                had); for an up-to, the units it consumed; 0 for every other op
 --   allowed_i    1 if policy i alone allows the request
 --   remaining_i  cost-1 requests left under policy i (after consuming, if applied)
 --   retry_i      µs until policy i would allow the request (0 if it does)
@@ -42,23 +47,25 @@ local adjusters = { gcra_adjust, gcra_adjust, fixed_window_adjust, sliding_windo
   sliding_log_adjust }
 local key = 1
 
--- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply.
-local function check(cost, need, n)
+-- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply,
+-- with `second` (or 0) as its second number.
+local function check(cost, need, n, second)
   local decisions = {}
   local all_allowed = true
   for i = 1, n do
     local decide = algorithms[tonumber(ARGV[arg])]
-    local d = decide(KEYS[key], now, cost, need, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]))
+    local d = decide(KEYS[key], now, cost, need, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]),
+      tonumber(ARGV[arg + 3]))
     decisions[i] = d
     all_allowed = all_allowed and d.allowed
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
   end
 
   local applied = all_allowed and cost > 0
-  local text = '0 0'
+  local text = '0 ' .. int_str(second or 0)
   if applied then
-    text = '1 0'
+    text = '1 ' .. int_str(second or 0)
   end
   for i = 1, n do
     local d = decisions[i]
@@ -79,7 +86,7 @@ end
 -- Whether the n policies from ARGV[arg..] are all of the GCRA family.
 local function reservable(n)
   for i = 0, n - 1 do
-    local algorithm = ARGV[arg + 3 * i]
+    local algorithm = ARGV[arg + 4 * i]
     if algorithm ~= '1' and algorithm ~= '2' then
       return false
     end
@@ -92,7 +99,7 @@ end
 local function reserve(cost, need, max_wait, n)
   local tats, allow_at = {}, now
   for i = 1, n do
-    local interval, burst = tonumber(ARGV[arg + 3 * (i - 1) + 1]), tonumber(ARGV[arg + 3 * (i - 1) + 2])
+    local interval, burst = tonumber(ARGV[arg + 4 * (i - 1) + 1]), tonumber(ARGV[arg + 4 * (i - 1) + 2])
     local tat = gcra_tat(KEYS[key + i - 1], now, interval)
     tats[i] = tat
     local at = tat + need * interval - interval * burst
@@ -130,7 +137,7 @@ local function reserve(cost, need, max_wait, n)
       end
       text = text .. string.format(' %d %d %d %d', allowed, remaining, retry, tat - now)
     end
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
   end
   return text
@@ -145,13 +152,37 @@ local function adjust(sign, amount, n)
       redis.call('DEL', k)
     elseif amount > 0 then
       local adjuster = adjusters[tonumber(ARGV[arg])]
-      adjuster(k, now, sign * amount, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]), slack)
+      adjuster(k, now, sign * amount, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]), slack,
+        tonumber(ARGV[arg + 3]))
     end
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
   end
   arg, key = first_arg, first_key
   return check(0, 1, n)
+end
+
+-- As many units as every one of n policies allows now, at most `most` (>= 1), consumed in
+-- one check; the reply's second number is how many. Each policy's `remaining` for a peek is
+-- the largest cost it passes now (every algorithm's figures are readings of that), so the
+-- least of them all pass together, and one more would not.
+local function up_to(most, n)
+  local first_arg, first_key = arg, key
+  for _ = 1, n do
+    local decide = algorithms[tonumber(ARGV[arg])]
+    local d = decide(KEYS[key], now, 0, 1, tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]),
+      tonumber(ARGV[arg + 3]))
+    if d.remaining < most then
+      most = d.remaining
+    end
+    arg = arg + 4
+    key = key + 1
+  end
+  arg, key = first_arg, first_key
+  if most < 1 then
+    return check(0, 1, n, 0)
+  end
+  return check(most, most, n, most)
 end
 
 local reply = {}
@@ -171,7 +202,7 @@ while arg <= #ARGV do
     -- decision table and closure of check() (an eighth of the script's server time here).
     local interval, burst = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
     local k = KEYS[key]
-    arg = arg + 3
+    arg = arg + 4
     key = key + 1
     local allowed, remaining, retry, reset, new_tat = gcra_core(k, now, amount, need, interval, burst)
     if not allowed then
@@ -195,6 +226,8 @@ while arg <= #ARGV do
     text = adjust(-1, amount, n)
   elseif op == 3 then
     text = adjust(1, amount, n)
+  elseif op == 5 then
+    text = up_to(amount, n)
   else
     text = adjust(0, 0, n)
   end

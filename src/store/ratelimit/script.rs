@@ -157,7 +157,7 @@ fn encode(
         }
         Shape::General => {
             let keys: usize = items.iter().map(|item| item.keys.len()).sum();
-            let mut cmd = script.call(keys, 1 + 4 * items.len() + 3 * keys, 128 * keys);
+            let mut cmd = script.call(keys, 1 + 4 * items.len() + 4 * keys, 128 * keys);
             for item in items {
                 for key in &item.keys {
                     cmd.arg(key);
@@ -170,7 +170,13 @@ fn encode(
                 let (code, amount, extra) = item.op.encode();
                 cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
                 for p in &item.params {
-                    cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count);
+                    // Only the sliding log reads how long it is kept.
+                    let keep = if p.kind == Kind::SlidingLog {
+                        p.log_keep_us()
+                    } else {
+                        0
+                    };
+                    cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count).arg(keep);
                 }
             }
             (script, cmd)
@@ -189,7 +195,7 @@ fn decode(reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreErro
         Shape::General => per_item(reply, items.len(), "ratelimit")?
             .iter()
             .zip(items)
-            .map(|(text, item)| parse_reply(text, item.keys.len()))
+            .map(|(text, item)| parse_reply(text, item.keys.len()).map(|r| granted(r, item.op)))
             .collect(),
     }
 }
@@ -264,6 +270,7 @@ fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, 
     Ok(RateReply {
         applied: allowed && cost > 0,
         wait_us: 0,
+        granted: if allowed { cost } else { 0 },
         verdicts: vec![Verdict::new(
             allowed,
             figures.remaining,
@@ -271,6 +278,21 @@ fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, 
             figures.reset,
         )],
     })
+}
+
+/// The units a reply of the general script consumed: an applied check's or reservation's
+/// cost; for a check-up-to, its second number (its grant, where a reservation has its wait).
+fn granted(mut reply: RateReply, op: RateOp) -> RateReply {
+    reply.granted = match op {
+        RateOp::CheckUpTo { .. } => {
+            let grant = u32::try_from(reply.wait_us).unwrap_or(0);
+            reply.wait_us = 0;
+            grant
+        }
+        RateOp::Check { cost } | RateOp::Reserve { cost, .. } if reply.applied => cost,
+        _ => 0,
+    };
+    reply
 }
 
 /// One operation's text: `applied wait_us`, then `allowed remaining retry_us reset_us` per
@@ -309,6 +331,7 @@ fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
     Ok(RateReply {
         applied,
         wait_us,
+        granted: 0,
         verdicts,
     })
 }
@@ -387,6 +410,7 @@ mod tests {
             kind: Kind::Gcra,
             unit_us,
             count,
+            keep_us: 0,
         }
     }
 

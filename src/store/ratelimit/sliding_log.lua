@@ -1,27 +1,30 @@
 -- ratelimit/sliding_log.lua: the sliding log. Mirrors src/store/ratelimit/sliding_log.rs.
 --
--- sliding_log(key, now, cost, need, period, limit) with the contract of common.lua.
+-- sliding_log(key, now, cost, need, period, limit, keep) with the contract of common.lua.
 -- key      sorted set: one member per allowed cost unit, scored by its time in µs; members
 --          are "<time>:<n>", n numbering the members at that time, so they are unique.
 --          Denied requests are never added; the set is capped at `limit` members.
 -- period   the window length in µs
 -- limit    how many per sliding window (exact); at most 10 000, so the loops below are
 --          bounded by it
+-- keep     how long the log outlives its newest entry, in µs (at least `period`)
 --
--- The entries are times, so a change of the subject's rate needs no conversion: the new
--- period counts the entries the log still holds (it drops those older than the period at
--- every write, and the whole log expires when its newest entry leaves the window in force
--- at the last write, so a longer window set later does not see entries from before that).
+-- The entries are times, so a change of the subject's rate needs no conversion: the window
+-- in force counts the entries the log holds. A write trims the log by its cap only (the
+-- newest `limit` entries stay, however old), never by the window in force, and the log
+-- expires `keep` after its newest entry: so a window made longer later (a new plan, a
+-- deploy) still counts the entries of the old one, as long as the log lives. (Trimming by
+-- the window in force, and expiring with it, was issue 28's defect: a longer window forgot
+-- every entry older than the old one.)
 
 -- Entries in the window ending at `now`.
 local function log_count(key, now, period)
   return tonumber(redis.call('ZCOUNT', key, '(' .. int_str(now - period), '+inf'))
 end
 
--- Drops entries older than the window, adds `cost` entries at `now`, caps the log at `limit`
--- entries, and sets its ttl to `reset` µs plus `slack` ms.
-local function log_append(key, now, period, limit, cost, reset, slack)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int_str(now - period))
+-- Adds `cost` entries at `now`, caps the log at its newest `limit` entries, and sets its ttl
+-- to `ttl` µs plus `slack` ms. Entries older than the window stay (see the header).
+local function log_append(key, now, limit, cost, ttl, slack)
   local stamp = int_str(now)
   -- Numbered after the highest number at this time, not after how many there are: a refund
   -- (ZPOPMAX) takes the member that sorts last, "t:9" before "t:10", and a number reused
@@ -46,7 +49,7 @@ local function log_append(key, now, period, limit, cost, reset, slack)
   if size > limit then
     redis.call('ZREMRANGEBYRANK', key, 0, size - limit - 1)
   end
-  redis.call('PEXPIRE', key, ttl_ms(reset, slack))
+  redis.call('PEXPIRE', key, ttl_ms(ttl, slack))
 end
 
 -- The newest entry's time, or nil when the window is empty.
@@ -57,7 +60,7 @@ local function log_newest(key, count)
   return nil
 end
 
-local function sliding_log(key, now, cost, need, period, limit)
+local function sliding_log(key, now, cost, need, period, limit, keep)
   local floor = now - period
   local count = log_count(key, now, period)
   local reset = 0
@@ -83,7 +86,7 @@ local function sliding_log(key, now, cost, need, period, limit)
     d.after_remaining = non_negative(limit - count - cost)
     d.after_reset = newest + period - now
     d.apply = function(slack)
-      log_append(key, now, period, limit, cost, d.after_reset, slack)
+      log_append(key, now, limit, cost, newest + keep - now, slack)
     end
   end
   return d
@@ -91,7 +94,7 @@ end
 
 -- Gives back (delta < 0) the newest entries of the window, or charges (delta > 0) at most
 -- what is left, as entries at `now`.
-local function sliding_log_adjust(key, now, delta, period, limit, slack)
+local function sliding_log_adjust(key, now, delta, period, limit, slack, keep)
   local count = log_count(key, now, period)
   if delta < 0 then
     local back = math.min(-delta, count)
@@ -106,6 +109,6 @@ local function sliding_log_adjust(key, now, delta, period, limit, slack)
     if newest == nil or newest < now then
       newest = now
     end
-    log_append(key, now, period, limit, add, newest + period - now, slack)
+    log_append(key, now, limit, add, newest + keep - now, slack)
   end
 end

@@ -5,9 +5,12 @@
 //! requests are never stored, and the log is capped at the limit, so a subject costs at
 //! most `limit` entries however hard it is hammered. It is exact: no span of `P` ever holds
 //! more than `limit` allowed units. Entries are times, so a change of rate needs no
-//! conversion: the new period counts the entries the log still holds (it expires, as the
-//! Redis key does, when its newest entry leaves the window in force at the last write, so a
-//! longer window set later does not see entries from before that).
+//! conversion: the window in force counts the entries the log holds. A write trims the log
+//! by its cap only (its newest `limit` entries stay, however old), never by the window in
+//! force, and the log expires `keep` after its newest entry (`keep ≥ P`, see
+//! `expires`), as the Redis key does: so a window made longer later still counts the
+//! entries of the old one while the log lives. (Trimming and expiring by the window in
+//! force made a longer window forget them: issue 28.)
 
 use std::collections::VecDeque;
 
@@ -55,17 +58,15 @@ pub(super) fn decide(
     )
 }
 
-/// Drops entries older than the window, adds `cost` entries at `now` (in order), and caps
-/// the log at `limit` entries (oldest first).
-pub(super) fn append(period: i64, limit: i64, slot: &mut Option<State>, now: i64, cost: i64) {
+/// Adds `cost` entries at `now` (in order), and caps the log at its newest `limit` entries;
+/// entries older than the window stay (see the module doc).
+pub(super) fn append(limit: i64, slot: &mut Option<State>, now: i64, cost: i64) {
     if !matches!(slot, Some(State::Log(_))) {
         *slot = Some(State::Log(VecDeque::new()));
     }
     let Some(State::Log(log)) = slot else {
         return;
     };
-    let stale = log.partition_point(|&t| t <= now - period);
-    log.drain(..stale);
     let at = log.partition_point(|&t| t <= now);
     for _ in 0..cost {
         log.insert(at, now);
@@ -99,6 +100,15 @@ pub(super) fn adjust(period: i64, limit: i64, slot: &mut Option<State>, now: i64
     }
     let add = delta.min(non_negative(limit - count));
     if add > 0 {
-        append(period, limit, slot, now, add);
+        append(limit, slot, now, add);
+    }
+}
+
+/// When the log in `state`, just appended to, expires: `keep` after its newest entry, as the
+/// script sets the key's ttl at every append. `None` for no log.
+pub(super) fn expires(keep: i64, state: Option<&State>) -> Option<i64> {
+    match state {
+        Some(State::Log(log)) => log.back().map(|&newest| newest + keep),
+        _ => None,
     }
 }
