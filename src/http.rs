@@ -292,6 +292,21 @@ mod tests {
         }
     }
 
+    /// Each error of `table` maps to its status code and `Retry-After` seconds.
+    fn assert_table<E: std::fmt::Display>(
+        table: impl IntoIterator<Item = (E, u16, Option<u64>)>,
+        status: impl Fn(&E) -> HttpStatus,
+    ) {
+        for (err, code, secs) in table {
+            let status = status(&err);
+            assert_eq!(
+                (status.code, status.retry_after_secs()),
+                (code, secs),
+                "{err}"
+            );
+        }
+    }
+
     #[test]
     fn retry_after_is_whole_seconds_rounded_up_never_zero() {
         assert_eq!(retry_after_secs(Duration::ZERO), 1);
@@ -343,14 +358,7 @@ mod tests {
             ),
             (LockError::NoDefaultClient, 500, None),
         ];
-        for (err, code, secs) in table {
-            let status = err.http_status();
-            assert_eq!(
-                (status.code, status.retry_after_secs()),
-                (code, secs),
-                "{err}"
-            );
-        }
+        assert_table(table, |err| err.http_status());
     }
 
     #[test]
@@ -387,14 +395,7 @@ mod tests {
             ),
             (RateLimitError::NoDefaultClient, 500, None),
         ];
-        for (err, code, secs) in table {
-            let status = err.http_status();
-            assert_eq!(
-                (status.code, status.retry_after_secs()),
-                (code, secs),
-                "{err}"
-            );
-        }
+        assert_table(table, |err| err.http_status());
     }
 
     #[test]
@@ -432,14 +433,7 @@ mod tests {
                 None,
             ),
         ];
-        for (err, code, secs) in table {
-            let status = err.http_status();
-            assert_eq!(
-                (status.code, status.retry_after_secs()),
-                (code, secs),
-                "{err}"
-            );
-        }
+        assert_table(table, |err| err.http_status());
     }
 
     /// Through real axum handlers: a handler returning the runtime's errors answers with the
