@@ -45,7 +45,9 @@ const NODE_TIMEOUT: Duration = Duration::from_secs(1);
 /// A quorum client; `quarantine` is how long a node that lost its data sits out.
 async fn quorum(nodes: &[RedisServer], quarantine: Duration) -> Client {
     Client::builder()
-        .response_timeout(Duration::from_secs(1))
+        // Above the node timeout: an acquire waits for a frozen node up to the node timeout,
+        // and with both at 1 s one with two nodes frozen timed out as a whole.
+        .response_timeout(NODE_TIMEOUT * 3)
         .quorum_node_timeout(NODE_TIMEOUT)
         .restart_quarantine(quarantine)
         .connect_quorum(urls(nodes))
