@@ -174,13 +174,7 @@ impl LockBuilder {
                 terms,
                 token: Token::generate(),
             };
-            let (shared, how) = wait::acquire(
-                &self.client,
-                &mut claim,
-                self.options.wait,
-                &self.options.retry(),
-            )
-            .await?;
+            let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
             tracing::debug!(
                 fence = shared.fence,
                 attempts = how.attempts,

@@ -19,7 +19,7 @@ use super::hold::{Hold, release_hold_in_background};
 use super::metrics::Primitive;
 use super::options::{Options, lease_options};
 use super::state::{Grant, LeaseState, Terms};
-use super::wait::{self, Attempt, Claim};
+use super::wait::{Attempt, Claim};
 use super::{Lease, LeaseHandle, ReleaseOutcome};
 use crate::error::LockError;
 use crate::keys::LockKeys;
@@ -116,13 +116,7 @@ impl MultiLockBuilder {
             terms,
             busy: 0,
         };
-        let (leases, how) = wait::acquire(
-            &self.client,
-            &mut claim,
-            self.options.wait,
-            &self.options.retry(),
-        )
-        .await?;
+        let (leases, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
             locks = leases.len(),
             attempts = how.attempts,

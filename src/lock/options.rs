@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use super::context::LockContext;
 use super::state::Terms;
-use super::wait::{BACKOFF_MAX, BACKOFF_MIN, OUTAGE_PATIENCE, Retry, Wait};
+use super::wait::{self, Acquired, BACKOFF_MAX, BACKOFF_MIN, Claim, OUTAGE_PATIENCE, Retry, Wait};
 use super::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use crate::core::Core;
 use crate::error::LockError;
@@ -52,6 +53,15 @@ impl Options {
             max_attempts: self.max_attempts,
             backoff: self.backoff,
         }
+    }
+
+    /// Waits for `claim` on `client` as these options say (see [`wait::acquire`]).
+    pub(crate) async fn wait_for<C: Claim>(
+        &self,
+        client: &LockContext,
+        claim: &mut C,
+    ) -> Result<(C::Granted, Acquired), LockError> {
+        wait::acquire(client, claim, self.wait, &self.retry()).await
     }
 
     /// Checks every option against its bounds (no round trip), and what the client's store

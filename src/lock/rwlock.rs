@@ -114,13 +114,7 @@ impl RwLockBuilder {
             terms,
             token: Token::generate(),
         };
-        let (shared, how) = wait::acquire(
-            &self.client,
-            &mut claim,
-            self.options.wait,
-            &self.options.retry(),
-        )
-        .await?;
+        let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
             rw_lock = %self.name,
             ?side,

@@ -132,13 +132,7 @@ impl SemaphoreBuilder {
             terms,
             token: Token::generate(),
         };
-        let (shared, how) = wait::acquire(
-            &self.client,
-            &mut claim,
-            self.options.wait,
-            &self.options.retry(),
-        )
-        .await?;
+        let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
             semaphore = %self.name,
             count,

@@ -324,34 +324,23 @@ pub(crate) async fn acquire<C: Claim>(
                     retry_after: busy_for,
                 });
             }
-            (_, Some(deadline)) if now >= deadline || out_of_attempts => {
-                if let Some(unmark) = unmark.as_mut() {
-                    let others = subscription
-                        .as_ref()
-                        .is_some_and(Subscription::others_starving);
-                    unmark.now(others).await;
-                }
-                metrics::timed_out(kind);
-                return Err(LockError::Timeout {
-                    name: claim.name().to_owned(),
-                    waited: now - started,
-                });
+            (_, Some(deadline)) if now < deadline && !out_of_attempts => Some(deadline - now),
+            (_, None) if !out_of_attempts => Some(Duration::MAX),
+            // The wait, or the attempts, ran out.
+            _ => None,
+        };
+        let Some(remaining) = remaining else {
+            if let Some(unmark) = unmark.as_mut() {
+                let others = subscription
+                    .as_ref()
+                    .is_some_and(Subscription::others_starving);
+                unmark.now(others).await;
             }
-            (_, Some(deadline)) => deadline - now,
-            (_, None) if out_of_attempts => {
-                if let Some(unmark) = unmark.as_mut() {
-                    let others = subscription
-                        .as_ref()
-                        .is_some_and(Subscription::others_starving);
-                    unmark.now(others).await;
-                }
-                metrics::timed_out(kind);
-                return Err(LockError::Timeout {
-                    name: claim.name().to_owned(),
-                    waited: now - started,
-                });
-            }
-            (_, None) => Duration::MAX,
+            metrics::timed_out(kind);
+            return Err(LockError::Timeout {
+                name: claim.name().to_owned(),
+                waited: now - started,
+            });
         };
         if waiting.is_none() {
             waiting = Some(Waiting::start(kind));
