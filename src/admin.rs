@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::Client;
+use crate::client::Client;
 use crate::error::{LockError, StoreError};
 use crate::keys::LockKeys;
 use crate::store::Held;
@@ -71,7 +71,7 @@ impl Client {
     /// [`LockError::InvalidName`]; [`LockError::Store`] when the store did not answer (on a
     /// quorum: fewer than a majority of nodes answered).
     pub async fn lock_state(&self, name: &str) -> Result<LockState, LockError> {
-        let keys = self.lock_keys(name)?;
+        let keys = self.core().lock_keys(name)?;
         Ok(match self.read_holder(&keys).await? {
             None => LockState::Free,
             Some((value, remaining_ttl)) => match parse(&value) {
@@ -100,7 +100,7 @@ impl Client {
     /// # Errors
     /// As [`lock_state`](Self::lock_state).
     pub async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
-        let keys = self.lock_keys(name)?;
+        let keys = self.core().lock_keys(name)?;
         let Some((value, _)) = self.read_holder(&keys).await? else {
             return Ok(false);
         };

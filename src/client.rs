@@ -1,22 +1,26 @@
 //! The client: one store (Redis or memory), its key prefix, and the per-client machinery shared
 //! by every lock it hands out (the watchdog and the wake-up registry).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
-use crate::Capability;
-use crate::error::{InvalidName, StoreError};
-use crate::keys::{LockKeys, RwKeys, SetKeys};
-use crate::lock::LockBuilder;
+use crate::bloom::BloomBuilder;
+use crate::core::Core;
+use crate::error::StoreError;
+use crate::fenced::{FencedError, FencedResource};
+use crate::lock::context::LockContext;
 use crate::lock::job::JobBuilder;
 use crate::lock::multi::MultiLockBuilder;
 use crate::lock::rwlock::RwLockBuilder;
 use crate::lock::semaphore::SemaphoreBuilder;
-use crate::lock::watchdog::Watchdog;
-use crate::store::{MemoryStore, QuorumSettings, QuorumStore, RedisSettings, Store};
+use crate::lock::{DEFAULT_TTL, LockBuilder};
+use crate::ratelimit::{Policy, RateLimiterBuilder};
+use crate::store::{
+    Capability, MemoryStore, QuorumSettings, QuorumStore, RedisSettings, Replicas, Store,
+    Unsupported,
+};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "distlock";
@@ -38,50 +42,29 @@ pub struct Client {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) id: u64,
-    pub(crate) store: Store,
-    pub(crate) prefix: String,
-    /// The fence keys of this client's locks: one per prefix, or one per slot on a cluster.
-    pub(crate) fences: crate::keys::Fences,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) replicas: Option<crate::store::Replicas>,
-    /// This client's waiters that a releaser can hand a lock to.
-    pub(crate) handoffs: crate::lock::handoff::Handoffs,
+    /// The store and its keys ([`Core`]), with the watchdog and hand-off registry of this
+    /// client's leases.
+    locks: LockContext,
     /// The client whose store serves this one's counting primitives (semaphores, read-write
     /// locks, Bloom filters; rate limits go there through the store), if not this one: see
     /// [`ClientBuilder::counting_on`].
-    pub(crate) counting: Option<Client>,
+    counting: Option<Client>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut debug = f.debug_struct("Client");
-        debug.field("store", &self.inner.store.kind());
+        debug.field("store", &self.store().kind());
         if self.inner.counting.is_some() {
-            debug.field("counting_on", &self.inner.store.counting_kind());
+            debug.field("counting_on", &self.store().counting_kind());
         }
         debug
-            .field("prefix", &self.inner.prefix)
+            .field("prefix", &self.core().prefix())
             .finish_non_exhaustive()
     }
 }
 
 impl Client {
-    /// The keys of lock `name` on this client.
-    pub(crate) fn lock_keys(&self, name: &str) -> Result<LockKeys, InvalidName> {
-        LockKeys::new(&self.inner.prefix, &self.inner.fences, name)
-    }
-
-    /// The keys of semaphore `name` on this client.
-    pub(crate) fn semaphore_keys(&self, name: &str) -> Result<SetKeys, InvalidName> {
-        SetKeys::semaphore(&self.inner.prefix, &self.inner.fences, name)
-    }
-
-    /// The keys of read-write lock `name` on this client.
-    pub(crate) fn rw_keys(&self, name: &str) -> Result<RwKeys, InvalidName> {
-        RwKeys::new(&self.inner.prefix, &self.inner.fences, name)
-    }
-
     /// Connects to a single Redis primary: `redis://[user[:password]@]host[:port][/db]`, or
     /// `rediss://` for TLS (with the `tls` feature). Fails once, clearly, on a bad URL, a
     /// refused connection or wrong credentials.
@@ -185,7 +168,7 @@ impl Client {
     /// Starts building a lock on `name`. Any UTF-8 text up to
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes is a valid name.
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
-        LockBuilder::new(self.clone(), name.into())
+        LockBuilder::new(self.locks().clone(), name.into())
     }
 
     /// Starts taking permits of the semaphore `name`, which lets at most `permits` leases
@@ -199,7 +182,7 @@ impl Client {
     /// grant up to their own. Lowering it takes nothing from the holders; new grants wait
     /// until enough have gone.
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> SemaphoreBuilder {
-        SemaphoreBuilder::new(self.counting().clone(), name.into(), permits)
+        SemaphoreBuilder::new(self.counting().locks().clone(), name.into(), permits)
     }
 
     /// Starts taking the read-write lock `name`: many readers at once, or one writer, each
@@ -208,7 +191,7 @@ impl Client {
     /// Redlock quorum (but on a quorum client's [`counting_on`](ClientBuilder::counting_on)
     /// store).
     pub fn rw_lock(&self, name: impl Into<String>) -> RwLockBuilder {
-        RwLockBuilder::new(self.counting().clone(), name.into())
+        RwLockBuilder::new(self.counting().locks().clone(), name.into())
     }
 
     /// Starts taking the locks `names` all or nothing (the same locks as
@@ -218,21 +201,90 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        MultiLockBuilder::new(self.clone(), names.into_iter().map(Into::into).collect())
+        MultiLockBuilder::new(
+            self.locks().clone(),
+            names.into_iter().map(Into::into).collect(),
+        )
     }
 
     /// Starts a scheduled job's run under the lock `name` (the same lock as
     /// [`lock`](Self::lock)): at most one replica runs it, and with `at_least` at most once
     /// in that long.
     pub fn job(&self, name: impl Into<String>) -> JobBuilder {
-        JobBuilder::new(self.clone(), name.into())
+        JobBuilder::new(self.locks().clone(), name.into())
+    }
+
+    /// Starts a rate limiter enforcing one policy; [`build`](RateLimiterBuilder::build) it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client
+    ///     .rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?)
+    ///     .build()?;
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter(&self, policy: Policy) -> RateLimiterBuilder {
+        RateLimiterBuilder::new(self.core().clone(), vec![policy])
+    }
+
+    /// Starts a rate limiter enforcing several policies on each subject, all or nothing: a
+    /// request passes only if every policy allows it, and then it consumes from every one.
+    /// [`build`](RateLimiterBuilder::build) refuses none, more than
+    /// [`MAX_POLICIES`](crate::ratelimit::MAX_POLICIES), or two with the same name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client
+    ///     .rate_limiter_all([
+    ///         Policy::gcra("per-second", Rate::per_second(10)?)?,
+    ///         Policy::fixed_window("per-day", Rate::per_day(2)?)?,
+    ///     ])
+    ///     .build()?;
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// assert!(limiter.check("user:7").await?.allowed);
+    /// let third = limiter.check("user:7").await?;
+    /// assert!(!third.allowed);
+    /// assert_eq!(&*third.policy, "per-day"); // the per-second policy was not consumed
+    /// assert_eq!(third.policies[0].remaining, 8);
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter_all(
+        &self,
+        policies: impl IntoIterator<Item = Policy>,
+    ) -> RateLimiterBuilder {
+        RateLimiterBuilder::new(self.core().clone(), policies.into_iter().collect())
+    }
+
+    /// A Bloom filter named `name` (any UTF-8 up to 512 bytes, like a lock name), to
+    /// configure and [`open`](BloomBuilder::open). See [`bloom`](crate::bloom).
+    pub fn bloom_filter(&self, name: impl Into<String>) -> BloomBuilder {
+        BloomBuilder::new(self.counting().core().clone(), name.into())
+    }
+
+    /// The fenced resource `resource` (any UTF-8 up to [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+    /// bytes): values written under a lease's fence, refusing a write whose fence is lower
+    /// than one already accepted. Give it the name of the lock that guards it. See
+    /// [`fenced`](crate::fenced).
+    ///
+    /// # Errors
+    /// [`FencedError::UnsupportedStore`] on a Redlock quorum client;
+    /// [`FencedError::InvalidName`] for an empty or over-long name.
+    pub fn fenced(&self, resource: impl Into<String>) -> Result<FencedResource, FencedError> {
+        FencedResource::new(self.core().clone(), resource.into())
     }
 
     /// `"redis"` (a single primary), `"cluster"`, `"quorum"` (Redlock) or `"memory"`: the store
     /// locks go to (see [`ClientBuilder::counting_on`] for a client that counts elsewhere).
     #[must_use]
     pub fn store_kind(&self) -> &'static str {
-        self.inner.store.kind()
+        self.store().kind()
     }
 
     /// The client counting primitives are built on: the one given to
@@ -244,7 +296,7 @@ impl Client {
     /// The key prefix.
     #[must_use]
     pub fn prefix(&self) -> &str {
-        &self.inner.prefix
+        self.core().prefix()
     }
 
     /// Whether this client's store can serve `capability`, and if not, why (with what to
@@ -260,17 +312,22 @@ impl Client {
     ///
     /// # Errors
     /// [`Unsupported`](crate::Unsupported): the store, the capability, and the reason.
-    pub fn supports(&self, capability: crate::Capability) -> Result<(), crate::Unsupported> {
-        self.inner.store.supports(capability)
+    pub fn supports(&self, capability: Capability) -> Result<(), Unsupported> {
+        self.store().supports(capability)
+    }
+
+    /// The store, its prefix and its keys, as the floors below the client take them.
+    pub(crate) fn core(&self) -> &Core {
+        self.inner.locks.core()
+    }
+
+    /// The lock machinery: the core, the watchdog and the hand-off registry.
+    pub(crate) fn locks(&self) -> &LockContext {
+        &self.inner.locks
     }
 
     pub(crate) fn store(&self) -> &Store {
-        &self.inner.store
-    }
-
-    /// The replica acknowledgement locks ask for unless they say otherwise.
-    pub(crate) fn default_replicas(&self) -> Option<crate::store::Replicas> {
-        self.inner.replicas
+        self.core().store()
     }
 }
 
@@ -279,6 +336,17 @@ fn connection_info(url: &str) -> Result<redis::ConnectionInfo, StoreError> {
     url.into_connection_info().map_err(|e| StoreError::Config {
         message: format!("cannot use Redis URL: {e}"),
     })
+}
+
+/// Every URL as connection settings, or the first one's `Config` error.
+fn connection_infos<I, S>(urls: I) -> Result<Vec<redis::ConnectionInfo>, StoreError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    urls.into_iter()
+        .map(|url| connection_info(url.as_ref()))
+        .collect()
 }
 
 /// Settings for a [`Client`]. Consuming builder; every setter validates on `connect`.
@@ -294,7 +362,7 @@ pub struct ClientBuilder {
     /// Credentials of the primary behind Sentinel (username, password).
     primary_auth: Option<(Option<String>, Secret)>,
     /// The replica acknowledgement every lock of the client asks for by default.
-    replicas: Option<crate::store::Replicas>,
+    replicas: Option<Replicas>,
     /// Where counting primitives go, if not to this client's own store.
     counting: Option<Client>,
     /// Certificates for `rediss://` (a CA to trust, a client identity).
@@ -320,7 +388,7 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(2),
             reconnect_retries: 6,
             quorum_node_timeout: None,
-            restart_quarantine: crate::DEFAULT_TTL,
+            restart_quarantine: DEFAULT_TTL,
             primary_auth: None,
             replicas: None,
             counting: None,
@@ -507,7 +575,7 @@ impl ClientBuilder {
     /// otherwise; see [`LockBuilder::replicas`](crate::LockBuilder::replicas). `count` 0: none
     /// (the default).
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
-        self.replicas = (count > 0).then_some(crate::store::Replicas { count, timeout });
+        self.replicas = (count > 0).then_some(Replicas { count, timeout });
         self
     }
 
@@ -578,10 +646,7 @@ impl ClientBuilder {
                     .to_owned(),
             });
         }
-        let sentinels = sentinels
-            .into_iter()
-            .map(|url| connection_info(url.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let sentinels = connection_infos(sentinels)?;
         if sentinels.is_empty() {
             return Err(StoreError::Config {
                 message: "Sentinel needs at least one sentinel URL".to_owned(),
@@ -630,10 +695,7 @@ impl ClientBuilder {
         S: AsRef<str>,
     {
         self.validate()?;
-        let nodes = nodes
-            .into_iter()
-            .map(|url| connection_info(url.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = connection_infos(nodes)?;
         let quorum = QuorumSettings {
             node_timeout: self.quorum_node_timeout,
             restart_quarantine: self.restart_quarantine,
@@ -649,10 +711,7 @@ impl ClientBuilder {
         S: AsRef<str>,
     {
         self.validate()?;
-        let nodes = nodes
-            .into_iter()
-            .map(|url| connection_info(url.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = connection_infos(nodes)?;
         let store = crate::store::cluster::connect(nodes, self.settings()).await?;
         Ok(self.build(Store::Scripted(store)))
     }
@@ -695,24 +754,16 @@ impl ClientBuilder {
     }
 
     fn build(self, store: Store) -> Client {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         // `validate` checked it; the counting primitives are built on its own client.
         let counting = self.counting.map(|other| other.counting().clone());
         let store = match &counting {
             Some(other) => store.split(other.store().clone()),
             None => store,
         };
-        let watchdog = Watchdog::new(store.clone());
-        let fences = store.fences(&self.prefix);
+        let core = Core::new(store, self.prefix, self.replicas);
         Client {
             inner: Arc::new(ClientInner {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                store,
-                fences,
-                prefix: self.prefix,
-                watchdog,
-                replicas: self.replicas,
-                handoffs: crate::lock::handoff::Handoffs::default(),
+                locks: LockContext::new(core),
                 counting,
             }),
         }

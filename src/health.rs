@@ -6,7 +6,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::time::Instant;
 
-use crate::Client;
+use crate::client::Client;
 use crate::error::StoreError;
 use crate::store::PingTarget;
 

@@ -78,7 +78,8 @@
 
 use std::time::Duration;
 
-use crate::{FencedError, LockError, RateLimitError};
+use crate::error::{LockError, RateLimitError};
+use crate::fenced::FencedError;
 
 /// `Retry-After` of a `503`: a store failure, an overloaded limiter, a lost lease.
 pub const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -207,7 +208,8 @@ mod into_response {
     use axum_core::response::{IntoResponse, Response};
 
     use super::HttpStatus;
-    use crate::{FencedError, LockError, RateLimitError};
+    use crate::error::{LockError, RateLimitError};
+    use crate::fenced::FencedError;
 
     fn respond(status: HttpStatus, text: &'static str, error: &dyn std::error::Error) -> Response {
         let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -284,7 +286,7 @@ mod into_response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{InvalidName, InvalidPolicy, LossReason, StoreError};
+    use crate::error::{InvalidName, InvalidPolicy, LossReason, StoreError};
 
     fn store() -> StoreError {
         StoreError::Timeout {
@@ -466,7 +468,7 @@ mod tests {
             )
         }
 
-        let client = crate::Client::in_memory();
+        let client = crate::client::Client::in_memory();
         let held = client.lock("order:42").acquire().await.expect("free");
 
         // The handler takes the lock through the runtime API; it is held elsewhere.
@@ -489,7 +491,7 @@ mod tests {
             let client = client.clone();
             move || async move {
                 let lease = client
-                    .lock("x".repeat(crate::MAX_NAME_LEN + 1))
+                    .lock("x".repeat(crate::keys::MAX_NAME_LEN + 1))
                     .acquire()
                     .await?;
                 Ok::<_, LockError>(lease.fence().to_string())
@@ -609,7 +611,7 @@ mod tests {
         tracing::callsite::rebuild_interest_cache();
         let logged = || String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
 
-        let client = crate::Client::in_memory();
+        let client = crate::client::Client::in_memory();
         let err = client
             .job("nightly")
             .at_least(Duration::from_secs(60))

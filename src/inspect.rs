@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::Client;
+use crate::client::Client;
 use crate::error::{InvalidName, StoreError};
 
 /// Store-level views of one client, for tests.
@@ -23,22 +23,22 @@ impl Client {
 impl Inspector<'_> {
     /// The lock key of `name`.
     pub fn lock_key(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(self.client.lock_keys(name)?.lock.clone())
+        Ok(self.client.core().lock_keys(name)?.lock.clone())
     }
 
     /// The fence key `name` mints its fences from (one per prefix, shared by every lock).
     pub fn fence_key(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(self.client.lock_keys(name)?.fence.to_string())
+        Ok(self.client.core().lock_keys(name)?.fence.to_string())
     }
 
     /// The holder set of semaphore `name`.
     pub fn semaphore_key(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(self.client.semaphore_keys(name)?.set.clone())
+        Ok(self.client.core().semaphore_keys(name)?.set.clone())
     }
 
     /// The keys of read-write lock `name`: (writer's key, readers' holder set, intent key).
     pub fn rw_keys(&self, name: &str) -> Result<(String, String, String), InvalidName> {
-        let keys = self.client.rw_keys(name)?;
+        let keys = self.client.core().rw_keys(name)?;
         Ok((
             keys.writer.lock.clone(),
             keys.readers.set.clone(),
@@ -53,7 +53,7 @@ impl Inspector<'_> {
 
     /// The pub/sub channel a release of `name` publishes its wake-up to.
     pub fn release_channel(&self, name: &str) -> Result<String, InvalidName> {
-        Ok(self.client.lock_keys(name)?.channel.clone())
+        Ok(self.client.core().lock_keys(name)?.channel.clone())
     }
 
     /// Remaining ttl of a key; `None` if it does not exist (on a quorum, the longest of the
@@ -76,10 +76,7 @@ impl Inspector<'_> {
     /// Live keys under this client's prefix (on a cluster, of every primary; on a quorum, of
     /// every node that answers, each key once).
     pub async fn keys(&self) -> Result<Vec<String>, StoreError> {
-        self.client
-            .store()
-            .peek_keys(&self.client.inner.prefix)
-            .await
+        self.client.store().peek_keys(self.client.prefix()).await
     }
 
     /// Channels with local waiters.
@@ -89,21 +86,21 @@ impl Inspector<'_> {
 
     /// Waiters queued for a hand-off, over every lock.
     pub fn queued_for_handoff(&self) -> usize {
-        self.client.inner.handoffs.queued()
+        self.client.locks().handoffs().queued()
     }
 
     /// Renewal round trips the watchdog has sent.
     pub fn renewal_calls(&self) -> u64 {
-        self.client.inner.watchdog.renewal_calls()
+        self.client.locks().watchdog().renewal_calls()
     }
 
     /// Times the watchdog task has looked at its leases.
     pub fn watchdog_scans(&self) -> u64 {
-        self.client.inner.watchdog.scans()
+        self.client.locks().watchdog().scans()
     }
 
     /// Leases the watchdog is tracking.
     pub fn watched_leases(&self) -> usize {
-        self.client.inner.watchdog.len()
+        self.client.locks().watchdog().len()
     }
 }

@@ -43,6 +43,7 @@ pub mod bloom;
 mod client;
 #[cfg(feature = "serde")]
 pub mod config;
+mod core;
 mod error;
 pub mod fenced;
 pub mod guide;
@@ -52,6 +53,7 @@ pub mod http;
 mod inspect;
 mod keys;
 mod lock;
+#[cfg(feature = "metrics")]
 mod metrics;
 pub mod ratelimit;
 mod store;

@@ -7,8 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use crate::client::ClientInner;
+use crate::client::{Client, default_client};
+use crate::error::{LockError, RateLimitError};
+use crate::lock::LockBuilder;
 use crate::ratelimit::{Policy, Rate, RateLimiter};
-use crate::{Client, LockBuilder, LockError, RateLimitError, default_client};
 
 pub use crate::ratelimit::Algorithm;
 pub use std::time::Duration as __Duration;
@@ -236,7 +238,7 @@ impl RateLimitSite {
 
     /// The site's limiter for `client`, built on first use.
     fn limiter(&self, client: &Client) -> Result<RateLimiter, RateLimitError> {
-        let id = client.inner.id;
+        let id = client.core().id();
         let mut limiters = self.limiters.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(at) = limiters.iter().position(|l| l.client_id == id) {
             let entry = limiters.remove(at);

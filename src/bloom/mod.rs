@@ -65,10 +65,10 @@ use std::time::Duration;
 
 use self::sizing::Sizing;
 pub use self::sizing::{MAX_BITS, MAX_SHARD_BITS};
+use crate::core::Core;
 use crate::error::{BloomError, StoreError};
 use crate::keys::bloom_key;
-use crate::store::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply, Store};
-use crate::{Capability, Client};
+use crate::store::{BloomOp, BloomShape, Capability, HEADER_LEN, ShardCall, ShardReply, Store};
 
 /// The most items one call of `add_many` or `contains_many` sends to the store; larger lists
 /// go in several calls, one after another, so no script runs long on the server.
@@ -91,11 +91,11 @@ pub enum BloomStorage {
     RedisBloom,
 }
 
-/// Opens (creating if needed) a [`BloomFilter`]; from [`Client::bloom_filter`].
+/// Opens (creating if needed) a [`BloomFilter`]; from [`Client::bloom_filter`](crate::Client::bloom_filter).
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `open` is awaited"]
 pub struct BloomBuilder {
-    client: Client,
+    client: Core,
     name: String,
     expected_items: Option<u64>,
     false_positive_rate: f64,
@@ -104,13 +104,12 @@ pub struct BloomBuilder {
     shard_bits: u64,
 }
 
-impl Client {
-    /// A Bloom filter named `name` (any UTF-8 up to 512 bytes, like a lock name), to
-    /// configure and [`open`](BloomBuilder::open). See [`bloom`](crate::bloom).
-    pub fn bloom_filter(&self, name: impl Into<String>) -> BloomBuilder {
-        BloomBuilder {
-            client: self.counting().clone(),
-            name: name.into(),
+impl BloomBuilder {
+    /// A builder for the filter `name` on `client`'s store, with the defaults.
+    pub(crate) fn new(client: Core, name: String) -> Self {
+        Self {
+            client,
+            name,
             expected_items: None,
             false_positive_rate: 0.01,
             ttl: None,
@@ -299,7 +298,7 @@ struct Layout {
 /// client's response timeout.
 #[derive(Debug, Clone)]
 pub struct BloomFilter {
-    client: Client,
+    client: Core,
     name: String,
     storage: BloomStorage,
     layout: Layout,

@@ -10,7 +10,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::de::{FieldValue, ReadTable, Table, above_zero, deserialize_table, note, read_items};
 use super::{ConnectError, FieldErrorKind, InvalidField};
-use crate::{Client, ClientBuilder};
+use crate::client::{Client, ClientBuilder};
 
 /// A [`Client`]'s configuration: exactly one store, and the [`ClientBuilder`] settings, each
 /// optional (unset: the builder's default). Deserialises from a table whose fields are the

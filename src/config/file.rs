@@ -10,8 +10,9 @@ use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Vis
 use super::de::{ReadTable, Table, deserialize_table, note, reading};
 use super::limiter::read_limiter;
 use super::{ClientConfig, ConfigError, ConnectError, FieldErrorKind, LimiterConfig, LockConfig};
+use crate::client::Client;
+use crate::lock::LockBuilder;
 use crate::ratelimit::RateLimiter;
-use crate::{Client, LockBuilder};
 
 /// A service's distlock configuration: `[client]` (required: the store), `[lock]` (the
 /// defaults of every lock taken through [`lock`](Self::lock)) and `[limiters.<name>]` (named

@@ -11,7 +11,7 @@ use super::de::{
     reading,
 };
 use super::{FieldErrorKind, InvalidField};
-use crate::Client;
+use crate::client::Client;
 use crate::error::{InvalidPolicy, RateLimitError};
 use crate::ratelimit::{
     CircuitBreaker, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN, DEFAULT_RATE_CACHE_SUBJECTS,

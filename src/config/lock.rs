@@ -8,7 +8,8 @@ use serde::de::{Deserialize, Deserializer, MapAccess};
 use super::InvalidField;
 use super::client::ReplicasConfig;
 use super::de::{OrForever, ReadTable, Table, above_zero, deserialize_table};
-use crate::{Client, LockBuilder, MAX_TTL, MIN_TTL};
+use crate::client::Client;
+use crate::lock::{LockBuilder, MAX_TTL, MIN_TTL};
 
 /// A lock's options, each optional (unset: the [`LockBuilder`]'s default). Deserialises from
 /// a table whose fields are the builder's options; [`apply`](Self::apply) sets them on a
@@ -157,7 +158,7 @@ impl LockConfig {
             }
         }
         if let Some(replicas) = self.replicas.filter(|r| r.count > 0) {
-            let ttl = self.ttl.unwrap_or(crate::DEFAULT_TTL);
+            let ttl = self.ttl.unwrap_or(crate::lock::DEFAULT_TTL);
             if replicas.timeout >= ttl {
                 return Err(InvalidField::new(
                     "replicas.timeout",

@@ -57,7 +57,7 @@ pub use self::file::Config;
 pub use self::file::ConfigLoader;
 pub use self::limiter::{BreakerConfig, LimiterConfig, RateCacheConfig};
 pub use self::lock::{BackoffConfig, LockConfig};
-use crate::StoreError;
+use crate::error::StoreError;
 
 /// Why [`ClientConfig::connect`] made no client.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 //! holder did. The answer is to write under the lease's [fence](crate::LeaseHandle::fence),
 //! which strictly increases from one holder to the next, and to have the resource refuse a write
 //! whose fence is lower than one it has already accepted. This module is that check, on the
-//! store the client is connected to ([`FencedResource`], from [`Client::fenced`]) and, with
+//! store the client is connected to ([`FencedResource`], from [`Client::fenced`](crate::Client::fenced)) and, with
 //! the `postgres` feature, in a PostgreSQL transaction ([`postgres::FenceTable`]).
 //!
 //! ```
@@ -60,7 +60,7 @@
 //!   choose a ttl far longer than any holder can stall. (The last accepted write decides: a
 //!   handle without a ttl makes the resource permanent again.)
 //! * **Not on a Redlock quorum.** Its independent primaries would each keep a different last
-//!   fence, so [`Client::fenced`] refuses such a client with
+//!   fence, so [`Client::fenced`](crate::Client::fenced) refuses such a client with
 //!   [`FencedError::UnsupportedStore`]; write to a client on a single primary, Sentinel or a
 //!   Cluster (or to PostgreSQL). In memory, the resource is shared by the clones of the
 //!   client, like its locks.
@@ -84,9 +84,9 @@ use std::time::Duration;
 
 pub use self::error::FencedError;
 pub use self::update::Update;
-use crate::Client;
+use crate::core::Core;
 use crate::keys::FencedKeys;
-use crate::store::{FencedCall, FencedRead, FencedReply, ReadReply};
+use crate::store::{Capability, FencedCall, FencedRead, FencedReply, ReadReply};
 
 /// The most conditions and changes one write may carry (and keys one read may ask for), so
 /// that no script runs long on the server.
@@ -94,40 +94,14 @@ pub const MAX_CHANGES: usize = 256;
 /// The longest ttl [`FencedResource::expire_after`] accepts (366 days).
 pub const MAX_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
 
-impl Client {
-    /// The fenced resource `resource` (any UTF-8 up to [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
-    /// bytes): values written under a lease's fence, refusing a write whose fence is lower
-    /// than one already accepted. Give it the name of the lock that guards it. See
-    /// [`fenced`](crate::fenced).
-    ///
-    /// # Errors
-    /// [`FencedError::UnsupportedStore`] on a Redlock quorum client;
-    /// [`FencedError::InvalidName`] for an empty or over-long name.
-    pub fn fenced(&self, resource: impl Into<String>) -> Result<FencedResource, FencedError> {
-        let resource = resource.into();
-        if let Err(refused) = self.supports(crate::Capability::FencedWrites) {
-            return Err(FencedError::UnsupportedStore {
-                reason: refused.reason,
-            });
-        }
-        let keys = FencedKeys::new(self.prefix(), &resource)?;
-        Ok(FencedResource {
-            client: self.clone(),
-            resource,
-            keys,
-            ttl: None,
-        })
-    }
-}
-
-/// A resource whose writes are fenced; from [`Client::fenced`]. Cheap to clone.
+/// A resource whose writes are fenced; from [`Client::fenced`](crate::Client::fenced). Cheap to clone.
 ///
 /// Every write carries a fence (a [`Lease`](crate::Lease)'s
 /// [`fence`](crate::LeaseHandle::fence)) and is refused with [`FencedError::Stale`] when the
 /// resource has accepted a higher one. Values are bytes under text keys.
 #[derive(Clone, Debug)]
 pub struct FencedResource {
-    client: Client,
+    client: Core,
     resource: String,
     keys: FencedKeys,
     ttl: Option<Duration>,
@@ -159,6 +133,21 @@ impl Snapshot {
 }
 
 impl FencedResource {
+    /// The resource `resource` on `client`'s store (see [`Client::fenced`](crate::Client::fenced)).
+    pub(crate) fn new(client: Core, resource: String) -> Result<Self, FencedError> {
+        if let Err(refused) = client.supports(Capability::FencedWrites) {
+            return Err(FencedError::UnsupportedStore {
+                reason: refused.reason,
+            });
+        }
+        let keys = FencedKeys::new(client.prefix(), &resource)?;
+        Ok(Self {
+            client,
+            resource,
+            keys,
+            ttl: None,
+        })
+    }
     /// The resource's name.
     #[must_use]
     pub fn name(&self) -> &str {
@@ -289,7 +278,7 @@ impl FencedResource {
 
 /// A backend answered a read with a write's reply, or the other way round (a bug).
 fn mismatched_reply() -> FencedError {
-    FencedError::Store(crate::StoreError::Protocol {
+    FencedError::Store(crate::error::StoreError::Protocol {
         message: "a fenced call was answered with the reply of another kind".to_owned(),
     })
 }

@@ -178,7 +178,7 @@ impl FenceTable {
         // Refused: the row holds a higher fence, and is locked by this transaction now, so a
         // new statement reads the value that won.
         let last = self.read(transaction, resource).await?.ok_or_else(|| {
-            FencedError::Store(crate::StoreError::Protocol {
+            FencedError::Store(crate::error::StoreError::Protocol {
                 message: format!(
                     "{}: the fence of `{resource}` was refused but its row is missing",
                     self.name

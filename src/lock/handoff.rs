@@ -20,32 +20,35 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::lease::{LeaseShared, release_in_background};
+use super::hold::release_in_background;
+use super::metrics;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
-use crate::store::{HandoffReply, Held};
+use crate::store::{Capability, HandoffReply, Held, Store};
 use crate::token::Token;
-use crate::{Capability, Client};
 
 /// The most hand-offs of one lock in a row before an ordinary release gives the waiters of
 /// other clients a chance.
 pub(crate) const MAX_IN_ROW: u32 = 8;
 
-/// The local waiters of one client, per lock key.
+/// The local waiters of one client, per lock key. Cheap to clone: clones share the queues.
+#[derive(Clone, Default)]
+pub(crate) struct Handoffs(Arc<Lines>);
+
 #[derive(Default)]
-pub(crate) struct Handoffs {
-    lines: Mutex<HashMap<String, VecDeque<Slot>>>,
+struct Lines {
+    lines: Mutex<HashMap<String, VecDeque<Waiter>>>,
     next_id: AtomicU64,
 }
 
 /// A waiter as the releaser sees it.
-struct Slot {
+struct Waiter {
     id: u64,
     ttl: Duration,
     tx: oneshot::Sender<Handed>,
@@ -68,8 +71,8 @@ pub(crate) enum Handed {
 }
 
 impl Handoffs {
-    fn lines(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Slot>>> {
-        self.lines.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lines(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Waiter>>> {
+        self.0.lines.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Waiters queued, over every lock (a lock's queue goes when its last waiter does).
@@ -79,39 +82,42 @@ impl Handoffs {
     }
 
     /// The next live waiter queued for `lock`, taken off its queue.
-    fn next(&self, lock: &str) -> Option<Slot> {
+    fn next(&self, lock: &str) -> Option<Waiter> {
         let mut lines = self.lines();
         let queue = lines.get_mut(lock)?;
-        let slot = std::iter::from_fn(|| queue.pop_front()).find(|slot| !slot.tx.is_closed());
+        let waiter = std::iter::from_fn(|| queue.pop_front()).find(|waiter| !waiter.tx.is_closed());
         if queue.is_empty() {
             lines.remove(lock);
         }
-        slot
+        waiter
     }
 }
 
 /// A waiter's place in the queue of its lock; dropping it leaves the queue, and releases a
 /// grant handed to it that it did not take.
 pub(crate) struct Ticket {
-    client: Client,
+    handoffs: Handoffs,
+    /// Where a grant handed to it that it did not take is released.
+    store: Store,
     keys: LockKeys,
     id: u64,
     rx: oneshot::Receiver<Handed>,
 }
 
 impl Ticket {
-    /// Queues a waiter for `keys` whose lease will have `ttl`.
-    pub(crate) fn join(client: &Client, keys: &LockKeys, ttl: Duration) -> Self {
-        let handoffs = &client.inner.handoffs;
-        let id = handoffs.next_id.fetch_add(1, Ordering::Relaxed);
+    /// Queues a waiter for `keys` whose lease will have `ttl`, in `handoffs`, the registry of
+    /// its client, whose store is `store`.
+    pub(crate) fn join(handoffs: &Handoffs, store: &Store, keys: &LockKeys, ttl: Duration) -> Self {
+        let id = handoffs.0.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         handoffs
             .lines()
             .entry(keys.lock.clone())
             .or_default()
-            .push_back(Slot { id, ttl, tx });
+            .push_back(Waiter { id, ttl, tx });
         Self {
-            client: client.clone(),
+            handoffs: handoffs.clone(),
+            store: store.clone(),
             keys: keys.clone(),
             id,
             rx,
@@ -138,9 +144,9 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         {
-            let mut lines = self.client.inner.handoffs.lines();
+            let mut lines = self.handoffs.lines();
             if let Some(queue) = lines.get_mut(&self.keys.lock) {
-                queue.retain(|slot| slot.id != self.id);
+                queue.retain(|waiter| waiter.id != self.id);
                 if queue.is_empty() {
                     lines.remove(&self.keys.lock);
                 }
@@ -151,58 +157,54 @@ impl Drop for Ticket {
         if let Ok(Handed::Granted { token, .. } | Handed::Retry { token: Some(token) }) =
             self.rx.try_recv()
         {
-            release_in_background(self.client.clone(), self.keys.clone(), token);
+            release_in_background(self.store.clone(), self.keys.clone(), token);
         }
     }
 }
 
-/// Releases `shared` by handing it to the next local waiter, if one is queued and the lock
-/// has not been handed off [`MAX_IN_ROW`] times in a row. `None`: release it the ordinary
-/// way.
+/// Releases the lock `keys` held under `token` by handing it to the next waiter queued in
+/// `handoffs`, if there is one and the lock has not been handed off [`MAX_IN_ROW`] times in a
+/// row (`in_row`: hand-offs in a row that led to the lease releasing it). `None`: release it
+/// the ordinary way.
 pub(crate) async fn pass_on(
-    client: &Client,
-    shared: &LeaseShared,
+    handoffs: &Handoffs,
+    store: &Store,
+    keys: &LockKeys,
+    token: &Token,
+    in_row: u32,
 ) -> Option<Result<Held, StoreError>> {
-    let store = client.store();
-    // A lease that needs replica acknowledgement is released the ordinary way: a hand-off
-    // would give the waiter a grant no replica acknowledged.
-    if store.supports(Capability::HandOff).is_err()
-        || shared.handed_in_row >= MAX_IN_ROW
-        || shared.replicas.is_some()
-    {
+    if store.supports(Capability::HandOff).is_err() || in_row >= MAX_IN_ROW {
         return None;
     }
-    // Only a lock key can pass to a waiter (waiters queue for locks only).
-    let keys = shared.lock_keys()?;
-    let slot = client.inner.handoffs.next(&keys.lock)?;
-    let mut word = Word {
-        client,
+    let waiter = handoffs.next(&keys.lock)?;
+    let mut notice = Notice {
+        store,
         keys,
-        tx: Some(slot.tx),
-        from: shared.token.clone(),
+        tx: Some(waiter.tx),
+        from: token.clone(),
         to: Token::generate(),
     };
     let sent_at = Instant::now();
-    let reply = store.handoff(keys, &shared.token, &word.to, slot.ttl).await;
+    let reply = store.handoff(keys, token, &notice.to, waiter.ttl).await;
     Some(match reply {
         Ok(HandoffReply::Passed { fence }) => {
-            crate::metrics::handed_off();
-            word.send(Handed::Granted {
-                token: word.to.clone(),
+            metrics::handed_off();
+            notice.send(Handed::Granted {
+                token: notice.to.clone(),
                 fence,
                 sent_at,
-                in_row: shared.handed_in_row + 1,
+                in_row: in_row + 1,
             });
             Ok(Held::Yes)
         }
         Ok(HandoffReply::Not(held)) => {
-            word.send(Handed::Retry { token: None });
+            notice.send(Handed::Retry { token: None });
             Ok(held)
         }
         Ok(HandoffReply::Reserved) => {
             // Released to the waiters that waited long, of every client; ours retries (and
             // takes it at once if it is one of them).
-            word.send(Handed::Retry { token: None });
+            notice.send(Handed::Retry { token: None });
             Ok(Held::Yes)
         }
         Err(err) => Err(err),
@@ -212,36 +214,36 @@ pub(crate) async fn pass_on(
 /// A releaser's word to one waiter. If the releaser is dropped or fails before it is sent,
 /// the outcome is unknown: the waiter is told to retry with the token it may have been given,
 /// and the releaser's token is released in case the lock is still its.
-struct Word<'a> {
-    client: &'a Client,
+struct Notice<'a> {
+    store: &'a Store,
     keys: &'a LockKeys,
     tx: Option<oneshot::Sender<Handed>>,
     from: Token,
     to: Token,
 }
 
-impl Word<'_> {
+impl Notice<'_> {
     fn send(&mut self, handed: Handed) {
         let Some(tx) = self.tx.take() else {
             return;
         };
         // The waiter is gone: a grant it will never use is released now, not at its ttl.
         if let Err(Handed::Granted { token, .. }) = tx.send(handed) {
-            release_in_background(self.client.clone(), self.keys.clone(), token);
+            release_in_background(self.store.clone(), self.keys.clone(), token);
         }
     }
 }
 
-impl Drop for Word<'_> {
+impl Drop for Notice<'_> {
     fn drop(&mut self) {
         let Some(tx) = self.tx.take() else {
             return;
         };
-        release_in_background(self.client.clone(), self.keys.clone(), self.from.clone());
+        release_in_background(self.store.clone(), self.keys.clone(), self.from.clone());
         if let Err(Handed::Retry { token: Some(token) }) = tx.send(Handed::Retry {
             token: Some(self.to.clone()),
         }) {
-            release_in_background(self.client.clone(), self.keys.clone(), token);
+            release_in_background(self.store.clone(), self.keys.clone(), token);
         }
     }
 }

@@ -17,11 +17,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use super::context::LockContext;
 use super::{LeaseHandle, LockBuilder};
-use crate::Client;
 use crate::error::LockError;
 
-/// A scheduled job's lock. Start with [`Client::job`].
+/// A scheduled job's lock. Start with [`Client::job`](crate::Client::job).
 ///
 /// Defaults: ttl 30 s renewed by the watchdog while the body runs, no `at_least`, no
 /// `at_most`; never waits (a replica that finds the job running elsewhere skips it).
@@ -51,7 +51,7 @@ pub struct JobBuilder {
 }
 
 impl JobBuilder {
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: LockContext, name: String) -> Self {
         Self {
             lock: LockBuilder::new(client, name),
         }

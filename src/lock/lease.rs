@@ -6,76 +6,19 @@
 //! [`LeaseHandle::is_lost`] before a step knows the lock was still held when it checked. The
 //! watchdog moves the deadline forward with each renewal.
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::timing::{Answer, ExpiryOp, OpGate, OpKind, Timing};
-use crate::Client;
+use super::context::LockContext;
+use super::metrics::Primitive;
+use super::options::check_ttl;
+use super::state::LeaseState;
+use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::{LockError, LossReason, StoreError};
-use crate::keys::{LockKeys, RwKeys, SetKeys};
-use crate::metrics::{Kind, LeaseMetrics};
-use crate::store::{Held, RenewItem, Replicas};
-use crate::token::Token;
-
-/// What a lease holds in the store. It decides what the lease's renewals and its release
-/// send; everything else about a lease (its timing, the watchdog, the lost signal, the fence)
-/// is the same whatever it holds.
-#[derive(Clone, Debug)]
-pub(crate) enum Hold {
-    /// A lock key holding the lease's token: a lock, one lock of a multi-lock.
-    Key(LockKeys),
-    /// The writer's key of a read-write lock: a lock key, whose release also wakes readers.
-    Writer(RwKeys),
-    /// `count` entries of a holder set: permits of a semaphore, or a reader of a read-write
-    /// lock (one entry).
-    Entries { keys: SetKeys, count: u32 },
-}
-
-impl Hold {
-    /// The name the user gave.
-    pub(crate) fn name(&self) -> &str {
-        match self {
-            Self::Key(keys) => &keys.name,
-            Self::Writer(keys) => &keys.writer.name,
-            Self::Entries { keys, .. } => &keys.name,
-        }
-    }
-
-    /// The renewal of this hold with `token`, asking for `ttl`.
-    pub(crate) fn renewal<'a>(
-        &'a self,
-        token: &'a Token,
-        ttl: Duration,
-        replicas: Option<Replicas>,
-    ) -> RenewItem<'a> {
-        let (key, entries) = match self {
-            Self::Key(keys) => (keys.lock.as_str(), 0),
-            Self::Writer(keys) => (keys.writer.lock.as_str(), 0),
-            Self::Entries { keys, count } => (keys.set.as_str(), *count),
-        };
-        RenewItem {
-            key,
-            token,
-            ttl,
-            entries,
-            replicas,
-        }
-    }
-
-    /// Gives the hold of `token` back: deletes the lock key, or removes the entries; wakes
-    /// the waiters that listen.
-    pub(crate) async fn release(&self, client: &Client, token: &Token) -> Result<Held, StoreError> {
-        let store = client.store();
-        match self {
-            Self::Key(keys) => store.release(keys, token).await,
-            Self::Writer(keys) => store.release_writer(keys, token).await,
-            Self::Entries { keys, count } => store.release_entries(keys, token, *count).await,
-        }
-    }
-}
+use crate::store::Held;
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,144 +44,12 @@ impl From<Held> for ReleaseOutcome {
     }
 }
 
-/// How long before the store could expire a lease its holder stops trusting it: the local
-/// safety deadline is the send time of the request that last set the ttl, plus the ttl, minus
-/// this margin.
-///
-/// It is an allowance for clock drift between this process and the store (1% of the ttl plus
-/// 2 ms, the Redlock analysis' figure) plus one for a late runtime (ttl/20, at most 50 ms), so
-/// the lost signal, which is a timer, still fires before the key can expire when the process
-/// is busy. For a 30 s ttl it is 352 ms; for 1 s, 62 ms.
-#[must_use]
-pub fn safety_margin(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2) + (ttl / 20).min(Duration::from_millis(50))
-}
-
-/// A grant, as the store made it: what it holds, under which token and fence, and when the
-/// request that made it was sent and answered (a hand-off's word counts as its answer).
-pub(crate) struct Grant {
-    pub(crate) hold: Hold,
-    pub(crate) token: Token,
-    pub(crate) fence: u64,
-    pub(crate) sent_at: Instant,
-    pub(crate) answered_at: Instant,
-}
-
-/// How a granted lease is kept: the builder's options, once validated.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Terms {
-    /// The ttl renewals ask for.
-    pub(crate) ttl: Duration,
-    pub(crate) renews: bool,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) min_hold: Option<Duration>,
-    pub(crate) replicas: Option<Replicas>,
-}
-
-impl Terms {
-    /// The ttl the grant itself asks for: the ttl, or the minimum hold if that is longer, so
-    /// that a holder that dies right after the grant still keeps it that long.
-    pub(crate) fn grant_ttl(&self) -> Duration {
-        self.ttl.max(self.min_hold.unwrap_or_default())
-    }
-}
-
-/// State shared by a lease, its handles and the watchdog.
-pub(crate) struct LeaseShared {
-    pub(crate) hold: Hold,
-    pub(crate) token: Token,
-    pub(crate) fence: u64,
-    /// How many times in a row the lock had been handed off when this lease got it (0 when
-    /// it was acquired the ordinary way; see `handoff.rs`).
-    pub(crate) handed_in_row: u32,
-    /// One expiry-setting op (renewal or extend) on the wire at a time (see `timing.rs`).
-    pub(crate) op: OpGate,
-    /// Replica acknowledgement every renewal and extend needs, if any.
-    pub(crate) replicas: Option<Replicas>,
-    ended: CancellationToken,
-    reason: OnceLock<LossReason>,
-    timing: Mutex<Timing>,
-    metrics: LeaseMetrics,
-}
-
-impl LeaseShared {
-    pub(crate) fn new(grant: Grant, terms: &Terms) -> Self {
-        // Counted from the answer: the grant was made no later than that, so the key lives
-        // at least `min_hold` past it whatever the clocks of this process and the store.
-        let min_hold_until = terms
-            .min_hold
-            .and_then(|min| grant.answered_at.checked_add(min));
-        Self {
-            hold: grant.hold,
-            token: grant.token,
-            fence: grant.fence,
-            handed_in_row: 0,
-            op: OpGate::new(),
-            replicas: terms.replicas,
-            ended: CancellationToken::new(),
-            reason: OnceLock::new(),
-            timing: Mutex::new(Timing::granted(
-                terms.ttl,
-                terms.grant_ttl(),
-                grant.sent_at,
-                terms.renews,
-                terms.max_hold,
-                min_hold_until,
-            )),
-            metrics: LeaseMetrics::new(),
-        }
-    }
-
-    /// The lock's keys, for a lease that holds a lock key.
-    pub(crate) fn lock_keys(&self) -> Option<&LockKeys> {
-        match &self.hold {
-            Hold::Key(keys) => Some(keys),
-            Hold::Writer(_) | Hold::Entries { .. } => None,
-        }
-    }
-
-    /// The lease's timing; changed only through [`ExpiryOp`](super::timing::ExpiryOp).
-    pub(crate) fn timing(&self) -> std::sync::MutexGuard<'_, Timing> {
-        self.timing.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn valid_until(&self) -> Instant {
-        self.timing().valid_until()
-    }
-
-    pub(crate) fn is_ended(&self) -> bool {
-        self.ended.is_cancelled()
-    }
-
-    /// Ends the lease for `reason` (the first reason wins) and fires the lost signal.
-    pub(crate) fn end(&self, reason: LossReason) {
-        if self.reason.set(reason).is_ok() {
-            if reason != LossReason::Released {
-                tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "lease lost");
-            }
-            self.metrics.ended(reason);
-        }
-        self.ended.cancel();
-    }
-
-    fn check_deadline(&self) -> bool {
-        if self.is_ended() {
-            return true;
-        }
-        if Instant::now() >= self.valid_until() {
-            self.end(LossReason::Expired);
-            return true;
-        }
-        false
-    }
-}
-
 /// A cheap, cloneable view of a lease: its fence and its lost signal, for the code that works
 /// under the lock (tasks it spawns, the body of [`LockBuilder::run`](crate::LockBuilder::run)).
 /// It cannot release the lease.
 #[derive(Clone)]
 pub struct LeaseHandle {
-    pub(crate) shared: Arc<LeaseShared>,
+    pub(crate) shared: Arc<LeaseState>,
 }
 
 impl std::fmt::Debug for LeaseHandle {
@@ -389,7 +200,7 @@ impl LeaseHandle {
 #[must_use = "dropping a Lease releases the lock at once"]
 pub struct Lease {
     handle: LeaseHandle,
-    client: Client,
+    client: LockContext,
     watch_id: u64,
     done: bool,
 }
@@ -410,10 +221,10 @@ impl std::ops::Deref for Lease {
 impl Lease {
     /// A lease on `shared`, a grant of a `kind` primitive (a multi-lock's locks are each a
     /// lock).
-    pub(crate) fn new(client: Client, shared: Arc<LeaseShared>, kind: Kind) -> Self {
+    pub(crate) fn new(client: LockContext, shared: Arc<LeaseState>, kind: Primitive) -> Self {
         // Counted before the watchdog sees it: the watchdog may end it at once.
         shared.metrics.granted(kind);
-        let watch_id = client.inner.watchdog.watch(shared.clone());
+        let watch_id = client.watchdog().watch(shared.clone());
         Self {
             handle: LeaseHandle { shared },
             client,
@@ -423,11 +234,11 @@ impl Lease {
     }
 
     /// Ends the lease locally: fires its signal and stops the watchdog for it.
-    fn finish(&mut self) -> Arc<LeaseShared> {
+    fn finish(&mut self) -> Arc<LeaseState> {
         self.done = true;
         let shared = self.handle.shared.clone();
         shared.end(LossReason::Released);
-        self.client.inner.watchdog.unwatch(self.watch_id);
+        self.client.watchdog().unwatch(self.watch_id);
         shared
     }
 
@@ -452,7 +263,7 @@ impl Lease {
     /// once `max_hold` has passed, [`LockError::LeaseLost`], and [`LockError::Store`] (the
     /// outcome is unknown: the local deadline then assumes the earlier of the two expiries).
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        super::check_ttl(ttl)?;
+        check_ttl(ttl)?;
         self.ensure_held()?;
         let shared = &self.handle.shared;
         let store = self.client.store();
@@ -462,7 +273,7 @@ impl Lease {
             .map_err(|_| StoreError::Timeout { after: limit })?;
         // A renewal answered meanwhile may have found the lease gone.
         self.ensure_held()?;
-        let Some(op) = ExpiryOp::start(shared.clone(), permit, OpKind::Extend(ttl)) else {
+        let Some(op) = ExpiryOp::start(&shared.op, permit, OpKind::Extend(ttl)) else {
             return Err(LockError::MaxHoldReached {
                 name: shared.hold.name().to_owned(),
             });
@@ -486,7 +297,7 @@ impl Lease {
             }
         };
         // The next renewal (or the deadline) moved: let the watchdog look again.
-        self.client.inner.watchdog.poke();
+        self.client.watchdog().poke();
         result
     }
 
@@ -527,33 +338,29 @@ impl Drop for Lease {
 
 /// Gives up a lease in the store: keeps it until its minimum hold has passed (setting its
 /// expiry to what remains), or hands it off, or releases it.
-async fn end(client: &Client, shared: &LeaseShared) -> Result<Held, StoreError> {
+async fn end(client: &LockContext, shared: &LeaseState) -> Result<Held, StoreError> {
+    let store = client.store();
     let keep = shared.timing().min_hold_left(Instant::now());
     if let Some(keep) = keep {
         let item = shared.hold.renewal(&shared.token, keep, None);
-        let held = client.store().renew(&[item]).await?;
+        let held = store.renew(&[item]).await?;
         return Ok(held.first().copied().unwrap_or(Held::Gone));
     }
-    if let Some(handed) = super::handoff::pass_on(client, shared).await {
+    // Only a lock key can pass to a waiter (waiters queue for locks only). A lease that needs
+    // replica acknowledgement is released the ordinary way: a hand-off would give the waiter
+    // a grant no replica acknowledged.
+    if let Some(keys) = shared.lock_keys()
+        && shared.replicas.is_none()
+        && let Some(handed) = super::handoff::pass_on(
+            client.handoffs(),
+            store,
+            keys,
+            &shared.token,
+            shared.handed_in_row,
+        )
+        .await
+    {
         return handed;
     }
-    shared.hold.release(client, &shared.token).await
-}
-
-/// Best-effort release of a lock on the current runtime, bounded by the response timeout.
-/// Without a runtime the key simply expires after its ttl.
-pub(crate) fn release_in_background(client: Client, keys: LockKeys, token: Token) {
-    release_hold_in_background(client, Hold::Key(keys), token);
-}
-
-/// Best-effort release of any hold on the current runtime (a grant nobody will use).
-pub(crate) fn release_hold_in_background(client: Client, hold: Hold, token: Token) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        if let Err(err) = hold.release(&client, &token).await {
-            tracing::debug!(lock = %hold.name(), error = %err, "background release failed; the key expires after its ttl");
-        }
-    });
+    shared.hold.release(store, &shared.token).await
 }

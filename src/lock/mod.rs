@@ -1,18 +1,22 @@
 //! Locks and the primitives built on the same leases: the lock builder and its scoped `run`,
 //! semaphores ([`semaphore`]), read-write locks ([`rwlock`]), multi-locks ([`multi`]) and
 //! scheduled jobs ([`job`]). Each is a [`Claim`](wait::Claim) that the one acquire loop
-//! (`wait.rs`) waits for, and each grant is a [`Lease`] whose [`Hold`](lease::Hold) says what
+//! (`wait.rs`) waits for, and each grant is a [`Lease`] whose [`Hold`](hold::Hold) says what
 //! its renewals and its release send: the watchdog, the lost signal, fencing and waiting with
 //! wake-ups are the same for all of them.
 
+pub(crate) mod context;
 pub(crate) mod handoff;
+pub(crate) mod hold;
 pub(crate) mod job;
 pub(crate) mod lease;
+pub(crate) mod metrics;
 pub(crate) mod multi;
 pub(crate) mod options;
 pub(crate) mod reentrant;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
+pub(crate) mod state;
 pub(crate) mod timing;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
@@ -24,17 +28,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use self::context::LockContext;
 use self::handoff::Handed;
-use self::lease::{Grant, Hold, LeaseShared, Terms, release_in_background};
-pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome, safety_margin};
-pub(crate) use self::options::check_ttl;
+use self::hold::{Hold, release_in_background};
+pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome};
+use self::metrics::Primitive;
 use self::options::{Options, lease_options};
+use self::state::{Grant, LeaseState, Terms};
+pub use self::timing::safety_margin;
 use self::wait::{Attempt, Claim};
-use crate::Client;
-use crate::error::{LockError, StoreError};
+use crate::error::{InvalidName, LockError};
 use crate::keys::LockKeys;
-use crate::metrics::Kind;
-use crate::store::{AcquireReply, Replicas, Waits};
+use crate::store::{Capability, Replicas, Waits};
 use crate::token::Token;
 
 /// The shortest lease ttl accepted.
@@ -44,25 +49,27 @@ pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The default lease ttl.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
-/// Options for one lock acquisition. Start with [`Client::lock`].
+/// Options for one lock acquisition. Start with [`Client::lock`](crate::Client::lock).
 ///
 /// Defaults: ttl 30 s with the watchdog renewing it while held; try once (no waiting); no
 /// maximum or minimum hold; not reentrant.
 #[must_use = "a LockBuilder does nothing until acquire() or run() is awaited"]
 #[derive(Debug)]
 pub struct LockBuilder {
-    client: Client,
-    name: String,
+    client: LockContext,
+    /// The lock's keys, built once with the builder (an invalid name fails `acquire`).
+    keys: Result<LockKeys, InvalidName>,
     options: Options,
     reentrant: bool,
 }
 
 impl LockBuilder {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        let options = Options::new(&client);
+    pub(crate) fn new(client: LockContext, name: String) -> Self {
+        let options = Options::new(client.core());
+        let keys = client.core().lock_keys(&name);
         Self {
             client,
-            name,
+            keys,
             options,
             reentrant: false,
         }
@@ -90,7 +97,7 @@ impl LockBuilder {
     /// the grant, every renewal and every `extend` ask for at least that much, so a holder
     /// that crashes keeps it as long too. This is ShedLock's `lockAtLeastFor`: a job that ran
     /// quickly on one replica is not run again by another whose clock is a little behind
-    /// (see [`Client::job`]). Counted from when the grant's answer arrived; waiters learn the
+    /// (see [`Client::job`](crate::Client::job)). Counted from when the grant's answer arrived; waiters learn the
     /// new expiry at their next attempt. At most [`MAX_TTL`], and not longer than
     /// [`max_hold`](Self::max_hold) (which wins); zero means none.
     pub fn min_hold(mut self, min_hold: Duration) -> Self {
@@ -107,8 +114,8 @@ impl LockBuilder {
     }
 
     fn validate(&self) -> Result<(LockKeys, Terms), LockError> {
-        let keys = self.client.lock_keys(&self.name)?;
-        let terms = self.options.validate(&self.client)?;
+        let keys = self.keys.clone()?;
+        let terms = self.options.validate(self.client.core())?;
         Ok((keys, terms))
     }
 
@@ -148,12 +155,17 @@ impl LockBuilder {
     /// [`LockError::Busy`] (not waiting), [`LockError::Timeout`], [`LockError::Store`] (the
     /// store failed or did not answer in time; no lease was started), [`LockError::InvalidName`]
     /// and [`LockError::InvalidConfig`]. A waiting acquire rides out
-    /// [transient](StoreError::is_transient) store errors, such as a failover, while its wait
+    /// [transient](crate::StoreError::is_transient) store errors, such as a failover, while its wait
     /// lasts (for at most [`store_patience`](Self::store_patience), 30 s, of nothing but
     /// errors), and returns the last one if the wait runs out; without a wait, the first store
     /// error is returned.
     pub async fn acquire(self) -> Result<Lease, LockError> {
         let (keys, terms) = self.validate()?;
+        self.acquire_validated(keys, terms).await
+    }
+
+    /// [`acquire`](Self::acquire) once the options are checked.
+    async fn acquire_validated(self, keys: LockKeys, terms: Terms) -> Result<Lease, LockError> {
         let span = tracing::debug_span!("distlock.acquire", lock = %keys.name);
         async {
             let mut claim = LockClaim {
@@ -162,13 +174,7 @@ impl LockBuilder {
                 terms,
                 token: Token::generate(),
             };
-            let (shared, how) = wait::acquire(
-                &self.client,
-                &mut claim,
-                self.options.wait,
-                &self.options.retry(),
-            )
-            .await?;
+            let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
             tracing::debug!(
                 fence = shared.fence,
                 attempts = how.attempts,
@@ -176,7 +182,7 @@ impl LockBuilder {
                 woken_by = how.woken_by,
                 "acquired"
             );
-            Ok(Lease::new(self.client.clone(), shared, Kind::Lock))
+            Ok(Lease::new(self.client.clone(), shared, Primitive::Lock))
         }
         .instrument(span)
         .await
@@ -232,8 +238,8 @@ impl LockBuilder {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let (keys, _) = self.validate()?;
-        let client_id = self.client.inner.id;
+        let (keys, terms) = self.validate()?;
+        let client_id = self.client.core().id();
         if self.reentrant
             && let Some(outer) = reentrant::find(client_id, &keys.lock)
         {
@@ -247,7 +253,7 @@ impl LockBuilder {
             });
         }
         let lock_key = keys.lock.clone();
-        let lease = self.acquire().await?;
+        let lease = self.acquire_validated(keys, terms).await?;
         let handle = lease.handle();
         let value = reentrant::scope(
             client_id,
@@ -275,11 +281,23 @@ pub struct RunReport<T> {
     pub release: Option<Result<ReleaseOutcome, LockError>>,
 }
 
+/// Runs `body` under `lease`, dropped at its next await point if the lease is lost, then
+/// releases the lease and reports what the release found (see [`released_after`]).
+pub(crate) async fn run_under<F, Fut, T>(lease: Lease, body: F) -> Result<RunReport<T>, LockError>
+where
+    F: FnOnce(LeaseHandle) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let handle = lease.handle();
+    let value = guarded(handle.clone(), body(handle)).await?;
+    Ok(released_after(lease, value).await)
+}
+
 /// Releases `lease` after a body that finished under it, and reports what the release found.
 /// The value is the body's whatever the release finds: its work is done, and a caller that
 /// retried on an error would do it twice. A release that finds the hold gone or taken is
 /// logged at WARN.
-pub(crate) async fn released_after<T>(lease: Lease, value: T) -> RunReport<T> {
+async fn released_after<T>(lease: Lease, value: T) -> RunReport<T> {
     let name = lease.name().to_owned();
     let fence = lease.fence();
     let release = lease.release().await;
@@ -302,7 +320,7 @@ pub(crate) async fn released_after<T>(lease: Lease, value: T) -> RunReport<T> {
 
 /// One lock to take, for the acquire loop.
 struct LockClaim<'a> {
-    client: &'a Client,
+    client: &'a LockContext,
     keys: LockKeys,
     terms: Terms,
     /// The token attempts ask with (a hand-off may give another one to retry with).
@@ -312,7 +330,7 @@ struct LockClaim<'a> {
 impl LockClaim<'_> {
     /// The state of a lease granted under `token` and `fence`, by a request sent at
     /// `sent_at`.
-    fn shared(&self, token: Token, fence: u64, sent_at: Instant) -> LeaseShared {
+    fn granted(&self, token: Token, fence: u64, sent_at: Instant) -> LeaseState {
         let grant = Grant {
             hold: Hold::Key(self.keys.clone()),
             token,
@@ -320,19 +338,19 @@ impl LockClaim<'_> {
             sent_at,
             answered_at: Instant::now(),
         };
-        LeaseShared::new(grant, &self.terms)
+        LeaseState::new(grant, &self.terms)
     }
 }
 
 impl Claim for LockClaim<'_> {
-    type Granted = Arc<LeaseShared>;
+    type Granted = Arc<LeaseState>;
 
     fn name(&self) -> &str {
         &self.keys.name
     }
 
-    fn kind(&self) -> Kind {
-        Kind::Lock
+    fn kind(&self) -> Primitive {
+        Primitive::Lock
     }
 
     fn channel(&self) -> &str {
@@ -341,41 +359,13 @@ impl Claim for LockClaim<'_> {
 
     /// One acquire round trip, released in the background if it is cancelled or its outcome
     /// is unknown.
-    async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseShared>>, LockError> {
-        let mut guard = GrantGuard {
-            client: self.client,
-            hold: Hold::Key(self.keys.clone()),
-            token: &self.token,
-            armed: true,
-        };
-        let sent_at = Instant::now();
-        // An error (not replicated, no answer) leaves the guard armed: a grant it may have
-        // made is released.
-        let reply = self
-            .client
-            .store()
-            .acquire(
-                &self.keys,
-                &self.token,
-                self.terms.grant_ttl(),
-                waits,
-                self.terms.replicas,
-            )
-            .await?;
-        guard.armed = false;
-        Ok(match reply {
-            AcquireReply::Granted { fence } => {
-                Attempt::Granted(Arc::new(self.shared(self.token.clone(), fence, sent_at)))
-            }
-            AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
-            AcquireReply::Unreplicated { acked, wanted } => {
-                guard.armed = true;
-                return Err(LockError::Store(StoreError::NotReplicated {
-                    acked,
-                    wanted,
-                }));
-            }
+    async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseState>>, LockError> {
+        let (store, keys, terms) = (self.client.store(), &self.keys, &self.terms);
+        let hold = Hold::Key(keys.clone());
+        wait::settle(store, hold, &self.token, terms, || {
+            store.acquire(keys, &self.token, terms.grant_ttl(), waits, terms.replicas)
         })
+        .await
     }
 
     fn lock(&self) -> Option<(&LockKeys, Duration)> {
@@ -390,7 +380,7 @@ impl Claim for LockClaim<'_> {
     /// lock, else `None` to try again at once (with the token the word names, if any). A
     /// grant already past its safety deadline (this future was not polled for a long time)
     /// is given back rather than used.
-    fn take(&mut self, handed: Handed) -> Option<Arc<LeaseShared>> {
+    fn take(&mut self, handed: Handed) -> Option<Arc<LeaseState>> {
         match handed {
             Handed::Granted {
                 token,
@@ -398,9 +388,13 @@ impl Claim for LockClaim<'_> {
                 sent_at,
                 in_row,
             } => {
-                let mut shared = self.shared(token, fence, sent_at);
+                let mut shared = self.granted(token, fence, sent_at);
                 if shared.valid_until() <= Instant::now() {
-                    release_in_background(self.client.clone(), self.keys.clone(), shared.token);
+                    release_in_background(
+                        self.client.store().clone(),
+                        self.keys.clone(),
+                        shared.token,
+                    );
                     return None;
                 }
                 shared.handed_in_row = in_row;
@@ -414,6 +408,17 @@ impl Claim for LockClaim<'_> {
             }
         }
     }
+}
+
+/// Refuses a store that cannot keep holder sets (a Redlock quorum): semaphores and read-write
+/// locks need one.
+fn check_holder_sets(client: &LockContext) -> Result<(), LockError> {
+    client
+        .core()
+        .supports(Capability::HolderSets)
+        .map_err(|refused| LockError::UnsupportedStore {
+            reason: refused.reason,
+        })
 }
 
 /// Runs `body` until it finishes or the lease is lost, whichever is first (loss wins a tie).
@@ -432,24 +437,4 @@ async fn guarded<Fut: Future>(handle: LeaseHandle, body: Fut) -> Result<Fut::Out
 #[must_use]
 pub fn current_lease() -> Option<LeaseHandle> {
     reentrant::innermost()
-}
-
-/// Gives back a possible grant if an attempt is cancelled or fails without a clear answer.
-pub(crate) struct GrantGuard<'a> {
-    pub(crate) client: &'a Client,
-    pub(crate) hold: Hold,
-    pub(crate) token: &'a Token,
-    pub(crate) armed: bool,
-}
-
-impl Drop for GrantGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            lease::release_hold_in_background(
-                self.client.clone(),
-                self.hold.clone(),
-                self.token.clone(),
-            );
-        }
-    }
 }

@@ -14,23 +14,24 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::lease::{Grant, Hold, LeaseShared, Terms, release_hold_in_background};
+use super::context::LockContext;
+use super::hold::{Hold, release_hold_in_background};
+use super::metrics::Primitive;
 use super::options::{Options, lease_options};
-use super::wait::{self, Attempt, Claim};
+use super::state::{Grant, LeaseState, Terms};
+use super::wait::{Attempt, Claim};
 use super::{Lease, LeaseHandle, ReleaseOutcome};
-use crate::Client;
 use crate::error::LockError;
 use crate::keys::LockKeys;
-use crate::metrics::Kind;
-use crate::store::{AllReply, Waits};
+use crate::store::{AllReply, Store, Waits};
 use crate::token::Token;
 
 /// The most locks one multi-lock takes.
 pub const MAX_MULTI_LOCK: usize = 64;
 
-/// Options for taking several locks at once. Start with [`Client::multi_lock`].
+/// Options for taking several locks at once. Start with [`Client::multi_lock`](crate::Client::multi_lock).
 ///
-/// The locks are the same as [`Client::lock`]'s: a multi-lock on `["a", "b"]` excludes
+/// The locks are the same as [`Client::lock`](crate::Client::lock)'s: a multi-lock on `["a", "b"]` excludes
 /// `client.lock("a")` and any multi-lock that shares a name with it. The names are a set:
 /// order does not matter and a name given twice counts once.
 ///
@@ -58,14 +59,14 @@ pub const MAX_MULTI_LOCK: usize = 64;
 #[must_use = "a MultiLockBuilder does nothing until acquire() or run() is awaited"]
 #[derive(Debug)]
 pub struct MultiLockBuilder {
-    client: Client,
+    client: LockContext,
     names: Vec<String>,
     options: Options,
 }
 
 impl MultiLockBuilder {
-    pub(crate) fn new(client: Client, names: Vec<String>) -> Self {
-        let mut options = Options::new(&client);
+    pub(crate) fn new(client: LockContext, names: Vec<String>) -> Self {
+        let mut options = Options::new(client.core());
         // Replica acknowledgement is for single locks only.
         options.replicas = None;
         Self {
@@ -90,11 +91,11 @@ impl MultiLockBuilder {
         let mut keys = self
             .names
             .iter()
-            .map(|name| self.client.lock_keys(name))
+            .map(|name| self.client.core().lock_keys(name))
             .collect::<Result<Vec<_>, _>>()?;
         keys.sort_by(|a, b| a.lock.cmp(&b.lock));
         keys.dedup_by(|a, b| a.lock == b.lock);
-        Ok((keys, self.options.validate(&self.client)?))
+        Ok((keys, self.options.validate(self.client.core())?))
     }
 
     /// Takes every lock, or none, waiting as configured (while it waits it holds none of
@@ -115,13 +116,7 @@ impl MultiLockBuilder {
             terms,
             busy: 0,
         };
-        let (leases, how) = wait::acquire(
-            &self.client,
-            &mut claim,
-            self.options.wait,
-            &self.options.retry(),
-        )
-        .await?;
+        let (leases, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
             locks = leases.len(),
             attempts = how.attempts,
@@ -270,7 +265,7 @@ impl MultiLease {
 
 /// The locks of a multi-lock, for the acquire loop.
 struct MultiClaim<'a> {
-    client: &'a Client,
+    client: &'a LockContext,
     /// Sorted by key.
     keys: Vec<LockKeys>,
     /// Indices into `keys`, in the order they are taken.
@@ -287,8 +282,8 @@ impl Claim for MultiClaim<'_> {
         &self.keys[self.busy].name
     }
 
-    fn kind(&self) -> Kind {
-        Kind::Multi
+    fn kind(&self) -> Primitive {
+        Primitive::Multi
     }
 
     fn channel(&self) -> &str {
@@ -302,7 +297,7 @@ impl Claim for MultiClaim<'_> {
             let keys: Vec<&LockKeys> = group.iter().map(|&i| &self.keys[i]).collect();
             let tokens: Vec<Token> = group.iter().map(|_| Token::generate()).collect();
             let mut guard = GroupGuard {
-                client: self.client,
+                store,
                 keys: &keys,
                 tokens: &tokens,
                 armed: true,
@@ -332,8 +327,8 @@ impl Claim for MultiClaim<'_> {
                             sent_at,
                             answered_at,
                         };
-                        let shared = std::sync::Arc::new(LeaseShared::new(grant, &self.terms));
-                        taken.push(Lease::new(self.client.clone(), shared, Kind::Lock));
+                        let shared = std::sync::Arc::new(LeaseState::new(grant, &self.terms));
+                        taken.push(Lease::new(self.client.clone(), shared, Primitive::Lock));
                     }
                 }
                 AllReply::Busy { index, pttl } => {
@@ -371,7 +366,7 @@ async fn roll_back(taken: Vec<Lease>) {
 /// Gives back a group's possible grants if its call is cancelled or fails without a clear
 /// answer.
 struct GroupGuard<'a> {
-    client: &'a Client,
+    store: &'a Store,
     keys: &'a [&'a LockKeys],
     tokens: &'a [Token],
     armed: bool,
@@ -384,7 +379,7 @@ impl Drop for GroupGuard<'_> {
         }
         for (keys, token) in self.keys.iter().zip(self.tokens) {
             release_hold_in_background(
-                self.client.clone(),
+                self.store.clone(),
                 Hold::Key((*keys).clone()),
                 token.clone(),
             );

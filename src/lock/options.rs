@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
-use super::lease::Terms;
-use super::wait::{BACKOFF_MAX, BACKOFF_MIN, Retry, Wait};
+use super::context::LockContext;
+use super::state::Terms;
+use super::wait::{self, Acquired, BACKOFF_MAX, BACKOFF_MIN, Claim, OUTAGE_PATIENCE, Retry, Wait};
 use super::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use crate::core::Core;
 use crate::error::LockError;
-use crate::store::Replicas;
-use crate::{Capability, Client};
+use crate::store::{Capability, Replicas};
 
 /// A builder's lease options, before validation.
 #[derive(Debug, Clone)]
@@ -31,7 +32,7 @@ pub(crate) struct Options {
 impl Options {
     /// The defaults: ttl 30 s renewed by the watchdog, no waiting, no maximum or minimum
     /// hold, the client's replica acknowledgement.
-    pub(crate) fn new(client: &Client) -> Self {
+    pub(crate) fn new(client: &Core) -> Self {
         Self {
             ttl: DEFAULT_TTL,
             wait: Wait::No,
@@ -39,7 +40,7 @@ impl Options {
             max_hold: None,
             min_hold: None,
             replicas: client.default_replicas(),
-            store_patience: super::wait::OUTAGE_PATIENCE,
+            store_patience: OUTAGE_PATIENCE,
             max_attempts: None,
             backoff: (BACKOFF_MIN, BACKOFF_MAX),
         }
@@ -54,9 +55,18 @@ impl Options {
         }
     }
 
+    /// Waits for `claim` on `client` as these options say (see [`wait::acquire`]).
+    pub(crate) async fn wait_for<C: Claim>(
+        &self,
+        client: &LockContext,
+        claim: &mut C,
+    ) -> Result<(C::Granted, Acquired), LockError> {
+        wait::acquire(client, claim, self.wait, &self.retry()).await
+    }
+
     /// Checks every option against its bounds (no round trip), and what the client's store
     /// can do.
-    pub(crate) fn validate(&self, client: &Client) -> Result<Terms, LockError> {
+    pub(crate) fn validate(&self, client: &Core) -> Result<Terms, LockError> {
         check_ttl(self.ttl)?;
         if self.max_attempts == Some(0) {
             return Err(invalid(

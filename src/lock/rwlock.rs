@@ -14,20 +14,19 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
-use super::lease::{Grant, Hold, LeaseShared, Terms};
+use super::context::LockContext;
+use super::hold::Hold;
+use super::metrics::Primitive;
 use super::options::{Options, lease_options};
+use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
-use super::{GrantGuard, Lease, LeaseHandle, RunReport, guarded, released_after};
-use crate::error::{LockError, StoreError};
+use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
+use crate::error::LockError;
 use crate::keys::RwKeys;
-use crate::metrics::Kind;
-use crate::store::{AcquireReply, Side, Waits};
+use crate::store::{Side, Waits};
 use crate::token::Token;
-use crate::{Capability, Client};
 
-/// Options for taking a read-write lock. Start with [`Client::rw_lock`], then [`read`] for a
+/// Options for taking a read-write lock. Start with [`Client::rw_lock`](crate::Client::rw_lock), then [`read`] for a
 /// shared hold or [`write`] for the exclusive one.
 ///
 /// Defaults: ttl 30 s with the watchdog renewing it while held; try once (no waiting); no
@@ -59,14 +58,14 @@ use crate::{Capability, Client};
 #[must_use = "an RwLockBuilder does nothing until read(), write() or a run is awaited"]
 #[derive(Debug)]
 pub struct RwLockBuilder {
-    client: Client,
+    client: LockContext,
     name: String,
     options: Options,
 }
 
 impl RwLockBuilder {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        let mut options = Options::new(&client);
+    pub(crate) fn new(client: LockContext, name: String) -> Self {
+        let mut options = Options::new(client.core());
         // Replica acknowledgement is for locks only.
         options.replicas = None;
         Self {
@@ -79,13 +78,9 @@ impl RwLockBuilder {
     lease_options!();
 
     fn validate(&self) -> Result<(RwKeys, Terms), LockError> {
-        let keys = self.client.rw_keys(&self.name)?;
-        self.client
-            .supports(Capability::HolderSets)
-            .map_err(|refused| LockError::UnsupportedStore {
-                reason: refused.reason,
-            })?;
-        Ok((keys, self.options.validate(&self.client)?))
+        let keys = self.client.core().rw_keys(&self.name)?;
+        check_holder_sets(&self.client)?;
+        Ok((keys, self.options.validate(self.client.core())?))
     }
 
     /// Takes a read hold: shared with other readers, never with a writer. A reader waits
@@ -119,13 +114,7 @@ impl RwLockBuilder {
             terms,
             token: Token::generate(),
         };
-        let (shared, how) = wait::acquire(
-            &self.client,
-            &mut claim,
-            self.options.wait,
-            &self.options.retry(),
-        )
-        .await?;
+        let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
             rw_lock = %self.name,
             ?side,
@@ -169,16 +158,13 @@ impl RwLockBuilder {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lease = self.take(side).await?;
-        let handle = lease.handle();
-        let value = guarded(handle.clone(), body(handle)).await?;
-        Ok(released_after(lease, value).await)
+        run_under(self.take(side).await?, body).await
     }
 }
 
 /// A read or write hold to take, for the acquire loop.
 struct RwClaim<'a> {
-    client: &'a Client,
+    client: &'a LockContext,
     keys: RwKeys,
     side: Side,
     terms: Terms,
@@ -198,16 +184,16 @@ impl RwClaim<'_> {
 }
 
 impl Claim for RwClaim<'_> {
-    type Granted = Arc<LeaseShared>;
+    type Granted = Arc<LeaseState>;
 
     fn name(&self) -> &str {
         &self.keys.writer.name
     }
 
-    fn kind(&self) -> Kind {
+    fn kind(&self) -> Primitive {
         match self.side {
-            Side::Read => Kind::Read,
-            Side::Write => Kind::Write,
+            Side::Read => Primitive::Read,
+            Side::Write => Primitive::Write,
         }
     }
 
@@ -224,47 +210,13 @@ impl Claim for RwClaim<'_> {
         }
     }
 
-    async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseShared>>, LockError> {
-        let hold = self.hold();
-        let mut guard = GrantGuard {
-            client: self.client,
-            hold: hold.clone(),
-            token: &self.token,
-            armed: true,
-        };
-        let sent_at = Instant::now();
-        let reply = self
-            .client
-            .store()
-            .acquire_rw(
-                self.side,
-                &self.keys,
-                &self.token,
-                self.terms.grant_ttl(),
-                waits,
-            )
-            .await?;
-        guard.armed = false;
-        Ok(match reply {
-            AcquireReply::Granted { fence } => {
-                let grant = Grant {
-                    hold,
-                    token: self.token.clone(),
-                    fence,
-                    sent_at,
-                    answered_at: Instant::now(),
-                };
-                Attempt::Granted(Arc::new(LeaseShared::new(grant, &self.terms)))
-            }
-            AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
-            AcquireReply::Unreplicated { acked, wanted } => {
-                guard.armed = true;
-                return Err(LockError::Store(StoreError::NotReplicated {
-                    acked,
-                    wanted,
-                }));
-            }
+    async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseState>>, LockError> {
+        let (store, side, keys, token) = (self.client.store(), self.side, &self.keys, &self.token);
+        let ttl = self.terms.grant_ttl();
+        wait::settle(store, self.hold(), token, &self.terms, || {
+            store.acquire_rw(side, keys, token, ttl, waits)
         })
+        .await
     }
 
     /// Readers share the lock: a reader let in by a release passes the wake-up on.

@@ -12,23 +12,22 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
-use super::lease::{Grant, Hold, LeaseShared, Terms};
+use super::context::LockContext;
+use super::hold::Hold;
+use super::metrics::Primitive;
 use super::options::{Options, lease_options};
+use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
-use super::{GrantGuard, Lease, LeaseHandle, RunReport, guarded, released_after};
-use crate::error::{LockError, StoreError};
+use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
+use crate::error::LockError;
 use crate::keys::SetKeys;
-use crate::metrics::Kind;
-use crate::store::{AcquireReply, PermitsItem, Waits};
+use crate::store::{PermitsItem, Waits};
 use crate::token::Token;
-use crate::{Capability, Client};
 
 /// The most permits a semaphore may have (each held permit is one entry of a sorted set).
 pub const MAX_PERMITS: u32 = 10_000;
 
-/// Options for taking permits of a semaphore. Start with [`Client::semaphore`].
+/// Options for taking permits of a semaphore. Start with [`Client::semaphore`](crate::Client::semaphore).
 ///
 /// Defaults: ttl 30 s with the watchdog renewing it while held; try once (no waiting); no
 /// maximum hold.
@@ -57,15 +56,15 @@ pub const MAX_PERMITS: u32 = 10_000;
 #[must_use = "a SemaphoreBuilder does nothing until acquire() or run() is awaited"]
 #[derive(Debug)]
 pub struct SemaphoreBuilder {
-    client: Client,
+    client: LockContext,
     name: String,
     permits: u32,
     options: Options,
 }
 
 impl SemaphoreBuilder {
-    pub(crate) fn new(client: Client, name: String, permits: u32) -> Self {
-        let mut options = Options::new(&client);
+    pub(crate) fn new(client: LockContext, name: String, permits: u32) -> Self {
+        let mut options = Options::new(client.core());
         // Replica acknowledgement is for locks only.
         options.replicas = None;
         Self {
@@ -79,12 +78,8 @@ impl SemaphoreBuilder {
     lease_options!();
 
     fn validate(&self, count: u32) -> Result<(SetKeys, Terms), LockError> {
-        let keys = self.client.semaphore_keys(&self.name)?;
-        self.client
-            .supports(Capability::HolderSets)
-            .map_err(|refused| LockError::UnsupportedStore {
-                reason: refused.reason,
-            })?;
+        let keys = self.client.core().semaphore_keys(&self.name)?;
+        check_holder_sets(&self.client)?;
         if self.permits == 0 || self.permits > MAX_PERMITS {
             return Err(LockError::InvalidConfig {
                 reason: format!(
@@ -105,7 +100,7 @@ impl SemaphoreBuilder {
                 permits: self.permits,
             });
         }
-        Ok((keys, self.options.validate(&self.client)?))
+        Ok((keys, self.options.validate(self.client.core())?))
     }
 
     /// Takes one permit, waiting as configured.
@@ -137,13 +132,7 @@ impl SemaphoreBuilder {
             terms,
             token: Token::generate(),
         };
-        let (shared, how) = wait::acquire(
-            &self.client,
-            &mut claim,
-            self.options.wait,
-            &self.options.retry(),
-        )
-        .await?;
+        let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
             semaphore = %self.name,
             count,
@@ -153,7 +142,11 @@ impl SemaphoreBuilder {
             woken_by = how.woken_by,
             "permits acquired"
         );
-        Ok(Lease::new(self.client.clone(), shared, Kind::Semaphore))
+        Ok(Lease::new(
+            self.client.clone(),
+            shared,
+            Primitive::Semaphore,
+        ))
     }
 
     /// Takes one permit, runs `body` while it is held, and gives it back. As
@@ -179,16 +172,13 @@ impl SemaphoreBuilder {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lease = self.acquire().await?;
-        let handle = lease.handle();
-        let value = guarded(handle.clone(), body(handle)).await?;
-        Ok(released_after(lease, value).await)
+        run_under(self.acquire().await?, body).await
     }
 }
 
 /// Permits to take, for the acquire loop.
 struct PermitsClaim<'a> {
-    client: &'a Client,
+    client: &'a LockContext,
     keys: SetKeys,
     count: u32,
     permits: u32,
@@ -197,14 +187,14 @@ struct PermitsClaim<'a> {
 }
 
 impl Claim for PermitsClaim<'_> {
-    type Granted = Arc<LeaseShared>;
+    type Granted = Arc<LeaseState>;
 
     fn name(&self) -> &str {
         &self.keys.name
     }
 
-    fn kind(&self) -> Kind {
-        Kind::Semaphore
+    fn kind(&self) -> Primitive {
+        Primitive::Semaphore
     }
 
     fn fresh_token(&mut self) {
@@ -215,18 +205,12 @@ impl Claim for PermitsClaim<'_> {
         &self.keys.channel
     }
 
-    async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseShared>>, LockError> {
+    async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseState>>, LockError> {
+        let store = self.client.store();
         let hold = Hold::Entries {
             keys: self.keys.clone(),
             count: self.count,
         };
-        let mut guard = GrantGuard {
-            client: self.client,
-            hold: hold.clone(),
-            token: &self.token,
-            armed: true,
-        };
-        let sent_at = Instant::now();
         let item = PermitsItem {
             keys: &self.keys,
             token: &self.token,
@@ -235,28 +219,10 @@ impl Claim for PermitsClaim<'_> {
             ttl: self.terms.grant_ttl(),
             waits,
         };
-        let reply = self.client.store().acquire_permits(&item).await?;
-        guard.armed = false;
-        Ok(match reply {
-            AcquireReply::Granted { fence } => {
-                let grant = Grant {
-                    hold,
-                    token: self.token.clone(),
-                    fence,
-                    sent_at,
-                    answered_at: Instant::now(),
-                };
-                Attempt::Granted(Arc::new(LeaseShared::new(grant, &self.terms)))
-            }
-            AcquireReply::Busy { pttl } => Attempt::Busy(pttl),
-            AcquireReply::Unreplicated { acked, wanted } => {
-                guard.armed = true;
-                return Err(LockError::Store(StoreError::NotReplicated {
-                    acked,
-                    wanted,
-                }));
-            }
+        wait::settle(store, hold, &self.token, &self.terms, || {
+            store.acquire_permits(&item)
         })
+        .await
     }
 
     fn shared(&self) -> bool {

@@ -25,13 +25,24 @@
 //! the server (plus nothing: the margin is subtracted), as long as the server applies one
 //! lease's ops in the order they were sent, which one connection guarantees.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::lease::{LeaseShared, safety_margin};
+/// How long before the store could expire a lease its holder stops trusting it: the local
+/// safety deadline is the send time of the request that last set the ttl, plus the ttl, minus
+/// this margin.
+///
+/// It is an allowance for clock drift between this process and the store (1% of the ttl plus
+/// 2 ms, the Redlock analysis' figure) plus one for a late runtime (ttl/20, at most 50 ms), so
+/// the lost signal, which is a timer, still fires before the key can expire when the process
+/// is busy. For a 30 s ttl it is 352 ms; for 1 s, 62 ms.
+#[must_use]
+pub fn safety_margin(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2) + (ttl / 20).min(Duration::from_millis(50))
+}
 
 /// The shortest wait before a renewal that got no answer is tried again.
 const RETRY_MIN: Duration = Duration::from_millis(10);
@@ -217,24 +228,37 @@ fn deadline(sent_at: Instant, ttl: Duration) -> Instant {
     sent_at + ttl.saturating_sub(safety_margin(ttl))
 }
 
-/// The lease's op permit: one expiry-setting op on the wire at a time.
+/// A lease's timing and its op permit: one expiry-setting op on the wire at a time, and the
+/// timing it changes, together, so that only an [`ExpiryOp`] holding the permit applies an
+/// answer.
 #[derive(Debug)]
-pub(crate) struct OpGate(Arc<Semaphore>);
+pub(crate) struct OpGate {
+    permit: Arc<Semaphore>,
+    timing: Mutex<Timing>,
+}
 
 impl OpGate {
-    pub(crate) fn new() -> Self {
-        Self(Arc::new(Semaphore::new(1)))
+    pub(crate) fn new(timing: Timing) -> Self {
+        Self {
+            permit: Arc::new(Semaphore::new(1)),
+            timing: Mutex::new(timing),
+        }
+    }
+
+    /// The lease's timing; changed only through [`ExpiryOp`].
+    pub(crate) fn timing(&self) -> MutexGuard<'_, Timing> {
+        self.timing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The permit if no op is under way.
     pub(crate) fn try_take(&self) -> Option<OwnedSemaphorePermit> {
-        self.0.clone().try_acquire_owned().ok()
+        self.permit.clone().try_acquire_owned().ok()
     }
 
     /// Waits for the op under way to be answered, then takes the permit.
     pub(crate) async fn take(&self) -> OwnedSemaphorePermit {
         // The semaphore is never closed, so acquiring cannot fail.
-        match self.0.clone().acquire_owned().await {
+        match self.permit.clone().acquire_owned().await {
             Ok(permit) => permit,
             Err(_) => unreachable!("a lease's op gate is never closed"),
         }
@@ -242,15 +266,15 @@ impl OpGate {
 
     /// Whether an op is under way.
     pub(crate) fn busy(&self) -> bool {
-        self.0.available_permits() == 0
+        self.permit.available_permits() == 0
     }
 }
 
 /// One op that sets the key's expiry, from the moment it is sent to its answer. Dropped
 /// without [`finish`](Self::finish) (cancelled, or its task dropped), its answer counts as
 /// [`Answer::Unknown`].
-pub(crate) struct ExpiryOp {
-    lease: Arc<LeaseShared>,
+pub(crate) struct ExpiryOp<'a> {
+    gate: &'a OpGate,
     seq: u64,
     sent_at: Instant,
     kind: OpKind,
@@ -259,17 +283,17 @@ pub(crate) struct ExpiryOp {
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl ExpiryOp {
-    /// Starts an op on `lease`, holding its `permit`, sent now: `None` if `max_hold` forbids
-    /// any further expiry (renewals then stop for good).
+impl<'a> ExpiryOp<'a> {
+    /// Starts an op on the lease whose gate is `gate`, holding its `permit`, sent now: `None`
+    /// if `max_hold` forbids any further expiry (renewals then stop for good).
     pub(crate) fn start(
-        lease: Arc<LeaseShared>,
+        gate: &'a OpGate,
         permit: OwnedSemaphorePermit,
         kind: OpKind,
     ) -> Option<Self> {
         let sent_at = Instant::now();
         let (seq, ask) = {
-            let mut t = lease.timing();
+            let mut t = gate.timing();
             let wanted = match kind {
                 OpKind::Renewal => t.ttl,
                 OpKind::Extend(ttl) => ttl,
@@ -283,17 +307,13 @@ impl ExpiryOp {
             }
         };
         Some(Self {
-            lease,
+            gate,
             seq,
             sent_at,
             kind,
             ask,
             permit: Some(permit),
         })
-    }
-
-    pub(crate) fn lease(&self) -> &Arc<LeaseShared> {
-        &self.lease
     }
 
     /// The ttl to send.
@@ -310,7 +330,7 @@ impl ExpiryOp {
         let Some(permit) = self.permit.take() else {
             return;
         };
-        self.lease.timing().apply(
+        self.gate.timing().apply(
             self.seq,
             self.sent_at,
             self.kind,
@@ -322,7 +342,7 @@ impl ExpiryOp {
     }
 }
 
-impl Drop for ExpiryOp {
+impl Drop for ExpiryOp<'_> {
     fn drop(&mut self) {
         self.apply(Answer::Unknown);
     }

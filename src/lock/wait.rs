@@ -20,17 +20,21 @@
 //! lock's waiter that has waited long marks the lock so that its release reserves it for such
 //! waiters, of any client (see `acquire.lua`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::context::LockContext;
 use super::handoff::{Handed, Ticket};
-use crate::error::LockError;
+use super::hold::{Hold, release_hold_in_background};
+use super::metrics::{self, Primitive, Waiting};
+use super::state::{Grant, LeaseState, Terms};
+use crate::error::{LockError, StoreError};
 use crate::keys::LockKeys;
-use crate::metrics::{self, Kind, Waiting};
-use crate::store::{Subscription, Waits};
-use crate::{Capability, Client};
+use crate::store::{AcquireReply, Capability, Store, Subscription, Waits};
+use crate::token::Token;
 
 /// A waiter that has waited this long marks the lock so that its next release reserves it for
 /// such waiters, of any client (see `acquire.lua`): a client that releases and re-takes a lock
@@ -99,7 +103,7 @@ pub(crate) trait Claim {
     fn name(&self) -> &str;
 
     /// What it is, for the metrics' `kind` label.
-    fn kind(&self) -> Kind;
+    fn kind(&self) -> Primitive;
 
     /// The release channel whose message can end the wait: after a busy attempt, the one of
     /// what it found busy (a multi-lock's changes with the lock found busy).
@@ -169,7 +173,7 @@ impl Drop for WakeUp {
 /// ([transient](crate::StoreError::is_transient) ones are retried within the wait, for at most
 /// `patience` of nothing but errors).
 pub(crate) async fn acquire<C: Claim>(
-    client: &Client,
+    client: &LockContext,
     claim: &mut C,
     wait: Wait,
     retry: &Retry,
@@ -251,7 +255,7 @@ pub(crate) async fn acquire<C: Claim>(
             && let Some((keys, _)) = claim.lock()
         {
             unmark = Some(Unmark {
-                client: client.clone(),
+                store: store.clone(),
                 keys: keys.clone(),
                 armed: true,
             });
@@ -320,34 +324,23 @@ pub(crate) async fn acquire<C: Claim>(
                     retry_after: busy_for,
                 });
             }
-            (_, Some(deadline)) if now >= deadline || out_of_attempts => {
-                if let Some(unmark) = unmark.as_mut() {
-                    let others = subscription
-                        .as_ref()
-                        .is_some_and(Subscription::others_starving);
-                    unmark.now(others).await;
-                }
-                metrics::timed_out(kind);
-                return Err(LockError::Timeout {
-                    name: claim.name().to_owned(),
-                    waited: now - started,
-                });
+            (_, Some(deadline)) if now < deadline && !out_of_attempts => Some(deadline - now),
+            (_, None) if !out_of_attempts => Some(Duration::MAX),
+            // The wait, or the attempts, ran out.
+            _ => None,
+        };
+        let Some(remaining) = remaining else {
+            if let Some(unmark) = unmark.as_mut() {
+                let others = subscription
+                    .as_ref()
+                    .is_some_and(Subscription::others_starving);
+                unmark.now(others).await;
             }
-            (_, Some(deadline)) => deadline - now,
-            (_, None) if out_of_attempts => {
-                if let Some(unmark) = unmark.as_mut() {
-                    let others = subscription
-                        .as_ref()
-                        .is_some_and(Subscription::others_starving);
-                    unmark.now(others).await;
-                }
-                metrics::timed_out(kind);
-                return Err(LockError::Timeout {
-                    name: claim.name().to_owned(),
-                    waited: now - started,
-                });
-            }
-            (_, None) => Duration::MAX,
+            metrics::timed_out(kind);
+            return Err(LockError::Timeout {
+                name: claim.name().to_owned(),
+                waited: now - started,
+            });
         };
         if waiting.is_none() {
             waiting = Some(Waiting::start(kind));
@@ -380,7 +373,7 @@ pub(crate) async fn acquire<C: Claim>(
             && store.supports(Capability::HandOff).is_ok()
             && let Some((keys, ttl)) = claim.lock()
         {
-            ticket = Some(Ticket::join(client, keys, ttl));
+            ticket = Some(Ticket::join(client.handoffs(), store, keys, ttl));
         }
         let jitter = jitter_for(busy_for);
         let mut sleep = busy_for.saturating_add(jitter);
@@ -431,10 +424,76 @@ pub(crate) async fn acquire<C: Claim>(
     }
 }
 
+/// One attempt's round trip (`send`) and what its reply makes of it, for every claim whose
+/// grant is one lease: a grant becomes the state of a lease holding `hold` under `token`,
+/// kept on `terms`; a busy reply says for how long. If the attempt is cancelled, or fails
+/// without a clear answer (a store error, a grant too few replicas acknowledged), a grant it
+/// may have made is given back in the background.
+pub(crate) async fn settle<F>(
+    store: &Store,
+    hold: Hold,
+    token: &Token,
+    terms: &Terms,
+    send: impl FnOnce() -> F,
+) -> Result<Attempt<Arc<LeaseState>>, LockError>
+where
+    F: Future<Output = Result<AcquireReply, StoreError>>,
+{
+    let mut guard = GrantGuard {
+        store,
+        hold,
+        token,
+        armed: true,
+    };
+    let sent_at = Instant::now();
+    // An error (not replicated, no answer) leaves the guard armed: a grant it may have made
+    // is released.
+    let reply = send().await?;
+    match reply {
+        AcquireReply::Granted { fence } => {
+            guard.armed = false;
+            let grant = Grant {
+                hold: guard.hold.clone(),
+                token: token.clone(),
+                fence,
+                sent_at,
+                answered_at: Instant::now(),
+            };
+            Ok(Attempt::Granted(Arc::new(LeaseState::new(grant, terms))))
+        }
+        AcquireReply::Busy { pttl } => {
+            guard.armed = false;
+            Ok(Attempt::Busy(pttl))
+        }
+        AcquireReply::Unreplicated { acked, wanted } => {
+            Err(LockError::Store(StoreError::NotReplicated {
+                acked,
+                wanted,
+            }))
+        }
+    }
+}
+
+/// Gives back a possible grant if an attempt is cancelled or fails without a clear answer.
+struct GrantGuard<'a> {
+    store: &'a Store,
+    hold: Hold,
+    token: &'a Token,
+    armed: bool,
+}
+
+impl Drop for GrantGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            release_hold_in_background(self.store.clone(), self.hold.clone(), self.token.clone());
+        }
+    }
+}
+
 /// The starving mark a waiter left on a lock (see `unmark.lua`): taken back when it gives up,
 /// at once when it times out, in the background when it is cancelled.
 struct Unmark {
-    client: Client,
+    store: Store,
     keys: LockKeys,
     armed: bool,
 }
@@ -446,7 +505,7 @@ impl Unmark {
         if !std::mem::take(&mut self.armed) || others {
             return;
         }
-        if let Err(err) = self.client.store().unmark(&self.keys).await {
+        if let Err(err) = self.store.unmark(&self.keys).await {
             tracing::debug!(lock = %self.keys.name, error = %err, "could not take a starving mark back; the next release reserves the lock for a claim");
         }
     }
@@ -467,11 +526,11 @@ impl Drop for Unmark {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (client, keys) = (self.client.clone(), self.keys.clone());
+        let (store, keys) = (self.store.clone(), self.keys.clone());
         runtime.spawn(async move {
             // Another waiter of this client may still starve on it; its next attempt marks
             // the lock again.
-            let _ = client.store().unmark(&keys).await;
+            let _ = store.unmark(&keys).await;
         });
     }
 }

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::lease::LeaseShared;
+use super::state::LeaseState;
 use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::LossReason;
 use crate::store::{Held, RenewItem, Replicas, Store};
@@ -42,7 +42,7 @@ pub(crate) struct Watchdog {
 }
 
 struct Leases {
-    map: HashMap<u64, Arc<LeaseShared>>,
+    map: HashMap<u64, Arc<LeaseState>>,
     /// A task is running (or spawned) for this watchdog.
     running: bool,
 }
@@ -82,7 +82,7 @@ impl Watchdog {
 
     /// Starts watching a lease (renewing it if it renews; always enforcing its deadline).
     /// Returns the id to [`unwatch`](Self::unwatch) it with.
-    pub(crate) fn watch(&self, lease: Arc<LeaseShared>) -> u64 {
+    pub(crate) fn watch(&self, lease: Arc<LeaseState>) -> u64 {
         let first_event = {
             let t = lease.timing();
             t.next_renew()
@@ -304,19 +304,21 @@ fn scan(shared: &Shared, now: Instant) -> (Vec<Due>, Option<Instant>) {
 
 /// A lease due for renewal, with its op permit.
 struct Due {
-    lease: Arc<LeaseShared>,
+    lease: Arc<LeaseState>,
     permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
-    let mut ops = Vec::with_capacity(due.len());
+    let (leases, permits): (Vec<Arc<LeaseState>>, Vec<_>) =
+        due.into_iter().map(|d| (d.lease, d.permit)).unzip();
+    let mut ops = Vec::with_capacity(leases.len());
     let mut deadline: Option<Instant> = None;
-    for Due { lease, permit } in due {
+    for (lease, permit) in leases.iter().zip(permits) {
         // `None`: max_hold reached; the key runs out and the deadline fires the lost signal.
-        if let Some(op) = ExpiryOp::start(lease, permit, OpKind::Renewal) {
-            let valid_until = op.lease().valid_until();
+        if let Some(op) = ExpiryOp::start(&lease.op, permit, OpKind::Renewal) {
+            let valid_until = lease.valid_until();
             deadline = Some(deadline.map_or(valid_until, |d| d.min(valid_until)));
-            ops.push(op);
+            ops.push((lease, op));
         }
     }
     let Some(deadline) = deadline else {
@@ -324,18 +326,14 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
     };
     let items: Vec<RenewItem<'_>> = ops
         .iter()
-        .map(|op| {
-            let lease = op.lease();
-            lease.hold.renewal(&lease.token, op.ttl(), lease.replicas)
-        })
+        .map(|(lease, op)| lease.hold.renewal(&lease.token, op.ttl(), lease.replicas))
         .collect();
     shared.renewal_calls.fetch_add(1, Ordering::Relaxed);
     let reply = tokio::time::timeout_at(deadline, shared.store.renew(&items)).await;
     drop(items);
     match reply {
         Ok(Ok(replies)) if replies.len() == ops.len() => {
-            for (op, held) in ops.into_iter().zip(replies) {
-                let lease = op.lease().clone();
+            for ((lease, op), held) in ops.into_iter().zip(replies) {
                 match held {
                     Held::Yes => op.finish(Answer::Held),
                     Held::Gone | Held::Other => {
@@ -362,8 +360,8 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
     shared.wake.notify_one();
 }
 
-fn finish_unknown(ops: Vec<ExpiryOp>) {
-    for op in ops {
+fn finish_unknown(ops: Vec<(&Arc<LeaseState>, ExpiryOp<'_>)>) {
+    for (_, op) in ops {
         op.finish(Answer::Unknown);
     }
 }

@@ -15,61 +15,11 @@ use super::subject_rates::{
     DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, RateLookup, RateTable,
 };
 use super::{Policy, RateLimiter};
-use crate::client::Client;
+use crate::core::Core;
 use crate::error::{InvalidPolicy, RateLimitError};
 
-impl Client {
-    /// Starts a rate limiter enforcing one policy; [`build`](RateLimiterBuilder::build) it.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use distlock::ratelimit::{Policy, Rate};
-    ///
-    /// let client = distlock::Client::in_memory();
-    /// let limiter = client
-    ///     .rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?)
-    ///     .build()?;
-    /// assert!(limiter.check("user:7").await?.allowed);
-    /// # Ok(()) }
-    /// ```
-    pub fn rate_limiter(&self, policy: Policy) -> RateLimiterBuilder {
-        RateLimiterBuilder::new(self.clone(), vec![policy])
-    }
-
-    /// Starts a rate limiter enforcing several policies on each subject, all or nothing: a
-    /// request passes only if every policy allows it, and then it consumes from every one.
-    /// [`build`](RateLimiterBuilder::build) refuses none, more than [`MAX_POLICIES`], or two
-    /// with the same name.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use distlock::ratelimit::{Policy, Rate};
-    ///
-    /// let client = distlock::Client::in_memory();
-    /// let limiter = client
-    ///     .rate_limiter_all([
-    ///         Policy::gcra("per-second", Rate::per_second(10)?)?,
-    ///         Policy::fixed_window("per-day", Rate::per_day(2)?)?,
-    ///     ])
-    ///     .build()?;
-    /// assert!(limiter.check("user:7").await?.allowed);
-    /// assert!(limiter.check("user:7").await?.allowed);
-    /// let third = limiter.check("user:7").await?;
-    /// assert!(!third.allowed);
-    /// assert_eq!(&*third.policy, "per-day"); // the per-second policy was not consumed
-    /// assert_eq!(third.policies[0].remaining, 8);
-    /// # Ok(()) }
-    /// ```
-    pub fn rate_limiter_all(
-        &self,
-        policies: impl IntoIterator<Item = Policy>,
-    ) -> RateLimiterBuilder {
-        RateLimiterBuilder::new(self.clone(), policies.into_iter().collect())
-    }
-}
-
-/// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`] or
-/// [`Client::rate_limiter_all`]. Consuming: each setter returns the builder, and
+/// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`](crate::Client::rate_limiter) or
+/// [`Client::rate_limiter_all`](crate::Client::rate_limiter_all). Consuming: each setter returns the builder, and
 /// [`build`](Self::build) checks everything once.
 ///
 /// ```
@@ -95,7 +45,7 @@ impl Client {
 /// ```
 #[must_use = "a builder does nothing until it is built"]
 pub struct RateLimiterBuilder {
-    client: Client,
+    client: Core,
     policies: Vec<Policy>,
     outage: Outage,
     deadline: Option<Duration>,
@@ -122,7 +72,7 @@ impl std::fmt::Debug for RateLimiterBuilder {
 }
 
 impl RateLimiterBuilder {
-    fn new(client: Client, policies: Vec<Policy>) -> Self {
+    pub(crate) fn new(client: Core, policies: Vec<Policy>) -> Self {
         Self {
             client,
             policies,
@@ -338,7 +288,7 @@ impl RateLimiterBuilder {
     /// ```
     pub fn build(self) -> Result<RateLimiter, RateLimitError> {
         validate(&self.policies)?;
-        if let Err(refused) = self.client.supports(crate::Capability::RateLimits) {
+        if let Err(refused) = self.client.supports(crate::store::Capability::RateLimits) {
             return Err(RateLimitError::UnsupportedStore {
                 reason: refused.reason,
             });

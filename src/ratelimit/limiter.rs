@@ -16,7 +16,7 @@ use super::outage::{Outage, OutageLog, Unavailable};
 use super::reservation::{Reservation, Turn};
 use super::subject_rates::{Effective, RateTable};
 use super::{Decision, Origin, Policy, PolicyDecision};
-use crate::Client;
+use crate::core::Core;
 use crate::error::{RateLimitError, StoreError};
 use crate::keys::{rate_key_head, rate_keys};
 use crate::store::{MemoryStore, RateOp, RateReply, RateRequest};
@@ -41,7 +41,7 @@ pub const DEFAULT_DENY_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 
 /// Checks requests against one or more [`Policy`]s on a subject (a user, an API key, an IP
-/// address). Made by [`Client::rate_limiter`] and its [builder](super::RateLimiterBuilder).
+/// address). Made by [`Client::rate_limiter`](crate::Client::rate_limiter) and its [builder](super::RateLimiterBuilder).
 /// Cheap to clone; clones share the deny cache and the in-flight limit.
 ///
 /// Every check is one atomic round trip (or none, when the deny cache answers). With several
@@ -73,7 +73,7 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 /// ```
 #[derive(Clone)]
 pub struct RateLimiter {
-    client: Client,
+    client: Core,
     policies: Arc<[Policy]>,
     /// The policies as the store sees them, for subjects without rates of their own.
     base: Arc<Effective>,
@@ -151,7 +151,7 @@ pub(super) struct Settings {
 
 impl RateLimiter {
     /// A limiter over `policies`, already validated by the builder.
-    pub(super) fn new(client: Client, policies: Vec<Policy>, settings: Settings) -> Self {
+    pub(super) fn new(client: Core, policies: Vec<Policy>, settings: Settings) -> Self {
         let policies: Arc<[Policy]> = policies.into();
         let base = Effective::of(Arc::clone(&policies), settings.keep_log_us);
         let key_heads = policies

@@ -1,0 +1,91 @@
+//! The handle the floors above the store take: one store, its key prefix and fence keys, the
+//! client's id and the replica acknowledgement its locks ask for by default, and the key
+//! builders of the lock primitives. [`Client`](crate::Client) is built on it; the lock floor
+//! adds its watchdog and hand-off registry ([`LockContext`](crate::lock::context::LockContext)),
+//! and rate limiters, Bloom filters and fenced resources hold it as it is. None of them needs
+//! the client itself, so none of them imports it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::InvalidName;
+use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
+use crate::store::{Capability, Replicas, Store, Unsupported};
+
+/// A client's store and what names its keys. Cheap to clone: clones share one store.
+#[derive(Clone)]
+pub(crate) struct Core(Arc<Shared>);
+
+struct Shared {
+    /// Tells clients apart (a task's reentrant leases are per client).
+    id: u64,
+    store: Store,
+    prefix: String,
+    /// The fence keys of this client's locks: one per prefix, or one per slot on a cluster.
+    fences: Fences,
+    /// The replica acknowledgement locks ask for unless they say otherwise.
+    replicas: Option<Replicas>,
+}
+
+/// Shown as the client it is the core of (what builders and limiters that hold it show).
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("store", &self.0.store.kind())
+            .field("prefix", &self.0.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Core {
+    /// A core over `store`, with a new id.
+    pub(crate) fn new(store: Store, prefix: String, replicas: Option<Replicas>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let fences = store.fences(&prefix);
+        Self(Arc::new(Shared {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            store,
+            prefix,
+            fences,
+            replicas,
+        }))
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.0.store
+    }
+
+    /// The key prefix.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.0.prefix
+    }
+
+    /// The replica acknowledgement locks ask for unless they say otherwise.
+    pub(crate) fn default_replicas(&self) -> Option<Replicas> {
+        self.0.replicas
+    }
+
+    /// Whether the store can serve `capability`, and if not, why.
+    pub(crate) fn supports(&self, capability: Capability) -> Result<(), Unsupported> {
+        self.0.store.supports(capability)
+    }
+
+    /// The keys of lock `name`.
+    pub(crate) fn lock_keys(&self, name: &str) -> Result<LockKeys, InvalidName> {
+        LockKeys::new(&self.0.prefix, &self.0.fences, name)
+    }
+
+    /// The keys of semaphore `name`.
+    pub(crate) fn semaphore_keys(&self, name: &str) -> Result<SetKeys, InvalidName> {
+        SetKeys::semaphore(&self.0.prefix, &self.0.fences, name)
+    }
+
+    /// The keys of read-write lock `name`.
+    pub(crate) fn rw_keys(&self, name: &str) -> Result<RwKeys, InvalidName> {
+        RwKeys::new(&self.0.prefix, &self.0.fences, name)
+    }
+}

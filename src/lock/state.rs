@@ -1,0 +1,135 @@
+//! A granted lease's state, shared by the [`Lease`](super::Lease), its handles and the
+//! watchdog: what it holds, under which token and fence, its timing, and its lost signal.
+//! Below the lease and the watchdog, so that both can take it without importing each other.
+
+use std::sync::{MutexGuard, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::hold::Hold;
+use super::metrics::LeaseMetrics;
+use super::timing::{OpGate, Timing};
+use crate::error::LossReason;
+use crate::keys::LockKeys;
+use crate::store::Replicas;
+use crate::token::Token;
+
+/// A grant, as the store made it: what it holds, under which token and fence, and when the
+/// request that made it was sent and answered (a hand-off's word counts as its answer).
+pub(crate) struct Grant {
+    pub(crate) hold: Hold,
+    pub(crate) token: Token,
+    pub(crate) fence: u64,
+    pub(crate) sent_at: Instant,
+    pub(crate) answered_at: Instant,
+}
+
+/// How a granted lease is kept: the builder's options, once validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    /// The ttl renewals ask for.
+    pub(crate) ttl: Duration,
+    pub(crate) renews: bool,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) replicas: Option<Replicas>,
+}
+
+impl Terms {
+    /// The ttl the grant itself asks for: the ttl, or the minimum hold if that is longer, so
+    /// that a holder that dies right after the grant still keeps it that long.
+    pub(crate) fn grant_ttl(&self) -> Duration {
+        self.ttl.max(self.min_hold.unwrap_or_default())
+    }
+}
+
+/// State shared by a lease, its handles and the watchdog.
+pub(crate) struct LeaseState {
+    pub(crate) hold: Hold,
+    pub(crate) token: Token,
+    pub(crate) fence: u64,
+    /// How many times in a row the lock had been handed off when this lease got it (0 when
+    /// it was acquired the ordinary way; see `handoff.rs`).
+    pub(crate) handed_in_row: u32,
+    /// The lease's timing, and one expiry-setting op (renewal or extend) on the wire at a
+    /// time (see `timing.rs`).
+    pub(crate) op: OpGate,
+    /// Replica acknowledgement every renewal and extend needs, if any.
+    pub(crate) replicas: Option<Replicas>,
+    pub(super) ended: CancellationToken,
+    pub(super) reason: OnceLock<LossReason>,
+    pub(super) metrics: LeaseMetrics,
+}
+
+impl LeaseState {
+    pub(crate) fn new(grant: Grant, terms: &Terms) -> Self {
+        // Counted from the answer: the grant was made no later than that, so the key lives
+        // at least `min_hold` past it whatever the clocks of this process and the store.
+        let min_hold_until = terms
+            .min_hold
+            .and_then(|min| grant.answered_at.checked_add(min));
+        Self {
+            hold: grant.hold,
+            token: grant.token,
+            fence: grant.fence,
+            handed_in_row: 0,
+            op: OpGate::new(Timing::granted(
+                terms.ttl,
+                terms.grant_ttl(),
+                grant.sent_at,
+                terms.renews,
+                terms.max_hold,
+                min_hold_until,
+            )),
+            replicas: terms.replicas,
+            ended: CancellationToken::new(),
+            reason: OnceLock::new(),
+            metrics: LeaseMetrics::new(),
+        }
+    }
+
+    /// The lock's keys, for a lease that holds a lock key.
+    pub(crate) fn lock_keys(&self) -> Option<&LockKeys> {
+        match &self.hold {
+            Hold::Key(keys) => Some(keys),
+            Hold::Writer(_) | Hold::Entries { .. } => None,
+        }
+    }
+
+    /// The lease's timing; changed only through [`ExpiryOp`](super::timing::ExpiryOp).
+    pub(crate) fn timing(&self) -> MutexGuard<'_, Timing> {
+        self.op.timing()
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.timing().valid_until()
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Ends the lease for `reason` (the first reason wins) and fires the lost signal.
+    pub(crate) fn end(&self, reason: LossReason) {
+        if self.reason.set(reason).is_ok() {
+            if reason != LossReason::Released {
+                tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "lease lost");
+            }
+            self.metrics.ended(reason);
+        }
+        self.ended.cancel();
+    }
+
+    pub(super) fn check_deadline(&self) -> bool {
+        if self.is_ended() {
+            return true;
+        }
+        if Instant::now() >= self.valid_until() {
+            self.end(LossReason::Expired);
+            return true;
+        }
+        false
+    }
+}
