@@ -30,6 +30,7 @@ pub mod netns;
 pub mod node;
 pub mod process;
 pub mod proxy;
+pub mod sections;
 pub mod sentinel;
 pub mod server;
 pub mod tls;
