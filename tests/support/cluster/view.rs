@@ -154,7 +154,8 @@ pub struct ClusterView {
 
 /// What must be equal in two nodes' views for them to agree: per node id,
 /// (is master, master id, slots, agreed failure).
-pub(super) type Normalized = BTreeMap<String, (bool, Option<String>, Vec<RangeInclusive<u16>>, bool)>;
+pub(super) type Normalized =
+    BTreeMap<String, (bool, Option<String>, Vec<RangeInclusive<u16>>, bool)>;
 
 impl ClusterView {
     pub fn parse(text: &str) -> Result<Self, String> {
