@@ -238,56 +238,22 @@ async fn count_estimates_and_clear_empties(fx: Fixture) {
 /// Every setting at 0, its bounds and beyond is a typed error, never a panic; odd items
 /// (empty, binary, large) work.
 async fn settings_at_their_bounds(fx: Fixture) {
-    let invalid = [
-        fx.client.bloom_filter("b").open().await.err(),
-        fx.client
-            .bloom_filter("b")
-            .expected_items(0)
-            .open()
-            .await
-            .err(),
-        fx.client
-            .bloom_filter("b")
-            .expected_items(u64::MAX)
-            .open()
-            .await
-            .err(),
-        fx.client
-            .bloom_filter("b")
-            .expected_items(10)
-            .false_positive_rate(0.0)
-            .open()
-            .await
-            .err(),
-        fx.client
-            .bloom_filter("b")
-            .expected_items(10)
-            .false_positive_rate(1.0)
-            .open()
-            .await
-            .err(),
-        fx.client
-            .bloom_filter("b")
-            .expected_items(10)
-            .false_positive_rate(f64::NAN)
-            .open()
-            .await
-            .err(),
-        fx.client
-            .bloom_filter("b")
-            .expected_items(10)
-            .ttl(Duration::ZERO)
-            .open()
-            .await
-            .err(),
-        fx.client
-            .bloom_filter("b")
-            .expected_items(10)
-            .ttl(Duration::MAX)
-            .open()
-            .await
-            .err(),
+    let filter_b = || fx.client.bloom_filter("b");
+    let ten_items = || filter_b().expected_items(10);
+    let builders = [
+        filter_b(),
+        filter_b().expected_items(0),
+        filter_b().expected_items(u64::MAX),
+        ten_items().false_positive_rate(0.0),
+        ten_items().false_positive_rate(1.0),
+        ten_items().false_positive_rate(f64::NAN),
+        ten_items().ttl(Duration::ZERO),
+        ten_items().ttl(Duration::MAX),
     ];
+    let mut invalid = Vec::new();
+    for builder in builders {
+        invalid.push(builder.open().await.err());
+    }
     for (i, err) in invalid.into_iter().enumerate() {
         assert!(
             matches!(err, Some(BloomError::InvalidConfig { .. })),

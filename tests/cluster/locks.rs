@@ -11,8 +11,9 @@ use distlock::{Client, LockError, ReleaseOutcome};
 use rand::Rng as _;
 use redis::AsyncCommands as _;
 
-use crate::support::child::{self, ChildProcess, say};
+use crate::support::child::{self, run_children_to_done, say};
 use crate::support::cluster::{RedisCluster, slot_of};
+use crate::support::sections::{bump_counter_and_leave, enter_section, write_fenced};
 
 /// A distlock client on `cluster` under its own key prefix (tests share one cluster).
 pub async fn client(cluster: &RedisCluster, prefix: &str) -> Client {
@@ -319,26 +320,10 @@ async fn child_exclusion(client: Client, nodes: &[&str]) {
                     .await
                     .expect("acquire");
                 let tag = format!("{{{name}}}");
-                let inside: i64 = conn.incr(format!("occupancy{tag}"), 1).await.expect("incr");
-                if inside != 1 {
-                    let _: i64 = conn.incr("violations", 1).await.expect("incr");
-                }
-                let accepted: i64 = fenced
-                    .key(format!("fence-seen{tag}"))
-                    .arg(lease.fence())
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("fenced write");
-                if accepted != 1 {
-                    let _: i64 = conn.incr("fence-violations", 1).await.expect("incr");
-                }
-                let seen: i64 = conn.get(format!("counter{tag}")).await.unwrap_or(0);
-                tokio::time::sleep(Duration::from_micros(rand::random_range(0..500))).await;
-                let _: () = conn
-                    .set(format!("counter{tag}"), seen + 1)
-                    .await
-                    .expect("set");
-                let _: i64 = conn.decr(format!("occupancy{tag}"), 1).await.expect("decr");
+                enter_section(&mut conn, &tag).await;
+                let fence_key = format!("fence-seen{tag}");
+                write_fenced(&mut conn, &fenced, &fence_key, lease.fence()).await;
+                bump_counter_and_leave(&mut conn, &tag, 500).await;
                 assert_eq!(
                     lease.release().await.expect("release"),
                     ReleaseOutcome::Released
@@ -359,15 +344,7 @@ async fn child_exclusion(client: Client, nodes: &[&str]) {
 async fn mutual_exclusion_across_4_processes() {
     let cluster = RedisCluster::shared();
     let urls = cluster.seed_urls().join(",");
-    let children: Vec<ChildProcess> = (0..4)
-        .map(|_| ChildProcess::spawn(ENTRY, "exclusion", &urls))
-        .collect();
-    for child in &children {
-        child.expect_line("DONE", Duration::from_secs(240));
-    }
-    for child in children {
-        child.wait_success(Duration::from_secs(10));
-    }
+    run_children_to_done(ENTRY, "exclusion", &urls, 4, Duration::from_secs(240));
     let redis = redis::cluster::ClusterClient::new(cluster.seed_urls()).expect("client");
     let mut conn = redis.get_async_connection().await.expect("conn");
     let violations: Option<i64> = conn.get("violations").await.expect("GET");

@@ -33,6 +33,7 @@ use support::cluster::{
     ClusterNode, RedisCluster, Role, SLOTS, hash_tag_for_slot, key_in_slot, slot_of,
     temp_dir_prefix,
 };
+use support::files::{live_processes_in_dirs, wait_until_none_left};
 
 /// A redis-rs async cluster connection (follows `MOVED`/`ASK`) seeded with every node.
 async fn cluster_conn(cluster: &RedisCluster) -> ClusterConnection {
@@ -656,36 +657,10 @@ impl Drop for SelfChild {
 /// their working directory is a node dir under `distlock-cluster-<owner>-...` (redis-server
 /// rewrites its command line, so the cwd is what identifies them).
 fn redis_servers_of(owner: u32) -> BTreeSet<u32> {
-    let needle = format!("/{}{owner}-", temp_dir_prefix());
-    let mut found = BTreeSet::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let proc_dir = entry.path();
-        let comm = std::fs::read_to_string(proc_dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with("redis-server") {
-            continue;
-        }
-        let Ok(cwd) = std::fs::read_link(proc_dir.join("cwd")) else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-        if cwd.to_string_lossy().contains(&needle) && !zombie {
-            found.insert(pid);
-        }
-    }
-    found
+    live_processes_in_dirs(
+        &["redis-server"],
+        &[format!("/{}{owner}-", temp_dir_prefix())],
+    )
 }
 
 /// Cluster temp dirs of test process `owner` that still exist.
@@ -704,18 +679,7 @@ fn cluster_dirs_of(owner: u32) -> Vec<PathBuf> {
 
 /// Polls (up to 10 s) until test process `owner` has no live redis-server; returns how long.
 fn wait_no_servers(owner: u32) -> Duration {
-    let began = Instant::now();
-    loop {
-        let left = redis_servers_of(owner);
-        if left.is_empty() {
-            return began.elapsed();
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "redis-server processes {left:?} outlived test process {owner}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_none_left("redis-server processes", owner, || redis_servers_of(owner))
 }
 
 fn parse_pids(line: &str) -> BTreeSet<u32> {

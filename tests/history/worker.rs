@@ -424,17 +424,7 @@ async fn step(
     };
     match result {
         Ok(lease) => {
-            let at = stamp();
-            let valid = lease.valid_for();
-            rec.record_at(
-                at,
-                op,
-                "ok",
-                &[
-                    ("fence", lease.fence().to_string()),
-                    ("valid", valid.as_nanos().to_string()),
-                ],
-            );
+            record_grant(rec, op, &lease, &[]);
             hold(rec, lease, op, rng).await;
         }
         Err(e) => {
@@ -572,29 +562,8 @@ async fn probe(plan: &Plan, client: &Client, rec: &Arc<Recorder>, blocked: &str)
             .await
         {
             Ok(lease) => {
-                let at = stamp();
-                let valid = lease.valid_for();
-                rec.record_at(
-                    at,
-                    op,
-                    "ok",
-                    &[
-                        ("fence", lease.fence().to_string()),
-                        ("valid", valid.as_nanos().to_string()),
-                        ("blocked", blocked.into()),
-                    ],
-                );
-                rec.record(op, "end", &[("lease", op.to_string())]);
-                let rel = rec.next_op();
-                rec.record(
-                    rel,
-                    "inv",
-                    &[("kind", "release".into()), ("lease", op.to_string())],
-                );
-                match lease.release().await {
-                    Ok(_) => rec.record(rel, "ok", &[]),
-                    Err(e) => rec.record(rel, "fail", &[("err", lock_err(&e))]),
-                };
+                record_grant(rec, op, &lease, &[("blocked", blocked.into())]);
+                end_and_release(rec, lease, op).await;
             }
             Err(e) => {
                 rec.record(
@@ -605,6 +574,34 @@ async fn probe(plan: &Plan, client: &Client, rec: &Arc<Recorder>, blocked: &str)
             }
         }
     }
+}
+
+/// Records the grant of `op`, stamped when the acquire returned: the lease's fence and
+/// validity, then `extra`.
+fn record_grant(rec: &Recorder, op: u64, lease: &Lease, extra: &[(&str, String)]) {
+    let at = stamp();
+    let valid = lease.valid_for();
+    let mut pairs = vec![
+        ("fence", lease.fence().to_string()),
+        ("valid", valid.as_nanos().to_string()),
+    ];
+    pairs.extend_from_slice(extra);
+    rec.record_at(at, op, "ok", &pairs);
+}
+
+/// Records the end of lease `op`, then its release (`inv`, then `ok` or `fail`).
+async fn end_and_release(rec: &Recorder, lease: Lease, op: u64) {
+    rec.record(op, "end", &[("lease", op.to_string())]);
+    let rel = rec.next_op();
+    rec.record(
+        rel,
+        "inv",
+        &[("kind", "release".into()), ("lease", op.to_string())],
+    );
+    match lease.release().await {
+        Ok(_) => rec.record(rel, "ok", &[]),
+        Err(e) => rec.record(rel, "fail", &[("err", lock_err(&e))]),
+    };
 }
 
 /// TESTPLAN 16 at full scale: `waiters` tasks wait on the hot lock `HOT` (held by the parent)
@@ -634,29 +631,9 @@ async fn hot(plan: &Plan, client: &Client, rec: &Arc<Recorder>, waiters: usize) 
                 .await
             {
                 Ok(lease) => {
-                    let at = stamp();
-                    let valid = lease.valid_for();
-                    rec.record_at(
-                        at,
-                        op,
-                        "ok",
-                        &[
-                            ("fence", lease.fence().to_string()),
-                            ("valid", valid.as_nanos().to_string()),
-                        ],
-                    );
+                    record_grant(&rec, op, &lease, &[]);
                     claim(&rec, &lease, op);
-                    rec.record(op, "end", &[("lease", op.to_string())]);
-                    let rel = rec.next_op();
-                    rec.record(
-                        rel,
-                        "inv",
-                        &[("kind", "release".into()), ("lease", op.to_string())],
-                    );
-                    match lease.release().await {
-                        Ok(_) => rec.record(rel, "ok", &[]),
-                        Err(e) => rec.record(rel, "fail", &[("err", lock_err(&e))]),
-                    };
+                    end_and_release(&rec, lease, op).await;
                 }
                 Err(e) => {
                     rec.record(op, "fail", &[("err", lock_err(&e))]);

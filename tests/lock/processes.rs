@@ -8,8 +8,9 @@ use distlock::{Client, LockError, ReleaseOutcome};
 use redis::Script;
 
 use crate::support::RedisServer;
-use crate::support::child::{self, ChildProcess, say};
+use crate::support::child::{self, ChildProcess, run_children_to_done, say};
 use crate::support::fixture::connect;
+use crate::support::sections::{bump_counter_and_leave, enter_section};
 use crate::support::server::resource_conn;
 
 /// A fenced resource: a Redis key that accepts a write only with a fence above the last one.
@@ -68,7 +69,6 @@ async fn child_exclusion(client: Client, url: &str) {
         let client = client.clone();
         let mut conn = resource_conn(url).await;
         tasks.push(tokio::spawn(async move {
-            use redis::AsyncCommands;
             for _ in 0..PROCESS_SECTIONS {
                 let lease = client
                     .lock("processes")
@@ -76,14 +76,8 @@ async fn child_exclusion(client: Client, url: &str) {
                     .acquire()
                     .await
                     .expect("acquire");
-                let inside: i64 = conn.incr("occupancy", 1).await.expect("incr");
-                if inside != 1 {
-                    let _: i64 = conn.incr("violations", 1).await.expect("incr");
-                }
-                let seen: i64 = conn.get("counter").await.unwrap_or(0);
-                tokio::time::sleep(Duration::from_micros(rand::random_range(0..1000))).await;
-                let _: () = conn.set("counter", seen + 1).await.expect("set");
-                let _: i64 = conn.decr("occupancy", 1).await.expect("decr");
+                enter_section(&mut conn, "").await;
+                bump_counter_and_leave(&mut conn, "", 1000).await;
                 assert_eq!(
                     lease.release().await.expect("release"),
                     ReleaseOutcome::Released
@@ -148,15 +142,13 @@ async fn child_fenced(client: Client, url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_4_processes() {
     let server = RedisServer::start();
-    let children: Vec<ChildProcess> = (0..4)
-        .map(|_| ChildProcess::spawn(ENTRY, "exclusion", &server.url()))
-        .collect();
-    for child in &children {
-        child.expect_line("DONE", Duration::from_secs(240));
-    }
-    for child in children {
-        child.wait_success(Duration::from_secs(10));
-    }
+    run_children_to_done(
+        ENTRY,
+        "exclusion",
+        &server.url(),
+        4,
+        Duration::from_secs(240),
+    );
     let mut conn = server.conn().await;
     use redis::AsyncCommands;
     let counter: i64 = conn.get("counter").await.expect("counter");
@@ -412,15 +404,7 @@ async fn server_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_of_5_across_4_processes() {
     let server = RedisServer::start();
-    let children: Vec<ChildProcess> = (0..4)
-        .map(|_| ChildProcess::spawn(ENTRY, "permits", &server.url()))
-        .collect();
-    for child in &children {
-        child.expect_line("DONE", Duration::from_secs(240));
-    }
-    for child in children {
-        child.wait_success(Duration::from_secs(10));
-    }
+    run_children_to_done(ENTRY, "permits", &server.url(), 4, Duration::from_secs(240));
     let mut conn = server.conn().await;
     use redis::AsyncCommands;
     let most: i64 = conn.get("sem:max").await.expect("max");
@@ -532,15 +516,7 @@ async fn a_frozen_holder_sees_its_loss_and_frees_nothing_of_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_once_per_period_across_2_processes() {
     let server = RedisServer::start();
-    let children: Vec<ChildProcess> = (0..2)
-        .map(|_| ChildProcess::spawn(ENTRY, "job", &server.url()))
-        .collect();
-    for child in &children {
-        child.expect_line("DONE", Duration::from_secs(60));
-    }
-    for child in children {
-        child.wait_success(Duration::from_secs(10));
-    }
+    run_children_to_done(ENTRY, "job", &server.url(), 2, Duration::from_secs(60));
     let mut conn = server.conn().await;
     use redis::AsyncCommands;
     let overlaps: Option<i64> = conn.get("job:overlaps").await.expect("overlaps");

@@ -10,7 +10,7 @@ use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
 
 use crate::support::RedisServer;
-use crate::support::child::{self, ChildProcess};
+use crate::support::child::{self, run_children_to_done};
 use crate::support::fixture::connect;
 use crate::support::server::resource_conn;
 
@@ -68,15 +68,13 @@ async fn child_entry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locked_fn_never_overlaps_across_processes() {
     let server = RedisServer::start();
-    let children: Vec<ChildProcess> = (0..PROCESSES)
-        .map(|_| ChildProcess::spawn("processes::child_entry", "sections", &server.url()))
-        .collect();
-    for child in &children {
-        child.expect_line("DONE", Duration::from_secs(240));
-    }
-    for child in children {
-        child.wait_success(Duration::from_secs(10));
-    }
+    run_children_to_done(
+        "processes::child_entry",
+        "sections",
+        &server.url(),
+        PROCESSES,
+        Duration::from_secs(240),
+    );
     let mut conn = server.conn().await;
     let counter: i64 = conn.get("counter").await.expect("counter");
     let violations: Option<i64> = conn.get("violations").await.expect("violations");

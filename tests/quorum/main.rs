@@ -14,8 +14,9 @@ use distlock::{Client, LockError, RateLimitError, ReleaseOutcome, StoreError};
 use redis::AsyncCommands as _;
 
 use support::RedisServer;
-use support::child::{self, ChildProcess, say};
+use support::child::{self, ChildProcess, run_children_to_done, say};
 use support::lateness::LatenessProbe;
+use support::sections::{bump_counter_and_leave, enter_section, write_fenced};
 use support::server::resource_conn;
 
 mod capabilities;
@@ -354,23 +355,9 @@ async fn child_exclusion(client: Client, resource: &str) {
                     .acquire()
                     .await
                     .expect("acquire");
-                let inside: i64 = conn.incr("occupancy", 1).await.expect("incr");
-                if inside != 1 {
-                    let _: i64 = conn.incr("violations", 1).await.expect("incr");
-                }
-                let accepted: i64 = fenced
-                    .key("fence-seen")
-                    .arg(lease.fence())
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("fenced write");
-                if accepted != 1 {
-                    let _: i64 = conn.incr("fence-violations", 1).await.expect("incr");
-                }
-                let seen: i64 = conn.get("counter").await.unwrap_or(0);
-                tokio::time::sleep(Duration::from_micros(rand::random_range(0..500))).await;
-                let _: () = conn.set("counter", seen + 1).await.expect("set");
-                let _: i64 = conn.decr("occupancy", 1).await.expect("decr");
+                enter_section(&mut conn, "").await;
+                write_fenced(&mut conn, &fenced, "fence-seen", lease.fence()).await;
+                bump_counter_and_leave(&mut conn, "", 500).await;
                 assert_eq!(
                     lease.release().await.expect("release"),
                     ReleaseOutcome::Released
@@ -433,15 +420,7 @@ async fn mutual_exclusion_across_4_processes() {
     let mut all = urls(&nodes);
     all.push(resource.url());
     let all = all.join(",");
-    let children: Vec<ChildProcess> = (0..4)
-        .map(|_| ChildProcess::spawn(ENTRY, "exclusion", &all))
-        .collect();
-    for child in &children {
-        child.expect_line("DONE", Duration::from_secs(240));
-    }
-    for child in children {
-        child.wait_success(Duration::from_secs(10));
-    }
+    run_children_to_done(ENTRY, "exclusion", &all, 4, Duration::from_secs(240));
     let mut conn = resource.conn().await;
     let violations: Option<i64> = conn.get("violations").await.expect("GET");
     let fence_violations: Option<i64> = conn.get("fence-violations").await.expect("GET");

@@ -29,6 +29,23 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// (the cache counts from when its check was sent, the store from when it decided).
 const SLACK: Duration = Duration::from_millis(250);
 
+/// Two limiters of `p` on the fixture's client: one with the deny cache (the default), one
+/// without (`deny_cache(0)`), whose answers are the reference.
+fn cached_and_uncached(fx: &Fixture, p: Policy) -> (RateLimiter, RateLimiter) {
+    let cached = fx
+        .client
+        .rate_limiter(p.clone())
+        .build()
+        .expect("valid limiter");
+    let uncached = fx
+        .client
+        .rate_limiter(p)
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
+    (cached, uncached)
+}
+
 /// Checks `cost` on both limiters and asserts the cached answer is the store's, figure by
 /// figure and policy by policy. Returns the cached answer.
 async fn compare(
@@ -84,18 +101,7 @@ async fn compare(
 /// bucket earn one unit per interval, so cost 3 waits two intervals (24 minutes) longer.
 async fn a_larger_cost_waits_its_own_time(fx: Fixture) {
     for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
-        let p = policy(algorithm, 5, HOUR);
-        let cached = fx
-            .client
-            .rate_limiter(p.clone())
-            .build()
-            .expect("valid limiter");
-        let uncached = fx
-            .client
-            .rate_limiter(p)
-            .deny_cache(0)
-            .build()
-            .expect("valid limiter");
+        let (cached, uncached) = cached_and_uncached(&fx, policy(algorithm, 5, HOUR));
         let what = format!("{algorithm} on {}", store_name(&fx));
         assert!(cached.check_n("larger", 5).await.expect("check").allowed);
         let first = compare(&cached, &uncached, "larger", 1, &what).await;
@@ -116,18 +122,7 @@ async fn a_larger_cost_waits_its_own_time(fx: Fixture) {
 /// later answers report what is left after it, on every algorithm.
 async fn a_smaller_allowed_cost_refreshes_the_figures(fx: Fixture) {
     for algorithm in ALGORITHMS {
-        let p = policy(algorithm, 5, HOUR);
-        let cached = fx
-            .client
-            .rate_limiter(p.clone())
-            .build()
-            .expect("valid limiter");
-        let uncached = fx
-            .client
-            .rate_limiter(p)
-            .deny_cache(0)
-            .build()
-            .expect("valid limiter");
+        let (cached, uncached) = cached_and_uncached(&fx, policy(algorithm, 5, HOUR));
         let what = format!("{algorithm} on {}", store_name(&fx));
         assert!(cached.check_n("smaller", 3).await.expect("check").allowed);
         let denied = compare(&cached, &uncached, "smaller", 3, &what).await;

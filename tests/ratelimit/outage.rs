@@ -89,6 +89,25 @@ async fn concurrent_checks(
     out
 }
 
+/// Runs 20 checks at once on `limiter` while the store is `what` (slow, killed...): `judge`
+/// asserts on each answer, then each must have come within the deadline.
+async fn checks_in_time(
+    limiter: &RateLimiter,
+    probe: &LatenessProbe,
+    what: &str,
+    judge: impl Fn(Result<distlock::ratelimit::Decision, RateLimitError>),
+) {
+    let mark = probe.mark();
+    for (result, took) in concurrent_checks(limiter, 20).await {
+        judge(result);
+        assert!(
+            within_deadline(took, probe, mark),
+            "{what}: answered after {took:?} (timers {:?} late meanwhile)",
+            probe.since(mark)
+        );
+    }
+}
+
 fn is_unavailable(err: &RateLimitError) -> bool {
     matches!(
         err,
@@ -113,8 +132,7 @@ async fn fail_closed_answers_within_the_deadline() {
             "slow" => proxy.delay(Duration::from_secs(1)),
             _ => proxy.blackhole(),
         }
-        let mark = probe.mark();
-        for (result, took) in concurrent_checks(&limiter, 20).await {
+        checks_in_time(&limiter, &probe, fault, |result| {
             match result {
                 Err(RateLimitError::Store(StoreError::Timeout { after })) => {
                     assert_eq!(after, DEADLINE, "{fault}");
@@ -123,26 +141,17 @@ async fn fail_closed_answers_within_the_deadline() {
                 Err(RateLimitError::CircuitOpen { .. }) => {}
                 other => panic!("{fault}: expected Store(Timeout), got {other:?}"),
             }
-            assert!(
-                within_deadline(took, &probe, mark),
-                "{fault}: answered after {took:?} (timers {:?} late meanwhile)",
-                probe.since(mark)
-            );
-        }
+        })
+        .await;
     }
 
     proxy.pass();
     server.kill();
-    let mark = probe.mark();
-    for (result, took) in concurrent_checks(&limiter, 20).await {
+    checks_in_time(&limiter, &probe, "killed", |result| {
         let err = result.expect_err("fail closed with the server killed");
         assert!(is_unavailable(&err), "killed: {err:?}");
-        assert!(
-            within_deadline(took, &probe, mark),
-            "killed: answered after {took:?} (timers {:?} late meanwhile)",
-            probe.since(mark)
-        );
-    }
+    })
+    .await;
 }
 
 /// Fail-open: with the store slow or killed, checks pass at once (origin `FailOpen`);
@@ -160,36 +169,26 @@ async fn fail_open_passes_then_the_store_counts_again() {
     let probe = LatenessProbe::start();
 
     proxy.delay(Duration::from_secs(1));
-    let mark = probe.mark();
-    for (result, took) in concurrent_checks(&limiter, 20).await {
+    checks_in_time(&limiter, &probe, "slow", |result| {
         let d = result.expect("fail open never errs");
         assert!(
             d.allowed && d.origin == Origin::FailOpen,
             "slow: {}",
             brief(&d)
         );
-        assert!(
-            within_deadline(took, &probe, mark),
-            "slow: answered after {took:?} (timers {:?} late meanwhile)",
-            probe.since(mark)
-        );
-    }
+    })
+    .await;
     proxy.pass();
     server.kill();
-    let mark = probe.mark();
-    for (result, took) in concurrent_checks(&limiter, 20).await {
+    checks_in_time(&limiter, &probe, "killed", |result| {
         let d = result.expect("fail open never errs");
         assert!(
             d.allowed && d.origin == Origin::FailOpen,
             "killed: {}",
             brief(&d)
         );
-        assert!(
-            within_deadline(took, &probe, mark),
-            "killed: answered after {took:?} (timers {:?} late meanwhile)",
-            probe.since(mark)
-        );
-    }
+    })
+    .await;
 
     server.restart();
     let back = Instant::now();

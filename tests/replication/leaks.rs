@@ -5,9 +5,10 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::child::{self, ChildProcess};
+use crate::support::files::{live_processes_in_dirs, wait_until_none_left};
 use crate::support::sentinel::{SENTINELS, SentinelSetup, temp_dir_prefix};
 use crate::support::tls::TlsServer;
 
@@ -52,52 +53,12 @@ fn processes_of(owner: u32) -> BTreeSet<u32> {
         .iter()
         .map(|kind| format!("/{}{kind}-{owner}-", temp_dir_prefix()))
         .collect();
-    let mut found = BTreeSet::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let proc_dir = entry.path();
-        let comm = std::fs::read_to_string(proc_dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with("redis-server") && !comm.starts_with("redis-sentinel") {
-            continue;
-        }
-        let Ok(cwd) = std::fs::read_link(proc_dir.join("cwd")) else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-        let cwd = cwd.to_string_lossy();
-        if !zombie && needles.iter().any(|n| cwd.contains(n.as_str())) {
-            found.insert(pid);
-        }
-    }
-    found
+    live_processes_in_dirs(&["redis-server", "redis-sentinel"], &needles)
 }
 
 /// Polls (up to 10 s) until test process `owner` has no live redis process; returns how long.
 fn wait_none_left(owner: u32) -> Duration {
-    let began = Instant::now();
-    loop {
-        let left = processes_of(owner);
-        if left.is_empty() {
-            return began.elapsed();
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "redis processes {left:?} outlived test process {owner}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_none_left("redis processes", owner, || processes_of(owner))
 }
 
 /// Removes the temp dirs a child could not remove itself.

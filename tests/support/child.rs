@@ -35,6 +35,21 @@ pub fn say(line: &str) {
     let _ = out.flush();
 }
 
+/// Runs `count` children of this binary's `entry` test in `role` against `url` to the end:
+/// waits up to `within` for each one's `DONE` report, then up to 10 s for each to exit
+/// successfully; a child that does not fails the test with why (see [`ChildProcess`]).
+pub fn run_children_to_done(entry: &str, role: &str, url: &str, count: usize, within: Duration) {
+    let children: Vec<ChildProcess> = (0..count)
+        .map(|_| ChildProcess::spawn(entry, role, url))
+        .collect();
+    for child in &children {
+        child.expect_line("DONE", within);
+    }
+    for child in children {
+        child.wait_success(Duration::from_secs(10));
+    }
+}
+
 /// A child process running this test binary's `entry` test in `role`; killed on drop.
 pub struct ChildProcess {
     /// In a mutex so that `&self` methods can ask whether it has exited.

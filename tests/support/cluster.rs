@@ -72,25 +72,34 @@
 //!
 //! Stopped (SIGSTOPped) nodes count as down for every wait of the harness.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
+use std::collections::BTreeSet;
 use std::fs;
-use std::future::Future;
-use std::io::{self, BufRead, BufReader, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use super::process::{TiedChild, registry, spawn_tied};
+use super::files::{LOG_FILE, free_ports, make_temp_dir};
+use super::node::{
+    NodeProcess, PROBE_CONNECT_TIMEOUT, PROBE_RESPONSE_TIMEOUT, Poll, block_on_isolated,
+    info_section, inspection_conn, ping, probe, spawn_error,
+};
+use super::process::{registry, spawn_tied};
 
-/// Number of hash slots of a Redis Cluster.
-pub const SLOTS: u16 = 16384;
+#[path = "cluster/migration.rs"]
+mod migration;
+#[path = "cluster/slots.rs"]
+mod slots;
+#[path = "cluster/view.rs"]
+mod view;
+
+pub use migration::SlotMigration;
+pub use slots::{SLOTS, hash_tag_for_slot, key_in_slot, slot_of};
+pub use view::{ClusterInfo, ClusterView, NodeEntry};
 
 /// Masters (and replicas: one per master) of a [`RedisCluster`].
 pub const MASTERS: usize = 3;
@@ -131,15 +140,6 @@ const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// aborts a manual failover after 5 s).
 const MANUAL_FAILOVER_ATTEMPT: Duration = Duration::from_secs(8);
 
-/// Overall bound of the key-moving part of a slot migration.
-const MIGRATE_DEADLINE: Duration = Duration::from_secs(60);
-
-/// `MIGRATE`'s own I/O timeout, in milliseconds.
-const MIGRATE_IO_TIMEOUT_MS: u64 = 5000;
-
-/// Keys per `CLUSTER GETKEYSINSLOT` / `MIGRATE ... KEYS` round.
-const MIGRATE_BATCH: usize = 100;
-
 /// Pause between two polls of the cluster's state.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -149,18 +149,8 @@ const PORT_ATTEMPTS: usize = 5;
 /// Lines of each node's log included in failure messages.
 const LOG_TAIL_LINES: usize = 60;
 
-const LOG_FILE: &str = "redis.log";
-const STDIO_FILE: &str = "stdio.log";
 const CLI_LOG_FILE: &str = "redis-cli-create.log";
 const READY_LINE: &str = "Ready to accept connections";
-
-/// Timeouts of connections returned by [`ClusterNode::conn`].
-const CONN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const CONN_RESPONSE_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Timeouts of the harness's own short-lived probing connections.
-const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const PROBE_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Options the harness sets itself.
 const RESERVED_OPTIONS: &[&str] = &[
@@ -173,82 +163,6 @@ const RESERVED_OPTIONS: &[&str] = &[
     "cluster-config-file",
     "cluster-port",
 ];
-
-// ---------------------------------------------------------------------------
-// Slots
-// ---------------------------------------------------------------------------
-
-/// The hash slot of `key`, computed as Redis does: CRC16 (XMODEM) of the key,
-/// or of its hash tag (the bytes between the first `{` and the first `}` after
-/// it, if that is not empty), modulo 16384.
-pub fn slot_of(key: impl AsRef<[u8]>) -> u16 {
-    let key = key.as_ref();
-    let hashed = match key.iter().position(|&b| b == b'{') {
-        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
-            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
-            _ => key,
-        },
-        None => key,
-    };
-    crc16(hashed) & (SLOTS - 1)
-}
-
-/// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, as in Redis's `crc16.c`.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// A short string `t` such that `{t}` (and any key containing `{t}` as its
-/// first hash tag) hashes to `slot`.
-///
-/// # Panics
-///
-/// If `slot >= 16384`.
-pub fn hash_tag_for_slot(slot: u16) -> &'static str {
-    static TABLE: OnceLock<Vec<String>> = OnceLock::new();
-    assert!(slot < SLOTS, "slot {slot} out of range 0..{SLOTS}");
-    let table = TABLE.get_or_init(|| {
-        let mut table = vec![String::new(); usize::from(SLOTS)];
-        let mut missing = usize::from(SLOTS);
-        let mut n: u64 = 0;
-        while missing > 0 {
-            let tag = n.to_string();
-            let entry = &mut table[usize::from(crc16(tag.as_bytes()) & (SLOTS - 1))];
-            if entry.is_empty() {
-                *entry = tag;
-                missing -= 1;
-            }
-            n += 1;
-            assert!(n < 50_000_000, "cannot find hash tags for all slots");
-        }
-        table
-    });
-    &table[usize::from(slot)]
-}
-
-/// `{tag}:suffix` with the tag of [`hash_tag_for_slot`]: a key in `slot`.
-pub fn key_in_slot(slot: u16, suffix: &str) -> String {
-    format!("{{{}}}:{suffix}", hash_tag_for_slot(slot))
-}
-
-/// Panics with installation help if `err` says the binary does not exist.
-fn spawn_error(binary: &str, err: &io::Error) -> ! {
-    if err.kind() == io::ErrorKind::NotFound {
-        panic!("{binary} not found on PATH: {INSTALL_HELP}");
-    }
-    panic!("failed to spawn {binary}: {err}");
-}
 
 // ---------------------------------------------------------------------------
 // Builder
@@ -371,13 +285,6 @@ impl RedisClusterBuilder {
 // Nodes
 // ---------------------------------------------------------------------------
 
-#[derive(Debug)]
-struct NodeProcess {
-    child: Option<TiedChild>,
-    pid: u32,
-    stopped: bool,
-}
-
 /// One `redis-server` process of a [`RedisCluster`]. Its port, node id, dir
 /// and url never change (a restart reuses them); its role may (see
 /// [`RedisCluster::masters`] / [`ClusterNode::role`]).
@@ -387,16 +294,11 @@ pub struct ClusterNode {
     port: u16,
     bus_port: u16,
     id: String,
-    dir: PathBuf,
     args: Vec<String>,
-    process: Mutex<NodeProcess>,
+    /// Its dir (`--dir`, with `nodes.conf` and the log) and the running `redis-server`.
+    process: NodeProcess,
     /// Part of the shared cluster: the fault tools refuse to act.
     shared: bool,
-}
-
-/// Why a spawn attempt failed in a way the caller can retry.
-enum SpawnFailure {
-    PortInUse(String),
 }
 
 /// Role of a node in its own view of the cluster.
@@ -404,6 +306,18 @@ enum SpawnFailure {
 pub enum Role {
     Master,
     Replica,
+}
+
+/// The node's process: [`pid`](NodeProcess::pid), [`dir`](NodeProcess::dir) (its temp dir,
+/// with its config and log), [`is_running`](NodeProcess::is_running) (a SIGSTOPped one counts),
+/// [`is_serving`](NodeProcess::is_serving) (running and not SIGSTOPped),
+/// [`log`](NodeProcess::log) and [`log_tail`](NodeProcess::log_tail).
+impl std::ops::Deref for ClusterNode {
+    type Target = NodeProcess;
+
+    fn deref(&self) -> &NodeProcess {
+        &self.process
+    }
 }
 
 impl ClusterNode {
@@ -438,38 +352,6 @@ impl ClusterNode {
         &self.id
     }
 
-    /// The node's temp dir (its `--dir`, with `nodes.conf` and the log).
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Pid of the current process (the last one's after [`kill`](Self::kill)).
-    pub fn pid(&self) -> u32 {
-        self.process().pid
-    }
-
-    /// Whether the process runs (a SIGSTOPped one counts as running).
-    pub fn is_running(&self) -> bool {
-        self.process().child.is_some()
-    }
-
-    /// Whether the process runs and is not SIGSTOPped.
-    pub fn is_serving(&self) -> bool {
-        let p = self.process();
-        p.child.is_some() && !p.stopped
-    }
-
-    /// The node's log file (all runs) and anything it printed on
-    /// stdout/stderr. Never panics.
-    pub fn log(&self) -> String {
-        read_logs(&self.dir)
-    }
-
-    /// The last `lines` lines of [`log`](Self::log).
-    pub fn log_tail(&self, lines: usize) -> String {
-        tail(&self.log(), lines)
-    }
-
     /// A plain `redis::Client` for this node only (commands for other nodes'
     /// slots get `MOVED`).
     pub fn client(&self) -> redis::Client {
@@ -485,22 +367,14 @@ impl ClusterNode {
     ///
     /// If the connection fails (message includes the node's log).
     pub async fn conn(&self) -> MultiplexedConnection {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONN_CONNECT_TIMEOUT))
-            .set_response_timeout(Some(CONN_RESPONSE_TIMEOUT));
-        match self
-            .client()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
-            Ok(conn) => conn,
-            Err(e) => panic!(
+        inspection_conn(&self.client()).await.unwrap_or_else(|e| {
+            panic!(
                 "cannot connect to cluster node {} ({}): {e}\nlog tail:\n{}",
                 self.addr(),
                 self.id,
                 self.log_tail(LOG_TAIL_LINES)
-            ),
-        }
+            )
+        })
     }
 
     /// `CLUSTER INFO` of this node.
@@ -551,10 +425,7 @@ impl ClusterNode {
     }
 
     fn kill_process(&self) {
-        let mut p = self.process();
-        p.stopped = false;
-        // TiedChild's drop: unregister, SIGKILL (stopped or not), reap.
-        drop(p.child.take());
+        self.process.kill();
     }
 
     /// Freezes the process with SIGSTOP (it keeps its sockets but answers
@@ -566,12 +437,7 @@ impl ClusterNode {
     /// If the node is not running or belongs to the shared cluster.
     pub fn stop_process(&self) {
         self.assert_not_shared("stop_process");
-        let mut p = self.process();
-        p.child
-            .as_ref()
-            .expect("cluster node is not running")
-            .signal(libc::SIGSTOP);
-        p.stopped = true;
+        self.process.stop("cluster node");
     }
 
     /// Resumes a process frozen by [`stop_process`](Self::stop_process).
@@ -581,12 +447,7 @@ impl ClusterNode {
     /// If the node is not running or belongs to the shared cluster.
     pub fn cont_process(&self) {
         self.assert_not_shared("cont_process");
-        let mut p = self.process();
-        p.child
-            .as_ref()
-            .expect("cluster node is not running")
-            .signal(libc::SIGCONT);
-        p.stopped = false;
+        self.process.cont("cluster node");
     }
 
     fn assert_not_shared(&self, what: &str) {
@@ -597,58 +458,16 @@ impl ClusterNode {
         );
     }
 
-    fn process(&self) -> MutexGuard<'_, NodeProcess> {
-        self.process.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Spawns the process (not waiting for it) and returns the log offset at
     /// which this run's output starts.
     fn spawn(&self) -> u64 {
-        let log_path = self.dir.join(LOG_FILE);
-        let log_offset = fs::metadata(&log_path).map_or(0, |m| m.len());
-        let stdio = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(STDIO_FILE))
-            .expect("create the node's stdio file");
-        let stderr = stdio.try_clone().expect("duplicate stdio file handle");
-        let mut cmd = Command::new(REDIS_SERVER);
-        cmd.args(&self.args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(stdio)
-            .stderr(stderr);
-        let child = spawn_tied(cmd).unwrap_or_else(|e| spawn_error(REDIS_SERVER, &e));
-        let mut p = self.process();
-        p.pid = child.pid();
-        p.stopped = false;
-        p.child = Some(child);
-        log_offset
+        self.process.spawn(&self.args)
     }
 
     /// One readiness check of a freshly spawned process.
     fn poll_ready(&self, log_offset: u64) -> Poll {
-        let exited = {
-            let mut p = self.process();
-            match p.child.as_mut() {
-                Some(child) => child.try_wait(),
-                None => return Poll::Failed("the process is gone (killed meanwhile?)".into()),
-            }
-        };
-        if let Some(status) = exited {
-            self.process().child = None;
-            let since = log_since(&self.dir.join(LOG_FILE), log_offset);
-            if since.contains("Address already in use") {
-                return Poll::PortInUse(self.log());
-            }
-            return Poll::Failed(format!("exited during start-up ({status})"));
-        }
-        let logged = log_since(&self.dir.join(LOG_FILE), log_offset).contains(READY_LINE);
-        if logged && ping(self.addr()) {
-            Poll::Ready
-        } else {
-            Poll::NotYet
-        }
+        self.process
+            .poll_ready(log_offset, READY_LINE, || ping(self.addr()))
     }
 
     fn start_failure(&self, what: &str) -> ! {
@@ -669,225 +488,6 @@ impl ClusterNode {
     async fn try_view(&self) -> Result<ClusterView, String> {
         let text = probe::<String>(self.addr(), redis::cmd("CLUSTER").arg("NODES")).await?;
         ClusterView::parse(&text)
-    }
-}
-
-enum Poll {
-    Ready,
-    NotYet,
-    PortInUse(String),
-    Failed(String),
-}
-
-// ---------------------------------------------------------------------------
-// Parsed CLUSTER INFO / CLUSTER NODES
-// ---------------------------------------------------------------------------
-
-/// A parsed `CLUSTER INFO` reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterInfo {
-    fields: BTreeMap<String, String>,
-    raw: String,
-}
-
-impl ClusterInfo {
-    pub fn parse(text: &str) -> Self {
-        let fields = text
-            .lines()
-            .filter_map(|line| line.trim().split_once(':'))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        Self {
-            fields,
-            raw: text.to_owned(),
-        }
-    }
-
-    /// A field, e.g. `get("cluster_state") == Some("ok")`.
-    pub fn get(&self, field: &str) -> Option<&str> {
-        self.fields.get(field).map(String::as_str)
-    }
-
-    /// A numeric field (`cluster_slots_ok`, `cluster_known_nodes`, ...).
-    pub fn number(&self, field: &str) -> Option<u64> {
-        self.get(field)?.parse().ok()
-    }
-
-    /// `cluster_state:ok`.
-    pub fn is_ok(&self) -> bool {
-        self.get("cluster_state") == Some("ok")
-    }
-
-    /// The reply as Redis sent it.
-    pub fn raw(&self) -> &str {
-        &self.raw
-    }
-}
-
-impl fmt::Display for ClusterInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.raw)
-    }
-}
-
-/// One line of `CLUSTER NODES`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeEntry {
-    pub id: String,
-    /// Client port (0 for a `noaddr` node).
-    pub port: u16,
-    pub flags: Vec<String>,
-    /// The master's id, for a replica.
-    pub master_id: Option<String>,
-    pub config_epoch: u64,
-    /// Link state `connected`.
-    pub connected: bool,
-    /// Owned slot ranges.
-    pub slots: Vec<RangeInclusive<u16>>,
-    /// `[slot->-id]` (migrating) and `[slot-<-id]` (importing) markers; only
-    /// on the `myself` line.
-    pub open_slots: Vec<String>,
-}
-
-impl NodeEntry {
-    pub fn has_flag(&self, flag: &str) -> bool {
-        self.flags.iter().any(|f| f == flag)
-    }
-
-    pub fn is_master(&self) -> bool {
-        self.has_flag("master")
-    }
-
-    pub fn is_replica(&self) -> bool {
-        self.has_flag("slave")
-    }
-
-    pub fn is_myself(&self) -> bool {
-        self.has_flag("myself")
-    }
-
-    /// Flagged `fail` (agreed failure; `fail?` is only suspected).
-    pub fn is_failed(&self) -> bool {
-        self.has_flag("fail")
-    }
-
-    pub fn owns(&self, slot: u16) -> bool {
-        self.slots.iter().any(|r| r.contains(&slot))
-    }
-
-    pub fn slot_count(&self) -> usize {
-        self.slots
-            .iter()
-            .map(|r| usize::from(r.end() - r.start()) + 1)
-            .sum()
-    }
-
-    fn parse(line: &str) -> Result<Self, String> {
-        let bad = || format!("malformed CLUSTER NODES line: {line:?}");
-        let mut parts = line.split_whitespace();
-        let mut next = || parts.next().ok_or_else(bad);
-        let id = next()?.to_owned();
-        let addr = next()?;
-        let flags = next()?.split(',').map(str::to_owned).collect();
-        let master = next()?;
-        let _ping_sent = next()?;
-        let _pong_recv = next()?;
-        let config_epoch = next()?.parse().map_err(|_| bad())?;
-        let link = next()?;
-        // ip:port@cport[,hostname]
-        let host_port = addr.split('@').next().unwrap_or_default();
-        let port_text = host_port.rsplit(':').next().unwrap_or_default();
-        let port = port_text.parse().map_err(|_| bad())?;
-        let mut slots = Vec::new();
-        let mut open_slots = Vec::new();
-        for token in parts {
-            if token.starts_with('[') {
-                open_slots.push(token.to_owned());
-            } else if let Some((a, b)) = token.split_once('-') {
-                let (a, b) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                slots.push(a..=b);
-            } else {
-                let s = token.parse().map_err(|_| bad())?;
-                slots.push(s..=s);
-            }
-        }
-        Ok(Self {
-            id,
-            port,
-            flags,
-            master_id: (master != "-").then(|| master.to_owned()),
-            config_epoch,
-            connected: link == "connected",
-            slots,
-            open_slots,
-        })
-    }
-}
-
-/// One node's parsed `CLUSTER NODES` reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterView {
-    pub entries: Vec<NodeEntry>,
-    raw: String,
-}
-
-/// What must be equal in two nodes' views for them to agree: per node id,
-/// (is master, master id, slots, agreed failure).
-type Normalized = BTreeMap<String, (bool, Option<String>, Vec<RangeInclusive<u16>>, bool)>;
-
-impl ClusterView {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let entries = text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(NodeEntry::parse)
-            .collect::<Result<_, _>>()?;
-        Ok(Self {
-            entries,
-            raw: text.to_owned(),
-        })
-    }
-
-    /// The reply as Redis sent it.
-    pub fn raw(&self) -> &str {
-        &self.raw
-    }
-
-    /// The answering node's own line.
-    pub fn myself(&self) -> Option<&NodeEntry> {
-        self.entries.iter().find(|e| e.is_myself())
-    }
-
-    pub fn get(&self, id: &str) -> Option<&NodeEntry> {
-        self.entries.iter().find(|e| e.id == id)
-    }
-
-    /// The master that owns `slot` in this view.
-    pub fn owner_of(&self, slot: u16) -> Option<&NodeEntry> {
-        self.entries.iter().find(|e| e.is_master() && e.owns(slot))
-    }
-
-    fn normalized(&self) -> Normalized {
-        self.entries
-            .iter()
-            .map(|e| {
-                (
-                    e.id.clone(),
-                    (
-                        e.is_master(),
-                        e.master_id.clone(),
-                        e.slots.clone(),
-                        e.is_failed(),
-                    ),
-                )
-            })
-            .collect()
-    }
-}
-
-impl fmt::Display for ClusterView {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.raw)
     }
 }
 
@@ -975,7 +575,7 @@ impl RedisCluster {
     fn start_with(builder: RedisClusterBuilder) -> RedisCluster {
         super::server::require_version(MIN_VERSION, "a Redis Cluster", MIN_VERSION_REASON);
         let began = Instant::now();
-        let root = make_temp_dir();
+        let root = make_temp_dir(temp_dir_prefix());
         let mut cluster = RedisCluster {
             nodes: Vec::with_capacity(NODES),
             root,
@@ -995,12 +595,7 @@ impl RedisCluster {
                 bus_port,
                 id: String::new(),
                 args: builder.node_args(port, bus_port, &dir),
-                dir,
-                process: Mutex::new(NodeProcess {
-                    child: None,
-                    pid: 0,
-                    stopped: false,
-                }),
+                process: NodeProcess::new(REDIS_SERVER, INSTALL_HELP, dir),
                 shared: false,
             });
         }
@@ -1069,7 +664,7 @@ impl RedisCluster {
                     let node = &mut self.nodes[index];
                     node.port = fresh[0];
                     node.bus_port = fresh[1];
-                    node.args = builder.node_args(node.port, node.bus_port, &node.dir);
+                    node.args = builder.node_args(node.port, node.bus_port, node.process.dir());
                     offset = node.spawn();
                     deadline = Instant::now() + READY_TIMEOUT;
                 }
@@ -1090,7 +685,7 @@ impl RedisCluster {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        let mut cli = spawn_tied(cmd).unwrap_or_else(|e| spawn_error(REDIS_CLI, &e));
+        let mut cli = spawn_tied(cmd).unwrap_or_else(|e| spawn_error(REDIS_CLI, &e, INSTALL_HELP));
         let deadline = Instant::now() + CREATE_TIMEOUT;
         let status = loop {
             if let Some(status) = cli.try_wait() {
@@ -1188,7 +783,7 @@ impl RedisCluster {
         self.nodes
             .iter()
             .filter(|n| n.is_running())
-            .map(ClusterNode::pid)
+            .map(|node| node.pid())
             .collect()
     }
 
@@ -1301,7 +896,7 @@ impl RedisCluster {
     }
 
     /// The tail of every node's log, with a header per node, for failure
-    /// messages ([`ClusterNode::log`] has a whole log).
+    /// messages ([`NodeProcess::log`] has a whole log).
     pub fn logs(&self) -> String {
         let mut out = String::new();
         for node in &self.nodes {
@@ -1570,65 +1165,6 @@ impl RedisCluster {
         );
     }
 
-    // -- slot migration ------------------------------------------------------
-
-    /// Moves `slot` (and its keys) from its current master to master `to`
-    /// with the online resharding protocol, and waits until the cluster has
-    /// settled with `to` owning it. Clients may keep using the slot meanwhile
-    /// (they get `ASK`, then `MOVED`). Returns how many keys were handed to
-    /// `MIGRATE`.
-    ///
-    /// # Panics
-    ///
-    /// If `to` is not a live master, already owns the slot, or a step fails
-    /// or times out.
-    pub async fn migrate_slot(&self, slot: u16, to: &ClusterNode) -> usize {
-        self.begin_migration(slot, to).await.finish().await
-    }
-
-    /// First half of [`migrate_slot`](Self::migrate_slot): `CLUSTER SETSLOT
-    /// <slot> IMPORTING <source>` on `to`, then `MIGRATING <to>` on the
-    /// source. No key has moved yet; move some with
-    /// [`SlotMigration::move_keys`], and always end with
-    /// [`SlotMigration::finish`].
-    ///
-    /// # Panics
-    ///
-    /// As [`migrate_slot`](Self::migrate_slot).
-    pub async fn begin_migration(&self, slot: u16, to: &ClusterNode) -> SlotMigration<'_> {
-        self.assert_not_shared("migrate_slot");
-        assert!(slot < SLOTS, "slot {slot} out of range");
-        let source = self.master_of_slot(slot).await;
-        assert!(
-            source.id != to.id,
-            "slot {slot} already belongs to {} ({})",
-            to.addr(),
-            to.id
-        );
-        assert!(
-            self.masters().await.iter().any(|m| m.id == to.id),
-            "migration target {} is not a live master",
-            to.addr()
-        );
-        // Target first: if the source said ASK before the target imports,
-        // the target would answer MOVED back to the source.
-        setslot(to, slot, "IMPORTING", &source.id)
-            .await
-            .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} IMPORTING on {}: {e}", to.addr()));
-        setslot(source, slot, "MIGRATING", &to.id)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("CLUSTER SETSLOT {slot} MIGRATING on {}: {e}", source.addr())
-            });
-        SlotMigration {
-            cluster: self,
-            slot,
-            source,
-            target: self.node(&to.id),
-            moved: 0,
-        }
-    }
-
     // -- failover ------------------------------------------------------------
 
     /// Graceful failover of `master`: `CLUSTER FAILOVER` on its replica
@@ -1818,209 +1354,9 @@ impl Drop for RedisCluster {
     }
 }
 
-/// A slot migration in progress; see [`RedisCluster::begin_migration`].
-/// Always [`finish`](Self::finish) it: dropping it leaves the slot open.
-#[derive(Debug)]
-#[must_use = "a slot migration must be finished"]
-pub struct SlotMigration<'a> {
-    cluster: &'a RedisCluster,
-    slot: u16,
-    source: &'a ClusterNode,
-    target: &'a ClusterNode,
-    moved: usize,
-}
-
-impl<'a> SlotMigration<'a> {
-    pub fn slot(&self) -> u16 {
-        self.slot
-    }
-
-    /// The master the slot is leaving.
-    pub fn source(&self) -> &'a ClusterNode {
-        self.source
-    }
-
-    /// The master the slot is moving to.
-    pub fn target(&self) -> &'a ClusterNode {
-        self.target
-    }
-
-    /// Keys handed to `MIGRATE` so far.
-    pub fn moved(&self) -> usize {
-        self.moved
-    }
-
-    /// Moves up to `max` keys of the slot from the source to the target
-    /// (`CLUSTER GETKEYSINSLOT` + `MIGRATE 127.0.0.1 port "" 0 5000 REPLACE
-    /// KEYS ...`, in batches of 100, retrying I/O errors for up to 60 s).
-    /// Returns how many keys were moved (0: none left).
-    ///
-    /// # Panics
-    ///
-    /// If `MIGRATE` keeps failing.
-    pub async fn move_keys(&mut self, max: usize) -> usize {
-        let mut conn = self.source.conn().await;
-        let deadline = Instant::now() + MIGRATE_DEADLINE;
-        let mut moved = 0;
-        while moved < max {
-            let batch = (max - moved).min(MIGRATE_BATCH);
-            let keys: Vec<Vec<u8>> = match redis::cmd("CLUSTER")
-                .arg("GETKEYSINSLOT")
-                .arg(self.slot)
-                .arg(batch)
-                .query_async(&mut conn)
-                .await
-            {
-                Ok(keys) => keys,
-                Err(e) => panic!(
-                    "CLUSTER GETKEYSINSLOT {} on {}: {e}",
-                    self.slot,
-                    self.source.addr()
-                ),
-            };
-            if keys.is_empty() {
-                break;
-            }
-            let result: redis::RedisResult<redis::Value> = redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(self.target.port)
-                .arg("")
-                .arg(0)
-                .arg(MIGRATE_IO_TIMEOUT_MS)
-                .arg("REPLACE")
-                .arg("KEYS")
-                .arg(&keys)
-                .query_async(&mut conn)
-                .await;
-            match result {
-                // `OK`, or `NOKEY` if they all expired meanwhile.
-                Ok(_) => moved += keys.len(),
-                Err(e) if Instant::now() < deadline => {
-                    eprintln!(
-                        "cluster harness: MIGRATE of slot {} from {} to {} failed, retrying: {e}",
-                        self.slot,
-                        self.source.addr(),
-                        self.target.addr()
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!(
-                    "MIGRATE of slot {} from {} to {} kept failing for {MIGRATE_DEADLINE:?}: {e}\n{}",
-                    self.slot,
-                    self.source.addr(),
-                    self.target.addr(),
-                    self.cluster.describe().await
-                ),
-            }
-        }
-        self.moved += moved;
-        moved
-    }
-
-    /// Moves the remaining keys, assigns the slot to the target (`CLUSTER
-    /// SETSLOT <slot> NODE <target>` on the target, then the source, then the
-    /// other masters) and waits until the cluster has settled with every live
-    /// node agreeing. Returns the number of keys moved in total.
-    ///
-    /// # Panics
-    ///
-    /// If a step fails or the cluster does not settle in time.
-    pub async fn finish(mut self) -> usize {
-        let cluster = self.cluster;
-        let (slot, source, target) = (self.slot, self.source, self.target);
-        let deadline = Instant::now() + MIGRATE_DEADLINE;
-        self.move_keys(usize::MAX).await;
-        if let Err(e) = setslot(target, slot, "NODE", &target.id).await {
-            panic!(
-                "CLUSTER SETSLOT {slot} NODE on target {}: {e}",
-                target.addr()
-            );
-        }
-        // The source refuses while it still holds keys of the slot (none can
-        // appear while it is MIGRATING, but be safe).
-        loop {
-            match setslot(source, slot, "NODE", &target.id).await {
-                Ok(()) => break,
-                Err(e) if e.contains("still hold keys") && Instant::now() < deadline => {
-                    self.move_keys(usize::MAX).await;
-                }
-                Err(e) => panic!(
-                    "CLUSTER SETSLOT {slot} NODE on source {}: {e}",
-                    source.addr()
-                ),
-            }
-        }
-        for master in cluster.masters().await {
-            if master.id != source.id
-                && master.id != target.id
-                && let Err(e) = setslot(master, slot, "NODE", &target.id).await
-            {
-                panic!("CLUSTER SETSLOT {slot} NODE on {}: {e}", master.addr());
-            }
-        }
-        let owned_by_target = |view: &ClusterView| match view.owner_of(slot) {
-            Some(owner) if owner.id == target.id => Ok(()),
-            other => Err(format!(
-                "slot {slot} still owned by {:?}",
-                other.map(|o| o.port)
-            )),
-        };
-        if let Err(reason) = cluster
-            .try_wait_settled(SETTLE_TIMEOUT, owned_by_target)
-            .await
-        {
-            panic!(
-                "the cluster did not settle after moving slot {slot} to {}: {reason}\n{}",
-                target.addr(),
-                cluster.describe().await
-            );
-        }
-        self.moved
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// `CLUSTER SETSLOT <slot> <subcommand> <node id>` on `node`.
-async fn setslot(node: &ClusterNode, slot: u16, subcommand: &str, id: &str) -> Result<(), String> {
-    probe::<String>(
-        node.addr(),
-        redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg(subcommand)
-            .arg(id),
-    )
-    .await
-    .map(drop)
-}
-
-/// Runs `cmd` on a fresh short-timeout connection to `addr`.
-async fn probe<T: redis::FromRedisValue>(addr: SocketAddr, cmd: &redis::Cmd) -> Result<T, String> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(PROBE_CONNECT_TIMEOUT))
-        .set_response_timeout(Some(PROBE_RESPONSE_TIMEOUT));
-    let client = redis::Client::open(format!("redis://{addr}/")).map_err(|e| e.to_string())?;
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    cmd.query_async(&mut conn).await.map_err(|e| e.to_string())
-}
-
-/// `INFO <section>` of `addr` as a field map.
-async fn info_section(addr: SocketAddr, section: &str) -> Result<BTreeMap<String, String>, String> {
-    let text = probe::<String>(addr, redis::cmd("INFO").arg(section))
-        .await
-        .map_err(|e| format!("{addr}: INFO {section}: {e}"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.trim().split_once(':'))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
-}
 
 /// `CLUSTER MYID` of a freshly started node (sync: runs before any runtime).
 fn node_id(node: &ClusterNode) -> String {
@@ -2037,112 +1373,7 @@ fn node_id(node: &ClusterNode) -> String {
     }
 }
 
-/// Runs `fut` to completion on a fresh current-thread runtime in a scoped
-/// thread, so that sync code can wait on async helpers even when called
-/// from inside another runtime. Panics propagate.
-fn block_on_isolated<F>(fut: F) -> F::Output
-where
-    F: Future + Send,
-    F::Output: Send,
-{
-    std::thread::scope(|scope| {
-        let handle = scope.spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("build a tokio runtime for the cluster harness")
-                .block_on(fut)
-        });
-        match handle.join() {
-            Ok(output) => output,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
-}
-
-/// `n` distinct ports that were free a moment ago (all bound at once, then
-/// released). Racy by nature; callers retry on a clash.
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| {
-            TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .expect("bind an ephemeral port on 127.0.0.1")
-        })
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("local addr").port())
-        .collect()
-}
-
-/// A fresh dir `distlock-cluster-<pid>-<n>-<nanos>` under the system temp
-/// dir (the pid lets a test find the processes of a given test process).
-fn make_temp_dir() -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let base = std::env::temp_dir();
-    for _ in 0..100 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "{}{}-{n}-{nanos:x}",
-            temp_dir_prefix(),
-            std::process::id()
-        ));
-        match fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-    panic!("cannot create a unique temp dir under {}", base.display());
-}
-
 /// Every cluster temp dir's name starts with this, then `<test process pid>-`.
 pub fn temp_dir_prefix() -> &'static str {
     "distlock-cluster-"
-}
-
-fn log_since(path: &Path, offset: u64) -> String {
-    let Ok(bytes) = fs::read(path) else {
-        return String::new();
-    };
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-fn read_logs(dir: &Path) -> String {
-    let mut out = match fs::read(dir.join(LOG_FILE)) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(e) => format!("<no log file {}: {e}>\n", dir.join(LOG_FILE).display()),
-    };
-    if let Ok(bytes) = fs::read(dir.join(STDIO_FILE))
-        && !bytes.is_empty()
-    {
-        out.push_str("--- redis-server stdout/stderr ---\n");
-        out.push_str(&String::from_utf8_lossy(&bytes));
-    }
-    out
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Sends a raw RESP `PING`; any answer but `-LOADING` counts.
-fn ping(addr: SocketAddr) -> bool {
-    let attempt = || -> io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(1)))?;
-        stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
-        let mut line = String::new();
-        BufReader::new(&stream).read_line(&mut line)?;
-        Ok(line)
-    };
-    matches!(attempt(), Ok(line) if !line.is_empty() && !line.starts_with("-LOADING"))
 }

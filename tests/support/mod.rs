@@ -11,6 +11,10 @@
 //!   timed failovers; [`tls::TlsServer`] runs a TLS-only server with certificates made at
 //!   test time ([`tls::TestCerts`]). Their processes die with the test process, however it
 //!   ends (as `cluster.rs`'s).
+//! * [`node::NodeProcess`] is the process half that the Cluster, Sentinel and TLS set-ups'
+//!   nodes share (spawn tied to the test, wait until ready, logs, SIGSTOP/SIGCONT/SIGKILL,
+//!   a new run on the same port); [`files`] has the ports, temp dirs and log readers of every
+//!   set-up.
 //!
 //! There is no mock of Redis anywhere: if `redis-server` is not installed the
 //! tests fail (panic) with instructions instead of silently skipping.
@@ -19,11 +23,14 @@
 pub mod child;
 pub mod cluster;
 pub mod faketime;
+pub mod files;
 pub mod fixture;
 pub mod lateness;
 pub mod netns;
+pub mod node;
 pub mod process;
 pub mod proxy;
+pub mod sections;
 pub mod sentinel;
 pub mod server;
 pub mod tls;

@@ -18,13 +18,13 @@
 //! A missing binary fails the test with instructions; nothing is ever skipped.
 
 use std::fs;
-use std::io;
-use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::support::files::{free_port, log_since, make_temp_dir};
+use crate::support::process::die_with_parent;
 
 /// Environment variable naming a directory with `initdb` and `postgres`, instead of the
 /// newest `/usr/lib/postgresql/<version>/bin`.
@@ -73,7 +73,7 @@ impl PostgresServer {
     pub fn start() -> Self {
         let bin = server_bin();
         let run_as = RunAs::current();
-        let dir = make_temp_dir();
+        let dir = make_temp_dir("distlock-pg-");
         if let Some((uid, gid)) = run_as.account {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
                 .unwrap_or_else(|e| panic!("cannot give {} to uid {uid}: {e}", dir.display()));
@@ -261,31 +261,6 @@ fn account(passwd: &str, name: &str) -> Option<(u32, u32)> {
     })
 }
 
-/// SIGKILL the child when the thread that spawned it (the test's) exits.
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: the closure only calls prctl(2) and getppid(2), which are async-signal-safe,
-    // and allocates nothing.
-    let parent = unsafe { libc::getpid() };
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
 /// `initdb` into `<dir>/data`: the superuser `postgres`, trusted on 127.0.0.1, UTF-8.
 fn initdb(bin: &Path, dir: &Path, run_as: RunAs) {
     let mut cmd = Command::new(bin.join("initdb"));
@@ -359,39 +334,4 @@ fn server_bin() -> PathBuf {
         .pop()
         .map(|(_, bin)| bin)
         .unwrap_or_else(|| panic!("{NOT_FOUND_HELP}"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port on 127.0.0.1")
-        .port()
-}
-
-/// A fresh directory under the system temp dir.
-fn make_temp_dir() -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let base = std::env::temp_dir();
-    for _ in 0..100 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!("distlock-pg-{}-{n}-{nanos:x}", std::process::id()));
-        match fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-    panic!("cannot create a unique temp dir under {}", base.display());
-}
-
-/// The log's text from byte `offset` on.
-fn log_since(path: &Path, offset: u64) -> String {
-    let bytes = fs::read(path).unwrap_or_default();
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
 }

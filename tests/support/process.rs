@@ -153,6 +153,18 @@ pub(crate) fn spawn_tied(cmd: Command) -> io::Result<TiedChild> {
 
 /// Runs on the spawner thread.
 fn spawn_with_pdeathsig(cmd: &mut Command) -> io::Result<Child> {
+    die_with_parent(cmd);
+    // Register under the lock taken before spawning, so the exit hook cannot
+    // run between the spawn and the registration.
+    let mut reg = registry();
+    let child = cmd.spawn()?;
+    reg.pids.insert(child.id());
+    Ok(child)
+}
+
+/// Makes the kernel SIGKILL the child `cmd` spawns when the thread that spawns it exits
+/// (`PR_SET_PDEATHSIG`), and refuses to start it if the parent is already gone.
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     // SAFETY: getpid(2) has no preconditions.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure only calls async-signal-safe functions (prctl,
@@ -176,10 +188,4 @@ fn spawn_with_pdeathsig(cmd: &mut Command) -> io::Result<Child> {
             Ok(())
         });
     }
-    // Register under the lock taken before spawning, so the exit hook cannot
-    // run between the spawn and the registration.
-    let mut reg = registry();
-    let child = cmd.spawn()?;
-    reg.pids.insert(child.id());
-    Ok(child)
 }

@@ -60,18 +60,16 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs;
-use std::future::Future;
-use std::io::{self, BufRead, BufReader, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use super::process::{TiedChild, spawn_tied};
+use super::files::{LOG_FILE, free_port};
+use super::node::{
+    NodeProcess, Poll, block_on_isolated, info_section, inspection_conn, ping, probe,
+};
 
 const REDIS_SERVER: &str = "redis-server";
 const REDIS_SENTINEL: &str = "redis-sentinel";
@@ -115,18 +113,8 @@ const PORT_ATTEMPTS: usize = 5;
 /// Lines of each process's log included in failure messages.
 pub const LOG_TAIL_LINES: usize = 80;
 
-const LOG_FILE: &str = "redis.log";
-const STDIO_FILE: &str = "stdio.log";
 const SERVER_CONFIG: &str = "redis.conf";
 const SENTINEL_CONFIG: &str = "sentinel.conf";
-
-/// Timeouts of connections returned by [`RedisNode::conn`].
-const CONN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const CONN_RESPONSE_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Timeouts of the harness's own short-lived probing connections.
-const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const PROBE_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Directives the harness writes itself into a data node's config.
 const RESERVED_OPTIONS: &[&str] = &[
@@ -142,14 +130,6 @@ const RESERVED_OPTIONS: &[&str] = &[
     "masteruser",
     "tls-port",
 ];
-
-/// Panics with installation help if `err` says the binary does not exist.
-fn spawn_error(binary: &str, err: &io::Error) -> ! {
-    if err.kind() == io::ErrorKind::NotFound {
-        panic!("{binary} not found on PATH: {INSTALL_HELP}");
-    }
-    panic!("failed to spawn {binary}: {err}");
-}
 
 // ---------------------------------------------------------------------------
 // One process
@@ -206,13 +186,6 @@ pub enum NodeRole {
     Sentinel,
 }
 
-#[derive(Debug)]
-struct NodeProcess {
-    child: Option<TiedChild>,
-    pid: u32,
-    stopped: bool,
-}
-
 /// One `redis-server` or `redis-sentinel` process with its own temp dir (its `dir`, config
 /// file and log). Its port, dir and url never change (a restart reuses them and the config
 /// file as the process last rewrote it). Killed and reaped on drop; the dir is removed by
@@ -222,16 +195,20 @@ pub struct RedisNode {
     kind: NodeKind,
     name: String,
     port: u16,
-    dir: PathBuf,
-    process: Mutex<NodeProcess>,
+    /// Its dir (its `dir`, config file and log) and the running process.
+    process: NodeProcess,
 }
 
-/// Why a start attempt failed in a way the caller can retry.
-enum Poll {
-    Ready,
-    NotYet,
-    PortInUse(String),
-    Failed(String),
+/// The node's process: [`pid`](NodeProcess::pid), [`dir`](NodeProcess::dir) (its temp dir,
+/// with its config and log), [`is_running`](NodeProcess::is_running) (a SIGSTOPped one counts),
+/// [`is_serving`](NodeProcess::is_serving) (running and not SIGSTOPped),
+/// [`log`](NodeProcess::log) and [`log_tail`](NodeProcess::log_tail).
+impl std::ops::Deref for RedisNode {
+    type Target = NodeProcess;
+
+    fn deref(&self) -> &NodeProcess {
+        &self.process
+    }
 }
 
 impl RedisNode {
@@ -257,12 +234,7 @@ impl RedisNode {
                 kind,
                 name: name.to_owned(),
                 port,
-                dir: dir.to_owned(),
-                process: Mutex::new(NodeProcess {
-                    child: None,
-                    pid: 0,
-                    stopped: false,
-                }),
+                process: NodeProcess::new(kind.binary(), INSTALL_HELP, dir.to_owned()),
             };
             fs::write(node.config_path(), config(port)).expect("write a node's config file");
             match node.spawn_and_wait() {
@@ -306,41 +278,9 @@ impl RedisNode {
         }
     }
 
-    /// The node's temp dir (its `dir`, with its config file and log).
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Its config file, as the process last rewrote it.
     pub fn config_path(&self) -> PathBuf {
-        self.dir.join(self.kind.config_file())
-    }
-
-    /// Pid of the current process (the last one's after [`kill`](Self::kill)).
-    pub fn pid(&self) -> u32 {
-        self.process().pid
-    }
-
-    /// Whether the process runs (a SIGSTOPped one counts as running).
-    pub fn is_running(&self) -> bool {
-        self.process().child.is_some()
-    }
-
-    /// Whether the process runs and is not SIGSTOPped.
-    pub fn is_serving(&self) -> bool {
-        let p = self.process();
-        p.child.is_some() && !p.stopped
-    }
-
-    /// The log file (all runs) and anything the process printed on stdout/stderr. Never
-    /// panics.
-    pub fn log(&self) -> String {
-        read_logs(&self.dir)
-    }
-
-    /// The last `lines` lines of [`log`](Self::log).
-    pub fn log_tail(&self, lines: usize) -> String {
-        tail(&self.log(), lines)
+        self.dir().join(self.kind.config_file())
     }
 
     /// A plain `redis::Client` for this node (no connection is made yet).
@@ -366,22 +306,14 @@ impl RedisNode {
     ///
     /// If the connection fails (the message has the node's log), or on a TLS server.
     pub async fn conn(&self) -> MultiplexedConnection {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONN_CONNECT_TIMEOUT))
-            .set_response_timeout(Some(CONN_RESPONSE_TIMEOUT));
-        match self
-            .client()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
-            Ok(conn) => conn,
-            Err(e) => panic!(
+        inspection_conn(&self.client()).await.unwrap_or_else(|e| {
+            panic!(
                 "cannot connect to {} ({}): {e}\nlog tail:\n{}",
                 self.name,
                 self.addr(),
                 self.log_tail(LOG_TAIL_LINES)
-            ),
-        }
+            )
+        })
     }
 
     /// `ROLE` of this node.
@@ -411,10 +343,7 @@ impl RedisNode {
     /// SIGKILLs and reaps the process (no-op if not running). Its dir, config and log stay
     /// for [`restart`](Self::restart).
     pub fn kill(&self) {
-        let mut p = self.process();
-        p.stopped = false;
-        // TiedChild's drop: unregister, SIGKILL (stopped or not), reap.
-        drop(p.child.take());
+        self.process.kill();
     }
 
     /// Freezes the process with SIGSTOP: it keeps its sockets (connects still complete in the
@@ -425,12 +354,7 @@ impl RedisNode {
     ///
     /// If the process is not running.
     pub fn stop_process(&self) {
-        let mut p = self.process();
-        p.child
-            .as_ref()
-            .unwrap_or_else(|| panic!("{} is not running", self.name))
-            .signal(libc::SIGSTOP);
-        p.stopped = true;
+        self.process.stop(&self.name);
     }
 
     /// Resumes a process frozen by [`stop_process`](Self::stop_process) (harmless if it is
@@ -440,12 +364,7 @@ impl RedisNode {
     ///
     /// If the process is not running.
     pub fn cont_process(&self) {
-        let mut p = self.process();
-        p.child
-            .as_ref()
-            .unwrap_or_else(|| panic!("{} is not running", self.name))
-            .signal(libc::SIGCONT);
-        p.stopped = false;
+        self.process.cont(&self.name);
     }
 
     /// SIGSTOPs the process and returns a guard that SIGCONTs it when dropped (also on
@@ -481,10 +400,6 @@ impl RedisNode {
         }
     }
 
-    fn process(&self) -> MutexGuard<'_, NodeProcess> {
-        self.process.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Spawns the process and waits until it is ready. `Err(log)` if the port was taken (the
     /// child is reaped); panics on any other failure.
     fn spawn_and_wait(&self) -> Result<(), String> {
@@ -504,58 +419,19 @@ impl RedisNode {
     /// Spawns the process (not waiting for it) and returns the log offset at which this run's
     /// output starts.
     fn spawn(&self) -> u64 {
-        let log_path = self.dir.join(LOG_FILE);
-        let log_offset = fs::metadata(&log_path).map_or(0, |m| m.len());
-        let stdio = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(STDIO_FILE))
-            .expect("create the node's stdio file");
-        let stderr = stdio.try_clone().expect("duplicate stdio file handle");
-        let binary = self.kind.binary();
-        let mut cmd = Command::new(binary);
-        cmd.arg(self.config_path())
-            // Absolute paths in the config, and a cwd that we own (it also tells which test
-            // process a redis process belongs to: see the leak tests).
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(stdio)
-            .stderr(stderr);
-        let child = spawn_tied(cmd).unwrap_or_else(|e| spawn_error(binary, &e));
-        let mut p = self.process();
-        p.pid = child.pid();
-        p.stopped = false;
-        p.child = Some(child);
-        log_offset
+        // Absolute paths in the config.
+        self.process.spawn([self.config_path()])
     }
 
     /// One readiness check of a freshly spawned process.
     fn poll_ready(&self, log_offset: u64) -> Poll {
-        let exited = {
-            let mut p = self.process();
-            match p.child.as_mut() {
-                Some(child) => child.try_wait(),
-                None => return Poll::Failed("the process is gone (killed meanwhile?)".into()),
-            }
-        };
-        let since = log_since(&self.dir.join(LOG_FILE), log_offset);
-        if let Some(status) = exited {
-            self.process().child = None;
-            if since.contains("Address already in use") {
-                return Poll::PortInUse(self.log());
-            }
-            return Poll::Failed(format!("exited during start-up ({status})"));
-        }
-        if !since.contains(self.kind.ready_line()) {
-            return Poll::NotYet;
-        }
-        let answers = match self.kind {
-            NodeKind::TlsServer => {
-                TcpStream::connect_timeout(&self.addr(), Duration::from_millis(500)).is_ok()
-            }
-            NodeKind::Server | NodeKind::Sentinel => ping(self.addr()),
-        };
-        if answers { Poll::Ready } else { Poll::NotYet }
+        self.process
+            .poll_ready(log_offset, self.kind.ready_line(), || match self.kind {
+                NodeKind::TlsServer => {
+                    TcpStream::connect_timeout(&self.addr(), Duration::from_millis(500)).is_ok()
+                }
+                NodeKind::Server | NodeKind::Sentinel => ping(self.addr()),
+            })
     }
 
     fn start_failure(&self, what: &str) -> ! {
@@ -589,12 +465,6 @@ impl RedisNode {
             self.port,
             self.pid()
         )
-    }
-}
-
-impl Drop for RedisNode {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -877,7 +747,7 @@ impl SentinelSetup {
             nodes: Vec::with_capacity(2),
             sentinels: Vec::with_capacity(SENTINELS),
             master_name: builder.master_name.clone(),
-            root: make_temp_dir(),
+            root: make_temp_dir_for("sentinel"),
             startup: Duration::ZERO,
         };
         let dir = setup.root.join("primary");
@@ -984,7 +854,7 @@ impl SentinelSetup {
             .iter()
             .chain(&self.sentinels)
             .filter(|n| n.is_running())
-            .map(RedisNode::pid)
+            .map(|node| node.pid())
             .collect()
     }
 
@@ -1609,135 +1479,13 @@ fn summarize(list: &[HashMap<String, String>], fields: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Runs `cmd` on a fresh short-timeout connection to `addr`.
-async fn probe<T: redis::FromRedisValue>(addr: SocketAddr, cmd: &redis::Cmd) -> Result<T, String> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(PROBE_CONNECT_TIMEOUT))
-        .set_response_timeout(Some(PROBE_RESPONSE_TIMEOUT));
-    let client = redis::Client::open(format!("redis://{addr}/")).map_err(|e| e.to_string())?;
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    cmd.query_async(&mut conn).await.map_err(|e| e.to_string())
-}
-
-/// `INFO <section>` of `addr` as a field map.
-async fn info_section(addr: SocketAddr, section: &str) -> Result<HashMap<String, String>, String> {
-    let text = probe::<String>(addr, redis::cmd("INFO").arg(section))
-        .await
-        .map_err(|e| format!("{addr}: INFO {section}: {e}"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.trim().split_once(':'))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
-}
-
-/// Runs `fut` to completion on a fresh current-thread runtime in a scoped thread, so that
-/// sync code can wait on async helpers even when called from inside another runtime. Panics
-/// propagate.
-fn block_on_isolated<F>(fut: F) -> F::Output
-where
-    F: Future + Send,
-    F::Output: Send,
-{
-    std::thread::scope(|scope| {
-        let handle = scope.spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("build a tokio runtime for the sentinel harness")
-                .block_on(fut)
-        });
-        match handle.join() {
-            Ok(output) => output,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
-}
-
-/// A port that was free a moment ago. Racy by nature; callers retry on a clash.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port on 127.0.0.1")
-        .port()
-}
-
 /// Every temp dir this module and `tls.rs` make starts with this, then `<kind>-<test process
 /// pid>-` (the pid lets a test find the processes of a given test process by their cwd).
 pub fn temp_dir_prefix() -> &'static str {
     "distlock-repl-"
 }
 
-/// A fresh dir `distlock-repl-sentinel-<pid>-<n>-<nanos>` under the system temp dir.
-fn make_temp_dir() -> PathBuf {
-    make_temp_dir_for("sentinel")
-}
-
 /// A fresh dir `distlock-repl-<kind>-<pid>-<n>-<nanos>` under the system temp dir.
 pub(crate) fn make_temp_dir_for(kind: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let base = std::env::temp_dir();
-    for _ in 0..100 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "{}{kind}-{}-{n}-{nanos:x}",
-            temp_dir_prefix(),
-            std::process::id()
-        ));
-        match fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-    panic!("cannot create a unique temp dir under {}", base.display());
-}
-
-fn log_since(path: &Path, offset: u64) -> String {
-    let Ok(bytes) = fs::read(path) else {
-        return String::new();
-    };
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-fn read_logs(dir: &Path) -> String {
-    let mut out = match fs::read(dir.join(LOG_FILE)) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(e) => format!("<no log file {}: {e}>\n", dir.join(LOG_FILE).display()),
-    };
-    if let Ok(bytes) = fs::read(dir.join(STDIO_FILE))
-        && !bytes.is_empty()
-    {
-        out.push_str("--- stdout/stderr ---\n");
-        out.push_str(&String::from_utf8_lossy(&bytes));
-    }
-    out
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Sends a raw RESP `PING`; any answer but `-LOADING` counts.
-fn ping(addr: SocketAddr) -> bool {
-    let attempt = || -> io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(1)))?;
-        stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
-        let mut line = String::new();
-        BufReader::new(&stream).read_line(&mut line)?;
-        Ok(line)
-    };
-    matches!(attempt(), Ok(line) if !line.is_empty() && !line.starts_with("-LOADING"))
+    super::files::make_temp_dir(&format!("{}{kind}-", temp_dir_prefix()))
 }

@@ -8,13 +8,16 @@
 
 use std::fmt::Write as _;
 use std::fs::{self, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::files::{LOG_FILE, STDIO_FILE, free_port, log_since, make_temp_dir, read_logs};
+use super::node::{inspection_conn, ping};
 
 /// Executable that is spawned; looked up on `PATH`.
 const REDIS_SERVER: &str = "redis-server";
@@ -39,24 +42,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many fresh ports [`RedisServerBuilder::start`] tries before giving up.
 const PORT_ATTEMPTS: usize = 5;
 
-/// Name of the server's log file (`--logfile`) inside its temp dir.
-const LOG_FILE: &str = "redis.log";
-
-/// Name of the file receiving the process's stdout and stderr (config errors
-/// are printed there, before the log file is opened).
-const STDIO_FILE: &str = "stdio.log";
-
 /// Options the harness sets itself; overriding them would break it.
 const RESERVED_OPTIONS: &[&str] = &["port", "bind", "dir", "logfile", "daemonize"];
 
 /// Line redis-server logs once its listening sockets are bound.
 const READY_LINE: &str = "Ready to accept connections";
-
-/// Response timeout of connections returned by [`RedisServer::conn`].
-const CONN_RESPONSE_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Connect timeout of connections returned by [`RedisServer::conn`].
-const CONN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Builder for a [`RedisServer`] with extra configuration.
 ///
@@ -166,7 +156,7 @@ impl RedisServerBuilder {
             let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
             self = self.acl_user(ACL_RUN_USER, &rules);
         }
-        let dir = make_temp_dir();
+        let dir = make_temp_dir("distlock-redis-");
         let mut last_failure = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
@@ -316,7 +306,7 @@ impl RedisServer {
     /// Never panics: unreadable files yield a placeholder. Meant for
     /// assertion/failure messages.
     pub fn log(&self) -> String {
-        read_logs(&self.dir)
+        read_logs(&self.dir, REDIS_SERVER)
     }
 
     /// A `redis::Client` for [`url`](Self::url) (no connection is made yet).
@@ -340,21 +330,13 @@ impl RedisServer {
     ///
     /// If the connection cannot be established (message includes the log).
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONN_CONNECT_TIMEOUT))
-            .set_response_timeout(Some(CONN_RESPONSE_TIMEOUT));
-        match self
-            .client()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
-            Ok(conn) => conn,
-            Err(e) => panic!(
+        inspection_conn(&self.client()).await.unwrap_or_else(|e| {
+            panic!(
                 "cannot connect to redis-server at {}: {e}\nserver log:\n{}",
                 self.addr(),
                 self.log()
-            ),
-        }
+            )
+        })
     }
 
     /// Waits (bounded by 10 s) until at least `count` replicas are online on this primary
@@ -727,12 +709,8 @@ pub fn resource_url(url: &str) -> String {
 /// of [`RedisServer::conn`]. redis-rs's default response timeout (500 ms) is shorter than a
 /// busy machine can delay an answer, which made children die on a plain `INCR`.
 pub async fn resource_conn(url: &str) -> redis::aio::MultiplexedConnection {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONN_CONNECT_TIMEOUT))
-        .set_response_timeout(Some(CONN_RESPONSE_TIMEOUT));
-    redis::Client::open(resource_url(url))
-        .expect("url")
-        .get_multiplexed_async_connection_with_config(&config)
+    let client = redis::Client::open(resource_url(url)).expect("url");
+    inspection_conn(&client)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
 }
@@ -898,83 +876,6 @@ fn send_signal(pid: u32, sig: libc::c_int) {
         "kill({pid}, {sig}) failed: {}",
         io::Error::last_os_error()
     );
-}
-
-/// A port that was free a moment ago (bind to port 0, read it, drop the
-/// listener). Racy by nature; callers retry on a clash.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port on 127.0.0.1")
-        .port()
-}
-
-/// Creates a fresh, uniquely named directory under the system temp dir.
-fn make_temp_dir() -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let base = std::env::temp_dir();
-    for _ in 0..100 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "distlock-redis-{}-{n}-{nanos:x}",
-            std::process::id()
-        ));
-        match fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-    panic!("cannot create a unique temp dir under {}", base.display());
-}
-
-/// The log file's content from byte `offset` on ("" if unreadable).
-fn log_since(path: &Path, offset: u64) -> String {
-    let Ok(bytes) = fs::read(path) else {
-        return String::new();
-    };
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-/// Log file + stdio file of a server dir, for humans.
-fn read_logs(dir: &Path) -> String {
-    let mut out = match fs::read(dir.join(LOG_FILE)) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(e) => format!("<no log file {}: {e}>\n", dir.join(LOG_FILE).display()),
-    };
-    if let Ok(bytes) = fs::read(dir.join(STDIO_FILE))
-        && !bytes.is_empty()
-    {
-        out.push_str("--- redis-server stdout/stderr ---\n");
-        out.push_str(&String::from_utf8_lossy(&bytes));
-    }
-    out
-}
-
-/// Sends a raw RESP `PING` and reports whether the server answered.
-///
-/// Any reply except `-LOADING` counts: with `--requirepass` an
-/// unauthenticated PING gets `-NOAUTH`, which still proves the server serves.
-fn ping(addr: SocketAddr) -> bool {
-    let attempt = || -> io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(1)))?;
-        stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
-        let mut line = String::new();
-        BufReader::new(&stream).read_line(&mut line)?;
-        Ok(line)
-    };
-    match attempt() {
-        Ok(line) => !line.is_empty() && !line.starts_with("-LOADING"),
-        Err(_) => false,
-    }
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters, for URL

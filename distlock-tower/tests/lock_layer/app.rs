@@ -20,6 +20,7 @@ use tower::ServiceExt;
 
 pub const TTL: Duration = Duration::from_secs(5);
 
+pub(crate) use crate::common::{http_client, retry_after, text};
 pub(crate) use crate::support::fixture::{Fixture, on_both_stores};
 
 /// What the handlers saw.
@@ -152,26 +153,6 @@ pub async fn call(app: &Router, uri: &str) -> Response<Body> {
         .expect("axum services are infallible")
 }
 
-/// The whole body as text.
-pub async fn text(response: Response<Body>) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body reads");
-    String::from_utf8(bytes.to_vec()).expect("UTF-8 body")
-}
-
-/// `Retry-After` in seconds; panics if it is missing or not a number.
-pub fn retry_after<B>(response: &Response<B>) -> u64 {
-    response
-        .headers()
-        .get(http::header::RETRY_AFTER)
-        .expect("Retry-After is set")
-        .to_str()
-        .expect("ASCII")
-        .parse()
-        .expect("whole seconds")
-}
-
 /// Serves `app` on 127.0.0.1 on a free port; the server stops with the test's runtime.
 pub async fn serve(app: Router) -> (SocketAddr, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -184,10 +165,7 @@ pub async fn serve(app: Router) -> (SocketAddr, JoinHandle<()>) {
     (addr, task)
 }
 
-pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("HTTP client builds")
+/// `GET url` with `http`, expecting an answer (of any status).
+pub async fn http_get(http: &reqwest::Client, url: String) -> reqwest::Response {
+    http.get(url).send().await.expect("request")
 }

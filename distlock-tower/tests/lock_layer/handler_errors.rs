@@ -15,7 +15,7 @@ use distlock_tower::rate_limit::RateLimitLayer;
 use distlock_tower::refusal::{ProblemDetails, Rendered};
 use http::{Request, StatusCode};
 
-use crate::app::{Fixture, http_client, on_both_stores, serve};
+use crate::app::{Fixture, http_client, http_get, on_both_stores, serve};
 use crate::traces::Capture;
 
 on_both_stores!(handler_errors_answer_as_the_layers_do);
@@ -218,11 +218,7 @@ async fn every_500_is_logged_once_at_error() {
         ),
         ("/busy/taken", 423, ""),
     ] {
-        let response = http
-            .get(format!("http://{addr}{path}"))
-            .send()
-            .await
-            .expect("request");
+        let response = http_get(&http, format!("http://{addr}{path}")).await;
         assert_eq!(response.status().as_u16(), status, "{path}");
         let body = response.text().await.expect("body");
         assert!(

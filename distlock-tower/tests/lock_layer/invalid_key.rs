@@ -8,35 +8,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
-use distlock_tower::extract::{Header, MAX_KEY_LEN};
+use distlock_tower::extract::Header;
 use distlock_tower::lock::{HeldLock, LockLayer, MissingKey};
-use http::{HeaderValue, Request, StatusCode};
+use http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use crate::app::{Fixture, on_both_stores, text};
+use crate::common::malformed_key_requests;
 
 on_both_stores!(malformed_key_headers_are_400_whatever_the_missing_key_setting);
-
-fn malformed_key_requests() -> Vec<(&'static str, Request<Body>)> {
-    let with = |values: &[&[u8]]| {
-        let mut request = Request::get("/").body(Body::empty()).expect("request");
-        for value in values {
-            let value = HeaderValue::from_bytes(value).expect("bytes HeaderValue accepts");
-            request.headers_mut().append("x-lock", value);
-        }
-        request
-    };
-    let long = "k".repeat(MAX_KEY_LEN + 1);
-    vec![
-        ("duplicated", with(&[b"k", b"k"])),
-        ("duplicated, different", with(&[b"k", b"j"])),
-        ("over-long", with(&[long.as_bytes()])),
-        ("not text", with(&[b"\xff\xfe"])),
-        ("not ASCII", with(&["caf\u{e9}".as_bytes()])),
-        ("empty", with(&[b""])),
-        ("whitespace only", with(&[b" \t "])),
-    ]
-}
 
 async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixture) {
     let calls = Arc::new(AtomicUsize::new(0));
@@ -67,7 +47,7 @@ async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixt
         ("allow", app(layer(Some(MissingKey::Allow)))),
     ];
     for (setting, app) in &apps {
-        for (what, request) in malformed_key_requests() {
+        for (what, request) in malformed_key_requests("x-lock", b"k", b"j") {
             let response = app.clone().oneshot(request).await.expect("infallible");
             let status = response.status();
             let body = text(response).await;

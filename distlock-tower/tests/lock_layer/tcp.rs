@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
-use crate::app::{Fixture, Seen, TTL, app, http_client, layer, on_both_stores, serve};
+use crate::app::{Fixture, Seen, TTL, app, http_client, http_get, layer, on_both_stores, serve};
 
 on_both_stores!(
     busy_over_tcp_is_423_with_retry_after,
@@ -31,27 +31,15 @@ async fn busy_over_tcp_is_423_with_retry_after(fx: Fixture) {
     let (addr, _server) = serve(app(layer(&fx), &seen)).await;
     let http = http_client();
     // Two chunks a second apart: once the first has arrived, the lock is held.
-    let mut holder = http
-        .get(format!("http://{addr}/stream/1/2/1000"))
-        .send()
-        .await
-        .expect("request");
+    let mut holder = http_get(&http, format!("http://{addr}/stream/1/2/1000")).await;
     assert!(holder.chunk().await.expect("chunk").is_some());
-    let busy = http
-        .get(format!("http://{addr}/orders/1"))
-        .send()
-        .await
-        .expect("request");
+    let busy = http_get(&http, format!("http://{addr}/orders/1")).await;
     assert_eq!(busy.status(), StatusCode::LOCKED);
     let secs = parse_retry_after(&busy);
     assert!((1..=TTL.as_secs()).contains(&secs), "Retry-After {secs}");
     assert!(busy.text().await.expect("body").contains("locked"));
     while holder.chunk().await.expect("chunk").is_some() {}
-    let after = http
-        .get(format!("http://{addr}/orders/1"))
-        .send()
-        .await
-        .expect("request");
+    let after = http_get(&http, format!("http://{addr}/orders/1")).await;
     assert_eq!(
         after.status(),
         StatusCode::OK,
@@ -64,11 +52,7 @@ async fn streaming_body_keeps_the_lease_until_it_ends(fx: Fixture) {
     let (addr, _server) = serve(app(layer(&fx), &seen)).await;
     let http = http_client();
     // Five chunks, 200 ms apart: the handler returns at once, the body takes ~800 ms.
-    let mut stream = http
-        .get(format!("http://{addr}/stream/1/5/200"))
-        .send()
-        .await
-        .expect("request");
+    let mut stream = http_get(&http, format!("http://{addr}/stream/1/5/200")).await;
     assert_eq!(stream.status(), StatusCode::OK);
     let mut chunks = 0;
     while let Some(chunk) = stream.chunk().await.expect("chunk") {
@@ -77,11 +61,7 @@ async fn streaming_body_keeps_the_lease_until_it_ends(fx: Fixture) {
         // Chunks 4 and 5 are still to come, the last one about 400 ms away.
         if chunks <= 3 {
             // The handler has long returned, but the body is still streaming.
-            let busy = http
-                .get(format!("http://{addr}/orders/1"))
-                .send()
-                .await
-                .expect("request");
+            let busy = http_get(&http, format!("http://{addr}/orders/1")).await;
             assert_eq!(
                 busy.status(),
                 StatusCode::LOCKED,
@@ -91,11 +71,7 @@ async fn streaming_body_keeps_the_lease_until_it_ends(fx: Fixture) {
     }
     assert_eq!(chunks, 5);
     // No sleep, no retry: the lease was released before the end of the body was sent.
-    let after = http
-        .get(format!("http://{addr}/orders/1"))
-        .send()
-        .await
-        .expect("request");
+    let after = http_get(&http, format!("http://{addr}/orders/1")).await;
     assert_eq!(after.status(), StatusCode::OK);
     after.text().await.expect("body");
     assert!(fx.is_free("order:1").await);
@@ -106,11 +82,7 @@ async fn client_gone_mid_stream_releases_the_lease(fx: Fixture) {
     let (addr, _server) = serve(app(layer(&fx), &seen)).await;
     let http = http_client();
     // 100 chunks, 50 ms apart: ~5 s if read to the end.
-    let mut stream = http
-        .get(format!("http://{addr}/stream/1/100/50"))
-        .send()
-        .await
-        .expect("request");
+    let mut stream = http_get(&http, format!("http://{addr}/stream/1/100/50")).await;
     assert!(stream.chunk().await.expect("chunk").is_some());
     assert!(!fx.is_free("order:1").await);
     let gone = Instant::now();
@@ -120,11 +92,7 @@ async fn client_gone_mid_stream_releases_the_lease(fx: Fixture) {
         "the lease outlived the client by 2 s"
     );
     let released_after = gone.elapsed();
-    let after = http
-        .get(format!("http://{addr}/orders/1"))
-        .send()
-        .await
-        .expect("request");
+    let after = http_get(&http, format!("http://{addr}/orders/1")).await;
     assert_eq!(after.status(), StatusCode::OK);
     eprintln!("released {released_after:?} after the client went away");
 }
@@ -138,11 +106,7 @@ async fn hundred_concurrent_clients_run_one_at_a_time(fx: Fixture) {
         .map(|_| {
             let http = http.clone();
             tokio::spawn(async move {
-                let response = http
-                    .get(format!("http://{addr}/count/1"))
-                    .send()
-                    .await
-                    .expect("request");
+                let response = http_get(&http, format!("http://{addr}/count/1")).await;
                 (response.status(), response.text().await.expect("body"))
             })
         })

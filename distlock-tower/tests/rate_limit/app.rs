@@ -3,17 +3,40 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
+use distlock::ratelimit::{Policy, Rate, RateLimiter};
 use http::{Request, Response};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
+pub(crate) use crate::common::{header, http_client, retry_after, text};
 pub(crate) use crate::support::fixture::{Fixture, on_both_stores};
+
+/// The peer address of the requests the tests send as one client.
+pub const PEER: &str = "203.0.113.9:5000";
+
+/// A GCRA policy `name`: `per_minute` requests a minute, `burst` at once.
+pub fn gcra(name: &str, per_minute: u32, burst: u32) -> Policy {
+    Policy::gcra(
+        name,
+        Rate::per_minute(per_minute)
+            .and_then(|r| r.burst(burst))
+            .expect("valid rate"),
+    )
+    .expect("valid policy")
+}
+
+/// A limiter on the fixture's client with [`gcra`]`(name, per_minute, burst)`.
+pub fn gcra_limiter(fx: &Fixture, name: &str, per_minute: u32, burst: u32) -> RateLimiter {
+    fx.client
+        .rate_limiter(gcra(name, per_minute, burst))
+        .build()
+        .expect("valid limiter")
+}
 
 /// `GET /`, `GET /a`, `GET /b`, `GET /items/{id}`: each answers its route.
 pub fn routes() -> Router {
@@ -42,29 +65,6 @@ pub async fn call(app: &Router, request: Request<Body>) -> Response<Body> {
         .oneshot(request)
         .await
         .expect("axum services are infallible")
-}
-
-/// The whole body as text.
-pub async fn text(response: Response<Body>) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body reads");
-    String::from_utf8(bytes.to_vec()).expect("UTF-8 body")
-}
-
-pub fn header<'a, B>(response: &'a Response<B>, name: &str) -> Option<&'a str> {
-    response
-        .headers()
-        .get(name)
-        .map(|v| v.to_str().expect("ASCII header"))
-}
-
-/// `Retry-After` in seconds; panics if it is missing or not a number.
-pub fn retry_after<B>(response: &Response<B>) -> u64 {
-    header(response, "retry-after")
-        .expect("Retry-After is set")
-        .parse()
-        .expect("whole seconds")
 }
 
 /// One item of a `RateLimit-Policy` or `RateLimit` field: the policy name and its integer
@@ -126,13 +126,4 @@ pub async fn serve(app: Router) -> (SocketAddr, JoinHandle<()>) {
         .expect("server runs");
     });
     (addr, task)
-}
-
-/// An HTTP client with its own connection pool.
-pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("HTTP client builds")
 }

@@ -19,7 +19,8 @@ use tower::limit::ConcurrencyLimitLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::app::{
-    FieldItem, Fixture, call, on_both_stores, parse_field, request_from, retry_after, routes, text,
+    FieldItem, Fixture, PEER, call, gcra_limiter, on_both_stores, parse_field, request_from,
+    retry_after, routes, text,
 };
 
 on_both_stores!(
@@ -28,18 +29,6 @@ on_both_stores!(
     a_request_waiting_in_the_limiter_holds_no_readiness_of_the_inner_service,
     one_instance_driven_with_ready_and_call_in_a_loop,
 );
-
-const PEER: &str = "203.0.113.9:5000";
-
-fn gcra(name: &str, per_minute: u32, burst: u32) -> Policy {
-    Policy::gcra(
-        name,
-        Rate::per_minute(per_minute)
-            .and_then(|r| r.burst(burst))
-            .expect("valid rate"),
-    )
-    .expect("valid policy")
-}
 
 /// All lines of a list field, combined as HTTP combines them (RFC 9110 §5.3), then parsed
 /// as a structured-field List.
@@ -63,16 +52,8 @@ fn names(items: &[FieldItem]) -> Vec<&str> {
 /// `inner` allows 2 at once, `outer` 5. The outer layer judges first and counts every
 /// request it lets through, including those the inner one then refuses.
 async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
-    let inner = fx
-        .client
-        .rate_limiter(gcra("inner", 60, 2))
-        .build()
-        .expect("valid limiter");
-    let outer = fx
-        .client
-        .rate_limiter(gcra("outer", 60, 5))
-        .build()
-        .expect("valid limiter");
+    let inner = gcra_limiter(&fx, "inner", 60, 2);
+    let outer = gcra_limiter(&fx, "outer", 60, 5);
     let app = routes()
         .layer(RateLimitLayer::new(inner, ClientIp::peer()))
         .layer(RateLimitLayer::new(outer, ClientIp::peer()));
@@ -127,16 +108,8 @@ async fn stacked_layers_show_every_policy_that_judged_the_request(fx: Fixture) {
 }
 
 async fn stacked_legacy_fields_show_the_binding_layer(fx: Fixture) {
-    let inner = fx
-        .client
-        .rate_limiter(gcra("inner", 60, 2))
-        .build()
-        .expect("valid limiter");
-    let outer = fx
-        .client
-        .rate_limiter(gcra("outer", 60, 5))
-        .build()
-        .expect("valid limiter");
+    let inner = gcra_limiter(&fx, "inner", 60, 2);
+    let outer = gcra_limiter(&fx, "outer", 60, 5);
     let app = routes()
         .layer(
             RateLimitLayer::builder(inner, ClientIp::peer())

@@ -4,48 +4,17 @@
 
 use axum::Router;
 use axum::body::Body;
-use distlock::ratelimit::{Policy, Rate};
-use distlock_tower::extract::{Header, MAX_KEY_LEN};
+use distlock_tower::extract::Header;
 use distlock_tower::rate_limit::{MissingKey, RateLimitLayer};
-use http::{HeaderValue, Request, StatusCode};
+use http::{Request, StatusCode};
 
-use crate::app::{Fixture, call, header, on_both_stores, routes, text};
+use crate::app::{Fixture, call, gcra_limiter, header, on_both_stores, routes, text};
+use crate::common::malformed_key_requests;
 
 on_both_stores!(malformed_key_headers_are_400_whatever_the_missing_key_setting);
 
-/// Requests whose `x-api-key` is present but unusable, each with what is wrong with it.
-pub fn malformed_key_requests() -> Vec<(&'static str, Request<Body>)> {
-    let with = |values: &[&[u8]]| {
-        let mut request = Request::get("/").body(Body::empty()).expect("request");
-        for value in values {
-            let value = HeaderValue::from_bytes(value).expect("bytes HeaderValue accepts");
-            request.headers_mut().append("x-api-key", value);
-        }
-        request
-    };
-    let long = "k".repeat(MAX_KEY_LEN + 1);
-    vec![
-        ("duplicated", with(&[b"alice", b"alice"])),
-        ("duplicated, different", with(&[b"alice", b"bob"])),
-        ("over-long", with(&[long.as_bytes()])),
-        ("not text", with(&[b"\xff\xfe"])),
-        ("not ASCII", with(&["caf\u{e9}".as_bytes()])),
-        ("empty", with(&[b""])),
-        ("whitespace only", with(&[b" \t "])),
-    ]
-}
-
 async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixture) {
-    let policy = Policy::gcra(
-        "api",
-        Rate::per_minute(60).and_then(|r| r.burst(1)).expect("rate"),
-    )
-    .expect("policy");
-    let limiter = fx
-        .client
-        .rate_limiter(policy)
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "api", 60, 1);
     let layer = |missing: Option<MissingKey>| {
         let builder = RateLimitLayer::builder(limiter.clone(), Header::from_static("x-api-key"));
         match missing {
@@ -63,7 +32,7 @@ async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixt
     for (setting, app) in &apps {
         // Many times over a budget of 1: none passes, metered or not.
         for round in 0..3 {
-            for (what, request) in malformed_key_requests() {
+            for (what, request) in malformed_key_requests("x-api-key", b"alice", b"bob") {
                 let response = call(app, request).await;
                 assert_eq!(
                     response.status(),

@@ -7,6 +7,9 @@ mod support;
 #[path = "../../../tests/support/traces.rs"]
 mod traces;
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod app;
 mod client_ip;
 mod composed;

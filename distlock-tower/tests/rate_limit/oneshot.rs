@@ -10,7 +10,8 @@ use http::StatusCode;
 use rand::Rng;
 
 use crate::app::{
-    Fixture, call, fields, header, on_both_stores, request_from, retry_after, routes, text,
+    Fixture, PEER, call, fields, gcra, gcra_limiter, header, on_both_stores, request_from,
+    retry_after, routes, text,
 };
 
 on_both_stores!(
@@ -26,24 +27,8 @@ on_both_stores!(
     random_forwarded_headers_from_one_peer_share_one_bucket,
 );
 
-const PEER: &str = "203.0.113.9:5000";
-
-fn gcra(name: &str, per_minute: u32, burst: u32) -> Policy {
-    Policy::gcra(
-        name,
-        Rate::per_minute(per_minute)
-            .and_then(|r| r.burst(burst))
-            .expect("valid rate"),
-    )
-    .expect("valid policy")
-}
-
 async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
-    let limiter = fx
-        .client
-        .rate_limiter(gcra("api", 60, 3))
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "api", 60, 3);
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
     for left in (0..3).rev() {
         let response = call(&app, request_from("/", PEER, &[])).await;
@@ -100,11 +85,7 @@ async fn retry_after_is_whole_seconds_rounded_up_never_zero(fx: Fixture) {
     assert_eq!(retry_after(&refused), 1);
 
     // 2 per minute, burst 1: the wait is ~30 s, rounded up (29.99... → 30).
-    let slow = fx
-        .client
-        .rate_limiter(gcra("slow", 2, 1))
-        .build()
-        .expect("valid limiter");
+    let slow = gcra_limiter(&fx, "slow", 2, 1);
     let app = routes().layer(RateLimitLayer::new(slow, ClientIp::peer()));
     call(&app, request_from("/", PEER, &[])).await;
     let refused = call(&app, request_from("/", PEER, &[])).await;
@@ -130,11 +111,7 @@ async fn several_policies_are_listed_in_both_fields(fx: Fixture) {
 }
 
 async fn legacy_fields_when_asked(fx: Fixture) {
-    let limiter = fx
-        .client
-        .rate_limiter(gcra("api", 60, 2))
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "api", 60, 2);
     let app = routes().layer(
         RateLimitLayer::builder(limiter, ClientIp::peer())
             .legacy_headers(true)
@@ -230,11 +207,7 @@ async fn a_dropped_waiting_request_consumes_nothing(fx: Fixture) {
 }
 
 async fn missing_key_is_refused_or_unmetered(fx: Fixture) {
-    let limiter = fx
-        .client
-        .rate_limiter(gcra("api", 60, 1))
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "api", 60, 1);
     let strict = routes().layer(RateLimitLayer::new(
         limiter.clone(),
         Header::from_static("x-api-key"),
@@ -255,21 +228,9 @@ async fn missing_key_is_refused_or_unmetered(fx: Fixture) {
 }
 
 async fn per_route_policies_from_one_layer(fx: Fixture) {
-    let default = fx
-        .client
-        .rate_limiter(gcra("default", 60, 3))
-        .build()
-        .expect("valid limiter");
-    let strict = fx
-        .client
-        .rate_limiter(gcra("route-a", 60, 1))
-        .build()
-        .expect("valid limiter");
-    let items = fx
-        .client
-        .rate_limiter(gcra("route-items", 60, 2))
-        .build()
-        .expect("valid limiter");
+    let default = gcra_limiter(&fx, "default", 60, 3);
+    let strict = gcra_limiter(&fx, "route-a", 60, 1);
+    let items = gcra_limiter(&fx, "route-items", 60, 2);
     let app = routes().layer(
         RateLimitLayer::builder(default, ClientIp::peer())
             .route("/a", strict)
@@ -315,11 +276,7 @@ async fn shadow_mode_never_refuses(fx: Fixture) {
 /// values (the layer trusts 10.0.0.0/8 only) all count against the peer: exactly the limit
 /// passes.
 async fn random_forwarded_headers_from_one_peer_share_one_bucket(fx: Fixture) {
-    let limiter = fx
-        .client
-        .rate_limiter(gcra("per-ip", 10, 10))
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "per-ip", 10, 10);
     let trusted: Cidr = "10.0.0.0/8".parse().expect("valid CIDR");
     let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::trusting([trusted])));
     let mut passed = 0;

@@ -10,14 +10,17 @@ use axum::body::Body;
 use axum::extract::Request as AxumRequest;
 use axum::middleware::{self, Next};
 use axum::response::Response as AxumResponse;
-use distlock::ratelimit::{Origin, Policy, Rate};
+use distlock::ratelimit::Origin;
 use distlock_tower::client_ip::ClientIp;
 use distlock_tower::extract::{ExtractKey, Extracted, Header};
 use distlock_tower::rate_limit::{Checks, MissingKey, RateLimitLayer};
 use distlock_tower::refusal::{ProblemDetails, Reason, Refusal, RefusedBy};
 use http::{Request, Response, StatusCode};
 
-use crate::app::{Fixture, call, fields, header, on_both_stores, request_from, routes, text};
+use crate::app::{
+    Fixture, PEER, call, fields, gcra, gcra_limiter, header, on_both_stores, request_from, routes,
+    text,
+};
 use crate::traces::Capture;
 
 on_both_stores!(
@@ -26,18 +29,6 @@ on_both_stores!(
     an_outer_layer_reads_subject_policy_and_origin,
     stacked_layers_each_record_their_check,
 );
-
-const PEER: &str = "203.0.113.9:5000";
-
-fn gcra(name: &str, per_minute: u32, burst: u32) -> Policy {
-    Policy::gcra(
-        name,
-        Rate::per_minute(per_minute)
-            .and_then(|r| r.burst(burst))
-            .expect("valid rate"),
-    )
-    .expect("valid policy")
-}
 
 /// A hook that answers every refusal `599`-style with its own JSON: nothing of the default
 /// response is left, so whatever the client gets is the hook's.
@@ -59,11 +50,7 @@ fn hook(refusal: &Refusal) -> Response<String> {
 }
 
 async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
-    let limiter = fx
-        .client
-        .rate_limiter(gcra("api", 60, 1))
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "api", 60, 1);
     let app = routes().layer(
         RateLimitLayer::builder(limiter.clone(), Header::from_static("x-api-key"))
             .refusal(hook)
@@ -151,11 +138,7 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
 }
 
 async fn problem_details_are_json_with_the_rfc_9457_members(fx: Fixture) {
-    let limiter = fx
-        .client
-        .rate_limiter(gcra("api", 2, 1))
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "api", 2, 1);
     let app = routes().layer(
         RateLimitLayer::builder(limiter, ClientIp::peer())
             .refusal(ProblemDetails::new().type_base("https://errors.example/"))
@@ -222,11 +205,7 @@ fn observed(app: Router, seen: &Seen) -> Router {
 }
 
 async fn an_outer_layer_reads_subject_policy_and_origin(fx: Fixture) {
-    let limiter = fx
-        .client
-        .rate_limiter(gcra("api", 6, 1))
-        .build()
-        .expect("valid limiter");
+    let limiter = gcra_limiter(&fx, "api", 6, 1);
     let seen = Seen::default();
     let app = observed(
         routes().layer(RateLimitLayer::new(limiter, ClientIp::peer())),
@@ -260,16 +239,8 @@ async fn an_outer_layer_reads_subject_policy_and_origin(fx: Fixture) {
 }
 
 async fn stacked_layers_each_record_their_check(fx: Fixture) {
-    let inner = fx
-        .client
-        .rate_limiter(gcra("per-key", 60, 1))
-        .build()
-        .expect("valid limiter");
-    let outer = fx
-        .client
-        .rate_limiter(gcra("per-ip", 60, 5))
-        .build()
-        .expect("valid limiter");
+    let inner = gcra_limiter(&fx, "per-key", 60, 1);
+    let outer = gcra_limiter(&fx, "per-ip", 60, 5);
     let app = routes()
         .layer(RateLimitLayer::new(inner, Header::from_static("x-api-key")))
         .layer(RateLimitLayer::new(outer, ClientIp::peer()));

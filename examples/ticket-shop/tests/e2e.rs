@@ -14,13 +14,21 @@
 //! addresses (198.51.100.0/24, 203.0.113.0/24) are documentation ranges that only appear
 //! in headers; every connection goes to 127.0.0.1.
 
-// The workspace's real-server harness (tests/support). Only the two modules this test uses:
+// The workspace's real-server harness (tests/support). Only the modules this test uses:
 // `tests/support/mod.rs` also brings in the library tests' fixture, which calls hooks behind
 // distlock's `test-util` feature, and that feature is off when this package is built alone
 // (`cargo test -p distlock-example-ticket-shop`).
-#[allow(dead_code)]
+// `unused_imports`: the module re-exports its parts (slots, views, migrations) for the
+// library's tests.
+#[allow(dead_code, unused_imports)]
 #[path = "../../../tests/support/cluster.rs"]
 mod cluster;
+#[allow(dead_code)]
+#[path = "../../../tests/support/files.rs"]
+mod files;
+#[allow(dead_code)]
+#[path = "../../../tests/support/node.rs"]
+mod node;
 #[allow(dead_code)]
 #[path = "../../../tests/support/process.rs"]
 mod process;
