@@ -44,6 +44,7 @@ mod client;
 #[cfg(feature = "serde")]
 pub mod config;
 mod core;
+mod drift;
 mod error;
 pub mod fenced;
 pub mod guide;

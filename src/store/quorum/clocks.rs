@@ -9,7 +9,7 @@
 //! the script ran, somewhere between the request's send and its answer.
 //!
 //! A granting node whose clock is surely ahead of the granting nodes' median (whatever the
-//! round trips hide) by more than half the lease's [`safety_margin`](crate::safety_margin)
+//! round trips hide) by more than half the lease's [`safety_margin`](crate::drift::safety_margin)
 //! does not vote for this grant, and its fence is not used. A forward step larger than that
 //! plus the round trip is therefore never counted; a smaller one is inside the margin by
 //! which every holder stops trusting its lease before the store could expire it.
@@ -63,7 +63,7 @@ pub(super) fn ahead(granted: &[Granted], sent: Instant, limit: Duration) -> Vec<
 /// The most a granting node's clock may run ahead of the others' before it sits out of a
 /// grant of `ttl`: half the lease's safety margin, at least 1 ms.
 pub(super) fn limit(ttl: Duration) -> Duration {
-    (crate::safety_margin(ttl) / 2).max(Duration::from_millis(1))
+    (crate::drift::safety_margin(ttl) / 2).max(Duration::from_millis(1))
 }
 
 #[cfg(test)]
