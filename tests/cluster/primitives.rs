@@ -169,7 +169,12 @@ async fn multi_locks_across_slots_with_rollback() {
         .iter()
         .map(|n| inspect.lock_key(n).expect("key"))
         .collect();
-    for _ in 0..100 {
+    // A cancelled acquire gives its grants back in the background. Expiry would clear them
+    // only after the 5 s ttl, so keys gone well before that were given back. The wait is
+    // bounded by the clock, not by a count of polls, so a slow `KEYS` on a busy machine
+    // does not eat the margin.
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < deadline {
         let keys = inspect.keys().await.expect("keys");
         if keys.iter().all(|k| !lock_keys.contains(k)) {
             return;
