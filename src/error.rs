@@ -228,19 +228,22 @@ fn refused_kind_from_message(code: Option<&str>, message: &str) -> RefusedKind {
 
 impl StoreError {
     /// Whether the same call may succeed if tried again shortly: the store was unreachable
-    /// or slow, was mid-failover (`READONLY`, `LOADING`), or too few nodes or replicas
-    /// answered. Configuration, credential, permission, memory and protocol errors are not
-    /// transient. A waiting [`acquire`](crate::LockBuilder::acquire) retries transient
-    /// errors within its wait.
+    /// or slow, was mid-failover (`READONLY`, `LOADING`), a Cluster slot was mid-migration or
+    /// the cluster was settling (`TRYAGAIN`, `CLUSTERDOWN`: the node ran nothing), or too few
+    /// nodes or replicas answered. Configuration, credential, permission, memory and protocol
+    /// errors are not transient. A waiting [`acquire`](crate::LockBuilder::acquire) retries
+    /// transient errors within its wait.
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Unreachable { .. }
             | Self::Timeout { .. }
             | Self::NotReplicated { .. }
             | Self::NoQuorum { .. } => true,
-            Self::Refused { kind, .. } => {
-                matches!(kind, RefusedKind::ReadOnly | RefusedKind::Loading)
-            }
+            Self::Refused { kind, .. } => match kind {
+                RefusedKind::ReadOnly | RefusedKind::Loading => true,
+                RefusedKind::Other(code) => code == "TRYAGAIN" || code == "CLUSTERDOWN",
+                _ => false,
+            },
             Self::Auth { .. }
             | Self::Config { .. }
             | Self::Unsupported { .. }
@@ -639,6 +642,37 @@ mod tests {
                 RefusedKind::NoPermission,
                 "{message}"
             );
+        }
+    }
+
+    /// A Cluster node that ran nothing (a slot mid-migration, a cluster settling) is a
+    /// transient refusal: a waiting acquire retries it. Other refusals are not.
+    #[test]
+    fn cluster_refusals_that_ran_nothing_are_transient() {
+        // An error reply as the server sends it, through redis-rs's own parser.
+        let reply = |line: &str| {
+            let value = redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+                .expect("an error reply parses");
+            let err = value.extract_error().expect_err("an error reply");
+            StoreError::from(err)
+        };
+        for line in [
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+            "READONLY You can't write against a read only replica.",
+            "LOADING Redis is loading the dataset in memory",
+        ] {
+            let err = reply(line);
+            assert!(matches!(err, StoreError::Refused { .. }), "{line}: {err:?}");
+            assert!(err.is_transient(), "{line}: {err:?}");
+        }
+        for line in [
+            "ERR unknown command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "NOPERM this user has no permissions",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+        ] {
+            assert!(!reply(line).is_transient(), "{line}");
         }
     }
 }
