@@ -365,6 +365,8 @@ pub struct ClientBuilder {
     replicas: Option<Replicas>,
     /// Where counting primitives go, if not to this client's own store.
     counting: Option<Client>,
+    /// Start without the server ([`lazy`](Self::lazy)).
+    lazy: bool,
     /// Certificates for `rediss://` (a CA to trust, a client identity).
     #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
     tls: Option<redis::TlsCertificates>,
@@ -392,6 +394,7 @@ impl Default for ClientBuilder {
             primary_auth: None,
             replicas: None,
             counting: None,
+            lazy: false,
             #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
             tls: None,
         }
@@ -427,6 +430,53 @@ impl ClientBuilder {
     pub fn reconnect_retries(mut self, retries: usize) -> Self {
         self.reconnect_retries = retries;
         self
+    }
+
+    /// Start without the server (default `false`): [`connect`](Self::connect),
+    /// [`connect_info`](Self::connect_info) and
+    /// [`connect_redis_client`](Self::connect_redis_client) return at once, without
+    /// contacting it, so a process can start while Redis is down and become ready when it
+    /// answers.
+    ///
+    /// Until the server answers, every operation fails with a store error
+    /// ([`StoreError::Unreachable`] or [`StoreError::Timeout`]), as it would during an outage:
+    /// a rate limiter's [outage policy](crate::RateLimiterBuilder::on_outage) applies, and
+    /// [`Client::ping`] says the store is not ready. A background task probes the server
+    /// (every 100 ms at first, backing off to every 2 s) and, once it answers, checks it as an
+    /// eager `connect` would. A server those checks refuse (wrong credentials, a Cluster node, a
+    /// sentinel's address, a version older than 6.2) is refused for good: the error is logged
+    /// once at ERROR, and every operation and `ping` return it ([`StoreError::Auth`] or
+    /// [`StoreError::Config`]).
+    ///
+    /// A single primary only: with `lazy(true)`, `connect_cluster`, `connect_sentinel`,
+    /// `connect_quorum` and `connect_manager` return [`StoreError::Config`] (they need their
+    /// servers to learn the deployment's shape). It has no effect on the in-memory store.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::StoreError> {
+    /// // Returns at once, even with Redis down; `client.ping()` says when it is ready.
+    /// let client = distlock::Client::builder()
+    ///     .lazy(true)
+    ///     .connect("redis://127.0.0.1:6379/")
+    ///     .await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
+    }
+
+    /// Refuses [`lazy`](Self::lazy) for a store that needs its servers at start.
+    fn refuse_lazy(&self, connect: &str) -> Result<(), StoreError> {
+        if self.lazy {
+            return Err(StoreError::Config {
+                message: format!(
+                    "lazy(true) is for a single primary (connect, connect_info, \
+                     connect_redis_client); {connect} needs its servers at start"
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), StoreError> {
@@ -474,9 +524,8 @@ impl ClientBuilder {
     /// Connects to Redis; see [`Client::connect`].
     pub async fn connect(self, url: &str) -> Result<Client, StoreError> {
         self.validate()?;
-        let info = connection_info(url)?;
-        let store = crate::store::redis::connect(info, self.settings()).await?;
-        Ok(self.build(Store::Scripted(store)))
+        let client = self.settings().client(connection_info(url)?)?;
+        self.connect_single(client).await
     }
 
     /// Connects to the server described by `info` (for settings a URL cannot carry, or a
@@ -484,8 +533,8 @@ impl ClientBuilder {
     /// [`connect`](Self::connect).
     pub async fn connect_info(self, info: redis::ConnectionInfo) -> Result<Client, StoreError> {
         self.validate()?;
-        let store = crate::store::redis::connect(info, self.settings()).await?;
-        Ok(self.build(Store::Scripted(store)))
+        let client = self.settings().client(info)?;
+        self.connect_single(client).await
     }
 
     /// Connects through a `redis::Client` your application already has (its address,
@@ -501,7 +550,16 @@ impl ClientBuilder {
     /// ```
     pub async fn connect_redis_client(self, client: redis::Client) -> Result<Client, StoreError> {
         self.validate()?;
-        let store = crate::store::redis::connect_client(client, self.settings()).await?;
+        self.connect_single(client).await
+    }
+
+    /// A single primary through `client`, eagerly or [lazily](Self::lazy).
+    async fn connect_single(self, client: redis::Client) -> Result<Client, StoreError> {
+        let store = if self.lazy {
+            crate::store::redis::connect_lazy(client, self.settings())?
+        } else {
+            crate::store::redis::connect_client(client, self.settings()).await?
+        };
         Ok(self.build(Store::Scripted(store)))
     }
 
@@ -516,6 +574,7 @@ impl ClientBuilder {
         manager: redis::aio::ConnectionManager,
     ) -> Result<Client, StoreError> {
         self.validate()?;
+        self.refuse_lazy("connect_manager")?;
         let store = crate::store::redis::from_manager(manager, self.settings()).await?;
         Ok(self.build(Store::Scripted(store)))
     }
@@ -639,6 +698,7 @@ impl ClientBuilder {
         S: AsRef<str>,
     {
         self.validate()?;
+        self.refuse_lazy("connect_sentinel")?;
         if master.trim().is_empty() {
             return Err(StoreError::Config {
                 message: "Sentinel needs the name the sentinels monitor the primary under \
@@ -695,6 +755,7 @@ impl ClientBuilder {
         S: AsRef<str>,
     {
         self.validate()?;
+        self.refuse_lazy("connect_quorum")?;
         let nodes = connection_infos(nodes)?;
         let quorum = QuorumSettings {
             node_timeout: self.quorum_node_timeout,
@@ -711,6 +772,7 @@ impl ClientBuilder {
         S: AsRef<str>,
     {
         self.validate()?;
+        self.refuse_lazy("connect_cluster")?;
         let nodes = connection_infos(nodes)?;
         let store = crate::store::cluster::connect(nodes, self.settings()).await?;
         Ok(self.build(Store::Scripted(store)))

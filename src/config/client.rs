@@ -26,6 +26,7 @@ use crate::client::{Client, ClientBuilder};
 /// | `prefix` | text | [`ClientBuilder::prefix`] |
 /// | `response_timeout`, `connect_timeout` | a duration (`"500ms"`) | [`ClientBuilder::response_timeout`], [`ClientBuilder::connect_timeout`] |
 /// | `reconnect_retries` | a whole number | [`ClientBuilder::reconnect_retries`] |
+/// | `lazy` | `true`: start while the server is down; `url` only | [`ClientBuilder::lazy`] |
 /// | `replicas` | `{ count = 1, timeout = "50ms" }`; `url` or `sentinel` only | [`ClientBuilder::replicas`] |
 /// | `tls` | `{ ca_file = "ca.pem", cert_file = "client.pem", key_file = "client.key" }`, each optional (a certificate with its key); `rediss://` URLs only; features `tls` / `tls-native-roots` | [`ClientBuilder::tls_root_certificate`], [`ClientBuilder::tls_client_identity`] |
 ///
@@ -64,6 +65,8 @@ pub struct ClientConfig {
     pub connect_timeout: Option<Duration>,
     /// [`ClientBuilder::reconnect_retries`].
     pub reconnect_retries: Option<usize>,
+    /// [`ClientBuilder::lazy`]: start without the server (`url` only).
+    pub lazy: bool,
     /// [`ClientBuilder::replicas`]: the replica acknowledgement every lock asks for.
     pub replicas: Option<ReplicasConfig>,
     /// Certificates for `rediss://`, read by [`connect`](Self::connect).
@@ -157,6 +160,7 @@ impl ClientConfig {
             response_timeout: None,
             connect_timeout: None,
             reconnect_retries: None,
+            lazy: false,
             replicas: None,
             tls: None,
         }
@@ -224,6 +228,9 @@ impl ClientConfig {
         if let Some(retries) = self.reconnect_retries {
             builder = builder.reconnect_retries(retries);
         }
+        if self.lazy {
+            builder = builder.lazy(true);
+        }
         if let Some(replicas) = self.replicas {
             builder = builder.replicas(replicas.count, replicas.timeout);
         }
@@ -279,6 +286,7 @@ impl fmt::Debug for ClientConfig {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("reconnect_retries", &self.reconnect_retries)
+            .field("lazy", &self.lazy)
             .field("replicas", &self.replicas)
             .field("tls", &self.tls)
             .finish()
@@ -405,6 +413,7 @@ impl ReadTable for ClientConfig {
         "response_timeout",
         "connect_timeout",
         "reconnect_retries",
+        "lazy",
         "replicas",
         "tls",
     ];
@@ -434,6 +443,7 @@ impl ReadTable for ClientConfig {
                     config.connect_timeout = Some(table.value_checked(map, key, above_zero)?);
                 }
                 "reconnect_retries" => config.reconnect_retries = Some(table.value(map, key)?),
+                "lazy" => config.lazy = table.value(map, key)?,
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 "tls" => config.tls = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
@@ -467,7 +477,8 @@ impl ReadTable for ClientConfig {
 
 impl ClientConfig {
     /// What the builder does not refuse and would not work, or not as written: a Sentinel
-    /// without a master name, replica acknowledgement on a store without replicas, and TLS
+    /// without a master name, replica acknowledgement on a store without replicas, a lazy
+    /// start of a store that needs its servers at start, and TLS
     /// settings that would do nothing (none set, half a client certificate, or a store
     /// reached over `redis://`, which would connect in the clear).
     fn check(&self) -> Result<(), InvalidField> {
@@ -502,6 +513,13 @@ impl ClientConfig {
             return Err(InvalidField::new(
                 "replicas",
                 "replica acknowledgement needs a single primary (`url` or `sentinel`)",
+            ));
+        }
+        if self.lazy && !matches!(self.store, StoreConfig::Redis(_) | StoreConfig::Memory) {
+            return Err(InvalidField::new(
+                "lazy",
+                "a lazy start needs a single primary (`url`): a Cluster, Sentinel or quorum \
+                 client needs its servers at start",
             ));
         }
         if let Some(tls) = &self.tls {

@@ -721,3 +721,24 @@ fn retry_knobs_read_and_their_bounds_are_refused() {
         "lock.max_attempts",
     );
 }
+
+#[test]
+fn a_lazy_start_reads_and_is_refused_where_it_cannot_work() {
+    let config = Config::from_toml_str("[client]\nurl = \"redis://a/\"\nlazy = true")
+        .expect("lazy with a url");
+    assert!(config.client.lazy);
+    let config = Config::from_toml_str("[client]\nurl = \"redis://a/\"").expect("no lazy");
+    assert!(!config.client.lazy, "off unless set");
+    for store in [
+        "cluster = [\"redis://a/\"]",
+        "quorum = [\"redis://a/\", \"redis://b/\", \"redis://c/\"]",
+        "sentinel = { master = \"m\", nodes = [\"redis://s/\"] }",
+    ] {
+        field_error(
+            &format!("[client]\n{store}\nlazy = true"),
+            Kind::InvalidValue,
+            "client.lazy",
+        );
+    }
+    field_error("[client]\nurl = \"redis://a/\"\nlazy = 1", Kind::WrongType, "client.lazy");
+}

@@ -13,6 +13,7 @@ mod acknowledged;
 mod common;
 mod credentials;
 mod killed;
+mod lazy;
 mod memory;
 mod noscript;
 mod paused;

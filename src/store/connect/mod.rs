@@ -1,9 +1,10 @@
 //! Connection set-up shared by every Redis backend (a single primary, Sentinel, a Cluster, a
 //! quorum's nodes): a plain first attempt to a server (so wrong credentials fail once,
 //! clearly), the version and cluster-mode checks, the self-reconnecting `ConnectionManager`,
-//! the cluster client's settings, and following a Sentinel-managed primary
-//! ([`sentinel`]).
+//! the cluster client's settings, following a Sentinel-managed primary ([`sentinel`]), and
+//! starting without the server ([`lazy`]).
 
+mod lazy;
 mod sentinel;
 
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
+pub(crate) use self::lazy::LazyConn;
 pub(crate) use self::sentinel::{FollowingConn, PrimaryConn};
 use crate::error::StoreError;
 

@@ -48,6 +48,8 @@ pub(crate) enum PrimaryConn {
     Fixed(ConnectionManager),
     /// Whichever node the sentinels say is the primary (`Client::connect_sentinel`).
     Following(FollowingConn),
+    /// One fixed address, started without the server (`ClientBuilder::lazy`).
+    Lazy(super::LazyConn),
 }
 
 impl ConnectionLike for PrimaryConn {
@@ -55,6 +57,7 @@ impl ConnectionLike for PrimaryConn {
         match self {
             Self::Fixed(conn) => conn.req_packed_command(cmd),
             Self::Following(conn) => conn.req_packed_command(cmd),
+            Self::Lazy(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -67,6 +70,7 @@ impl ConnectionLike for PrimaryConn {
         match self {
             Self::Fixed(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Following(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Lazy(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -74,6 +78,7 @@ impl ConnectionLike for PrimaryConn {
         match self {
             Self::Fixed(conn) => conn.get_db(),
             Self::Following(conn) => conn.get_db(),
+            Self::Lazy(conn) => conn.get_db(),
         }
     }
 }

@@ -11,24 +11,36 @@ use super::scripted::{LANES, Route, ScriptedStore, Single};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
 
-/// Connects (eagerly, so a wrong URL or password fails here, once) and prepares the lazy
-/// lanes and pub/sub connection.
-pub(crate) async fn connect(
-    info: redis::ConnectionInfo,
-    settings: RedisSettings,
-) -> Result<ScriptedStore, StoreError> {
-    let client = settings.client(info)?;
-    connect_client(client, settings).await
-}
-
-/// As [`connect`], through a `redis::Client` the application made (its address, credentials
-/// and TLS parameters are used for the lanes and the pub/sub connection too).
+/// Connects (eagerly, so a wrong URL or password fails here, once) through a `redis::Client`
+/// (its address, credentials and TLS parameters are used for the lanes and the pub/sub
+/// connection too), and prepares the lazy lanes and pub/sub connection.
 pub(crate) async fn connect_client(
     client: redis::Client,
     settings: RedisSettings,
 ) -> Result<ScriptedStore, StoreError> {
-    let info = client.get_connection_info().clone();
     let conn = PrimaryConn::Fixed(connect::manager(client.clone(), &settings).await?);
+    with_lanes_and_link(&client, conn, settings)
+}
+
+/// As [`connect_client`], without contacting the server: the commands' connection connects
+/// on first use, and the checks `connect` makes run in the background once the server answers
+/// ([`LazyConn`](super::connect::LazyConn)). The lanes and the wake-up link are lazy anyway.
+pub(crate) fn connect_lazy(
+    client: redis::Client,
+    settings: RedisSettings,
+) -> Result<ScriptedStore, StoreError> {
+    let conn = PrimaryConn::Lazy(connect::LazyConn::start(client.clone(), &settings)?);
+    with_lanes_and_link(&client, conn, settings)
+}
+
+/// The store over `conn`, the commands' connection to `client`'s server, with the lanes and
+/// the wake-up link (both connect on first use).
+fn with_lanes_and_link(
+    client: &redis::Client,
+    conn: PrimaryConn,
+    settings: RedisSettings,
+) -> Result<ScriptedStore, StoreError> {
+    let info = client.get_connection_info().clone();
     let lane_config = settings.manager_config();
     let lanes = (0..LANES)
         .map(|_| {
