@@ -358,10 +358,15 @@ async fn child_exclusion(client: Client, resource: &str) {
                 enter_section(&mut conn, "").await;
                 write_fenced(&mut conn, &fenced, "fence-seen", lease.fence()).await;
                 bump_counter_and_leave(&mut conn, "", 500).await;
-                assert_eq!(
-                    lease.release().await.expect("release"),
-                    ReleaseOutcome::Released
-                );
+                // A starved machine can leave every node without an answer within the node
+                // timeout (seen at load 14): the release then fails, transiently, and the
+                // lock frees at its ttl, within the others' wait. Exclusion is what is
+                // checked; a release that reached the nodes must have found the lease.
+                match lease.release().await {
+                    Ok(outcome) => assert_eq!(outcome, ReleaseOutcome::Released),
+                    Err(LockError::Store(err)) if err.is_transient() => {}
+                    Err(err) => panic!("release: {err}"),
+                }
             }
         }));
     }

@@ -97,7 +97,9 @@ fn rates_and_policies_over_every_boundary() {
 
 /// A limiter's deadline, deny cache, in-flight limit and costs over their boundaries.
 async fn limiter_settings_at_their_bounds(fx: Fixture) {
-    let policy = Policy::gcra("bounds", Rate::per_second(10).expect("rate")).expect("policy");
+    // Ten per hour: no unit comes back while the checks below run, however slow the machine
+    // (at ten per second, a loaded run refilled one before the thirteenth check).
+    let policy = Policy::gcra("bounds", Rate::per_hour(10).expect("rate")).expect("policy");
     for deadline in durations() {
         // Zero is raised to 1 ms; MAX means the client's own response timeout bounds it.
         let limiter = fx
