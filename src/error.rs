@@ -575,6 +575,76 @@ pub enum InvalidPolicy {
         /// The longest accepted.
         max: std::time::Duration,
     },
+    /// A [`Lockout`](crate::ratelimit::Lockout) without steps.
+    #[error(
+        "invalid lockout of policy `{policy}`: it needs at least one step (the first block's \
+         length)"
+    )]
+    NoLockoutSteps {
+        /// The policy's name.
+        policy: String,
+    },
+    /// A lockout with more than [`MAX_LOCKOUT_STEPS`](crate::ratelimit::MAX_LOCKOUT_STEPS)
+    /// steps.
+    #[error("invalid lockout of policy `{policy}`: {count} steps; at most {max}")]
+    TooManyLockoutSteps {
+        /// The policy's name.
+        policy: String,
+        /// How many were given.
+        count: usize,
+        /// The most accepted.
+        max: usize,
+    },
+    /// A lockout step (a block's length) is zero, under
+    /// [`MIN_LOCKOUT`](crate::ratelimit::MIN_LOCKOUT) or longer than
+    /// [`MAX_PERIOD`](crate::ratelimit::MAX_PERIOD).
+    #[error(
+        "invalid lockout of policy `{policy}`: step {step} lasts {length:?}; use {min:?}..={max:?}"
+    )]
+    LockoutStep {
+        /// The policy's name.
+        policy: String,
+        /// Which step, from 1.
+        step: usize,
+        /// Its length.
+        length: std::time::Duration,
+        /// The shortest accepted.
+        min: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
+    },
+    /// A lockout step is not longer than the one before it: each breach must block longer.
+    #[error(
+        "invalid lockout of policy `{policy}`: step {step} ({length:?}) must be longer than step \
+         {} ({previous:?})", .step - 1
+    )]
+    LockoutNotIncreasing {
+        /// The policy's name.
+        policy: String,
+        /// Which step, from 2.
+        step: usize,
+        /// Its length.
+        length: std::time::Duration,
+        /// The step before's length.
+        previous: std::time::Duration,
+    },
+    /// How long a lockout remembers breaches is zero, under
+    /// [`MIN_LOCKOUT`](crate::ratelimit::MIN_LOCKOUT) or longer than
+    /// [`MAX_PERIOD`](crate::ratelimit::MAX_PERIOD).
+    #[error(
+        "invalid lockout of policy `{policy}`: breaches remembered for {memory:?}; use \
+         {min:?}..={max:?}"
+    )]
+    LockoutMemory {
+        /// The policy's name.
+        policy: String,
+        /// The memory window given.
+        memory: std::time::Duration,
+        /// The shortest accepted.
+        min: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
+    },
 }
 
 /// Errors of a [`BloomFilter`](crate::bloom::BloomFilter).

@@ -340,10 +340,16 @@ impl FencedKeys {
 /// restricted to `[A-Za-z0-9._-]` when the policy is built, so they need no encoding; the
 /// subject is encoded like a lock name. The algorithm is part of the key because each one
 /// stores its own format (a sorted set for the sliding log): switching a policy to another
-/// algorithm starts from fresh state instead of misreading the old one.
+/// algorithm starts from fresh state instead of misreading the old one. A policy's lockout
+/// keeps the subject's block in `<prefix>:rl:<policy>:lock:{<subject>}` (see
+/// [`LOCK_KEY_PART`]), in the same slot, whatever the algorithm.
 pub(crate) fn rate_key_head(prefix: &str, policy: &str, algorithm: &str) -> Box<str> {
     format!("{prefix}:rl:{policy}:{algorithm}:{{").into()
 }
+
+/// The part of a lockout's key where a policy's key has its algorithm's (no algorithm's is
+/// `lock`).
+pub(crate) const LOCK_KEY_PART: &str = "lock";
 
 /// The key of each policy (given by its [`rate_key_head`]) for `subject`. Runs once per
 /// check, so it appends rather than formats.

@@ -24,7 +24,7 @@ use crate::ratelimit::{
 ///
 /// | field | value | builder option |
 /// |---|---|---|
-/// | `policies` | one [policy](Policy#from-configuration) (`"api: 100/s burst 20"` or a table of `name`, `algorithm`, `rate`) or a list of them (checked all or nothing) | [`Client::rate_limiter`], [`Client::rate_limiter_all`] |
+/// | `policies` | one [policy](Policy#from-configuration) (`"api: 100/s burst 20"` or a table of `name`, `algorithm`, `rate` and optionally `lockout = { steps = ["1m", "5m", "1h"], remember = "24h" }`) or a list of them (checked all or nothing) | [`Client::rate_limiter`], [`Client::rate_limiter_all`], [`Policy::with_lockout`] |
 /// | `outage` | `"fail-closed"`, `"fail-open"` or `"local-fallback"` | [`on_outage`](RateLimiterBuilder::on_outage) |
 /// | `deadline` | a duration | [`deadline`](RateLimiterBuilder::deadline) |
 /// | `deny_cache` | a number of subjects; 0: off | [`deny_cache`](RateLimiterBuilder::deny_cache) |
@@ -37,7 +37,8 @@ use crate::ratelimit::{
 ///
 /// What the builder refuses (no policy, more than eight, one name twice, a store that cannot
 /// count) is refused by [`build`](Self::build) with the builder's error; the circuit breaker's
-/// bounds are checked when the configuration is read.
+/// bounds, and a lockout's (the [`InvalidPolicy`] of [`Policy::with_lockout`], as the
+/// policy's error), are checked when the configuration is read.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

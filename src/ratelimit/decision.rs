@@ -55,6 +55,12 @@ pub struct Decision {
     /// the store did not count them (shadow mode letting a denied request through,
     /// [`Origin::FailOpen`]), what was asked for.
     pub granted: u32,
+    /// The subject is blocked by a policy's [lockout](super::Lockout): this check breached
+    /// the policy, or came while an earlier breach's block lasts. `retry_after` is then when
+    /// the block ends (or, if later, when the policy itself would pass the request), and
+    /// nothing was spent. An HTTP layer answers it as any denial (429 with `Retry-After`);
+    /// this says why, for logs, metrics or a different message.
+    pub locked_out: bool,
 }
 
 /// One policy's part of a [`Decision`].
@@ -74,6 +80,12 @@ pub struct PolicyDecision {
     pub retry_after: Duration,
     /// How long until it is back to its full limit.
     pub reset_after: Duration,
+    /// The subject is blocked by this policy's [lockout](super::Lockout) (it then denies,
+    /// with nothing `remaining`).
+    pub locked_out: bool,
+    /// How long the block lasts from this answer (zero when not locked out), for the deny
+    /// cache.
+    pub(crate) lock_left: Duration,
 }
 
 /// Where a [`Decision`] came from.
@@ -101,9 +113,11 @@ impl Decision {
     }
 
     /// Builds the aggregate from every policy's figures: all must allow; the binding policy
-    /// is the denier with the longest wait, else the one with the fewest left.
+    /// is the denier with the longest wait, else the one with the fewest left. Locked out
+    /// when any policy is.
     pub(crate) fn from_policies(policies: Vec<PolicyDecision>, origin: Origin) -> Self {
         let allowed = policies.iter().all(|p| p.allowed);
+        let locked_out = policies.iter().any(|p| p.locked_out);
         let binding = if allowed {
             policies
                 .iter()
@@ -141,6 +155,7 @@ impl Decision {
             shadowed: false,
             policies,
             granted: 0,
+            locked_out,
         }
     }
 }
@@ -157,6 +172,8 @@ mod tests {
             remaining,
             retry_after: Duration::from_millis(retry_ms),
             reset_after: Duration::from_millis(500),
+            locked_out: false,
+            lock_left: Duration::ZERO,
         }
     }
 

@@ -36,6 +36,18 @@
 //! A check with several policies is answered only if every policy's figures follow and at
 //! least one policy denies; its binding policy is then chosen as for the store's answer.
 //!
+//! # Lockouts
+//!
+//! While a subject is blocked by a policy's lockout until `L`, that policy's `T_k` is
+//! `max(L, T_k of its algorithm)`: still fixed moments while nothing is consumed, and the
+//! store reports them (`retry_after` for the request's own `k`, `reset_after` for the
+//! limit) with `L` itself (`lock_left`). Until `L` the policy has nothing `remaining`; its
+//! `retry` is exact for `k = c` and `k = limit`, and is `L − n` for every `k` when
+//! `T_limit = L`, or for `k < c` when `T_c = L`. Past `L` the store decides again. A policy
+//! with a lockout that is *not* blocked in the entry is served only when it would pass the
+//! request (or the request is a peek): a check it denies is a breach, which only the store
+//! can record. Breaches only move moments later, as other processes' requests do.
+//!
 //! # Keeping "nothing consumed" true
 //!
 //! Every answer of the store for a subject replaces or removes its entry: a denial (a peek
@@ -123,9 +135,17 @@ pub(crate) struct Sent {
 }
 
 /// How a policy's figures move while nothing is consumed (see the module doc): what the
-/// cache must know of an algorithm to age a denial exactly, and no more.
+/// cache must know of an algorithm to age a denial exactly, and no more; and whether the
+/// policy has a lockout (see [Lockouts](self#lockouts)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Recovery {
+pub(super) struct Recovery {
+    shape: Shape,
+    lockout: bool,
+}
+
+/// How an algorithm's figures move while nothing is consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
     /// GCRA and the token bucket: one unit back every `interval`, up to `tolerance`
     /// (`burst · interval`); every figure for every cost follows from `reset_after`.
     Linear {
@@ -140,6 +160,65 @@ pub(super) enum Recovery {
 }
 
 impl Recovery {
+    fn of(policy: &Policy) -> Self {
+        Self {
+            shape: Shape::of(policy),
+            lockout: policy.lockout().is_some(),
+        }
+    }
+
+    /// One policy's figures `elapsed` after it reported `seen` for a request needing
+    /// `seen_need`, for a request of `cost` (needing `need`); `None` when they do not follow
+    /// exactly, or when the request must reach the store (it would breach a lockout).
+    fn project(
+        self,
+        seen: &PolicyDecision,
+        seen_need: u32,
+        cost: u32,
+        elapsed: Duration,
+    ) -> Option<Figures> {
+        let need = cost.max(1);
+        if seen.locked_out {
+            return locked(seen, seen_need, need, elapsed);
+        }
+        let figures = self.shape.project(seen, seen_need, need, elapsed)?;
+        // A check this policy denies is a breach, which only the store can record.
+        if self.lockout && cost > 0 && !figures.retry.is_zero() {
+            return None;
+        }
+        Some(figures)
+    }
+}
+
+/// The figures of a policy whose subject was blocked for `seen.lock_left` when it reported
+/// `seen` for a request needing `seen_need`, `elapsed` later, for a request needing `need`
+/// (see [Lockouts](self#lockouts)); `None` once the block is over or when they do not follow.
+fn locked(seen: &PolicyDecision, seen_need: u32, need: u32, elapsed: Duration) -> Option<Figures> {
+    let lock = seen
+        .lock_left
+        .checked_sub(elapsed)
+        .filter(|l| !l.is_zero())?;
+    let reset = seen.reset_after.saturating_sub(elapsed);
+    let retry = if need == seen_need {
+        seen.retry_after.saturating_sub(elapsed)
+    } else if u64::from(need) == seen.limit {
+        reset
+    } else if seen.reset_after == seen.lock_left
+        || (need < seen_need && seen.retry_after == seen.lock_left)
+    {
+        lock
+    } else {
+        return None;
+    };
+    Some(Figures {
+        remaining: 0,
+        retry,
+        reset,
+        lock,
+    })
+}
+
+impl Shape {
     fn of(policy: &Policy) -> Self {
         match policy.algorithm() {
             Algorithm::Gcra | Algorithm::TokenBucket => {
@@ -184,6 +263,7 @@ impl Recovery {
                     remaining,
                     retry,
                     reset,
+                    lock: Duration::ZERO,
                 })
             }
             Self::WindowEnd if reset > Duration::ZERO => Some(Figures {
@@ -194,12 +274,14 @@ impl Recovery {
                     reset
                 },
                 reset,
+                lock: Duration::ZERO,
             }),
             // The window has ended (or nothing was counted): everything is back.
             Self::WindowEnd => Some(Figures {
                 remaining: seen.limit,
                 retry: Duration::ZERO,
                 reset,
+                lock: Duration::ZERO,
             }),
             Self::Observed => {
                 let c = u64::from(seen_need);
@@ -241,6 +323,7 @@ impl Recovery {
                     remaining: low,
                     retry,
                     reset,
+                    lock: Duration::ZERO,
                 })
             }
         }
@@ -254,6 +337,8 @@ struct Figures {
     /// Zero when the request passes.
     retry: Duration,
     reset: Duration,
+    /// What is left of the subject's block (zero: not blocked).
+    lock: Duration,
 }
 
 /// How each of `policies` recovers, for [`DenyCache::record_with`].
@@ -316,7 +401,6 @@ impl DenyCache {
         now: Instant,
         recovery: &Arc<[Recovery]>,
     ) -> Option<Decision> {
-        let need = cost.max(1);
         let mut inner = self.inner();
         let entry = inner.entries.get(subject)?;
         if now >= entry.until || !Arc::ptr_eq(&entry.recovery, recovery) {
@@ -328,7 +412,7 @@ impl DenyCache {
         let mut policies = Vec::with_capacity(seen.len());
         let mut denied = false;
         for (seen, recovery) in seen.iter().zip(entry.recovery.iter()) {
-            let figures = recovery.project(seen, entry.need, need, elapsed)?;
+            let figures = recovery.project(seen, entry.need, cost, elapsed)?;
             denied |= !figures.retry.is_zero();
             policies.push(PolicyDecision {
                 policy: Arc::clone(&seen.policy),
@@ -337,6 +421,8 @@ impl DenyCache {
                 remaining: figures.remaining,
                 retry_after: figures.retry,
                 reset_after: figures.reset,
+                locked_out: !figures.lock.is_zero(),
+                lock_left: figures.lock,
             });
         }
         drop(inner);
@@ -521,6 +607,8 @@ mod tests {
             remaining,
             retry_after: Duration::from_millis(retry_ms),
             reset_after: Duration::from_millis(reset_ms),
+            locked_out: false,
+            lock_left: Duration::ZERO,
         }
     }
 
@@ -557,6 +645,53 @@ mod tests {
         assert_eq!(at(), Some((false, 0, 9_001, 9_401)));
         advance_ms(1).await;
         assert_eq!(at(), None, "past the max age the store decides again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lockout_answers_until_its_block_ends_and_a_breach_goes_to_the_store() {
+        let locked = spec(Algorithm::Gcra, 100, 5)
+            .with_lockout(crate::ratelimit::Lockout::after_breach([
+                Duration::from_secs(10),
+            ]))
+            .expect("valid lockout");
+        let cache = DenyCache::new(4, &[locked]);
+        // Blocked for 10 s; the policy alone would pass a cost of 1 in 80 ms.
+        let blocked = |retry_ms: u64, reset_ms: u64, lock_ms: u64| {
+            let mut p = figures(false, 5, 0, retry_ms, reset_ms);
+            p.locked_out = true;
+            p.lock_left = Duration::from_millis(lock_ms);
+            Decision::from_policies(vec![p], Origin::Store)
+        };
+        cache.record("a", 1, cache.sending(), &blocked(10_000, 10_000, 10_000));
+        let at = |cost| {
+            cache
+                .lookup("a", cost, Instant::now())
+                .map(|d| (seen(&d), d.locked_out))
+        };
+        assert_eq!(at(1), Some(((false, 0, 10_000, 10_000), true)));
+        assert_eq!(at(0), Some(((false, 0, 10_000, 10_000), true)));
+        assert_eq!(
+            at(5),
+            Some(((false, 0, 10_000, 10_000), true)),
+            "every cost: the block"
+        );
+        advance_ms(9_999).await;
+        assert_eq!(at(3), Some(((false, 0, 1, 1), true)));
+        advance_ms(1).await;
+        assert_eq!(at(1), None, "the block is over: the store decides");
+
+        // The policy's own wait outlasts the block for a cost of 5: only the costs the
+        // figures pin are served.
+        cache.record("b", 1, cache.sending(), &blocked(10_000, 12_000, 10_000));
+        let at = |cost| cache.lookup("b", cost, Instant::now()).map(|d| seen(&d));
+        assert_eq!(at(1), Some((false, 0, 10_000, 12_000)));
+        assert_eq!(at(5), Some((false, 0, 12_000, 12_000)));
+        assert_eq!(at(3), None, "when a cost of 3 passes is not known");
+
+        // Denied but not blocked (a peek): served to peeks, but a check would breach.
+        cache.record("c", 0, cache.sending(), &denial(5, 0, 80, 480));
+        assert!(cache.lookup("c", 0, Instant::now()).is_some());
+        assert!(cache.lookup("c", 1, Instant::now()).is_none());
     }
 
     #[tokio::test(start_paused = true)]

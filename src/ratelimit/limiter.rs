@@ -18,7 +18,7 @@ use super::subject_rates::{Effective, RateTable};
 use super::{Decision, Origin, Policy, PolicyDecision};
 use crate::core::Core;
 use crate::error::{RateLimitError, StoreError};
-use crate::keys::{rate_key_head, rate_keys};
+use crate::keys::{LOCK_KEY_PART, rate_key_head, rate_keys};
 use crate::store::{MemoryStore, RateOp, RateReply, RateRequest};
 
 #[cfg(feature = "test-util")]
@@ -79,7 +79,8 @@ pub struct RateLimiter {
     base: Arc<Effective>,
     /// Where subjects' own rates come from, if anywhere.
     rates: Option<Arc<RateTable>>,
-    /// Each policy's key up to the subject (see [`rate_key_head`]).
+    /// Each policy's key up to the subject (see [`rate_key_head`]), followed by its lock's
+    /// when it has a lockout.
     key_heads: Arc<[Box<str>]>,
     outage: Outage,
     deadline: Duration,
@@ -156,13 +157,20 @@ impl RateLimiter {
         let base = Effective::of(Arc::clone(&policies), settings.keep_log_us);
         let key_heads = policies
             .iter()
-            .map(|p| rate_key_head(client.prefix(), p.name(), p.algorithm().key_part()))
+            .flat_map(|p| {
+                let own = rate_key_head(client.prefix(), p.name(), p.algorithm().key_part());
+                let lock = p
+                    .lockout()
+                    .map(|_| rate_key_head(client.prefix(), p.name(), LOCK_KEY_PART));
+                std::iter::once(own).chain(lock)
+            })
             .collect();
+        // A lockout is about refusing, not queueing: its limiter's waits are checks.
         let fifo = policies.iter().all(|p| {
             matches!(
                 p.algorithm(),
                 super::Algorithm::Gcra | super::Algorithm::TokenBucket
-            )
+            ) && p.lockout().is_none()
         });
         let max_in_flight = settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         Self {
@@ -757,6 +765,8 @@ impl RateLimiter {
                         remaining: u64::from(p.limit()),
                         retry_after: Duration::ZERO,
                         reset_after: Duration::ZERO,
+                        locked_out: false,
+                        lock_left: Duration::ZERO,
                     })
                     .collect();
                 Ok(Decision::from_policies(per_policy, Origin::FailOpen))
@@ -807,6 +817,8 @@ fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
             remaining: v.remaining,
             retry_after: Duration::from_micros(v.retry_us),
             reset_after: Duration::from_micros(v.reset_us),
+            locked_out: v.locked_us > 0,
+            lock_left: Duration::from_micros(v.locked_us),
         })
         .collect();
     let mut decision = Decision::from_policies(per_policy, origin);

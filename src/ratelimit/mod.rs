@@ -33,6 +33,7 @@ mod builder;
 mod decision;
 mod deny_cache;
 mod limiter;
+mod lockout;
 pub(crate) mod metrics;
 mod outage;
 mod policy;
@@ -52,6 +53,7 @@ pub use self::limiter::{
     DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT,
     RateLimiter,
 };
+pub use self::lockout::{DEFAULT_LOCKOUT_MEMORY, Lockout, MAX_LOCKOUT_STEPS, MIN_LOCKOUT};
 pub use self::outage::{Outage, ParseOutageError};
 pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};

@@ -6,10 +6,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Rate;
 use super::rate::{RateProblem, parse_rate};
+use super::{Lockout, Rate};
 use crate::error::InvalidPolicy;
-use crate::store::{Kind, PolicyParams};
+use crate::store::{Kind, LockoutParams, PolicyParams};
 
 /// The most requests per window a sliding log accepts (it stores one entry per request).
 pub const MAX_LOG_LIMIT: u32 = 10_000;
@@ -165,8 +165,10 @@ impl fmt::Display for Algorithm {
 /// [`ParsePolicyError`] that says which part was wrong.
 ///
 /// With the `serde` feature a policy deserialises from either form: the one line above, or a
-/// table with the fields `name`, `algorithm` (optional, `"gcra"` by default) and `rate` (its
-/// text form); it serialises as the table, and an [`Algorithm`] as its name. Errors name the
+/// table with the fields `name`, `algorithm` (optional, `"gcra"` by default), `rate` (its
+/// text form) and `lockout` (optional, only in the table: see [`Lockout`], e.g.
+/// `lockout = { steps = ["1m", "5m", "1h"], remember = "24h" }`, `remember` optional); it
+/// serialises as the table, and an [`Algorithm`] as its name. Errors name the
 /// part or the field that is wrong, as in
 /// ``field `rate`: invalid rate "100/x": unknown unit `x`; use ms, s, min, h or d``. (Telling
 /// the two forms apart needs a self-describing format: TOML, JSON, YAML.)
@@ -222,6 +224,7 @@ pub struct Policy {
     name: Arc<str>,
     algorithm: Algorithm,
     rate: Rate,
+    lockout: Option<Arc<Lockout>>,
 }
 
 impl Policy {
@@ -253,7 +256,51 @@ impl Policy {
             name: name.into(),
             algorithm,
             rate,
+            lockout: None,
         })
+    }
+
+    /// This policy, blocking a subject that breaches it as `lockout` says (see [`Lockout`]):
+    /// any algorithm. Fails if the lockout has no steps or more than
+    /// [`MAX_LOCKOUT_STEPS`](super::MAX_LOCKOUT_STEPS), a step or the memory window outside
+    /// [`MIN_LOCKOUT`](super::MIN_LOCKOUT)`..=`[`MAX_PERIOD`](super::MAX_PERIOD), or a step not
+    /// longer than the one before.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use distlock::ratelimit::{Lockout, Policy, Rate};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let otp = Policy::fixed_window("otp", Rate::per_minute(3)?)?
+    ///     .with_lockout(Lockout::after_breach([minute, 10 * minute]))?;
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client.rate_limiter(otp).build()?;
+    /// for _ in 0..3 {
+    ///     assert!(limiter.check("user:7").await?.allowed);
+    /// }
+    /// let breach = limiter.check("user:7").await?; // the 4th code within the minute
+    /// assert!(!breach.allowed && breach.locked_out);
+    /// assert_eq!(breach.retry_after, minute); // blocked for the first step
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lockout(mut self, lockout: Lockout) -> Result<Self, InvalidPolicy> {
+        self.lockout = Some(Arc::new(lockout.checked(&self.name)?));
+        Ok(self)
+    }
+
+    /// The lockout, if the policy has one.
+    #[must_use]
+    pub fn lockout(&self) -> Option<&Lockout> {
+        self.lockout.as_deref()
+    }
+
+    /// The same policy (name, algorithm, lockout) at another rate, for a subject's own rate.
+    pub(crate) fn with_rate(&self, rate: Rate) -> Result<Self, InvalidPolicy> {
+        let mut policy = Self::new(self.name(), self.algorithm, rate)?;
+        policy.lockout.clone_from(&self.lockout);
+        Ok(policy)
     }
 
     /// A [GCRA](Algorithm::Gcra) policy (the default algorithm).
@@ -343,6 +390,10 @@ impl Policy {
             count: i64::from(count),
             // A sliding log is kept for its window unless the limiter says longer.
             keep_us: 0,
+            lockout: self.lockout.as_deref().map(|lockout| {
+                let (steps, memory_us) = lockout.micros();
+                LockoutParams::new(&steps, memory_us)
+            }),
         }
     }
 }
@@ -359,7 +410,9 @@ fn checked_name(name: String) -> Result<String, InvalidPolicy> {
 
 impl fmt::Display for Policy {
     /// `name: algorithm rate`, e.g. `api: gcra 100/s burst 20`: text that [`FromStr`] parses
-    /// back to an equal policy.
+    /// back to an equal policy. A lockout has no place in that line: a policy with one adds
+    /// it in brackets, for logs (`login: fixed-window 5/min [lockout 1min, 5min; remember
+    /// 1d]`), which [`FromStr`] refuses.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -367,7 +420,11 @@ impl fmt::Display for Policy {
             self.name,
             self.algorithm.config_name(),
             self.rate
-        )
+        )?;
+        if let Some(lockout) = &self.lockout {
+            write!(f, " [{lockout}]")?;
+        }
+        Ok(())
     }
 }
 
@@ -505,8 +562,9 @@ mod serde_impl {
     use serde::ser::SerializeStruct;
     use serde::{Deserialize, Serialize, Serializer};
 
-    use super::{Algorithm, Policy, Rate, checked_name};
+    use super::{Algorithm, Lockout, Policy, Rate, checked_name};
     use crate::error::InvalidPolicy;
+    use crate::ratelimit::lockout::LockoutSeed;
 
     impl Serialize for Algorithm {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -536,10 +594,15 @@ mod serde_impl {
 
     impl Serialize for Policy {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            let mut policy = serializer.serialize_struct("Policy", 3)?;
+            let fields = if self.lockout.is_some() { 4 } else { 3 };
+            let mut policy = serializer.serialize_struct("Policy", fields)?;
             policy.serialize_field("name", self.name())?;
             policy.serialize_field("algorithm", &self.algorithm)?;
             policy.serialize_field("rate", &self.rate)?;
+            match &self.lockout {
+                Some(lockout) => policy.serialize_field("lockout", &**lockout)?,
+                None => policy.skip_field("lockout")?,
+            }
             policy.end()
         }
     }
@@ -552,7 +615,7 @@ mod serde_impl {
         }
     }
 
-    const FIELDS: &[&str] = &["name", "algorithm", "rate"];
+    const FIELDS: &[&str] = &["name", "algorithm", "rate", "lockout"];
 
     /// A field's name and what its text looks like, for messages.
     #[derive(Clone, Copy)]
@@ -573,6 +636,10 @@ mod serde_impl {
     const RATE: Field = Field {
         name: "rate",
         looks_like: "a rate such as \"100/s burst 20\" or \"10 per 2s\"",
+    };
+    const LOCKOUT: Field = Field {
+        name: "lockout",
+        looks_like: "a table such as { steps = [\"1m\", \"5m\", \"1h\"], remember = \"24h\" }",
     };
 
     /// A policy's name, checked on its own.
@@ -629,6 +696,7 @@ mod serde_impl {
         Name,
         Algorithm,
         Rate,
+        Lockout,
     }
 
     impl<'de> Deserialize<'de> for Key {
@@ -643,7 +711,7 @@ mod serde_impl {
         type Value = Key;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("`name`, `algorithm` or `rate`")
+            f.write_str("`name`, `algorithm`, `rate` or `lockout`")
         }
 
         fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
@@ -651,6 +719,7 @@ mod serde_impl {
                 "name" => Ok(Key::Name),
                 "algorithm" => Ok(Key::Algorithm),
                 "rate" => Ok(Key::Rate),
+                "lockout" => Ok(Key::Lockout),
                 _ => Err(E::unknown_field(key, FIELDS)),
             }
         }
@@ -664,7 +733,7 @@ mod serde_impl {
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str(
                 "a rate-limit policy: one line such as \"api: 100/s burst 20\", or a table of \
-                 `name`, `algorithm` (optional) and `rate`",
+                 `name`, `algorithm` (optional), `rate` and `lockout` (optional)",
             )
         }
 
@@ -676,8 +745,12 @@ mod serde_impl {
             let mut name: Option<Name> = None;
             let mut algorithm: Option<Algorithm> = None;
             let mut rate: Option<Rate> = None;
+            let mut lockout: Option<Lockout> = None;
             while let Some(key) = map.next_key()? {
                 let repeated = match key {
+                    Key::Lockout => lockout
+                        .replace(map.next_value_seed(LockoutSeed { prefix: "lockout." })?)
+                        .map(|_| LOCKOUT),
                     Key::Name => name
                         .replace(map.next_value_seed(parsed(NAME))?)
                         .map(|_| NAME),
@@ -694,7 +767,7 @@ mod serde_impl {
             }
             let name = name.ok_or_else(|| de::Error::missing_field(NAME.name))?;
             let rate = rate.ok_or_else(|| de::Error::missing_field(RATE.name))?;
-            build(name, algorithm.unwrap_or_default(), rate)
+            with_lockout(build(name, algorithm.unwrap_or_default(), rate)?, lockout)
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Policy, A::Error> {
@@ -707,7 +780,18 @@ mod serde_impl {
             let rate = seq
                 .next_element_seed(parsed(RATE))?
                 .ok_or_else(|| de::Error::invalid_length(2, &self))?;
-            build(name, algorithm, rate)
+            let lockout = seq.next_element_seed(LockoutSeed { prefix: "lockout." })?;
+            with_lockout(build(name, algorithm, rate)?, lockout)
+        }
+    }
+
+    /// `policy` with `lockout`, if there is one, checked.
+    fn with_lockout<E: de::Error>(policy: Policy, lockout: Option<Lockout>) -> Result<Policy, E> {
+        match lockout {
+            None => Ok(policy),
+            Some(lockout) => policy
+                .with_lockout(lockout)
+                .map_err(|e| E::custom(format_args!("field `{}`: {e}", LOCKOUT.name))),
         }
     }
 
@@ -951,6 +1035,44 @@ mod tests {
             assert_eq!(
                 from_json(r#"["api","gcra","100/s burst 20"]"#),
                 Ok(api.clone())
+            );
+        }
+
+        #[test]
+        fn a_lockout_round_trips_as_a_table() {
+            let minute = Duration::from_secs(60);
+            let login = policy("login", Algorithm::FixedWindow, "5/min")
+                .with_lockout(
+                    Lockout::after_breach([minute, 5 * minute, 60 * minute])
+                        .remember_for(Duration::from_secs(7 * 86_400)),
+                )
+                .expect("valid lockout");
+            let json = serde_json::to_string(&login).expect("serialise");
+            assert_eq!(
+                json,
+                r#"{"name":"login","algorithm":"fixed-window","rate":"5/min","lockout":{"steps":["1min","5min","1h"],"remember":"7d"}}"#
+            );
+            assert_eq!(from_json(&json), Ok(login.clone()));
+            let toml = toml::to_string(&login).expect("serialise");
+            assert_eq!(toml::from_str::<Policy>(&toml).expect("round trip"), login);
+            // A policy without one has no `lockout` field.
+            let plain = policy("api", Algorithm::Gcra, "10/s");
+            assert!(
+                !serde_json::to_string(&plain)
+                    .expect("serialise")
+                    .contains("lockout")
+            );
+            // The sequence form takes it fourth.
+            assert_eq!(
+                from_json(
+                    r#"["login","fixed-window","5/min",{"steps":["1m","5m","1h"],"remember":"7d"}]"#
+                ),
+                Ok(login)
+            );
+            let err = json_err(r#"{"name":"l","rate":"1/s","lockout":{"steps":["1m","1m"]}}"#);
+            assert!(
+                err.contains("field `lockout`: invalid lockout of policy `l`: step 2 (60s)"),
+                "{err}"
             );
         }
 

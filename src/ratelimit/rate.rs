@@ -220,19 +220,29 @@ const UNITS: &[(&[&str], Duration)] = &[
     ),
 ];
 
+/// A duration as a whole number of the largest unit that divides it, and that unit's name.
+fn span_parts(span: Duration) -> (u128, &'static str) {
+    let nanos = span.as_nanos();
+    let (spellings, unit) = UNITS
+        .iter()
+        .find(|(_, unit)| nanos.is_multiple_of(unit.as_nanos()))
+        .unwrap_or(&UNITS[UNITS.len() - 1]);
+    (nanos / unit.as_nanos(), spellings[0])
+}
+
+/// Writes a duration as a rate writes its period: `1min`, `90s`, `1d` (exact: down to `ns`).
+pub(crate) fn write_span(f: &mut fmt::Formatter<'_>, span: Duration) -> fmt::Result {
+    let (n, name) = span_parts(span);
+    write!(f, "{n}{name}")
+}
+
 impl fmt::Display for Rate {
     /// `count/unit`, `count per Nunit`, then ` burst b` when the burst differs from the count:
     /// text that [`FromStr`] parses back to an equal rate.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let period = self.period.as_nanos();
-        let (spellings, unit) = UNITS
-            .iter()
-            .find(|(_, unit)| period.is_multiple_of(unit.as_nanos()))
-            .unwrap_or(&UNITS[UNITS.len() - 1]);
-        let name = spellings[0];
-        match period / unit.as_nanos() {
-            1 => write!(f, "{}/{name}", self.count)?,
-            n => write!(f, "{} per {n}{name}", self.count)?,
+        match span_parts(self.period) {
+            (1, name) => write!(f, "{}/{name}", self.count)?,
+            (n, name) => write!(f, "{} per {n}{name}", self.count)?,
         }
         if self.burst != self.count {
             write!(f, " burst {}", self.burst)?;

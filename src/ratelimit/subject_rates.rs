@@ -225,9 +225,8 @@ fn apply(base: &Arc<Effective>, rates: &SubjectRates) -> Result<Arc<Effective>, 
         .iter()
         .map(
             |p| match rates.rates.iter().find(|(name, _)| name == p.name()) {
-                Some((_, rate)) => {
-                    Policy::new(p.name(), p.algorithm(), *rate).map_err(|e| e.to_string())
-                }
+                // The policy's lockout stays: only the rate is the subject's own.
+                Some((_, rate)) => p.with_rate(*rate).map_err(|e| e.to_string()),
                 None => Ok(p.clone()),
             },
         )

@@ -51,7 +51,9 @@ pub use self::capability::{Capability, Unsupported};
 pub(crate) use self::connect::RedisSettings;
 pub(crate) use self::memory::MemoryStore;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
-pub(crate) use self::ratelimit::{Kind, PolicyParams, RateOp, RateReply, RateRequest};
+pub(crate) use self::ratelimit::{
+    Kind, LockoutParams, PolicyParams, RateOp, RateReply, RateRequest,
+};
 pub(crate) use self::scripted::ScriptedStore;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;

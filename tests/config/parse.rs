@@ -411,6 +411,100 @@ fn bad_policies_name_the_policy() {
     .expect("a named policy in a long-named limiter");
 }
 
+/// Issue 28 §2: a policy's table takes a `lockout` table of `steps` and `remember`
+/// (optional); each bound the builder checks is refused when the file is read, as the
+/// policy's error, naming the lockout's field.
+#[test]
+fn lockouts_read_from_a_policy_table_and_their_bounds_are_refused() {
+    let login = |lockout: &str| {
+        format!(
+            "{MEMORY}[limiters.login]\npolicies = {{ name = \"login\", algorithm = \
+             \"fixed-window\", rate = \"5/min\", lockout = {lockout} }}"
+        )
+    };
+    let config = Config::from_toml_str(&login(
+        "{ steps = [\"1m\", \"5m\", \"1h\"], remember = \"24h\" }",
+    ))
+    .expect("a lockout");
+    let policy = &config.limiters["login"].policies[0];
+    let lockout = policy.lockout().expect("the policy has its lockout");
+    let minute = Duration::from_secs(60);
+    assert_eq!(lockout.steps(), [minute, 5 * minute, 60 * minute]);
+    assert_eq!(lockout.memory(), 24 * 60 * minute);
+    assert_eq!(
+        policy.to_string(),
+        "login: fixed-window 5/min [lockout 1min, 5min, 1h; remember 1d]"
+    );
+    let config = Config::from_toml_str(&login("{ steps = [\"90s\"] }")).expect("a lockout");
+    let lockout = config.limiters["login"].policies[0].lockout().cloned();
+    assert_eq!(
+        lockout.map(|l| l.memory()),
+        Some(distlock::ratelimit::DEFAULT_LOCKOUT_MEMORY),
+        "remember is optional"
+    );
+
+    let nine: Vec<String> = (1..=9).map(|m| format!("\"{m}m\"")).collect();
+    let nine = format!("{{ steps = [{}] }}", nine.join(", "));
+    for (lockout, says) in [
+        ("{ steps = [] }", "it needs at least one step"),
+        (nine.as_str(), "more than 8 steps"),
+        ("{ steps = [\"0s\"] }", "step 1 lasts 0ns; use 1ms..="),
+        ("{ steps = [\"1m\", \"367d\"] }", "step 2 lasts 31708800s"),
+        (
+            "{ steps = [\"5m\", \"5m\"] }",
+            "step 2 (300s) must be longer than step 1 (300s)",
+        ),
+        (
+            "{ steps = [\"5m\", \"1m\"] }",
+            "step 2 (60s) must be longer than step 1 (300s)",
+        ),
+        (
+            "{ steps = [\"1m\"], remember = \"0s\" }",
+            "breaches remembered for 0ns",
+        ),
+        (
+            "{ steps = [\"1m\"], remember = \"400d\" }",
+            "breaches remembered for 34560000s",
+        ),
+        (
+            "{ steps = [\"1m\", \"5x\"] }",
+            "field `lockout.steps[1]`: invalid duration \"5x\"",
+        ),
+        (
+            "{ steps = [\"1m\"], remember = \"soon\" }",
+            "field `lockout.remember`: invalid duration \"soon\"",
+        ),
+        (
+            "{ steps = \"1m\" }",
+            "field `lockout.steps`: a list of durations",
+        ),
+        ("{ steps = [60] }", "field `lockout.steps[0]`: text"),
+        ("{ remember = \"1h\" }", "missing field `steps`"),
+        (
+            "{ steps = [\"1m\"], forever = true }",
+            "unknown field `forever`, expected `steps` or `remember`",
+        ),
+        ("\"1m\"", "a lockout: a table of `steps`"),
+    ] {
+        let shown = field_error(
+            &login(lockout),
+            Kind::InvalidPolicy,
+            "limiters.login.policies",
+        );
+        assert!(shown.contains(says), "{lockout}: {shown}");
+    }
+    // The bounds are the policy's: `field `lockout`` and the typed error's text.
+    let shown = field_error(
+        &login("{ steps = [\"5m\", \"1m\"] }"),
+        Kind::InvalidPolicy,
+        "limiters.login.policies",
+    );
+    assert!(
+        shown.contains("field `lockout`: invalid lockout of policy `login`"),
+        "{shown}"
+    );
+}
+
 #[test]
 fn wrong_types_are_named() {
     for (text, field) in [

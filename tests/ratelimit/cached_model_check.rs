@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::common::{ALGORITHMS, us};
 use crate::model::{Expected, Models};
-use crate::model_check::random_policy;
+use crate::model_check::{maybe_lockout, random_lockout, random_policy};
 
 const TRACES_PER_ALGORITHM: usize = 6;
 const MIXED_TRACES: usize = 10;
@@ -97,14 +97,14 @@ fn binding(expected: &[Expected]) -> usize {
 }
 
 /// Runs one trace of `STEPS` checks through the cache and compares every decision with the
-/// model. Returns how many the deny cache answered.
+/// model. Returns how many the deny cache answered, and how many of those were lockouts.
 async fn run_trace(
     client: &Client,
     clock: &StoreClock,
     rng: &mut StdRng,
     label: &str,
     policies: Vec<Policy>,
-) -> usize {
+) -> (usize, usize) {
     let limiter = client
         .rate_limiter_all(policies.clone())
         .build()
@@ -117,7 +117,7 @@ async fn run_trace(
     let target = (now / unit + 1) * unit - rng.random_range(0..unit / 2 + 1);
     clock.advance((target - now).max(0)).await;
     let subject = format!("cached:{label}");
-    let mut hits = 0;
+    let (mut hits, mut locked_hits) = (0, 0);
     for step in 0..STEPS {
         // Mostly short steps, so that many checks land while a denial is cached.
         let dt = match rng.random_range(0..100) {
@@ -145,23 +145,37 @@ async fn run_trace(
             at()
         );
         hits += usize::from(d.origin == Origin::DenyCache);
+        locked_hits += usize::from(d.origin == Origin::DenyCache && d.locked_out);
         for (i, (want, got)) in expected.iter().zip(&d.policies).enumerate() {
             let got_tuple = (
                 got.allowed,
                 i64::try_from(got.remaining).expect("fits"),
                 us(got.retry_after),
                 us(got.reset_after),
+                got.locked_out,
             );
-            let want_tuple = (want.allowed, want.remaining, want.retry_us, want.reset_us);
+            let want_tuple = (
+                want.allowed,
+                want.remaining,
+                want.retry_us,
+                want.reset_us,
+                want.locked_us > 0,
+            );
             assert_eq!(
                 got_tuple,
                 want_tuple,
-                "{} policy {i} ({:?}): (allowed, remaining, retry µs, reset µs) differs \
-                 from the model",
+                "{} policy {i} ({:?}): (allowed, remaining, retry µs, reset µs, locked out) \
+                 differs from the model",
                 at(),
                 policies[i]
             );
         }
+        assert_eq!(
+            d.locked_out,
+            expected.iter().any(|e| e.locked_us > 0),
+            "{}: locked out",
+            at()
+        );
         let allowed = expected.iter().all(|e| e.allowed);
         let b = binding(&expected);
         let want = &expected[b];
@@ -188,7 +202,7 @@ async fn run_trace(
             at()
         );
     }
-    hits
+    (hits, locked_hits)
 }
 
 /// Each algorithm alone, mixed costs, through the cache.
@@ -203,7 +217,9 @@ async fn every_algorithm_matches_the_model_through_the_cache() {
         for trace in 0..TRACES_PER_ALGORITHM {
             let policy = random_policy(&mut rng, algorithm, "p");
             let label = format!("seed {seed} {algorithm} trace {trace}");
-            hits += run_trace(&client, &clock, &mut rng, &label, vec![policy]).await;
+            hits += run_trace(&client, &clock, &mut rng, &label, vec![policy])
+                .await
+                .0;
         }
         eprintln!(
             "{algorithm}: {hits} of {} answered by the deny cache",
@@ -230,15 +246,50 @@ async fn mixed_policies_match_the_model_through_the_cache() {
         let policies = (0..n)
             .map(|i| {
                 let algorithm = ALGORITHMS[rng.random_range(0..ALGORITHMS.len())];
-                random_policy(&mut rng, algorithm, &format!("p{i}"))
+                let policy = random_policy(&mut rng, algorithm, &format!("p{i}"));
+                maybe_lockout(&mut rng, policy)
             })
             .collect();
         let label = format!("seed {seed} mixed trace {trace}");
-        hits += run_trace(&client, &clock, &mut rng, &label, policies).await;
+        hits += run_trace(&client, &clock, &mut rng, &label, policies)
+            .await
+            .0;
     }
     eprintln!(
         "mixed: {hits} of {} answered by the deny cache",
         MIXED_TRACES * STEPS
     );
     assert!(hits > 0, "seed {seed}: the cache never answered");
+}
+
+/// Issue 28 §2: every algorithm with a lockout, alone and beside a policy without one,
+/// through the cache: a blocked subject is answered from the cache until its block ends
+/// (every figure as the model's), and a check that would breach always reaches the store.
+#[tokio::test(start_paused = true)]
+async fn lockouts_match_the_model_through_the_cache() {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let client = Client::in_memory();
+    let clock = StoreClock::of(&client).await;
+    let mut locked_hits = 0;
+    for algorithm in ALGORITHMS {
+        for trace in 0..TRACES_PER_ALGORITHM {
+            let policy = random_policy(&mut rng, algorithm, "p");
+            let lockout = random_lockout(&mut rng, policy.window());
+            let mut policies = vec![policy.with_lockout(lockout).expect("valid lockout")];
+            if trace % 2 == 1 {
+                let other = ALGORITHMS[rng.random_range(0..ALGORITHMS.len())];
+                policies.push(random_policy(&mut rng, other, "q"));
+            }
+            let label = format!("seed {seed} {algorithm} with a lockout, trace {trace}");
+            locked_hits += run_trace(&client, &clock, &mut rng, &label, policies)
+                .await
+                .1;
+        }
+    }
+    eprintln!("lockouts: {locked_hits} blocked checks answered by the deny cache");
+    assert!(
+        locked_hits > 0,
+        "seed {seed}: the cache never answered a blocked subject"
+    );
 }

@@ -1,7 +1,8 @@
 //! Rate limiting against real `redis-server` processes and the in-memory store (the same test
 //! bodies on both where the semantics are shared): the stores against the reference model and
 //! against each other, exactness and boundary bursts, memory bounds, and outages (TESTPLAN
-//! 19, 20 and 22); a sliding log across a longer window and partial grants (issue 28).
+//! 19, 20 and 22); a sliding log across a longer window, partial grants and lockouts (issue
+//! 28).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -14,6 +15,7 @@ mod cached_model_check;
 mod common;
 mod deny_cache;
 mod exactness;
+mod lockout;
 mod log_window;
 mod memory_bound;
 mod model;

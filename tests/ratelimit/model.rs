@@ -20,6 +20,13 @@
 //! takes the largest `k ≤ n` the predicate passes under every policy. For GCRA a change of
 //! rate is an event too: the debt left at each event is converted to the interval in force
 //! (rounded up, in the stores' double expression), which is the contract of a rate change.
+//!
+//! A policy's lockout (issue 28 §2) is a second predicate on top: a check of cost > 0 (or a
+//! check up to n that fits nothing) that is not applied breaches every lockout policy that
+//! denied while its subject was not blocked: blocked until `t + step`, the step of the
+//! breach's number among those remembered (a block is remembered until `memory` past its
+//! end). While blocked a policy denies, has nothing left, and answers the later of the
+//! block's end and its own figures. A reset forgets the block; a reservation is a check.
 
 use distlock::ratelimit::{Algorithm, Policy};
 
@@ -31,6 +38,8 @@ pub struct ModelPolicy {
     pub limit: i64,
     /// Emission interval (GCRA, token bucket) or period (windows), µs.
     pub unit: i64,
+    /// The lockout's steps and memory, µs.
+    pub lockout: Option<(Vec<i64>, i64)>,
 }
 
 impl ModelPolicy {
@@ -40,10 +49,17 @@ impl ModelPolicy {
             Algorithm::Gcra | Algorithm::TokenBucket => rate.emission_interval(),
             _ => rate.period(),
         };
+        let micros = |d: std::time::Duration| i64::try_from(d.as_micros()).expect("fits");
         Self {
             algorithm: policy.algorithm(),
             limit: i64::from(policy.limit()),
-            unit: i64::try_from(unit.as_micros()).expect("fits"),
+            unit: micros(unit),
+            lockout: policy.lockout().map(|lockout| {
+                (
+                    lockout.steps().iter().copied().map(micros).collect(),
+                    micros(lockout.memory()),
+                )
+            }),
         }
     }
 
@@ -63,6 +79,21 @@ pub struct Expected {
     pub remaining: i64,
     pub retry_us: i64,
     pub reset_us: i64,
+    /// What is left of the subject's block under the policy's lockout (0: not blocked).
+    pub locked_us: i64,
+}
+
+impl Expected {
+    /// As blocked for `left` more µs.
+    fn blocked(self, left: i64) -> Self {
+        Self {
+            allowed: false,
+            remaining: 0,
+            retry_us: self.retry_us.max(left),
+            reset_us: self.reset_us.max(left),
+            locked_us: left,
+        }
+    }
 }
 
 /// One policy's history: the units applied `(time, cost)`, in time order (windows and the log),
@@ -74,6 +105,8 @@ pub struct Model {
     applied: Vec<(i64, i64)>,
     /// GCRA family: (tat, interval), or none.
     tat: Option<(i64, i64)>,
+    /// The latest block's end and the breaches that led to it.
+    lock: Option<(i64, i64)>,
 }
 
 impl Model {
@@ -82,7 +115,38 @@ impl Model {
             policy,
             applied: Vec::new(),
             tat: None,
+            lock: None,
         }
+    }
+
+    /// The block's end (0: none) and the breaches remembered at `t`.
+    fn lock_at(&self, t: i64) -> (i64, i64) {
+        match (&self.policy.lockout, self.lock) {
+            (Some((_, memory)), Some((until, breaches))) if t < until + memory => (until, breaches),
+            _ => (0, 0),
+        }
+    }
+
+    /// The verdict on `cost` at `t`, with the lockout: blocked, or the policy's own.
+    pub fn judge_locked(&self, t: i64, cost: i64) -> Expected {
+        let own = self.judge(t, cost);
+        match self.lock_at(t) {
+            (until, _) if until > t => own.blocked(until - t),
+            _ => own,
+        }
+    }
+
+    /// A breach at `t` of a policy whose own verdict was `own`: blocked for the step of its
+    /// number.
+    fn breach(&mut self, t: i64, own: Expected) -> Expected {
+        let (steps, _) = self.policy.lockout.clone().expect("a lockout");
+        let (_, breaches) = self.lock_at(t);
+        let n = breaches + 1;
+        let step = steps[usize::try_from(n - 1)
+            .expect("positive")
+            .min(steps.len() - 1)];
+        self.lock = Some((t + step, n));
+        own.blocked(step)
     }
 
     fn is_gcra(&self) -> bool {
@@ -199,6 +263,7 @@ impl Model {
                 self.earliest(t, need) - t
             },
             reset_us: self.earliest(t, self.policy.limit) - t,
+            locked_us: 0,
         }
     }
 
@@ -259,6 +324,7 @@ impl Model {
     pub fn reset(&mut self) {
         self.applied.clear();
         self.tat = None;
+        self.lock = None;
     }
 
     /// GCRA: a TAT counted in another interval is rewritten in the current one, as the stores
@@ -288,7 +354,11 @@ impl Models {
 
     /// Figures after an adjustment: every policy as a peek.
     pub fn peek(&self, t: i64) -> Vec<Expected> {
-        self.0.iter().map(|m| m.judge(t, 0)).collect()
+        self.0.iter().map(|m| m.judge_locked(t, 0)).collect()
+    }
+
+    fn has_lockout(&self) -> bool {
+        self.0.iter().any(|m| m.policy.lockout.is_some())
     }
 
     fn normalize(&mut self, t: i64) {
@@ -324,6 +394,10 @@ impl Models {
     /// every policy allows it; within `max_wait` every policy applies it then, and the
     /// figures are those after, as of `t`. Returns (granted, wait, verdicts).
     pub fn reserve(&mut self, t: i64, cost: i64, max_wait: i64) -> (bool, i64, Vec<Expected>) {
+        if self.has_lockout() {
+            let verdicts = self.check(t, cost);
+            return (cost > 0 && verdicts.iter().all(|v| v.allowed), 0, verdicts);
+        }
         self.normalize(t);
         let turn = self
             .0
@@ -358,24 +432,41 @@ impl Models {
         self.normalize(t);
         // No policy passes more than its limit at once.
         let top = self.0.iter().map(|m| m.policy.limit).fold(max, i64::min);
+        // A blocked policy passes nothing.
         let k = (0..=top)
             .rev()
-            .find(|&k| self.0.iter().all(|m| m.allows(t, k)))
+            .find(|&k| {
+                self.0
+                    .iter()
+                    .all(|m| m.allows(t, k) && (k == 0 || m.lock_at(t).0 <= t))
+            })
             .unwrap_or(0);
-        (k, self.check(t, k))
+        (k, self.check_attempt(t, k, true))
     }
 
     /// One check: every policy judges; if all allow and `cost > 0`, all apply, and the
     /// reported figures are those after applying.
     pub fn check(&mut self, t: i64, cost: i64) -> Vec<Expected> {
+        self.check_attempt(t, cost, cost > 0)
+    }
+
+    /// A check; when it is not applied and is an `attempt`, every lockout policy that denied
+    /// while not blocked is breached.
+    fn check_attempt(&mut self, t: i64, cost: i64, attempt: bool) -> Vec<Expected> {
         self.normalize(t);
-        let mut verdicts: Vec<Expected> = self.0.iter().map(|m| m.judge(t, cost)).collect();
+        let mut verdicts: Vec<Expected> = self.0.iter().map(|m| m.judge_locked(t, cost)).collect();
         if cost > 0 && verdicts.iter().all(|v| v.allowed) {
             for (model, verdict) in self.0.iter_mut().zip(&mut verdicts) {
                 model.apply(t, cost);
                 let after = model.judge(t, 0);
                 verdict.remaining = after.remaining;
                 verdict.reset_us = after.reset_us;
+            }
+        } else if attempt {
+            for (model, verdict) in self.0.iter_mut().zip(&mut verdicts) {
+                if model.policy.lockout.is_some() && !verdict.allowed && verdict.locked_us == 0 {
+                    *verdict = model.breach(t, *verdict);
+                }
             }
         }
         verdicts

@@ -3,11 +3,12 @@
 //!
 //! Traces mix bursts at one instant, steps shorter than the emission interval, steps across
 //! window boundaries and long idle gaps (past every ttl), costs from 0 (peek) to the limit,
-//! and several policies checked all-or-nothing. The seed is printed on failure.
+//! and several policies checked all-or-nothing; a third of the policies have a lockout
+//! (issue 28 §2). The seed is printed on failure.
 
 use std::time::Duration;
 
-use distlock::ratelimit::{Algorithm, Policy, Rate};
+use distlock::ratelimit::{Algorithm, Lockout, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -27,6 +28,52 @@ pub(crate) fn random_policy(rng: &mut StdRng, algorithm: Algorithm, name: &str) 
         rate = rate.burst(rng.random_range(1..=12)).expect("valid burst");
     }
     Policy::new(name, algorithm, rate).expect("valid policy")
+}
+
+/// `policy`, with a random lockout one time in three: one to three growing steps and a
+/// memory, each from half the policy's window to a few windows, so traces see breaches
+/// escalate, blocks end and breaches be forgotten.
+pub(crate) fn maybe_lockout(rng: &mut StdRng, policy: Policy) -> Policy {
+    if rng.random_range(0..3) != 0 {
+        return policy;
+    }
+    let lockout = random_lockout(rng, policy.window());
+    policy.with_lockout(lockout).expect("valid lockout")
+}
+
+/// A lockout for a policy of `window`: see [`maybe_lockout`].
+pub(crate) fn random_lockout(rng: &mut StdRng, window: Duration) -> Lockout {
+    let window = u64::try_from(window.as_micros()).expect("fits");
+    let span = |rng: &mut StdRng| {
+        Duration::from_micros(rng.random_range(window / 2..=4 * window).max(1_000))
+    };
+    let mut steps: Vec<Duration> = (0..rng.random_range(1..=3)).map(|_| span(rng)).collect();
+    steps.sort_unstable();
+    steps.dedup();
+    let memory = span(rng);
+    Lockout::after_breach(steps).remember_for(memory)
+}
+
+/// A policy's verdict as the model states it: (allowed, remaining, retry µs, reset µs,
+/// locked out).
+fn verdict(got: &distlock::ratelimit::PolicyDecision) -> (bool, i64, i64, i64, bool) {
+    (
+        got.allowed,
+        i64::try_from(got.remaining).expect("fits"),
+        us(got.retry_after),
+        us(got.reset_after),
+        got.locked_out,
+    )
+}
+
+fn expected(want: &crate::model::Expected) -> (bool, i64, i64, i64, bool) {
+    (
+        want.allowed,
+        want.remaining,
+        want.retry_us,
+        want.reset_us,
+        want.locked_us > 0,
+    )
 }
 
 /// Runs one trace of `STEPS` checks on `policies` and compares every verdict with the model.
@@ -60,17 +107,11 @@ async fn run_trace(fx: &Fixture, rng: &mut StdRng, seed: u64, trace: usize, poli
             .await
             .unwrap_or_else(|e| panic!("seed {seed} trace {trace} step {step}: {e}"));
         for (i, (want, got)) in expected.iter().zip(&decision.policies).enumerate() {
-            let got_tuple = (
-                got.allowed,
-                i64::try_from(got.remaining).expect("fits"),
-                us(got.retry_after),
-                us(got.reset_after),
-            );
-            let want_tuple = (want.allowed, want.remaining, want.retry_us, want.reset_us);
             assert_eq!(
-                got_tuple, want_tuple,
+                verdict(got),
+                self::expected(want),
                 "seed {seed} trace {trace} step {step} policy {i} ({:?}) at {now} cost {cost}: \
-                 (allowed, remaining, retry µs, reset µs) differs from the model",
+                 (allowed, remaining, retry µs, reset µs, locked out) differs from the model",
                 policies[i]
             );
         }
@@ -89,6 +130,7 @@ async fn every_algorithm_matches_the_model(fx: Fixture) {
     for (a, algorithm) in ALGORITHMS.into_iter().enumerate() {
         for trace in 0..TRACES_PER_ALGORITHM {
             let policy = random_policy(&mut rng, algorithm, "p");
+            let policy = maybe_lockout(&mut rng, policy);
             run_trace(&fx, &mut rng, seed, a * 10 + trace, vec![policy]).await;
         }
     }
@@ -103,7 +145,8 @@ async fn mixed_policies_match_the_model(fx: Fixture) {
         let policies = (0..n)
             .map(|i| {
                 let algorithm = ALGORITHMS[rng.random_range(0..ALGORITHMS.len())];
-                random_policy(&mut rng, algorithm, &format!("p{i}"))
+                let policy = random_policy(&mut rng, algorithm, &format!("p{i}"));
+                maybe_lockout(&mut rng, policy)
             })
             .collect();
         run_trace(&fx, &mut rng, seed, 100 + trace, policies).await;
@@ -143,6 +186,8 @@ async fn run_extended_trace(
     let mut current = 0;
     let mut models = Models::of(&limiters[current].1);
     let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);
+    // Reservations are GCRA-family only; under a lockout they are checks, which the model
+    // follows too.
     let family = limiters[current]
         .1
         .iter()
@@ -213,17 +258,11 @@ async fn run_extended_trace(
             )
         };
         for (i, (want, got)) in expected.iter().zip(&decision.policies).enumerate() {
-            let got_tuple = (
-                got.allowed,
-                i64::try_from(got.remaining).expect("fits"),
-                us(got.retry_after),
-                us(got.reset_after),
-            );
-            let want_tuple = (want.allowed, want.remaining, want.retry_us, want.reset_us);
             assert_eq!(
-                got_tuple,
-                want_tuple,
-                "{} policy {i}: (allowed, remaining, retry µs, reset µs) differs from the model",
+                verdict(got),
+                self::expected(want),
+                "{} policy {i}: (allowed, remaining, retry µs, reset µs, locked out) differs from \
+                 the model",
                 context()
             );
         }
@@ -257,6 +296,14 @@ async fn operations_and_rate_changes_match_the_model(fx: Fixture) {
             if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) {
                 variants.push(random_policy(&mut rng, algorithm, "p"));
             }
+            // Both rates of the subject have the same lockout, or none.
+            if rng.random_range(0..3) == 0 {
+                let lockout = random_lockout(&mut rng, variants[0].window());
+                variants = variants
+                    .into_iter()
+                    .map(|p| p.with_lockout(lockout.clone()).expect("valid lockout"))
+                    .collect();
+            }
             let limiters: Vec<_> = variants
                 .into_iter()
                 .map(|p| {
@@ -281,7 +328,8 @@ async fn operations_and_rate_changes_match_the_model(fx: Fixture) {
                 } else {
                     ALGORITHMS[rng.random_range(0..ALGORITHMS.len())]
                 };
-                random_policy(&mut rng, algorithm, &format!("p{i}"))
+                let policy = random_policy(&mut rng, algorithm, &format!("p{i}"));
+                maybe_lockout(&mut rng, policy)
             })
             .collect();
         let limiter = fx

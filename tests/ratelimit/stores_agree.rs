@@ -4,7 +4,8 @@
 //! (the reference model covers rate changes for the GCRA family only), and must answer the
 //! same to the microsecond. At each change of rate, the new rate must not hand out a burst:
 //! what the subject had used carries over (for a sliding log, when its window grows: issue
-//! 28).
+//! 28). A third of the policies have a lockout (the same under each of the subject's rates),
+//! so breaches, blocks and their ends are compared too.
 
 use distlock::Client;
 use distlock::ratelimit::{__TestOp as Op, Algorithm, Decision, Policy, RateLimiter};
@@ -13,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::common::{ALGORITHMS, EPOCH_US, us};
 use crate::model::ModelPolicy;
-use crate::model_check::random_policy;
+use crate::model_check::{random_lockout, random_policy};
 use crate::support::fixture::Fixture;
 
 const TRACES_PER_ALGORITHM: usize = 4;
@@ -29,15 +30,23 @@ struct Rate {
     memory: RateLimiter,
 }
 
-/// Every verdict's (allowed, remaining, retry µs, reset µs), then applied, wait µs and the
-/// units granted.
-type Figures = (Vec<(bool, u64, i64, i64)>, bool, u64, u32);
+/// Every verdict's (allowed, remaining, retry µs, reset µs, locked out), then applied, wait
+/// µs and the units granted.
+type Figures = (Vec<(bool, u64, i64, i64, bool)>, bool, u64, u32);
 
 fn figures(d: &Decision, applied: bool, wait: u64) -> Figures {
     let verdicts = d
         .policies
         .iter()
-        .map(|p| (p.allowed, p.remaining, us(p.retry_after), us(p.reset_after)))
+        .map(|p| {
+            (
+                p.allowed,
+                p.remaining,
+                us(p.retry_after),
+                us(p.reset_after),
+                p.locked_out,
+            )
+        })
         .collect();
     (verdicts, applied, wait, d.granted)
 }
@@ -66,8 +75,8 @@ async fn both(
     assert_eq!(
         on_redis,
         in_memory,
-        "{}: the stores differ ((allowed, remaining, retry µs, reset µs) per policy, applied, \
-         wait µs, granted): redis left, memory right",
+        "{}: the stores differ ((allowed, remaining, retry µs, reset µs, locked out) per \
+         policy, applied, wait µs, granted): redis left, memory right",
         context()
     );
     on_redis
@@ -175,6 +184,23 @@ fn rates(redis: &Client, memory: &Client, shapes: &[Algorithm], rng: &mut StdRng
                 .iter()
                 .enumerate()
                 .map(|(i, &algorithm)| random_policy(rng, algorithm, &format!("p{i}")))
+                .collect()
+        })
+        .collect();
+    // One policy's lockout is the same whatever the subject's rate.
+    let lockouts: Vec<_> = sets[0]
+        .iter()
+        .map(|p| (rng.random_range(0..3) == 0).then(|| random_lockout(rng, p.window())))
+        .collect();
+    let sets: Vec<Vec<Policy>> = sets
+        .into_iter()
+        .map(|set| {
+            set.into_iter()
+                .zip(&lockouts)
+                .map(|(p, lockout)| match lockout {
+                    Some(lockout) => p.with_lockout(lockout.clone()).expect("valid lockout"),
+                    None => p,
+                })
                 .collect()
         })
         .collect();

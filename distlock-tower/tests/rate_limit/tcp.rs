@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock::ratelimit::{Algorithm, Policy, Rate};
+use distlock::ratelimit::{Algorithm, Lockout, Policy, Rate};
 use distlock_tower::client_ip::ClientIp;
 use distlock_tower::rate_limit::RateLimitLayer;
 use http::StatusCode;
@@ -12,7 +12,8 @@ use crate::app::{Fixture, http_client, on_both_stores, parse_field, routes, serv
 
 on_both_stores!(
     hundred_connections_share_one_limit,
-    policy_fields_state_the_real_rate_over_tcp
+    policy_fields_state_the_real_rate_over_tcp,
+    a_lockout_is_a_429_until_the_block_ends
 );
 
 /// TESTPLAN 21: 100 clients, each on its own connection (axum clones the service per
@@ -130,5 +131,58 @@ async fn policy_fields_state_the_real_rate_over_tcp(fx: Fixture) {
         assert_eq!(state[0].1["r"], burst - 1, "{path}: {state:?}");
         let t = state[0].1["t"];
         assert!((1..=full_within).contains(&t), "{path}: t={t}");
+    }
+}
+
+/// Issue 28 §2 over TCP: a login route of 2 per minute that locks a client out for an hour
+/// once it tries a third time: the breach and every request after it are `429` with
+/// `Retry-After` the block's end (an hour, counting down), and `RateLimit` says nothing is
+/// left until then.
+async fn a_lockout_is_a_429_until_the_block_ends(fx: Fixture) {
+    let hour = Duration::from_secs(3600);
+    let login = Policy::sliding_log("login", Rate::per_minute(2).expect("valid"))
+        .expect("valid")
+        .with_lockout(Lockout::after_breach([hour, 24 * hour]))
+        .expect("valid lockout");
+    let limiter = fx
+        .client
+        .rate_limiter(login)
+        .build()
+        .expect("valid limiter");
+    let (addr, _server) =
+        serve(routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()))).await;
+    let http = http_client();
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let response = http
+            .get(format!("http://{addr}/"))
+            .send()
+            .await
+            .expect("request");
+        let field = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().expect("ASCII").to_owned())
+        };
+        let retry_after: Option<u64> = field("retry-after").map(|v| v.parse().expect("seconds"));
+        let state = parse_field(&field("ratelimit").expect("RateLimit is set"));
+        answers.push((
+            response.status(),
+            retry_after,
+            state[0].1["r"],
+            state[0].1["t"],
+        ));
+    }
+    let too_many = StatusCode::TOO_MANY_REQUESTS;
+    assert_eq!(answers[0].0, StatusCode::OK, "{answers:?}");
+    assert_eq!(answers[1].0, StatusCode::OK, "{answers:?}");
+    // The breach: blocked for exactly the hour from the store's decision.
+    assert_eq!(answers[2], (too_many, Some(3600), 0, 3600), "{answers:?}");
+    for &(status, retry_after, remaining, reset) in &answers[3..] {
+        assert_eq!((status, remaining), (too_many, 0), "{answers:?}");
+        let secs = retry_after.expect("Retry-After is set");
+        assert!((3599..=3600).contains(&secs), "{answers:?}");
+        assert_eq!(reset, i64::try_from(secs).expect("fits"), "{answers:?}");
     }
 }

@@ -13,6 +13,7 @@
 //!   fixed_window.rs   fixed_window.lua
 //!   sliding_window.rs sliding_window.lua
 //!   sliding_log.rs    sliding_log.lua
+//!   lockout.rs        lockout.lua: a policy's lockout after a breach, any algorithm
 //! ```
 //!
 //! The Rust twins are pure functions of (parameters, stored state, now, operation) with no
@@ -34,14 +35,24 @@
 //! * State carries the unit it was counted in, so a subject whose rate changed keeps what it
 //!   used (see each algorithm); the first operation under the new rate (a peek too) rewrites
 //!   it in the new unit, meaning the same, so from then on it drains at the new rate.
+//!
+//! A policy with a lockout (`lockout.rs`) has a second key, right after its own: the
+//! subject's block and remembered breaches. A check decides every policy, then masks the
+//! decision of each policy whose subject is blocked (denied, nothing left); if the check is
+//! not applied and it is an attempt (a check of cost above zero, or an up-to that fits
+//! nothing), each lockout policy that denied while not blocked records a breach and answers
+//! blocked. A reservation under a lockout is a check, and a reset deletes the lock too.
 
 mod fixed_window;
 mod gcra;
+mod lockout;
 pub(crate) mod script;
 mod sliding_log;
 mod sliding_window;
 
 use std::collections::VecDeque;
+
+pub(crate) use self::lockout::LockoutParams;
 
 /// The algorithms, as the script numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,13 +80,15 @@ impl Kind {
 /// One policy as the stores see it. For GCRA and the token bucket, `unit_us` is the emission
 /// interval and `count` the burst; for the window algorithms, `unit_us` is the period and
 /// `count` the limit. `keep_us` is how long a sliding log outlives its newest entry (at
-/// least its period; see `sliding_log.rs`); the other algorithms ignore it.
+/// least its period; see `sliding_log.rs`); the other algorithms ignore it. With a
+/// `lockout`, the policy has two keys: its own, then its lock's (see `lockout.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PolicyParams {
     pub(crate) kind: Kind,
     pub(crate) unit_us: i64,
     pub(crate) count: i64,
     pub(crate) keep_us: i64,
+    pub(crate) lockout: Option<LockoutParams>,
 }
 
 impl PolicyParams {
@@ -98,7 +111,7 @@ pub(crate) enum RateOp {
     Refund(u32),
     /// Charge units (never beyond empty), then peek.
     Penalize(u32),
-    /// Delete every policy's state, then peek.
+    /// Delete every policy's state (a lockout's too), then peek.
     Reset,
     /// Consume as many units as every policy allows now, at most `max` (at least 1), in one
     /// step: the largest `k ≤ max` that a check of cost `k` would pass. None fit: a peek.
@@ -127,7 +140,8 @@ impl RateOp {
     }
 }
 
-/// One rate-limit operation: one key and one policy per entry, all keys in one hash slot.
+/// One rate-limit operation: per policy, its key, and its lock's key when it has a lockout
+/// (in the order of `params`); all keys in one hash slot.
 pub(crate) struct RateRequest<'a> {
     pub(crate) keys: &'a [String],
     pub(crate) params: &'a [PolicyParams],
@@ -147,13 +161,15 @@ pub(crate) struct RateReply {
     pub(crate) verdicts: Vec<Verdict>,
 }
 
-/// One policy's verdict; times in microseconds.
+/// One policy's verdict; times in microseconds. `locked_us` is how long the subject's block
+/// under the policy's lockout lasts from now (0: not blocked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Verdict {
     pub(crate) allowed: bool,
     pub(crate) remaining: u64,
     pub(crate) retry_us: u64,
     pub(crate) reset_us: u64,
+    pub(crate) locked_us: u64,
 }
 
 impl Verdict {
@@ -165,7 +181,14 @@ impl Verdict {
             remaining: clamp(remaining),
             retry_us: clamp(retry_us),
             reset_us: clamp(reset_us),
+            locked_us: 0,
         }
+    }
+
+    /// The verdict of a subject blocked for `locked_us` more.
+    pub(crate) fn locked(mut self, locked_us: i64) -> Self {
+        self.locked_us = u64::try_from(locked_us).unwrap_or(0);
+        self
     }
 }
 
@@ -187,6 +210,9 @@ pub(crate) enum State {
     },
     /// Sliding log: the allowed requests' times, ascending.
     Log(VecDeque<i64>),
+    /// A lockout's key: the end of the subject's latest block and how many breaches are
+    /// remembered.
+    Lock { until: i64, breaches: i64 },
 }
 
 /// Figures at one moment: cost-1 requests left, µs until fully reset.
@@ -267,31 +293,88 @@ fn adjust(p: &PolicyParams, slot: &mut Option<State>, now: i64, delta: i64) {
     }
 }
 
-/// One operation over several policies, as `ratelimit.lua` runs it. `states[i]` is policy
-/// `i`'s state (updated in place); returns the reply and, per policy, the time its state now
-/// expires (its reset time), or `None` if it was not written.
+/// One operation over several policies, as `ratelimit.lua` runs it. `states` holds each
+/// key's state (per policy, its own, then its lock's when it has a lockout; updated in
+/// place); returns the reply and, per key, the time its state now expires (its reset time),
+/// or `None` if it was not written.
 pub(crate) fn run(
     params: &[PolicyParams],
     states: &mut [Option<State>],
     now: i64,
     op: RateOp,
 ) -> (RateReply, Vec<Option<i64>>) {
+    // Each policy's own state, and its lock's.
+    let mut counters = Vec::with_capacity(params.len());
+    let mut locks = Locks {
+        states: Vec::with_capacity(params.len()),
+        written: vec![None; params.len()],
+    };
+    let mut slots = states.iter_mut();
+    for p in params {
+        counters.push(slots.next().and_then(Option::take));
+        locks.states.push(match p.lockout {
+            Some(_) => slots.next().and_then(Option::take),
+            None => None,
+        });
+    }
     // A state counted in another unit is rewritten in the current one first, as the Lua does
     // when it reads one.
     let normalized: Vec<Option<i64>> = params
         .iter()
-        .zip(states.iter_mut())
+        .zip(counters.iter_mut())
         .map(|(p, slot)| {
             normalize(p, slot, now).then(|| now + decide(p, slot.as_ref(), now, 0).before.reset)
         })
         .collect();
-    let (reply, written) = operate(params, states, now, op);
-    let written = written
-        .into_iter()
-        .zip(normalized)
-        .map(|(w, n)| w.or(n))
-        .collect();
-    (reply, written)
+    let (reply, written) = operate(params, &mut counters, &mut locks, now, op);
+    let mut expiries = Vec::with_capacity(states.len());
+    let mut slots = states.iter_mut();
+    let policies = params
+        .iter()
+        .zip(counters)
+        .zip(written.into_iter().zip(normalized))
+        .zip(locks.states.into_iter().zip(locks.written));
+    for (((p, counter), (w, n)), (lock, lock_written)) in policies {
+        if let Some(slot) = slots.next() {
+            *slot = counter;
+            expiries.push(w.or(n));
+        }
+        if p.lockout.is_some()
+            && let Some(slot) = slots.next()
+        {
+            *slot = lock;
+            expiries.push(lock_written);
+        }
+    }
+    (reply, expiries)
+}
+
+/// The policies' locks during one operation: each policy's lock state (none without a
+/// lockout), and when a written one expires.
+struct Locks {
+    states: Vec<Option<State>>,
+    written: Vec<Option<i64>>,
+}
+
+/// Decides one policy (phase one) with its lock: the algorithm's decision, masked while the
+/// subject is blocked; the block's end (0: none) and the breaches remembered.
+fn decide_locked(
+    p: &PolicyParams,
+    state: Option<&State>,
+    lock: Option<&State>,
+    now: i64,
+    cost: i64,
+) -> (Outcome, i64, i64) {
+    let outcome = decide(p, state, now, cost);
+    let Some(lockout) = &p.lockout else {
+        return (outcome, 0, 0);
+    };
+    let (until, breaches) = lockout::read(lockout, lock, now);
+    if until > now {
+        (lockout::mask(outcome, until - now), until, breaches)
+    } else {
+        (outcome, 0, breaches)
+    }
 }
 
 /// Rewrites, in the same meaning, a state counted in another unit than `p`'s (the subject's
@@ -319,22 +402,23 @@ fn normalize(p: &PolicyParams, slot: &mut Option<State>, now: i64) -> bool {
 fn operate(
     params: &[PolicyParams],
     states: &mut [Option<State>],
+    locks: &mut Locks,
     now: i64,
     op: RateOp,
 ) -> (RateReply, Vec<Option<i64>>) {
     match op {
-        RateOp::Check { cost } => check(params, states, now, cost),
+        RateOp::Check { cost } => check(params, states, locks, now, cost, cost > 0),
         RateOp::Reserve { cost, max_wait_us } => {
             let family = params
                 .iter()
-                .all(|p| matches!(p.kind, Kind::Gcra | Kind::TokenBucket));
+                .all(|p| matches!(p.kind, Kind::Gcra | Kind::TokenBucket) && p.lockout.is_none());
             if cost > 0 && family {
                 reserve(params, states, now, i64::from(cost), max_wait_us)
             } else {
-                check(params, states, now, cost)
+                check(params, states, locks, now, cost, cost > 0)
             }
         }
-        RateOp::CheckUpTo { max } => check_up_to(params, states, now, max),
+        RateOp::CheckUpTo { max } => check_up_to(params, states, locks, now, max),
         RateOp::Refund(_) | RateOp::Penalize(_) | RateOp::Reset => {
             let delta = match op {
                 RateOp::Refund(n) => -i64::from(n),
@@ -342,9 +426,10 @@ fn operate(
                 _ => 0,
             };
             let mut written = Vec::with_capacity(params.len());
-            for (p, slot) in params.iter().zip(states.iter_mut()) {
+            for ((p, slot), lock) in params.iter().zip(states.iter_mut()).zip(&mut locks.states) {
                 if op == RateOp::Reset {
                     *slot = None;
+                    *lock = None;
                 } else if delta != 0 {
                     adjust(p, slot, now, delta);
                 } else {
@@ -364,30 +449,52 @@ fn operate(
                 let reset = decide(p, slot.as_ref(), now, 0).before.reset;
                 written.push(Some(now + reset));
             }
-            let (reply, _) = check(params, states, now, 0);
+            let (reply, _) = check(params, states, locks, now, 0, false);
             (reply, written)
         }
     }
 }
 
-/// A whole check over several policies: decide all, then apply all if all allow and
-/// `cost > 0`.
+/// A whole check over several policies: decide all (masked by their locks), then apply all
+/// if all allow and `cost > 0`. If nothing is applied and the check is an `attempt`, each
+/// lockout policy that denied while not blocked records a breach and answers blocked.
 fn check(
     params: &[PolicyParams],
     states: &mut [Option<State>],
+    locks: &mut Locks,
     now: i64,
     cost: u32,
+    attempt: bool,
 ) -> (RateReply, Vec<Option<i64>>) {
     let cost = i64::from(cost);
-    let outcomes: Vec<Outcome> = params
+    let outcomes: Vec<(Outcome, i64, i64)> = params
         .iter()
         .zip(states.iter())
-        .map(|(p, state)| decide(p, state.as_ref(), now, cost))
+        .zip(&locks.states)
+        .map(|((p, state), lock)| decide_locked(p, state.as_ref(), lock.as_ref(), now, cost))
         .collect();
-    let applied = cost > 0 && outcomes.iter().all(|o| o.allowed);
+    let applied = cost > 0 && outcomes.iter().all(|(o, _, _)| o.allowed);
     let mut verdicts = Vec::with_capacity(outcomes.len());
     let mut expiries = Vec::with_capacity(outcomes.len());
-    for ((p, slot), outcome) in params.iter().zip(states.iter_mut()).zip(outcomes) {
+    let policies = params
+        .iter()
+        .zip(states.iter_mut())
+        .zip(locks.states.iter_mut().zip(&mut locks.written));
+    for (((p, slot), (lock, lock_written)), (mut outcome, mut until, breaches)) in
+        policies.zip(outcomes)
+    {
+        if let Some(lockout) = &p.lockout
+            && attempt
+            && !applied
+            && !outcome.allowed
+            && until == 0
+        {
+            let (state, new_until, expires) = lockout::breach(lockout, breaches, now);
+            *lock = Some(state);
+            *lock_written = Some(expires);
+            until = new_until;
+            outcome = lockout::mask(outcome, until - now);
+        }
         let figures = match outcome.after {
             Some((after, write)) if applied => {
                 apply(p, slot, write, now, cost);
@@ -403,12 +510,15 @@ fn check(
                 outcome.before
             }
         };
-        verdicts.push(Verdict::new(
-            outcome.allowed,
-            figures.remaining,
-            outcome.retry,
-            figures.reset,
-        ));
+        verdicts.push(
+            Verdict::new(
+                outcome.allowed,
+                figures.remaining,
+                outcome.retry,
+                figures.reset,
+            )
+            .locked(if until > now { until - now } else { 0 }),
+        );
     }
     (
         RateReply {
@@ -426,20 +536,35 @@ fn check(
 }
 
 /// A check of as many units as every policy allows now, at most `max`: each policy's
-/// `remaining` is exactly the largest cost it passes now (see `decide`), so the grant is the
-/// least of them; a grant of 0 is a peek (it answers when one unit would pass).
+/// `remaining` is exactly the largest cost it passes now (see `decide`; 0 while blocked), so
+/// the grant is the least of them; a grant of 0 is a peek (it answers when one unit would
+/// pass), but an attempt: a lockout policy that fits nothing is breached.
 fn check_up_to(
     params: &[PolicyParams],
     states: &mut [Option<State>],
+    locks: &mut Locks,
     now: i64,
     max: u32,
 ) -> (RateReply, Vec<Option<i64>>) {
     let fits = params
         .iter()
         .zip(states.iter())
-        .map(|(p, state)| decide(p, state.as_ref(), now, 0).before.remaining)
+        .zip(&locks.states)
+        .map(|((p, state), lock)| {
+            decide_locked(p, state.as_ref(), lock.as_ref(), now, 0)
+                .0
+                .before
+                .remaining
+        })
         .fold(i64::from(max), i64::min);
-    check(params, states, now, u32::try_from(fits).unwrap_or(0))
+    check(
+        params,
+        states,
+        locks,
+        now,
+        u32::try_from(fits).unwrap_or(0),
+        true,
+    )
 }
 
 /// A reservation over GCRA-family policies: the request passes at the first moment every

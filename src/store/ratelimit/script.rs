@@ -1,8 +1,8 @@
 //! The Lua side: `ratelimit.lua` runs one or more rate-limit operations per call (checks,
 //! reservations, refunds, penalties, resets), each over one or more policies of one subject,
 //! all or nothing (contract in the `.lua` header). The script is the shared helpers, one file
-//! per algorithm (the token bucket runs GCRA's), then the driver; a clock comes first (the
-//! algorithms read its `slack` when they rewrite a state counted in another unit).
+//! per algorithm (the token bucket runs GCRA's), the lockout, then the driver; a clock comes
+//! first (the algorithms read its `slack` when they rewrite a state counted in another unit).
 //!
 //! The production script reads the server's clock (`ratelimit/clock.lua`). With the
 //! `test-util` feature, a second script text takes the time from the caller, for the model
@@ -29,6 +29,7 @@ macro_rules! algorithms {
             include_str!("fixed_window.lua"),
             include_str!("sliding_window.lua"),
             include_str!("sliding_log.lua"),
+            include_str!("lockout.lua"),
         )
     };
 }
@@ -90,11 +91,13 @@ pub(crate) struct RateItem {
 }
 
 impl RateItem {
-    /// The cost and policy of a check under one GCRA-family policy: what [`GCRA_CHECKS`]
-    /// decides.
+    /// The cost and policy of a check under one GCRA-family policy without a lockout: what
+    /// [`GCRA_CHECKS`] decides.
     fn gcra_check(&self) -> Option<(u32, PolicyParams)> {
         match (self.op, self.params.as_slice()) {
-            (RateOp::Check { cost }, [p]) if matches!(p.kind, Kind::Gcra | Kind::TokenBucket) => {
+            (RateOp::Check { cost }, [p])
+                if matches!(p.kind, Kind::Gcra | Kind::TokenBucket) && p.lockout.is_none() =>
+            {
                 Some((cost, *p))
             }
             _ => None,
@@ -157,7 +160,8 @@ fn encode(
         }
         Shape::General => {
             let keys: usize = items.iter().map(|item| item.keys.len()).sum();
-            let mut cmd = script.call(keys, 1 + 4 * items.len() + 4 * keys, 128 * keys);
+            let policies: usize = items.iter().map(|item| item.params.len()).sum();
+            let mut cmd = script.call(keys, 1 + 4 * items.len() + 5 * policies, 128 * keys);
             for item in items {
                 for key in &item.keys {
                     cmd.arg(key);
@@ -177,6 +181,10 @@ fn encode(
                         0
                     };
                     cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count).arg(keep);
+                    match &p.lockout {
+                        Some(lockout) => cmd.arg(lockout.encode()),
+                        None => cmd.arg("0"),
+                    };
                 }
             }
             (script, cmd)
@@ -195,7 +203,7 @@ fn decode(reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreErro
         Shape::General => per_item(reply, items.len(), "ratelimit")?
             .iter()
             .zip(items)
-            .map(|(text, item)| parse_reply(text, item.keys.len()).map(|r| granted(r, item.op)))
+            .map(|(text, item)| parse_reply(text, item.params.len()).map(|r| granted(r, item.op)))
             .collect(),
     }
 }
@@ -295,11 +303,11 @@ fn granted(mut reply: RateReply, op: RateOp) -> RateReply {
     reply
 }
 
-/// One operation's text: `applied wait_us`, then `allowed remaining retry_us reset_us` per
-/// policy, as integers separated by single spaces.
+/// One operation's text: `applied wait_us`, then `allowed remaining retry_us reset_us
+/// locked_us` per policy, as integers separated by single spaces.
 fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
     let bad = || StoreError::Protocol {
-        message: format!("expected 2 + 4 × {policies} integers from ratelimit, got {text:?}"),
+        message: format!("expected 2 + 5 × {policies} integers from ratelimit, got {text:?}"),
     };
     let bytes = match text {
         Value::BulkString(bytes) => bytes.as_slice(),
@@ -323,7 +331,8 @@ fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
     for _ in 0..policies {
         let mut next = || numbers.next().flatten().ok_or_else(bad);
         let (allowed, remaining, retry, reset) = (next()?, next()?, next()?, next()?);
-        verdicts.push(Verdict::new(allowed == 1, remaining, retry, reset));
+        let locked = next()?;
+        verdicts.push(Verdict::new(allowed == 1, remaining, retry, reset).locked(locked));
     }
     if numbers.next().is_some() {
         return Err(bad());
@@ -347,7 +356,7 @@ mod tests {
     #[test]
     fn replies_parse_per_policy() {
         let reply = parse_reply(
-            &text("1 0 1 9 0 100000 0 0 4503599627370495 86400000000"),
+            &text("1 0 1 9 0 100000 0 0 0 4503599627370495 86400000000 60000000"),
             2,
         )
         .expect("valid");
@@ -355,11 +364,11 @@ mod tests {
         assert_eq!(reply.verdicts[0], Verdict::new(true, 9, 0, 100_000));
         assert_eq!(
             reply.verdicts[1],
-            Verdict::new(false, 0, 4_503_599_627_370_495, 86_400_000_000)
+            Verdict::new(false, 0, 4_503_599_627_370_495, 86_400_000_000).locked(60_000_000)
         );
-        let denied = parse_reply(&text("0 0 0 0 250 1000"), 1).expect("valid");
+        let denied = parse_reply(&text("0 0 0 0 250 1000 0"), 1).expect("valid");
         assert!(!denied.applied && !denied.verdicts[0].allowed);
-        let reserved = parse_reply(&text("1 20000 1 0 0 40000"), 1).expect("valid");
+        let reserved = parse_reply(&text("1 20000 1 0 0 40000 0"), 1).expect("valid");
         assert_eq!(reserved.wait_us, 20_000);
     }
 
@@ -367,12 +376,12 @@ mod tests {
     fn malformed_replies_are_protocol_errors() {
         for bad in [
             text(""),
-            text("1 0 1 9 0"),
-            text("1 0 1 9 0 100 7"),
-            text("2 0 1 9 0 100"),
-            text("1 -1 1 9 0 100"),
-            text("1 0 1 x 0 100"),
-            text("1 0  1 9 0 100"),
+            text("1 0 1 9 0 100"),
+            text("1 0 1 9 0 100 0 7"),
+            text("2 0 1 9 0 100 0"),
+            text("1 -1 1 9 0 100 0"),
+            text("1 0 1 x 0 100 0"),
+            text("1 0  1 9 0 100 0"),
             Value::Int(1),
         ] {
             assert!(
@@ -411,6 +420,7 @@ mod tests {
             unit_us,
             count,
             keep_us: 0,
+            lockout: None,
         }
     }
 
