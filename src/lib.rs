@@ -49,6 +49,7 @@ mod error;
 pub mod fenced;
 pub mod guide;
 mod health;
+pub mod idempotency;
 pub mod http;
 #[cfg(feature = "test-util")]
 mod inspect;
@@ -70,6 +71,7 @@ pub use error::{
 };
 pub use fenced::{FencedError, FencedResource};
 pub use health::{Health, NodeHealth};
+pub use idempotency::{Idempotency, IdempotencyError};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;

@@ -58,6 +58,7 @@ pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
 pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
+pub(crate) use self::scripts::idempotency::{RecordCall, RecordReply};
 pub(crate) use self::scripts::fenced::{
     Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
 };
@@ -188,6 +189,7 @@ impl Store {
             Capability::ReplicaAcknowledgement => s.replica_acknowledgement(),
             Capability::HandOff => s.hand_off(),
             Capability::FencedWrites => s.fenced_writes(),
+            Capability::IdempotencyRecords => s.idempotency_records(),
         })
     }
 
@@ -251,6 +253,20 @@ impl Store {
         let side = self.counting();
         bounded(&side, async {
             on_backend!(&side, s => s.fenced(call).await)
+        })
+        .await
+    }
+
+    /// One read or store of an idempotency record, on the store locks go to (the record is
+    /// stored only while its claim, a lock, is held there). Bounded by its operation timeout.
+    /// Only on a store that supports [`Capability::IdempotencyRecords`].
+    pub(crate) async fn idempotency(
+        &self,
+        call: &RecordCall<'_>,
+    ) -> Result<RecordReply, StoreError> {
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.idempotency(call).await)
         })
         .await
     }
