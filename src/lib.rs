@@ -49,8 +49,8 @@ mod error;
 pub mod fenced;
 pub mod guide;
 mod health;
-pub mod idempotency;
 pub mod http;
+pub mod idempotency;
 #[cfg(feature = "test-util")]
 mod inspect;
 mod keys;

@@ -20,8 +20,8 @@ use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
-use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::scripts::handoff::HandoffReply;
+use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
 use super::wakeups::Wakeups;
@@ -148,10 +148,7 @@ pub(crate) trait Backend {
 
     /// Whether the backend keeps idempotency records beside the locks that claim them.
     fn idempotency_records(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(
-            Capability::IdempotencyRecords,
-            reasons::IDEMPOTENCY_RECORDS,
-        ))
+        Err(self.refusal(Capability::IdempotencyRecords, reasons::IDEMPOTENCY_RECORDS))
     }
 
     /// A refusal of `capability` by this backend.

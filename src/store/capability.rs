@@ -158,8 +158,7 @@ pub(crate) mod reasons {
     pub(crate) const REPLICA_ACKNOWLEDGEMENT: &str = "replica acknowledgement \
         (replicas(n, timeout)) needs a single primary, plain or behind Sentinel";
     pub(crate) const FENCED_WRITES: &str = crate::store::scripts::fenced::UNSUPPORTED;
-    pub(crate) const IDEMPOTENCY_RECORDS: &str =
-        crate::store::scripts::idempotency::UNSUPPORTED;
+    pub(crate) const IDEMPOTENCY_RECORDS: &str = crate::store::scripts::idempotency::UNSUPPORTED;
     pub(crate) const HAND_OFF: &str = "this store does not pass a released lock straight to a \
         waiter: the waiter is woken and takes it";
 }

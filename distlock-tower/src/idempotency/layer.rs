@@ -100,7 +100,10 @@ impl IdempotencyLayer {
             record_ttl: DEFAULT_RECORD_TTL,
             max_request_body: DEFAULT_MAX_REQUEST_BODY,
             max_response_body: DEFAULT_MAX_RESPONSE_BODY,
-            stored_headers: DEFAULT_STORED_HEADERS.iter().map(|h| (*h).to_owned()).collect(),
+            stored_headers: DEFAULT_STORED_HEADERS
+                .iter()
+                .map(|h| (*h).to_owned())
+                .collect(),
             store_server_errors: false,
             refusal: PlainText,
         }
@@ -248,10 +251,7 @@ impl<R> IdempotencyLayerBuilder<R> {
         if self.record_ttl < Duration::from_millis(1) || self.record_ttl > MAX_RECORD_TTL {
             return Err(ConfigError::InvalidSetting {
                 setting: "record_ttl",
-                reason: format!(
-                    "{:?} is outside 1ms..={MAX_RECORD_TTL:?}",
-                    self.record_ttl
-                ),
+                reason: format!("{:?} is outside 1ms..={MAX_RECORD_TTL:?}", self.record_ttl),
             });
         }
         // Room for the status, the headers and the fingerprint beside the body.
@@ -323,12 +323,18 @@ mod tests {
         for ttl in [Duration::ZERO, MAX_RECORD_TTL + Duration::from_secs(1)] {
             assert!(matches!(
                 builder().record_ttl(ttl).build(),
-                Err(ConfigError::InvalidSetting { setting: "record_ttl", .. })
+                Err(ConfigError::InvalidSetting {
+                    setting: "record_ttl",
+                    ..
+                })
             ));
         }
         assert!(matches!(
             builder().max_response_body(usize::MAX).build(),
-            Err(ConfigError::InvalidSetting { setting: "max_response_body", .. })
+            Err(ConfigError::InvalidSetting {
+                setting: "max_response_body",
+                ..
+            })
         ));
         assert!(matches!(
             builder().header("bad header").build(),
@@ -341,12 +347,21 @@ mod tests {
         for namespace in ["", "has space", "{x}", &"n".repeat(65)] {
             assert!(matches!(
                 IdempotencyLayer::builder(Client::in_memory(), namespace).build(),
-                Err(ConfigError::InvalidSetting { setting: "namespace", .. })
+                Err(ConfigError::InvalidSetting {
+                    setting: "namespace",
+                    ..
+                })
             ));
         }
         // Unchecked settings at their extremes are answered, never a panic.
         for d in [Duration::ZERO, Duration::MAX] {
-            assert!(builder().wait(d).max_request_body(usize::MAX).build().is_ok());
+            assert!(
+                builder()
+                    .wait(d)
+                    .max_request_body(usize::MAX)
+                    .build()
+                    .is_ok()
+            );
         }
     }
 }

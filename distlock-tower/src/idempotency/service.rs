@@ -79,7 +79,10 @@ where
 }
 
 /// Readies `inner` and calls it.
-async fn run<S, ReqB, ResB>(mut inner: S, request: Request<ReqB>) -> Result<Response<ResB>, S::Error>
+async fn run<S, ReqB, ResB>(
+    mut inner: S,
+    request: Request<ReqB>,
+) -> Result<Response<ResB>, S::Error>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
 {
@@ -109,7 +112,12 @@ where
                 tracing::debug!("request without an idempotency key; running it as it is");
                 return run(inner, request).await.map(passed);
             }
-            _ => return Ok(refuse(&config, Refusal::missing_key(RefusedBy::Idempotency))),
+            _ => {
+                return Ok(refuse(
+                    &config,
+                    Refusal::missing_key(RefusedBy::Idempotency),
+                ));
+            }
         },
         Extracted::Invalid(why) => {
             return Ok(refuse(

@@ -511,9 +511,7 @@ impl Refusal {
             Reason::InFlight => {
                 "a request with this idempotency key is being processed; retry later".into()
             }
-            Reason::KeyReused => {
-                "this idempotency key was used for a different request".into()
-            }
+            Reason::KeyReused => "this idempotency key was used for a different request".into(),
             Reason::BodyTooLarge => {
                 "the request body is too large for an idempotent request".into()
             }
@@ -522,9 +520,7 @@ impl Refusal {
                 Cow::Owned(format!("this request's idempotency key is invalid: {why}"))
             }
             Reason::UnusableKey => "this request's idempotency key is invalid".into(),
-            Reason::StoreUnavailable => {
-                "idempotency store unavailable, try again later".into()
-            }
+            Reason::StoreUnavailable => "idempotency store unavailable, try again later".into(),
             Reason::LeaseLost
             | Reason::TooManyRequests
             | Reason::LockBusy

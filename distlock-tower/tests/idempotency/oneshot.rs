@@ -122,13 +122,17 @@ async fn behaves(client: Client) {
     assert_eq!(send(&app, twice).await.0.status(), StatusCode::BAD_REQUEST);
     let (patch, _) = send(
         &app,
-        Request::patch("/orders").body(Body::empty()).expect("request"),
+        Request::patch("/orders")
+            .body(Body::empty())
+            .expect("request"),
     )
     .await;
     assert_eq!(patch.status(), StatusCode::BAD_REQUEST, "PATCH needs a key");
     let (put, _) = send(
         &app,
-        Request::put("/orders").body(Body::empty()).expect("request"),
+        Request::put("/orders")
+            .body(Body::empty())
+            .expect("request"),
     )
     .await;
     assert_eq!(put.status(), StatusCode::OK, "PUT passes without a key");
@@ -150,7 +154,6 @@ async fn behaves(client: Client) {
         assert_eq!(body.len(), 4096);
         assert_eq!(runs.load(Ordering::SeqCst), expected_runs);
     }
-
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +188,10 @@ async fn namespaces_are_apart() {
     send(&a, post_with("/orders", Some("k"), "x")).await;
     let (from_b, _) = send(&b, post_with("/orders", Some("k"), "x")).await;
     assert!(from_b.headers().get("idempotent-replayed").is_none());
-    assert_eq!((a_runs.load(Ordering::SeqCst), b_runs.load(Ordering::SeqCst)), (1, 1));
+    assert_eq!(
+        (a_runs.load(Ordering::SeqCst), b_runs.load(Ordering::SeqCst)),
+        (1, 1)
+    );
 }
 
 /// A client whose locks go to a Redlock quorum is refused where the layer is built.

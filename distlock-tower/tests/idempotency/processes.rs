@@ -39,7 +39,10 @@ async fn child_entry() {
         move || {
             let mut conn = conn.clone();
             async move {
-                let n: u64 = conn.incr(format!("idem:runs:{route}"), 1).await.expect("incr");
+                let n: u64 = conn
+                    .incr(format!("idem:runs:{route}"), 1)
+                    .await
+                    .expect("incr");
                 n
             }
         }
@@ -137,7 +140,13 @@ struct Seen {
     body: Vec<u8>,
 }
 
-async fn send(http: &reqwest::Client, port: u16, path: &str, key: Option<&str>, body: &str) -> Seen {
+async fn send(
+    http: &reqwest::Client,
+    port: u16,
+    path: &str,
+    key: Option<&str>,
+    body: &str,
+) -> Seen {
     let mut request = http
         .post(format!("http://127.0.0.1:{port}{path}"))
         .body(body.to_owned());
@@ -196,7 +205,11 @@ async fn two_hundred_duplicates_over_two_processes_run_once() {
     }
     let elapsed = began.elapsed();
     let mut conn = server.conn().await;
-    assert_eq!(runs(&mut conn, "order").await, 1, "the handler ran more than once");
+    assert_eq!(
+        runs(&mut conn, "order").await,
+        1,
+        "the handler ran more than once"
+    );
     let (firsts, replays): (Vec<_>, Vec<_>) = seen.iter().partition(|s| !s.replayed);
     assert_eq!(firsts.len(), 1, "exactly one response is not a replay");
     let first = firsts[0];

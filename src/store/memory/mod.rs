@@ -751,9 +751,7 @@ impl Backend for MemoryStore {
                     state.records.retain(|_, (_, at)| *at > now);
                 }
                 // A ttl too long to represent is kept for as long as the fence key is.
-                let expires = now
-                    .checked_add(ttl)
-                    .unwrap_or_else(|| now + FENCE_KEPT);
+                let expires = now.checked_add(ttl).unwrap_or_else(|| now + FENCE_KEPT);
                 state
                     .records
                     .insert(record.to_owned(), (value.to_vec(), expires));

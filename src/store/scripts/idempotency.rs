@@ -43,7 +43,10 @@ pub(crate) enum RecordReply {
     Stored(bool),
 }
 
-pub(crate) async fn run<C: Conn>(conn: &C, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
+pub(crate) async fn run<C: Conn>(
+    conn: &C,
+    call: &RecordCall<'_>,
+) -> Result<RecordReply, StoreError> {
     match *call {
         RecordCall::Get { record } => {
             let mut cmd = SCRIPT.call(1, 1, record.len() + 8);
