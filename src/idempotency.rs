@@ -220,7 +220,7 @@ impl Idempotency {
     /// request runs, so it bounds how long a key stays claimed after its process died.
     ///
     /// # Errors
-    /// [`IdempotencyError::InvalidInput`] outside [`MIN_TTL`](crate::MIN_TTL)`..=`[`MAX_TTL`](crate::MAX_TTL).
+    /// [`IdempotencyError::InvalidInput`] outside [`MIN_TTL`]`..=`[`MAX_TTL`].
     pub fn lease_ttl(mut self, ttl: Duration) -> Result<Self, IdempotencyError> {
         if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
             return Err(IdempotencyError::InvalidInput {
