@@ -7,3 +7,4 @@ mod support;
 
 mod oneshot;
 mod processes;
+mod runtime;
