@@ -156,7 +156,7 @@ impl<R> IdempotencyLayerBuilder<R> {
     /// What a request of one of the [`methods`](Self::methods) without the header gets:
     /// [`MissingKey::Reject`] (`400`, the default) or [`MissingKey::Allow`] (it runs, nothing
     /// is stored). A header that is there but malformed is always `400`.
-    pub fn missing_key(mut self, behaviour: MissingKey) -> Self {
+    pub fn on_missing_key(mut self, behaviour: MissingKey) -> Self {
         self.missing_key = behaviour;
         self
     }
