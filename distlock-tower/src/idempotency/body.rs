@@ -34,6 +34,13 @@ impl Capture {
         true
     }
 
+    /// Frees the key without storing anything.
+    pub(crate) async fn free(self) {
+        if let Err(err) = self.claim.release().await {
+            tracing::debug!(error = %err, "could not free an idempotency key; it expires with its claim");
+        }
+    }
+
     /// Stores the response and frees the key.
     pub(crate) async fn store(self) {
         let record = Record::new(self.status, self.headers, self.body.to_vec());
@@ -136,9 +143,17 @@ where
             Some(Ok(frame)) => {
                 if let (Some(capture), Some(data)) = (this.capture.as_mut(), frame.data_ref())
                     && !capture.push(data)
+                    && let Some(capture) = this.capture.take()
                 {
                     tracing::debug!("response body over the idempotency cap: not stored");
-                    *this.capture = None;
+                    // The key is freed before this chunk goes out, so a client that read the
+                    // whole response finds the key free when it repeats the request.
+                    let mut freeing: Storing = Box::pin(capture.free());
+                    if freeing.as_mut().poll(cx).is_pending() {
+                        *this.storing = Some(freeing);
+                        *this.held = Some(frame);
+                        return Poll::Pending;
+                    }
                 }
                 let last = this
                     .inner

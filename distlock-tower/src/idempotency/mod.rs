@@ -67,8 +67,8 @@
 //!   [`store_server_errors(true)`](IdempotencyLayerBuilder::store_server_errors) stores them
 //!   like any other response. `4xx` responses are stored.
 //! * **A response body over the cap** ([`max_response_body`](IdempotencyLayerBuilder::max_response_body),
-//!   1 MiB) is sent as it is but **not stored**: its key is freed, so a repeat runs the
-//!   request again. Raise the cap for routes with large answers, or make them idempotent
+//!   1 MiB) is sent as it is but **not stored**: its key is freed before the chunk that
+//!   crosses the cap goes out, so a repeat runs the request again. Raise the cap for routes with large answers, or make them idempotent
 //!   another way.
 //! * **The marker** is `Idempotent-Replayed: true` on every replay (never on a first
 //!   response). Replays carry the stored status, the stored headers in their order, and the
