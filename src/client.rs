@@ -10,6 +10,7 @@ use crate::bloom::BloomBuilder;
 use crate::core::Core;
 use crate::error::StoreError;
 use crate::fenced::{FencedError, FencedResource};
+use crate::idempotency::{Idempotency, IdempotencyError};
 use crate::lock::context::LockContext;
 use crate::lock::job::JobBuilder;
 use crate::lock::multi::MultiLockBuilder;
@@ -278,6 +279,20 @@ impl Client {
     /// [`FencedError::InvalidName`] for an empty or over-long name.
     pub fn fenced(&self, resource: impl Into<String>) -> Result<FencedResource, FencedError> {
         FencedResource::new(self.core().clone(), resource.into())
+    }
+
+    /// The idempotency keys of `namespace` (1 to 64 characters of `[A-Za-z0-9._-]`): run a
+    /// key's first request once and give its stored outcome to the duplicates. See
+    /// [`idempotency`](crate::idempotency).
+    ///
+    /// # Errors
+    /// [`IdempotencyError::UnsupportedStore`] when locks go to a Redlock quorum;
+    /// [`IdempotencyError::InvalidInput`] for a bad namespace.
+    pub fn idempotency(
+        &self,
+        namespace: impl Into<String>,
+    ) -> Result<Idempotency, IdempotencyError> {
+        Idempotency::new(self.clone(), namespace.into())
     }
 
     /// `"redis"` (a single primary), `"cluster"`, `"quorum"` (Redlock) or `"memory"`: the store

@@ -332,6 +332,14 @@ impl FencedKeys {
     }
 }
 
+/// The record key of an idempotency key whose claim is the lock `name`
+/// (`Client::idempotency`): `<prefix>:idem:{<name>}`, beside the lock's `<prefix>:lock:{<name>}`
+/// under the same hash tag, so that storing a record only while the claim holds is one
+/// single-slot script.
+pub(crate) fn idempotency_record(prefix: &str, name: &str) -> Result<String, InvalidName> {
+    Ok(tagged(prefix, "idem", &tag_of(name)?))
+}
+
 /// The keys of rate-limit policies are `<prefix>:rl:<policy>:<algorithm>:{<subject>}`; this is
 /// the part before the subject, built once per policy.
 ///

@@ -50,6 +50,7 @@ pub mod fenced;
 pub mod guide;
 mod health;
 pub mod http;
+pub mod idempotency;
 #[cfg(feature = "test-util")]
 mod inspect;
 mod keys;
@@ -70,6 +71,7 @@ pub use error::{
 };
 pub use fenced::{FencedError, FencedResource};
 pub use health::{Health, NodeHealth};
+pub use idempotency::{Idempotency, IdempotencyError};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;

@@ -94,4 +94,14 @@ pub enum ConfigError {
         /// The name given.
         name: String,
     },
+    /// A setting of the [`IdempotencyLayer`](crate::IdempotencyLayer) out of its range (a
+    /// namespace, a record ttl, a body cap).
+    #[error("idempotency setting `{setting}`: {reason}")]
+    #[non_exhaustive]
+    InvalidSetting {
+        /// The setting's name, as its builder method is named.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 }

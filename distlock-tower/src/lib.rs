@@ -8,6 +8,8 @@
 //! * [`concurrency`]: [`ConcurrencyLimitLayer`] lets at most N requests per key be in flight
 //!   across every replica (a distributed semaphore), each holding its permit until its
 //!   response body has been sent.
+//! * [`idempotency`]: [`IdempotencyLayer`] runs a request with an `Idempotency-Key` once,
+//!   across every replica, and replays its stored response to the key's repeats.
 //! * [`extract`]: which key a request belongs to ([`ExtractKey`] and the provided extractors),
 //!   shared by every layer of this crate; [`client_ip`] adds the client's IP address, behind
 //!   trusted proxies too.
@@ -146,6 +148,7 @@ mod config_error;
 pub mod extract;
 #[cfg(feature = "axum")]
 pub mod health;
+pub mod idempotency;
 mod lease;
 pub mod lock;
 pub mod rate_limit;
@@ -158,6 +161,7 @@ mod wrapped;
 pub use concurrency::{ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder};
 pub use config_error::ConfigError;
 pub use extract::{ExtractKey, Extracted, MissingKey};
+pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use lock::{HeldLock, LockLayer, LockLayerBuilder};
 pub use rate_limit::{RateLimitLayer, RateLimitLayerBuilder};
 pub use refusal::{MakeRefusal, Refusal};

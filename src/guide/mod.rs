@@ -6,7 +6,7 @@
 //! | [`guarantees`] | what a lease and a rate limit promise, and where that ends: paused holders, failover, replica acknowledgement, outages, the in-memory store |
 //! | [`coordination`] | semaphores, read-write locks, multi-locks and scheduled-job locks |
 //! | [`rate_limiting`] | limiters, the five algorithms and which to pick, reset / refund / penalize, the circuit breaker, waiting for a turn |
-//! | [`layers`] | `LockLayer`, `RateLimitLayer` and `ConcurrencyLimitLayer` in depth, key extractors and what a name may be, layer order, how do I... |
+//! | [`layers`] | `LockLayer`, `RateLimitLayer`, `ConcurrencyLimitLayer` and `IdempotencyLayer` in depth, key extractors and what a name may be, layer order, how do I... |
 //! | [`bloom_filters`] | sizing, sharding, the RedisBloom module |
 //! | [`configuration`] | every option of the client, the primitives, the limiters, the macro and the layers, with defaults and bounds |
 //! | [`cluster`] | a Redis Cluster: one slot per operation, redirects, failover, TLS |

@@ -21,6 +21,7 @@ use super::scripts::acquire_rw::Side;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
+use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
 use super::wakeups::Wakeups;
@@ -145,6 +146,11 @@ pub(crate) trait Backend {
         Err(self.refusal(Capability::FencedWrites, reasons::FENCED_WRITES))
     }
 
+    /// Whether the backend keeps idempotency records beside the locks that claim them.
+    fn idempotency_records(&self) -> Result<(), Unsupported> {
+        Err(self.refusal(Capability::IdempotencyRecords, reasons::IDEMPOTENCY_RECORDS))
+    }
+
     /// A refusal of `capability` by this backend.
     fn refusal(&self, capability: Capability, reason: &'static str) -> Unsupported {
         Unsupported::new(self.kind(), capability, reason)
@@ -159,6 +165,7 @@ pub(crate) trait Backend {
             Capability::ReplicaAcknowledgement => self.replica_acknowledgement(),
             Capability::HandOff => self.hand_off(),
             Capability::FencedWrites => self.fenced_writes(),
+            Capability::IdempotencyRecords => self.idempotency_records(),
         };
         match answer {
             Err(refused) => refused.into(),
@@ -263,6 +270,14 @@ pub(crate) trait Backend {
     async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
         let _ = call;
         Err(self.lacks(Capability::FencedWrites))
+    }
+
+    /// A read of an idempotency key's record, or a store of it while its claim (a lock of
+    /// this backend, same hash tag) is held (`idempotency.lua`). Only on a backend with
+    /// [`Capability::IdempotencyRecords`].
+    async fn idempotency(&self, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
+        let _ = call;
+        Err(self.lacks(Capability::IdempotencyRecords))
     }
 
     // ---- The operators' view of a lock. ----

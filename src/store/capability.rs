@@ -23,6 +23,7 @@ use std::fmt;
 /// | [`ReplicaAcknowledgement`](Self::ReplicaAcknowledgement) | yes | no | no | no |
 /// | [`HandOff`](Self::HandOff) | yes | yes | no | no |
 /// | [`FencedWrites`](Self::FencedWrites) | yes | yes | no | yes |
+/// | [`IdempotencyRecords`](Self::IdempotencyRecords) | yes | yes | no | yes |
 ///
 /// A client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on)
 /// answers for holder sets, rate limits, Bloom filters and fenced writes with the store they
@@ -56,6 +57,9 @@ pub enum Capability {
     /// Fenced resources ([`Client::fenced`](crate::Client::fenced)): one store that keeps a
     /// resource's last accepted fence.
     FencedWrites,
+    /// Idempotency records ([`Client::idempotency`](crate::Client::idempotency)): a stored
+    /// response kept beside the lock that claims its key, on the store locks go to.
+    IdempotencyRecords,
 }
 
 impl Capability {
@@ -76,6 +80,7 @@ impl Capability {
             Self::ReplicaAcknowledgement => "replica acknowledgement",
             Self::HandOff => "hand-off to a waiter",
             Self::FencedWrites => "fenced writes",
+            Self::IdempotencyRecords => "idempotency records",
         }
     }
 }
@@ -153,6 +158,7 @@ pub(crate) mod reasons {
     pub(crate) const REPLICA_ACKNOWLEDGEMENT: &str = "replica acknowledgement \
         (replicas(n, timeout)) needs a single primary, plain or behind Sentinel";
     pub(crate) const FENCED_WRITES: &str = crate::store::scripts::fenced::UNSUPPORTED;
+    pub(crate) const IDEMPOTENCY_RECORDS: &str = crate::store::scripts::idempotency::UNSUPPORTED;
     pub(crate) const HAND_OFF: &str = "this store does not pass a released lock straight to a \
         waiter: the waiter is woken and takes it";
 }

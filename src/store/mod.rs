@@ -64,6 +64,7 @@ pub(crate) use self::scripts::fenced::{
     Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
 };
 pub(crate) use self::scripts::handoff::HandoffReply;
+pub(crate) use self::scripts::idempotency::{RecordCall, RecordReply};
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Held, Replicas};
@@ -190,6 +191,7 @@ impl Store {
             Capability::ReplicaAcknowledgement => s.replica_acknowledgement(),
             Capability::HandOff => s.hand_off(),
             Capability::FencedWrites => s.fenced_writes(),
+            Capability::IdempotencyRecords => s.idempotency_records(),
         })
     }
 
@@ -253,6 +255,20 @@ impl Store {
         let side = self.counting();
         bounded(&side, async {
             on_backend!(&side, s => s.fenced(call).await)
+        })
+        .await
+    }
+
+    /// One read or store of an idempotency record, on the store locks go to (the record is
+    /// stored only while its claim, a lock, is held there). Bounded by its operation timeout.
+    /// Only on a store that supports [`Capability::IdempotencyRecords`].
+    pub(crate) async fn idempotency(
+        &self,
+        call: &RecordCall<'_>,
+    ) -> Result<RecordReply, StoreError> {
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.idempotency(call).await)
         })
         .await
     }

@@ -132,12 +132,21 @@ pub enum Reason {
     /// An error the layer's configuration should have ruled out (`500`, or the status of
     /// [`distlock::http`]); [`Refusal::error`] has it.
     Internal,
+    /// Another request with the same idempotency key is running (`409`), after the
+    /// [`IdempotencyLayer`](crate::IdempotencyLayer)'s wait if it has one.
+    InFlight,
+    /// The idempotency key was used for a request with another method, path or body (`422`).
+    KeyReused,
+    /// The request body is over the [`IdempotencyLayer`](crate::IdempotencyLayer)'s cap, so it
+    /// cannot be fingerprinted (`413`).
+    BodyTooLarge,
 }
 
 impl Reason {
     /// A stable, lower-case name for logs, metrics and problem types: `too-many-requests`,
     /// `lock-busy`, `at-capacity`, `missing-key`, `invalid-key`, `unusable-key`,
-    /// `store-unavailable`, `lease-lost`, `cost-too-large`, `internal`.
+    /// `store-unavailable`, `lease-lost`, `cost-too-large`, `internal`, `in-flight`,
+    /// `key-reused`, `body-too-large`.
     #[must_use]
     pub fn code(&self) -> &'static str {
         match self {
@@ -151,6 +160,9 @@ impl Reason {
             Self::LeaseLost => "lease-lost",
             Self::CostTooLarge => "cost-too-large",
             Self::Internal => "internal",
+            Self::InFlight => "in-flight",
+            Self::KeyReused => "key-reused",
+            Self::BodyTooLarge => "body-too-large",
         }
     }
 }
@@ -171,6 +183,8 @@ pub enum RefusedBy {
     Lock,
     /// A [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer).
     ConcurrencyLimit,
+    /// An [`IdempotencyLayer`](crate::IdempotencyLayer).
+    Idempotency,
 }
 
 /// Why a layer answered a request itself, with everything it knows about it: given to the
@@ -225,6 +239,26 @@ impl Refusal {
     fn with_error<E: Error + Send + Sync + 'static>(mut self, error: E) -> Self {
         self.error = Some(Arc::new(error));
         self
+    }
+
+    /// A refusal of the idempotency layer: `reason` with `status`, for the request keyed
+    /// `key` if it had a usable one, caused by `error` if any.
+    pub(crate) fn idempotency(
+        reason: Reason,
+        status: StatusCode,
+        key: Option<&str>,
+        error: Option<distlock::IdempotencyError>,
+        retry_after: Option<Duration>,
+    ) -> Self {
+        let mut refusal = Self::new(RefusedBy::Idempotency, reason, status);
+        if let Some(key) = key {
+            refusal = refusal.with_key(key);
+        }
+        if let Some(error) = error {
+            refusal = refusal.with_error(error);
+        }
+        refusal.retry_after = retry_after;
+        refusal
     }
 
     /// The request had no key, and the layer rejects such requests.
@@ -434,6 +468,9 @@ impl Refusal {
         if self.refused_by == RefusedBy::ConcurrencyLimit {
             return self.concurrency_detail();
         }
+        if self.refused_by == RefusedBy::Idempotency {
+            return self.idempotency_detail();
+        }
         let rate_limit = self.refused_by == RefusedBy::RateLimit;
         match (&self.reason, rate_limit) {
             (Reason::TooManyRequests, _) => Cow::Owned(format!(
@@ -462,6 +499,34 @@ impl Refusal {
             (Reason::Internal, true) => "rate limit error".into(),
             (Reason::Internal, false) => "lock error".into(),
             (Reason::AtCapacity, _) => "too many requests in flight; try again shortly".into(),
+            (Reason::InFlight | Reason::KeyReused | Reason::BodyTooLarge, _) => {
+                "request refused".into()
+            }
+        }
+    }
+
+    /// [`detail`](Self::detail) for a refusal of the idempotency layer.
+    fn idempotency_detail(&self) -> Cow<'static, str> {
+        match &self.reason {
+            Reason::InFlight => {
+                "a request with this idempotency key is being processed; retry later".into()
+            }
+            Reason::KeyReused => "this idempotency key was used for a different request".into(),
+            Reason::BodyTooLarge => {
+                "the request body is too large for an idempotent request".into()
+            }
+            Reason::MissingKey => "this request needs an Idempotency-Key header".into(),
+            Reason::InvalidKey(why) => {
+                Cow::Owned(format!("this request's idempotency key is invalid: {why}"))
+            }
+            Reason::UnusableKey => "this request's idempotency key is invalid".into(),
+            Reason::StoreUnavailable => "idempotency store unavailable, try again later".into(),
+            Reason::LeaseLost
+            | Reason::TooManyRequests
+            | Reason::LockBusy
+            | Reason::AtCapacity
+            | Reason::CostTooLarge
+            | Reason::Internal => "idempotency error".into(),
         }
     }
 
@@ -483,7 +548,10 @@ impl Refusal {
             Reason::TooManyRequests
             | Reason::LockBusy
             | Reason::CostTooLarge
-            | Reason::Internal => "concurrency limit error".into(),
+            | Reason::Internal
+            | Reason::InFlight
+            | Reason::KeyReused
+            | Reason::BodyTooLarge => "concurrency limit error".into(),
         }
     }
 

@@ -21,6 +21,7 @@ use super::capability::{Capability, StoreKind, Unsupported};
 use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
+use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::{
     AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
     Side, Waits, Wakeups,
@@ -96,6 +97,9 @@ struct State {
     /// with how many entries it holds and when they expire (the scripts keep one sorted-set
     /// entry per permit; the count says the same here).
     sets: HashMap<String, HashMap<String, Entries>>,
+    /// Idempotency records (`idempotency.lua`), with their expiry. Beside the locks, since a
+    /// record is stored only while its claim (a lock) is held.
+    records: HashMap<String, (Vec<u8>, Instant)>,
     writes: u64,
 }
 
@@ -555,6 +559,13 @@ impl MemoryStore {
                 .filter(|(_, set)| set.values().any(|e| e.expires_at > now))
                 .map(|(k, _)| k.clone()),
         );
+        keys.extend(
+            state
+                .records
+                .iter()
+                .filter(|(_, (_, at))| *at > now)
+                .map(|(k, _)| k.clone()),
+        );
         drop(state);
         let rates = self.rates();
         let now = rates.now_us();
@@ -596,6 +607,10 @@ impl Backend for MemoryStore {
     }
 
     fn fenced_writes(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn idempotency_records(&self) -> Result<(), Unsupported> {
         Ok(())
     }
 
@@ -707,6 +722,42 @@ impl Backend for MemoryStore {
 
     async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
         Ok(self.fenced.run(call))
+    }
+
+    /// As `idempotency.lua`: a read, or a store only while the claim's token holds its lock.
+    async fn idempotency(&self, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        Ok(match *call {
+            RecordCall::Get { record } => RecordReply::Record(
+                state
+                    .records
+                    .get(record)
+                    .filter(|(_, at)| *at > now)
+                    .map(|(value, _)| value.clone()),
+            ),
+            RecordCall::Store {
+                record,
+                lock,
+                token,
+                ttl,
+                value,
+            } => {
+                if state.held(lock, token, now) != Held::Yes {
+                    return Ok(RecordReply::Stored(false));
+                }
+                state.writes += 1;
+                if state.writes.is_multiple_of(SWEEP_EVERY) {
+                    state.records.retain(|_, (_, at)| *at > now);
+                }
+                // A ttl too long to represent is kept for as long as the fence key is.
+                let expires = now.checked_add(ttl).unwrap_or_else(|| now + FENCE_KEPT);
+                state
+                    .records
+                    .insert(record.to_owned(), (value.to_vec(), expires));
+                RecordReply::Stored(true)
+            }
+        })
     }
 
     fn wakeups(&self) -> &Arc<Wakeups> {

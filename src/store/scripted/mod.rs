@@ -45,6 +45,7 @@ use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
 use super::scripts::fenced::{self, FencedCall, FencedReply};
 use super::scripts::handoff::{self, HandoffReply};
+use super::scripts::idempotency::{self, RecordCall, RecordReply};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Publish, Replicas, millis, release_entries, release_writer, unmark};
@@ -134,6 +135,10 @@ impl Backend for ScriptedStore {
     }
 
     fn fenced_writes(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn idempotency_records(&self) -> Result<(), Unsupported> {
         Ok(())
     }
 
@@ -240,6 +245,13 @@ impl Backend for ScriptedStore {
     /// One call: the resource's keys share its hash tag (one slot on a cluster).
     async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
         fenced::run(&self.conn(), call)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One call: the record and its claim share a hash tag (one slot on a cluster).
+    async fn idempotency(&self, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
+        idempotency::run(&self.conn(), call)
             .await
             .map_err(|e| self.deadline(e))
     }
