@@ -23,6 +23,7 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
         Capability::ReplicaAcknowledgement,
         Capability::HandOff,
         Capability::FencedWrites,
+        Capability::IdempotencyRecords,
     ] {
         let refused = client
             .supports(capability)
