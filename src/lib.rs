@@ -45,6 +45,7 @@ mod client;
 pub mod config;
 mod core;
 mod drift;
+mod election;
 mod error;
 pub mod fenced;
 pub mod guide;
@@ -63,6 +64,7 @@ mod token;
 #[cfg(feature = "metrics")]
 pub use crate::metrics::describe_metrics;
 pub use admin::LockState;
+pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use error::{
     BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,

@@ -61,6 +61,7 @@ use super::scripts::acquire::Acquires;
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
+use super::scripts::leader::{self, Record};
 use super::scripts::{self, Calls, OnConn};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
@@ -983,6 +984,77 @@ impl Backend for QuorumStore {
 
     fn op_timeout(&self) -> Duration {
         self.inner.settings.response_timeout
+    }
+
+    /// Written on every node that answers; written iff a majority of the nodes wrote it (the
+    /// lease holds a majority of the lock's copies).
+    async fn leader_put(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let answers = self
+            .on_every_node(self.node_op_timeout(), |node| async move {
+                leader::put(&node.conn, Publish::Plain, keys, record_key, token, record, ttl).await
+            })
+            .await;
+        let written = answers.iter().filter(|a| matches!(a, Answer::Ok(true))).count();
+        let answered = answers.iter().filter(|a| matches!(a, Answer::Ok(_))).count();
+        if written >= self.inner.quorum {
+            Ok(true)
+        } else if answered < self.inner.quorum {
+            Err(self.no_quorum(&answers))
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// The record a majority of the nodes agree on (each node checks it against its own copy
+    /// of the lock), if any.
+    async fn leader_read(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        let answers = self
+            .on_every_node(self.node_op_timeout(), |node| async move {
+                leader::read(&node.conn, Publish::Plain, keys, record_key).await
+            })
+            .await;
+        let answered = answers.iter().filter(|a| matches!(a, Answer::Ok(_))).count();
+        if answered < self.inner.quorum {
+            return Err(self.no_quorum(&answers));
+        }
+        let seen: Vec<&Record> = answers
+            .iter()
+            .filter_map(|a| match a {
+                Answer::Ok(Some(record)) => Some(record),
+                _ => None,
+            })
+            .collect();
+        Ok(seen
+            .iter()
+            .find(|r| seen.iter().filter(|o| o == r).count() >= self.inner.quorum)
+            .map(|r| (*r).clone()))
+    }
+
+    /// On every node that answers; whether a majority deleted it.
+    async fn leader_drop(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+    ) -> Result<bool, StoreError> {
+        let answers = self
+            .on_every_node(self.node_op_timeout(), |node| async move {
+                leader::drop(&node.conn, Publish::Plain, keys, record_key, token).await
+            })
+            .await;
+        let dropped = answers.iter().filter(|a| matches!(a, Answer::Ok(true))).count();
+        Ok(dropped >= self.inner.quorum)
     }
 
     /// What a majority of the nodes hold for one lease, for as long as that majority does.

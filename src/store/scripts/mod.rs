@@ -19,6 +19,7 @@ pub(crate) mod bloom;
 pub(crate) mod bloom_native;
 pub(crate) mod fenced;
 pub(crate) mod handoff;
+pub(crate) mod leader;
 mod lua;
 pub(crate) mod release;
 pub(crate) mod release_entries;
