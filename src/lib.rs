@@ -64,8 +64,8 @@ mod token;
 #[cfg(feature = "metrics")]
 pub use crate::metrics::describe_metrics;
 pub use admin::LockState;
-pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
+pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use error::{
     BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
     RateLimitError, RefusedKind, StoreError,

@@ -59,9 +59,9 @@ use super::connect::{RedisSettings, check_cluster_mode, probe};
 use super::peek;
 use super::scripts::acquire::Acquires;
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
+use super::scripts::leader::{self, Record};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::leader::{self, Record};
 use super::scripts::{self, Calls, OnConn};
 use super::scripts::{Held, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
@@ -998,11 +998,26 @@ impl Backend for QuorumStore {
     ) -> Result<bool, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::put(&node.conn, Publish::Plain, keys, record_key, token, record, ttl).await
+                leader::put(
+                    &node.conn,
+                    Publish::Plain,
+                    keys,
+                    record_key,
+                    token,
+                    record,
+                    ttl,
+                )
+                .await
             })
             .await;
-        let written = answers.iter().filter(|a| matches!(a, Answer::Ok(true))).count();
-        let answered = answers.iter().filter(|a| matches!(a, Answer::Ok(_))).count();
+        let written = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(true)))
+            .count();
+        let answered = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(_)))
+            .count();
         if written >= self.inner.quorum {
             Ok(true)
         } else if answered < self.inner.quorum {
@@ -1024,7 +1039,10 @@ impl Backend for QuorumStore {
                 leader::read(&node.conn, Publish::Plain, keys, record_key).await
             })
             .await;
-        let answered = answers.iter().filter(|a| matches!(a, Answer::Ok(_))).count();
+        let answered = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(_)))
+            .count();
         if answered < self.inner.quorum {
             return Err(self.no_quorum(&answers));
         }
@@ -1053,7 +1071,10 @@ impl Backend for QuorumStore {
                 leader::drop(&node.conn, Publish::Plain, keys, record_key, token).await
             })
             .await;
-        let dropped = answers.iter().filter(|a| matches!(a, Answer::Ok(true))).count();
+        let dropped = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(true)))
+            .count();
         Ok(dropped >= self.inner.quorum)
     }
 

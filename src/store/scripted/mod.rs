@@ -393,9 +393,17 @@ impl Backend for ScriptedStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        leader::put(&self.conn(), self.publish(), keys, record_key, token, record, ttl)
-            .await
-            .map_err(|e| self.deadline(e))
+        leader::put(
+            &self.conn(),
+            self.publish(),
+            keys,
+            record_key,
+            token,
+            record,
+            ttl,
+        )
+        .await
+        .map_err(|e| self.deadline(e))
     }
 
     async fn leader_read(

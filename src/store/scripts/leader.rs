@@ -110,7 +110,8 @@ fn decode(reply: Value) -> Result<Option<Record>, StoreError> {
             let term = text(term)
                 .and_then(|t| t.parse::<u64>().ok())
                 .ok_or_else(|| protocol("a term that is not a number"))?;
-            let identity = text(identity).ok_or_else(|| protocol("an identity that is not text"))?;
+            let identity =
+                text(identity).ok_or_else(|| protocol("an identity that is not text"))?;
             Ok(Some((term, identity)))
         }
         other => Err(protocol(&format!("{other:?}"))),
