@@ -27,7 +27,7 @@
 //! ```
 //!
 //! Start with [`Client`]: [`Client::lock`], [`Client::semaphore`], [`Client::rw_lock`],
-//! [`Client::multi_lock`], [`Client::job`], [`Client::rate_limiter`] and
+//! [`Client::multi_lock`], [`Client::job`], [`Client::election`], [`Client::rate_limiter`] and
 //! [`Client::bloom_filter`] each return a builder. The [`guide`] has the rest: what the
 //! guarantees are and where they end, every primitive in depth, the layers, the configuration
 //! reference, Redis Cluster, Redlock, Sentinel, TLS and ACL users, and operations (metrics,
