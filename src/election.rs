@@ -259,10 +259,14 @@ impl Watch {
                 let wakeups = self.election.store().wakeups().clone();
                 // A shared waiter: a message on the channel wakes every waiter, campaigners
                 // and followers alike.
-                match wakeups
-                    .subscribe(&self.election.inner.keys.channel, true)
-                    .await
-                {
+                // Bounded, so that a slow subscription cannot hold up the fallback read.
+                let subscribed = tokio::time::timeout(
+                    bound,
+                    wakeups.subscribe(&self.election.inner.keys.channel, true),
+                )
+                .await
+                .unwrap_or_else(|_| Err(crate::error::StoreError::Timeout { after: bound }));
+                match subscribed {
                     Ok(subscription) => self.subscription = Some(subscription),
                     Err(err) => {
                         tracing::debug!(election = %self.election.name(), error = %err, "no wake-ups for followers; looking every ttl/3");
