@@ -255,13 +255,17 @@ impl Watch {
     async fn next_leader(&mut self) -> Leader {
         let bound = self.election.observe_bound();
         loop {
+            // One deadline per look: subscribing, reading and waiting all fit within `bound`,
+            // so two reads are never more than `bound` (plus the read's round trip) apart.
+            let next = tokio::time::Instant::now() + bound;
             if self.subscription.is_none() {
                 let wakeups = self.election.store().wakeups().clone();
                 // A shared waiter: a message on the channel wakes every waiter, campaigners
                 // and followers alike.
-                // Bounded, so that a slow subscription cannot hold up the fallback read.
-                let subscribed = tokio::time::timeout(
-                    bound,
+                // Bounded by this look's deadline, so that a slow subscription cannot hold up
+                // the fallback read.
+                let subscribed = tokio::time::timeout_at(
+                    next,
                     wakeups.subscribe(&self.election.inner.keys.channel, true),
                 )
                 .await
@@ -299,7 +303,7 @@ impl Watch {
             };
             tokio::select! {
                 () = woken => {}
-                () = tokio::time::sleep(bound) => {}
+                () = tokio::time::sleep_until(next) => {}
             }
         }
     }
