@@ -310,7 +310,7 @@ impl Watch {
 }
 
 /// Rewrites the leader record every third of the ttl while the lease holds; stops when the
-/// lease ends or the record is refused (the lease no longer holds the lock). Aborted on drop.
+/// lease is lost. A failed or refused write is tried again at the next turn. Aborted on drop.
 struct Refresher(tokio::task::JoinHandle<()>);
 
 impl Refresher {
@@ -325,7 +325,12 @@ impl Refresher {
                 }
                 match election.put(&token, &record).await {
                     Ok(true) => {}
-                    Ok(false) => return,
+                    // Refused: the lease no longer holds the lock, unless the lease itself
+                    // says otherwise (keep trying while it is not lost).
+                    Ok(false) if handle.is_lost() => return,
+                    Ok(false) => {
+                        tracing::debug!(election = %election.name(), "the leader record was refused while the lease holds; retrying");
+                    }
                     Err(err) => {
                         tracing::debug!(election = %election.name(), error = %err, "rewriting the leader record failed; retrying");
                     }

@@ -986,8 +986,9 @@ impl Backend for QuorumStore {
         self.inner.settings.response_timeout
     }
 
-    /// Written on every node that answers; written iff a majority of the nodes wrote it (the
-    /// lease holds a majority of the lock's copies).
+    /// Written on every node that answers: `Ok(true)` when a majority of the nodes wrote it
+    /// (the lease holds a majority of the lock's copies), `Ok(false)` only when a majority
+    /// refused it (the lease has lost the lock), else an error (the outcome is unknown).
     async fn leader_put(
         &self,
         keys: &LockKeys,
@@ -1014,16 +1015,19 @@ impl Backend for QuorumStore {
             .iter()
             .filter(|a| matches!(a, Answer::Ok(true)))
             .count();
-        let answered = answers
+        let refused = answers
             .iter()
-            .filter(|a| matches!(a, Answer::Ok(_)))
+            .filter(|a| matches!(a, Answer::Ok(false)))
             .count();
         if written >= self.inner.quorum {
             Ok(true)
-        } else if answered < self.inner.quorum {
-            Err(self.no_quorum(&answers))
-        } else {
+        } else if refused >= self.inner.quorum {
+            // A majority of the lock's copies are not this lease's: it has lost the lock.
             Ok(false)
+        } else {
+            // Neither: a node that did not answer (or one that lacks its copy of the lock
+            // for now) leaves the outcome unknown, which is no proof the lease is lost.
+            Err(self.no_quorum(&answers))
         }
     }
 
