@@ -140,8 +140,12 @@ impl Election {
         self.inner.client.store()
     }
 
-    /// Waits to become the leader, as long as it takes, and returns the leadership once the
-    /// record naming `identity` is written (so [`leader`](Self::leader) names it from then on).
+    /// Waits to become the leader, as long as it takes, and returns the leadership once it
+    /// holds the lock and has tried to write the record naming `identity`. Usually that write
+    /// succeeded, and [`leader`](Self::leader) names it from then on; if the store failed it
+    /// (logged at WARN), the leadership is returned all the same and the record is written at
+    /// the leadership's next turn, so `leader()` may answer `None` for up to a third of the
+    /// ttl (or as long as the store keeps failing).
     /// Campaigners wait as the lock's waiters do: a resign wakes them at once over pub/sub
     /// (hands the lock straight to a campaigner of the same client), and a leader that died
     /// is replaced once its lease has expired, within its ttl.
