@@ -1031,8 +1031,8 @@ impl Backend for QuorumStore {
         }
     }
 
-    /// The record a majority of the nodes agree on (each node checks it against its own copy
-    /// of the lock), if any.
+    /// The record a majority of the nodes agree on, lease included (each node checks it
+    /// against its own copy of the lock), if any.
     async fn leader_read(
         &self,
         keys: &LockKeys,
@@ -1040,7 +1040,7 @@ impl Backend for QuorumStore {
     ) -> Result<Option<Record>, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::read(&node.conn, Publish::Plain, keys, record_key).await
+                leader::read_with_digest(&node.conn, Publish::Plain, keys, record_key).await
             })
             .await;
         let answered = answers
@@ -1050,17 +1050,18 @@ impl Backend for QuorumStore {
         if answered < self.inner.quorum {
             return Err(self.no_quorum(&answers));
         }
-        let seen: Vec<&Record> = answers
+        // Agreement on the whole record: term, identity and the digest of the lease's token.
+        let seen: Vec<&(Record, String)> = answers
             .iter()
             .filter_map(|a| match a {
-                Answer::Ok(Some(record)) => Some(record),
+                Answer::Ok(Some(found)) => Some(found),
                 _ => None,
             })
             .collect();
         Ok(seen
             .iter()
             .find(|r| seen.iter().filter(|o| o == r).count() >= self.inner.quorum)
-            .map(|r| (*r).clone()))
+            .map(|(record, _)| record.clone()))
     }
 
     /// On every node that answers; whether a majority deleted it.

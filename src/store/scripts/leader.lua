@@ -13,7 +13,8 @@
 --       Writes the record if the lock holds the token; publishes '' on the channel when the
 --       record changed (a new leader), so that followers read it at once.
 --       Reply 1 written, 0 the lock is not held by the token (nothing written).
--- read: Reply {term, identity} if the record's lease holds the lock now, else false (nil).
+-- read: Reply {term, identity, digest} if the record's lease holds the lock now, else false
+--       (nil). The digest lets a quorum tell two leases' records apart.
 -- drop: ARGV[3] token. Deletes the record if that token's lease wrote it, and publishes ''.
 --       Reply 1 deleted, 0 not ours (or gone).
 -- PUBLISH  set in front of this file: 'PUBLISH' on a single primary, 'SPUBLISH' on a cluster
@@ -72,7 +73,7 @@ if op == 'read' then
   if not term or not current or redis.sha1hex(current) ~= digest then
     return false
   end
-  return {term, identity}
+  return {term, identity, digest}
 end
 -- drop
 if digest ~= redis.sha1hex(ARGV[3]) then

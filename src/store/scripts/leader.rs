@@ -63,6 +63,19 @@ pub(crate) async fn read<C: Conn>(
     keys: &LockKeys,
     record_key: &str,
 ) -> Result<Option<Record>, StoreError> {
+    Ok(read_with_digest(conn, publish, keys, record_key)
+        .await?
+        .map(|(record, _)| record))
+}
+
+/// The record with the SHA-1 of the token of the lease that wrote it, if that lease holds the
+/// lock now: nodes of a quorum agree on a leader only if they agree on its lease too.
+pub(crate) async fn read_with_digest<C: Conn>(
+    conn: &C,
+    publish: Publish,
+    keys: &LockKeys,
+    record_key: &str,
+) -> Result<Option<(Record, String)>, StoreError> {
     let script = script(publish);
     let mut cmd = script.call(2, 2, 128);
     cmd.arg(&keys.lock)
@@ -92,16 +105,16 @@ pub(crate) async fn drop<C: Conn>(
     Ok(dropped == 1)
 }
 
-fn decode(reply: Value) -> Result<Option<Record>, StoreError> {
+fn decode(reply: Value) -> Result<Option<(Record, String)>, StoreError> {
     let protocol = |what: &str| StoreError::Protocol {
         message: format!("leader.lua read answered {what}"),
     };
     match reply {
         Value::Nil | Value::Boolean(false) => Ok(None),
         Value::Array(items) => {
-            let [term, identity]: [Value; 2] = items
+            let [term, identity, digest]: [Value; 3] = items
                 .try_into()
-                .map_err(|_| protocol("an array that is not {term, identity}"))?;
+                .map_err(|_| protocol("an array that is not {term, identity, digest}"))?;
             let text = |v: Value| match v {
                 Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
                 Value::SimpleString(s) => Some(s),
@@ -112,7 +125,8 @@ fn decode(reply: Value) -> Result<Option<Record>, StoreError> {
                 .ok_or_else(|| protocol("a term that is not a number"))?;
             let identity =
                 text(identity).ok_or_else(|| protocol("an identity that is not text"))?;
-            Ok(Some((term, identity)))
+            let digest = text(digest).ok_or_else(|| protocol("a digest that is not text"))?;
+            Ok(Some(((term, identity), digest)))
         }
         other => Err(protocol(&format!("{other:?}"))),
     }
