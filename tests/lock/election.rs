@@ -154,34 +154,67 @@ async fn a_record_whose_lease_lost_the_lock_is_never_reported(fx: Fixture) {
 }
 
 async fn followers_observe_each_new_leader(fx: Fixture) {
-    const TTL: Duration = Duration::from_secs(3);
+    // On the paused clock a long ttl: a follower that missed the wake-up would only look again
+    // observe_bound (20 s of virtual time) later, so seeing the leader sooner proves it was woken.
+    let ttl = if fx.paused() {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_secs(3)
+    };
     let follower_client = fx.another_client().await;
-    let follower = election(&follower_client, "observed", TTL);
+    let follower = election(&follower_client, "observed", ttl);
+    let bound = follower.observe_bound();
+    // The follower polls its stream in a task of its own from the start, so that it is already
+    // waiting (between two looks) when each new leader is elected.
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(Leader, Instant)>();
     let mut stream = Box::pin(follower.observe());
-    let e = election(&fx.client, "observed", TTL);
-    // Generous: the library promises ttl/3 after the record is written, even with no wake-up.
-    let within = follower.observe_bound() + Duration::from_secs(5);
+    let watching = tokio::spawn(async move {
+        while let Some(leader) = stream.next().await {
+            if seen_tx.send((leader, Instant::now())).is_err() {
+                return;
+            }
+        }
+    });
+    let e = election(&fx.client, "observed", ttl);
+    // Generous: the library promises observe_bound after the record is written, even with no
+    // wake-up.
+    let within = bound + Duration::from_secs(5);
     let mut terms = Vec::new();
     for identity in ["one", "two", "three"] {
+        if fx.paused() {
+            // Half-way through the follower's wait: without a wake-up its next look is
+            // bound/2 away.
+            tokio::time::sleep(bound / 2).await;
+        }
         let leadership = e.campaign(identity).await.expect("campaign");
         let written = Instant::now();
-        let seen: Leader = tokio::time::timeout(within, stream.next())
+        let (seen, seen_at): (Leader, Instant) = tokio::time::timeout(within, seen_rx.recv())
             .await
             .expect("the follower saw the new leader")
-            .expect("the stream never ends");
+            .expect("the follower's stream never ends");
+        let after = seen_at.saturating_duration_since(written);
         println!(
             "follower saw term {} after {:.1} ms",
             seen.term,
-            written.elapsed().as_secs_f64() * 1000.0
+            after.as_secs_f64() * 1000.0
         );
         assert_eq!(
             (seen.term, seen.identity.as_str()),
             (leadership.term(), identity)
         );
+        if fx.paused() {
+            // Virtual time: the wake-up delivers it before any timer of the follower fires.
+            assert!(
+                after < bound / 4,
+                "the waiting follower saw the leader {after:?} after its record was written, not \
+                 woken (observe_bound {bound:?})"
+            );
+        }
         terms.push(seen.term);
         leadership.resign().await.expect("resign");
     }
     assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+    watching.abort();
 }
 
 async fn run_drops_the_body_when_the_leadership_is_lost(fx: Fixture) {
