@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock::{Client, Election, Leader, LockError, ReleaseOutcome};
+use distlock::{Client, Election, Leader, LockError, LockState, ReleaseOutcome};
 use futures_util::StreamExt as _;
 use tokio::time::Instant;
 
@@ -29,6 +29,23 @@ fn election(client: &Client, name: &str, ttl: Duration) -> Election {
         .ttl(ttl)
         .build()
         .expect("valid election")
+}
+
+/// Waits until a campaigner has marked election `name`'s lock as waited on (it found the lock
+/// busy and sleeps on it), rather than guessing how long that takes.
+async fn until_a_campaigner_waits(client: &Client, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = client.lock_state(name).await.expect("lock_state");
+        if matches!(state, LockState::Held { waiters: true, .. }) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no campaigner waits on {name}: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The record key of election `name` under the default prefix.
@@ -80,7 +97,7 @@ async fn resign_hands_over_to_a_waiting_campaigner_well_before_the_ttl(fx: Fixtu
         (Instant::now(), leadership)
     });
     // Let the campaigner find the lock busy and go to sleep on it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_a_campaigner_waits(&fx.client, "handover").await;
     assert!(!waiting.is_finished(), "the second campaigner waits");
     let resigned_at = Instant::now();
     let first_term = leader.term();
@@ -372,6 +389,13 @@ async fn a_killed_leaders_record_is_not_reported_once_its_lease_expired() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert_eq!(
+        e.leader().await.expect("leader"),
+        None,
+        "the dead leader is named after its lease expired"
+    );
+    // Read after the answer: the record was there when `leader()` looked, so `None` came
+    // from the check against the lock, not from a missing record.
     let record = client
         .__inspect()
         .get(&record_key("crashed"))
@@ -380,11 +404,6 @@ async fn a_killed_leaders_record_is_not_reported_once_its_lease_expired() {
     assert!(
         record.is_some(),
         "the record outlives the lock (it has twice its ttl)"
-    );
-    assert_eq!(
-        e.leader().await.expect("leader"),
-        None,
-        "the dead leader is named after its lease expired"
     );
     let next = e.campaign("successor").await.expect("campaign");
     assert!(next.term() > term);
