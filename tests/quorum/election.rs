@@ -17,10 +17,10 @@ async fn an_election_on_a_quorum_survives_a_minority_down() {
     let b = quorum(&nodes, Duration::from_secs(1)).await;
     let ea = a.election("leader").ttl(TTL).build().expect("election");
     let eb = b.election("leader").ttl(TTL).build().expect("election");
-    let mut followed = Box::pin(eb.observe());
+    let mut followed = follow(&eb);
     let first = ea.campaign("a").await.expect("campaign");
     let within = eb.observe_bound() + Duration::from_secs(5);
-    let seen = tokio::time::timeout(within, followed.next())
+    let seen = tokio::time::timeout(within, followed.recv())
         .await
         .expect("the follower saw the leader")
         .expect("never ends");
@@ -39,7 +39,7 @@ async fn an_election_on_a_quorum_survives_a_minority_down() {
             (Instant::now(), leadership)
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_a_campaigner_waits(&b, "leader").await;
     let resigned_at = Instant::now();
     let first_term = first.term();
     first.resign().await.expect("resign");
@@ -51,7 +51,7 @@ async fn an_election_on_a_quorum_survives_a_minority_down() {
     );
     assert!(handover < Duration::from_secs(5), "not woken: {handover:?}");
     assert!(second.term() > first_term);
-    let seen = tokio::time::timeout(within, followed.next())
+    let seen = tokio::time::timeout(within, followed.recv())
         .await
         .expect("the follower saw the new leader")
         .expect("never ends");
@@ -61,4 +61,36 @@ async fn an_election_on_a_quorum_survives_a_minority_down() {
     assert!(a.force_unlock("leader").await.expect("force_unlock"));
     assert_eq!(ea.leader().await.expect("leader"), None);
     drop(second);
+}
+
+/// Waits until a campaigner has marked election `name`'s lock as waited on (it found the lock
+/// busy and sleeps on it), rather than guessing how long that takes.
+async fn until_a_campaigner_waits(client: &distlock::Client, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = client.lock_state(name).await.expect("lock_state");
+        if matches!(state, distlock::LockState::Held { waiters: true, .. }) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no campaigner waits on {name}: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Follows `election` in a task of its own, from now on: a follower already waiting when
+/// each leader changes (not one that only starts to look once told to).
+fn follow(election: &distlock::Election) -> tokio::sync::mpsc::UnboundedReceiver<distlock::Leader> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut stream = Box::pin(election.observe());
+    tokio::spawn(async move {
+        while let Some(leader) = stream.next().await {
+            if tx.send(leader).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
