@@ -208,6 +208,12 @@ impl Client {
         )
     }
 
+    /// Starts building the leader election `name` (the lock of the same name underneath);
+    /// see the guide's [leader election](crate::guide::coordination#leader-election).
+    pub fn election(&self, name: impl Into<String>) -> crate::ElectionBuilder {
+        crate::ElectionBuilder::new(self.locks().clone(), name.into())
+    }
+
     /// Starts a scheduled job's run under the lock `name` (the same lock as
     /// [`lock`](Self::lock)): at most one replica runs it, and with `at_least` at most once
     /// in that long.

@@ -79,6 +79,11 @@ impl Core {
         LockKeys::new(&self.0.prefix, &self.0.fences, name)
     }
 
+    /// The key of election `name`'s leader record (beside the lock `name`).
+    pub(crate) fn leader_key(&self, name: &str) -> Result<String, InvalidName> {
+        crate::keys::leader_key(&self.0.prefix, name)
+    }
+
     /// The keys of semaphore `name`.
     pub(crate) fn semaphore_keys(&self, name: &str) -> Result<SetKeys, InvalidName> {
         SetKeys::semaphore(&self.0.prefix, &self.0.fences, name)

@@ -215,6 +215,12 @@ fn tag_of(name: &str) -> Result<String, InvalidName> {
     Ok(tag)
 }
 
+/// The key of election `name`'s leader record, `<prefix>:leader:{<name>}`: the hash tag of
+/// the lock of the same name, so both share a slot (see `src/election.rs`).
+pub(crate) fn leader_key(prefix: &str, name: &str) -> Result<String, InvalidName> {
+    Ok(tagged(prefix, "leader", &tag_of(name)?))
+}
+
 /// The keys of a **holder set**: a sorted set with one entry per held permit
 /// (`<token>:<i>`, scored by its expiry in ms on the server's clock), so that a holder that
 /// dies frees its entries within its ttl. Semaphores and the readers of a read-write lock are

@@ -27,7 +27,7 @@
 //! ```
 //!
 //! Start with [`Client`]: [`Client::lock`], [`Client::semaphore`], [`Client::rw_lock`],
-//! [`Client::multi_lock`], [`Client::job`], [`Client::rate_limiter`] and
+//! [`Client::multi_lock`], [`Client::job`], [`Client::election`], [`Client::rate_limiter`] and
 //! [`Client::bloom_filter`] each return a builder. The [`guide`] has the rest: what the
 //! guarantees are and where they end, every primitive in depth, the layers, the configuration
 //! reference, Redis Cluster, Redlock, Sentinel, TLS and ACL users, and operations (metrics,
@@ -45,6 +45,7 @@ mod client;
 pub mod config;
 mod core;
 mod drift;
+mod election;
 mod error;
 pub mod fenced;
 pub mod guide;
@@ -65,6 +66,7 @@ mod token;
 pub use crate::metrics::describe_metrics;
 pub use admin::LockState;
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
+pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use error::{
     BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
     RateLimitError, RefusedKind, StoreError,

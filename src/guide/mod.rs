@@ -4,7 +4,7 @@
 //! | page | what it covers |
 //! |---|---|
 //! | [`guarantees`] | what a lease and a rate limit promise, and where that ends: paused holders, failover, replica acknowledgement, outages, the in-memory store |
-//! | [`coordination`] | semaphores, read-write locks, multi-locks and scheduled-job locks |
+//! | [`coordination`] | semaphores, read-write locks, multi-locks, scheduled-job locks, fenced writes and leader election |
 //! | [`rate_limiting`] | limiters, the five algorithms and which to pick, reset / refund / penalize, the circuit breaker, waiting for a turn |
 //! | [`layers`] | `LockLayer`, `RateLimitLayer`, `ConcurrencyLimitLayer` and `IdempotencyLayer` in depth, key extractors and what a name may be, layer order, how do I... |
 //! | [`bloom_filters`] | sizing, sharding, the RedisBloom module |

@@ -22,6 +22,8 @@ use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::idempotency::{RecordCall, RecordReply};
+
+use super::scripts::leader::Record;
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
 use super::wakeups::Wakeups;
@@ -279,6 +281,35 @@ pub(crate) trait Backend {
         let _ = call;
         Err(self.lacks(Capability::IdempotencyRecords))
     }
+
+    // ---- Elections: a leader record beside a lock key (`leader.lua`). ----
+
+    /// Writes `record` (term, identity) under `record_key` with `ttl`, if the lock of `keys`
+    /// is held by `token`; a changed record is announced on the lock's release channel.
+    /// Whether it was written.
+    async fn leader_put(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// The record under `record_key`, if the lease that wrote it holds the lock of `keys` now.
+    async fn leader_read(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+    ) -> Result<Option<Record>, StoreError>;
+
+    /// Deletes the record if `token`'s lease wrote it (announced on the release channel).
+    async fn leader_drop(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+    ) -> Result<bool, StoreError>;
 
     // ---- The operators' view of a lock. ----
 

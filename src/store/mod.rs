@@ -65,6 +65,7 @@ pub(crate) use self::scripts::fenced::{
 };
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::idempotency::{RecordCall, RecordReply};
+pub(crate) use self::scripts::leader::Record;
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Held, Replicas};
@@ -417,6 +418,49 @@ impl Store {
         let side = self.locks();
         bounded(&side, async {
             on_backend!(&side, s => s.lock_value(key).await)
+        })
+        .await
+    }
+
+    /// Writes an election's leader record if `token` holds its lock (see `leader.lua`).
+    pub(crate) async fn leader_put(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.leader_put(keys, record_key, token, record, ttl).await)
+        })
+        .await
+    }
+
+    /// An election's leader record, if the lease that wrote it holds the lock now.
+    pub(crate) async fn leader_read(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.leader_read(keys, record_key).await)
+        })
+        .await
+    }
+
+    /// Deletes an election's leader record if `token`'s lease wrote it.
+    pub(crate) async fn leader_drop(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+    ) -> Result<bool, StoreError> {
+        let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.leader_drop(keys, record_key, token).await)
         })
         .await
     }

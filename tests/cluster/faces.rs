@@ -30,8 +30,7 @@ async fn exactly_the_limit_passes_on_a_cluster() {
     let client = client(cluster, "rl").await;
     let limiter = client
         .rate_limiter_all([
-            Policy::gcra("burst", Rate::per_hour(100).expect("rate"))
-            .expect("policy"),
+            Policy::gcra("burst", Rate::per_hour(100).expect("rate")).expect("policy"),
             Policy::sliding_window("hourly", Rate::per_hour(10_000).expect("rate"))
                 .expect("policy"),
         ])

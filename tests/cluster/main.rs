@@ -8,6 +8,7 @@
 mod support;
 
 // The library on the cluster.
+mod election;
 mod faces;
 mod health;
 mod locks;

@@ -834,5 +834,9 @@ fn a_lazy_start_reads_and_is_refused_where_it_cannot_work() {
             "client.lazy",
         );
     }
-    field_error("[client]\nurl = \"redis://a/\"\nlazy = 1", Kind::WrongType, "client.lazy");
+    field_error(
+        "[client]\nurl = \"redis://a/\"\nlazy = 1",
+        Kind::WrongType,
+        "client.lazy",
+    );
 }

@@ -37,11 +37,17 @@ async fn a_lazy_client_starts_while_redis_is_down_and_works_once_it_answers() {
         .connect(&url)
         .await;
     assert!(
-        matches!(eager, Err(StoreError::Unreachable { .. } | StoreError::Timeout { .. })),
+        matches!(
+            eager,
+            Err(StoreError::Unreachable { .. } | StoreError::Timeout { .. })
+        ),
         "an eager connect fails while the server is down: {:?}",
         eager.map(|_| ())
     );
-    let client = lazy().connect(&url).await.expect("a lazy connect needs no server");
+    let client = lazy()
+        .connect(&url)
+        .await
+        .expect("a lazy connect needs no server");
 
     let health = client.ping().await;
     assert!(!health.ready, "ready without a server: {health:?}");
@@ -111,10 +117,10 @@ async fn a_lazy_client_refuses_what_an_eager_connect_refuses() {
     let health = client.ping().await;
     assert!(!health.ready);
     assert!(
-        health
-            .nodes
-            .iter()
-            .all(|node| node.answer.as_ref().is_err_and(|e| e.contains("connect_cluster"))),
+        health.nodes.iter().all(|node| node
+            .answer
+            .as_ref()
+            .is_err_and(|e| e.contains("connect_cluster"))),
         "{health:?}"
     );
 }
@@ -124,14 +130,26 @@ async fn a_lazy_client_refuses_what_an_eager_connect_refuses() {
 async fn stores_that_need_their_servers_refuse_a_lazy_start() {
     let url = "redis://127.0.0.1:1/";
     let results = [
-        ("connect_cluster", lazy().connect_cluster([url]).await.map(|_| ())),
-        ("connect_quorum", lazy().connect_quorum([url, url, url]).await.map(|_| ())),
-        ("connect_sentinel", lazy().connect_sentinel("mymaster", [url]).await.map(|_| ())),
+        (
+            "connect_cluster",
+            lazy().connect_cluster([url]).await.map(|_| ()),
+        ),
+        (
+            "connect_quorum",
+            lazy().connect_quorum([url, url, url]).await.map(|_| ()),
+        ),
+        (
+            "connect_sentinel",
+            lazy().connect_sentinel("mymaster", [url]).await.map(|_| ()),
+        ),
     ];
     for (constructor, result) in results {
         match result {
             Err(StoreError::Config { message }) => {
-                assert!(message.contains(constructor) && message.contains("lazy"), "{message}");
+                assert!(
+                    message.contains(constructor) && message.contains("lazy"),
+                    "{message}"
+                );
             }
             other => panic!("{constructor}: expected Config, got {other:?}"),
         }

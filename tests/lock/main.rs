@@ -10,6 +10,7 @@ mod traces;
 
 mod admin;
 mod batching;
+mod election;
 mod existing;
 mod fairness;
 mod handoff;

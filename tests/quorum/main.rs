@@ -22,6 +22,7 @@ use support::server::resource_conn;
 mod capabilities;
 mod clocks;
 mod counting;
+mod election;
 mod health;
 mod members;
 

@@ -168,3 +168,104 @@ async fn a_graceful_failover_is_followed_on_the_announcement() {
         distlock::ReleaseOutcome::Released
     );
 }
+
+/// Leader election behind Sentinel: resign hands over at once, followers are told, and after
+/// a failover the next leader's term is above every earlier one and followers (resubscribed
+/// on the promoted primary) see it within the observe bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_carries_on_through_a_failover() {
+    const TTL: Duration = Duration::from_secs(10);
+    let setup = SentinelSetup::start();
+    let a = client(&setup).await;
+    let b = client(&setup).await;
+    let ea = a.election("leader").ttl(TTL).build().expect("election");
+    let eb = b.election("leader").ttl(TTL).build().expect("election");
+    let within = eb.observe_bound() + Duration::from_secs(5);
+    let mut followed = follow(&eb);
+    let first = ea.campaign("a").await.expect("campaign");
+    let seen = tokio::time::timeout(within, followed.recv())
+        .await
+        .expect("the follower saw the leader")
+        .expect("never ends");
+    assert_eq!((seen.term, seen.identity.as_str()), (first.term(), "a"));
+
+    let waiting = tokio::spawn({
+        let eb = eb.clone();
+        async move {
+            let leadership = eb.campaign("b").await.expect("campaign");
+            (Instant::now(), leadership)
+        }
+    });
+    until_a_campaigner_waits(&b, "leader").await;
+    let resigned_at = Instant::now();
+    let first_term = first.term();
+    first.resign().await.expect("resign");
+    let (elected_at, second) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("elected after the resign")
+        .expect("campaigner");
+    println!(
+        "sentinel hand-over: {:.1} ms",
+        (elected_at - resigned_at).as_secs_f64() * 1000.0
+    );
+    assert!(elected_at - resigned_at < Duration::from_secs(5));
+    assert!(second.term() > first_term);
+    let seen = tokio::time::timeout(within, followed.recv())
+        .await
+        .expect("the follower saw the new leader")
+        .expect("never ends");
+    assert_eq!(seen.identity, "b");
+    let second_term = second.term();
+    second.resign().await.expect("resign");
+
+    let promotion = setup.failover().await;
+    println!("failover settled after {:?}", promotion.settled_after);
+    until_served(&a, Duration::from_secs(20)).await;
+    let third = tokio::time::timeout(Duration::from_secs(30), ea.campaign("c"))
+        .await
+        .expect("elected on the promoted primary")
+        .expect("campaign");
+    assert!(
+        third.term() > second_term,
+        "terms keep increasing across the failover"
+    );
+    let seen = tokio::time::timeout(within, followed.recv())
+        .await
+        .expect("the follower saw the leader on the promoted primary")
+        .expect("never ends");
+    assert_eq!((seen.term, seen.identity.as_str()), (third.term(), "c"));
+    third.resign().await.expect("resign");
+}
+
+/// Waits until a campaigner has marked election `name`'s lock as waited on (it found the lock
+/// busy and sleeps on it), rather than guessing how long that takes.
+async fn until_a_campaigner_waits(client: &distlock::Client, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = client.lock_state(name).await.expect("lock_state");
+        if matches!(state, distlock::LockState::Held { waiters: true, .. }) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no campaigner waits on {name}: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Follows `election` in a task of its own, from now on: a follower already waiting when
+/// each leader changes (not one that only starts to look once told to).
+fn follow(election: &distlock::Election) -> tokio::sync::mpsc::UnboundedReceiver<distlock::Leader> {
+    use futures_util::StreamExt as _;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut stream = Box::pin(election.observe());
+    tokio::spawn(async move {
+        while let Some(leader) = stream.next().await {
+            if tx.send(leader).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}

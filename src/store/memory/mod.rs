@@ -22,6 +22,7 @@ use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::idempotency::{RecordCall, RecordReply};
+use super::scripts::leader::Record;
 use super::{
     AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
     Side, Waits, Wakeups,
@@ -232,6 +233,13 @@ fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A leader record's fields as the memory store keeps them: term, writer's token, identity.
+fn memory_record(data: &str) -> Option<(u64, &str, &str)> {
+    let mut parts = data.splitn(3, '\n');
+    let term = parts.next()?.parse().ok()?;
+    Some((term, parts.next()?, parts.next()?))
 }
 
 impl MemoryStore {
@@ -775,6 +783,73 @@ impl Backend for MemoryStore {
             .state()
             .get(key, now)
             .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now))))
+    }
+
+    /// As `leader.lua` `put`: the record holds the term, the writer's token (it never leaves
+    /// this process) and the identity.
+    async fn leader_put(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        if state.held(&keys.lock, token, now) != Held::Yes {
+            return Ok(false);
+        }
+        let data = format!("{}\n{}\n{}", record.0, token.as_str(), record.1);
+        let changed = state.get(record_key, now).is_none_or(|v| v.data != data);
+        state.set(record_key, data, ttl, now);
+        drop(state);
+        if changed {
+            self.wakeups.wake_one(&keys.channel, false);
+        }
+        Ok(true)
+    }
+
+    /// As `leader.lua` `read`.
+    async fn leader_read(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        let now = Instant::now();
+        let state = self.state();
+        let Some((term, writer, identity)) = state
+            .get(record_key, now)
+            .and_then(|v| memory_record(&v.data))
+        else {
+            return Ok(None);
+        };
+        if state.held(&keys.lock, &Token::from_stored(writer), now) != Held::Yes {
+            return Ok(None);
+        }
+        Ok(Some((term, identity.to_owned())))
+    }
+
+    /// As `leader.lua` `drop`.
+    async fn leader_drop(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let ours = state
+            .get(record_key, now)
+            .and_then(|v| memory_record(&v.data))
+            .is_some_and(|(_, writer, _)| writer == token.as_str());
+        if !ours {
+            return Ok(false);
+        }
+        state.values.remove(record_key);
+        drop(state);
+        self.wakeups.wake_one(&keys.channel, false);
+        Ok(true)
     }
 
     /// Every waiter is in this process, and a release wakes one at once: none marks a lock.

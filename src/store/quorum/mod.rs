@@ -59,6 +59,7 @@ use super::connect::{RedisSettings, check_cluster_mode, probe};
 use super::peek;
 use super::scripts::acquire::Acquires;
 use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
+use super::scripts::leader::{self, Record};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
 use super::scripts::{self, Calls, OnConn};
@@ -983,6 +984,103 @@ impl Backend for QuorumStore {
 
     fn op_timeout(&self) -> Duration {
         self.inner.settings.response_timeout
+    }
+
+    /// Written on every node that answers: `Ok(true)` when a majority of the nodes wrote it
+    /// (the lease holds a majority of the lock's copies), `Ok(false)` only when a majority
+    /// refused it (the lease has lost the lock), else an error (the outcome is unknown).
+    async fn leader_put(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let answers = self
+            .on_every_node(self.node_op_timeout(), |node| async move {
+                leader::put(
+                    &node.conn,
+                    Publish::Plain,
+                    keys,
+                    record_key,
+                    token,
+                    record,
+                    ttl,
+                )
+                .await
+            })
+            .await;
+        let written = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(true)))
+            .count();
+        let refused = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(false)))
+            .count();
+        if written >= self.inner.quorum {
+            Ok(true)
+        } else if refused >= self.inner.quorum {
+            // A majority of the lock's copies are not this lease's: it has lost the lock.
+            Ok(false)
+        } else {
+            // Neither: a node that did not answer (or one that lacks its copy of the lock
+            // for now) leaves the outcome unknown, which is no proof the lease is lost.
+            Err(self.no_quorum(&answers))
+        }
+    }
+
+    /// The record a majority of the nodes agree on, lease included (each node checks it
+    /// against its own copy of the lock), if any.
+    async fn leader_read(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        let answers = self
+            .on_every_node(self.node_op_timeout(), |node| async move {
+                leader::read_with_digest(&node.conn, Publish::Plain, keys, record_key).await
+            })
+            .await;
+        let answered = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(_)))
+            .count();
+        if answered < self.inner.quorum {
+            return Err(self.no_quorum(&answers));
+        }
+        // Agreement on the whole record: term, identity and the digest of the lease's token.
+        let seen: Vec<&(Record, String)> = answers
+            .iter()
+            .filter_map(|a| match a {
+                Answer::Ok(Some(found)) => Some(found),
+                _ => None,
+            })
+            .collect();
+        Ok(seen
+            .iter()
+            .find(|r| seen.iter().filter(|o| o == r).count() >= self.inner.quorum)
+            .map(|(record, _)| record.clone()))
+    }
+
+    /// On every node that answers; whether a majority deleted it.
+    async fn leader_drop(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+    ) -> Result<bool, StoreError> {
+        let answers = self
+            .on_every_node(self.node_op_timeout(), |node| async move {
+                leader::drop(&node.conn, Publish::Plain, keys, record_key, token).await
+            })
+            .await;
+        let dropped = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Ok(true)))
+            .count();
+        Ok(dropped >= self.inner.quorum)
     }
 
     /// What a majority of the nodes hold for one lease, for as long as that majority does.

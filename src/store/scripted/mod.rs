@@ -46,6 +46,7 @@ use super::scripts::bloom_native;
 use super::scripts::fenced::{self, FencedCall, FencedReply};
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::idempotency::{self, RecordCall, RecordReply};
+use super::scripts::leader::{self, Record};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Publish, Replicas, millis, release_entries, release_writer, unmark};
@@ -394,6 +395,48 @@ impl Backend for ScriptedStore {
 
     async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
         peek::value_and_ttl(&mut self.conn(), key).await
+    }
+
+    async fn leader_put(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        leader::put(
+            &self.conn(),
+            self.publish(),
+            keys,
+            record_key,
+            token,
+            record,
+            ttl,
+        )
+        .await
+        .map_err(|e| self.deadline(e))
+    }
+
+    async fn leader_read(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        leader::read(&self.conn(), self.publish(), keys, record_key)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn leader_drop(
+        &self,
+        keys: &LockKeys,
+        record_key: &str,
+        token: &Token,
+    ) -> Result<bool, StoreError> {
+        leader::drop(&self.conn(), self.publish(), keys, record_key, token)
+            .await
+            .map_err(|e| self.deadline(e))
     }
 
     #[cfg(feature = "test-util")]

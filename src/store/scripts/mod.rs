@@ -20,6 +20,7 @@ pub(crate) mod bloom_native;
 pub(crate) mod fenced;
 pub(crate) mod handoff;
 pub(crate) mod idempotency;
+pub(crate) mod leader;
 mod lua;
 pub(crate) mod release;
 pub(crate) mod release_entries;
