@@ -461,7 +461,7 @@ impl ClientBuilder {
     ///
     /// Until the server answers, every operation fails with a store error
     /// ([`StoreError::Unreachable`] or [`StoreError::Timeout`]), as it would during an outage:
-    /// a rate limiter's [outage policy](crate::RateLimiterBuilder::on_outage) applies, and
+    /// a rate limiter's [outage policy](crate::ratelimit::RateLimiterBuilder::on_outage) applies, and
     /// [`Client::ping`] says the store is not ready. A background task probes the server
     /// (every 100 ms at first, backing off to every 2 s) and, once it answers, checks it as an
     /// eager `connect` would. A server those checks refuse (wrong credentials, a Cluster node, a
