@@ -1,20 +1,23 @@
 //! The operators' view of a lock: whether it is held and for how long, and a way to free a
 //! lock whose holder is stuck (ShedLock's and redis-py's users ask for both).
 //!
-//! What a lock's key holds is its holder's token (a secret, never shown), followed by a mark
-//! once a waiter has asked to be woken. The fence is not stored with it (the holder is told
-//! its fence at grant time), so it cannot be shown here.
+//! What a lock's key holds is its holder's token, followed by a mark once a waiter has asked
+//! to be woken. The token's secret is never shown; who holds the lock and since when, which
+//! the token carries after the secret (see `holder.rs`), is. The fence is not stored with it
+//! (the holder is told its fence at grant time), so it cannot be shown here. Semaphores and
+//! read-write locks have the same reads and the same force, over their holder sets.
 
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{LockError, StoreError};
+use crate::holder::{Holder, parse_token};
 use crate::keys::LockKeys;
-use crate::store::Held;
+use crate::store::{Capability, Held};
 use crate::token::Token;
 
 /// What a lock's key says right now, as [`Client::lock_state`] reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockState {
     /// Nobody holds it.
@@ -26,6 +29,9 @@ pub enum LockState {
         remaining_ttl: Duration,
         /// Whether a waiter has asked to be woken when it is released.
         waiters: bool,
+        /// Who holds it and since when (`None` for a lease of a client that predates
+        /// holder identities).
+        holder: Option<Holder>,
     },
     /// Released, and kept for a waiter that has waited long (see "No starvation across
     /// clients" in the guide's [guarantees](crate::guide::guarantees)):
@@ -34,6 +40,30 @@ pub enum LockState {
         /// How long the reservation lasts.
         remaining_ttl: Duration,
     },
+}
+
+/// One lease holding a semaphore's permits or a read-write lock, as
+/// [`Client::semaphore_state`] and [`Client::rw_lock_state`] read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderState {
+    /// How many permits it holds (1 for a reader or a writer).
+    pub permits: u32,
+    /// How long it holds them unless its holder renews them.
+    pub remaining_ttl: Duration,
+    /// Who holds them and since when (`None` for a lease of a client that predates holder
+    /// identities).
+    pub holder: Option<Holder>,
+}
+
+/// Who holds a read-write lock, as [`Client::rw_lock_state`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockState {
+    /// The writer, if one holds it.
+    pub writer: Option<HolderState>,
+    /// The readers, longest-lived first.
+    pub readers: Vec<HolderState>,
 }
 
 /// A lock key's value, split: the holder's token and whether it is marked.
@@ -50,8 +80,10 @@ fn parse(value: &str) -> Option<(&str, bool)> {
 impl Client {
     /// Whether lock `name` is held now, and for how long unless renewed. A read, for
     /// operators and dashboards: by the time it returns the answer may have changed, so never
-    /// decide to take a lock from it (acquire does that atomically). The holder's token is
-    /// never shown; nor is its fence, which the store does not keep with the lock.
+    /// decide to take a lock from it (acquire does that atomically). It names the holder (its
+    /// [identity](crate::ClientBuilder::identity) and when it asked for the grant); the
+    /// holder's token is never shown, nor is its fence, which the store does not keep with
+    /// the lock.
     ///
     /// On a Redlock quorum, the lock is held if a majority of nodes hold it for the same
     /// lease, for as long as that majority does.
@@ -60,6 +92,9 @@ impl Client {
     /// # async fn example(client: distlock::Client) -> Result<(), distlock::LockError> {
     /// use distlock::LockState;
     /// match client.lock_state("settle:order-42").await? {
+    ///     LockState::Held { remaining_ttl, holder: Some(holder), .. } => {
+    ///         println!("held by {} for {remaining_ttl:?} more", holder.identity)
+    ///     }
     ///     LockState::Held { remaining_ttl, .. } => println!("held for {remaining_ttl:?} more"),
     ///     LockState::Free | LockState::Reserved { .. } => println!("free"),
     ///     _ => {}
@@ -75,8 +110,9 @@ impl Client {
         Ok(match self.read_holder(&keys).await? {
             None => LockState::Free,
             Some((value, remaining_ttl)) => match parse(&value) {
-                Some((_, marked)) => LockState::Held {
+                Some((token, marked)) => LockState::Held {
                     remaining_ttl,
+                    holder: parse_token(token),
                     // In memory every waiter is in this process and none marks the key.
                     waiters: marked
                         || (!self.store().waiters_mark_locks()
@@ -91,10 +127,14 @@ impl Client {
     /// lock taken by a process you have stopped). Returns whether a lease held it.
     ///
     /// It releases the lease that holds it now, as that lease's own release would: its waiters
-    /// are woken. The holder is not told at once: its lost signal fires at its watchdog's next
-    /// renewal (within a third of its ttl), and until then it may still act as the holder. So
-    /// only force a lock whose holder is gone or whose writes carry their fence (see the
-    /// guide's [efficiency or correctness?](crate::guide::guarantees#efficiency-or-correctness)).
+    /// are woken. The holder is told at once: the force is announced on the prefix's
+    /// revocation channel, and a client holding the lock checks its lease and fires its lost
+    /// signal ([`LossReason::NotHeld`](crate::LossReason::NotHeld)) within a round trip. Where
+    /// that message cannot arrive (the holder's pub/sub link is down, a Redlock quorum) the
+    /// holder learns it at its watchdog's next renewal (within a third of its ttl), and until
+    /// it does it may still act as the holder. So only force a lock whose holder is gone or
+    /// whose writes carry their fence (see the guide's
+    /// [efficiency or correctness?](crate::guide::guarantees#efficiency-or-correctness)).
     /// A lock re-taken between the read and the release is left alone.
     ///
     /// # Errors
@@ -113,9 +153,153 @@ impl Client {
             .await?;
         let forced = matches!(held, Held::Yes);
         if forced {
-            tracing::info!(lock = %keys.name, "lock forced free by an operator");
+            let holder = parse_token(token).map(|h| h.identity).unwrap_or_default();
+            tracing::info!(lock = %keys.name, %holder, "lock forced free by an operator");
+            tracing::debug!(target: "distlock::events", event = "forced", lock = %keys.name, %holder);
+            self.store()
+                .announce_revoked(self.core().revocation_channel(), &keys.lock, false)
+                .await;
         }
         Ok(forced)
+    }
+
+    /// Who holds permits of semaphore `name` now: one entry per lease, with how many permits
+    /// it holds, for how long unless renewed, and who it is. A read for operators, like
+    /// [`lock_state`](Self::lock_state).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidName`], [`LockError::UnsupportedStore`] on a Redlock quorum,
+    /// [`LockError::Store`] when the store did not answer.
+    pub async fn semaphore_state(&self, name: &str) -> Result<Vec<HolderState>, LockError> {
+        self.holder_sets()?;
+        let keys = self.core().semaphore_keys(name)?;
+        Ok(self.set_state(&keys.set).await?)
+    }
+
+    /// Frees every permit of semaphore `name`, whoever holds them, as their holders' own
+    /// releases would (waiters are woken), and tells the holders at once, as
+    /// [`force_unlock`](Self::force_unlock) does. Returns how many leases held permits.
+    ///
+    /// # Errors
+    /// As [`semaphore_state`](Self::semaphore_state).
+    pub async fn force_unlock_semaphore(&self, name: &str) -> Result<u32, LockError> {
+        self.holder_sets()?;
+        let keys = self.core().semaphore_keys(name)?;
+        let mut freed = 0;
+        for holder in self.store().set_holders(&keys.set).await? {
+            let token = Token::from_stored(&holder.token);
+            if self
+                .store()
+                .release_entries(&keys, &token, holder.count)
+                .await?
+                == Held::Yes
+            {
+                freed += 1;
+            }
+        }
+        if freed > 0 {
+            tracing::info!(semaphore = %keys.name, leases = freed, "semaphore forced free by an operator");
+            self.store()
+                .announce_revoked(self.core().revocation_channel(), &keys.set, true)
+                .await;
+        }
+        Ok(freed)
+    }
+
+    /// Who holds read-write lock `name` now: its writer, if any, and its readers. A read for
+    /// operators, like [`lock_state`](Self::lock_state).
+    ///
+    /// # Errors
+    /// As [`semaphore_state`](Self::semaphore_state).
+    pub async fn rw_lock_state(&self, name: &str) -> Result<RwLockState, LockError> {
+        self.holder_sets()?;
+        let keys = self.core().rw_keys(name)?;
+        let writer = self
+            .store()
+            .writer_value(&keys.writer.lock)
+            .await?
+            .and_then(|(value, remaining_ttl)| {
+                let (token, _) = parse(&value)?;
+                Some(HolderState {
+                    permits: 1,
+                    remaining_ttl,
+                    holder: parse_token(token),
+                })
+            });
+        let readers = self.set_state(&keys.readers.set).await?;
+        Ok(RwLockState { writer, readers })
+    }
+
+    /// Frees read-write lock `name`: its writer and every reader, as their own releases would
+    /// (waiters are woken), and tells them at once, as [`force_unlock`](Self::force_unlock)
+    /// does. Returns how many leases held it.
+    ///
+    /// # Errors
+    /// As [`semaphore_state`](Self::semaphore_state).
+    pub async fn force_unlock_rw_lock(&self, name: &str) -> Result<u32, LockError> {
+        self.holder_sets()?;
+        let keys = self.core().rw_keys(name)?;
+        let mut freed = 0;
+        if let Some((value, _)) = self.store().writer_value(&keys.writer.lock).await?
+            && let Some((token, _)) = parse(&value)
+            && self
+                .store()
+                .release_writer(&keys, &Token::from_stored(token))
+                .await?
+                == Held::Yes
+        {
+            freed += 1;
+            self.store()
+                .announce_revoked(self.core().revocation_channel(), &keys.writer.lock, true)
+                .await;
+        }
+        let mut readers = 0;
+        for holder in self.store().set_holders(&keys.readers.set).await? {
+            let token = Token::from_stored(&holder.token);
+            let held = self
+                .store()
+                .release_entries(&keys.readers, &token, holder.count)
+                .await?;
+            if held == Held::Yes {
+                readers += 1;
+            }
+        }
+        if readers > 0 {
+            self.store()
+                .announce_revoked(self.core().revocation_channel(), &keys.readers.set, true)
+                .await;
+        }
+        freed += readers;
+        if freed > 0 {
+            tracing::info!(rw_lock = %keys.writer.name, leases = freed, "read-write lock forced free by an operator");
+        }
+        Ok(freed)
+    }
+
+    /// Refuses a store without holder sets (a Redlock quorum).
+    fn holder_sets(&self) -> Result<(), LockError> {
+        self.store()
+            .supports(Capability::HolderSets)
+            .map_err(|refused| LockError::UnsupportedStore {
+                reason: refused.reason,
+            })
+    }
+
+    /// The live holders of holder set `key`, longest-lived first.
+    async fn set_state(&self, key: &str) -> Result<Vec<HolderState>, StoreError> {
+        let mut holders: Vec<HolderState> = self
+            .store()
+            .set_holders(key)
+            .await?
+            .into_iter()
+            .map(|h| HolderState {
+                permits: h.count,
+                remaining_ttl: h.remaining_ttl,
+                holder: parse_token(&h.token),
+            })
+            .collect();
+        holders.sort_by(|a, b| b.remaining_ttl.cmp(&a.remaining_ttl));
+        Ok(holders)
     }
 
     /// The lock key's value and remaining ttl, if it exists (on a quorum, what a majority of

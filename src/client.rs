@@ -314,6 +314,11 @@ impl Client {
         self.inner.counting.as_ref().unwrap_or(self)
     }
 
+    /// The holder identity this client's leases carry (see [`ClientBuilder::identity`]).
+    pub fn identity(&self) -> &str {
+        self.core().identity()
+    }
+
     /// The key prefix.
     #[must_use]
     pub fn prefix(&self) -> &str {
@@ -388,6 +393,8 @@ pub struct ClientBuilder {
     counting: Option<Client>,
     /// Start without the server ([`lazy`](Self::lazy)).
     lazy: bool,
+    /// The holder identity of this client's leases; `None`: `<host>/<pid>`.
+    identity: Option<String>,
     /// Certificates for `rediss://` (a CA to trust, a client identity).
     #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
     tls: Option<redis::TlsCertificates>,
@@ -416,6 +423,7 @@ impl Default for ClientBuilder {
             replicas: None,
             counting: None,
             lazy: false,
+            identity: None,
             #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
             tls: None,
         }
@@ -427,6 +435,18 @@ impl ClientBuilder {
     /// `{`, `}` or whitespace, so that it can never change a key's hash slot.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Who this client's leases say holds them, as [`Client::lock_state`] and its
+    /// semaphore and read-write twins show it (default `<host>/<pid>`, e.g. `web-7f9c/4242`).
+    /// A lock builder can name another for one lock
+    /// ([`LockBuilder::identity`](crate::LockBuilder::identity)). 1 to
+    /// [`MAX_HOLDER_IDENTITY_LEN`](crate::MAX_HOLDER_IDENTITY_LEN) bytes of visible ASCII;
+    /// anything else is refused at `connect` with [`StoreError::Config`]. It is shown to
+    /// whoever can read the store's keys: never put a secret in it.
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
         self
     }
 
@@ -515,6 +535,10 @@ impl ClientBuilder {
         }
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return bad("timeouts must be greater than zero".to_owned());
+        }
+        if let Some(identity) = &self.identity {
+            crate::holder::check_identity(identity)
+                .or_else(|why| bad(format!("identity: {why}")))?;
         }
         if let Some(other) = &self.counting {
             for capability in [
@@ -843,7 +867,11 @@ impl ClientBuilder {
             Some(other) => store.split(other.store().clone()),
             None => store,
         };
-        let core = Core::new(store, self.prefix, self.replicas);
+        let identity = match self.identity {
+            Some(identity) => identity.into(),
+            None => crate::holder::default_identity(),
+        };
+        let core = Core::new(store, self.prefix, self.replicas, identity);
         Client {
             inner: Arc::new(ClientInner {
                 locks: LockContext::new(core),

@@ -25,6 +25,10 @@ struct Shared {
     fences: Fences,
     /// The replica acknowledgement locks ask for unless they say otherwise.
     replicas: Option<Replicas>,
+    /// Who this client's leases say holds them (see `holder.rs`).
+    identity: Arc<str>,
+    /// `<prefix>:revoked`: where an operator's force announces the key it freed.
+    revocation_channel: String,
 }
 
 /// Shown as the client it is the core of (what builders and limiters that hold it show).
@@ -39,16 +43,33 @@ impl std::fmt::Debug for Core {
 
 impl Core {
     /// A core over `store`, with a new id.
-    pub(crate) fn new(store: Store, prefix: String, replicas: Option<Replicas>) -> Self {
+    pub(crate) fn new(
+        store: Store,
+        prefix: String,
+        replicas: Option<Replicas>,
+        identity: Arc<str>,
+    ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let fences = store.fences(&prefix);
         Self(Arc::new(Shared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             store,
-            prefix,
             fences,
             replicas,
+            identity,
+            revocation_channel: format!("{prefix}:revoked"),
+            prefix,
         }))
+    }
+
+    /// Where an operator's force announces the key it freed, for the holders' watchdogs.
+    pub(crate) fn revocation_channel(&self) -> &str {
+        &self.0.revocation_channel
+    }
+
+    /// The holder identity this client's leases carry unless their builder names another.
+    pub(crate) fn identity(&self) -> &Arc<str> {
+        &self.0.identity
     }
 
     pub(crate) fn id(&self) -> u64 {

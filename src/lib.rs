@@ -50,6 +50,7 @@ mod error;
 pub mod fenced;
 pub mod guide;
 mod health;
+mod holder;
 pub mod http;
 pub mod idempotency;
 #[cfg(feature = "test-util")]
@@ -73,6 +74,7 @@ pub use error::{
 };
 pub use fenced::{FencedError, FencedResource};
 pub use health::{Health, NodeHealth};
+pub use holder::{Holder, MAX_HOLDER_IDENTITY_LEN};
 pub use idempotency::{Idempotency, IdempotencyError};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]

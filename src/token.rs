@@ -1,4 +1,5 @@
-//! Lease tokens: 128 bits from a CSPRNG, unique per lease.
+//! Lease tokens: 128 bits from a CSPRNG, unique per lease, followed by who asked and when
+//! (see `holder.rs`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,14 +18,20 @@ impl Token {
     /// platform lacks; a predictable token would break the lock's safety, so there is no
     /// fallback.
     pub(crate) fn generate() -> Self {
-        let bytes: [u8; 16] = rand::random();
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut hex = String::with_capacity(32);
-        for b in bytes {
-            hex.push(char::from(DIGITS[usize::from(b >> 4)]));
-            hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
-        }
-        Self(hex.into())
+        Self(secret(0).into())
+    }
+
+    /// A fresh token for a lease of `identity` (checked by `holder::check_identity`):
+    /// `<secret>.<identity>.<unix ms now>`. The scripts compare it whole; the operators'
+    /// reads show the part after the secret.
+    pub(crate) fn mint(identity: &str) -> Self {
+        let millis = crate::holder::now_millis().to_string();
+        let mut token = secret(2 + identity.len() + millis.len());
+        token.push('.');
+        token.push_str(identity);
+        token.push('.');
+        token.push_str(&millis);
+        Self(token.into())
     }
 
     /// The token a lock key holds, read back from the store (operators' force unlock).
@@ -35,6 +42,18 @@ impl Token {
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// 32 hex digits from the CSPRNG, with room for `extra` more bytes.
+fn secret(extra: usize) -> String {
+    let bytes: [u8; 16] = rand::random();
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(32 + extra);
+    for b in bytes {
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    hex
 }
 
 impl fmt::Debug for Token {
@@ -57,6 +76,20 @@ mod tests {
             assert!(t.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
             assert!(seen.insert(t.0));
         }
+    }
+
+    #[test]
+    fn a_minted_token_names_its_holder_after_a_fresh_secret() {
+        let a = Token::mint("worker/7");
+        let b = Token::mint("worker/7");
+        assert_ne!(a, b);
+        assert!(a.as_str()[..32].bytes().all(|b| b.is_ascii_hexdigit()));
+        let holder = crate::holder::parse_token(a.as_str()).unwrap();
+        assert_eq!(holder.identity, "worker/7");
+        let age = std::time::SystemTime::now()
+            .duration_since(holder.since)
+            .unwrap();
+        assert!(age < std::time::Duration::from_secs(60));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::client::{Client, ClientBuilder};
 /// | `response_timeout`, `connect_timeout` | a duration (`"500ms"`) | [`ClientBuilder::response_timeout`], [`ClientBuilder::connect_timeout`] |
 /// | `reconnect_retries` | a whole number | [`ClientBuilder::reconnect_retries`] |
 /// | `lazy` | `true`: start while the server is down; `url` only | [`ClientBuilder::lazy`] |
+/// | `identity` | who this client's leases say holds them: 1 to 128 bytes of visible ASCII (default `<host>/<pid>`) | [`ClientBuilder::identity`] |
 /// | `replicas` | `{ count = 1, timeout = "50ms" }`; `url` or `sentinel` only | [`ClientBuilder::replicas`] |
 /// | `tls` | `{ ca_file = "ca.pem", cert_file = "client.pem", key_file = "client.key" }`, each optional (a certificate with its key); `rediss://` URLs only; features `tls` / `tls-native-roots` | [`ClientBuilder::tls_root_certificate`], [`ClientBuilder::tls_client_identity`] |
 ///
@@ -67,6 +68,8 @@ pub struct ClientConfig {
     pub reconnect_retries: Option<usize>,
     /// [`ClientBuilder::lazy`]: start without the server (`url` only).
     pub lazy: bool,
+    /// [`ClientBuilder::identity`]: who this client's leases say holds them.
+    pub identity: Option<String>,
     /// [`ClientBuilder::replicas`]: the replica acknowledgement every lock asks for.
     pub replicas: Option<ReplicasConfig>,
     /// Certificates for `rediss://`, read by [`connect`](Self::connect).
@@ -161,6 +164,7 @@ impl ClientConfig {
             connect_timeout: None,
             reconnect_retries: None,
             lazy: false,
+            identity: None,
             replicas: None,
             tls: None,
         }
@@ -231,6 +235,9 @@ impl ClientConfig {
         if self.lazy {
             builder = builder.lazy(true);
         }
+        if let Some(identity) = &self.identity {
+            builder = builder.identity(identity.clone());
+        }
         if let Some(replicas) = self.replicas {
             builder = builder.replicas(replicas.count, replicas.timeout);
         }
@@ -287,6 +294,7 @@ impl fmt::Debug for ClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("reconnect_retries", &self.reconnect_retries)
             .field("lazy", &self.lazy)
+            .field("identity", &self.identity)
             .field("replicas", &self.replicas)
             .field("tls", &self.tls)
             .finish()
@@ -414,6 +422,7 @@ impl ReadTable for ClientConfig {
         "connect_timeout",
         "reconnect_retries",
         "lazy",
+        "identity",
         "replicas",
         "tls",
     ];
@@ -444,6 +453,7 @@ impl ReadTable for ClientConfig {
                 }
                 "reconnect_retries" => config.reconnect_retries = Some(table.value(map, key)?),
                 "lazy" => config.lazy = table.value(map, key)?,
+                "identity" => config.identity = Some(table.value(map, key)?),
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 "tls" => config.tls = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
@@ -521,6 +531,11 @@ impl ClientConfig {
                 "a lazy start needs a single primary (`url`): a Cluster, Sentinel or quorum \
                  client needs its servers at start",
             ));
+        }
+        if let Some(identity) = &self.identity
+            && let Err(why) = crate::holder::check_identity(identity)
+        {
+            return Err(InvalidField::new("identity", why));
         }
         if let Some(tls) = &self.tls {
             tls.check(&self.store)?;

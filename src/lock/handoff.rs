@@ -51,6 +51,8 @@ struct Lines {
 struct Waiter {
     id: u64,
     ttl: Duration,
+    /// The holder identity the waiter's lease is to carry.
+    identity: Arc<str>,
     tx: oneshot::Sender<Handed>,
 }
 
@@ -107,14 +109,25 @@ pub(crate) struct Ticket {
 impl Ticket {
     /// Queues a waiter for `keys` whose lease will have `ttl`, in `handoffs`, the registry of
     /// its client, whose store is `store`.
-    pub(crate) fn join(handoffs: &Handoffs, store: &Store, keys: &LockKeys, ttl: Duration) -> Self {
+    pub(crate) fn join(
+        handoffs: &Handoffs,
+        store: &Store,
+        keys: &LockKeys,
+        ttl: Duration,
+        identity: &Arc<str>,
+    ) -> Self {
         let id = handoffs.0.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         handoffs
             .lines()
             .entry(keys.lock.clone())
             .or_default()
-            .push_back(Waiter { id, ttl, tx });
+            .push_back(Waiter {
+                id,
+                ttl,
+                identity: identity.clone(),
+                tx,
+            });
         Self {
             handoffs: handoffs.clone(),
             store: store.clone(),
@@ -182,7 +195,7 @@ pub(crate) async fn pass_on(
         keys,
         tx: Some(waiter.tx),
         from: token.clone(),
-        to: Token::generate(),
+        to: Token::mint(&waiter.identity),
     };
     let sent_at = Instant::now();
     let reply = store.handoff(keys, token, &notice.to, waiter.ttl).await;

@@ -33,6 +33,39 @@ impl Hold {
         }
     }
 
+    /// The store key this hold is in (what an operator's force announces).
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            Self::Key(keys) => &keys.lock,
+            Self::Writer(keys) => &keys.writer.lock,
+            Self::Entries { keys, .. } => &keys.set,
+        }
+    }
+
+    /// Whether the store still holds this hold for `token` (a read: the operators' force
+    /// announced its key).
+    pub(crate) async fn still_held(
+        &self,
+        store: &Store,
+        token: &Token,
+    ) -> Result<bool, StoreError> {
+        let is_ours = |found: Option<(String, Duration)>| {
+            found.is_some_and(|(value, _)| {
+                let value = value.strip_suffix(['*', '!']).unwrap_or(&value);
+                value == token.as_str()
+            })
+        };
+        match self {
+            Self::Key(keys) => Ok(is_ours(store.lock_value(&keys.lock).await?)),
+            Self::Writer(keys) => Ok(is_ours(store.writer_value(&keys.writer.lock).await?)),
+            Self::Entries { keys, .. } => Ok(store
+                .set_holders(&keys.set)
+                .await?
+                .iter()
+                .any(|h| h.token == token.as_str())),
+        }
+    }
+
     /// The renewal of this hold with `token`, asking for `ttl`.
     pub(crate) fn renewal<'a>(
         &'a self,

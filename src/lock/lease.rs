@@ -224,6 +224,7 @@ impl Lease {
     pub(crate) fn new(client: LockContext, shared: Arc<LeaseState>, kind: Primitive) -> Self {
         // Counted before the watchdog sees it: the watchdog may end it at once.
         shared.metrics.granted(kind);
+        shared.event("acquired");
         let watch_id = client.watchdog().watch(shared.clone());
         Self {
             handle: LeaseHandle { shared },

@@ -167,12 +167,16 @@ impl LockBuilder {
     /// [`acquire`](Self::acquire) once the options are checked.
     async fn acquire_validated(self, keys: LockKeys, terms: Terms) -> Result<Lease, LockError> {
         let span = tracing::debug_span!("distlock.acquire", lock = %keys.name);
+        let identity = self.options.identity(self.client.core());
         async {
             let mut claim = LockClaim {
                 client: &self.client,
+                token: Token::mint(&identity),
+                identity,
+                from_handoff: false,
+                restamp: false,
                 keys,
                 terms,
-                token: Token::generate(),
             };
             let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
             tracing::debug!(
@@ -325,6 +329,14 @@ struct LockClaim<'a> {
     terms: Terms,
     /// The token attempts ask with (a hand-off may give another one to retry with).
     token: Token,
+    /// The holder identity its tokens carry.
+    identity: Arc<str>,
+    /// `token` came from a hand-off whose outcome is unknown: keep it until granted, since
+    /// that hand-off may still give the lock under it.
+    from_handoff: bool,
+    /// The last attempt was answered busy: the next one takes a fresh token (see
+    /// [`Claim::after_busy`]).
+    restamp: bool,
 }
 
 impl LockClaim<'_> {
@@ -360,6 +372,9 @@ impl Claim for LockClaim<'_> {
     /// One acquire round trip, released in the background if it is cancelled or its outcome
     /// is unknown.
     async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseState>>, LockError> {
+        if std::mem::take(&mut self.restamp) {
+            self.token = Token::mint(&self.identity);
+        }
         let (store, keys, terms) = (self.client.store(), &self.keys, &self.terms);
         let hold = Hold::Key(keys.clone());
         wait::settle(store, hold, &self.token, terms, || {
@@ -368,12 +383,19 @@ impl Claim for LockClaim<'_> {
         .await
     }
 
-    fn lock(&self) -> Option<(&LockKeys, Duration)> {
-        Some((&self.keys, self.terms.grant_ttl()))
+    fn lock(&self) -> Option<(&LockKeys, Duration, &Arc<str>)> {
+        Some((&self.keys, self.terms.grant_ttl(), &self.identity))
     }
 
     fn fresh_token(&mut self) {
-        self.token = Token::generate();
+        self.token = Token::mint(&self.identity);
+        self.from_handoff = false;
+    }
+
+    /// On a Redlock quorum a waiter keeps its token across busy attempts (a straggling
+    /// node's grant from an earlier attempt is then still its own; see the quorum store).
+    fn after_busy(&mut self) {
+        self.restamp = !self.from_handoff && self.client.store().kind() != "quorum";
     }
 
     /// A releaser's word to this waiter (see `handoff.rs`): the lease if it was handed the
@@ -403,6 +425,8 @@ impl Claim for LockClaim<'_> {
             Handed::Retry { token } => {
                 if let Some(token) = token {
                     self.token = token;
+                    self.from_handoff = true;
+                    self.restamp = false;
                 }
                 None
             }

@@ -110,6 +110,7 @@ impl MultiLockBuilder {
         let (keys, terms) = self.validate()?;
         let groups = self.client.store().groups(&keys);
         let mut claim = MultiClaim {
+            identity: self.options.identity(self.client.core()),
             client: &self.client,
             keys,
             groups,
@@ -273,6 +274,8 @@ struct MultiClaim<'a> {
     terms: Terms,
     /// The lock the last busy attempt found held: its channel is the one to listen on.
     busy: usize,
+    /// The holder identity its tokens carry.
+    identity: std::sync::Arc<str>,
 }
 
 impl Claim for MultiClaim<'_> {
@@ -295,7 +298,7 @@ impl Claim for MultiClaim<'_> {
         let mut taken: Vec<Lease> = Vec::with_capacity(self.keys.len());
         for group in &self.groups {
             let keys: Vec<&LockKeys> = group.iter().map(|&i| &self.keys[i]).collect();
-            let tokens: Vec<Token> = group.iter().map(|_| Token::generate()).collect();
+            let tokens: Vec<Token> = group.iter().map(|_| Token::mint(&self.identity)).collect();
             let mut guard = GroupGuard {
                 store,
                 keys: &keys,

@@ -27,6 +27,8 @@ pub(crate) struct Options {
     pub(crate) max_attempts: Option<u32>,
     /// First and largest sleep between attempts that no wake-up ends.
     pub(crate) backoff: (Duration, Duration),
+    /// The holder identity this lease's token carries, if not the client's.
+    pub(crate) identity: Option<String>,
 }
 
 impl Options {
@@ -43,6 +45,16 @@ impl Options {
             store_patience: OUTAGE_PATIENCE,
             max_attempts: None,
             backoff: (BACKOFF_MIN, BACKOFF_MAX),
+            identity: None,
+        }
+    }
+
+    /// The holder identity of a lease: the builder's, else the client's. Checked by
+    /// [`validate`](Self::validate).
+    pub(crate) fn identity(&self, client: &Core) -> std::sync::Arc<str> {
+        match &self.identity {
+            Some(identity) => identity.as_str().into(),
+            None => client.identity().clone(),
         }
     }
 
@@ -68,6 +80,10 @@ impl Options {
     /// can do.
     pub(crate) fn validate(&self, client: &Core) -> Result<Terms, LockError> {
         check_ttl(self.ttl)?;
+        if let Some(identity) = &self.identity {
+            crate::holder::check_identity(identity)
+                .map_err(|why| invalid(format!("identity: {why}")))?;
+        }
         if self.max_attempts == Some(0) {
             return Err(invalid(
                 "max_attempts must be at least 1 (1 tries once)".to_owned(),
@@ -201,6 +217,18 @@ macro_rules! lease_options {
             largest: ::std::time::Duration,
         ) -> Self {
             self.options.backoff = (first, largest);
+            self
+        }
+
+        /// Who this lease says holds it, as the operators' reads show it
+        /// ([`Client::lock_state`](crate::Client::lock_state) and its twins): default the
+        /// client's [`identity`](crate::ClientBuilder::identity), `<host>/<pid>` unless set.
+        /// 1 to [`MAX_HOLDER_IDENTITY_LEN`](crate::MAX_HOLDER_IDENTITY_LEN) bytes of visible
+        /// ASCII, else the acquire fails with
+        /// [`LockError::InvalidConfig`](crate::LockError::InvalidConfig). Readable by anyone
+        /// who can read the store's keys: never a secret.
+        pub fn identity(mut self, identity: impl Into<String>) -> Self {
+            self.options.identity = Some(identity.into());
             self
         }
 

@@ -107,12 +107,15 @@ impl RwLockBuilder {
 
     async fn take(self, side: Side) -> Result<Lease, LockError> {
         let (keys, terms) = self.validate()?;
+        let identity = self.options.identity(self.client.core());
         let mut claim = RwClaim {
             client: &self.client,
             keys,
             side,
             terms,
-            token: Token::generate(),
+            token: Token::mint(&identity),
+            identity,
+            restamp: false,
         };
         let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
@@ -169,6 +172,10 @@ struct RwClaim<'a> {
     side: Side,
     terms: Terms,
     token: Token,
+    /// The holder identity its tokens carry.
+    identity: Arc<str>,
+    /// The last attempt was answered busy: the next one takes a fresh token.
+    restamp: bool,
 }
 
 impl RwClaim<'_> {
@@ -200,7 +207,11 @@ impl Claim for RwClaim<'_> {
     /// Readers and writers wait on channels of their own, so that a release wakes a waiter
     /// it can serve (a reader's release frees nothing for a reader).
     fn fresh_token(&mut self) {
-        self.token = Token::generate();
+        self.token = Token::mint(&self.identity);
+    }
+
+    fn after_busy(&mut self) {
+        self.restamp = true;
     }
 
     fn channel(&self) -> &str {
@@ -211,6 +222,9 @@ impl Claim for RwClaim<'_> {
     }
 
     async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseState>>, LockError> {
+        if std::mem::take(&mut self.restamp) {
+            self.fresh_token();
+        }
         let (store, side, keys, token) = (self.client.store(), self.side, &self.keys, &self.token);
         let ttl = self.terms.grant_ttl();
         wait::settle(store, self.hold(), token, &self.terms, || {

@@ -124,13 +124,16 @@ impl SemaphoreBuilder {
     /// [`LockError::Timeout`], [`LockError::Store`] and [`LockError::InvalidName`].
     pub async fn acquire_n(self, count: u32) -> Result<Lease, LockError> {
         let (keys, terms) = self.validate(count)?;
+        let identity = self.options.identity(self.client.core());
         let mut claim = PermitsClaim {
             client: &self.client,
             keys,
             count,
             permits: self.permits,
             terms,
-            token: Token::generate(),
+            token: Token::mint(&identity),
+            identity,
+            restamp: false,
         };
         let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
@@ -184,6 +187,10 @@ struct PermitsClaim<'a> {
     permits: u32,
     terms: Terms,
     token: Token,
+    /// The holder identity its tokens carry.
+    identity: Arc<str>,
+    /// The last attempt was answered busy: the next one takes a fresh token.
+    restamp: bool,
 }
 
 impl Claim for PermitsClaim<'_> {
@@ -198,7 +205,11 @@ impl Claim for PermitsClaim<'_> {
     }
 
     fn fresh_token(&mut self) {
-        self.token = Token::generate();
+        self.token = Token::mint(&self.identity);
+    }
+
+    fn after_busy(&mut self) {
+        self.restamp = true;
     }
 
     fn channel(&self) -> &str {
@@ -206,6 +217,9 @@ impl Claim for PermitsClaim<'_> {
     }
 
     async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseState>>, LockError> {
+        if std::mem::take(&mut self.restamp) {
+            self.fresh_token();
+        }
         let store = self.client.store();
         let hold = Hold::Entries {
             keys: self.keys.clone(),

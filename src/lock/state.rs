@@ -117,9 +117,30 @@ impl LeaseState {
             if reason != LossReason::Released {
                 tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "lease lost");
             }
+            let event = match reason {
+                LossReason::Released => "released",
+                LossReason::NotHeld => "lost",
+                LossReason::Expired => "expired",
+            };
+            self.event(event);
             self.metrics.ended(reason);
         }
         self.ended.cancel();
+    }
+
+    /// A lock event for dashboards (`distlock::events` at DEBUG; see the guide's
+    /// operations): what happened, to which lock, for which holder. Never the token.
+    pub(crate) fn event(&self, event: &'static str) {
+        tracing::debug!(
+            target: "distlock::events",
+            event,
+            lock = %self.hold.name(),
+            holder = crate::holder::parse_token(self.token.as_str())
+                .map(|h| h.identity)
+                .as_deref()
+                .unwrap_or(""),
+            fence = self.fence,
+        );
     }
 
     pub(super) fn check_deadline(&self) -> bool {

@@ -113,10 +113,10 @@ pub(crate) trait Claim {
     /// its outcome is unknown.
     async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Self::Granted>, LockError>;
 
-    /// For a lock: its keys and the ttl a grant asks for. Its waiter then queues for a
-    /// hand-off from a releaser of its client, and one that waited long marks the lock for a
-    /// reservation.
-    fn lock(&self) -> Option<(&LockKeys, Duration)> {
+    /// For a lock: its keys, the ttl a grant asks for and the holder identity a grant's
+    /// token carries. Its waiter then queues for a hand-off from a releaser of its client,
+    /// and one that waited long marks the lock for a reservation.
+    fn lock(&self) -> Option<(&LockKeys, Duration, &Arc<str>)> {
         None
     }
 
@@ -138,6 +138,12 @@ pub(crate) trait Claim {
     /// attempt may have been granted and is being given back in the background, so the next
     /// one must not ask with the same token (it could be released under it).
     fn fresh_token(&mut self) {}
+
+    /// Called after an attempt the store answered "busy" (and no hand-off arrived): nothing
+    /// was granted under the token. A claim's next attempt may then take a fresh one, minted
+    /// as it is sent, so that the granted token says when that attempt was made (see
+    /// `holder.rs`).
+    fn after_busy(&mut self) {}
 }
 
 /// How a grant was reached, for the caller's trace.
@@ -252,7 +258,7 @@ pub(crate) async fn acquire<C: Claim>(
         // on its way still takes the mark back.
         if waits == Waits::Starving
             && unmark.is_none()
-            && let Some((keys, _)) = claim.lock()
+            && let Some((keys, _, _)) = claim.lock()
         {
             unmark = Some(Unmark {
                 store: store.clone(),
@@ -313,6 +319,7 @@ pub(crate) async fn acquire<C: Claim>(
             }
             continue;
         }
+        claim.after_busy();
         let now = Instant::now();
         let busy_for = pttl.unwrap_or(backoff_max);
         let out_of_attempts = retry.max_attempts.is_some_and(|max| attempts >= max);
@@ -371,9 +378,9 @@ pub(crate) async fn acquire<C: Claim>(
         }
         if ticket.is_none()
             && store.supports(Capability::HandOff).is_ok()
-            && let Some((keys, ttl)) = claim.lock()
+            && let Some((keys, ttl, identity)) = claim.lock()
         {
-            ticket = Some(Ticket::join(client.handoffs(), store, keys, ttl));
+            ticket = Some(Ticket::join(client.handoffs(), store, keys, ttl, identity));
         }
         let jitter = jitter_for(busy_for);
         let mut sleep = busy_for.saturating_add(jitter);

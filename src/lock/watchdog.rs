@@ -14,6 +14,11 @@
 //! A new lease wakes the task only if it needs attention before the task's next look. With
 //! nothing to watch the task looks every [`IDLE_LOOK`], so a service that takes and releases
 //! one lease at a time (the map is empty at every look) does not wake it for every lease.
+//!
+//! While the task runs, a companion listens on the prefix's revocation channel, where an
+//! operator's force (`force_unlock` and its twins) announces the key it freed: each lease in
+//! that key is read back at once and, if the store no longer holds it for the lease's token,
+//! lost. The message is only a hint (it carries a key, never a token); the read decides.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +32,7 @@ use tokio::time::Instant;
 use super::state::LeaseState;
 use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::LossReason;
+use crate::error::StoreError;
 use crate::store::{Held, RenewItem, Replicas, Store};
 
 /// Most keys renewed in one script call (keeps each script short on the server).
@@ -49,6 +55,8 @@ struct Leases {
 
 struct Shared {
     store: Store,
+    /// `<prefix>:revoked` (see the module docs).
+    revocation_channel: String,
     leases: Mutex<Leases>,
     /// When the task will next look at its leases on its own (`None`: not sleeping on a
     /// timer, e.g. scanning). A new lease wakes it only if it needs attention earlier.
@@ -62,10 +70,14 @@ struct Shared {
 }
 
 impl Watchdog {
-    pub(crate) fn new(store: Store) -> Self {
+    pub(crate) fn new(store: Store, revocation_channel: String) -> Self {
+        // Registered now, so that an announcement that arrives before the listener runs is
+        // kept for it (in memory it is delivered without a subscription).
+        store.wakeups().revocations(&revocation_channel);
         Self {
             shared: Arc::new(Shared {
                 store,
+                revocation_channel,
                 leases: Mutex::new(Leases {
                     map: HashMap::new(),
                     running: false,
@@ -190,6 +202,7 @@ impl Drop for Running {
 }
 
 async fn run(shared: Arc<Shared>, mut running: Running) {
+    let _listener = AbortOnDrop(tokio::spawn(listen(shared.clone())));
     let mut idle_since: Option<Instant> = None;
     loop {
         *shared
@@ -359,6 +372,59 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
     }
     shared.wake.notify_one();
 }
+
+/// Aborts a task when dropped (the listener ends with the watchdog's task, however it ends).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Listens on the revocation channel while the task runs, and checks the leases in every key
+/// announced there (see the module docs). Subscribing is retried with backoff; a store
+/// without pub/sub gives up at once (its holders learn at their next renewal).
+async fn listen(shared: Arc<Shared>) {
+    let channel = shared.revocation_channel.as_str();
+    let wakeups = shared.store.wakeups().clone();
+    let notify = wakeups.revocations(channel);
+    let mut backoff = LISTEN_BACKOFF.0;
+    let _subscription = loop {
+        match wakeups.subscribe(channel, false).await {
+            Ok(subscription) => break subscription,
+            Err(StoreError::Config { .. }) => return,
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot listen for forced unlocks yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(LISTEN_BACKOFF.1);
+            }
+        }
+    };
+    loop {
+        notify.notified().await;
+        for key in wakeups.take_revoked(channel) {
+            let leases: Vec<Arc<LeaseState>> = shared
+                .lock_leases()
+                .map
+                .values()
+                .filter(|lease| lease.hold.key() == key && !lease.is_ended())
+                .cloned()
+                .collect();
+            for lease in leases {
+                match lease.hold.still_held(&shared.store, &lease.token).await {
+                    Ok(true) => {}
+                    Ok(false) => lease.end(LossReason::NotHeld),
+                    // The next renewal decides.
+                    Err(err) => tracing::debug!(error = %err, "could not check a forced lease"),
+                }
+            }
+        }
+    }
+}
+
+/// First and largest wait between two tries to subscribe to the revocation channel.
+const LISTEN_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 fn finish_unknown(ops: Vec<(&Arc<LeaseState>, ExpiryOp<'_>)>) {
     for (_, op) in ops {

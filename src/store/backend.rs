@@ -23,6 +23,7 @@ use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::idempotency::{RecordCall, RecordReply};
 
+use super::peek::SetHolder;
 use super::scripts::leader::Record;
 use super::scripts::renew::RenewItem;
 use super::scripts::{Held, Replicas};
@@ -316,6 +317,19 @@ pub(crate) trait Backend {
     /// A lock key's value and remaining ttl, if it exists (on a quorum: what a majority of
     /// the nodes hold).
     async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError>;
+
+    /// Announces on revocation channel `channel` that an operator freed `key` (see
+    /// [`Wakeups::revocations`]). Nothing on a store without pub/sub (a Redlock quorum).
+    async fn announce_revoked(&self, channel: &str, key: &str) -> Result<(), StoreError> {
+        let _ = (channel, key);
+        Ok(())
+    }
+
+    /// The live holders of a holder set (a semaphore's, a read-write lock's readers).
+    async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
+        let _ = key;
+        Err(self.lacks(Capability::HolderSets))
+    }
 
     /// Whether a waiter marks the lock it waits for in the store (every backend but memory,
     /// where every waiter is in this process and a release wakes one at once).

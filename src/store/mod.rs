@@ -50,6 +50,7 @@ pub(crate) use self::backend::Backend;
 pub use self::capability::{Capability, Unsupported};
 pub(crate) use self::connect::RedisSettings;
 pub(crate) use self::memory::MemoryStore;
+use self::peek::SetHolder;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{
     Kind, LockoutParams, PolicyParams, RateOp, RateReply, RateRequest,
@@ -416,6 +417,47 @@ impl Store {
         key: &str,
     ) -> Result<Option<(String, Duration)>, StoreError> {
         let side = self.locks();
+        bounded(&side, async {
+            on_backend!(&side, s => s.lock_value(key).await)
+        })
+        .await
+    }
+
+    /// Announces that an operator freed `key` on revocation channel `channel`, so that its
+    /// holder, if listening, checks its lease at once. A failure is logged and otherwise
+    /// ignored: the holder then learns at its next renewal.
+    pub(crate) async fn announce_revoked(&self, channel: &str, key: &str, counting: bool) {
+        let side = if counting {
+            self.counting()
+        } else {
+            self.locks()
+        };
+        let announced = bounded(&side, async {
+            on_backend!(&side, s => s.announce_revoked(channel, key).await)
+        })
+        .await;
+        if let Err(err) = announced {
+            tracing::warn!(error = %err, "could not tell the holder of a forced lock at once; it learns at its next renewal");
+        }
+    }
+
+    /// The live holders of a holder set (a semaphore's, a read-write lock's readers), on the
+    /// store counting primitives go to.
+    pub(crate) async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
+        let side = self.counting();
+        bounded(&side, async {
+            on_backend!(&side, s => s.set_holders(key).await)
+        })
+        .await
+    }
+
+    /// A read-write lock's writer key: its value and remaining ttl, on the store counting
+    /// primitives go to.
+    pub(crate) async fn writer_value(
+        &self,
+        key: &str,
+    ) -> Result<Option<(String, Duration)>, StoreError> {
+        let side = self.counting();
         bounded(&side, async {
             on_backend!(&side, s => s.lock_value(key).await)
         })

@@ -21,6 +21,52 @@ pub(crate) async fn value_and_ttl<C: ConnectionLike + Send>(
     })
 }
 
+/// One holder of a holder set (a semaphore's, a read-write lock's readers): its token, how
+/// many entries (permits) it holds, and how long until its latest entry expires unless
+/// renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SetHolder {
+    pub(crate) token: String,
+    pub(crate) count: u32,
+    pub(crate) remaining_ttl: Duration,
+}
+
+/// The live holders of holder set `key` (see `holders.lua`: entries `<token>:<i>` scored by
+/// their expiry on the server's clock), by token, in no particular order.
+pub(crate) async fn set_holders<C: ConnectionLike + Send>(
+    conn: &mut C,
+    key: &str,
+) -> Result<Vec<SetHolder>, StoreError> {
+    const LIVE: &str = "
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')}
+    ";
+    let (now, entries): (i64, Vec<(String, f64)>) =
+        redis::Script::new(LIVE).key(key).invoke_async(conn).await?;
+    let mut holders: Vec<SetHolder> = Vec::new();
+    for (entry, expiry) in entries {
+        let Some((token, _)) = entry.rsplit_once(':') else {
+            continue;
+        };
+        // Whole milliseconds on the server's clock, above `now` (the script's range).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let left = Duration::from_millis((expiry as i64).saturating_sub(now).max(0) as u64);
+        match holders.iter_mut().find(|h| h.token == token) {
+            Some(h) => {
+                h.count = h.count.saturating_add(1);
+                h.remaining_ttl = h.remaining_ttl.max(left);
+            }
+            None => holders.push(SetHolder {
+                token: token.to_owned(),
+                count: 1,
+                remaining_ttl: left,
+            }),
+        }
+    }
+    Ok(holders)
+}
+
 #[cfg(feature = "test-util")]
 pub(crate) use self::hooks::*;
 

@@ -55,7 +55,20 @@ pub(crate) struct Wakeups {
     /// A Redis store without a pub/sub connection: no release of another client would wake
     /// a waiter, so `subscribe` refuses and waiters poll.
     deaf: std::sync::atomic::AtomicBool,
+    /// Revocation channels a watchdog listens on (see [`Wakeups::revocations`]), with the
+    /// keys announced on them that it has not checked yet.
+    revocations: Mutex<HashMap<String, Revoked>>,
 }
+
+/// Keys announced on one revocation channel, for its listener.
+struct Revoked {
+    keys: Vec<String>,
+    notify: Arc<Notify>,
+}
+
+/// The most announced keys kept for a listener that has not come for them yet; beyond it
+/// they are dropped (a holder whose key is dropped learns at its next renewal).
+const MAX_REVOKED: usize = 4096;
 
 #[derive(Default)]
 struct State {
@@ -409,6 +422,49 @@ impl Wakeups {
     }
 
     /// The pub/sub connection dropped and messages may have been missed: every waiter retries.
+    /// Makes `channel` a revocation channel (`<prefix>:revoked`, on which an operator's
+    /// force announces the key it freed): its messages are kept for
+    /// [`take_revoked`](Self::take_revoked) and wake the returned `Notify`, instead of waking
+    /// waiters. The caller subscribes to it as a waiter would, to have the server send them.
+    pub(crate) fn revocations(&self, channel: &str) -> Arc<Notify> {
+        self.revoked_state()
+            .entry(channel.to_owned())
+            .or_insert_with(|| Revoked {
+                keys: Vec::new(),
+                notify: Arc::new(Notify::new()),
+            })
+            .notify
+            .clone()
+    }
+
+    /// The keys announced on revocation channel `channel` since the last call.
+    pub(crate) fn take_revoked(&self, channel: &str) -> Vec<String> {
+        self.revoked_state()
+            .get_mut(channel)
+            .map(|r| std::mem::take(&mut r.keys))
+            .unwrap_or_default()
+    }
+
+    /// A message on `channel`: if it is a revocation channel, keeps `key` for its listener
+    /// and returns true.
+    pub(crate) fn revoked(&self, channel: &str, key: &str) -> bool {
+        let mut revocations = self.revoked_state();
+        let Some(revoked) = revocations.get_mut(channel) else {
+            return false;
+        };
+        if revoked.keys.len() < MAX_REVOKED {
+            revoked.keys.push(key.to_owned());
+        }
+        revoked.notify.notify_one();
+        true
+    }
+
+    fn revoked_state(&self) -> MutexGuard<'_, HashMap<String, Revoked>> {
+        self.revocations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn wake_all(&self) {
         for entry in self.state().channels.values() {
             entry.notify.notify_waiters();

@@ -408,17 +408,24 @@ async fn lock_state_and_force_unlock_on_every_master() {
     let cluster = RedisCluster::shared();
     let a = client(cluster, "operated").await;
     let b = client(cluster, "operated").await;
+    // Long, so that the holder's first renewal (a third of it) is not what tells it.
+    const TTL: Duration = Duration::from_secs(30);
     for name in names_on_every_master(cluster, &a, 1).await {
+        let asked_at = tokio::time::Instant::now();
         let lease = a
             .lock(&name)
-            .ttl(Duration::from_secs(5))
+            .identity("cluster-holder")
+            .ttl(TTL)
             .acquire()
             .await
             .expect("acquire");
-        assert!(matches!(
-            b.lock_state(&name).await.expect("lock_state"),
-            distlock::LockState::Held { .. }
-        ));
+        match b.lock_state(&name).await.expect("lock_state") {
+            distlock::LockState::Held {
+                holder: Some(holder),
+                ..
+            } => assert_eq!(holder.identity, "cluster-holder"),
+            other => panic!("held, and named: {other:?}"),
+        }
         let waiter = {
             let b = b.clone();
             let name = name.clone();
@@ -426,14 +433,15 @@ async fn lock_state_and_force_unlock_on_every_master() {
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(b.force_unlock(&name).await.expect("force_unlock"));
-        let taken = tokio::time::timeout(Duration::from_secs(4), waiter)
+        let taken = tokio::time::timeout_at(asked_at + TTL, waiter)
             .await
             .expect("the waiter is woken before the holder's ttl")
             .expect("waiter task")
             .expect("waiter acquires");
-        tokio::time::timeout(Duration::from_secs(5), lease.handle().lost())
+        // Told through the prefix's sharded revocation channel, before any renewal.
+        tokio::time::timeout_at(asked_at + TTL / 3, lease.handle().lost())
             .await
-            .expect("the forced holder learns");
+            .expect("the forced holder is told before its first renewal");
         taken.release().await.expect("release");
         assert_eq!(
             a.lock_state(&name).await.expect("lock_state"),

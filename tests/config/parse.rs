@@ -840,3 +840,24 @@ fn a_lazy_start_reads_and_is_refused_where_it_cannot_work() {
         "client.lazy",
     );
 }
+
+#[test]
+fn a_holder_identity_reads_and_a_bad_one_is_refused() {
+    let config = Config::from_toml_str("[client]\nmemory = true\nidentity = \"billing-7\"")
+        .expect("an identity");
+    assert_eq!(config.client.identity.as_deref(), Some("billing-7"));
+    let config = Config::from_toml_str("[client]\nmemory = true").expect("no identity");
+    assert_eq!(config.client.identity, None, "the default unless set");
+    for bad in ["\"\"", "\"two words\"", &format!("\"{}\"", "z".repeat(129))] {
+        field_error(
+            &format!("[client]\nmemory = true\nidentity = {bad}"),
+            Kind::InvalidValue,
+            "client.identity",
+        );
+    }
+    field_error(
+        "[client]\nmemory = true\nidentity = 7",
+        Kind::WrongType,
+        "client.identity",
+    );
+}

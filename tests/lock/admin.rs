@@ -47,10 +47,16 @@ async fn lock_state_reports_free_held_and_waiters(fx: Fixture) {
         LockState::Held {
             remaining_ttl,
             waiters: false,
-        } => assert!(
-            remaining_ttl <= TTL && remaining_ttl > TTL - Duration::from_secs(2),
-            "remaining ttl {remaining_ttl:?} of a {TTL:?} lease just granted"
-        ),
+            holder,
+            ..
+        } => {
+            assert!(
+                remaining_ttl <= TTL && remaining_ttl > TTL - Duration::from_secs(2),
+                "remaining ttl {remaining_ttl:?} of a {TTL:?} lease just granted"
+            );
+            let holder = holder.expect("a lease of this version names its holder");
+            assert_eq!(holder.identity, fx.client.identity());
+        }
         other => panic!("a held lock with no waiter: {other:?}"),
     }
     // A waiter of another client marks it.
@@ -94,7 +100,8 @@ async fn lock_state_reports_free_held_and_waiters(fx: Fixture) {
 }
 
 async fn force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns(fx: Fixture) {
-    const TTL: Duration = Duration::from_secs(3);
+    // Long, so that the holder's first renewal (a third of it) cannot be what tells it.
+    const TTL: Duration = Duration::from_secs(30);
     assert!(
         !fx.client
             .force_unlock("forced")
@@ -103,6 +110,7 @@ async fn force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns(fx: 
         "a free lock: nothing to force"
     );
     let holder = fx.another_client().await;
+    let asked_at = Instant::now();
     let lease = holder
         .lock("forced")
         .ttl(TTL)
@@ -125,6 +133,13 @@ async fn force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns(fx: 
     })
     .await;
     assert!(matches!(marked, LockState::Held { waiters: true, .. }));
+    let lost_at = tokio::spawn({
+        let handle = handle.clone();
+        async move {
+            handle.lost().await;
+            Instant::now()
+        }
+    });
     let forced_at = Instant::now();
     assert!(
         fx.client
@@ -142,12 +157,18 @@ async fn force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns(fx: 
         taken_at.duration_since(forced_at)
     );
     assert!(taken.fence() > handle.fence());
-    // The old holder learns at its next renewal (a third of the ttl), well before its own
-    // ttl would have run out.
-    tokio::time::timeout(TTL, handle.lost())
+    // The old holder is told through the revocation channel: it learns long before its
+    // watchdog's next renewal would tell it (a third of its ttl).
+    let lost_at = tokio::time::timeout_at(asked_at + TTL / 3, lost_at)
         .await
-        .expect("the forced holder's lost signal fires within its ttl");
+        .expect("the forced holder's lost signal fires before its first renewal")
+        .expect("lost task");
+    eprintln!(
+        "forced holder told {:?} after force_unlock was called",
+        lost_at.saturating_duration_since(forced_at)
+    );
     assert!(handle.is_lost());
+    assert_eq!(handle.lost_reason(), Some(distlock::LossReason::NotHeld));
     // Its release changes nothing for the new holder.
     assert!(matches!(
         lease.release().await,

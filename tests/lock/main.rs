@@ -14,6 +14,7 @@ mod election;
 mod existing;
 mod fairness;
 mod handoff;
+mod holders;
 mod job;
 mod multi;
 mod processes;

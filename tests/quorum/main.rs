@@ -682,9 +682,19 @@ async fn lock_state_and_force_unlock_on_a_quorum() {
         .await
         .expect("acquire");
     match client.lock_state("operated").await.expect("lock_state") {
-        distlock::LockState::Held { remaining_ttl, .. } => {
+        distlock::LockState::Held {
+            remaining_ttl,
+            holder,
+            ..
+        } => {
             assert!(
                 remaining_ttl > Duration::from_secs(3) && remaining_ttl <= Duration::from_secs(5)
+            );
+            assert_eq!(
+                holder
+                    .expect("a majority's token names its holder")
+                    .identity,
+                client.identity()
             );
         }
         other => panic!("held on every node: {other:?}"),

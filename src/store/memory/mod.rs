@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind, Unsupported};
+use super::peek::SetHolder;
 use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
@@ -783,6 +784,25 @@ impl Backend for MemoryStore {
             .state()
             .get(key, now)
             .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now))))
+    }
+
+    async fn announce_revoked(&self, channel: &str, key: &str) -> Result<(), StoreError> {
+        self.wakeups().revoked(channel, key);
+        Ok(())
+    }
+
+    async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        Ok(state.holders(key, now).map_or_else(Vec::new, |set| {
+            set.iter()
+                .map(|(token, entries)| SetHolder {
+                    token: token.clone(),
+                    count: entries.count,
+                    remaining_ttl: entries.expires_at.saturating_duration_since(now),
+                })
+                .collect()
+        }))
     }
 
     /// As `leader.lua` `put`: the record holds the term, the writer's token (it never leaves

@@ -28,9 +28,15 @@ pub(crate) fn route_push(wakeups: &Wakeups, push: &PushInfo) {
     match push.kind {
         PushKind::Message | PushKind::SMessage => {
             if let Some(Value::BulkString(channel)) = push.data.first() {
+                let channel = String::from_utf8_lossy(channel);
+                if let Some(Value::BulkString(key)) = push.data.get(1)
+                    && wakeups.revoked(&channel, &String::from_utf8_lossy(key))
+                {
+                    return;
+                }
                 let reserved =
                     matches!(push.data.get(1), Some(Value::BulkString(m)) if m.as_slice() == b"!");
-                wakeups.wake_one(&String::from_utf8_lossy(channel), reserved);
+                wakeups.wake_one(&channel, reserved);
             }
         }
         PushKind::Disconnection => wakeups.wake_all(),

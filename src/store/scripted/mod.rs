@@ -34,7 +34,7 @@ pub(crate) use self::single::Single;
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind, Unsupported};
 use super::connect::{PrimaryConn, RedisSettings};
-use super::peek;
+use super::peek::{self, SetHolder};
 use super::ratelimit::script::RateItem;
 use super::ratelimit::{RateReply, RateRequest};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
@@ -395,6 +395,21 @@ impl Backend for ScriptedStore {
 
     async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
         peek::value_and_ttl(&mut self.conn(), key).await
+    }
+
+    async fn announce_revoked(&self, channel: &str, key: &str) -> Result<(), StoreError> {
+        let command = match self.publish() {
+            Publish::Plain => "PUBLISH",
+            Publish::Sharded => "SPUBLISH",
+        };
+        let mut cmd = redis::cmd(command);
+        cmd.arg(channel).arg(key);
+        let _receivers: i64 = cmd.query_async(&mut self.conn()).await?;
+        Ok(())
+    }
+
+    async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
+        peek::set_holders(&mut self.conn(), key).await
     }
 
     async fn leader_put(

@@ -1,0 +1,335 @@
+//! Locks that say who holds them (issue 27 §4): the holder identity and grant time in
+//! `lock_state` and its semaphore and read-write twins, the identity a hand-off carries, bad
+//! identities refused, and the forces that free semaphores and read-write locks and tell
+//! their holders at once.
+
+use std::time::{Duration, SystemTime};
+
+use distlock::{Client, LockError, LockState, StoreError};
+use tokio::time::Instant;
+
+use crate::support::fixture::{Fixture, on_both_stores};
+
+on_both_stores!(
+    lock_state_names_the_builder_identity_and_the_grant_time,
+    a_waiter_that_waited_is_named_from_its_granted_attempt,
+    semaphore_state_lists_each_lease_and_the_force_frees_and_tells_them,
+    rw_lock_state_shows_writer_and_readers_and_the_force_frees_and_tells_them,
+);
+
+/// Whether `since` is within `[before, after]`, to the millisecond the token keeps.
+fn within(since: SystemTime, before: SystemTime, after: SystemTime) -> bool {
+    let ms = Duration::from_millis(1);
+    since + ms >= before && since <= after + ms
+}
+
+async fn lock_state_names_the_builder_identity_and_the_grant_time(fx: Fixture) {
+    let before = SystemTime::now();
+    let lease = fx
+        .client
+        .lock("named")
+        .identity("billing-worker-3")
+        .acquire()
+        .await
+        .expect("acquire");
+    let after = SystemTime::now();
+    let LockState::Held {
+        holder: Some(holder),
+        ..
+    } = fx.client.lock_state("named").await.expect("lock_state")
+    else {
+        panic!("a held lock names its holder");
+    };
+    assert_eq!(holder.identity, "billing-worker-3");
+    assert!(
+        within(holder.since, before, after),
+        "grant time {:?} outside the acquire [{before:?}, {after:?}]",
+        holder.since
+    );
+    // Without a builder identity, the client's.
+    let other = fx.client.lock("unnamed").acquire().await.expect("acquire");
+    let LockState::Held {
+        holder: Some(holder),
+        ..
+    } = fx.client.lock_state("unnamed").await.expect("lock_state")
+    else {
+        panic!("a held lock names its holder");
+    };
+    assert_eq!(holder.identity, fx.client.identity());
+    assert!(
+        fx.client
+            .identity()
+            .ends_with(&format!("/{}", std::process::id())),
+        "the default identity is <host>/<pid>: {}",
+        fx.client.identity()
+    );
+    // Bad identities are refused before any round trip, and nothing is taken.
+    for bad in ["", "two words", "tab\there", &"x".repeat(129)] {
+        match fx.client.lock("refused").identity(bad).acquire().await {
+            Err(LockError::InvalidConfig { reason }) => {
+                assert!(reason.contains("identity"), "{reason}")
+            }
+            other => panic!("identity {bad:?} accepted: {other:?}"),
+        }
+    }
+    assert_eq!(
+        fx.client.lock_state("refused").await.expect("lock_state"),
+        LockState::Free
+    );
+    lease.release().await.expect("release");
+    other.release().await.expect("release");
+}
+
+async fn a_waiter_that_waited_is_named_from_its_granted_attempt(fx: Fixture) {
+    let first = fx.client.lock("waited").acquire().await.expect("acquire");
+    let other = fx.another_client().await;
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("waited")
+            .identity("patient")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    // Hold it a while, so that the waiter's first attempt is long past when it gets it.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let released_at = SystemTime::now();
+    first.release().await.expect("release");
+    let lease = waiter
+        .await
+        .expect("waiter task")
+        .expect("the waiter gets it");
+    let LockState::Held {
+        holder: Some(holder),
+        ..
+    } = fx.client.lock_state("waited").await.expect("lock_state")
+    else {
+        panic!("a held lock names its holder");
+    };
+    assert_eq!(holder.identity, "patient");
+    // Named from the attempt that was granted (or the hand-off), not from when it began
+    // waiting: no earlier than the release, to the millisecond.
+    assert!(
+        holder.since + Duration::from_millis(1) >= released_at,
+        "held since {:?}, released at {released_at:?}",
+        holder.since
+    );
+    lease.release().await.expect("release");
+}
+
+/// Hand-offs pass a lock between waiters of one client (Redis); the token the releaser mints
+/// for the waiter must name the waiter, not the releaser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_carries_the_waiters_identity() {
+    let fx = Fixture::redis().await;
+    let first = fx
+        .client
+        .lock("handed")
+        .identity("releaser")
+        .acquire()
+        .await
+        .expect("acquire");
+    let client = fx.client.clone();
+    let waiter = tokio::spawn(async move {
+        client
+            .lock("handed")
+            .identity("receiver")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    // Queued for a hand-off once it has found the lock busy twice.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fx.client.__inspect().queued_for_handoff() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never queued for a hand-off"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.release().await.expect("release");
+    let lease = waiter
+        .await
+        .expect("waiter task")
+        .expect("the waiter gets it");
+    let LockState::Held {
+        holder: Some(holder),
+        ..
+    } = fx.client.lock_state("handed").await.expect("lock_state")
+    else {
+        panic!("a held lock names its holder");
+    };
+    assert_eq!(holder.identity, "receiver");
+    lease.release().await.expect("release");
+}
+
+async fn semaphore_state_lists_each_lease_and_the_force_frees_and_tells_them(fx: Fixture) {
+    const TTL: Duration = Duration::from_secs(30);
+    assert!(
+        fx.client
+            .semaphore_state("pool")
+            .await
+            .expect("state")
+            .is_empty()
+    );
+    let asked_at = Instant::now();
+    let two = fx
+        .client
+        .semaphore("pool", 5)
+        .identity("importer")
+        .ttl(TTL)
+        .acquire_n(2)
+        .await
+        .expect("two permits");
+    let other = fx.another_client().await;
+    let one = other
+        .semaphore("pool", 5)
+        .identity("exporter")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("one permit");
+    let mut state = fx.client.semaphore_state("pool").await.expect("state");
+    state.sort_by_key(|h| h.permits);
+    let seen: Vec<(u32, &str)> = state
+        .iter()
+        .map(|h| {
+            (
+                h.permits,
+                h.holder.as_ref().expect("named").identity.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [(1, "exporter"), (2, "importer")]);
+    assert!(state.iter().all(|h| h.remaining_ttl <= TTL));
+    let (lost_two, lost_one) = (two.handle(), one.handle());
+    assert_eq!(
+        fx.client
+            .force_unlock_semaphore("pool")
+            .await
+            .expect("force"),
+        2
+    );
+    assert!(
+        fx.client
+            .semaphore_state("pool")
+            .await
+            .expect("state")
+            .is_empty()
+    );
+    for handle in [lost_two, lost_one] {
+        tokio::time::timeout_at(asked_at + TTL / 3, handle.lost())
+            .await
+            .expect("a forced permit holder is told before its first renewal");
+    }
+    // All five permits are free again.
+    let all = fx
+        .client
+        .semaphore("pool", 5)
+        .acquire_n(5)
+        .await
+        .expect("every permit");
+    assert_eq!(
+        fx.client
+            .force_unlock_semaphore("pool")
+            .await
+            .expect("force"),
+        1
+    );
+    drop(all);
+    assert!(matches!(
+        fx.client.semaphore_state("").await,
+        Err(LockError::InvalidName(_))
+    ));
+}
+
+async fn rw_lock_state_shows_writer_and_readers_and_the_force_frees_and_tells_them(fx: Fixture) {
+    const TTL: Duration = Duration::from_secs(30);
+    let state = fx.client.rw_lock_state("doc").await.expect("state");
+    assert!(state.writer.is_none() && state.readers.is_empty());
+    let asked_at = Instant::now();
+    let r1 = fx
+        .client
+        .rw_lock("doc")
+        .identity("reader-a")
+        .ttl(TTL)
+        .read()
+        .await
+        .expect("read");
+    let r2 = fx
+        .client
+        .rw_lock("doc")
+        .identity("reader-b")
+        .ttl(TTL)
+        .read()
+        .await
+        .expect("read");
+    let state = fx.client.rw_lock_state("doc").await.expect("state");
+    assert!(state.writer.is_none());
+    let mut readers: Vec<&str> = state
+        .readers
+        .iter()
+        .map(|h| h.holder.as_ref().expect("named").identity.as_str())
+        .collect();
+    readers.sort_unstable();
+    assert_eq!(readers, ["reader-a", "reader-b"]);
+    let handles = [r1.handle(), r2.handle()];
+    assert_eq!(
+        fx.client.force_unlock_rw_lock("doc").await.expect("force"),
+        2
+    );
+    for handle in handles {
+        tokio::time::timeout_at(asked_at + TTL / 3, handle.lost())
+            .await
+            .expect("a forced reader is told before its first renewal");
+    }
+    let writer = fx
+        .client
+        .rw_lock("doc")
+        .identity("editor")
+        .ttl(TTL)
+        .write()
+        .await
+        .expect("write after the force");
+    let state = fx.client.rw_lock_state("doc").await.expect("state");
+    let shown = state.writer.expect("a writer holds it");
+    assert_eq!(shown.holder.expect("named").identity, "editor");
+    assert_eq!(shown.permits, 1);
+    let handle = writer.handle();
+    assert_eq!(
+        fx.client.force_unlock_rw_lock("doc").await.expect("force"),
+        1
+    );
+    tokio::time::timeout(TTL / 3, handle.lost())
+        .await
+        .expect("a forced writer is told before its first renewal");
+    let state = fx.client.rw_lock_state("doc").await.expect("state");
+    assert!(state.writer.is_none() && state.readers.is_empty());
+}
+
+/// A client's identity is checked when it is built; a good one is what its leases carry.
+#[tokio::test]
+async fn a_client_identity_is_checked_at_build_and_carried() {
+    for bad in ["", "with space", "ünïcode", &"y".repeat(129)] {
+        match Client::builder().identity(bad).try_in_memory() {
+            Err(StoreError::Config { message }) => {
+                assert!(message.contains("identity"), "{message}")
+            }
+            other => panic!("identity {bad:?} accepted: {:?}", other.map(|_| ())),
+        }
+    }
+    let client = Client::builder()
+        .identity("scheduler-eu-1")
+        .try_in_memory()
+        .expect("a good identity");
+    assert_eq!(client.identity(), "scheduler-eu-1");
+    let lease = client.lock("job").acquire().await.expect("acquire");
+    match client.lock_state("job").await.expect("lock_state") {
+        LockState::Held {
+            holder: Some(holder),
+            ..
+        } => assert_eq!(holder.identity, "scheduler-eu-1"),
+        other => panic!("{other:?}"),
+    }
+    lease.release().await.expect("release");
+}
