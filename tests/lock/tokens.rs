@@ -28,7 +28,17 @@ async fn token_never_shows(fx: Fixture) {
         .await
         .expect("get")
         .expect("the lock key holds the token");
-    assert_eq!(token.len(), 32, "128-bit token as hex");
+    // The secret, then who holds it and since when (shown to operators on purpose).
+    let (secret, holder) = token.split_at(32);
+    assert!(
+        secret.bytes().all(|b| b.is_ascii_hexdigit()),
+        "128-bit secret as hex: {token}"
+    );
+    assert!(
+        holder.starts_with(&format!(".{}.", fx.client.identity())),
+        "the identity follows the secret: {token}"
+    );
+    let token = secret.to_owned();
     tokio::time::sleep(Duration::from_millis(900)).await; // a few renewals
     shown.push_str(&format!("{lease:?} {:?}", lease.handle()));
     let busy = fx.client.lock("secret").acquire().await.expect_err("busy");
