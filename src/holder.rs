@@ -20,8 +20,9 @@ pub struct Holder {
     /// The identity the holder's client or builder gave (by default `<host>/<pid>`).
     pub identity: String,
     /// When the holder asked for the grant, by its own wall clock (to the millisecond). For
-    /// a lock that waited, the attempt that was granted; on a Redlock quorum, or for
-    /// semaphores and read-write locks, when the acquire began.
+    /// a lock or a read-write lock that waited, the attempt that was granted; for a
+    /// semaphore, or any lock on a Redlock quorum, when the acquire began (a waiter keeps
+    /// its token there).
     pub since: SystemTime,
 }
 

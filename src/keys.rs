@@ -236,6 +236,9 @@ pub(crate) struct Set {
     pub(crate) set: String,
     /// Exists while a waiter listens for releases: a release publishes only then.
     pub(crate) waited: String,
+    /// A semaphore's claim: `<count>:<token>` of the waiter that has waited long, whose
+    /// permits nobody else may take (see `acquire_permits.lua`).
+    pub(crate) claim: String,
     /// Pub/sub channel a release publishes to.
     pub(crate) channel: String,
     /// The fence key grants mint from (the lock's, for the name's slot).
@@ -266,6 +269,7 @@ impl SetKeys {
             name: name.to_owned(),
             set: tagged(prefix, kind, tag),
             waited: tagged(prefix, &format!("{kind}-waited"), tag),
+            claim: tagged(prefix, &format!("{kind}-claim"), tag),
             channel: tagged(prefix, &format!("{kind}-released"), tag),
             fence: fences.for_tag(tag),
         }))
@@ -297,6 +301,8 @@ impl RwKeys {
             name: name.to_owned(),
             set: tagged(prefix, "rw-readers", &tag),
             waited: tagged(prefix, "rw-waited", &tag),
+            // Readers never claim (a waiting writer's intent keeps them out instead).
+            claim: tagged(prefix, "rw-claim", &tag),
             channel: tagged(prefix, "rw-released", &tag),
             fence: fences.for_tag(&tag),
         }));

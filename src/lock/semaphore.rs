@@ -133,7 +133,6 @@ impl SemaphoreBuilder {
             terms,
             token: Token::mint(&identity),
             identity,
-            restamp: false,
         };
         let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
         tracing::debug!(
@@ -187,10 +186,9 @@ struct PermitsClaim<'a> {
     permits: u32,
     terms: Terms,
     token: Token,
-    /// The holder identity its tokens carry.
+    /// The holder identity its tokens carry. The token is kept across busy attempts: a
+    /// waiter's claim names it.
     identity: Arc<str>,
-    /// The last attempt was answered busy: the next one takes a fresh token.
-    restamp: bool,
 }
 
 impl Claim for PermitsClaim<'_> {
@@ -208,8 +206,11 @@ impl Claim for PermitsClaim<'_> {
         self.token = Token::mint(&self.identity);
     }
 
-    fn after_busy(&mut self) {
-        self.restamp = true;
+    /// A waiter that has waited long claims the permits it needs (`acquire_permits.lua`):
+    /// from then on nobody else takes a permit that would leave it short, so a large
+    /// `acquire_n` is not starved by a stream of small ones.
+    fn claims_when_starving(&self) -> bool {
+        true
     }
 
     fn channel(&self) -> &str {
@@ -217,9 +218,6 @@ impl Claim for PermitsClaim<'_> {
     }
 
     async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Arc<LeaseState>>, LockError> {
-        if std::mem::take(&mut self.restamp) {
-            self.fresh_token();
-        }
         let store = self.client.store();
         let hold = Hold::Entries {
             keys: self.keys.clone(),

@@ -127,6 +127,12 @@ pub(crate) trait Claim {
         None
     }
 
+    /// Whether a waiter that has waited long claims what it waits for, so that later
+    /// arrivals cannot keep taking it first (a semaphore's permits; locks reserve instead).
+    fn claims_when_starving(&self) -> bool {
+        false
+    }
+
     /// Whether several can hold at once (permits, reads): a release wakes every local waiter
     /// of such a claim's channel, since it may free enough for several of them, or for one
     /// that asks less than another.
@@ -193,7 +199,7 @@ pub(crate) async fn acquire<C: Claim>(
         Wait::Upto(d) => started.checked_add(d),
         Wait::No | Wait::Forever => None,
     };
-    let fair = claim.lock().is_some();
+    let fair = claim.lock().is_some() || claim.claims_when_starving();
     let kind = claim.kind();
     // Counted as a waiter from its first busy answer it waits on, until this future ends.
     let mut waiting: Option<Waiting> = None;

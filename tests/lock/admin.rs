@@ -133,6 +133,7 @@ async fn force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns(fx: 
     })
     .await;
     assert!(matches!(marked, LockState::Held { waiters: true, .. }));
+    fx.until_listening_for_forces(1).await;
     let lost_at = tokio::spawn({
         let handle = handle.clone();
         async move {

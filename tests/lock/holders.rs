@@ -203,6 +203,7 @@ async fn semaphore_state_lists_each_lease_and_the_force_frees_and_tells_them(fx:
     assert_eq!(seen, [(1, "exporter"), (2, "importer")]);
     assert!(state.iter().all(|h| h.remaining_ttl <= TTL));
     let (lost_two, lost_one) = (two.handle(), one.handle());
+    fx.until_listening_for_forces(2).await;
     assert_eq!(
         fx.client
             .force_unlock_semaphore("pool")
@@ -274,6 +275,7 @@ async fn rw_lock_state_shows_writer_and_readers_and_the_force_frees_and_tells_th
     readers.sort_unstable();
     assert_eq!(readers, ["reader-a", "reader-b"]);
     let handles = [r1.handle(), r2.handle()];
+    fx.until_listening_for_forces(1).await;
     assert_eq!(
         fx.client.force_unlock_rw_lock("doc").await.expect("force"),
         2

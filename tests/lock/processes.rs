@@ -49,6 +49,7 @@ async fn child_entry() {
     match role.as_str() {
         "exclusion" => child_exclusion(client, &url).await,
         "hold" => child_hold(client).await,
+        "forced" => child_forced(client).await,
         "fenced" => child_fenced(client, &url).await,
         "permits" => child_permits(client, &url).await,
         "permits-hold" => child_permits_hold(client).await,
@@ -101,6 +102,78 @@ async fn child_hold(client: Client) {
         .expect("acquire");
     say(&format!("ACQUIRED {}", lease.fence()));
     tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+/// The ttl of the lease a child holds until the parent forces it free: long, so that its
+/// first renewal (a third of it) cannot be what tells it.
+const FORCED_TTL: Duration = Duration::from_secs(30);
+
+/// Takes a lease under an identity naming this process, then says when its lost signal fires.
+async fn child_forced(client: Client) {
+    let lease = client
+        .lock("forced-child")
+        .identity(format!("child-{}", std::process::id()))
+        .ttl(FORCED_TTL)
+        .acquire()
+        .await
+        .expect("acquire");
+    say("ACQUIRED");
+    lease.lost().await;
+    say(&format!("LOST {:?}", lease.lost_reason()));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+/// Issue 27 §4: a lock held by another process names it (`lock_state`), and when an operator
+/// forces it free the holder's lost signal fires at once, through the revocation channel, not
+/// at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_holder_in_another_process_is_named_and_told_at_once() {
+    let server = RedisServer::start();
+    let child = ChildProcess::spawn(ENTRY, "forced", &server.url());
+    let acquired_at = Instant::now();
+    child.expect_line("ACQUIRED", Duration::from_secs(30));
+    let client = connect(&server.url()).await;
+    match client.lock_state("forced-child").await.expect("lock_state") {
+        distlock::LockState::Held {
+            holder: Some(holder),
+            ..
+        } => assert_eq!(holder.identity, format!("child-{}", child.pid())),
+        other => panic!("held by the child, and named: {other:?}"),
+    }
+    // The child listens on the revocation channel once its watchdog runs: wait until the
+    // server has its subscription (a force announced before it would reach nobody).
+    let mut conn = server.conn().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(format!("{}:revoked", distlock::DEFAULT_PREFIX))
+            .query_async(&mut conn)
+            .await
+            .expect("PUBSUB NUMSUB");
+        if subscribers > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the child never listened for forces"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let forced_at = Instant::now();
+    assert!(
+        client
+            .force_unlock("forced-child")
+            .await
+            .expect("force_unlock")
+    );
+    let left = (acquired_at + FORCED_TTL / 3).saturating_duration_since(Instant::now());
+    let line = child.expect_line("LOST", left);
+    eprintln!(
+        "holder in another process told {:?} after force_unlock was called",
+        forced_at.elapsed()
+    );
+    assert_eq!(line, "LOST Some(NotHeld)");
 }
 
 /// The ttl of the leases children hold until the parent kills or freezes them: long enough

@@ -17,6 +17,7 @@ on_both_stores!(
     a_late_release_frees_nothing_of_others,
     lowering_permits_never_exceeds_the_new_limit,
     fences_increase_across_holders,
+    a_large_acquire_n_is_not_starved_by_single_permits,
 );
 on_both_stores!(
     paused_memory: a_dead_holders_permits_come_back_within_its_ttl,
@@ -412,4 +413,71 @@ async fn fences_increase_across_holders(fx: Fixture) {
         seen.windows(2).all(|w| w[0] < w[1]),
         "fences out of grant order: {seen:?}"
     );
+}
+
+/// Issue 27 §5: an `acquire_n` of every permit behind a stream of single-permit acquirers
+/// (another client, each taking a permit the moment one frees) is served: once it has waited
+/// long it claims its permits, nobody else takes one that would leave it short, and it gets
+/// them when the holders of the moment release. Without the claim it waits out its whole
+/// wait (all four permits are never free at once). The stream goes on afterwards.
+async fn a_large_acquire_n_is_not_starved_by_single_permits(fx: Fixture) {
+    const PERMITS: u32 = 4;
+    const HOLD: Duration = Duration::from_millis(30);
+    const WAIT: Duration = Duration::from_secs(15);
+    let other = fx.another_client().await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let taken = Arc::new(AtomicUsize::new(0));
+    let mut stream = Vec::new();
+    for _ in 0..(PERMITS + 2) {
+        let (client, stop, taken) = (other.clone(), stop.clone(), taken.clone());
+        stream.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(lease) = client
+                    .semaphore("starve", PERMITS)
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                else {
+                    continue;
+                };
+                taken.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(HOLD).await;
+                let _ = lease.release().await;
+            }
+        }));
+    }
+    // Let the stream fill every permit first.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while taken.load(Ordering::Relaxed) < (PERMITS as usize) * 3 {
+        assert!(Instant::now() < deadline, "the stream never got going");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let asked = Instant::now();
+    let all = fx
+        .client
+        .semaphore("starve", PERMITS)
+        .wait(WAIT)
+        .acquire_n(PERMITS)
+        .await
+        .expect("the large acquire is served within its wait, not starved");
+    let waited = asked.elapsed();
+    eprintln!(
+        "acquire_n({PERMITS}) behind {} single-permit acquirers waited {waited:?}",
+        PERMITS + 2
+    );
+    let before = taken.load(Ordering::Relaxed);
+    all.release().await.expect("release");
+    // The claim went with the grant: the stream takes permits again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while taken.load(Ordering::Relaxed) < before + PERMITS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "the stream is stuck after the large grant"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in stream {
+        task.await.expect("stream task");
+    }
 }

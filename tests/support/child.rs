@@ -124,6 +124,11 @@ impl ChildProcess {
 
     /// Waits for a report starting with `prefix` and returns it; if none comes, fails with
     /// why (see [`Self::why`]).
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     pub fn expect_line(&self, prefix: &str, within: Duration) -> String {
         let deadline = Instant::now() + within;
         loop {

@@ -102,6 +102,35 @@ impl Fixture {
         }
     }
 
+    /// Waits (bounded) until at least `clients` clients listen on the prefix's revocation
+    /// channel, where operators' forces are announced (Redis; in memory it is delivered
+    /// without a subscription). A force announced before a holder listens reaches it only at
+    /// its next renewal.
+    pub async fn until_listening_for_forces(&self, clients: u64) {
+        let Some(server) = &self.server else {
+            return;
+        };
+        let mut conn = server.conn().await;
+        let channel = format!("{}:revoked", self.client.prefix());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, listening): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn)
+                .await
+                .expect("PUBSUB NUMSUB");
+            if listening >= clients {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{listening} of {clients} clients listen for forces"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Whether the store holds lock `name` for anyone right now.
     pub async fn is_held(&self, name: &str) -> bool {
         self.client

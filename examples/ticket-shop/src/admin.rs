@@ -45,6 +45,24 @@ pub async fn reindex(
     }
 }
 
+/// The body of `GET /admin/leader`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct LeaderView {
+    /// The replica that keeps the job's schedule, if one leads now.
+    pub replica: Option<String>,
+    /// Its term: the fence of its leadership, higher with every new leader.
+    pub term: Option<u64>,
+}
+
+/// `GET /admin/leader`: which replica leads the periodic job, and in which term.
+pub async fn leader(State(state): State<AppState>) -> Result<Json<LeaderView>, AppError> {
+    let leader = crate::job::election(&state)?.leader().await?;
+    Ok(Json(LeaderView {
+        term: leader.as_ref().map(|l| l.term),
+        replica: leader.map(|l| l.identity),
+    }))
+}
+
 /// `GET /admin/jobs`: the recorded runs of the periodic job, oldest first.
 pub async fn job_runs(State(state): State<AppState>) -> Result<Json<Vec<JobRun>>, AppError> {
     Ok(Json(state.store.records(Log::JobRuns).await?))

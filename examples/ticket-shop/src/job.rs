@@ -18,6 +18,14 @@
 //!
 //! Each run records its replica, its fence and its start and end (on the store's clock)
 //! with a fenced append, so a run whose lease expired cannot record after a newer one.
+//!
+//! **Leader work.** Rather than every replica waking at every tick to race for the lock,
+//! the replicas elect a leader ([`Client::election`](distlock::Client::election)) and only
+//! the leader keeps the schedule ([`run_forever`]). The others wait in `campaign`, woken the
+//! moment the leader resigns, and take over within the election's ttl if it dies or freezes.
+//! Each run still takes the job lock above: a leader that froze past its term and resumes
+//! mid-period cannot run the period's job a second time beside its successor, and its record
+//! is refused by the fence. `GET /admin/leader` says who leads and in which term.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,6 +37,10 @@ use crate::store::{Fenced, JobRun, Log};
 
 /// The job's lock name.
 pub const JOB_LOCK: &str = "job:settle-payments";
+/// The election of the replica that keeps the job's schedule.
+pub const JOB_ELECTION: &str = "job:settle-payments:leader";
+/// How long a leader that stopped renewing keeps the schedule before another takes over.
+pub const LEADER_TTL: Duration = Duration::from_secs(10);
 /// The job's name in its records.
 pub const JOB_NAME: &str = "settle-payments";
 
@@ -55,11 +67,51 @@ impl Schedule {
     }
 }
 
-/// Runs the job whenever it is due, for ever.
+/// The election of the job's leader, on the state's client.
+pub fn election(state: &AppState) -> Result<distlock::Election, LockError> {
+    state.locks.election(JOB_ELECTION).ttl(LEADER_TTL).build()
+}
+
+/// Campaigns to lead the job's schedule, and while leading runs the job whenever it is due;
+/// campaigns again when the leadership is lost. For ever.
 pub async fn run_forever(state: AppState, schedule: Schedule) {
+    let election = match election(&state) {
+        Ok(election) => election,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot elect the job's leader; the job will not run here");
+            return;
+        }
+    };
+    loop {
+        let leadership = match election.campaign(state.settings.replica.clone()).await {
+            Ok(leadership) => leadership,
+            Err(err) => {
+                tracing::warn!(error = %err, "campaign failed; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let term = leadership.term();
+        tracing::info!(
+            job = JOB_NAME,
+            term,
+            "leading: the job's schedule runs on this replica"
+        );
+        let led = leadership
+            .run(|_| async { keep_schedule(&state, &schedule).await })
+            .await;
+        if let Err(err) = led {
+            tracing::warn!(job = JOB_NAME, term, error = %err, "leadership lost; campaigning again");
+        }
+    }
+}
+
+/// Runs the job at every tick, for as long as the caller lets it (the leadership drops it
+/// when lost).
+async fn keep_schedule(state: &AppState, schedule: &Schedule) {
     loop {
         tokio::time::sleep(until_next_tick(schedule.period)).await;
-        match run_once(&state, &schedule).await {
+        match run_once(state, schedule).await {
             Ok(Some(run)) => tracing::info!(
                 job = JOB_NAME,
                 fence = run.fence,

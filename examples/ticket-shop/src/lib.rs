@@ -7,7 +7,10 @@
 //!   token to a fenced resource that refuses older fences, so a seat is never sold twice
 //!   ([`checkout`], [`store`]);
 //! * a `LockLayer` on an admin route that must run one at a time ([`admin`]);
-//! * a periodic job that runs on one replica at a time, with a minimum hold ([`job`]);
+//! * checkout behind an `IdempotencyLayer`: a retried `POST` with the same `Idempotency-Key`
+//!   is answered from the first one's stored response, even from another replica;
+//! * a periodic job kept by an elected leader, each run under a job lock with a minimum hold
+//!   ([`job`]);
 //! * `GET /health`, which says which store is in use.
 //!
 //! [`app`] builds the router; `main` serves it and the tests drive it.
@@ -31,7 +34,9 @@ use axum::extract::State;
 use axum::http::Request;
 use axum::routing::{get, post};
 use distlock::RateLimitError;
+use distlock_tower::MissingKey;
 use distlock_tower::client_ip::{Cidr, ClientIp};
+use distlock_tower::idempotency::IdempotencyLayer;
 use distlock_tower::lock::LockLayer;
 use distlock_tower::rate_limit::RateLimitLayer;
 use serde::{Deserialize, Serialize};
@@ -112,18 +117,31 @@ impl AppState {
 /// | `GET /health` | store, replica, seats sold; not rate limited |
 /// | `GET /api/seats` | seats for sale |
 /// | `GET /api/seats/{seat}` | one seat, with its sale |
-/// | `POST /api/seats/{seat}/checkout` | buys a seat: `{"buyer": "ada"}` |
+/// | `POST /api/seats/{seat}/checkout` | buys a seat: `{"buyer": "ada"}`; with an `Idempotency-Key` header, a retry gets the first answer |
 /// | `POST /admin/reindex` | rebuilds the sales report; one at a time across replicas |
 /// | `GET /admin/jobs` | runs of the periodic job |
+/// | `GET /admin/leader` | the replica that leads the periodic job, and its term |
 pub fn app(state: AppState) -> Router {
     // Behind a load balancer, the client is the right-most address in X-Forwarded-For that
     // is not one of our proxies; without trusted proxies, the connection's peer.
     let client_ip = ClientIp::trusting(state.settings.trusted_proxies.iter().copied());
 
+    // A buyer whose connection dropped retries with the same key and gets the first
+    // attempt's answer (`Idempotent-Replayed: true`) instead of a second charge; a request
+    // without a key is served as before.
+    let idempotent_checkout = IdempotencyLayer::builder(state.locks.clone(), "checkout")
+        .on_missing_key(MissingKey::Allow)
+        .wait(Duration::from_secs(5))
+        .build()
+        // Constant, valid settings.
+        .expect("valid idempotency settings");
     let api = Router::new()
         .route("/api/seats", get(api::list_seats))
         .route("/api/seats/{seat}", get(api::seat))
-        .route(CHECKOUT_ROUTE, post(api::checkout))
+        .route(
+            CHECKOUT_ROUTE,
+            post(api::checkout).route_layer(idempotent_checkout),
+        )
         .route_layer(
             RateLimitLayer::builder(state.limits.api.clone(), client_ip)
                 .route(CHECKOUT_ROUTE, state.limits.checkout.clone())
@@ -145,7 +163,8 @@ pub fn app(state: AppState) -> Router {
                     .expect("10 s is a valid lock ttl"),
             ),
         )
-        .route("/admin/jobs", get(admin::job_runs));
+        .route("/admin/jobs", get(admin::job_runs))
+        .route("/admin/leader", get(admin::leader));
 
     Router::new()
         .route("/health", get(health))

@@ -412,3 +412,70 @@ async fn a_holder_whose_lease_expired_cannot_sell() {
     assert_eq!(Some(kept.fence), sale["fence"].as_u64());
     drop(stalled);
 }
+
+/// A retried checkout with the same `Idempotency-Key` gets the first answer, replayed, and
+/// the seat is sold once; a reused key with another body is refused.
+#[tokio::test]
+async fn a_retried_checkout_with_its_key_is_answered_once() {
+    let app = app(state(50));
+    let keyed = |buyer: &str, key: &str| {
+        let mut request = checkout("7", buyer, "192.0.2.70");
+        request
+            .headers_mut()
+            .insert("idempotency-key", key.parse().expect("header"));
+        request
+    };
+    let (status, first, sale) = send(&app, keyed("ada", "\"order-1\"")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let (status, again, replayed) = send(&app, keyed("ada", "\"order-1\"")).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the first answer, not 409 sold"
+    );
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok()),
+        Some("true")
+    );
+    assert_eq!(replayed, sale, "byte for byte the first sale");
+    // The same key for another request is a client error, not a second sale.
+    let (status, _, _) = send(&app, keyed("grace", "\"order-1\"")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // Without a key, a second buyer finds the seat sold.
+    let (status, _, _) = send(&app, checkout("7", "grace", "192.0.2.71")).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+/// The periodic job is kept by an elected leader: `GET /admin/leader` names this replica
+/// once it leads, with its term.
+#[tokio::test]
+async fn the_job_has_an_elected_leader() {
+    let state = state(50);
+    let app = app(state.clone());
+    let (status, _, body) = send(&app, request("GET", "/admin/leader", "127.0.0.1", None)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({ "replica": null, "term": null }),
+        "nobody leads yet"
+    );
+    let keeper = tokio::spawn(job::run_forever(
+        state.clone(),
+        Schedule::every(Duration::from_secs(3600)),
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let (_, _, body) = send(&app, request("GET", "/admin/leader", "127.0.0.1", None)).await;
+        if body["replica"] == json!("test") {
+            break body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no leader: {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(body["term"].as_u64().is_some_and(|t| t > 0), "{body}");
+    keeper.abort();
+}

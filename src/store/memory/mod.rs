@@ -321,15 +321,38 @@ impl MemoryStore {
         let keys = item.keys;
         let held = state.held_entries(&keys.set, now);
         let retry = state.holds_entries(&keys.set, item.token, now);
-        if retry || held + u64::from(item.count) <= u64::from(item.permits) {
+        // Another waiter's claim keeps the permits it needs (`<count>:<token>`).
+        let claim = state.get(&keys.claim, now).and_then(|v| {
+            let (count, token) = v.data.split_once(':')?;
+            Some((count.parse::<u64>().ok()?, token.to_owned()))
+        });
+        let mine = claim
+            .as_ref()
+            .is_some_and(|(_, t)| t == item.token.as_str());
+        let kept = match &claim {
+            Some((count, _)) if !mine => *count,
+            _ => 0,
+        };
+        let (count, permits) = (u64::from(item.count), u64::from(item.permits));
+        if retry || held + count + kept <= permits {
             state.put_entries(&keys.set, item.token, item.count, item.ttl, now);
+            if mine {
+                state.values.remove(&keys.claim);
+            }
             let fence = state.mint(&keys.fence, now);
             return AcquireReply::Granted { fence };
         }
-        let need = held + u64::from(item.count) - u64::from(item.permits);
-        AcquireReply::Busy {
-            pttl: Some(state.until_expired(&keys.set, need, now)),
+        let need = held + count + kept - permits;
+        let wait = if need > held {
+            state.pttl(&keys.claim, now).unwrap_or_default()
+        } else {
+            state.until_expired(&keys.set, need, now)
+        };
+        if item.waits == Waits::Starving && (claim.is_none() || mine) {
+            let data = format!("{}:{}", item.count, item.token.as_str());
+            state.set(&keys.claim, data, wait + CLAIM, now);
         }
+        AcquireReply::Busy { pttl: Some(wait) }
     }
 
     /// As `acquire_read.lua` and `acquire_write.lua` (a writer's key holds its token, or the

@@ -35,15 +35,20 @@ pub(crate) async fn run<C: Conn>(
     conn: &C,
     item: &PermitsItem<'_>,
 ) -> Result<AcquireReply, StoreError> {
-    let mut cmd = SCRIPT.call(3, 5, 256);
+    let mut cmd = SCRIPT.call(4, 5, 256);
     cmd.arg(&item.keys.set)
         .arg(&*item.keys.fence)
-        .arg(&item.keys.waited);
+        .arg(&item.keys.waited)
+        .arg(&item.keys.claim);
     cmd.arg(item.token.as_str())
         .arg(item.count)
         .arg(item.permits)
         .arg(millis(item.ttl))
-        .arg(if item.waits == Waits::No { "0" } else { "1" });
+        .arg(match item.waits {
+            Waits::No => "0",
+            Waits::Listening | Waits::WithOthers => "1",
+            Waits::Starving => "2",
+        });
     let code: i64 = SCRIPT.invoke(&cmd, conn).await?;
     Ok(AcquireReply::from_code(code))
 }
