@@ -416,7 +416,7 @@ async fn fences_increase_across_holders(fx: Fixture) {
 }
 
 /// Issue 27 §5: an `acquire_n` of every permit behind a stream of single-permit acquirers
-/// (another client, each taking a permit the moment one frees) is served: once it has waited
+/// (12 tasks of two other clients, each taking a permit the moment one frees) is served: once it has waited
 /// long it claims its permits, nobody else takes one that would leave it short, and it gets
 /// them when the holders of the moment release. Without the claim it waits out its whole
 /// wait (all four permits are never free at once). The stream goes on afterwards.
@@ -424,12 +424,14 @@ async fn a_large_acquire_n_is_not_starved_by_single_permits(fx: Fixture) {
     const PERMITS: u32 = 4;
     const HOLD: Duration = Duration::from_millis(30);
     const WAIT: Duration = Duration::from_secs(15);
-    let other = fx.another_client().await;
+    const STREAM: u32 = PERMITS * 3;
+    let others = [fx.another_client().await, fx.another_client().await];
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let taken = Arc::new(AtomicUsize::new(0));
     let mut stream = Vec::new();
-    for _ in 0..(PERMITS + 2) {
-        let (client, stop, taken) = (other.clone(), stop.clone(), taken.clone());
+    for task in 0..STREAM {
+        let client = others[task as usize % 2].clone();
+        let (stop, taken) = (stop.clone(), taken.clone());
         stream.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let Ok(lease) = client

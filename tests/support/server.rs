@@ -615,7 +615,8 @@ pub const LIBRARY_ACL_RULES: &[&str] = &[
     "+setrange",
     // Fences and rate limits: the server clock.
     "+time",
-    // Release, hand-off: wake the waiters on the release channel (`&<prefix>:*`).
+    // Release, hand-off: wake the waiters on the release channel (`&<prefix>:*`); an
+    // operator's force announces the key it freed on `<prefix>:revoked`.
     "+publish",
     // Sliding log: the sorted set of allowed requests.
     "+zadd",
@@ -641,8 +642,9 @@ pub const LIBRARY_ACL_RULES: &[&str] = &[
     // Sliding log: trims the set to `limit` members, a safety net that normal use never
     // reaches (kept: the script calls it, and a refusal would fail the check half-applied).
     "+zremrangebyrank",
-    // Wake-ups: waiters listen on the release channels (RESP3 push connection). Without these
-    // the library still works, but a waiter only wakes at its PTTL-bounded retry.
+    // Wake-ups: waiters listen on the release channels (RESP3 push connection), and holders
+    // on `<prefix>:revoked`. Without these the library still works, but a waiter only wakes
+    // at its PTTL-bounded retry and a forced holder learns at its next renewal.
     "+subscribe",
     "+unsubscribe",
     // `.replicas(n, timeout)`: WAIT behind every grant, renewal and extend.
