@@ -475,10 +475,11 @@ impl Wakeups {
     /// How many channels have local waiters (for leak checks in tests).
     #[cfg(feature = "test-util")]
     pub(crate) fn channels_in_use(&self) -> usize {
+        let revocations = self.revoked_state();
         self.state()
             .channels
-            .values()
-            .filter(|entry| entry.waiters > 0)
+            .iter()
+            .filter(|(channel, entry)| entry.waiters > 0 && !revocations.contains_key(*channel))
             .count()
     }
 }

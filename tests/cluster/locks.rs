@@ -194,7 +194,8 @@ async fn watchdog_and_wake_ups_work_on_every_master() {
             .get(&key)
             .await
             .expect("GET")
-            .is_some_and(|v| v.ends_with('*'))
+            // `*`, or `!` from a waiter that has already waited 20 ms (a busy machine).
+            .is_some_and(|v| v.ends_with(['*', '!']))
         {
             assert!(Instant::now() < deadline, "{name}: nobody waited");
             tokio::time::sleep(Duration::from_millis(5)).await;
