@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use distlock::{Client, LockError, LockState, StoreError};
+use distlock::{Client, Holder, LockError, LockState, StoreError};
 use tokio::time::Instant;
 
 use crate::support::fixture::{Fixture, on_both_stores};
@@ -16,6 +16,17 @@ on_both_stores!(
     semaphore_state_lists_each_lease_and_the_force_frees_and_tells_them,
     rw_lock_state_shows_writer_and_readers_and_the_force_frees_and_tells_them,
 );
+
+/// Who `client.lock_state(name)` says holds lock `name` (it must be held, and named).
+async fn holder_of(client: &Client, name: &str) -> Holder {
+    match client.lock_state(name).await.expect("lock_state") {
+        LockState::Held {
+            holder: Some(holder),
+            ..
+        } => holder,
+        other => panic!("{name}: a held lock names its holder, got {other:?}"),
+    }
+}
 
 /// Whether `since` is within `[before, after]`, to the millisecond the token keeps.
 fn within(since: SystemTime, before: SystemTime, after: SystemTime) -> bool {
@@ -33,13 +44,7 @@ async fn lock_state_names_the_builder_identity_and_the_grant_time(fx: Fixture) {
         .await
         .expect("acquire");
     let after = SystemTime::now();
-    let LockState::Held {
-        holder: Some(holder),
-        ..
-    } = fx.client.lock_state("named").await.expect("lock_state")
-    else {
-        panic!("a held lock names its holder");
-    };
+    let holder = holder_of(&fx.client, "named").await;
     assert_eq!(holder.identity, "billing-worker-3");
     assert!(
         within(holder.since, before, after),
@@ -48,13 +53,7 @@ async fn lock_state_names_the_builder_identity_and_the_grant_time(fx: Fixture) {
     );
     // Without a builder identity, the client's.
     let other = fx.client.lock("unnamed").acquire().await.expect("acquire");
-    let LockState::Held {
-        holder: Some(holder),
-        ..
-    } = fx.client.lock_state("unnamed").await.expect("lock_state")
-    else {
-        panic!("a held lock names its holder");
-    };
+    let holder = holder_of(&fx.client, "unnamed").await;
     assert_eq!(holder.identity, fx.client.identity());
     assert!(
         fx.client
@@ -99,13 +98,7 @@ async fn a_waiter_that_waited_is_named_from_its_granted_attempt(fx: Fixture) {
         .await
         .expect("waiter task")
         .expect("the waiter gets it");
-    let LockState::Held {
-        holder: Some(holder),
-        ..
-    } = fx.client.lock_state("waited").await.expect("lock_state")
-    else {
-        panic!("a held lock names its holder");
-    };
+    let holder = holder_of(&fx.client, "waited").await;
     assert_eq!(holder.identity, "patient");
     // Named from the attempt that was granted (or the hand-off), not from when it began
     // waiting: no earlier than the release, to the millisecond.
@@ -152,13 +145,7 @@ async fn a_hand_off_carries_the_waiters_identity() {
         .await
         .expect("waiter task")
         .expect("the waiter gets it");
-    let LockState::Held {
-        holder: Some(holder),
-        ..
-    } = fx.client.lock_state("handed").await.expect("lock_state")
-    else {
-        panic!("a held lock names its holder");
-    };
+    let holder = holder_of(&fx.client, "handed").await;
     assert_eq!(holder.identity, "receiver");
     lease.release().await.expect("release");
 }
@@ -326,12 +313,6 @@ async fn a_client_identity_is_checked_at_build_and_carried() {
         .expect("a good identity");
     assert_eq!(client.identity(), "scheduler-eu-1");
     let lease = client.lock("job").acquire().await.expect("acquire");
-    match client.lock_state("job").await.expect("lock_state") {
-        LockState::Held {
-            holder: Some(holder),
-            ..
-        } => assert_eq!(holder.identity, "scheduler-eu-1"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(holder_of(&client, "job").await.identity, "scheduler-eu-1");
     lease.release().await.expect("release");
 }
