@@ -298,7 +298,7 @@ impl Client {
                 holder: parse_token(&h.token),
             })
             .collect();
-        holders.sort_by(|a, b| b.remaining_ttl.cmp(&a.remaining_ttl));
+        holders.sort_by_key(|h| std::cmp::Reverse(h.remaining_ttl));
         Ok(holders)
     }
 
