@@ -395,6 +395,8 @@ pub struct ClientBuilder {
     lazy: bool,
     /// The holder identity of this client's leases; `None`: `<host>/<pid>`.
     identity: Option<String>,
+    /// Holders listen for keys deleted by hand ([`watch_deletions`](Self::watch_deletions)).
+    watch_deletions: bool,
     /// Certificates for `rediss://` (a CA to trust, a client identity).
     #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
     tls: Option<redis::TlsCertificates>,
@@ -424,6 +426,7 @@ impl Default for ClientBuilder {
             counting: None,
             lazy: false,
             identity: None,
+            watch_deletions: false,
             #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
             tls: None,
         }
@@ -447,6 +450,23 @@ impl ClientBuilder {
     /// whoever can read the store's keys: never put a secret in it.
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
         self.identity = Some(identity.into());
+        self
+    }
+
+    /// Tells a holder at once when its key is deleted by hand (`DEL` or `UNLINK` in
+    /// `redis-cli`), as an operator's force does (default off). Its client listens on the
+    /// server's keyspace notifications for deletions (`__keyevent@<db>__:del`), which the
+    /// server sends only when its `notify-keyspace-events` includes `E` and `g` (e.g.
+    /// `CONFIG SET notify-keyspace-events Eg`; distlock does not change the server's
+    /// configuration). Every deletion in the database, releases included, then becomes a
+    /// message to every client that watches, so keep it for services whose operators delete
+    /// keys by hand. A single primary (plain, by URL, `ConnectionInfo` or `redis::Client`) or
+    /// behind Sentinel; `connect_cluster`, `connect_quorum` and `connect_manager` refuse it
+    /// with [`StoreError::Config`] (a Cluster's keyspace notifications stay on the node that
+    /// holds the key). Without it, or without the server's notifications, a holder learns at
+    /// its next renewal, within a third of its ttl.
+    pub fn watch_deletions(mut self, on: bool) -> Self {
+        self.watch_deletions = on;
         self
     }
 
@@ -508,6 +528,18 @@ impl ClientBuilder {
     }
 
     /// Refuses [`lazy`](Self::lazy) for a store that needs its servers at start.
+    /// Refuses [`watch_deletions`](Self::watch_deletions) where it cannot work.
+    fn refuse_watch(&self, connect: &str) -> Result<(), StoreError> {
+        if self.watch_deletions {
+            return Err(StoreError::Config {
+                message: format!(
+                    "watch_deletions(true) needs a single primary, plain or behind Sentinel                      (keyspace notifications of one known database); {connect} cannot"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn refuse_lazy(&self, connect: &str) -> Result<(), StoreError> {
         if self.lazy {
             return Err(StoreError::Config {
@@ -600,12 +632,13 @@ impl ClientBuilder {
 
     /// A single primary through `client`, eagerly or [lazily](Self::lazy).
     async fn connect_single(self, client: redis::Client) -> Result<Client, StoreError> {
+        let db = client.get_connection_info().redis_settings().db();
         let store = if self.lazy {
             crate::store::redis::connect_lazy(client, self.settings())?
         } else {
             crate::store::redis::connect_client(client, self.settings()).await?
         };
-        Ok(self.build(Store::Scripted(store)))
+        Ok(self.build_watching(Store::Scripted(store), Some(db)))
     }
 
     /// Runs on a `ConnectionManager` your application already has, sharing its connection
@@ -620,6 +653,7 @@ impl ClientBuilder {
     ) -> Result<Client, StoreError> {
         self.validate()?;
         self.refuse_lazy("connect_manager")?;
+        self.refuse_watch("connect_manager")?;
         let store = crate::store::redis::from_manager(manager, self.settings()).await?;
         Ok(self.build(Store::Scripted(store)))
     }
@@ -790,7 +824,8 @@ impl ClientBuilder {
         }
         let store =
             crate::store::redis::connect_sentinel(sentinels, master, node, self.settings()).await?;
-        Ok(self.build(Store::Scripted(store)))
+        // The primary is reached on database 0.
+        Ok(self.build_watching(Store::Scripted(store), Some(0)))
     }
 
     /// Connects to a Redlock quorum; see [`Client::connect_quorum`].
@@ -801,6 +836,7 @@ impl ClientBuilder {
     {
         self.validate()?;
         self.refuse_lazy("connect_quorum")?;
+        self.refuse_watch("connect_quorum")?;
         let nodes = connection_infos(nodes)?;
         let quorum = QuorumSettings {
             node_timeout: self.quorum_node_timeout,
@@ -818,6 +854,7 @@ impl ClientBuilder {
     {
         self.validate()?;
         self.refuse_lazy("connect_cluster")?;
+        self.refuse_watch("connect_cluster")?;
         let nodes = connection_infos(nodes)?;
         let store = crate::store::cluster::connect(nodes, self.settings()).await?;
         Ok(self.build(Store::Scripted(store)))
@@ -861,6 +898,13 @@ impl ClientBuilder {
     }
 
     fn build(self, store: Store) -> Client {
+        self.build_watching(store, None)
+    }
+
+    /// Builds the client; with [`watch_deletions`](Self::watch_deletions) on, its holders
+    /// also listen for deletions in database `db` (`None`: a store where none can be
+    /// watched, such as memory, where no key is deleted by hand).
+    fn build_watching(self, store: Store, db: Option<i64>) -> Client {
         // `validate` checked it; the counting primitives are built on its own client.
         let counting = self.counting.map(|other| other.counting().clone());
         let store = match &counting {
@@ -871,7 +915,11 @@ impl ClientBuilder {
             Some(identity) => identity.into(),
             None => crate::holder::default_identity(),
         };
-        let core = Core::new(store, self.prefix, self.replicas, identity);
+        let deletions = match db {
+            Some(db) if self.watch_deletions => vec![format!("__keyevent@{db}__:del")],
+            _ => Vec::new(),
+        };
+        let core = Core::new(store, self.prefix, self.replicas, identity, deletions);
         Client {
             inner: Arc::new(ClientInner {
                 locks: LockContext::new(core),

@@ -27,8 +27,10 @@ struct Shared {
     replicas: Option<Replicas>,
     /// Who this client's leases say holds them (see `holder.rs`).
     identity: Arc<str>,
-    /// `<prefix>:revoked`: where an operator's force announces the key it freed.
-    revocation_channel: String,
+    /// Where holders learn that their key was freed behind their back: first
+    /// `<prefix>:revoked` (an operator's force announces the key there), then the keyspace
+    /// notifications of deletions, if the client watches them.
+    revocation_channels: Vec<String>,
 }
 
 /// Shown as the client it is the core of (what builders and limiters that hold it show).
@@ -48,6 +50,7 @@ impl Core {
         prefix: String,
         replicas: Option<Replicas>,
         identity: Arc<str>,
+        deletions: Vec<String>,
     ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let fences = store.fences(&prefix);
@@ -57,14 +60,21 @@ impl Core {
             fences,
             replicas,
             identity,
-            revocation_channel: format!("{prefix}:revoked"),
+            revocation_channels: std::iter::once(format!("{prefix}:revoked"))
+                .chain(deletions)
+                .collect(),
             prefix,
         }))
     }
 
     /// Where an operator's force announces the key it freed, for the holders' watchdogs.
     pub(crate) fn revocation_channel(&self) -> &str {
-        &self.0.revocation_channel
+        &self.0.revocation_channels[0]
+    }
+
+    /// Every channel a holder's watchdog listens on for keys freed behind its back.
+    pub(crate) fn revocation_channels(&self) -> &[String] {
+        &self.0.revocation_channels
     }
 
     /// The holder identity this client's leases carry unless their builder names another.

@@ -27,6 +27,7 @@ use crate::client::{Client, ClientBuilder};
 /// | `response_timeout`, `connect_timeout` | a duration (`"500ms"`) | [`ClientBuilder::response_timeout`], [`ClientBuilder::connect_timeout`] |
 /// | `reconnect_retries` | a whole number | [`ClientBuilder::reconnect_retries`] |
 /// | `lazy` | `true`: start while the server is down; `url` only | [`ClientBuilder::lazy`] |
+/// | `watch_deletions` | `true`: holders are told at once of keys deleted by hand (needs the server's keyspace notifications); `url` or `sentinel` only | [`ClientBuilder::watch_deletions`] |
 /// | `identity` | who this client's leases say holds them: 1 to 128 bytes of visible ASCII (default `<host>/<pid>`) | [`ClientBuilder::identity`] |
 /// | `replicas` | `{ count = 1, timeout = "50ms" }`; `url` or `sentinel` only | [`ClientBuilder::replicas`] |
 /// | `tls` | `{ ca_file = "ca.pem", cert_file = "client.pem", key_file = "client.key" }`, each optional (a certificate with its key); `rediss://` URLs only; features `tls` / `tls-native-roots` | [`ClientBuilder::tls_root_certificate`], [`ClientBuilder::tls_client_identity`] |
@@ -70,6 +71,8 @@ pub struct ClientConfig {
     pub lazy: bool,
     /// [`ClientBuilder::identity`]: who this client's leases say holds them.
     pub identity: Option<String>,
+    /// [`ClientBuilder::watch_deletions`] (`url` or `sentinel` only).
+    pub watch_deletions: bool,
     /// [`ClientBuilder::replicas`]: the replica acknowledgement every lock asks for.
     pub replicas: Option<ReplicasConfig>,
     /// Certificates for `rediss://`, read by [`connect`](Self::connect).
@@ -165,6 +168,7 @@ impl ClientConfig {
             reconnect_retries: None,
             lazy: false,
             identity: None,
+            watch_deletions: false,
             replicas: None,
             tls: None,
         }
@@ -238,6 +242,9 @@ impl ClientConfig {
         if let Some(identity) = &self.identity {
             builder = builder.identity(identity.clone());
         }
+        if self.watch_deletions {
+            builder = builder.watch_deletions(true);
+        }
         if let Some(replicas) = self.replicas {
             builder = builder.replicas(replicas.count, replicas.timeout);
         }
@@ -295,6 +302,7 @@ impl fmt::Debug for ClientConfig {
             .field("reconnect_retries", &self.reconnect_retries)
             .field("lazy", &self.lazy)
             .field("identity", &self.identity)
+            .field("watch_deletions", &self.watch_deletions)
             .field("replicas", &self.replicas)
             .field("tls", &self.tls)
             .finish()
@@ -423,6 +431,7 @@ impl ReadTable for ClientConfig {
         "reconnect_retries",
         "lazy",
         "identity",
+        "watch_deletions",
         "replicas",
         "tls",
     ];
@@ -454,6 +463,7 @@ impl ReadTable for ClientConfig {
                 "reconnect_retries" => config.reconnect_retries = Some(table.value(map, key)?),
                 "lazy" => config.lazy = table.value(map, key)?,
                 "identity" => config.identity = Some(table.value(map, key)?),
+                "watch_deletions" => config.watch_deletions = table.value(map, key)?,
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 "tls" => config.tls = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
@@ -530,6 +540,18 @@ impl ClientConfig {
                 "lazy",
                 "a lazy start needs a single primary (`url`): a Cluster, Sentinel or quorum \
                  client needs its servers at start",
+            ));
+        }
+        if self.watch_deletions
+            && !matches!(
+                self.store,
+                StoreConfig::Redis(_) | StoreConfig::Sentinel(_) | StoreConfig::Memory
+            )
+        {
+            return Err(InvalidField::new(
+                "watch_deletions",
+                "watching deletions needs a single primary (`url` or `sentinel`): a Cluster \
+                 keeps keyspace notifications on each node, and a quorum has no one server",
             ));
         }
         if let Some(identity) = &self.identity

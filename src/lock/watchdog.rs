@@ -56,7 +56,7 @@ struct Leases {
 struct Shared {
     store: Store,
     /// `<prefix>:revoked` (see the module docs).
-    revocation_channel: String,
+    revocation_channels: Vec<String>,
     leases: Mutex<Leases>,
     /// When the task will next look at its leases on its own (`None`: not sleeping on a
     /// timer, e.g. scanning). A new lease wakes it only if it needs attention earlier.
@@ -70,14 +70,14 @@ struct Shared {
 }
 
 impl Watchdog {
-    pub(crate) fn new(store: Store, revocation_channel: String) -> Self {
+    pub(crate) fn new(store: Store, revocation_channels: Vec<String>) -> Self {
         // Registered now, so that an announcement that arrives before the listener runs is
         // kept for it (in memory it is delivered without a subscription).
-        store.wakeups().revocations(&revocation_channel);
+        store.wakeups().revocations(&revocation_channels);
         Self {
             shared: Arc::new(Shared {
                 store,
-                revocation_channel,
+                revocation_channels,
                 leases: Mutex::new(Leases {
                     map: HashMap::new(),
                     running: false,
@@ -386,24 +386,30 @@ impl Drop for AbortOnDrop {
 /// announced there (see the module docs). Subscribing is retried with backoff; a store
 /// without pub/sub gives up at once (its holders learn at their next renewal).
 async fn listen(shared: Arc<Shared>) {
-    let channel = shared.revocation_channel.as_str();
+    let channels = shared.revocation_channels.as_slice();
     let wakeups = shared.store.wakeups().clone();
-    let notify = wakeups.revocations(channel);
-    let mut backoff = LISTEN_BACKOFF.0;
-    let _subscription = loop {
-        match wakeups.subscribe(channel, false).await {
-            Ok(subscription) => break subscription,
-            Err(StoreError::Config { .. }) => return,
-            Err(err) => {
-                tracing::debug!(error = %err, "cannot listen for forced unlocks yet; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(LISTEN_BACKOFF.1);
+    let notify = wakeups.revocations(channels);
+    let mut subscriptions = Vec::with_capacity(channels.len());
+    for channel in channels {
+        let mut backoff = LISTEN_BACKOFF.0;
+        loop {
+            match wakeups.subscribe(channel, false).await {
+                Ok(subscription) => {
+                    subscriptions.push(subscription);
+                    break;
+                }
+                Err(StoreError::Config { .. }) => return,
+                Err(err) => {
+                    tracing::debug!(error = %err, channel, "cannot listen for freed keys yet; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(LISTEN_BACKOFF.1);
+                }
             }
         }
-    };
+    }
     loop {
         notify.notified().await;
-        for key in wakeups.take_revoked(channel) {
+        for key in wakeups.take_revoked(channels) {
             let leases: Vec<Arc<LeaseState>> = shared
                 .lock_leases()
                 .map
@@ -416,7 +422,7 @@ async fn listen(shared: Arc<Shared>) {
                     Ok(true) => {}
                     Ok(false) => lease.end(LossReason::NotHeld),
                     // The next renewal decides.
-                    Err(err) => tracing::debug!(error = %err, "could not check a forced lease"),
+                    Err(err) => tracing::debug!(error = %err, "could not check a freed lease"),
                 }
             }
         }

@@ -422,27 +422,39 @@ impl Wakeups {
     }
 
     /// The pub/sub connection dropped and messages may have been missed: every waiter retries.
-    /// Makes `channel` a revocation channel (`<prefix>:revoked`, on which an operator's
-    /// force announces the key it freed): its messages are kept for
-    /// [`take_revoked`](Self::take_revoked) and wake the returned `Notify`, instead of waking
-    /// waiters. The caller subscribes to it as a waiter would, to have the server send them.
-    pub(crate) fn revocations(&self, channel: &str) -> Arc<Notify> {
-        self.revoked_state()
-            .entry(channel.to_owned())
-            .or_insert_with(|| Revoked {
-                keys: Vec::new(),
-                notify: Arc::new(Notify::new()),
-            })
-            .notify
-            .clone()
+    /// Makes `channels` revocation channels (`<prefix>:revoked`, on which an operator's
+    /// force announces the key it freed, and the keyspace notifications of deletions a
+    /// client may watch): their messages are kept for [`take_revoked`](Self::take_revoked)
+    /// and wake the returned `Notify`, shared by them, instead of waking waiters. The caller
+    /// subscribes to them as a waiter would, to have the server send them.
+    pub(crate) fn revocations(&self, channels: &[String]) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        let mut revocations = self.revoked_state();
+        for channel in channels {
+            revocations
+                .entry(channel.clone())
+                .or_insert_with(|| Revoked {
+                    keys: Vec::new(),
+                    notify: notify.clone(),
+                });
+        }
+        // A channel registered before (by a client sharing this store) keeps its own.
+        channels
+            .first()
+            .and_then(|c| revocations.get(c))
+            .map_or(notify, |r| r.notify.clone())
     }
 
-    /// The keys announced on revocation channel `channel` since the last call.
-    pub(crate) fn take_revoked(&self, channel: &str) -> Vec<String> {
-        self.revoked_state()
-            .get_mut(channel)
-            .map(|r| std::mem::take(&mut r.keys))
-            .unwrap_or_default()
+    /// The keys announced on revocation channels `channels` since the last call.
+    pub(crate) fn take_revoked(&self, channels: &[String]) -> Vec<String> {
+        let mut revocations = self.revoked_state();
+        let mut keys = Vec::new();
+        for channel in channels {
+            if let Some(revoked) = revocations.get_mut(channel) {
+                keys.append(&mut revoked.keys);
+            }
+        }
+        keys
     }
 
     /// A message on `channel`: if it is a revocation channel, keeps `key` for its listener

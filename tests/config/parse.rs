@@ -861,3 +861,20 @@ fn a_holder_identity_reads_and_a_bad_one_is_refused() {
         "client.identity",
     );
 }
+
+#[test]
+fn watching_deletions_reads_and_is_refused_where_it_cannot_work() {
+    let config = Config::from_toml_str("[client]\nurl = \"redis://a/\"\nwatch_deletions = true")
+        .expect("watch with a url");
+    assert!(config.client.watch_deletions);
+    for store in [
+        "cluster = [\"redis://a/\"]",
+        "quorum = [\"redis://a/\", \"redis://b/\", \"redis://c/\"]",
+    ] {
+        field_error(
+            &format!("[client]\n{store}\nwatch_deletions = true"),
+            Kind::InvalidValue,
+            "client.watch_deletions",
+        );
+    }
+}

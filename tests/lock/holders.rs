@@ -316,3 +316,88 @@ async fn a_client_identity_is_checked_at_build_and_carried() {
     assert_eq!(holder_of(&client, "job").await.identity, "scheduler-eu-1");
     lease.release().await.expect("release");
 }
+
+/// With `watch_deletions(true)` and the server's keyspace notifications on, a lock key deleted
+/// by hand (`DEL` from another connection, as an operator in `redis-cli` would) tells its
+/// holder at once, not at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_by_hand_tells_a_watching_holder_at_once() {
+    const TTL: Duration = Duration::from_secs(30);
+    let server = crate::support::server::RedisServer::builder()
+        .arg("--notify-keyspace-events", "Eg")
+        .start();
+    let watching = Client::builder()
+        .watch_deletions(true)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let asked_at = Instant::now();
+    let lease = watching
+        .lock("by-hand")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("acquire");
+    let mut conn = server.conn().await;
+    // The holder's client listens once its watchdog runs.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, listening): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("__keyevent@0__:del")
+            .query_async(&mut conn)
+            .await
+            .expect("PUBSUB NUMSUB");
+        if listening > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the holder never listened for deletions"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let key = watching.__inspect().lock_key("by-hand").expect("key");
+    let deleted_at = Instant::now();
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    assert_eq!(deleted, 1);
+    tokio::time::timeout_at(asked_at + TTL / 3, lease.handle().lost())
+        .await
+        .expect("the holder is told before its first renewal");
+    eprintln!("holder told {:?} after a DEL by hand", deleted_at.elapsed());
+    assert_eq!(lease.lost_reason(), Some(distlock::LossReason::NotHeld));
+}
+
+/// `watch_deletions` is refused where keyspace notifications cannot be watched, before any
+/// connection is made.
+#[tokio::test]
+async fn watching_deletions_is_refused_on_a_cluster_a_quorum_and_a_manager() {
+    let nodes = [
+        "redis://127.0.0.1:1/",
+        "redis://127.0.0.1:2/",
+        "redis://127.0.0.1:3/",
+    ];
+    for refused in [
+        Client::builder()
+            .watch_deletions(true)
+            .connect_cluster(nodes)
+            .await
+            .map(|_| ()),
+        Client::builder()
+            .watch_deletions(true)
+            .connect_quorum(nodes)
+            .await
+            .map(|_| ()),
+    ] {
+        match refused {
+            Err(StoreError::Config { message }) => {
+                assert!(message.contains("watch_deletions"), "{message}")
+            }
+            other => panic!("accepted: {other:?}"),
+        }
+    }
+}
