@@ -375,7 +375,7 @@ async fn a_key_deleted_by_hand_tells_a_watching_holder_at_once() {
 /// `watch_deletions` is refused where keyspace notifications cannot be watched, before any
 /// connection is made.
 #[tokio::test]
-async fn watching_deletions_is_refused_on_a_cluster_a_quorum_and_a_manager() {
+async fn watching_deletions_is_refused_on_a_cluster_and_a_quorum() {
     let nodes = [
         "redis://127.0.0.1:1/",
         "redis://127.0.0.1:2/",
