@@ -150,6 +150,10 @@ impl Election {
     /// (hands the lock straight to a campaigner of the same client), and a leader that died
     /// is replaced once its lease has expired, within its ttl.
     ///
+    /// The election's lock names `identity` as its holder ([`Client::lock_state`](crate::Client::lock_state)) when it
+    /// is one a lock's holder may carry (visible ASCII, at most 128 bytes); any other identity
+    /// leaves the client's there, and the record still names it whole.
+    ///
     /// Cancel-safe: dropped while waiting, nothing is held; dropped after the grant, the lock
     /// is released. Bound it with `tokio::time::timeout` to give up.
     ///
@@ -168,11 +172,15 @@ impl Election {
             });
         }
         loop {
-            let lease = LockBuilder::new(self.inner.client.clone(), self.name().to_owned())
+            let mut builder = LockBuilder::new(self.inner.client.clone(), self.name().to_owned())
                 .ttl(self.inner.ttl)
-                .wait_forever()
-                .acquire()
-                .await?;
+                .wait_forever();
+            // The lock names the candidate too (`Client::lock_state`), where the identity is
+            // one a holder may carry; any other keeps the client's.
+            if crate::holder::check_identity(&identity).is_ok() {
+                builder = builder.identity(identity.clone());
+            }
+            let lease = builder.acquire().await?;
             let record: Record = (lease.fence(), identity.clone());
             let token = lease.handle().shared.token.clone();
             match self.put(&token, &record).await {

@@ -48,6 +48,14 @@ async fn until_a_campaigner_waits(client: &Client, name: &str) {
     }
 }
 
+/// The identity the lock of election `name` names as its holder, if it is held.
+async fn lock_holder(client: &Client, name: &str) -> Option<String> {
+    match client.lock_state(name).await.expect("lock_state") {
+        LockState::Held { holder, .. } => Some(holder.expect("a holder").identity),
+        _ => None,
+    }
+}
+
 /// The record key of election `name` under the default prefix.
 fn record_key(name: &str) -> String {
     format!("distlock:leader:{{{name}}}")
@@ -77,8 +85,11 @@ async fn terms_increase_and_the_leader_is_named(fx: Fixture) {
     assert!(b.term() > first, "terms strictly increase");
     let seen = e.leader().await.expect("leader").expect("a leader");
     assert_eq!((seen.term, seen.identity.as_str()), (b.term(), "node-b"));
-    // The election is the lock of the same name: operators see it held.
-    assert!(fx.is_held("terms").await);
+    // The election is the lock of the same name: operators see it held, by the candidate.
+    assert_eq!(
+        lock_holder(&fx.client, "terms").await.as_deref(),
+        Some("node-b")
+    );
     b.resign().await.expect("resign");
 }
 
@@ -295,6 +306,12 @@ async fn bad_input_is_a_typed_error(fx: Fixture) {
     let odd = e.campaign("a\nb\n{c}").await.expect("campaign");
     let seen = e.leader().await.expect("leader").expect("a leader");
     assert_eq!(seen.identity, "a\nb\n{c}");
+    // Not one a lock's holder may carry: the lock keeps naming the client.
+    let client_identity = fx.client.identity().to_owned();
+    assert_eq!(
+        lock_holder(&fx.client, "x").await.as_deref(),
+        Some(client_identity.as_str())
+    );
     odd.resign().await.expect("resign");
 }
 
@@ -458,13 +475,17 @@ async fn child_campaign(identity: &str, url: &str) {
         let start = wall_us();
         log_line(&mut conn, format!("LEADER {identity} {term} {start}")).await;
         loop {
-            if leadership.is_lost() {
+            // The local deadline as this process knows it now: the wall clock read first, so
+            // that a pause between the two reads makes it earlier, never later. Asked whether
+            // it is lost only after: a pause just after that question cannot log a deadline
+            // read after the pause.
+            let wall = wall_us();
+            let valid = leadership.valid_for();
+            if leadership.is_lost() || valid.is_zero() {
                 log_line(&mut conn, format!("LOST {identity} {term}")).await;
                 break;
             }
-            // The local deadline as this process knows it now.
-            let until =
-                wall_us() + u64::try_from(leadership.valid_for().as_micros()).expect("fits");
+            let until = wall + micros(valid);
             log_line(&mut conn, format!("VALID {identity} {term} {until}")).await;
             let current = mode.borrow().clone();
             let rotate = current == "rotate" && start + micros(ROTATE_HOLD) <= wall_us();
@@ -581,6 +602,25 @@ async fn leader_above(e: &Election, above: u64, within: Duration) -> (Leader, In
     }
 }
 
+/// Waits (bounded) until `leader`'s process has logged that it leads.
+async fn logged_leader(
+    conn: &mut redis::aio::MultiplexedConnection,
+    leader: &Leader,
+    within: Duration,
+) {
+    let prefix = format!("LEADER {} {} ", leader.identity, leader.term);
+    let deadline = Instant::now() + within;
+    while !read_log(conn).await.iter().any(|l| l.starts_with(&prefix)) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never logged term {} within {within:?}",
+            leader.identity,
+            leader.term
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// TESTPLAN 47: 4 processes campaign; leaders rotate by resigning, then the leader is
 /// SIGKILLed, then the next one SIGSTOPped past its ttl. One leader per term, terms strictly
 /// increasing in the order leaders were elected, no two leaderships overlap by their holders'
@@ -628,10 +668,14 @@ async fn four_processes_elect_one_leader_per_term_through_kills_and_pauses() {
     // Long enough to be a leadership every follower must have seen.
     tokio::time::sleep(bound + MARGIN + Duration::from_millis(500)).await;
     let (killed, _) = leader_above(&e, 0, Duration::from_secs(30)).await;
+    logged_leader(&mut conn, &killed, Duration::from_secs(60)).await;
     let index = |identity: &str| roles.iter().position(|r| *r == identity).expect("a child");
     children[index(&killed.identity)].signal(libc::SIGKILL);
     let killed_at = Instant::now();
     let (after_kill, seen_at) = leader_above(&e, killed.term, Duration::from_secs(60)).await;
+    // Its record is written before its process logs that it leads; the freeze below must
+    // come after that line, or the line would carry the time it was resumed.
+    logged_leader(&mut conn, &after_kill, Duration::from_secs(60)).await;
     println!(
         "leader {} (term {}) SIGKILLed: {} (term {}) named {:.0} ms later (ttl {CHILD_TTL:?})",
         killed.identity,
