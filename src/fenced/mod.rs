@@ -6,7 +6,11 @@
 //! which strictly increases from one holder to the next, and to have the resource refuse a write
 //! whose fence is lower than one it has already accepted. This module is that check, on the
 //! store the client is connected to ([`FencedResource`], from [`Client::fenced`](crate::Client::fenced)) and, with
-//! the `postgres` feature, in a PostgreSQL transaction ([`postgres::FenceTable`]).
+//! the `postgres` feature, in a PostgreSQL transaction (`postgres::FenceTable`).
+#![cfg_attr(
+    feature = "postgres",
+    doc = "([`postgres::FenceTable`] is that table's handle.)"
+)]
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
