@@ -20,7 +20,7 @@ use crate::lock::{DEFAULT_TTL, LockBuilder};
 use crate::ratelimit::{Policy, RateLimiterBuilder};
 use crate::store::{
     Capability, MemoryStore, QuorumSettings, QuorumStore, RedisSettings, Replicas, Store,
-    Unsupported,
+    StoreKind, Unsupported,
 };
 
 /// The default key prefix.
@@ -55,9 +55,9 @@ pub(crate) struct ClientInner {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut debug = f.debug_struct("Client");
-        debug.field("store", &self.store().kind());
+        debug.field("store", &self.store().kind().as_str());
         if self.inner.counting.is_some() {
-            debug.field("counting_on", &self.store().counting_kind());
+            debug.field("counting_on", &self.store().counting_kind().as_str());
         }
         debug
             .field("prefix", &self.core().prefix())
@@ -301,10 +301,12 @@ impl Client {
         Idempotency::new(self.clone(), namespace.into())
     }
 
-    /// `"redis"` (a single primary), `"cluster"`, `"quorum"` (Redlock) or `"memory"`: the store
-    /// locks go to (see [`ClientBuilder::counting_on`] for a client that counts elsewhere).
+    /// The kind of store locks go to: [`StoreKind::Redis`] (a single primary),
+    /// [`Cluster`](StoreKind::Cluster), [`Quorum`](StoreKind::Quorum) (Redlock) or
+    /// [`Memory`](StoreKind::Memory) (see [`ClientBuilder::counting_on`] for a client that
+    /// counts elsewhere). It compares equal to its name: `client.store_kind() == "quorum"`.
     #[must_use]
-    pub fn store_kind(&self) -> &'static str {
+    pub fn store_kind(&self) -> StoreKind {
         self.store().kind()
     }
 

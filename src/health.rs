@@ -8,15 +8,15 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::StoreError;
-use crate::store::PingTarget;
+use crate::store::{PingTarget, StoreKind};
 
 /// What [`Client::ping`] found: each server asked, and whether the client can work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Health {
-    /// The kind of store: `"redis"` (a primary, plain or behind Sentinel), `"cluster"`,
-    /// `"quorum"` or `"memory"`.
-    pub store: &'static str,
+    /// The kind of store: [`StoreKind::Redis`] (a primary, plain or behind Sentinel),
+    /// `Cluster`, `Quorum` or `Memory`; it compares equal to its name (`health.store == "quorum"`).
+    pub store: StoreKind,
     /// Whether the client can work now: the primary answered; every Cluster master answered
     /// (each owns slots no other serves); a majority of a quorum answered; always in memory.
     /// A client that counts on another store is ready when both are.

@@ -88,7 +88,7 @@ pub use lock::{
     DEFAULT_TTL, Lease, LeaseHandle, LockBuilder, MAX_TTL, MIN_TTL, ReleaseOutcome, RunReport,
     current_lease, safety_margin,
 };
-pub use store::{Capability, Unsupported};
+pub use store::{Capability, StoreKind, Unsupported};
 
 #[doc(hidden)]
 pub use keys::hash_tag;

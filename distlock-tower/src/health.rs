@@ -57,7 +57,7 @@ fn respond(health: &Health) -> Response<Body> {
 pub fn document(health: &Health) -> String {
     let mut json = String::with_capacity(64 + 64 * health.nodes.len());
     let _ = write!(json, "{{\"ready\":{},\"store\":", health.ready);
-    push_json_string(&mut json, health.store);
+    push_json_string(&mut json, health.store.as_str());
     json.push_str(",\"nodes\":[");
     for (i, node) in health.nodes.iter().enumerate() {
         if i > 0 {

@@ -124,24 +124,50 @@ impl From<Unsupported> for crate::error::StoreError {
     }
 }
 
-/// Which kind of store a backend is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StoreKind {
-    /// A single primary, plain or behind Sentinel.
+/// Which kind of store a client's locks go to, as [`Client::store_kind`](crate::Client::store_kind)
+/// names it. It compares equal to its name (`client.store_kind() == "quorum"`) and prints as
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreKind {
+    /// A single primary, plain or behind Sentinel (`"redis"`).
     Redis,
+    /// A Redis Cluster (`"cluster"`).
     Cluster,
+    /// A Redlock quorum of independent primaries (`"quorum"`).
     Quorum,
+    /// The in-process store (`"memory"`).
     Memory,
 }
 
 impl StoreKind {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// Its name: `"redis"`, `"cluster"`, `"quorum"` or `"memory"`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Redis => "redis",
             Self::Cluster => "cluster",
             Self::Quorum => "quorum",
             Self::Memory => "memory",
         }
+    }
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for StoreKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for StoreKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 

@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use self::backend::Backend;
-pub use self::capability::{Capability, Unsupported};
+pub use self::capability::{Capability, StoreKind, Unsupported};
 pub(crate) use self::connect::RedisSettings;
 pub(crate) use self::memory::MemoryStore;
 use self::peek::SetHolder;
@@ -169,14 +169,13 @@ impl Store {
     }
 
     /// The kind of the store counting primitives go to.
-    pub(crate) fn counting_kind(&self) -> &'static str {
-        on_backend!(self.counting(), s => s.kind().as_str())
+    pub(crate) fn counting_kind(&self) -> StoreKind {
+        on_backend!(self.counting(), s => s.kind())
     }
 
-    /// `"redis"` (a single primary), `"cluster"`, `"quorum"` or `"memory"`: the store locks
-    /// go to.
-    pub(crate) fn kind(&self) -> &'static str {
-        on_backend!(self.locks(), s => s.kind().as_str())
+    /// The kind of the store locks go to.
+    pub(crate) fn kind(&self) -> StoreKind {
+        on_backend!(self.locks(), s => s.kind())
     }
 
     /// Whether this store can serve `capability`, and if not, why.

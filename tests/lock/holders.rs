@@ -9,6 +9,7 @@ use distlock::{Client, Holder, LockError, LockState, StoreError};
 use tokio::time::Instant;
 
 use crate::support::fixture::{Fixture, on_both_stores};
+use crate::support::server::until_subscribed;
 
 on_both_stores!(
     lock_state_names_the_builder_identity_and_the_grant_time,
@@ -340,23 +341,7 @@ async fn a_key_deleted_by_hand_tells_a_watching_holder_at_once() {
         .expect("acquire");
     let mut conn = server.conn().await;
     // The holder's client listens once its watchdog runs.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, listening): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("__keyevent@0__:del")
-            .query_async(&mut conn)
-            .await
-            .expect("PUBSUB NUMSUB");
-        if listening > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the holder never listened for deletions"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_subscribed(&mut conn, "__keyevent@0__:del", 1, "holders").await;
     let key = watching.__inspect().lock_key("by-hand").expect("key");
     let deleted_at = Instant::now();
     let deleted: u64 = redis::cmd("DEL")

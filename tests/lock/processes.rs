@@ -11,7 +11,7 @@ use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess, run_children_to_done, say};
 use crate::support::fixture::connect;
 use crate::support::sections::{bump_counter_and_leave, enter_section};
-use crate::support::server::resource_conn;
+use crate::support::server::{resource_conn, until_subscribed};
 
 /// A fenced resource: a Redis key that accepts a write only with a fence above the last one.
 static FENCED_WRITE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
@@ -143,23 +143,8 @@ async fn a_forced_holder_in_another_process_is_named_and_told_at_once() {
     // The child listens on the revocation channel once its watchdog runs: wait until the
     // server has its subscription (a force announced before it would reach nobody).
     let mut conn = server.conn().await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(format!("{}:revoked", distlock::DEFAULT_PREFIX))
-            .query_async(&mut conn)
-            .await
-            .expect("PUBSUB NUMSUB");
-        if subscribers > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the child never listened for forces"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let channel = format!("{}:revoked", distlock::DEFAULT_PREFIX);
+    until_subscribed(&mut conn, &channel, 1, "children").await;
     let forced_at = Instant::now();
     assert!(
         client

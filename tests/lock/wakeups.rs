@@ -13,6 +13,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::support::fixture::Fixture;
+use crate::support::server::subscribers;
 
 /// The holder's ttl: a waiter that missed the release sleeps until its key would expire. The
 /// watchdog renews it every 20 s, so that is at least 40 s after the waiter's last attempt.
@@ -44,13 +45,7 @@ async fn poll_then_drop<F: Future>(future: F, polls: usize) {
 async fn numsub(fx: &Fixture, channel: &str) -> i64 {
     let server = fx.server.as_ref().expect("redis fixture");
     let mut conn = server.conn().await;
-    let reply: (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(&mut conn)
-        .await
-        .expect("PUBSUB NUMSUB");
-    reply.1
+    i64::try_from(subscribers(&mut conn, channel).await).expect("fits")
 }
 
 /// A waiter that waits long, spawned on `client`.

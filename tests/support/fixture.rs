@@ -112,23 +112,7 @@ impl Fixture {
         };
         let mut conn = server.conn().await;
         let channel = format!("{}:revoked", self.client.prefix());
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let (_, listening): (String, u64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query_async(&mut conn)
-                .await
-                .expect("PUBSUB NUMSUB");
-            if listening >= clients {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{listening} of {clients} clients listen for forces"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        super::server::until_subscribed(&mut conn, &channel, clients, "clients").await;
     }
 
     /// Whether the store holds lock `name` for anyone right now.

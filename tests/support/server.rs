@@ -717,6 +717,39 @@ pub async fn resource_conn(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
 }
 
+/// How many clients the server counts on `channel` (`PUBSUB NUMSUB`).
+pub async fn subscribers(conn: &mut redis::aio::MultiplexedConnection, channel: &str) -> u64 {
+    let (_, count): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(conn)
+        .await
+        .expect("PUBSUB NUMSUB");
+    count
+}
+
+/// Waits (bounded, 10 s) until at least `at_least` clients listen on `channel`: a message
+/// published before a client listens reaches nobody. `who` names the listeners in the failure.
+pub async fn until_subscribed(
+    conn: &mut redis::aio::MultiplexedConnection,
+    channel: &str,
+    at_least: u64,
+    who: &str,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let listening = subscribers(conn, channel).await;
+        if listening >= at_least {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{listening} of {at_least} {who} listen on {channel}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn acl_run() -> bool {
     std::env::var_os(ACL_RUN_ENV).is_some()
 }

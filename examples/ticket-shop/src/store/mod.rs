@@ -23,7 +23,7 @@
 mod direct;
 
 use distlock::fenced::{FencedResource, MAX_CHANGES};
-use distlock::{Client, FencedError};
+use distlock::{Client, FencedError, StoreKind};
 use serde::{Deserialize, Serialize};
 
 use self::direct::Direct;
@@ -169,8 +169,8 @@ impl Store {
     /// `"memory"`, `"redis"` (one primary) or `"redis-cluster"`.
     pub fn kind(&self) -> &'static str {
         match self.records.store_kind() {
-            "memory" => "memory",
-            "cluster" => "redis-cluster",
+            StoreKind::Memory => "memory",
+            StoreKind::Cluster => "redis-cluster",
             _ => "redis",
         }
     }
