@@ -42,6 +42,9 @@ pub(crate) struct LeaseOptions<K, X> {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) missing_key: MissingKey,
     pub(crate) kind: X,
+    /// How long this layer's requests held their leases lately (shared by the layer's
+    /// clones).
+    pub(crate) holds: Arc<RecentHolds>,
 }
 
 impl<K, X: std::fmt::Debug> std::fmt::Debug for LeaseOptions<K, X> {
@@ -71,6 +74,7 @@ impl<K, X> LeaseOptions<K, X> {
                 max_hold: None,
                 missing_key: MissingKey::default(),
                 kind,
+                holds: Arc::default(),
             },
             refusal: PlainText,
         }
@@ -220,8 +224,9 @@ where
         Ok(lease) => lease,
         Err(refusal) => return Ok(refuse(refusal, &*config)),
     };
+    let timer = HoldTimer::start(&config.options.holds);
     let held = X::held(lease.handle());
-    call_under_lease(inner, request, lease, held, |handle| {
+    call_under_lease(inner, request, (lease, timer), held, |handle| {
         X::log_lost(&key, handle);
         refuse(Refusal::lease_lost_by(X::REFUSED_BY, &key), &*config)
     })
@@ -239,7 +244,7 @@ where
 async fn call_under_lease<S, ReqBody, ResBody, H>(
     inner: InnerService<S>,
     mut request: Request<ReqBody>,
-    lease: Lease,
+    (lease, timer): (Lease, HoldTimer),
     held: H,
     on_lost: impl FnOnce(&LeaseHandle) -> Response<ResponseBody<ResBody>>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
@@ -264,10 +269,74 @@ where
     if response.body().is_end_stream() {
         // Nothing left to send: release before the head goes out, so a client that sends its
         // next request as soon as it has this response finds the lock free.
+        drop(timer);
         body::release(lease).await;
         return Ok(response.map(ResponseBody::unlocked));
     }
-    Ok(response.map(|b| ResponseBody::locked(b, lease)))
+    Ok(response.map(|b| ResponseBody::locked(b, lease, timer)))
+}
+
+/// How many of a layer's latest holds [`RecentHolds`] keeps.
+const RECENT_HOLDS: usize = 16;
+
+/// The durations of a layer's latest holds (from the grant to the release's start), kept
+/// without a lock: what a refused request is told to wait at most for a lease this layer's
+/// requests hold (see `LockLayerBuilder`'s `Retry-After`).
+#[derive(Debug, Default)]
+pub(crate) struct RecentHolds {
+    /// Microseconds plus one; 0 is an empty slot.
+    slots: [std::sync::atomic::AtomicU64; RECENT_HOLDS],
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl RecentHolds {
+    fn record(&self, held: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let at = self.next.fetch_add(1, Relaxed) % RECENT_HOLDS;
+        let micros = u64::try_from(held.as_micros()).unwrap_or(u64::MAX - 1);
+        self.slots[at].store(micros.saturating_add(1), Relaxed);
+    }
+
+    /// The longest of the latest holds, if any ended yet.
+    pub(crate) fn longest(&self) -> Option<Duration> {
+        let longest = self
+            .slots
+            .iter()
+            .map(|slot| slot.load(std::sync::atomic::Ordering::Relaxed))
+            .max()
+            .filter(|&m| m > 0)?;
+        Some(Duration::from_micros(longest - 1))
+    }
+}
+
+/// A hold in progress: its duration goes to the layer's [`RecentHolds`] when it is dropped
+/// (with the lease, when the response body ends or is dropped).
+pub(crate) struct HoldTimer {
+    started: std::time::Instant,
+    holds: Arc<RecentHolds>,
+}
+
+impl HoldTimer {
+    pub(crate) fn start(holds: &Arc<RecentHolds>) -> Self {
+        Self {
+            started: std::time::Instant::now(),
+            holds: Arc::clone(holds),
+        }
+    }
+}
+
+impl Drop for HoldTimer {
+    fn drop(&mut self) {
+        self.holds.record(self.started.elapsed());
+    }
+}
+
+impl std::fmt::Debug for HoldTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldTimer")
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The response for `refusal`, made by the layer's [`MakeRefusal`].

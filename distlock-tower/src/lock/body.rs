@@ -9,6 +9,8 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::task::JoinHandle;
 
+use crate::lease::HoldTimer;
+
 pin_project! {
     /// Response body of [`Lock`](super::Lock): the inner service's body, owning the lease
     /// until the body is finished.
@@ -23,7 +25,7 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
-        lease: Slot,
+        lease: LeaseSlot,
         // The inner body's last frame, held back while the lease is released.
         last: Option<Frame<Bytes>>,
         // The inner body has ended (or failed): it is not polled again.
@@ -40,24 +42,26 @@ pin_project! {
 }
 
 /// Where the lease is.
-enum Slot {
+enum LeaseSlot {
     /// Not held (no lock, or released).
     Empty,
-    Held(Lease),
+    /// Held, and timed for the layer's recent holds (the timer ends when the lease leaves).
+    Held(Lease, HoldTimer),
     /// Being released by a task: a body dropped meanwhile does not cancel the release.
     Releasing(JoinHandle<()>),
 }
 
-impl Slot {
+impl LeaseSlot {
     fn is_empty(&self) -> bool {
         matches!(self, Self::Empty)
     }
 
     fn start_release(&mut self) {
-        if let Self::Held(_) = self {
-            let Self::Held(lease) = std::mem::replace(self, Self::Empty) else {
+        if let Self::Held(..) = self {
+            let Self::Held(lease, timer) = std::mem::replace(self, Self::Empty) else {
                 return;
             };
+            drop(timer);
             if let Some(task) = spawn_release(lease) {
                 *self = Self::Releasing(task);
             }
@@ -66,17 +70,17 @@ impl Slot {
 
     /// Drops the lease now: [`Lease`]'s `Drop` releases it in the background.
     fn drop_lease(&mut self) {
-        if let Self::Held(_) = self {
+        if let Self::Held(..) = self {
             *self = Self::Empty;
         }
     }
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn locked(body: B, lease: Lease) -> Self {
+    pub(crate) fn locked(body: B, lease: Lease, timer: HoldTimer) -> Self {
         Self {
             kind: Kind::Inner { body },
-            lease: Slot::Held(lease),
+            lease: LeaseSlot::Held(lease, timer),
             last: None,
             done: false,
         }
@@ -85,7 +89,7 @@ impl<B> ResponseBody<B> {
     pub(crate) fn unlocked(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
-            lease: Slot::Empty,
+            lease: LeaseSlot::Empty,
             last: None,
             done: false,
         }
@@ -94,7 +98,7 @@ impl<B> ResponseBody<B> {
     pub(crate) fn message(text: Bytes) -> Self {
         Self {
             kind: Kind::Message { text: Some(text) },
-            lease: Slot::Empty,
+            lease: LeaseSlot::Empty,
             last: None,
             done: false,
         }
@@ -104,9 +108,9 @@ impl<B> ResponseBody<B> {
 impl<B> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lease = match &self.lease {
-            Slot::Empty => "none",
-            Slot::Held(_) => "held",
-            Slot::Releasing(_) => "releasing",
+            LeaseSlot::Empty => "none",
+            LeaseSlot::Held(..) => "held",
+            LeaseSlot::Releasing(_) => "releasing",
         };
         f.debug_struct("ResponseBody")
             .field("lease", &lease)
@@ -128,11 +132,11 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let mut this = self.project();
         loop {
-            if let Slot::Releasing(task) = this.lease {
+            if let LeaseSlot::Releasing(task) = this.lease {
                 // A failed release was logged by the task; a panicked one leaves the key to
                 // expire. Either way the response goes on.
                 let _ = ready!(Pin::new(task).poll(cx));
-                *this.lease = Slot::Empty;
+                *this.lease = LeaseSlot::Empty;
             }
             if this.lease.is_empty()
                 && let Some(frame) = this.last.take()
@@ -240,6 +244,7 @@ fn spawn_release(lease: Lease) -> Option<JoinHandle<()>> {
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
+    use std::sync::Arc;
     use std::time::Duration;
 
     use distlock::Client;
@@ -247,6 +252,12 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
+    use crate::lease::RecentHolds;
+
+    /// A timer for a layer nobody asks about.
+    fn timer() -> HoldTimer {
+        HoldTimer::start(&Arc::default())
+    }
 
     /// A body that yields the given frames, then (optionally) an error.
     struct Frames {
@@ -294,7 +305,7 @@ mod tests {
     async fn forwards_hints_and_releases_before_the_last_frame() {
         let client = Client::in_memory();
         let inner = http_body_util::Full::new(Bytes::from_static(b"hello"));
-        let mut body = ResponseBody::locked(inner, lease(&client).await);
+        let mut body = ResponseBody::locked(inner, lease(&client).await, timer());
         assert_eq!(body.size_hint().exact(), Some(5));
         assert!(!body.is_end_stream());
 
@@ -324,13 +335,16 @@ mod tests {
             ]),
             fail: false,
         };
-        let mut body = ResponseBody::locked(inner, lease(&client).await);
+        let holds = Arc::new(RecentHolds::default());
+        let mut body = ResponseBody::locked(inner, lease(&client).await, HoldTimer::start(&holds));
         assert_eq!(body.size_hint().lower(), 7, "the inner body's hint");
         assert!(body.frame().await.expect("frame").expect("ok").is_data());
         assert!(!is_free(&client).await, "held while more may come");
+        assert_eq!(holds.longest(), None, "a hold counts once it ends");
         let last = body.frame().await.expect("frame").expect("ok");
         assert_eq!(last.trailers_ref().expect("trailers")["x-done"], "1");
         assert!(is_free(&client).await);
+        assert!(holds.longest().is_some(), "the ended hold is counted");
         assert!(body.frame().await.is_none());
     }
 
@@ -341,7 +355,7 @@ mod tests {
             frames: VecDeque::new(),
             fail: true,
         };
-        let mut body = ResponseBody::locked(inner, lease(&client).await);
+        let mut body = ResponseBody::locked(inner, lease(&client).await, timer());
         assert_eq!(body.frame().await.expect("frame").err(), Some("broken"));
         assert!(body.is_end_stream());
         // Released in the background, since the response was cut short.
@@ -358,7 +372,7 @@ mod tests {
     async fn dropping_the_body_releases() {
         let client = Client::in_memory();
         let inner = http_body_util::Empty::<Bytes>::new();
-        let body = ResponseBody::locked(inner, lease(&client).await);
+        let body = ResponseBody::locked(inner, lease(&client).await, timer());
         drop(body);
         for _ in 0..100 {
             if is_free(&client).await {

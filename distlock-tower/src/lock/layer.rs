@@ -115,7 +115,10 @@ impl<K, R> LockLayerBuilder<K, R> {
 
     /// The status of a request refused because its lock is busy: `423 Locked` (default) or
     /// `409 Conflict`. Either comes with `Retry-After`: the holder's remaining ttl, whoever
-    /// took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl.
+    /// took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl; or,
+    /// once this layer's requests have held their locks, the longest of their latest 16
+    /// holds when that is shorter (a watchdog keeps a 30 s ttl alive for a request of
+    /// milliseconds, and the client should not be told to wait 30 s).
     pub fn busy_status(mut self, status: BusyStatus) -> Self {
         self.config.options.kind.busy_status = status;
         self

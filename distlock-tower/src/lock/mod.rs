@@ -79,7 +79,7 @@
 //!
 //! | situation | response |
 //! |---|---|
-//! | the lock is held by another holder | `423 Locked` (or `409 Conflict`, [`BusyStatus`]) with `Retry-After`: the holder's remaining ttl in whole seconds, rounded up, at least 1, whoever took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl |
+//! | the lock is held by another holder | `423 Locked` (or `409 Conflict`, [`BusyStatus`]) with `Retry-After`: the holder's remaining ttl in whole seconds, rounded up, at least 1, whoever took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl; or the longest of this layer's latest 16 holds when shorter |
 //! | ... and [`wait`](LockLayerBuilder::wait) is set | waits up to that long (holding nothing of the inner service), one waiter served per release, then as above |
 //! | the request has no key ([`Extracted::Absent`](crate::extract::Extracted::Absent)) | `400 Bad Request`, or the inner service unlocked ([`MissingKey`]) |
 //! | an invalid key (key header sent twice, over-long, empty, not text: [`Extracted::Invalid`](crate::extract::Extracted::Invalid)) | `400 Bad Request`, whatever the [`MissingKey`] setting |

@@ -43,6 +43,7 @@ impl LeaseKind for Locking {
             other => other,
         };
         result.map_err(|err| {
+            let busy = matches!(err, LockError::Busy { .. } | LockError::Timeout { .. });
             match &err {
                 LockError::InvalidName(err) => {
                     tracing::debug!(lock = %key, error = %err, "request key is not a valid lock name");
@@ -54,7 +55,14 @@ impl LeaseKind for Locking {
                 // the refusal logs at ERROR once.
                 _ => {}
             }
-            Refusal::lock_error(key, err, options.kind.busy_status.status_code())
+            let refusal = Refusal::lock_error(key, err, options.kind.busy_status.status_code());
+            // The holder's remaining ttl bounds the wait, but a watchdog renews it long before
+            // a short request ends: once this layer's requests have held their locks, tell
+            // the longest of their latest holds instead when it is shorter.
+            match options.holds.longest() {
+                Some(longest) if busy => refusal.cap_retry_after(longest),
+                _ => refusal,
+            }
         })
     }
 

@@ -355,6 +355,12 @@ impl Refusal {
         refusal
     }
 
+    /// Caps the wait this refusal tells (if it tells one) at `cap`.
+    pub(crate) fn cap_retry_after(mut self, cap: Duration) -> Self {
+        self.retry_after = self.retry_after.map(|wait| wait.min(cap));
+        self
+    }
+
     /// The lease that layer `refused_by` held for the request on `name` was lost while the
     /// handler ran.
     pub(crate) fn lease_lost_by(refused_by: RefusedBy, name: &str) -> Self {
