@@ -13,7 +13,7 @@ use crate::client::Client;
 use crate::error::{LockError, StoreError};
 use crate::holder::{Holder, parse_token};
 use crate::keys::LockKeys;
-use crate::store::{Capability, Held};
+use crate::store::{Capability, Ownership};
 use crate::token::Token;
 
 /// What a lock's key says right now, as [`Client::lock_state`] reads it.
@@ -151,7 +151,7 @@ impl Client {
             .store()
             .release(&keys, &Token::from_stored(token))
             .await?;
-        let forced = matches!(held, Held::Yes);
+        let forced = matches!(held, Ownership::Ours);
         if forced {
             let holder = parse_token(token).map(|h| h.identity).unwrap_or_default();
             tracing::info!(lock = %keys.name, %holder, "lock forced free by an operator");
@@ -192,7 +192,7 @@ impl Client {
                 .store()
                 .release_entries(&keys, &token, holder.count)
                 .await?
-                == Held::Yes
+                == Ownership::Ours
             {
                 freed += 1;
             }
@@ -246,7 +246,7 @@ impl Client {
                 .store()
                 .release_writer(&keys, &Token::from_stored(token))
                 .await?
-                == Held::Yes
+                == Ownership::Ours
         {
             freed += 1;
             self.store()
@@ -260,7 +260,7 @@ impl Client {
                 .store()
                 .release_entries(&keys.readers, &token, holder.count)
                 .await?;
-            if held == Held::Yes {
+            if held == Ownership::Ours {
                 readers += 1;
             }
         }

@@ -30,7 +30,7 @@ use super::hold::release_in_background;
 use super::metrics;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
-use crate::store::{Capability, HandoffReply, Held, Store};
+use crate::store::{Capability, HandoffReply, Ownership, Store};
 use crate::token::Token;
 
 /// The most hand-offs of one lock in a row before an ordinary release gives the waiters of
@@ -185,7 +185,7 @@ pub(crate) async fn pass_on(
     keys: &LockKeys,
     token: &Token,
     in_row: u32,
-) -> Option<Result<Held, StoreError>> {
+) -> Option<Result<Ownership, StoreError>> {
     if store.supports(Capability::HandOff).is_err() || in_row >= MAX_IN_ROW {
         return None;
     }
@@ -208,7 +208,7 @@ pub(crate) async fn pass_on(
                 sent_at,
                 in_row: in_row + 1,
             });
-            Ok(Held::Yes)
+            Ok(Ownership::Ours)
         }
         Ok(HandoffReply::Not(held)) => {
             notice.send(Handed::Retry { token: None });
@@ -218,7 +218,7 @@ pub(crate) async fn pass_on(
             // Released to the waiters that waited long, of every client; ours retries (and
             // takes it at once if it is one of them).
             notice.send(Handed::Retry { token: None });
-            Ok(Held::Yes)
+            Ok(Ownership::Ours)
         }
         Err(err) => Err(err),
     })

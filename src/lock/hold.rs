@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::StoreError;
 use crate::keys::{LockKeys, RwKeys, SetKeys};
-use crate::store::{Held, RenewItem, Replicas, Store};
+use crate::store::{Ownership, RenewItem, Replicas, Store};
 use crate::token::Token;
 
 /// What a lease holds in the store. It decides what the lease's renewals and its release
@@ -89,7 +89,11 @@ impl Hold {
 
     /// Gives the hold of `token` back: deletes the lock key, or removes the entries; wakes
     /// the waiters that listen.
-    pub(crate) async fn release(&self, store: &Store, token: &Token) -> Result<Held, StoreError> {
+    pub(crate) async fn release(
+        &self,
+        store: &Store,
+        token: &Token,
+    ) -> Result<Ownership, StoreError> {
         match self {
             Self::Key(keys) => store.release(keys, token).await,
             Self::Writer(keys) => store.release_writer(keys, token).await,

@@ -18,7 +18,7 @@ use super::options::check_ttl;
 use super::state::LeaseState;
 use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::{LockError, LossReason, StoreError};
-use crate::store::Held;
+use crate::store::Ownership;
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +34,12 @@ pub enum ReleaseOutcome {
     HeldByOther,
 }
 
-impl From<Held> for ReleaseOutcome {
-    fn from(held: Held) -> Self {
+impl From<Ownership> for ReleaseOutcome {
+    fn from(held: Ownership) -> Self {
         match held {
-            Held::Yes => Self::Released,
-            Held::Gone => Self::AlreadyExpired,
-            Held::Other => Self::HeldByOther,
+            Ownership::Ours => Self::Released,
+            Ownership::Expired => Self::AlreadyExpired,
+            Ownership::Theirs => Self::HeldByOther,
         }
     }
 }
@@ -283,7 +283,7 @@ impl Lease {
             .hold
             .renewal(&shared.token, op.ttl(), shared.replicas);
         let result = match store.renew(&[item]).await {
-            Ok(held) if held.as_slice() == [Held::Yes] => {
+            Ok(held) if held.as_slice() == [Ownership::Ours] => {
                 op.finish(Answer::Held);
                 Ok(())
             }
@@ -339,13 +339,13 @@ impl Drop for Lease {
 
 /// Gives up a lease in the store: keeps it until its minimum hold has passed (setting its
 /// expiry to what remains), or hands it off, or releases it.
-async fn end(client: &LockContext, shared: &LeaseState) -> Result<Held, StoreError> {
+async fn end(client: &LockContext, shared: &LeaseState) -> Result<Ownership, StoreError> {
     let store = client.store();
     let keep = shared.timing().min_hold_left(Instant::now());
     if let Some(keep) = keep {
         let item = shared.hold.renewal(&shared.token, keep, None);
         let held = store.renew(&[item]).await?;
-        return Ok(held.first().copied().unwrap_or(Held::Gone));
+        return Ok(held.first().copied().unwrap_or(Ownership::Expired));
     }
     // Only a lock key can pass to a waiter (waiters queue for locks only). A lease that needs
     // replica acknowledgement is released the ordinary way: a hand-off would give the waiter

@@ -33,7 +33,7 @@ use super::state::LeaseState;
 use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::LossReason;
 use crate::error::StoreError;
-use crate::store::{Held, RenewItem, Replicas, Store};
+use crate::store::{Ownership, RenewItem, Replicas, Store};
 
 /// Most keys renewed in one script call (keeps each script short on the server).
 pub(crate) const MAX_BATCH: usize = 512;
@@ -348,8 +348,8 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
         Ok(Ok(replies)) if replies.len() == ops.len() => {
             for ((lease, op), held) in ops.into_iter().zip(replies) {
                 match held {
-                    Held::Yes => op.finish(Answer::Held),
-                    Held::Gone | Held::Other => {
+                    Ownership::Ours => op.finish(Answer::Held),
+                    Ownership::Expired | Ownership::Theirs => {
                         op.finish(Answer::NotHeld);
                         lease.end(LossReason::NotHeld);
                     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::rate::{RateProblem, parse_rate};
 use super::{Lockout, Rate};
 use crate::error::InvalidPolicy;
-use crate::store::{Kind, LockoutParams, PolicyParams};
+use crate::store::{LockoutParams, PolicyParams, ScriptAlgorithm};
 
 /// The most requests per window a sliding log accepts (it stores one entry per request).
 pub const MAX_LOG_LIMIT: u32 = 10_000;
@@ -379,11 +379,11 @@ impl Policy {
         };
         PolicyParams {
             kind: match self.algorithm {
-                Algorithm::Gcra => Kind::Gcra,
-                Algorithm::TokenBucket => Kind::TokenBucket,
-                Algorithm::FixedWindow => Kind::FixedWindow,
-                Algorithm::SlidingWindow => Kind::SlidingWindow,
-                Algorithm::SlidingLog => Kind::SlidingLog,
+                Algorithm::Gcra => ScriptAlgorithm::Gcra,
+                Algorithm::TokenBucket => ScriptAlgorithm::TokenBucket,
+                Algorithm::FixedWindow => ScriptAlgorithm::FixedWindow,
+                Algorithm::SlidingWindow => ScriptAlgorithm::SlidingWindow,
+                Algorithm::SlidingLog => ScriptAlgorithm::SlidingLog,
             },
             // Both fit: the unit is at most MAX_PERIOD in µs (< 2^45), the count a u32.
             unit_us: i64::try_from(unit).unwrap_or(i64::MAX),

@@ -269,20 +269,20 @@ pub(crate) fn parse_rate(text: &str) -> Result<Rate, RateProblem> {
     let mut tokens = tokens.iter().copied().peekable();
     let count = match tokens.next() {
         None => return Err(RateProblem::Empty),
-        Some(t) if t.kind == Kind::Number => number(t.text)?,
+        Some(t) if t.kind == TokenKind::Number => number(t.text)?,
         Some(t) => return Err(RateProblem::ExpectedCount(t.text.to_owned())),
     };
     match tokens.next() {
-        Some(t) if t.kind == Kind::Slash || t.is_word("per") => {}
+        Some(t) if t.kind == TokenKind::Slash || t.is_word("per") => {}
         None => return Err(RateProblem::NoPeriod),
         Some(t) => return Err(RateProblem::ExpectedPer(t.text.to_owned())),
     }
-    let multiple = match tokens.next_if(|t| t.kind == Kind::Number) {
+    let multiple = match tokens.next_if(|t| t.kind == TokenKind::Number) {
         Some(t) => number(t.text)?,
         None => 1,
     };
     let unit = match tokens.next() {
-        Some(t) if t.kind == Kind::Word => unit(t.text)?,
+        Some(t) if t.kind == TokenKind::Word => unit(t.text)?,
         None => return Err(RateProblem::NoUnit),
         Some(t) => return Err(RateProblem::Unit(t.text.to_owned())),
     };
@@ -290,7 +290,7 @@ pub(crate) fn parse_rate(text: &str) -> Result<Rate, RateProblem> {
     let mut rate = Rate::per(count, unit * multiple).map_err(RateProblem::Invalid)?;
     if tokens.next_if(|t| t.is_word("burst")).is_some() {
         rate = match tokens.next() {
-            Some(t) if t.kind == Kind::Number => {
+            Some(t) if t.kind == TokenKind::Number => {
                 rate.burst(number(t.text)?).map_err(RateProblem::Invalid)?
             }
             None => return Err(RateProblem::NoBurst),
@@ -306,14 +306,14 @@ pub(crate) fn parse_rate(text: &str) -> Result<Rate, RateProblem> {
 /// One piece of a rate's text.
 #[derive(Debug, Clone, Copy)]
 struct Token<'a> {
-    kind: Kind,
+    kind: TokenKind,
     text: &'a str,
     /// Byte offset of `text` in the whole text.
     at: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+enum TokenKind {
     /// Digits, perhaps with `_` between them.
     Number,
     /// Letters: a unit or a keyword.
@@ -324,7 +324,7 @@ enum Kind {
 
 impl Token<'_> {
     fn is_word(self, keyword: &str) -> bool {
-        self.kind == Kind::Word && self.text.eq_ignore_ascii_case(keyword)
+        self.kind == TokenKind::Word && self.text.eq_ignore_ascii_case(keyword)
     }
 }
 
@@ -335,18 +335,18 @@ fn tokenize(text: &str) -> Result<Vec<Token<'_>>, RateProblem> {
         let kind = if c.is_whitespace() {
             continue;
         } else if c.is_ascii_digit() {
-            Kind::Number
+            TokenKind::Number
         } else if c.is_alphabetic() {
-            Kind::Word
+            TokenKind::Word
         } else if c == '/' {
-            Kind::Slash
+            TokenKind::Slash
         } else {
             return Err(RateProblem::Character(c));
         };
         let mut end = at + c.len_utf8();
-        if kind != Kind::Slash {
+        if kind != TokenKind::Slash {
             let continues = |c: char| match kind {
-                Kind::Number => c.is_ascii_digit() || c == '_',
+                TokenKind::Number => c.is_ascii_digit() || c == '_',
                 _ => c.is_alphabetic(),
             };
             while let Some((i, next)) = chars.next_if(|&(_, next)| continues(next)) {

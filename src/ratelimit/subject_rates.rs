@@ -126,16 +126,16 @@ pub(crate) struct RateTable {
     lookup: Arc<dyn RateLookup>,
     ttl: Duration,
     capacity: usize,
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    slots: Mutex<HashMap<String, Arc<SubjectEntry>>>,
 }
 
 /// One subject's rates: filled by one lookup, which concurrent checks of the subject await.
 #[derive(Default)]
-struct Slot {
+struct SubjectEntry {
     cell: OnceCell<(Arc<Effective>, Instant)>,
 }
 
-impl Slot {
+impl SubjectEntry {
     fn fresh(&self, now: Instant) -> bool {
         self.cell.get().is_none_or(|(_, until)| *until > now)
     }
@@ -172,7 +172,7 @@ impl RateTable {
                             slots.clear();
                         }
                     }
-                    let slot = Arc::new(Slot::default());
+                    let slot = Arc::new(SubjectEntry::default());
                     slots.insert(subject.to_owned(), Arc::clone(&slot));
                     (slot, stale)
                 }

@@ -26,7 +26,7 @@ use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::peek::SetHolder;
 use super::scripts::leader::Record;
 use super::scripts::renew::RenewItem;
-use super::scripts::{Held, Replicas};
+use super::scripts::{Ownership, Replicas};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
 use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
@@ -56,10 +56,10 @@ pub(crate) trait Backend {
     ) -> Result<AcquireReply, StoreError>;
 
     /// Frees the lock if `token` holds it, waking (or reserving it for) its waiters.
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError>;
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError>;
 
     /// Sets each lease's ttl if its token still holds it; never re-creates a key.
-    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError>;
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Ownership>, StoreError>;
 
     /// Takes back a starving waiter's mark on a lock.
     async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError>;
@@ -216,7 +216,7 @@ pub(crate) trait Backend {
     }
 
     /// Releases the write hold of a read-write lock, waking writers and readers.
-    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Ownership, StoreError> {
         let _ = (keys, token);
         Err(self.lacks(Capability::HolderSets))
     }
@@ -227,7 +227,7 @@ pub(crate) trait Backend {
         keys: &SetKeys,
         token: &Token,
         count: u32,
-    ) -> Result<Held, StoreError> {
+    ) -> Result<Ownership, StoreError> {
         let _ = (keys, token, count);
         Err(self.lacks(Capability::HolderSets))
     }

@@ -140,7 +140,7 @@ impl<B: Batch> Batcher<B> {
             }
         };
         // Our slot is handed on (or given back) when this guard drops, even if we are cancelled.
-        let _slot = Slot { batcher: self };
+        let _slot = InFlight { batcher: self };
         let mut replies = self.op.run(std::slice::from_ref(&item)).await?;
         match (replies.pop(), replies.is_empty()) {
             (Some(reply), true) => Ok(reply),
@@ -361,11 +361,11 @@ fn fail<I, R>(waiters: Vec<(I, oneshot::Sender<Result<R, StoreError>>)>, err: &S
     }
 }
 
-struct Slot<'a, B: Batch> {
+struct InFlight<'a, B: Batch> {
     batcher: &'a Batcher<B>,
 }
 
-impl<B: Batch> Drop for Slot<'_, B> {
+impl<B: Batch> Drop for InFlight<'_, B> {
     fn drop(&mut self) {
         self.batcher.release_slot();
     }

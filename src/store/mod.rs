@@ -53,7 +53,7 @@ pub(crate) use self::memory::MemoryStore;
 use self::peek::SetHolder;
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{
-    Kind, LockoutParams, PolicyParams, RateOp, RateReply, RateRequest,
+    LockoutParams, PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm,
 };
 pub(crate) use self::scripted::ScriptedStore;
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
@@ -69,7 +69,7 @@ pub(crate) use self::scripts::idempotency::{RecordCall, RecordReply};
 pub(crate) use self::scripts::leader::Record;
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
-pub(crate) use self::scripts::{Held, Replicas};
+pub(crate) use self::scripts::{Ownership, Replicas};
 pub(crate) use self::wakeups::{Subscription, Wakeups};
 use crate::error::StoreError;
 use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
@@ -216,7 +216,11 @@ impl Store {
         .await
     }
 
-    pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+    ) -> Result<Ownership, StoreError> {
         let side = self.locks();
         bounded(&side, async {
             on_backend!(&side, s => s.release(keys, token).await)
@@ -328,7 +332,7 @@ impl Store {
         &self,
         keys: &RwKeys,
         token: &Token,
-    ) -> Result<Held, StoreError> {
+    ) -> Result<Ownership, StoreError> {
         let side = self.counting();
         bounded(&side, async {
             on_backend!(&side, s => s.release_writer(keys, token).await)
@@ -341,7 +345,7 @@ impl Store {
         keys: &SetKeys,
         token: &Token,
         count: u32,
-    ) -> Result<Held, StoreError> {
+    ) -> Result<Ownership, StoreError> {
         let side = self.counting();
         bounded(&side, async {
             on_backend!(&side, s => s.release_entries(keys, token, count).await)
@@ -350,7 +354,10 @@ impl Store {
     }
 
     /// Renews leases of locks (and, on a store that is not split, of holder sets).
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Ownership>, StoreError> {
         let side = self.locks();
         bounded(&side, async {
             on_backend!(&side, s => s.renew(items).await)

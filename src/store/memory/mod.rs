@@ -25,8 +25,8 @@ use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::scripts::leader::Record;
 use super::{
-    AcquireReply, AllReply, CLAIM, Held, PermitsItem, RateReply, RateRequest, RenewItem, Replicas,
-    Side, Waits, Wakeups,
+    AcquireReply, AllReply, CLAIM, Ownership, PermitsItem, RateReply, RateRequest, RenewItem,
+    Replicas, Side, Waits, Wakeups,
 };
 use crate::error::StoreError;
 use crate::keys::{LockKeys, RwKeys, SetKeys};
@@ -220,12 +220,12 @@ impl State {
     }
 
     /// Whether `key` holds `token` (marked `!` or not).
-    fn held(&self, key: &str, token: &Token, now: Instant) -> Held {
+    fn held(&self, key: &str, token: &Token, now: Instant) -> Ownership {
         match self.get(key, now) {
-            Some(v) if v.data.strip_suffix(STARVING) == Some(token.as_str()) => Held::Yes,
-            Some(v) if v.data == token.as_str() => Held::Yes,
-            Some(_) => Held::Other,
-            None => Held::Gone,
+            Some(v) if v.data.strip_suffix(STARVING) == Some(token.as_str()) => Ownership::Ours,
+            Some(v) if v.data == token.as_str() => Ownership::Ours,
+            Some(_) => Ownership::Theirs,
+            None => Ownership::Expired,
         }
     }
 }
@@ -261,7 +261,7 @@ impl MemoryStore {
     ) -> AcquireReply {
         let now = Instant::now();
         let mut state = self.state();
-        if state.held(&keys.lock, token, now) == Held::Other {
+        if state.held(&keys.lock, token, now) == Ownership::Theirs {
             let starving = waits == Waits::Starving;
             if let Some(v) = state
                 .values
@@ -295,7 +295,7 @@ impl MemoryStore {
         let now = Instant::now();
         let mut state = self.state();
         for (index, (k, token)) in keys.iter().zip(tokens).enumerate() {
-            if state.held(&k.lock, token, now) == Held::Other {
+            if state.held(&k.lock, token, now) == Ownership::Theirs {
                 return AllReply::Busy {
                     index,
                     pttl: state.pttl(&k.lock, now),
@@ -382,13 +382,13 @@ impl MemoryStore {
                 state.put_entries(readers, token, 1, ttl, now);
             }
             Side::Write => match state.held(&keys.writer.lock, token, now) {
-                Held::Yes => {
+                Ownership::Ours => {
                     if let Some(v) = state.values.get_mut(&keys.writer.lock) {
                         v.expires_at = now + ttl;
                     }
                 }
-                Held::Other => return busy(state.pttl(&keys.writer.lock, now)),
-                Held::Gone => {
+                Ownership::Theirs => return busy(state.pttl(&keys.writer.lock, now)),
+                Ownership::Expired => {
                     if let Some(latest) = state.latest_expiry(readers, now) {
                         let wait = latest.saturating_duration_since(now);
                         if waits != Waits::No {
@@ -406,11 +406,11 @@ impl MemoryStore {
     }
 
     /// As `release_writer.lua`: wakes a local writer and a local reader.
-    fn free_writer(&self, keys: &RwKeys, token: &Token) -> Held {
+    fn free_writer(&self, keys: &RwKeys, token: &Token) -> Ownership {
         let now = Instant::now();
         let mut state = self.state();
         let held = state.held(&keys.writer.lock, token, now);
-        if held == Held::Yes {
+        if held == Ownership::Ours {
             state.values.remove(&keys.writer.lock);
             drop(state);
             self.wakeups.wake_one(&keys.writer.channel, false);
@@ -420,7 +420,7 @@ impl MemoryStore {
     }
 
     /// As `release_entries.lua`; wakes a local waiter.
-    fn free_entries(&self, keys: &SetKeys, token: &Token) -> Held {
+    fn free_entries(&self, keys: &SetKeys, token: &Token) -> Ownership {
         let now = Instant::now();
         let mut state = self.state();
         let live = state.holds_entries(&keys.set, token, now);
@@ -432,17 +432,17 @@ impl MemoryStore {
         }
         drop(state);
         if !live {
-            return Held::Gone;
+            return Ownership::Expired;
         }
         self.wakeups.wake_one(&keys.channel, false);
-        Held::Yes
+        Ownership::Ours
     }
 
-    fn free_lock(&self, keys: &LockKeys, token: &Token) -> Held {
+    fn free_lock(&self, keys: &LockKeys, token: &Token) -> Ownership {
         let now = Instant::now();
         let mut state = self.state();
         let held = state.held(&keys.lock, token, now);
-        if held == Held::Yes {
+        if held == Ownership::Ours {
             let starving = state
                 .get(&keys.lock, now)
                 .is_some_and(|v| v.data.ends_with(STARVING));
@@ -476,7 +476,7 @@ impl MemoryStore {
         }
     }
 
-    fn renew_leases(&self, items: &[RenewItem<'_>]) -> Vec<Held> {
+    fn renew_leases(&self, items: &[RenewItem<'_>]) -> Vec<Ownership> {
         let now = Instant::now();
         let mut state = self.state();
         items
@@ -488,13 +488,13 @@ impl MemoryStore {
                         .holders(item.key, now)
                         .and_then(|set| set.get_mut(item.token.as_str()))
                     else {
-                        return Held::Gone;
+                        return Ownership::Expired;
                     };
                     entries.expires_at = now + item.ttl;
-                    return Held::Yes;
+                    return Ownership::Ours;
                 }
                 let held = state.held(item.key, item.token, now);
-                if held == Held::Yes
+                if held == Ownership::Ours
                     && let Some(v) = state.values.get_mut(item.key)
                 {
                     v.expires_at = now + item.ttl;
@@ -674,11 +674,11 @@ impl Backend for MemoryStore {
         Ok(self.take_lock(keys, token, ttl, waits))
     }
 
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
         Ok(self.free_lock(keys, token))
     }
 
-    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Ownership>, StoreError> {
         Ok(self.renew_leases(items))
     }
 
@@ -712,7 +712,7 @@ impl Backend for MemoryStore {
         Ok(self.take_rw(side, keys, token, ttl, waits))
     }
 
-    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Ownership, StoreError> {
         Ok(self.free_writer(keys, token))
     }
 
@@ -721,7 +721,7 @@ impl Backend for MemoryStore {
         keys: &SetKeys,
         token: &Token,
         _count: u32,
-    ) -> Result<Held, StoreError> {
+    ) -> Result<Ownership, StoreError> {
         Ok(self.free_entries(keys, token))
     }
 
@@ -775,7 +775,7 @@ impl Backend for MemoryStore {
                 ttl,
                 value,
             } => {
-                if state.held(lock, token, now) != Held::Yes {
+                if state.held(lock, token, now) != Ownership::Ours {
                     return Ok(RecordReply::Stored(false));
                 }
                 state.writes += 1;
@@ -840,7 +840,7 @@ impl Backend for MemoryStore {
     ) -> Result<bool, StoreError> {
         let now = Instant::now();
         let mut state = self.state();
-        if state.held(&keys.lock, token, now) != Held::Yes {
+        if state.held(&keys.lock, token, now) != Ownership::Ours {
             return Ok(false);
         }
         let data = format!("{}\n{}\n{}", record.0, token.as_str(), record.1);
@@ -867,7 +867,7 @@ impl Backend for MemoryStore {
         else {
             return Ok(None);
         };
-        if state.held(&keys.lock, &Token::from_stored(writer), now) != Held::Yes {
+        if state.held(&keys.lock, &Token::from_stored(writer), now) != Ownership::Ours {
             return Ok(None);
         }
         Ok(Some((term, identity.to_owned())))

@@ -63,7 +63,7 @@ use super::scripts::leader::{self, Record};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
 use super::scripts::{self, Calls, OnConn};
-use super::scripts::{Held, Publish, Replicas, millis, unmark};
+use super::scripts::{Ownership, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
 use crate::keys::LockKeys;
@@ -895,7 +895,7 @@ impl Backend for QuorumStore {
         }
     }
 
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
         let limit = self.node_op_timeout();
         let quorum = self.inner.quorum;
         let answers = self
@@ -903,7 +903,7 @@ impl Backend for QuorumStore {
                 limit,
                 self.straggler_grace(),
                 // Released: what the others answer changes nothing.
-                |so_far| so_far.iter().filter(|h| ***h == Held::Yes).count() >= quorum,
+                |so_far| so_far.iter().filter(|h| ***h == Ownership::Ours).count() >= quorum,
                 |node| async move {
                     let item = ReleaseItem {
                         keys: keys.clone(),
@@ -913,7 +913,7 @@ impl Backend for QuorumStore {
                 },
             )
             .await;
-        let count = |want: Held| {
+        let count = |want: Ownership| {
             answers
                 .iter()
                 .filter(|a| matches!(a, Answer::Ok(h) if *h == want))
@@ -923,21 +923,21 @@ impl Backend for QuorumStore {
             .iter()
             .filter(|a| matches!(a, Answer::Ok(_)))
             .count();
-        if count(Held::Yes) >= self.inner.quorum {
-            Ok(Held::Yes)
+        if count(Ownership::Ours) >= self.inner.quorum {
+            Ok(Ownership::Ours)
         } else if answered < self.inner.quorum {
             Err(self.no_quorum(&answers))
-        } else if count(Held::Other) > 0 {
-            Ok(Held::Other)
+        } else if count(Ownership::Theirs) > 0 {
+            Ok(Ownership::Theirs)
         } else {
-            Ok(Held::Gone)
+            Ok(Ownership::Expired)
         }
     }
 
     /// A lease is renewed iff a majority of the nodes that vote renewed it; lost once that
     /// can no longer happen; otherwise the outcome is unknown (an error for the batch, which
     /// the watchdog retries until the leases' deadlines).
-    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Ownership>, StoreError> {
         let shortest = items.iter().map(|i| i.ttl).min().unwrap_or_default();
         let answers = self
             .on_every_node(self.node_timeout(shortest), |node| async move {
@@ -950,7 +950,9 @@ impl Backend for QuorumStore {
             let (mut yes, mut undecided) = (0, 0);
             for (node, answer) in self.inner.nodes.iter().zip(&answers) {
                 match answer {
-                    Answer::Ok(held) if held.get(i) == Some(&Held::Yes) && node.votes(now) => {
+                    Answer::Ok(held)
+                        if held.get(i) == Some(&Ownership::Ours) && node.votes(now) =>
+                    {
                         yes += 1;
                     }
                     Answer::Failed(_) => undecided += 1,
@@ -958,9 +960,9 @@ impl Backend for QuorumStore {
                 }
             }
             if yes >= self.inner.quorum {
-                result.push(Held::Yes);
+                result.push(Ownership::Ours);
             } else if yes + undecided < self.inner.quorum {
-                result.push(Held::Gone);
+                result.push(Ownership::Expired);
             } else {
                 return Err(self.no_quorum(&answers));
             }

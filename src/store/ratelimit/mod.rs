@@ -56,7 +56,7 @@ pub(crate) use self::lockout::LockoutParams;
 
 /// The algorithms, as the script numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
+pub(crate) enum ScriptAlgorithm {
     Gcra,
     TokenBucket,
     FixedWindow,
@@ -64,7 +64,7 @@ pub(crate) enum Kind {
     SlidingLog,
 }
 
-impl Kind {
+impl ScriptAlgorithm {
     /// The algorithm's number in the script's ARGV.
     pub(super) fn code(self) -> u8 {
         match self {
@@ -84,7 +84,7 @@ impl Kind {
 /// `lockout`, the policy has two keys: its own, then its lock's (see `lockout.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PolicyParams {
-    pub(crate) kind: Kind,
+    pub(crate) kind: ScriptAlgorithm,
     pub(crate) unit_us: i64,
     pub(crate) count: i64,
     pub(crate) keep_us: i64,
@@ -267,10 +267,12 @@ impl Outcome {
 pub(crate) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
     let (unit, count) = (p.unit_us, p.count);
     match p.kind {
-        Kind::Gcra | Kind::TokenBucket => gcra::decide(unit, count, state, now, cost),
-        Kind::FixedWindow => fixed_window::decide(unit, count, state, now, cost),
-        Kind::SlidingWindow => sliding_window::decide(unit, count, state, now, cost),
-        Kind::SlidingLog => sliding_log::decide(unit, count, state, now, cost),
+        ScriptAlgorithm::Gcra | ScriptAlgorithm::TokenBucket => {
+            gcra::decide(unit, count, state, now, cost)
+        }
+        ScriptAlgorithm::FixedWindow => fixed_window::decide(unit, count, state, now, cost),
+        ScriptAlgorithm::SlidingWindow => sliding_window::decide(unit, count, state, now, cost),
+        ScriptAlgorithm::SlidingLog => sliding_log::decide(unit, count, state, now, cost),
     }
 }
 
@@ -286,10 +288,12 @@ fn apply(p: &PolicyParams, slot: &mut Option<State>, write: Write, now: i64, cos
 fn adjust(p: &PolicyParams, slot: &mut Option<State>, now: i64, delta: i64) {
     let (unit, count) = (p.unit_us, p.count);
     match p.kind {
-        Kind::Gcra | Kind::TokenBucket => gcra::adjust(unit, count, slot, now, delta),
-        Kind::FixedWindow => fixed_window::adjust(unit, count, slot, now, delta),
-        Kind::SlidingWindow => sliding_window::adjust(unit, count, slot, now, delta),
-        Kind::SlidingLog => sliding_log::adjust(unit, count, slot, now, delta),
+        ScriptAlgorithm::Gcra | ScriptAlgorithm::TokenBucket => {
+            gcra::adjust(unit, count, slot, now, delta)
+        }
+        ScriptAlgorithm::FixedWindow => fixed_window::adjust(unit, count, slot, now, delta),
+        ScriptAlgorithm::SlidingWindow => sliding_window::adjust(unit, count, slot, now, delta),
+        ScriptAlgorithm::SlidingLog => sliding_log::adjust(unit, count, slot, now, delta),
     }
 }
 
@@ -382,15 +386,18 @@ fn decide_locked(
 fn normalize(p: &PolicyParams, slot: &mut Option<State>, now: i64) -> bool {
     let unit = p.unit_us;
     let converted = match (p.kind, slot.as_ref()) {
-        (Kind::Gcra | Kind::TokenBucket, Some(State::Tat { tat, interval }))
-            if *interval != unit && *tat > now =>
-        {
+        (
+            ScriptAlgorithm::Gcra | ScriptAlgorithm::TokenBucket,
+            Some(State::Tat { tat, interval }),
+        ) if *interval != unit && *tat > now => {
             gcra::state(gcra::tat(slot.as_ref(), now, unit), now, unit)
         }
-        (Kind::FixedWindow, Some(State::Window { period, .. })) if *period != unit => {
+        (ScriptAlgorithm::FixedWindow, Some(State::Window { period, .. })) if *period != unit => {
             fixed_window::normalized(unit, slot.as_ref(), now)
         }
-        (Kind::SlidingWindow, Some(State::Sliding { period, .. })) if *period != unit => {
+        (ScriptAlgorithm::SlidingWindow, Some(State::Sliding { period, .. }))
+            if *period != unit =>
+        {
             sliding_window::normalized(unit, slot.as_ref(), now)
         }
         _ => return false,
@@ -409,9 +416,10 @@ fn operate(
     match op {
         RateOp::Check { cost } => check(params, states, locks, now, cost, cost > 0),
         RateOp::Reserve { cost, max_wait_us } => {
-            let family = params
-                .iter()
-                .all(|p| matches!(p.kind, Kind::Gcra | Kind::TokenBucket) && p.lockout.is_none());
+            let family = params.iter().all(|p| {
+                matches!(p.kind, ScriptAlgorithm::Gcra | ScriptAlgorithm::TokenBucket)
+                    && p.lockout.is_none()
+            });
             if cost > 0 && family {
                 reserve(params, states, now, i64::from(cost), max_wait_us)
             } else {
@@ -436,7 +444,7 @@ fn operate(
                     written.push(None);
                     continue;
                 }
-                if p.kind == Kind::SlidingLog {
+                if p.kind == ScriptAlgorithm::SlidingLog {
                     // As the script: a charge appends (and sets the ttl), a refund only takes
                     // entries away (the ttl stays).
                     written.push(if delta > 0 {
@@ -498,7 +506,7 @@ fn check(
         let figures = match outcome.after {
             Some((after, write)) if applied => {
                 apply(p, slot, write, now, cost);
-                expiries.push(if p.kind == Kind::SlidingLog {
+                expiries.push(if p.kind == ScriptAlgorithm::SlidingLog {
                     sliding_log::expires(p.log_keep_us(), slot.as_ref())
                 } else {
                     Some(now + after.reset)

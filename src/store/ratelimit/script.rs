@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, Value};
 
 use super::gcra::figures as gcra_figures;
-use super::{Kind, PolicyParams, RateOp, RateReply, RateRequest, Verdict};
+use super::{PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm, Verdict};
 use crate::error::StoreError;
 #[cfg(feature = "test-util")]
 use crate::store::scripts::Conn;
@@ -96,7 +96,8 @@ impl RateItem {
     fn gcra_check(&self) -> Option<(u32, PolicyParams)> {
         match (self.op, self.params.as_slice()) {
             (RateOp::Check { cost }, [p])
-                if matches!(p.kind, Kind::Gcra | Kind::TokenBucket) && p.lockout.is_none() =>
+                if matches!(p.kind, ScriptAlgorithm::Gcra | ScriptAlgorithm::TokenBucket)
+                    && p.lockout.is_none() =>
             {
                 Some((cost, *p))
             }
@@ -175,7 +176,7 @@ fn encode(
                 cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
                 for p in &item.params {
                     // Only the sliding log reads how long it is kept.
-                    let keep = if p.kind == Kind::SlidingLog {
+                    let keep = if p.kind == ScriptAlgorithm::SlidingLog {
                         p.log_keep_us()
                     } else {
                         0
@@ -416,7 +417,7 @@ mod tests {
 
     fn gcra(unit_us: i64, count: i64) -> PolicyParams {
         PolicyParams {
-            kind: Kind::Gcra,
+            kind: ScriptAlgorithm::Gcra,
             unit_us,
             count,
             keep_us: 0,

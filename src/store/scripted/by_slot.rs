@@ -37,7 +37,7 @@ use crate::store::ratelimit::script::{RateItem, Rates};
 use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires};
 use crate::store::scripts::release::{self, ReleaseItem, Releases};
 use crate::store::scripts::renew::{self, RenewItem};
-use crate::store::scripts::{Calls, Held, Lua, Publish};
+use crate::store::scripts::{Calls, Lua, Ownership, Publish};
 
 /// Hash slots in a cluster.
 const SLOTS: usize = 16_384;
@@ -113,7 +113,7 @@ impl BySlot {
         }
     }
 
-    pub(crate) async fn release(&self, item: ReleaseItem) -> Result<Held, StoreError> {
+    pub(crate) async fn release(&self, item: ReleaseItem) -> Result<Ownership, StoreError> {
         match self.topology.node(slot_of(&item.keys.lock)) {
             Some(node) => node.releases.run(item).await?,
             None => one(&releases(), &self.topology.cluster, item).await,
@@ -129,7 +129,10 @@ impl BySlot {
 
     /// One call per slot, in one pipelined write per node, every node at once; the answers
     /// are put back in the items' order.
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Ownership>, StoreError> {
         let mut by_slot: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let slot = slot_of(item.key);
@@ -147,7 +150,7 @@ impl BySlot {
             })
             .collect();
         let replies = self.topology.send(calls).await;
-        let mut answers = vec![Held::Gone; items.len()];
+        let mut answers = vec![Ownership::Expired; items.len()];
         for ((_, indices), reply) in by_slot.into_iter().zip(replies) {
             let held = renew::decode(reply?, indices.len())?;
             for (i, h) in indices.into_iter().zip(held) {

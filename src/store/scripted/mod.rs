@@ -49,7 +49,9 @@ use super::scripts::idempotency::{self, RecordCall, RecordReply};
 use super::scripts::leader::{self, Record};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
-use super::scripts::{Held, Publish, Replicas, millis, release_entries, release_writer, unmark};
+use super::scripts::{
+    Ownership, Publish, Replicas, millis, release_entries, release_writer, unmark,
+};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
 use crate::keys::{Fences, LockKeys, RwKeys, SetKeys, slot_of};
@@ -214,7 +216,7 @@ impl Backend for ScriptedStore {
         }
     }
 
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Held, StoreError> {
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
         let item = ReleaseItem {
             keys: keys.clone(),
             token: token.clone(),
@@ -226,7 +228,7 @@ impl Backend for ScriptedStore {
         held.map_err(|e| self.deadline(e))
     }
 
-    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+    async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Ownership>, StoreError> {
         let held = match &self.inner.route {
             Route::Single(single) => single.renew(items).await,
             Route::BySlot(_) if items.iter().any(|item| item.replicas.is_some()) => {
@@ -309,7 +311,7 @@ impl Backend for ScriptedStore {
             .map_err(|e| self.deadline(e))
     }
 
-    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Held, StoreError> {
+    async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Ownership, StoreError> {
         release_writer::run(&self.conn(), self.publish(), keys, token)
             .await
             .map_err(|e| self.deadline(e))
@@ -320,7 +322,7 @@ impl Backend for ScriptedStore {
         keys: &SetKeys,
         token: &Token,
         count: u32,
-    ) -> Result<Held, StoreError> {
+    ) -> Result<Ownership, StoreError> {
         release_entries::run(&self.conn(), self.publish(), keys, token, count)
             .await
             .map_err(|e| self.deadline(e))

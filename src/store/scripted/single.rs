@@ -17,7 +17,7 @@ use crate::store::ratelimit::script::{RateItem, Rates};
 use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires};
 use crate::store::scripts::release::{self, ReleaseItem, Releases};
 use crate::store::scripts::renew::{self, RenewItem};
-use crate::store::scripts::{Calls, Held, OnConn, Publish, Replicas};
+use crate::store::scripts::{Calls, OnConn, Ownership, Publish, Replicas};
 
 pub(crate) struct Single {
     conn: PrimaryConn,
@@ -77,7 +77,7 @@ impl Single {
         }
     }
 
-    pub(crate) async fn release(&self, item: ReleaseItem) -> Result<Held, StoreError> {
+    pub(crate) async fn release(&self, item: ReleaseItem) -> Result<Ownership, StoreError> {
         self.releases.run(item).await
     }
 
@@ -87,7 +87,10 @@ impl Single {
 
     /// Renewals without a replica requirement in one call on the shared connection; those
     /// with one on a lane, one call per requirement; all at once.
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Held>, StoreError> {
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Ownership>, StoreError> {
         if items.iter().all(|item| item.replicas.is_none()) {
             return renew::run(&self.conn, items).await;
         }
@@ -106,7 +109,7 @@ impl Single {
             };
             held.map(|held| (indices, held))
         });
-        let mut answers = vec![Held::Gone; items.len()];
+        let mut answers = vec![Ownership::Expired; items.len()];
         for result in futures_util::future::join_all(calls).await {
             let (indices, held) = result?;
             for (i, h) in indices.into_iter().zip(held) {

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::{Conn, Held, Lua, Publish, millis, publish_prelude};
+use super::{Conn, Lua, Ownership, Publish, millis, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::token::Token;
@@ -30,7 +30,7 @@ pub(crate) enum HandoffReply {
     /// The lock passed to the new token, under this fence.
     Passed { fence: u64 },
     /// It did not pass: the key was gone, or another token held it.
-    Not(Held),
+    Not(Ownership),
     /// It did not pass: a waiter had waited long, so the lock was released to the starving
     /// waiters of every client instead (reserved for them, and `!` published).
     Reserved,
@@ -41,7 +41,7 @@ impl HandoffReply {
         match u64::try_from(code) {
             Ok(fence) if fence > 0 => Ok(Self::Passed { fence }),
             _ if code == -2 => Ok(Self::Reserved),
-            _ => Held::from_reply(code).map(Self::Not),
+            _ => Ownership::from_reply(code).map(Self::Not),
         }
     }
 }

@@ -174,25 +174,26 @@ pub(crate) fn codes(reply: Value, items: usize, script: &str) -> Result<Vec<i64>
         .collect()
 }
 
-/// Whether a key held the expected token (the reply of release and renew, per lock), or a
-/// holder set the lease's live entries (`Other` never happens there: entries are per token).
+/// Whose a key was when release or renew asked with a lease's token (per lock), or whether
+/// a holder set still had the lease's live entries (`Theirs` never happens there: entries
+/// are per token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Held {
-    /// It did (and the operation was applied).
-    Yes,
-    /// The key is gone.
-    Gone,
+pub(crate) enum Ownership {
+    /// Ours: it held the token (and the operation was applied).
+    Ours,
+    /// The key is gone: it expired (or was deleted).
+    Expired,
     /// Another token holds it.
-    Other,
+    Theirs,
 }
 
-impl Held {
+impl Ownership {
     /// `1`, `0` or `-1`, as `release.lua`, `renew.lua` and `handoff.lua` answer.
     pub(crate) fn from_reply(code: i64) -> Result<Self, StoreError> {
         match code {
-            1 => Ok(Self::Yes),
-            0 => Ok(Self::Gone),
-            -1 => Ok(Self::Other),
+            1 => Ok(Self::Ours),
+            0 => Ok(Self::Expired),
+            -1 => Ok(Self::Theirs),
             other => Err(StoreError::Protocol {
                 message: format!("expected 1, 0 or -1 from a lock script, got {other}"),
             }),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use super::{Calls, Conn, Held, Lua, Publish, codes, publish_prelude};
+use super::{Calls, Conn, Lua, Ownership, Publish, codes, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::token::Token;
@@ -50,7 +50,7 @@ pub(crate) struct Releases {
 
 impl Calls for Releases {
     type Item = ReleaseItem;
-    type Reply = Held;
+    type Reply = Ownership;
     /// As acquires (the same tasks alternate between the two).
     const FLUSH_AT: usize = 16;
 
@@ -70,10 +70,10 @@ impl Calls for Releases {
         (script, cmd)
     }
 
-    fn decode(&self, reply: Value, items: &[&ReleaseItem]) -> Result<Vec<Held>, StoreError> {
+    fn decode(&self, reply: Value, items: &[&ReleaseItem]) -> Result<Vec<Ownership>, StoreError> {
         codes(reply, items.len(), "release")?
             .into_iter()
-            .map(Held::from_reply)
+            .map(Ownership::from_reply)
             .collect()
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use super::{Conn, Held, Lua, Publish, publish_prelude};
+use super::{Conn, Lua, Ownership, Publish, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::SetKeys;
 use crate::token::Token;
@@ -31,7 +31,7 @@ pub(crate) async fn run<C: Conn>(
     keys: &SetKeys,
     token: &Token,
     count: u32,
-) -> Result<Held, StoreError> {
+) -> Result<Ownership, StoreError> {
     let script = match publish {
         Publish::Plain => &PLAIN,
         Publish::Sharded => &SHARDED,
@@ -43,5 +43,5 @@ pub(crate) async fn run<C: Conn>(
         .arg(count)
         .arg(&keys.channel);
     let code: i64 = script.invoke(&cmd, conn).await?;
-    Held::from_reply(code)
+    Ownership::from_reply(code)
 }

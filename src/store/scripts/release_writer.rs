@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use super::{Conn, Held, Lua, Publish, publish_prelude};
+use super::{Conn, Lua, Ownership, Publish, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::RwKeys;
 use crate::token::Token;
@@ -27,7 +27,7 @@ pub(crate) async fn run<C: Conn>(
     publish: Publish,
     keys: &RwKeys,
     token: &Token,
-) -> Result<Held, StoreError> {
+) -> Result<Ownership, StoreError> {
     let script = match publish {
         Publish::Plain => &PLAIN,
         Publish::Sharded => &SHARDED,
@@ -38,5 +38,5 @@ pub(crate) async fn run<C: Conn>(
         .arg(&keys.writer.channel)
         .arg(&*keys.readable);
     let code: i64 = script.invoke(&cmd, conn).await?;
-    Held::from_reply(code)
+    Ownership::from_reply(code)
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use super::{Conn, Held, Lua, Replicas, millis};
+use super::{Conn, Lua, Ownership, Replicas, millis};
 use crate::error::StoreError;
 use crate::token::Token;
 
@@ -56,14 +56,14 @@ pub(crate) fn encode(items: &[&RenewItem<'_>]) -> (&'static Lua, Cmd) {
 }
 
 /// The reply of [`encode`]'s call: one answer per item.
-pub(crate) fn decode(reply: Value, items: usize) -> Result<Vec<Held>, StoreError> {
+pub(crate) fn decode(reply: Value, items: usize) -> Result<Vec<Ownership>, StoreError> {
     let codes: Vec<i64> = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
     if codes.len() != items {
         return Err(StoreError::Protocol {
             message: format!("renew answered {} items for {items}", codes.len()),
         });
     }
-    codes.into_iter().map(Held::from_reply).collect()
+    codes.into_iter().map(Ownership::from_reply).collect()
 }
 
 /// Renews `items` (all in one hash slot on a cluster) in one call on `conn`, with `WAIT` behind
@@ -72,7 +72,7 @@ pub(crate) fn decode(reply: Value, items: usize) -> Result<Vec<Held>, StoreError
 pub(crate) async fn run<C: Conn>(
     conn: &C,
     items: &[RenewItem<'_>],
-) -> Result<Vec<Held>, StoreError> {
+) -> Result<Vec<Ownership>, StoreError> {
     let refs: Vec<&RenewItem<'_>> = items.iter().collect();
     let (script, cmd) = encode(&refs);
     let reply: Value = match Replicas::strongest(items.iter().map(|i| i.replicas)) {
