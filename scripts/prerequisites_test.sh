@@ -45,6 +45,7 @@ good_machine() {
   stub redis-server 'echo "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1"'
   stub redis-sentinel 'echo "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1"'
   stub redis-cli 'echo "redis-cli 7.0.15"'
+  stub chromium 'echo "Chromium 156.0.8078.108"'
   # PostgreSQL's server binaries, off PATH as Debian puts them (DISTLOCK_TEST_PG_LIB).
   pg_stubs "$work/case/pglib/15/bin"
   # apt-get records its calls; `install` adds Redis 7.0 stubs, as the real package would.
@@ -56,6 +57,7 @@ good_machine() {
       redis-sentinel) put redis-sentinel "echo \"Redis server v=7.0.15 sha=0\"" ;;
       redis-tools) put redis-cli "echo redis-cli 7.0.15" ;;
       build-essential) put cc "exit 0" ;;
+      chromium) put chromium "echo Chromium 156" ;;
       postgresql) '"$(command -v mkdir)"' -p "$PGLIB/15/bin"
         BIN=$PGLIB/15/bin put initdb "exit 0"; BIN=$PGLIB/15/bin put postgres "exit 0" ;;
     esac; done'
@@ -205,6 +207,16 @@ run_script --no-fail-fast
 expect "a fresh machine gets PostgreSQL from apt-get" 0 "installing postgresql with apt-get" \
   "PostgreSQL server binaries in $work/case/pglib/15/bin"
 expect_log "apt-get installs the postgresql package" "apt-get install -y -qq postgresql"
+
+good_machine
+rm "$bin/chromium"
+run_script --check-only
+expect "a missing Chromium is named with its package" 1 \
+  "missing Chromium" "apt-get install -y chromium"
+run_script --no-fail-fast
+expect "a fresh machine gets Chromium from apt-get" 0 "installing chromium with apt-get" \
+  "Chromium: $bin/chromium"
+expect_log "apt-get installs the chromium package" "apt-get install -y -qq chromium"
 
 good_machine
 stub uname 'echo MINGW64_NT-10.0'

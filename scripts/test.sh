@@ -20,6 +20,7 @@
 #   * PostgreSQL's server binaries, initdb and postgres (apt: postgresql), under
 #     /usr/lib/postgresql/<version>/bin: the fenced-write tests (tests/fenced) start their own
 #     server with them (as the `postgres` account when run as root).
+#   * Chromium (apt: chromium): the operator console's page test runs it headless.
 #
 # Whatever it cannot fix is listed with the command that fixes it, and it exits 1 before
 # building anything. `--check-only` installs nothing and stops after the checks (exit 0 when
@@ -177,6 +178,32 @@ if [ -z "$pg_bin" ]; then
     fix: sudo apt-get install -y postgresql"
 else
   note "PostgreSQL server binaries in $pg_bin"
+fi
+
+# --- Chromium --------------------------------------------------------------------------------
+# distlock-tower/tests/console drives the operator console's page in headless Chromium
+# (apt: chromium; the test runs $DISTLOCK_TEST_CHROMIUM instead when set). The test fails, never skips,
+# without it.
+find_chromium() {
+  chromium_bin=""
+  local candidate
+  for candidate in ${DISTLOCK_TEST_CHROMIUM:-} chromium chromium-browser google-chrome; do
+    if command -v "$candidate" >/dev/null 2>&1; then
+      chromium_bin=$(command -v "$candidate")
+      return
+    fi
+  done
+}
+find_chromium
+if [ -z "$chromium_bin" ] && $can_apt; then
+  apt_install chromium
+  find_chromium
+fi
+if [ -z "$chromium_bin" ]; then
+  problem "missing Chromium: the operator console's page test runs it headless
+    fix: sudo apt-get install -y chromium"
+else
+  note "Chromium: $chromium_bin"
 fi
 
 # --- Rust ------------------------------------------------------------------------------------

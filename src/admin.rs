@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{LockError, StoreError};
 use crate::holder::{Holder, parse_token};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, lock_key_start, lock_name};
 use crate::store::{Capability, Ownership};
 use crate::token::Token;
 
@@ -64,6 +64,31 @@ pub struct RwLockState {
     pub writer: Option<HolderState>,
     /// The readers, longest-lived first.
     pub readers: Vec<HolderState>,
+}
+
+/// The most locks one [`Client::held_locks`] call lists.
+pub const MAX_LISTED_LOCKS: usize = 1_000;
+
+/// A lock found by [`Client::held_locks`]: its name and what its key said when read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockEntry {
+    /// The lock's name, as given to `client.lock(..)`.
+    pub name: String,
+    /// [`LockState::Held`] or [`LockState::Reserved`] (a lock freed between the listing and
+    /// the read is left out).
+    pub state: LockState,
+}
+
+/// What [`Client::held_locks`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockListing {
+    /// The locks, by name.
+    pub locks: Vec<LockEntry>,
+    /// Whether the scan covered the whole keyspace: `false` when it stopped at the limit
+    /// asked for, or after looking at 500,000 keys on one server, so more locks may exist.
+    pub complete: bool,
 }
 
 /// A lock key's value, split: the holder's token and whether it is marked.
@@ -120,6 +145,66 @@ impl Client {
                 },
                 None => LockState::Reserved { remaining_ttl },
             },
+        })
+    }
+
+    /// The locks of this client's prefix that are held now, up to `max` of them (at most
+    /// [`MAX_LISTED_LOCKS`]), by name, each with its [`lock_state`](Self::lock_state): for
+    /// operators' consoles and scripts (who holds what, since when, for how much longer).
+    ///
+    /// It walks the keyspace with `SCAN` (never `KEYS`, which would block the server): on
+    /// every master of a Cluster, on every node of a Redlock quorum (where a lock counts as
+    /// held if a majority of nodes hold it for one lease). The walk is bounded: it stops once
+    /// `max` locks are found or 500,000 keys were looked at on one server, and
+    /// [`LockListing::complete`] says whether it saw everything. Locks only: semaphores and
+    /// read-write locks have their own reads ([`semaphore_state`](Self::semaphore_state),
+    /// [`rw_lock_state`](Self::rw_lock_state)). Like every read here, the answer may have
+    /// changed by the time it returns.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::in_memory();
+    /// let _guard = client.lock("report:daily").acquire().await?;
+    /// let listing = client.held_locks(100).await?;
+    /// assert!(listing.complete);
+    /// assert_eq!(listing.locks.len(), 1);
+    /// assert_eq!(listing.locks[0].name, "report:daily");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::Store`] when the store did not answer (on a Cluster: any master; on a
+    /// quorum: fewer than a majority of nodes).
+    pub async fn held_locks(&self, max: usize) -> Result<LockListing, LockError> {
+        let max = max.min(MAX_LISTED_LOCKS);
+        let start = lock_key_start(self.core().prefix());
+        let scan = self.store().scan_keys(&start, max).await?;
+        let names: Vec<String> = scan
+            .keys
+            .iter()
+            .filter_map(|key| lock_name(&start, key))
+            .collect();
+        let mut locks = Vec::with_capacity(names.len());
+        // A few reads at a time: a listing should not crowd out the locks' own traffic.
+        for chunk in names.chunks(16) {
+            let states =
+                futures_util::future::join_all(chunk.iter().map(|name| self.lock_state(name)))
+                    .await;
+            for (name, state) in chunk.iter().zip(states) {
+                match state? {
+                    LockState::Free => {}
+                    state => locks.push(LockEntry {
+                        name: name.clone(),
+                        state,
+                    }),
+                }
+            }
+        }
+        locks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        Ok(LockListing {
+            locks,
+            complete: scan.complete,
         })
     }
 

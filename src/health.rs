@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::StoreError;
+use crate::store::cluster::masters;
 use crate::store::{PingTarget, StoreKind};
 
 /// What [`Client::ping`] found: each server asked, and whether the client can work.
@@ -127,7 +128,10 @@ impl Client {
                 Err(why) => (
                     vec![NodeHealth {
                         node: "cluster".to_owned(),
-                        answer: Err(why),
+                        answer: Err(match why {
+                            StoreError::Timeout { .. } => format!("no answer within {limit:?}"),
+                            other => other.to_string(),
+                        }),
                     }],
                     false,
                 ),
@@ -158,77 +162,4 @@ async fn ping_one<C: ConnectionLike + Send>(
         Err(_) => Err(format!("no answer within {limit:?}")),
     };
     NodeHealth { node, answer }
-}
-
-/// The Cluster's masters (`CLUSTER SHARDS` through any node), as `(host, port)`.
-async fn masters(
-    mut conn: redis::cluster_async::ClusterConnection,
-    limit: Duration,
-) -> Result<Vec<(String, u16)>, String> {
-    let asked = tokio::time::timeout(
-        limit,
-        redis::cmd("CLUSTER")
-            .arg("SHARDS")
-            .query_async::<redis::Value>(&mut conn),
-    )
-    .await;
-    let shards = match asked {
-        Ok(Ok(value)) => value,
-        Ok(Err(err)) => return Err(StoreError::from(err).to_string()),
-        Err(_) => return Err(format!("no answer within {limit:?}")),
-    };
-    let mut found = Vec::new();
-    let redis::Value::Array(shards) = shards else {
-        return Err("CLUSTER SHARDS answered something other than a list".to_owned());
-    };
-    for shard in shards {
-        for node in field(&shard, "nodes")
-            .and_then(as_list)
-            .into_iter()
-            .flatten()
-        {
-            if field(node, "role").and_then(as_text).as_deref() != Some("master") {
-                continue;
-            }
-            let host = field(node, "endpoint")
-                .and_then(as_text)
-                .filter(|h| !h.is_empty() && h != "?")
-                .or_else(|| field(node, "ip").and_then(as_text));
-            let port = field(node, "port")
-                .or_else(|| field(node, "tls-port"))
-                .and_then(|v| redis::from_redis_value_ref::<u16>(v).ok());
-            if let (Some(host), Some(port)) = (host, port) {
-                found.push((host, port));
-            }
-        }
-    }
-    found.sort();
-    found.dedup();
-    Ok(found)
-}
-
-/// A field of a RESP2 flat list or a RESP3 map.
-fn field<'a>(value: &'a redis::Value, name: &str) -> Option<&'a redis::Value> {
-    match value {
-        redis::Value::Map(pairs) => pairs
-            .iter()
-            .find(|(k, _)| as_text(k).as_deref() == Some(name))
-            .map(|(_, v)| v),
-        redis::Value::Array(items) => items
-            .chunks_exact(2)
-            .find(|pair| as_text(&pair[0]).as_deref() == Some(name))
-            .map(|pair| &pair[1]),
-        _ => None,
-    }
-}
-
-fn as_list(value: &redis::Value) -> Option<&[redis::Value]> {
-    match value {
-        redis::Value::Array(items) => Some(items),
-        _ => None,
-    }
-}
-
-fn as_text(value: &redis::Value) -> Option<String> {
-    redis::from_redis_value_ref::<String>(value).ok()
 }

@@ -195,6 +195,35 @@ impl std::ops::Deref for LockKeys {
     }
 }
 
+/// What every lock key of `prefix` starts with: `<prefix>:lock:{`.
+pub(crate) fn lock_key_start(prefix: &str) -> String {
+    format!("{prefix}:lock:{{")
+}
+
+/// The name of lock key `key` (one that starts with [`lock_key_start`] `start`): its hash
+/// tag, decoded. `None` for a key of another shape, or an escape this library never writes.
+pub(crate) fn lock_name(start: &str, key: &str) -> Option<String> {
+    let tag = key.strip_prefix(start)?.strip_suffix('}')?;
+    let mut bytes = Vec::with_capacity(tag.len());
+    let mut rest = tag.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    let name = String::from_utf8(bytes).ok()?;
+    check_name(&name).ok()?;
+    // Only the one spelling this library writes for that name.
+    let mut again = String::with_capacity(tag.len());
+    push_encoded(&mut again, &name);
+    (again == tag).then_some(name)
+}
+
 /// `<prefix>:<kind>:{<tag>}`: one key (or channel) of a primitive whose hash tag is `tag`.
 fn tagged(prefix: &str, kind: &str, tag: &str) -> String {
     let mut key = String::with_capacity(prefix.len() + kind.len() + tag.len() + 4);
@@ -427,6 +456,41 @@ pub fn hash_tag(key: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_keys_name_reads_back_from_the_key() {
+        let fences = Fences::Shared(Arc::from("p:fence"));
+        let start = lock_key_start("p");
+        for name in [
+            "a",
+            "orders:{42}",
+            "100%",
+            "tab\there",
+            "é{}%\u{85}",
+            "*?[x]",
+        ] {
+            let keys = LockKeys::new("p", &fences, name).expect("valid name");
+            assert_eq!(
+                lock_name(&start, &keys.lock).as_deref(),
+                Some(name),
+                "{name:?}"
+            );
+        }
+        // Keys of other shapes, or spellings this library never writes, are not locks.
+        for key in [
+            "p:lock:{a",
+            "p:sem:{a}",
+            "q:lock:{a}",
+            "p:lock:{}",
+            "p:lock:{%zz}",
+            "p:lock:{%7b}",
+            "p:lock:{%41}",
+            "p:lock:{a}b}",
+            "p:lock:{%C3}",
+        ] {
+            assert_eq!(lock_name(&start, key), None, "{key:?}");
+        }
+    }
 
     #[test]
     fn braces_and_percent_are_escaped() {

@@ -65,7 +65,7 @@ mod token;
 
 #[cfg(feature = "metrics")]
 pub use crate::metrics::describe_metrics;
-pub use admin::LockState;
+pub use admin::{HolderState, LockEntry, LockListing, LockState, MAX_LISTED_LOCKS, RwLockState};
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use error::{

@@ -13,6 +13,9 @@
 //! * [`extract`]: which key a request belongs to ([`ExtractKey`] and the provided extractors),
 //!   shared by every layer of this crate; [`client_ip`] adds the client's IP address, behind
 //!   trusted proxies too.
+//! * [`console`] (feature `axum`): an operator's console, a JSON API and an HTML page: who
+//!   holds which lock and since when, a subject's rate-limit state, breakers and store
+//!   health, with force-unlock and reset behind an authorization hook you supply.
 //! * [`refusal`]: the responses the layers make themselves (`429`, `423`, `503`, `400`), and
 //!   how to make them your own, RFC 9457 problem documents included.
 //!
@@ -145,6 +148,8 @@ mod macros;
 pub mod client_ip;
 pub mod concurrency;
 mod config_error;
+#[cfg(feature = "axum")]
+pub mod console;
 pub mod extract;
 #[cfg(feature = "axum")]
 pub mod health;

@@ -205,6 +205,13 @@ impl RateLimiter {
         self.shadow
     }
 
+    /// The circuit breaker in front of the store, if the limiter has one (a clone shares its
+    /// state: [`is_open`](CircuitBreaker::is_open) says whether checks skip the store now).
+    #[must_use]
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.breaker.as_ref()
+    }
+
     /// Checks one request of cost 1 on `subject`, and consumes it if allowed.
     ///
     /// ```

@@ -50,7 +50,7 @@ pub(crate) use self::backend::Backend;
 pub use self::capability::{Capability, StoreKind, Unsupported};
 pub(crate) use self::connect::RedisSettings;
 pub(crate) use self::memory::MemoryStore;
-use self::peek::SetHolder;
+use self::peek::{KeyScan, SetHolder};
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{
     LockoutParams, PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm,
@@ -427,6 +427,19 @@ impl Store {
             on_backend!(&side, s => s.lock_value(key).await)
         })
         .await
+    }
+
+    /// Up to `max` keys of the lock side that start with `prefix`, by `SCAN` on every node,
+    /// for the operators' listing of locks. A scan is many round trips: it gets ten times
+    /// the operation timeout.
+    pub(crate) async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
+        let side = self.locks();
+        let limit = on_backend!(&side, s => s.op_timeout()).saturating_mul(10);
+        tokio::time::timeout(limit, async {
+            on_backend!(&side, s => s.scan_keys(prefix, max).await)
+        })
+        .await
+        .map_err(|_| StoreError::Timeout { after: limit })?
     }
 
     /// Announces that an operator freed `key` on revocation channel `channel`, so that its

@@ -67,6 +67,68 @@ pub(crate) async fn set_holders<C: ConnectionLike + Send>(
     Ok(holders)
 }
 
+/// What [`scan`] found: keys, and whether the whole keyspace was covered.
+#[derive(Debug, Default)]
+pub(crate) struct KeyScan {
+    /// The keys found, sorted, without repeats.
+    pub(crate) keys: Vec<String>,
+    /// Whether every node's scan reached its end (false: `max` keys were found first, or a
+    /// node's scan took more than [`SCAN_CALLS`] calls).
+    pub(crate) complete: bool,
+}
+
+/// How many keys one `SCAN` call looks at.
+const SCAN_COUNT: u32 = 500;
+
+/// The most `SCAN` calls one node gets: 500,000 keys looked at, whatever the keyspace holds.
+pub(crate) const SCAN_CALLS: u32 = 1_000;
+
+/// `SCAN`s one node for keys that start with `prefix` (a literal: glob characters in it match
+/// only themselves), adding them to `found` until it holds `max` keys or the scan ends, within
+/// [`SCAN_CALLS`] calls. `call` sends one command to that node. Returns whether the scan
+/// reached its end.
+pub(crate) async fn scan<F, Fut>(
+    mut call: F,
+    prefix: &str,
+    max: usize,
+    found: &mut std::collections::BTreeSet<String>,
+) -> Result<bool, StoreError>
+where
+    F: FnMut(redis::Cmd) -> Fut,
+    Fut: Future<Output = redis::RedisResult<redis::Value>>,
+{
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    let mut cursor = 0u64;
+    for _ in 0..SCAN_CALLS {
+        if found.len() >= max {
+            return Ok(false);
+        }
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT);
+        let (next, keys): (u64, Vec<String>) =
+            redis::from_redis_value(call(cmd).await?).map_err(redis::RedisError::from)?;
+        let room = max - found.len();
+        let more = keys.len() > room;
+        found.extend(keys.into_iter().take(room));
+        if next == 0 {
+            return Ok(!more);
+        }
+        cursor = next;
+    }
+    Ok(false)
+}
+
 #[cfg(feature = "test-util")]
 pub(crate) use self::hooks::*;
 

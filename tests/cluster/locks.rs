@@ -402,6 +402,46 @@ async fn busy_and_timeouts_are_typed() {
     lease.release().await.expect("release");
 }
 
+/// `held_locks` on a cluster: a scan of every master finds a lock on each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_locks_lists_the_locks_of_every_master() {
+    let cluster = RedisCluster::shared();
+    let a = client(cluster, "listed").await;
+    let b = client(cluster, "listed").await;
+    let mut names = names_on_every_master(cluster, &a, 2).await;
+    names.sort();
+    let mut leases = Vec::new();
+    for name in &names {
+        leases.push(
+            a.lock(name)
+                .identity("cluster-lister")
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
+    }
+    let listing = b.held_locks(1000).await.expect("held_locks");
+    assert!(listing.complete);
+    let listed: Vec<&str> = listing.locks.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(listed, names.iter().map(String::as_str).collect::<Vec<_>>());
+    for lock in &listing.locks {
+        assert!(
+            matches!(&lock.state, distlock::LockState::Held { holder: Some(h), .. } if h.identity == "cluster-lister"),
+            "{lock:?}"
+        );
+    }
+    for lease in leases {
+        lease.release().await.expect("release");
+    }
+    assert!(
+        b.held_locks(1000)
+            .await
+            .expect("held_locks")
+            .locks
+            .is_empty()
+    );
+}
+
 /// The operators' view on a cluster: `lock_state` reads each name on its own master, and
 /// `force_unlock` frees it there and wakes its waiter through the lock's sharded channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use distlock::{LockError, LockState};
+use distlock::{Client, LockError, LockState};
 use tokio::time::Instant;
 
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
+    held_locks_lists_this_prefixs_held_locks_by_name,
     lock_state_reports_free_held_and_waiters,
     force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns,
 );
@@ -177,4 +178,88 @@ async fn force_unlock_frees_the_lock_wakes_its_waiter_and_the_holder_learns(fx: 
     ));
     assert!(!taken.is_lost());
     taken.release().await.expect("release");
+}
+
+/// `held_locks` (issue 29 §6): every held lock of the client's prefix by its name (braces,
+/// `%` and glob characters included), with its holder; no lock of another prefix (one with
+/// glob characters), no semaphore, nothing released; a limit it says it stopped at.
+async fn held_locks_lists_this_prefixs_held_locks_by_name(fx: Fixture) {
+    const TTL: Duration = Duration::from_secs(20);
+    let names = ["100%", "a*b?[c]\\", "orders:{42}"];
+    let mut leases = Vec::new();
+    for name in names {
+        leases.push(
+            fx.client
+                .lock(name)
+                .identity("lister-test")
+                .ttl(TTL)
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
+    }
+    // Things that are not locks of this prefix.
+    let _permit = fx
+        .client
+        .semaphore("not-a-lock", 2)
+        .acquire()
+        .await
+        .expect("semaphore");
+    let other_prefix = match &fx.server {
+        Some(server) => Client::builder()
+            .prefix(format!("{}*", fx.client.prefix()))
+            .connect(&server.url())
+            .await
+            .expect("connect"),
+        None => Client::builder()
+            .prefix(format!("{}*", fx.client.prefix()))
+            .in_memory(),
+    };
+    let _foreign = other_prefix
+        .lock("foreign")
+        .acquire()
+        .await
+        .expect("acquire on another prefix");
+
+    let listing = fx.client.held_locks(100).await.expect("held_locks");
+    assert!(listing.complete, "three locks, well under the limit");
+    let listed: Vec<&str> = listing.locks.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(listed, names, "by name, in order");
+    for lock in &listing.locks {
+        match &lock.state {
+            LockState::Held {
+                remaining_ttl,
+                holder: Some(holder),
+                ..
+            } => {
+                assert_eq!(holder.identity, "lister-test");
+                assert!(*remaining_ttl <= TTL, "{lock:?}");
+            }
+            other => panic!("{}: held and named: {other:?}", lock.name),
+        }
+    }
+    // The other prefix sees its own lock only, though its prefix is a glob of ours.
+    let theirs = other_prefix.held_locks(100).await.expect("held_locks");
+    let theirs: Vec<&str> = theirs.locks.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(theirs, ["foreign"]);
+
+    // A limit below what is held: that many, and it says so.
+    let two = fx.client.held_locks(2).await.expect("held_locks");
+    assert_eq!(two.locks.len(), 2);
+    assert!(!two.complete, "it stopped at its limit: {two:?}");
+
+    // Released or forced locks are gone from the listing.
+    leases.remove(0).release().await.expect("release");
+    assert!(fx.client.force_unlock(names[2]).await.expect("force"));
+    let left = fx.client.held_locks(100).await.expect("held_locks");
+    let left: Vec<&str> = left.locks.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(left, [names[1]]);
+    assert!(
+        fx.client
+            .held_locks(0)
+            .await
+            .expect("held_locks")
+            .locks
+            .is_empty()
+    );
 }

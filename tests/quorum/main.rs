@@ -699,8 +699,21 @@ async fn lock_state_and_force_unlock_on_a_quorum() {
         }
         other => panic!("held on every node: {other:?}"),
     }
+    // Listed once, though every node has it.
+    let listing = client.held_locks(10).await.expect("held_locks");
+    assert!(listing.complete);
+    assert_eq!(listing.locks.len(), 1, "{listing:?}");
+    assert_eq!(listing.locks[0].name, "operated");
     assert!(client.force_unlock("operated").await.expect("force_unlock"));
     assert_eq!(copies(&nodes, &client, "operated").await, 0);
+    assert!(
+        client
+            .held_locks(10)
+            .await
+            .expect("held_locks")
+            .locks
+            .is_empty()
+    );
     assert_eq!(
         client.lock_state("operated").await.expect("lock_state"),
         distlock::LockState::Free
@@ -715,5 +728,9 @@ async fn lock_state_and_force_unlock_on_a_quorum() {
     match client.lock_state("operated").await {
         Err(distlock::LockError::Store(distlock::StoreError::NoQuorum { needed: 3, .. })) => {}
         other => panic!("with three of five nodes down: {other:?}"),
+    }
+    match client.held_locks(10).await {
+        Err(distlock::LockError::Store(distlock::StoreError::NoQuorum { needed: 3, .. })) => {}
+        other => panic!("a listing with three of five nodes down: {other:?}"),
     }
 }

@@ -25,6 +25,9 @@ pub struct Config {
     pub replica: String,
     /// `JOB_PERIOD`: how often the settle-payments job is due (default `2s`).
     pub job_period: Duration,
+    /// `CONSOLE_TOKEN`: the bearer token the operator console at `/admin/console` wants
+    /// before it forces a lock or resets a rate limit (unset: the console only reads).
+    pub console_token: Option<String>,
 }
 
 /// Where the locks, the rate limits and the shop's records live.
@@ -64,6 +67,8 @@ Environment:
   TRUSTED_PROXIES  CIDRs of your load balancers, e.g. 10.0.0.0/8 (default: none)
   REPLICA_ID       this replica's name (default replica-<pid>)
   JOB_PERIOD       how often settle-payments is due (default 2s)
+  CONSOLE_TOKEN    token the console at /admin/console wants before it forces a lock or
+                   resets a limit (default: unset, the console only reads)
   RUST_LOG         log filter (default info)";
 
 impl Config {
@@ -139,6 +144,7 @@ impl Config {
             },
             None => Duration::from_secs(2),
         };
+        let console_token = vars("CONSOLE_TOKEN").filter(|t| !t.trim().is_empty());
         let backend = backend(
             vars("REDIS_URL").filter(|u| !u.trim().is_empty()),
             vars("REDIS_CLUSTER_URLS").filter(|u| !u.trim().is_empty()),
@@ -150,6 +156,7 @@ impl Config {
             trusted_proxies,
             replica,
             job_period,
+            console_token,
         })
     }
 

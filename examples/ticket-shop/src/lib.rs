@@ -36,6 +36,7 @@ use axum::routing::{get, post};
 use distlock::RateLimitError;
 use distlock_tower::MissingKey;
 use distlock_tower::client_ip::{Cidr, ClientIp};
+use distlock_tower::console::Console;
 use distlock_tower::idempotency::IdempotencyLayer;
 use distlock_tower::lock::LockLayer;
 use distlock_tower::rate_limit::RateLimitLayer;
@@ -72,6 +73,9 @@ pub struct Settings {
     pub reindex_time: Duration,
     /// How long a run of the periodic job works (simulated).
     pub job_work_time: Duration,
+    /// The bearer token the operator console wants before a force-unlock or a reset; `None`:
+    /// the console only reads.
+    pub console_token: Option<String>,
 }
 
 impl Settings {
@@ -84,6 +88,7 @@ impl Settings {
             payment_time: Duration::from_millis(20),
             reindex_time: Duration::from_secs(1),
             job_work_time: Duration::from_millis(200),
+            console_token: None,
         }
     }
 }
@@ -121,6 +126,7 @@ impl AppState {
 /// | `POST /admin/reindex` | rebuilds the sales report; one at a time across replicas |
 /// | `GET /admin/jobs` | runs of the periodic job |
 /// | `GET /admin/leader` | the replica that leads the periodic job, and its term |
+/// | `GET /admin/console` | the operator console: held locks, rate-limit subjects, store health |
 pub fn app(state: AppState) -> Router {
     // Behind a load balancer, the client is the right-most address in X-Forwarded-For that
     // is not one of our proxies; without trusted proxies, the connection's peer.
@@ -170,7 +176,36 @@ pub fn app(state: AppState) -> Router {
         .route("/health", get(health))
         .merge(api)
         .merge(admin)
+        .nest("/admin/console", console(&state))
         .with_state(state)
+}
+
+/// The operator console: who holds which lock, the `api` and `checkout` limits of a client
+/// address. Forcing a lock or resetting a limit wants `Authorization: Bearer <CONSOLE_TOKEN>`
+/// (the page has a box for it); without a token set, the console only reads. Like the other
+/// admin routes, a real shop would also put it behind its own authentication.
+fn console(state: &AppState) -> Router<AppState> {
+    let mut console = Console::new(state.locks.clone())
+        .rate_limiter("api", state.limits.api.clone())
+        .and_then(|c| c.rate_limiter("checkout", state.limits.checkout.clone()))
+        // Two constant, distinct names.
+        .expect("valid limiter names");
+    if let Some(token) = state.settings.console_token.clone() {
+        let expected = format!("Bearer {token}");
+        console = console.authorize(move |request, action| {
+            !action.is_mutation()
+                || request
+                    .headers
+                    .get(axum::http::header::AUTHORIZATION)
+                    .is_some_and(|v| same_secret(v.as_bytes(), expected.as_bytes()))
+        });
+    }
+    console.router()
+}
+
+/// Whether `a` and `b` are equal, in a time that does not tell how much of them matched.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The body of `GET /health`.

@@ -61,6 +61,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut settings = Settings::new(config.seats, config.replica.clone());
     settings.trusted_proxies = config.trusted_proxies.clone();
+    settings.console_token = config.console_token.clone();
     let state = AppState::new(locks, store, settings)?;
 
     let job = tokio::spawn(job::run_forever(

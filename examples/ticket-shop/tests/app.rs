@@ -479,3 +479,82 @@ async fn the_job_has_an_elected_leader() {
     assert!(body["term"].as_u64().is_some_and(|t| t > 0), "{body}");
     keeper.abort();
 }
+
+/// The console at `/admin/console`: it lists the reindex lock while one runs, shows a client
+/// address's checkout budget, and forces or resets only with the configured token.
+#[tokio::test]
+async fn the_console_shows_the_reindex_lock_and_wants_the_token_to_force_it() {
+    let mut settings = Settings::new(50, "test");
+    settings.reindex_time = Duration::from_secs(2);
+    settings.console_token = Some("op-secret".to_owned());
+    let app = app(AppState::in_memory(settings).expect("valid policies"));
+    let (status, page, _) = send(&app, request("GET", "/admin/console", "127.0.0.1", None)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.headers()["content-type"]
+            .to_str()
+            .expect("ASCII")
+            .starts_with("text/html")
+    );
+
+    let reindex = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, request("POST", "/admin/reindex", "127.0.0.1", None)).await }
+    });
+    let mut listed = Value::Null;
+    for _ in 0..100 {
+        let (_, _, locks) = send(
+            &app,
+            request("GET", "/admin/console/api/locks", "127.0.0.1", None),
+        )
+        .await;
+        listed = locks;
+        if listed["locks"].as_array().is_some_and(|l| !l.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(listed["locks"][0]["name"], "admin:reindex", "{listed}");
+
+    let force = |token: Option<&str>| {
+        let mut r = request(
+            "POST",
+            "/admin/console/api/locks/admin%3Areindex/force-unlock",
+            "127.0.0.1",
+            None,
+        );
+        r.headers_mut()
+            .insert("x-distlock-console", "1".parse().expect("header"));
+        if let Some(token) = token {
+            let value = format!("Bearer {token}").parse().expect("header");
+            r.headers_mut().insert("authorization", value);
+        }
+        r
+    };
+    let (status, _, _) = send(&app, force(None)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = send(&app, force(Some("guess"))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, forced) = send(&app, force(Some("op-secret"))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(forced["forced"], true);
+    reindex.await.expect("task");
+
+    // A client address's checkout budget, spent by one purchase.
+    send(&app, checkout("1", "ada", "192.0.2.7")).await;
+    let (status, _, budget) = send(
+        &app,
+        request(
+            "GET",
+            "/admin/console/api/rate-limits/checkout/192.0.2.7",
+            "127.0.0.1",
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{budget}");
+    assert!(
+        budget["remaining"].as_u64().expect("remaining") < budget["limit"].as_u64().expect("limit"),
+        "{budget}"
+    );
+}

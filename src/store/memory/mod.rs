@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind, Unsupported};
-use super::peek::SetHolder;
+use super::peek::{KeyScan, SetHolder};
 use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
@@ -807,6 +807,22 @@ impl Backend for MemoryStore {
             .state()
             .get(key, now)
             .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now))))
+    }
+
+    async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
+        let now = Instant::now();
+        let state = self.state();
+        let mut keys: Vec<String> = state
+            .values
+            .iter()
+            .filter(|(k, v)| v.expires_at > now && k.starts_with(prefix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        drop(state);
+        keys.sort_unstable();
+        let complete = keys.len() <= max;
+        keys.truncate(max);
+        Ok(KeyScan { keys, complete })
     }
 
     async fn announce_revoked(&self, channel: &str, key: &str) -> Result<(), StoreError> {

@@ -1116,6 +1116,46 @@ impl Backend for QuorumStore {
         Ok(majority_holder(&seen, needed))
     }
 
+    /// Every node's keys, joined: a key is listed if any node has it (a straggler's too; the
+    /// caller's majority read tells). Fails only if fewer than a majority of nodes answered.
+    async fn scan_keys(&self, prefix: &str, max: usize) -> Result<peek::KeyScan, StoreError> {
+        let mut found = std::collections::BTreeSet::new();
+        let mut complete = true;
+        let mut failures = Vec::new();
+        for node in &self.inner.nodes {
+            let call = |cmd: redis::Cmd| {
+                let mut conn = node.conn.clone();
+                async move { cmd.query_async::<redis::Value>(&mut conn).await }
+            };
+            let scanned =
+                tokio::time::timeout(self.op_timeout(), peek::scan(call, prefix, max, &mut found))
+                    .await;
+            match scanned {
+                Ok(Ok(whole)) => complete &= whole,
+                Ok(Err(err)) => failures.push(NodeFailure {
+                    node: node.name.clone(),
+                    error: err.to_string(),
+                }),
+                Err(_) => failures.push(NodeFailure {
+                    node: node.name.clone(),
+                    error: format!("no answer within {:?}", self.op_timeout()),
+                }),
+            }
+        }
+        let needed = self.inner.quorum;
+        if self.inner.nodes.len() - failures.len() < needed {
+            return Err(StoreError::NoQuorum {
+                nodes: self.inner.nodes.len(),
+                needed,
+                failures,
+            });
+        }
+        Ok(peek::KeyScan {
+            keys: found.into_iter().collect(),
+            complete: complete && failures.is_empty(),
+        })
+    }
+
     /// The first node that has it.
     #[cfg(feature = "test-util")]
     async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {

@@ -34,7 +34,7 @@ pub(crate) use self::single::Single;
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind, Unsupported};
 use super::connect::{PrimaryConn, RedisSettings};
-use super::peek::{self, SetHolder};
+use super::peek::{self, KeyScan, SetHolder};
 use super::ratelimit::script::RateItem;
 use super::ratelimit::{RateReply, RateRequest};
 use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
@@ -397,6 +397,44 @@ impl Backend for ScriptedStore {
 
     async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
         peek::value_and_ttl(&mut self.conn(), key).await
+    }
+
+    async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
+        let mut found = std::collections::BTreeSet::new();
+        let complete = match &self.inner.route {
+            Route::Single(single) => {
+                let conn = single.conn().clone();
+                let call = |cmd: Cmd| {
+                    let mut conn = conn.clone();
+                    async move { cmd.query_async::<Value>(&mut conn).await }
+                };
+                peek::scan(call, prefix, max, &mut found).await?
+            }
+            Route::BySlot(by_slot) => {
+                let conn = by_slot.conn().clone();
+                let mut complete = true;
+                // Each master scans its own keys: a cursor means nothing on another node.
+                for (host, port) in super::cluster::masters(conn.clone(), self.op_timeout()).await?
+                {
+                    let call = |cmd: Cmd| {
+                        let mut conn = conn.clone();
+                        let routing = redis::cluster_routing::RoutingInfo::SingleNode(
+                            redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                                host: host.clone(),
+                                port,
+                            },
+                        );
+                        async move { conn.route_command(cmd, routing).await }
+                    };
+                    complete &= peek::scan(call, prefix, max, &mut found).await?;
+                }
+                complete
+            }
+        };
+        Ok(KeyScan {
+            keys: found.into_iter().collect(),
+            complete,
+        })
     }
 
     async fn announce_revoked(&self, channel: &str, key: &str) -> Result<(), StoreError> {

@@ -1,0 +1,593 @@
+//! An operator's console: who holds which lock, since when, for how much longer and whether
+//! anyone waits; a subject's rate-limit state; the circuit breakers and the store's health.
+//! An axum router with a small JSON API and one HTML page that uses it, to mount where your
+//! operators can reach it.
+//!
+//! ```no_run
+//! use axum::Router;
+//! use distlock_tower::console::{Action, Console};
+//!
+//! fn app(client: distlock::Client, logins: distlock::ratelimit::RateLimiter) -> Router {
+//!     let console = Console::new(client)
+//!         .rate_limiter("login", logins)
+//!         .expect("a unique name")
+//!         // Who may do what: without this hook the console only reads.
+//!         .authorize(|request: &http::request::Parts, _action: Action| {
+//!             request.headers.get("authorization").is_some_and(|v| v == "Bearer s3cret")
+//!         });
+//!     Router::new().nest("/admin/console", console.router())
+//! }
+//! ```
+//!
+//! Open `/admin/console` in a browser: the page lists the held locks (refreshed every 2 s),
+//! with a button to force one free, and looks up a subject of each limiter, with a button to
+//! reset it. The page's token box sends `Authorization: Bearer <token>` with each request;
+//! cookies go along too (the page's requests are same-origin), so a hook can check either.
+//!
+//! | request (under the mount point) | answer |
+//! |---|---|
+//! | `GET /` | the page (`text/html`; the script and style sheet are `console.js`, `console.css`) |
+//! | `GET /api/overview` | `{"store","identity","ready","nodes":[..],"mutations","limiters":[{"name","policies","shadow","breaker"}]}` |
+//! | `GET /api/locks?limit=N` | `{"complete","locks":[{"name","state","remaining_ttl_ms","waiters","holder","since_ms"}]}` (N ≤ 1,000, default 200) |
+//! | `GET /api/locks/{name}` | one lock, `"state":"free"` if nobody holds it |
+//! | `POST /api/locks/{name}/force-unlock` | `{"forced":true}` if a lease held it ([`Client::force_unlock`]) |
+//! | `GET /api/rate-limits/{limiter}/{subject}` | what a request would get now, consuming nothing |
+//! | `POST /api/rate-limits/{limiter}/{subject}/reset` | the subject's state after a reset |
+//!
+//! Names in a path are percent-encoded (`encodeURIComponent`). Times are milliseconds; `since_ms`
+//! is Unix time by the holder's clock.
+//!
+//! **Access.** Every request asks the [`authorize`](Console::authorize) hook, with the
+//! [`Action`] it would take; a refusal is `403`. Without a hook, reads are open (mount the
+//! router behind your own authentication, as for any admin route) and the two `POST`s are
+//! refused with `403`: **no hook, no mutations.** A `POST` must also carry the header
+//! `X-Distlock-Console: 1`, which the page sends: a plain HTML form of another site cannot, so
+//! a browser that holds an operator's cookie cannot be made to force a lock from elsewhere.
+//! Forcing a lock tells its holder at once (see [`Client::force_unlock`] for what that does and
+//! does not guarantee). Every mutation is logged at `INFO`.
+//!
+//! **The page** is plain HTML, CSS and JavaScript from this crate, served with a
+//! `Content-Security-Policy` that allows only its own script, style sheet and requests; lock
+//! names, identities and subjects are inserted as text, never as markup.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{OriginalUri, Path};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use distlock::ratelimit::{Decision, RateLimiter};
+use distlock::{Client, LockState, MAX_LISTED_LOCKS};
+use http::request::Parts;
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::refusal::push_json_string;
+
+/// How many locks `GET /api/locks` lists without a `limit`.
+pub const DEFAULT_LISTED_LOCKS: usize = 200;
+
+/// The header every `POST` must carry, with the value `1`.
+pub const MUTATION_HEADER: &str = "x-distlock-console";
+
+/// What a request to the console would do, as the [`authorize`](Console::authorize) hook is
+/// asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// The page, or a `GET` of the API.
+    Read,
+    /// `POST .../force-unlock`.
+    ForceUnlock,
+    /// `POST .../reset` of a rate-limit subject.
+    ResetRateLimit,
+}
+
+impl Action {
+    /// Whether the action changes anything.
+    #[must_use]
+    pub fn is_mutation(self) -> bool {
+        !matches!(self, Self::Read)
+    }
+}
+
+/// Why [`Console::rate_limiter`] refused a limiter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("console rate limiter name {name:?}: {reason}")]
+#[non_exhaustive]
+pub struct InvalidLimiterName {
+    /// The name given.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+type Hook = dyn Fn(&Parts, Action) -> bool + Send + Sync;
+
+/// The console's settings; [`router`](Self::router) makes the axum router.
+#[derive(Clone)]
+#[must_use = "a Console does nothing until its router() is mounted"]
+pub struct Console {
+    client: Client,
+    limiters: Vec<(String, RateLimiter)>,
+    authorize: Option<Arc<Hook>>,
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console")
+            .field("store", &self.client.store_kind())
+            .field(
+                "limiters",
+                &self.limiters.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("authorize", &self.authorize.is_some())
+            .finish()
+    }
+}
+
+impl Console {
+    /// A console over `client`'s locks (those of its prefix), read-only until
+    /// [`authorize`](Self::authorize) is set.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            limiters: Vec::new(),
+            authorize: None,
+        }
+    }
+
+    /// Shows `limiter` under `name`: the page and `GET /api/rate-limits/{name}/{subject}`
+    /// look its subjects up, `POST .../reset` resets one.
+    ///
+    /// # Errors
+    /// A `name` that is empty, longer than 64 bytes, not made of ASCII letters, digits, `-`,
+    /// `_` and `.`, or already given.
+    pub fn rate_limiter(
+        mut self,
+        name: impl Into<String>,
+        limiter: RateLimiter,
+    ) -> Result<Self, InvalidLimiterName> {
+        let name = name.into();
+        let reason = if name.is_empty() || name.len() > 64 {
+            Some("it must be 1 to 64 bytes long")
+        } else if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            Some("it may hold only ASCII letters, digits, '-', '_' and '.'")
+        } else if self.limiters.iter().any(|(n, _)| *n == name) {
+            Some("another limiter has that name")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(InvalidLimiterName { name, reason });
+        }
+        self.limiters.push((name, limiter));
+        Ok(self)
+    }
+
+    /// Who may do what: `hook` sees each request's head (headers, URI, extensions such as
+    /// your authentication layer's) and the [`Action`] it would take, and answers whether it
+    /// may. It is asked for every request, reads included. Without it, reads are open and
+    /// mutations refused.
+    pub fn authorize<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Parts, Action) -> bool + Send + Sync + 'static,
+    {
+        self.authorize = Some(Arc::new(hook));
+        self
+    }
+
+    /// The router, to [`nest`](Router::nest) where operators reach it (or to serve alone).
+    pub fn router<S>(self) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        let console = Arc::new(self);
+        let (page, overview, list, one, force, peek, reset) = (
+            Arc::clone(&console),
+            Arc::clone(&console),
+            Arc::clone(&console),
+            Arc::clone(&console),
+            Arc::clone(&console),
+            Arc::clone(&console),
+            console,
+        );
+        Router::new()
+            .route(
+                "/",
+                get(move |parts: Parts| {
+                    let console = Arc::clone(&page);
+                    async move {
+                        console.guard(&parts, Action::Read)?;
+                        Ok::<_, Response<Body>>(page_html(&parts))
+                    }
+                }),
+            )
+            .route("/console.js", get(|| async { asset(SCRIPT, "text/javascript") }))
+            .route("/console.css", get(|| async { asset(STYLE, "text/css") }))
+            .route(
+                "/api/overview",
+                get(move |parts: Parts| {
+                    let console = Arc::clone(&overview);
+                    async move {
+                        console.guard(&parts, Action::Read)?;
+                        Ok::<_, Response<Body>>(json(StatusCode::OK, console.overview().await))
+                    }
+                }),
+            )
+            .route(
+                "/api/locks",
+                get(move |parts: Parts| {
+                    let console = Arc::clone(&list);
+                    async move {
+                        console.guard(&parts, Action::Read)?;
+                        let limit = match limit_of(&parts) {
+                            Ok(limit) => limit,
+                            Err(why) => return Err(problem(StatusCode::BAD_REQUEST, &why)),
+                        };
+                        match console.client.held_locks(limit).await {
+                            Ok(listing) => {
+                                let mut body = String::with_capacity(64 + 160 * listing.locks.len());
+                                let _ = write!(body, "{{\"complete\":{},\"locks\":[", listing.complete);
+                                for (i, lock) in listing.locks.iter().enumerate() {
+                                    if i > 0 {
+                                        body.push(',');
+                                    }
+                                    push_lock(&mut body, &lock.name, &lock.state);
+                                }
+                                body.push_str("]}");
+                                Ok(json(StatusCode::OK, body))
+                            }
+                            Err(err) => Err(err.into_response()),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/api/locks/{name}",
+                get(move |Path(name): Path<String>, parts: Parts| {
+                    let console = Arc::clone(&one);
+                    async move {
+                        console.guard(&parts, Action::Read)?;
+                        match console.client.lock_state(&name).await {
+                            Ok(state) => {
+                                let mut body = String::new();
+                                push_lock(&mut body, &name, &state);
+                                Ok(json(StatusCode::OK, body))
+                            }
+                            Err(err) => Err(err.into_response()),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/api/locks/{name}/force-unlock",
+                post(move |Path(name): Path<String>, parts: Parts| {
+                    let console = Arc::clone(&force);
+                    async move {
+                        console.guard(&parts, Action::ForceUnlock)?;
+                        match console.client.force_unlock(&name).await {
+                            Ok(forced) => {
+                                tracing::info!(lock = %name, forced, "console: force-unlock");
+                                Ok(json(StatusCode::OK, format!("{{\"forced\":{forced}}}")))
+                            }
+                            Err(err) => Err(err.into_response()),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/api/rate-limits/{limiter}/{subject}",
+                get(move |Path((limiter, subject)): Path<(String, String)>, parts: Parts| {
+                    let console = Arc::clone(&peek);
+                    async move {
+                        console.guard(&parts, Action::Read)?;
+                        let limiter = console.limiter(&limiter)?;
+                        match limiter.peek(&subject).await {
+                            Ok(decision) => Ok(json(StatusCode::OK, decision_json(&subject, &decision))),
+                            Err(err) => Err(err.into_response()),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/api/rate-limits/{limiter}/{subject}/reset",
+                post(move |Path((name, subject)): Path<(String, String)>, parts: Parts| {
+                    let console = Arc::clone(&reset);
+                    async move {
+                        console.guard(&parts, Action::ResetRateLimit)?;
+                        let limiter = console.limiter(&name)?;
+                        match limiter.reset(&subject).await {
+                            Ok(decision) => {
+                                tracing::info!(limiter = %name, %subject, "console: rate-limit reset");
+                                Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
+                            }
+                            Err(err) => Err(err.into_response()),
+                        }
+                    }
+                }),
+            )
+    }
+
+    /// Whether `action` may go ahead for this request: the hook's word, and for a mutation a
+    /// hook at all and the console's header.
+    fn guard(&self, parts: &Parts, action: Action) -> Result<(), Refused> {
+        if action.is_mutation() {
+            if self.authorize.is_none() {
+                return Err(Refused(
+                    StatusCode::FORBIDDEN,
+                    "this console only reads: its owner set no authorize hook",
+                ));
+            }
+            if parts.headers.get(MUTATION_HEADER).is_none_or(|v| v != "1") {
+                return Err(Refused(
+                    StatusCode::FORBIDDEN,
+                    "a console POST must carry the header X-Distlock-Console: 1",
+                ));
+            }
+        }
+        match &self.authorize {
+            Some(hook) if !hook(parts, action) => Err(Refused(
+                StatusCode::FORBIDDEN,
+                "not allowed by the console's authorize hook",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn limiter(&self, name: &str) -> Result<&RateLimiter, Refused> {
+        self.limiters
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, limiter)| limiter)
+            .ok_or(Refused(
+                StatusCode::NOT_FOUND,
+                "the console shows no limiter of that name",
+            ))
+    }
+
+    async fn overview(&self) -> String {
+        let health = self.client.ping().await;
+        let health_doc = crate::health::document(&health);
+        let mut body = String::with_capacity(256 + health_doc.len());
+        body.push_str("{\"identity\":");
+        push_json_string(&mut body, self.client.identity());
+        body.push_str(",\"prefix\":");
+        push_json_string(&mut body, self.client.prefix());
+        let _ = write!(body, ",\"mutations\":{}", self.authorize.is_some());
+        body.push_str(",\"health\":");
+        body.push_str(&health_doc);
+        body.push_str(",\"limiters\":[");
+        for (i, (name, limiter)) in self.limiters.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str("{\"name\":");
+            push_json_string(&mut body, name);
+            body.push_str(",\"policies\":[");
+            for (j, policy) in limiter.policies().iter().enumerate() {
+                if j > 0 {
+                    body.push(',');
+                }
+                push_json_string(&mut body, &policy.to_string());
+            }
+            let breaker = match limiter.breaker() {
+                None => "none",
+                Some(b) if b.is_open() => "open",
+                Some(_) => "closed",
+            };
+            let _ = write!(
+                body,
+                "],\"shadow\":{},\"breaker\":\"{breaker}\"}}",
+                limiter.is_shadow()
+            );
+        }
+        body.push_str("]}");
+        body
+    }
+}
+
+/// A request the console turns down itself: its status and why.
+#[derive(Debug)]
+struct Refused(StatusCode, &'static str);
+
+impl From<Refused> for Response<Body> {
+    fn from(Refused(status, detail): Refused) -> Self {
+        problem(status, detail)
+    }
+}
+
+/// `?limit=N`: at most [`MAX_LISTED_LOCKS`], [`DEFAULT_LISTED_LOCKS`] without it.
+fn limit_of(parts: &Parts) -> Result<usize, String> {
+    let Some(query) = parts.uri.query() else {
+        return Ok(DEFAULT_LISTED_LOCKS);
+    };
+    let mut limit = DEFAULT_LISTED_LOCKS;
+    for pair in query.split('&') {
+        if let Some(value) = pair.strip_prefix("limit=") {
+            limit = match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_LISTED_LOCKS).contains(&n) => n,
+                _ => {
+                    return Err(format!(
+                        "limit must be a whole number from 1 to {MAX_LISTED_LOCKS}"
+                    ));
+                }
+            };
+        }
+    }
+    Ok(limit)
+}
+
+fn millis(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+/// One lock as JSON.
+fn push_lock(body: &mut String, name: &str, state: &LockState) {
+    body.push_str("{\"name\":");
+    push_json_string(body, name);
+    match state {
+        LockState::Held {
+            remaining_ttl,
+            waiters,
+            holder,
+            ..
+        } => {
+            let _ = write!(
+                body,
+                ",\"state\":\"held\",\"remaining_ttl_ms\":{},\"waiters\":{waiters},\"holder\":",
+                millis(*remaining_ttl)
+            );
+            match holder {
+                Some(holder) => {
+                    push_json_string(body, &holder.identity);
+                    let since = holder
+                        .since
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis());
+                    let _ = write!(body, ",\"since_ms\":{since}}}");
+                }
+                None => body.push_str("null,\"since_ms\":null}"),
+            }
+        }
+        LockState::Reserved { remaining_ttl, .. } => {
+            let _ = write!(
+                body,
+                ",\"state\":\"reserved\",\"remaining_ttl_ms\":{},\"waiters\":true,\"holder\":null,\"since_ms\":null}}",
+                millis(*remaining_ttl)
+            );
+        }
+        _ => body.push_str(
+            ",\"state\":\"free\",\"remaining_ttl_ms\":null,\"waiters\":false,\"holder\":null,\"since_ms\":null}",
+        ),
+    }
+}
+
+/// A rate-limit decision as JSON.
+fn decision_json(subject: &str, d: &Decision) -> String {
+    let mut body = String::with_capacity(256);
+    body.push_str("{\"subject\":");
+    push_json_string(&mut body, subject);
+    let _ = write!(
+        body,
+        ",\"allowed\":{},\"limit\":{},\"remaining\":{},\"retry_after_ms\":{},\"reset_after_ms\":{},\"locked_out\":{},\"policies\":[",
+        d.allowed,
+        d.limit,
+        d.remaining,
+        millis(d.retry_after),
+        millis(d.reset_after),
+        d.locked_out
+    );
+    for (i, p) in d.policies.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str("{\"policy\":");
+        push_json_string(&mut body, &p.policy);
+        let _ = write!(
+            body,
+            ",\"allowed\":{},\"limit\":{},\"remaining\":{},\"retry_after_ms\":{},\"reset_after_ms\":{},\"locked_out\":{}}}",
+            p.allowed,
+            p.limit,
+            p.remaining,
+            millis(p.retry_after),
+            millis(p.reset_after),
+            p.locked_out
+        );
+    }
+    body.push_str("]}");
+    body
+}
+
+const PAGE: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("console.js");
+const STYLE: &str = include_str!("console.css");
+
+/// Only the page's own script, style sheet and requests.
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+    img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The page, pointing at its script and style sheet under the path it was asked for (a
+/// router nested at `/admin/console` answers `/admin/console`, without a slash, so relative
+/// URLs would miss).
+fn page_html(parts: &Parts) -> Response<Body> {
+    let path = parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or_else(|| parts.uri.path(), |original| original.0.path());
+    let base = path.trim_end_matches('/');
+    let mut escaped = String::with_capacity(base.len());
+    for c in base.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '"' => escaped.push_str("&quot;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '\'' => escaped.push_str("&#39;"),
+            c => escaped.push(c),
+        }
+    }
+    let mut response = asset_owned(
+        PAGE.replace("{{BASE}}", &escaped),
+        "text/html; charset=utf-8",
+    );
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    response
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    set_common(&mut response, content_type);
+    response
+}
+
+fn asset_owned(body: String, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    set_common(&mut response, content_type);
+    response
+}
+
+fn set_common(response: &mut Response<Body>, content_type: &'static str) {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+}
+
+fn json(status: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    set_common(&mut response, "application/json");
+    response
+}
+
+/// An `application/problem+json` refusal (RFC 9457).
+fn problem(status: StatusCode, detail: &str) -> Response<Body> {
+    let mut body = String::with_capacity(64 + detail.len());
+    let _ = write!(body, "{{\"status\":{},\"title\":", status.as_u16());
+    push_json_string(&mut body, status.canonical_reason().unwrap_or("refused"));
+    body.push_str(",\"detail\":");
+    push_json_string(&mut body, detail);
+    body.push('}');
+    let mut response = json(status, body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
