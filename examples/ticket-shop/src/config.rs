@@ -28,6 +28,10 @@ pub struct Config {
     /// `CONSOLE_TOKEN`: the bearer token the operator console at `/admin/console` wants
     /// before it forces a lock or resets a rate limit (unset: the console only reads).
     pub console_token: Option<String>,
+    /// `LAZY_START`: `true` starts serving while the Redis of `REDIS_URL` is down; `GET /ready`
+    /// answers 503 until it answers, requests meanwhile get 503 (default `false`: exit at
+    /// start if Redis cannot be reached). Not with `REDIS_CLUSTER_URLS`.
+    pub lazy_start: bool,
 }
 
 /// Where the locks, the rate limits and the shop's records live.
@@ -67,6 +71,8 @@ Environment:
   TRUSTED_PROXIES  CIDRs of your load balancers, e.g. 10.0.0.0/8 (default: none)
   REPLICA_ID       this replica's name (default replica-<pid>)
   JOB_PERIOD       how often settle-payments is due (default 2s)
+  LAZY_START       true: start while REDIS_URL's Redis is down and become ready when it
+                   answers (GET /ready); default false: exit if it cannot be reached
   CONSOLE_TOKEN    token the console at /admin/console wants before it forces a lock or
                    resets a limit (default: unset, the console only reads)
   RUST_LOG         log filter (default info)";
@@ -145,10 +151,26 @@ impl Config {
             None => Duration::from_secs(2),
         };
         let console_token = vars("CONSOLE_TOKEN").filter(|t| !t.trim().is_empty());
+        let lazy_start = match vars("LAZY_START").as_deref().map(str::trim) {
+            None | Some("" | "0" | "false" | "no") => false,
+            Some("1" | "true" | "yes") => true,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "LAZY_START={other:?} must be true or false"
+                )));
+            }
+        };
         let backend = backend(
             vars("REDIS_URL").filter(|u| !u.trim().is_empty()),
             vars("REDIS_CLUSTER_URLS").filter(|u| !u.trim().is_empty()),
         )?;
+        if lazy_start && matches!(backend, Backend::Cluster(_)) {
+            return Err(ConfigError(
+                "LAZY_START works with REDIS_URL only: a Cluster client learns the cluster's \
+                 shape from its nodes at start"
+                    .into(),
+            ));
+        }
         Ok(Self {
             listen: SocketAddr::new(host, port),
             backend,
@@ -157,6 +179,7 @@ impl Config {
             replica,
             job_period,
             console_token,
+            lazy_start,
         })
     }
 
@@ -241,6 +264,23 @@ mod tests {
         assert_eq!(c.backend, Backend::Memory);
         assert!(c.trusted_proxies.is_empty());
         assert_eq!(c.job_period, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn lazy_start_is_a_yes_or_no_for_one_primary() {
+        assert!(!config(&[], &[]).unwrap().lazy_start);
+        let url = ("REDIS_URL", "redis://10.0.0.5:6379/");
+        assert!(
+            config(&[url, ("LAZY_START", "true")], &[])
+                .unwrap()
+                .lazy_start
+        );
+        assert!(!config(&[url, ("LAZY_START", "0")], &[]).unwrap().lazy_start);
+        let err = config(&[url, ("LAZY_START", "sometimes")], &[]).unwrap_err();
+        assert!(err.to_string().contains("LAZY_START"), "{err}");
+        let cluster = ("REDIS_CLUSTER_URLS", "redis://127.0.0.1:7001/");
+        let err = config(&[cluster, ("LAZY_START", "yes")], &[]).unwrap_err();
+        assert!(err.to_string().contains("REDIS_URL only"), "{err}");
     }
 
     #[test]

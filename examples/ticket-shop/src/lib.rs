@@ -37,6 +37,7 @@ use distlock::RateLimitError;
 use distlock_tower::MissingKey;
 use distlock_tower::client_ip::{Cidr, ClientIp};
 use distlock_tower::console::Console;
+use distlock_tower::health::readiness;
 use distlock_tower::idempotency::IdempotencyLayer;
 use distlock_tower::lock::LockLayer;
 use distlock_tower::rate_limit::RateLimitLayer;
@@ -120,6 +121,7 @@ impl AppState {
 /// | route | what |
 /// |---|---|
 /// | `GET /health` | store, replica, seats sold; not rate limited |
+/// | `GET /ready` | `200` when Redis answers, `503` otherwise (`distlock_tower::health::readiness`) |
 /// | `GET /api/seats` | seats for sale |
 /// | `GET /api/seats/{seat}` | one seat, with its sale |
 /// | `POST /api/seats/{seat}/checkout` | buys a seat: `{"buyer": "ada"}`; with an `Idempotency-Key` header, a retry gets the first answer |
@@ -174,6 +176,7 @@ pub fn app(state: AppState) -> Router {
 
     Router::new()
         .route("/health", get(health))
+        .route("/ready", readiness(state.locks.clone()))
         .merge(api)
         .merge(admin)
         .nest("/admin/console", console(&state))

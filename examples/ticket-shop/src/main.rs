@@ -49,6 +49,10 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // One Redis (or one cluster) for both: the lock client keeps its own connections, the
     // shop's records (fenced resources under their own prefix) get theirs.
     let (locks, store) = match &config.backend {
+        Backend::Redis(url) if config.lazy_start => (
+            distlock::Client::builder().lazy(true).connect(url).await?,
+            Store::connect_lazy(url).await?,
+        ),
         Backend::Redis(url) => (
             distlock::Client::connect(url).await?,
             Store::connect(url).await?,

@@ -112,12 +112,18 @@ struct Replica {
 impl Replica {
     /// Starts a replica against the store that `(var, value)` names (`REDIS_URL` or
     /// `REDIS_CLUSTER_URLS`).
-    fn start(name: &str, (var, value): (&str, String)) -> Self {
+    fn start(name: &str, store: (&str, String)) -> Self {
+        Self::start_with(name, &[store])
+    }
+
+    /// [`start`](Self::start) with more environment variables.
+    fn start_with(name: &str, vars: &[(&str, String)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ticket-shop"))
             .env_remove("REDIS_URL")
             .env_remove("REDIS_CLUSTER_URLS")
+            .env_remove("LAZY_START")
             .env("PORT", "0")
-            .env(var, value)
+            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
             .env("REPLICA_ID", name)
             .env("SEATS", SEATS.to_string())
             .env("TRUSTED_PROXIES", "127.0.0.1/32")
@@ -641,4 +647,79 @@ async fn store_refuses_stale_fences(target: &Target) {
     assert_eq!(runs, vec![run(5)]);
     let now = store.now_ms().await.expect("time");
     assert!(now > 1_600_000_000_000);
+}
+
+/// `LAZY_START=true`: a replica started while its Redis is down serves at once, says it is not
+/// ready (`/ready` 503, a sale 503), and becomes ready and sells once Redis answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_replica_starts_before_redis_and_sells_once_it_answers() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let replica = Replica::start_with(
+        "lazy",
+        &[("REDIS_URL", url), ("LAZY_START", "true".to_owned())],
+    );
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client");
+    let ready = http
+        .get(replica.url("/ready"))
+        .send()
+        .await
+        .expect("GET /ready");
+    assert_eq!(
+        ready.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        replica.log_text()
+    );
+    let sale = http
+        .post(replica.url("/api/seats/1/checkout"))
+        .header("x-forwarded-for", "198.51.100.1")
+        .json(&serde_json::json!({ "buyer": "early" }))
+        .send()
+        .await
+        .expect("checkout");
+    assert_eq!(sale.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    server.restart();
+    // The library probes a down primary at least every 2 s; well within 30 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = http
+            .get(replica.url("/ready"))
+            .send()
+            .await
+            .expect("GET /ready");
+        if ready.status() == StatusCode::OK {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready 30 s after Redis came up:\n{}",
+            replica.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut sold = None;
+    while Instant::now() < deadline {
+        let sale = http
+            .post(replica.url("/api/seats/1/checkout"))
+            .header("x-forwarded-for", "198.51.100.1")
+            .json(&serde_json::json!({ "buyer": "ada" }))
+            .send()
+            .await
+            .expect("checkout");
+        if sale.status() == StatusCode::CREATED {
+            sold = Some(sale.json::<Value>().await.expect("sale"));
+            break;
+        }
+        // The records' own connection may take one more try after Redis is back.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let sold = sold.unwrap_or_else(|| panic!("no sale once ready:\n{}", replica.log_text()));
+    assert_eq!(sold["buyer"], "ada");
 }

@@ -103,6 +103,19 @@ impl Direct {
         Ok(direct)
     }
 
+    /// A connection to `url` made on first use, so that a process can start while Redis is
+    /// down; each command fails until it answers.
+    pub(super) fn connect_lazy(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT))
+            .set_number_of_retries(3);
+        Ok(Self::Primary(ConnectionManager::new_lazy_with_config(
+            client, config,
+        )?))
+    }
+
     /// Connects to the Redis Cluster that the nodes `urls` belong to (one is enough).
     pub(super) async fn connect_cluster(urls: &[String]) -> Result<Self, StoreError> {
         let client = ClusterClientBuilder::new(urls.to_vec())

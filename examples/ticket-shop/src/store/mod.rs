@@ -154,6 +154,20 @@ impl Store {
         })
     }
 
+    /// On the Redis at `url`, connecting on first use: a process can start while Redis is
+    /// down, and its requests fail with a store error until Redis answers.
+    pub async fn connect_lazy(url: &str) -> Result<Self, StoreError> {
+        Ok(Self {
+            records: Client::builder()
+                .prefix(PREFIX)
+                .lazy(true)
+                .connect(url)
+                .await
+                .map_err(FencedError::from)?,
+            direct: Direct::connect_lazy(url)?,
+        })
+    }
+
     /// On the Redis Cluster that the nodes `urls` belong to (one is enough).
     pub async fn connect_cluster(urls: &[String]) -> Result<Self, StoreError> {
         Ok(Self {
