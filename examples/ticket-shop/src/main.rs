@@ -49,20 +49,34 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // One Redis (or one cluster) for both: the lock client keeps its own connections, the
     // shop's records (fenced resources under their own prefix) get theirs.
     let (locks, store) = match &config.backend {
-        Backend::Redis(url) if config.lazy_start => (
-            distlock::Client::builder().lazy(true).connect(url).await?,
-            Store::connect_lazy(url).await?,
-        ),
         Backend::Redis(url) => (
-            distlock::Client::connect(url).await?,
-            Store::connect(url).await?,
+            // Lock holders are named by this replica's name (the console shows it).
+            distlock::Client::builder()
+                .identity(config.replica.clone())
+                .lazy(config.lazy_start)
+                .connect(url)
+                .await?,
+            if config.lazy_start {
+                Store::connect_lazy(url).await?
+            } else {
+                Store::connect(url).await?
+            },
         ),
         Backend::Cluster(urls) => (
-            distlock::Client::connect_cluster(urls).await?,
+            distlock::Client::builder()
+                .identity(config.replica.clone())
+                .connect_cluster(urls)
+                .await?,
             Store::connect_cluster(urls).await?,
         ),
-        Backend::Memory => (distlock::Client::in_memory(), Store::in_memory()),
+        Backend::Memory => (
+            distlock::Client::builder()
+                .identity(config.replica.clone())
+                .in_memory(),
+            Store::in_memory(),
+        ),
     };
+
     let mut settings = Settings::new(config.seats, config.replica.clone());
     settings.trusted_proxies = config.trusted_proxies.clone();
     settings.console_token = config.console_token.clone();
