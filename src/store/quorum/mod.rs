@@ -190,6 +190,23 @@ enum Answer<T> {
 }
 
 impl QuorumStore {
+    /// `failures` back if at least a majority of the nodes answered a read, else
+    /// [`StoreError::NoQuorum`] naming them.
+    fn majority_answered(
+        &self,
+        failures: Vec<NodeFailure>,
+    ) -> Result<Vec<NodeFailure>, StoreError> {
+        let needed = self.inner.quorum;
+        if self.inner.nodes.len() - failures.len() < needed {
+            return Err(StoreError::NoQuorum {
+                nodes: self.inner.nodes.len(),
+                needed,
+                failures,
+            });
+        }
+        Ok(failures)
+    }
+
     /// Connects to every node (each must be a plain primary, not a cluster node): wrong
     /// credentials or an unsupported server anywhere fail at once; unreachable nodes are
     /// tolerated as long as a majority answers, and join when they come up (sitting out
@@ -1105,15 +1122,8 @@ impl Backend for QuorumStore {
                 }),
             }
         }
-        let needed = self.inner.quorum;
-        if self.inner.nodes.len() - failures.len() < needed {
-            return Err(StoreError::NoQuorum {
-                nodes: self.inner.nodes.len(),
-                needed,
-                failures,
-            });
-        }
-        Ok(majority_holder(&seen, needed))
+        self.majority_answered(failures)?;
+        Ok(majority_holder(&seen, self.inner.quorum))
     }
 
     /// Every node's keys, joined: a key is listed if any node has it (a straggler's too; the
@@ -1142,14 +1152,7 @@ impl Backend for QuorumStore {
                 }),
             }
         }
-        let needed = self.inner.quorum;
-        if self.inner.nodes.len() - failures.len() < needed {
-            return Err(StoreError::NoQuorum {
-                nodes: self.inner.nodes.len(),
-                needed,
-                failures,
-            });
-        }
+        let failures = self.majority_answered(failures)?;
         Ok(peek::KeyScan {
             keys: found.into_iter().collect(),
             complete: complete && failures.is_empty(),
