@@ -368,7 +368,7 @@ impl Store {
     /// Runs one rate-limit check atomically (one script on Redis). Bounded by the limiter's
     /// own deadline, not here.
     pub(crate) async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
-        on_backend!(self.counting(), s => s.rate_limit(req).await)
+        on_backend!(self.counting(), s => s.rate_limit(req).await.map_err(|e| e.with_deadline(s.op_timeout())))
     }
 
     /// Test-only: one rate-limit check decided at `now_us` (µs since the epoch) instead of
@@ -379,7 +379,7 @@ impl Store {
         req: &RateRequest<'_>,
         now_us: u64,
     ) -> Result<RateReply, StoreError> {
-        on_backend!(self.counting(), s => s.rate_limit_at(req, now_us).await)
+        on_backend!(self.counting(), s => s.rate_limit_at(req, now_us).await.map_err(|e| e.with_deadline(s.op_timeout())))
     }
 
     /// One Bloom filter operation, bounded by the operation timeout.
@@ -542,6 +542,8 @@ async fn bounded<T>(
     tokio::time::timeout(limit, op)
         .await
         .map_err(|_| StoreError::Timeout { after: limit })?
+        // A timeout of the connection itself comes without its deadline: this one.
+        .map_err(|e| e.with_deadline(limit))
 }
 
 /// Test hooks: reads and writes of raw keys, the same way on every backend.

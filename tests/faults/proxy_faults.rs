@@ -27,7 +27,10 @@ fn assert_timed_out<T: std::fmt::Debug>(
     (result, took, late): &(Result<T, LockError>, Duration, Duration),
 ) {
     match result {
-        Err(err) if is_timeout(err) => {}
+        // It names the deadline that passed, never a zero placeholder (issue 30 §5).
+        Err(LockError::Store(StoreError::Timeout { after })) => {
+            assert_eq!(*after, RESPONSE_TIMEOUT, "{what}: the deadline it names");
+        }
         other => panic!("{what}: expected Store(Timeout), got {other:?}"),
     }
     assert!(

@@ -462,6 +462,13 @@ impl QuorumStore {
         found_twin(&self.inner.nodes[index], of);
     }
 
+    /// What a node's failure says: a timeout of its connection names the response timeout
+    /// (the redis crate does not say which deadline passed).
+    fn node_failure(&self, err: StoreError) -> String {
+        err.with_deadline(self.inner.settings.response_timeout)
+            .to_string()
+    }
+
     /// Runs `op` on every node at once, each bounded by `per_node`.
     async fn on_every_node<'a, T, F, Fut>(&'a self, per_node: Duration, op: F) -> Vec<Answer<T>>
     where
@@ -473,7 +480,7 @@ impl QuorumStore {
             async move {
                 match tokio::time::timeout(per_node, call).await {
                     Ok(Ok(value)) => Answer::Ok(value),
-                    Ok(Err(err)) => Answer::Failed(err.to_string()),
+                    Ok(Err(err)) => Answer::Failed(self.node_failure(err)),
                     Err(_) => Answer::Failed(format!("no answer within {per_node:?}")),
                 }
             }
@@ -521,7 +528,7 @@ impl QuorumStore {
             let Some((i, result)) = next else { break };
             answers[i] = Some(match result {
                 Ok(Ok(value)) => Answer::Ok(value),
-                Ok(Err(err)) => Answer::Failed(err.to_string()),
+                Ok(Err(err)) => Answer::Failed(self.node_failure(err)),
                 Err(_) => Answer::Failed(format!("no answer within {per_node:?}")),
             });
             if cut_off.is_none() {
@@ -1118,7 +1125,7 @@ impl Backend for QuorumStore {
                 Ok(None) => {}
                 Err(err) => failures.push(NodeFailure {
                     node: node.name.clone(),
-                    error: err.to_string(),
+                    error: self.node_failure(err),
                 }),
             }
         }
@@ -1144,7 +1151,7 @@ impl Backend for QuorumStore {
                 Ok(Ok(whole)) => complete &= whole,
                 Ok(Err(err)) => failures.push(NodeFailure {
                     node: node.name.clone(),
-                    error: err.to_string(),
+                    error: self.node_failure(err),
                 }),
                 Err(_) => failures.push(NodeFailure {
                     node: node.name.clone(),
