@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess, say};
+use crate::support::election::until_a_campaigner_waits;
 use crate::support::fixture::{Fixture, connect, on_both_stores};
 use crate::support::server::resource_conn;
 
@@ -29,23 +30,6 @@ fn election(client: &Client, name: &str, ttl: Duration) -> Election {
         .ttl(ttl)
         .build()
         .expect("valid election")
-}
-
-/// Waits until a campaigner has marked election `name`'s lock as waited on (it found the lock
-/// busy and sleeps on it), rather than guessing how long that takes.
-async fn until_a_campaigner_waits(client: &Client, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let state = client.lock_state(name).await.expect("lock_state");
-        if matches!(state, LockState::Held { waiters: true, .. }) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no campaigner waits on {name}: {state:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// The identity the lock of election `name` names as its holder, if it is held.

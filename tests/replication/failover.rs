@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use distlock::Client;
 use distlock::ratelimit::{Policy, Rate};
 
+use crate::support::election::{follow, until_a_campaigner_waits};
 use crate::support::sentinel::SentinelSetup;
 
 async fn client(setup: &SentinelSetup) -> Client {
@@ -235,37 +236,4 @@ async fn an_election_carries_on_through_a_failover() {
         .expect("never ends");
     assert_eq!((seen.term, seen.identity.as_str()), (third.term(), "c"));
     third.resign().await.expect("resign");
-}
-
-/// Waits until a campaigner has marked election `name`'s lock as waited on (it found the lock
-/// busy and sleeps on it), rather than guessing how long that takes.
-async fn until_a_campaigner_waits(client: &distlock::Client, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let state = client.lock_state(name).await.expect("lock_state");
-        if matches!(state, distlock::LockState::Held { waiters: true, .. }) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no campaigner waits on {name}: {state:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Follows `election` in a task of its own, from now on: a follower already waiting when
-/// each leader changes (not one that only starts to look once told to).
-fn follow(election: &distlock::Election) -> tokio::sync::mpsc::UnboundedReceiver<distlock::Leader> {
-    use futures_util::StreamExt as _;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut stream = Box::pin(election.observe());
-    tokio::spawn(async move {
-        while let Some(leader) = stream.next().await {
-            if tx.send(leader).is_err() {
-                return;
-            }
-        }
-    });
-    rx
 }

@@ -22,6 +22,7 @@
 
 pub mod child;
 pub mod cluster;
+pub mod election;
 pub mod faketime;
 pub mod files;
 pub mod fixture;
