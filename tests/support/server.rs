@@ -759,7 +759,8 @@ fn acl_run() -> bool {
 /// every key and channel (the tests use many prefixes; key patterns are tested apart, in
 /// tests/replication/acl.rs), plus what the tests themselves ask of the library's
 /// connection: `+select` (a URL with a database number), `+keys` (the `__inspect().keys()`
-/// hook).
+/// hook), and `+scan`, the operators' rule for `held_locks` (the guide lists it apart: a
+/// service that does not list locks does not need it).
 pub fn acl_run_rules() -> Vec<String> {
     let mut rules = vec![
         "on".to_owned(),
@@ -774,7 +775,7 @@ pub fn acl_run_rules() -> Vec<String> {
             .chain(handshake_acl_rules())
             .map(|r| (*r).to_owned()),
     );
-    rules.extend(["+select".to_owned(), "+keys".to_owned()]);
+    rules.extend(["+select".to_owned(), "+keys".to_owned(), "+scan".to_owned()]);
     rules
 }
 
