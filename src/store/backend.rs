@@ -3,16 +3,16 @@
 //!
 //! Every backend implements the lock operations (acquire, release, renew, unmark) with the same
 //! semantics, which the scripts under `scripts/` define (the in-memory store re-implements them
-//! in Rust). Everything else is a capability: a method that refuses by default, with its
-//! reason, and the operations behind it, which refuse the same way until a backend provides
-//! them. So a new backend is one module that implements the lock operations (and whatever else
+//! in Rust). Everything else is a capability, which each backend serves or refuses with its
+//! reason ([`Backend::refuses`]), and the operations behind it, which refuse by default until a
+//! backend provides them. So a new backend is one module that implements the lock operations (and whatever else
 //! it can serve) plus its constructor. [`Store`](super::Store) picks the backend and bounds
 //! every call with the operation timeout, so a backend never has to.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::capability::{Capability, StoreKind, Unsupported, reasons};
+use super::capability::{Capability, StoreKind, Unsupported};
 use super::ratelimit::{RateReply, RateRequest};
 use super::scripts::acquire::{AcquireReply, Waits};
 use super::scripts::acquire_all::AllReply;
@@ -114,63 +114,23 @@ pub(crate) trait Backend {
         })
     }
 
-    // ---- Capabilities: each refuses by default, with its reason. ----
+    // ---- Capabilities. ----
 
-    /// Whether the backend counts holder sets (semaphores, read-write locks).
-    fn holder_sets(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::HolderSets, reasons::HOLDER_SETS))
-    }
+    /// Why this backend refuses `capability`, or `None` where it serves it. Each backend
+    /// names its own reasons, so a refusal says what to connect instead.
+    fn refuses(&self, capability: Capability) -> Option<&'static str>;
 
-    /// Whether the backend serves rate limits.
-    fn rate_limits(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::RateLimits, reasons::RATE_LIMITS))
-    }
-
-    /// Whether the backend holds Bloom filters.
-    fn bloom_filters(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::BloomFilters, reasons::BLOOM_FILTERS))
-    }
-
-    /// Whether the backend can make a write wait for replicas (`WAIT`).
-    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(
-            Capability::ReplicaAcknowledgement,
-            reasons::REPLICA_ACKNOWLEDGEMENT,
-        ))
-    }
-
-    /// Whether [`handoff`](Self::handoff) is worth calling.
-    fn hand_off(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::HandOff, reasons::HAND_OFF))
-    }
-
-    /// Whether the backend holds fenced resources (one store keeps a resource's last fence).
-    fn fenced_writes(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::FencedWrites, reasons::FENCED_WRITES))
-    }
-
-    /// Whether the backend keeps idempotency records beside the locks that claim them.
-    fn idempotency_records(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::IdempotencyRecords, reasons::IDEMPOTENCY_RECORDS))
-    }
-
-    /// A refusal of `capability` by this backend.
-    fn refusal(&self, capability: Capability, reason: &'static str) -> Unsupported {
-        Unsupported::new(self.kind(), capability, reason)
+    /// Whether the backend serves `capability`, and if not, why.
+    fn supports(&self, capability: Capability) -> Result<(), Unsupported> {
+        match self.refuses(capability) {
+            None => Ok(()),
+            Some(reason) => Err(Unsupported::new(self.kind(), capability, reason)),
+        }
     }
 
     /// The error of an operation behind a capability the backend lacks (or did not provide).
     fn lacks(&self, capability: Capability) -> StoreError {
-        let answer = match capability {
-            Capability::HolderSets => self.holder_sets(),
-            Capability::RateLimits => self.rate_limits(),
-            Capability::BloomFilters => self.bloom_filters(),
-            Capability::ReplicaAcknowledgement => self.replica_acknowledgement(),
-            Capability::HandOff => self.hand_off(),
-            Capability::FencedWrites => self.fenced_writes(),
-            Capability::IdempotencyRecords => self.idempotency_records(),
-        };
-        match answer {
+        match self.supports(capability) {
             Err(refused) => refused.into(),
             Ok(()) => StoreError::Protocol {
                 message: format!(
@@ -184,7 +144,7 @@ pub(crate) trait Backend {
     // ---- Operations behind capabilities. ----
 
     /// Passes a held lock from `from` to a local waiter's `to`, with a new ttl and fence
-    /// ([`hand_off`](Self::hand_off)).
+    /// ([`Capability::HandOff`]).
     async fn handoff(
         &self,
         keys: &LockKeys,

@@ -170,21 +170,3 @@ impl PartialEq<&str> for StoreKind {
         self.as_str() == *other
     }
 }
-
-/// The refusals a backend gives unless it says otherwise (each backend that lacks a
-/// capability refuses with a reason of its own where it has a better one).
-pub(crate) mod reasons {
-    pub(crate) const HOLDER_SETS: &str = "semaphores and read-write locks need one store that \
-        counts their holders: a single primary (Client::connect) or a Cluster \
-        (Client::connect_cluster)";
-    pub(crate) const RATE_LIMITS: &str = "rate limits need one store that counts: a single \
-        primary (Client::connect) or a Cluster (Client::connect_cluster)";
-    pub(crate) const BLOOM_FILTERS: &str = "Bloom filters need one store that holds them: a \
-        single primary (Client::connect) or a Cluster (Client::connect_cluster)";
-    pub(crate) const REPLICA_ACKNOWLEDGEMENT: &str = "replica acknowledgement \
-        (replicas(n, timeout)) needs a single primary, plain or behind Sentinel";
-    pub(crate) const FENCED_WRITES: &str = crate::store::scripts::fenced::UNSUPPORTED;
-    pub(crate) const IDEMPOTENCY_RECORDS: &str = crate::store::scripts::idempotency::UNSUPPORTED;
-    pub(crate) const HAND_OFF: &str = "this store does not pass a released lock straight to a \
-        waiter: the waiter is woken and takes it";
-}

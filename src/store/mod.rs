@@ -123,6 +123,15 @@ macro_rules! on_backend {
     };
 }
 
+/// Runs `$call` on the backend `$side` (a [`Backing`]) within that backend's operation
+/// timeout (see [`bounded`]).
+macro_rules! bounded_on {
+    ($side:expr, $s:ident => $call:expr) => {{
+        let side = $side;
+        bounded(&side, async { on_backend!(&side, $s => $call) }).await
+    }};
+}
+
 impl Store {
     /// Locks on `self`, counting primitives (rate limits, Bloom filters, holder sets) on
     /// `counting`.
@@ -185,15 +194,7 @@ impl Store {
         } else {
             self.locks()
         };
-        on_backend!(side, s => match capability {
-            Capability::HolderSets => s.holder_sets(),
-            Capability::RateLimits => s.rate_limits(),
-            Capability::BloomFilters => s.bloom_filters(),
-            Capability::ReplicaAcknowledgement => s.replica_acknowledgement(),
-            Capability::HandOff => s.hand_off(),
-            Capability::FencedWrites => s.fenced_writes(),
-            Capability::IdempotencyRecords => s.idempotency_records(),
-        })
+        on_backend!(side, s => s.supports(capability))
     }
 
     /// Where the locks of key prefix `prefix` mint their fences.
@@ -209,11 +210,7 @@ impl Store {
         waits: Waits,
         replicas: Option<Replicas>,
     ) -> Result<AcquireReply, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.acquire(keys, token, ttl, waits, replicas).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.acquire(keys, token, ttl, waits, replicas).await)
     }
 
     pub(crate) async fn release(
@@ -221,21 +218,13 @@ impl Store {
         keys: &LockKeys,
         token: &Token,
     ) -> Result<Ownership, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.release(keys, token).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.release(keys, token).await)
     }
 
     /// Takes back the mark a waiter that waited long left on a lock, when it gives up and no
     /// other waiter of this client starves on it (`unmark.lua`).
     pub(crate) async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.unmark(keys).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.unmark(keys).await)
     }
 
     /// Passes a held lock from token `from` to token `to`, with a new ttl and fence. Only on
@@ -247,21 +236,13 @@ impl Store {
         to: &Token,
         ttl: Duration,
     ) -> Result<HandoffReply, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.handoff(keys, from, to, ttl).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.handoff(keys, from, to, ttl).await)
     }
 
     /// One fenced write or read, on the store counting primitives go to (bounded by its
     /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
     pub(crate) async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.fenced(call).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.fenced(call).await)
     }
 
     /// One read or store of an idempotency record, on the store locks go to (the record is
@@ -271,11 +252,7 @@ impl Store {
         &self,
         call: &RecordCall<'_>,
     ) -> Result<RecordReply, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.idempotency(call).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.idempotency(call).await)
     }
 
     /// Splits the locks of a multi-lock into the groups that can each be taken in one call,
@@ -295,22 +272,14 @@ impl Store {
         ttl: Duration,
         waits: Waits,
     ) -> Result<AllReply, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.acquire_all(keys, tokens, ttl, waits).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.acquire_all(keys, tokens, ttl, waits).await)
     }
 
     pub(crate) async fn acquire_permits(
         &self,
         item: &PermitsItem<'_>,
     ) -> Result<AcquireReply, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.acquire_permits(item).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.acquire_permits(item).await)
     }
 
     pub(crate) async fn acquire_rw(
@@ -321,11 +290,7 @@ impl Store {
         ttl: Duration,
         waits: Waits,
     ) -> Result<AcquireReply, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.acquire_rw(rw, keys, token, ttl, waits).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.acquire_rw(rw, keys, token, ttl, waits).await)
     }
 
     pub(crate) async fn release_writer(
@@ -333,11 +298,7 @@ impl Store {
         keys: &RwKeys,
         token: &Token,
     ) -> Result<Ownership, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.release_writer(keys, token).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.release_writer(keys, token).await)
     }
 
     pub(crate) async fn release_entries(
@@ -346,11 +307,7 @@ impl Store {
         token: &Token,
         count: u32,
     ) -> Result<Ownership, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.release_entries(keys, token, count).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.release_entries(keys, token, count).await)
     }
 
     /// Renews leases of locks (and, on a store that is not split, of holder sets).
@@ -358,11 +315,7 @@ impl Store {
         &self,
         items: &[RenewItem<'_>],
     ) -> Result<Vec<Ownership>, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.renew(items).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.renew(items).await)
     }
 
     /// Runs one rate-limit check atomically (one script on Redis). Bounded by the limiter's
@@ -390,20 +343,12 @@ impl Store {
         shape: &BloomShape,
         shards: &[ShardCall],
     ) -> Result<Vec<ShardReply>, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.bloom(native, op, shape, shards).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.bloom(native, op, shape, shards).await)
     }
 
     /// Whether the store has the RedisBloom module.
     pub(crate) async fn bloom_module(&self) -> Result<bool, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.bloom_module().await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.bloom_module().await)
     }
 
     /// The wake-up registry of the store locks go to.
@@ -422,11 +367,7 @@ impl Store {
         &self,
         key: &str,
     ) -> Result<Option<(String, Duration)>, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.lock_value(key).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.lock_value(key).await)
     }
 
     /// Up to `max` keys of the lock side that start with `prefix`, by `SCAN` on every node,
@@ -435,11 +376,10 @@ impl Store {
     pub(crate) async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
         let side = self.locks();
         let limit = on_backend!(&side, s => s.op_timeout()).saturating_mul(10);
-        tokio::time::timeout(limit, async {
+        bounded_by(limit, async {
             on_backend!(&side, s => s.scan_keys(prefix, max).await)
         })
         .await
-        .map_err(|_| StoreError::Timeout { after: limit })?
     }
 
     /// Announces that an operator freed `key` on revocation channel `channel`, so that its
@@ -451,10 +391,7 @@ impl Store {
         } else {
             self.locks()
         };
-        let announced = bounded(&side, async {
-            on_backend!(&side, s => s.announce_revoked(channel, key).await)
-        })
-        .await;
+        let announced = bounded_on!(side, s => s.announce_revoked(channel, key).await);
         if let Err(err) = announced {
             tracing::warn!(error = %err, "could not tell the holder of a forced lock at once; it learns at its next renewal");
         }
@@ -463,11 +400,7 @@ impl Store {
     /// The live holders of a holder set (a semaphore's, a read-write lock's readers), on the
     /// store counting primitives go to.
     pub(crate) async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.set_holders(key).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.set_holders(key).await)
     }
 
     /// A read-write lock's writer key: its value and remaining ttl, on the store counting
@@ -476,11 +409,7 @@ impl Store {
         &self,
         key: &str,
     ) -> Result<Option<(String, Duration)>, StoreError> {
-        let side = self.counting();
-        bounded(&side, async {
-            on_backend!(&side, s => s.lock_value(key).await)
-        })
-        .await
+        bounded_on!(self.counting(), s => s.lock_value(key).await)
     }
 
     /// Writes an election's leader record if `token` holds its lock (see `leader.lua`).
@@ -492,11 +421,7 @@ impl Store {
         record: &Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.leader_put(keys, record_key, token, record, ttl).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.leader_put(keys, record_key, token, record, ttl).await)
     }
 
     /// An election's leader record, if the lease that wrote it holds the lock now.
@@ -505,11 +430,7 @@ impl Store {
         keys: &LockKeys,
         record_key: &str,
     ) -> Result<Option<Record>, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.leader_read(keys, record_key).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.leader_read(keys, record_key).await)
     }
 
     /// Deletes an election's leader record if `token`'s lease wrote it.
@@ -519,11 +440,7 @@ impl Store {
         record_key: &str,
         token: &Token,
     ) -> Result<bool, StoreError> {
-        let side = self.locks();
-        bounded(&side, async {
-            on_backend!(&side, s => s.leader_drop(keys, record_key, token).await)
-        })
-        .await
+        bounded_on!(self.locks(), s => s.leader_drop(keys, record_key, token).await)
     }
 
     /// Whether a waiter marks the lock it waits for in the store.
@@ -538,7 +455,14 @@ async fn bounded<T>(
     side: &Backing<'_>,
     op: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
-    let limit = on_backend!(side, s => s.op_timeout());
+    bounded_by(on_backend!(side, s => s.op_timeout()), op).await
+}
+
+/// Runs `op` within `limit`; a timeout names `limit` as its deadline.
+async fn bounded_by<T>(
+    limit: Duration,
+    op: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
     tokio::time::timeout(limit, op)
         .await
         .map_err(|_| StoreError::Timeout { after: limit })?

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use super::backend::Backend;
-use super::capability::{Capability, StoreKind, Unsupported};
+use super::capability::{Capability, StoreKind};
 use super::peek::{KeyScan, SetHolder};
 use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
@@ -626,33 +626,13 @@ impl Backend for MemoryStore {
         StoreKind::Memory
     }
 
-    fn holder_sets(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn rate_limits(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn bloom_filters(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn fenced_writes(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn idempotency_records(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::ReplicaAcknowledgement, REPLICAS_UNSUPPORTED))
-    }
-
-    /// Every release wakes a local waiter at once: nothing to gain from a hand-off.
-    fn hand_off(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::HandOff, HAND_OFF_UNSUPPORTED))
+    fn refuses(&self, capability: Capability) -> Option<&'static str> {
+        match capability {
+            Capability::ReplicaAcknowledgement => Some(REPLICAS_UNSUPPORTED),
+            // Every release wakes a local waiter at once: nothing to gain from a hand-off.
+            Capability::HandOff => Some(HAND_OFF_UNSUPPORTED),
+            _ => None,
+        }
     }
 
     /// Every lock in one group: the map takes them under one lock.

@@ -54,7 +54,7 @@ use tokio::time::Instant;
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
 use super::batch::{Batch, Batcher, batcher};
-use super::capability::{Capability, StoreKind, Unsupported};
+use super::capability::{Capability, StoreKind};
 use super::connect::{RedisSettings, check_cluster_mode, probe};
 use super::peek;
 use super::scripts::acquire::Acquires;
@@ -817,25 +817,17 @@ impl Backend for QuorumStore {
         StoreKind::Quorum
     }
 
-    fn holder_sets(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::HolderSets, HOLDER_SETS_UNSUPPORTED))
-    }
-
-    fn rate_limits(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::RateLimits, RATE_LIMITS_UNSUPPORTED))
-    }
-
-    fn bloom_filters(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::BloomFilters, BLOOM_UNSUPPORTED))
-    }
-
-    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::ReplicaAcknowledgement, REPLICAS_UNSUPPORTED))
-    }
-
-    /// No hand-off: a quorum lease is released everywhere and its waiters woken.
-    fn hand_off(&self) -> Result<(), Unsupported> {
-        Err(self.refusal(Capability::HandOff, HAND_OFF_UNSUPPORTED))
+    fn refuses(&self, capability: Capability) -> Option<&'static str> {
+        Some(match capability {
+            Capability::HolderSets => HOLDER_SETS_UNSUPPORTED,
+            Capability::RateLimits => RATE_LIMITS_UNSUPPORTED,
+            Capability::BloomFilters => BLOOM_UNSUPPORTED,
+            Capability::ReplicaAcknowledgement => REPLICAS_UNSUPPORTED,
+            // A quorum lease is released everywhere and its waiters woken.
+            Capability::HandOff => HAND_OFF_UNSUPPORTED,
+            Capability::FencedWrites => crate::store::scripts::fenced::UNSUPPORTED,
+            Capability::IdempotencyRecords => crate::store::scripts::idempotency::UNSUPPORTED,
+        })
     }
 
     async fn acquire(

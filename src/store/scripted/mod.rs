@@ -32,7 +32,7 @@ pub(crate) use self::by_slot::BySlot;
 pub(crate) use self::lanes::LANES;
 pub(crate) use self::single::Single;
 use super::backend::Backend;
-use super::capability::{Capability, StoreKind, Unsupported};
+use super::capability::{Capability, StoreKind};
 use super::connect::{PrimaryConn, RedisSettings};
 use super::peek::{self, KeyScan, SetHolder};
 use super::ratelimit::script::RateItem;
@@ -125,40 +125,16 @@ impl Backend for ScriptedStore {
         }
     }
 
-    fn holder_sets(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn rate_limits(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn bloom_filters(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn fenced_writes(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    fn idempotency_records(&self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-
-    /// A single primary, where a write and its `WAIT` share a lane; not a cluster (a lease's
-    /// keys may move between primaries with different replicas).
-    fn replica_acknowledgement(&self) -> Result<(), Unsupported> {
-        match self.inner.route {
-            Route::Single(_) => Ok(()),
-            Route::BySlot(_) => Err(self.refusal(
-                Capability::ReplicaAcknowledgement,
-                CLUSTER_REPLICAS_UNSUPPORTED,
-            )),
+    /// Everything, but replica acknowledgement only on a single primary, where a write and
+    /// its `WAIT` share a lane; not on a cluster (a lease's keys may move between primaries
+    /// with different replicas).
+    fn refuses(&self, capability: Capability) -> Option<&'static str> {
+        match (capability, &self.inner.route) {
+            (Capability::ReplicaAcknowledgement, Route::BySlot(_)) => {
+                Some(CLUSTER_REPLICAS_UNSUPPORTED)
+            }
+            _ => None,
         }
-    }
-
-    fn hand_off(&self) -> Result<(), Unsupported> {
-        Ok(())
     }
 
     /// On a cluster, a lock's fence key lives in the lock's own slot.
