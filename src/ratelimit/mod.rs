@@ -40,6 +40,7 @@ mod policy;
 mod rate;
 mod reservation;
 mod subject_rates;
+mod text;
 
 pub use self::breaker::{
     CircuitBreaker, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN,

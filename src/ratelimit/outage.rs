@@ -87,11 +87,7 @@ impl std::str::FromStr for Outage {
     /// );
     /// ```
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let words: Vec<&str> = text
-            .split(|c: char| c.is_whitespace() || c == '-' || c == '_')
-            .filter(|word| !word.is_empty())
-            .collect();
-        let wanted = words.join("-").to_ascii_lowercase();
+        let wanted = super::text::kebab(text);
         Self::ALL
             .into_iter()
             .find(|outage| outage.name() == wanted)
@@ -119,12 +115,10 @@ impl ParseOutageError {
 /// `Outage` as its name (`"fail-open"`), both ways.
 #[cfg(feature = "serde")]
 mod serde_impl {
-    use std::fmt;
-
-    use serde::de::{self, Deserializer, Visitor};
-    use serde::{Deserialize, Serialize, Serializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     use super::Outage;
+    use crate::ratelimit::text::deserialize_parsed;
 
     impl Serialize for Outage {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -134,21 +128,10 @@ mod serde_impl {
 
     impl<'de> Deserialize<'de> for Outage {
         fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer.deserialize_str(OutageVisitor)
-        }
-    }
-
-    struct OutageVisitor;
-
-    impl Visitor<'_> for OutageVisitor {
-        type Value = Outage;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("\"fail-closed\", \"fail-open\" or \"local-fallback\"")
-        }
-
-        fn visit_str<E: de::Error>(self, text: &str) -> Result<Outage, E> {
-            text.parse().map_err(E::custom)
+            deserialize_parsed(
+                deserializer,
+                "\"fail-closed\", \"fail-open\" or \"local-fallback\"",
+            )
         }
     }
 }

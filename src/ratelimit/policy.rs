@@ -109,11 +109,7 @@ impl FromStr for Algorithm {
     /// `gcra`, `token-bucket`, `fixed-window`, `sliding-window` or `sliding-log`; `_` or a
     /// space may stand for `-`, and case does not matter (`"Token bucket"`).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let words: Vec<&str> = text
-            .split(|c: char| c.is_whitespace() || c == '-' || c == '_')
-            .filter(|word| !word.is_empty())
-            .collect();
-        let wanted = words.join("-").to_ascii_lowercase();
+        let wanted = super::text::kebab(text);
         Self::ALL
             .into_iter()
             .find(|algorithm| algorithm.config_name() == wanted)
@@ -565,6 +561,7 @@ mod serde_impl {
     use super::{Algorithm, Lockout, Policy, Rate, checked_name};
     use crate::error::InvalidPolicy;
     use crate::ratelimit::lockout::LockoutSeed;
+    use crate::ratelimit::text::deserialize_parsed;
 
     impl Serialize for Algorithm {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -574,21 +571,7 @@ mod serde_impl {
 
     impl<'de> Deserialize<'de> for Algorithm {
         fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer.deserialize_str(AlgorithmVisitor)
-        }
-    }
-
-    struct AlgorithmVisitor;
-
-    impl Visitor<'_> for AlgorithmVisitor {
-        type Value = Algorithm;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(ALGORITHM.looks_like)
-        }
-
-        fn visit_str<E: de::Error>(self, text: &str) -> Result<Algorithm, E> {
-            text.parse().map_err(E::custom)
+            deserialize_parsed(deserializer, ALGORITHM.looks_like)
         }
     }
 

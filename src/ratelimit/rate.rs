@@ -493,12 +493,10 @@ impl fmt::Display for RateProblem {
 mod serde_impl {
     //! A rate (de)serialises as its text form, in every format.
 
-    use std::fmt;
-
-    use serde::de::{self, Deserializer, Visitor};
-    use serde::{Deserialize, Serialize, Serializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     use super::Rate;
+    use crate::ratelimit::text::deserialize_parsed;
 
     impl Serialize for Rate {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -508,21 +506,10 @@ mod serde_impl {
 
     impl<'de> Deserialize<'de> for Rate {
         fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer.deserialize_str(RateVisitor)
-        }
-    }
-
-    struct RateVisitor;
-
-    impl Visitor<'_> for RateVisitor {
-        type Value = Rate;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a rate as text, such as \"100/s burst 20\" or \"10 per 2s\"")
-        }
-
-        fn visit_str<E: de::Error>(self, text: &str) -> Result<Rate, E> {
-            text.parse().map_err(E::custom)
+            deserialize_parsed(
+                deserializer,
+                "a rate as text, such as \"100/s burst 20\" or \"10 per 2s\"",
+            )
         }
     }
 }
