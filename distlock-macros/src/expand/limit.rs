@@ -36,11 +36,10 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
 use super::{
-    Locals, body_block, check_placeholders, client_expr, duration, krate, or_item_with_errors,
-    output_span, render_key, respan, with_body,
+    Locals, body_block, client_expr, duration, krate, or_item_with_errors, output_span,
+    parse_annotated, render_key, respan, with_body,
 };
 use crate::args::limit::{Cost, LimitArgs};
-use crate::errors::Errors;
 use crate::item::{AnnotatedFn, Needs};
 use crate::policy::PolicyText;
 
@@ -58,27 +57,8 @@ pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let mut errors = Errors::default();
-    let args = LimitArgs::parse(args).map_err(|e| errors.push(e)).ok();
-    let func = AnnotatedFn::parse(item, &NEEDS)
-        .map_err(|e| errors.push(e))
-        .ok();
-    if let Some(func) = &func {
-        if let Err(err) = func.check_signature(&NEEDS) {
-            errors.push(err);
-        }
-        if let Some(key) = args.as_ref().and_then(|a| a.key.as_ref())
-            && let Err(err) = check_placeholders(key, func)
-        {
-            errors.push(err);
-        }
-    }
-    errors.finish()?;
-    match (args, func) {
-        (Some(args), Some(func)) => Ok(generate(&args, &func)),
-        // Both parsed, or an error was pushed above.
-        _ => Err(syn::Error::new(Span::call_site(), "invalid #[rate_limit]")),
-    }
+    let (args, func) = parse_annotated(args, item, &NEEDS, LimitArgs::parse, |a| a.key.as_ref())?;
+    Ok(generate(&args, &func))
 }
 
 fn generate(args: &LimitArgs, func: &AnnotatedFn) -> TokenStream {
@@ -180,14 +160,11 @@ mod tests {
     use super::*;
 
     fn expand_ok(args: TokenStream, item: TokenStream) -> String {
-        expand(args, item).unwrap().to_string()
+        super::super::testing::expanded(expand, args, item)
     }
 
     fn expand_err(args: TokenStream, item: TokenStream) -> Vec<String> {
-        match expand(args, item) {
-            Ok(tokens) => panic!("expanded without errors: {tokens}"),
-            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
-        }
+        super::super::testing::refused(expand, args, item)
     }
 
     #[test]

@@ -21,15 +21,14 @@
 //! With `on_busy = skip` the call is to `run_or_skip`, which needs the `Ok` type to have a
 //! "did not run" value (`()` or `Option<T>`); the type checker says so at the return type.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 
 use super::{
-    Locals, body_block, check_placeholders, client_expr, duration, krate, or_item_with_errors,
-    output_span, render_key, respan, with_body,
+    Locals, body_block, client_expr, duration, krate, or_item_with_errors, output_span,
+    parse_annotated, render_key, respan, with_body,
 };
 use crate::args::lock::{LockArgs, OnBusy};
-use crate::errors::Errors;
 use crate::item::{AnnotatedFn, Needs};
 
 /// What `#[distributed_lock]` needs of the function.
@@ -46,30 +45,8 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 }
 
 fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let mut errors = Errors::default();
-    let args = LockArgs::parse(args).map_err(|e| errors.push(e)).ok();
-    let func = AnnotatedFn::parse(item, &NEEDS)
-        .map_err(|e| errors.push(e))
-        .ok();
-    if let Some(func) = &func {
-        if let Err(err) = func.check_signature(&NEEDS) {
-            errors.push(err);
-        }
-        if let Some(args) = &args
-            && let Err(err) = check_placeholders(&args.key, func)
-        {
-            errors.push(err);
-        }
-    }
-    errors.finish()?;
-    match (args, func) {
-        (Some(args), Some(func)) => Ok(generate(&args, &func)),
-        // Both parsed, or an error was pushed above.
-        _ => Err(syn::Error::new(
-            Span::call_site(),
-            "invalid #[distributed_lock]",
-        )),
-    }
+    let (args, func) = parse_annotated(args, item, &NEEDS, LockArgs::parse, |a| Some(&a.key))?;
+    Ok(generate(&args, &func))
 }
 
 fn generate(args: &LockArgs, func: &AnnotatedFn) -> TokenStream {
@@ -136,14 +113,11 @@ mod tests {
     use super::*;
 
     fn expand_ok(args: TokenStream, item: TokenStream) -> String {
-        expand(args, item).unwrap().to_string()
+        super::super::testing::expanded(expand, args, item)
     }
 
     fn expand_err(args: TokenStream, item: TokenStream) -> Vec<String> {
-        match expand(args, item) {
-            Ok(tokens) => panic!("expanded without errors: {tokens}"),
-            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
-        }
+        super::super::testing::refused(expand, args, item)
     }
 
     #[test]

@@ -31,7 +31,7 @@ use syn::spanned::Spanned as _;
 
 use crate::args::Key;
 use crate::errors::Errors;
-use crate::item::AnnotatedFn;
+use crate::item::{AnnotatedFn, Needs};
 use crate::template::{Part, Placeholder};
 
 /// Runs `expand`; on any error, emits the item unchanged followed by the errors, so the rest
@@ -47,6 +47,42 @@ pub(crate) fn or_item_with_errors(
             let errors = err.into_compile_error();
             quote!(#item #errors)
         }
+    }
+}
+
+/// Parses an attribute's arguments (by `parse`) and the function it annotates, and checks
+/// the signature against `needs` and the key's placeholders (`key`) against the parameters;
+/// every error of all of them is reported at once, not only the first.
+pub(crate) fn parse_annotated<A>(
+    args: TokenStream,
+    item: TokenStream,
+    needs: &Needs,
+    parse: fn(TokenStream) -> syn::Result<A>,
+    key: fn(&A) -> Option<&Key>,
+) -> syn::Result<(A, AnnotatedFn)> {
+    let mut errors = Errors::default();
+    let args = parse(args).map_err(|e| errors.push(e)).ok();
+    let func = AnnotatedFn::parse(item, needs)
+        .map_err(|e| errors.push(e))
+        .ok();
+    if let Some(func) = &func {
+        if let Err(err) = func.check_signature(needs) {
+            errors.push(err);
+        }
+        if let Some(key) = args.as_ref().and_then(key)
+            && let Err(err) = check_placeholders(key, func)
+        {
+            errors.push(err);
+        }
+    }
+    errors.finish()?;
+    match (args, func) {
+        (Some(args), Some(func)) => Ok((args, func)),
+        // Both parsed, or an error was pushed above.
+        _ => Err(syn::Error::new(
+            Span::call_site(),
+            format!("invalid {}", needs.attribute),
+        )),
     }
 }
 
@@ -228,4 +264,25 @@ fn placeholder_expr(placeholder: &Placeholder, span: Span) -> TokenStream {
         quote_spanned!(span=> .#member)
     });
     quote_spanned!(span=> #root #(#fields)*)
+}
+
+/// What the expanders' unit tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use proc_macro2::TokenStream;
+
+    type Expand = fn(TokenStream, TokenStream) -> syn::Result<TokenStream>;
+
+    /// The expansion as text; it must succeed.
+    pub(crate) fn expanded(expand: Expand, args: TokenStream, item: TokenStream) -> String {
+        expand(args, item).unwrap().to_string()
+    }
+
+    /// The errors of an expansion that must fail.
+    pub(crate) fn refused(expand: Expand, args: TokenStream, item: TokenStream) -> Vec<String> {
+        match expand(args, item) {
+            Ok(tokens) => panic!("expanded without errors: {tokens}"),
+            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
 }
