@@ -6,6 +6,7 @@
 //! limiting, and [`InvalidPolicy`] says why a rate or policy cannot be built.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The oldest Redis version supported (checked when a client connects).
@@ -25,6 +26,10 @@ pub enum StoreError {
     Unreachable {
         /// What the connection layer reported.
         message: String,
+        /// The Redis client's own error, where it came from one (its
+        /// [`source`](std::error::Error::source)).
+        #[source]
+        cause: Option<Cause>,
     },
     /// Redis did not answer within the deadline. The command may or may not have been applied:
     /// the library treats such an outcome as unknown (a lock it may have been granted is
@@ -41,6 +46,10 @@ pub enum StoreError {
         kind: RefusedKind,
         /// The server's own words.
         message: String,
+        /// The Redis client's own error, where it came from one (its
+        /// [`source`](std::error::Error::source)).
+        #[source]
+        cause: Option<Cause>,
     },
     /// The server rejected the credentials in the URL (`WRONGPASS`), or needs credentials
     /// and the URL has none (`NOAUTH`). Reported by `connect`; never retried.
@@ -94,6 +103,47 @@ pub enum StoreError {
         /// What was expected and what came.
         message: String,
     },
+}
+
+/// The error of the Redis client a [`StoreError`] came from: its
+/// [`source`](std::error::Error::source). It reads as that error, and
+/// [`get_ref`](Self::get_ref) gives the error itself to downcast (to `redis::RedisError`, of
+/// the `redis` version this crate uses), so the chain below it (an `io::Error`, say) is kept.
+///
+/// ```
+/// # async fn run() {
+/// use std::error::Error as _;
+///
+/// // Nothing listens on port 1.
+/// let err = distlock::Client::connect("redis://127.0.0.1:1/").await.unwrap_err();
+/// let cause = err.source().expect("the Redis client's error");
+/// assert!(cause.to_string().contains("refused"), "{cause}");
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Cause {
+    pub(crate) fn new(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(err))
+    }
+
+    /// The error itself, to downcast.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 /// One node of a Redlock quorum that did not answer, and why.
@@ -156,6 +206,7 @@ impl From<redis::RedisError> for StoreError {
     fn from(err: redis::RedisError) -> Self {
         use redis::{ErrorKind, ServerErrorKind};
         let message = err.to_string();
+        let cause = || Some(Cause::new(err.clone()));
         if err.is_timeout() {
             // The redis crate does not say which deadline passed; ours is the response timeout.
             return Self::Timeout {
@@ -174,7 +225,11 @@ impl From<redis::RedisError> for StoreError {
                     ServerErrorKind::NoScript => RefusedKind::Script,
                     _ => refused_kind_from_message(err.code(), &message),
                 };
-                Self::Refused { kind, message }
+                Self::Refused {
+                    kind,
+                    message,
+                    cause: cause(),
+                }
             }
             ErrorKind::Extension => {
                 let kind = refused_kind_from_message(err.code(), &message);
@@ -184,15 +239,25 @@ impl From<redis::RedisError> for StoreError {
                 {
                     return Self::Auth { message };
                 }
-                Self::Refused { kind, message }
+                Self::Refused {
+                    kind,
+                    message,
+                    cause: cause(),
+                }
             }
             _ if err.is_io_error()
                 || err.is_connection_dropped()
                 || err.is_connection_refusal() =>
             {
-                Self::Unreachable { message }
+                Self::Unreachable {
+                    message,
+                    cause: cause(),
+                }
             }
-            _ => Self::Unreachable { message },
+            _ => Self::Unreachable {
+                message,
+                cause: cause(),
+            },
         }
     }
 }
@@ -248,6 +313,14 @@ impl StoreError {
             | Self::Config { .. }
             | Self::Unsupported { .. }
             | Self::Protocol { .. } => false,
+        }
+    }
+
+    /// A [`StoreError::Unreachable`] of this library's own (no Redis client error behind it).
+    pub(crate) fn unreachable(message: impl Into<String>) -> Self {
+        Self::Unreachable {
+            message: message.into(),
+            cause: None,
         }
     }
 
@@ -744,5 +817,25 @@ mod tests {
         ] {
             assert!(!reply(line).is_transient(), "{line}");
         }
+    }
+
+    /// A refusal keeps the Redis client's error as its source, to downcast; one of this
+    /// library's own has none.
+    #[test]
+    fn a_refusal_keeps_the_redis_error_as_its_source() {
+        use std::error::Error as _;
+
+        let value = redis::parse_redis_value(b"-NOPERM this user has no permissions\r\n")
+            .expect("an error reply parses");
+        let err = StoreError::from(value.extract_error().expect_err("an error reply"));
+        let source = err.source().expect("a source");
+        let cause = source.downcast_ref::<Cause>().expect("a Cause");
+        let redis_err = cause
+            .get_ref()
+            .downcast_ref::<redis::RedisError>()
+            .expect("the redis error itself");
+        assert_eq!(redis_err.code(), Some("NOPERM"));
+        assert_eq!(source.to_string(), redis_err.to_string());
+        assert!(StoreError::unreachable("gone").source().is_none());
     }
 }

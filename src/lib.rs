@@ -69,8 +69,8 @@ pub use admin::{HolderState, LockEntry, LockListing, LockState, MAX_LISTED_LOCKS
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use error::{
-    BloomError, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION, NodeFailure,
-    RateLimitError, RefusedKind, StoreError,
+    BloomError, Cause, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION,
+    NodeFailure, RateLimitError, RefusedKind, StoreError,
 };
 pub use fenced::{FencedError, FencedResource};
 pub use health::{Health, NodeHealth};

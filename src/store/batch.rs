@@ -133,9 +133,9 @@ impl<B: Batch> Batcher<B> {
                     Flush::Now(batch) => self.start_drain(Some(batch)),
                 }
                 return rx.await.unwrap_or_else(|_| {
-                    Err(StoreError::Unreachable {
-                        message: "the batch carrying this operation was dropped".to_owned(),
-                    })
+                    Err(StoreError::unreachable(
+                        "the batch carrying this operation was dropped",
+                    ))
                 });
             }
         };
@@ -262,9 +262,7 @@ async fn yield_to_ready() {
 }
 
 fn runtime_gone() -> StoreError {
-    StoreError::Unreachable {
-        message: "the runtime is shutting down".to_owned(),
-    }
+    StoreError::unreachable("the runtime is shutting down")
 }
 
 /// Held by a draining task; dropped only if the task ends early (see `release_slot`).
@@ -396,9 +394,7 @@ mod tests {
             self.largest.fetch_max(items.len(), Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(20)).await;
             if self.fail {
-                return Err(StoreError::Unreachable {
-                    message: "down".to_owned(),
-                });
+                return Err(StoreError::unreachable("down"));
             }
             Ok(items.iter().map(|i| i * 10).collect())
         }

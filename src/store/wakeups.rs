@@ -253,9 +253,7 @@ impl Wakeups {
                 Confirm::Failed(err) => return Err(err),
                 Confirm::Pending => {
                     if confirm.changed().await.is_err() {
-                        return Err(StoreError::Unreachable {
-                            message: "the wake-up registry went away".to_owned(),
-                        });
+                        return Err(StoreError::unreachable("the wake-up registry went away"));
                     }
                 }
             }
@@ -573,9 +571,9 @@ impl Drop for Reconciling {
             if matches!(*entry.confirm.borrow(), Confirm::Pending) {
                 entry
                     .confirm
-                    .send_replace(Confirm::Failed(StoreError::Unreachable {
-                        message: "the runtime is shutting down".to_owned(),
-                    }));
+                    .send_replace(Confirm::Failed(StoreError::unreachable(
+                        "the runtime is shutting down",
+                    )));
             }
         }
     }

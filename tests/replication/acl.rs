@@ -531,6 +531,7 @@ async fn a_user_without_a_rule_gets_a_typed_no_permission_error() {
         Err(LockError::Store(StoreError::Refused {
             kind: RefusedKind::NoPermission,
             message,
+            ..
         })) => eprintln!("without +evalsha, acquire: NoPermission: {message}"),
         other => panic!("acquire without +evalsha: expected NoPermission, got {other:?}"),
     }
@@ -563,6 +564,7 @@ async fn a_command_refused_inside_a_script_is_no_permission() {
         Err(LockError::Store(StoreError::Refused {
             kind: RefusedKind::NoPermission,
             message,
+            ..
         })) => eprintln!("without +get, acquire: NoPermission: {message}"),
         other => panic!("acquire without +get: expected NoPermission, got {other:?}"),
     }
@@ -577,6 +579,7 @@ async fn a_user_limited_to_another_prefix_gets_no_permission_on_the_keys() {
         Err(LockError::Store(StoreError::Refused {
             kind: RefusedKind::NoPermission,
             message,
+            ..
         })) => eprintln!("keys outside ~other:*: NoPermission: {message}"),
         other => panic!("acquire under a foreign prefix: expected NoPermission, got {other:?}"),
     }
@@ -630,6 +633,7 @@ async fn behind_sentinel_the_user_also_needs_role() {
         Err(StoreError::Refused {
             kind: RefusedKind::NoPermission,
             message,
+            ..
         }) => eprintln!("behind Sentinel without +role/+info: NoPermission: {message}"),
         other => panic!(
             "connect_sentinel without +role: expected NoPermission, got {:?}",

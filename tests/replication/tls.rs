@@ -289,7 +289,7 @@ async fn distlock_connects_with_the_ca_and_refuses_the_wrong_one() {
         .connect(&server.url())
         .await;
     match wrong {
-        Err(distlock::StoreError::Unreachable { message }) => {
+        Err(distlock::StoreError::Unreachable { message, .. }) => {
             eprintln!("distlock with the wrong CA: Unreachable: {message}");
             assert!(message.contains("UnknownIssuer"), "{message}");
         }

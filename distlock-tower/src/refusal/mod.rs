@@ -740,6 +740,7 @@ mod tests {
     async fn default_responses_are_unchanged() {
         let store = || StoreError::Unreachable {
             message: "refused".to_owned(),
+            cause: None,
         };
         let table: Vec<(Refusal, u16, Option<&str>, &str)> = vec![
             (

@@ -521,8 +521,9 @@ fn sentinel_error(master: &str, err: redis::RedisError) -> StoreError {
         };
     }
     match StoreError::from(err) {
-        StoreError::Unreachable { message } => StoreError::Unreachable {
+        StoreError::Unreachable { message, cause } => StoreError::Unreachable {
             message: format!("no sentinel could name a primary for `{master}`: {message}"),
+            cause,
         },
         other => other,
     }

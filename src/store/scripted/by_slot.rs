@@ -572,9 +572,7 @@ impl<K: Calls> Batch for OnNode<K> {
         let topology = self
             .topology
             .upgrade()
-            .ok_or_else(|| StoreError::Unreachable {
-                message: "the cluster store was dropped".to_owned(),
-            })?;
+            .ok_or_else(|| StoreError::unreachable("the cluster store was dropped"))?;
         let mut by_slot: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let slot = slot_of(K::slot_key(item));
