@@ -147,6 +147,8 @@ mod macros;
 
 pub mod client_ip;
 pub mod concurrency;
+#[cfg(feature = "serde")]
+pub mod config;
 mod config_error;
 #[cfg(feature = "axum")]
 pub mod console;

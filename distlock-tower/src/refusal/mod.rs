@@ -89,6 +89,7 @@ use distlock::{LockError, RateLimitError};
 use http::{HeaderValue, Response, StatusCode, header};
 
 pub use problem::ProblemDetails;
+#[cfg(feature = "axum")]
 pub(crate) use problem::push_json_string;
 #[cfg(feature = "axum")]
 pub use rendered::Rendered;

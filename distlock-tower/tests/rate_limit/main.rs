@@ -1,6 +1,7 @@
 //! `RateLimitLayer` end to end: through `ServiceExt::oneshot` and over real TCP with
 //! `axum::serve`, on a real `redis-server` and on the in-memory store (the same test bodies on
-//! both), client-IP extraction (TESTPLAN 21), and store faults on Redis.
+//! both), client-IP extraction (TESTPLAN 21), store faults on Redis, and layers built from their
+//! configuration.
 
 #[path = "../../../tests/support/mod.rs"]
 mod support;
@@ -16,6 +17,8 @@ mod composed;
 mod cost_by;
 mod exempt;
 mod faults;
+#[cfg(feature = "serde")]
+mod from_config;
 mod invalid_key;
 mod oneshot;
 mod responses;
