@@ -13,6 +13,7 @@ use super::checks::{Check, Checks};
 use super::exempt::{self, Exemption, RequestHead};
 use super::headers::describe;
 use super::layer::{Config, Limiter};
+use super::settle::Settler;
 use crate::extract::{ExtractKey, Extracted, MissingKey};
 use crate::readiness::InnerService;
 use crate::refusal::{MakeRefusal, Refusal, RefusedBy};
@@ -175,7 +176,22 @@ where
         Ok(decision) => decision,
         Err(refusal) => return Ok(refuse(refusal, &config, Some(limiter))),
     };
-    let mut response = inner.call(request).await?.map(ResponseBody::inner);
+    let granted = Instant::now();
+    let response = inner.call(request).await?;
+    let mut response = match &config.options.settle {
+        Some(settle) => {
+            let settler = Settler::new(
+                limiter.limiter.clone(),
+                subject.clone(),
+                Arc::clone(settle),
+                response.status(),
+                cost,
+                granted,
+            );
+            response.map(|body| ResponseBody::settling(body, settler))
+        }
+        None => response.map(ResponseBody::inner),
+    };
     tell(
         &mut response,
         limiter,

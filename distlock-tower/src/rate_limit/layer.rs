@@ -7,6 +7,7 @@ use http::HeaderValue;
 use super::RateLimit;
 use super::exempt::{Exemptions, RequestHead};
 use super::headers::{HeaderStyle, policy_field};
+use super::settle::{SettleFn, Settlement};
 use crate::client_ip::Cidr;
 use crate::config_error::ConfigError;
 use crate::extract::MissingKey;
@@ -49,6 +50,8 @@ pub(crate) struct RateOptions<K> {
     pub(crate) missing_key: MissingKey,
     /// Requests let through without a check.
     pub(crate) exempt: Exemptions,
+    /// What a passed request really cost, asked once its response has been sent.
+    pub(crate) settle: Option<SettleFn>,
 }
 
 /// A request's cost from its head ([`RateLimitLayerBuilder::cost_by`]).
@@ -150,6 +153,7 @@ impl<K> RateLimitLayer<K> {
                     },
                     missing_key: MissingKey::default(),
                     exempt: Exemptions::default(),
+                    settle: None,
                 },
                 refusal: PlainText,
             },
@@ -282,6 +286,63 @@ impl<K, R> RateLimitLayerBuilder<K, R> {
     pub fn on_missing_key(mut self, behaviour: MissingKey) -> Self {
         self.config.options.missing_key = behaviour;
         self
+    }
+
+    /// Settles each passed request's cost once its response body has been sent, or dropped:
+    /// `settle` gets the [`Settlement`] (status, body bytes sent, time taken, what was
+    /// charged up front, whether the body was sent whole) and returns what the request really
+    /// costs; the layer refunds the difference ([`RateLimiter::refund`]) or charges the rest
+    /// ([`RateLimiter::penalize`]) in the background, never holding up the response. For
+    /// costs known only at the end: charge an estimate up front (the [`cost`](Self::cost) or
+    /// [`cost_by`](Self::cost_by)), settle by size or time; or give back what failed
+    /// ([`refund_on`](Self::refund_on)). A settlement that cannot reach the store is logged
+    /// at WARN and the up-front cost stands. Requests that were not checked (exempt, without
+    /// a key) and refused ones are not settled. A second call replaces the first.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    /// use distlock_tower::extract::Header;
+    /// use distlock_tower::rate_limit::RateLimitLayer;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let egress = client.rate_limiter(Policy::gcra("egress-kib", Rate::per_second(1024)?)?).build()?;
+    /// // One unit up front; then one unit per KiB actually sent.
+    /// let layer = RateLimitLayer::builder(egress, Header::from_static("x-api-key"))
+    ///     .settle(|done| u32::try_from(done.body_bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn settle(mut self, settle: impl Fn(&Settlement) -> u32 + Send + Sync + 'static) -> Self {
+        self.config.options.settle = Some(Arc::new(settle));
+        self
+    }
+
+    /// Gives a passed request's cost back when its response's status is one `refund` picks
+    /// (say, `5xx`: the client should not pay for the server's failure), once the response
+    /// has been sent; other responses keep their cost. A [`settle`](Self::settle) function
+    /// with that one rule; it replaces any other.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    /// use distlock_tower::client_ip::ClientIp;
+    /// use distlock_tower::rate_limit::RateLimitLayer;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let api = client.rate_limiter(Policy::gcra("api", Rate::per_second(10)?)?).build()?;
+    /// let layer = RateLimitLayer::builder(api, ClientIp::peer())
+    ///     .refund_on(|status| status.is_server_error())
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn refund_on(
+        self,
+        refund: impl Fn(http::StatusCode) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.settle(move |done| if refund(done.status) { 0 } else { done.charged })
     }
 
     /// Lets a request through without a check (no round trip, nothing counted) when

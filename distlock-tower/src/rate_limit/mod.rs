@@ -107,6 +107,7 @@ mod future;
 pub mod headers;
 mod layer;
 mod service;
+mod settle;
 
 /// What a request without a key gets: the one type shared by every layer of this crate.
 pub use crate::extract::MissingKey;
@@ -116,3 +117,4 @@ pub use exempt::{Exemption, RequestHead};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use service::RateLimit;
+pub use settle::Settlement;

@@ -22,4 +22,5 @@ mod from_config;
 mod invalid_key;
 mod oneshot;
 mod responses;
+mod settle;
 mod tcp;
