@@ -27,7 +27,7 @@ pub(crate) fn describe() {
     use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         names::DECISIONS,
-        "Rate-limit decisions, by binding policy, outcome (allowed, denied, shadow_denied) and origin (store, deny_cache, local_fallback, fail_open)"
+        "Rate-limit decisions, by binding policy, outcome (allowed, denied, locked_out: denied by a lockout's block, shadow_denied) and origin (store, deny_cache, local_fallback, fail_open)"
     );
     describe_histogram!(
         names::CHECK,
@@ -57,6 +57,8 @@ pub(crate) fn decided(decision: &Decision, cost: u32) {
             "shadow_denied"
         } else if decision.allowed {
             "allowed"
+        } else if decision.locked_out {
+            "locked_out"
         } else {
             "denied"
         };

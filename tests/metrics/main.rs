@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use distlock::ratelimit::{Origin, Outage, Policy, Rate};
+use distlock::ratelimit::{Lockout, Origin, Outage, Policy, Rate};
 use distlock::{Client, LockError, LossReason, RateLimitError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tokio::time::Instant;
@@ -535,6 +535,39 @@ async fn shadow_mode_counts_shadow_denials() {
     let delta = |o, g| decisions(&after, p, o, g) - decisions(&before, p, o, g);
     assert_eq!(delta("allowed", "store"), 1, "{:?}", after.all(DECISIONS));
     assert_eq!(delta("shadow_denied", "store"), 1);
+    assert_eq!(delta("denied", "store"), 0);
+}
+
+/// A lockout's denials are counted as `locked_out`, apart from the policy's plain denials:
+/// the breach that starts the block and every check during it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockout_denials_are_counted_as_locked_out() {
+    let _serial = serial().await;
+    let client = Client::in_memory();
+    let p = "m-lockout";
+    let policy = Policy::gcra(p, Rate::per_minute(2).expect("rate"))
+        .expect("policy")
+        .with_lockout(Lockout::after_breach([Duration::from_secs(600)]))
+        .expect("lockout");
+    let limiter = client
+        .rate_limiter(policy)
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
+    let before = read();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let d = limiter.check("user:1").await.expect("check");
+        seen.push((d.allowed, d.locked_out));
+    }
+    assert_eq!(
+        seen,
+        [(true, false), (true, false), (false, true), (false, true)]
+    );
+    let after = read();
+    let delta = |o, g| decisions(&after, p, o, g) - decisions(&before, p, o, g);
+    assert_eq!(delta("allowed", "store"), 2, "{:?}", after.all(DECISIONS));
+    assert_eq!(delta("locked_out", "store"), 2);
     assert_eq!(delta("denied", "store"), 0);
 }
 
