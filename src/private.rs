@@ -10,7 +10,7 @@ use crate::client::ClientInner;
 use crate::client::{Client, default_client};
 use crate::error::{LockError, RateLimitError};
 use crate::lock::LockBuilder;
-use crate::ratelimit::{Policy, Rate, RateLimiter};
+use crate::ratelimit::{Lockout, Policy, Rate, RateLimiter};
 
 pub use crate::ratelimit::Algorithm;
 pub use std::time::Duration as __Duration;
@@ -191,6 +191,28 @@ pub struct LimitSpec {
     pub policies: &'static [PolicySpec],
     /// `on_limit = wait`: wait for the call's turn up to this long. `None` fails at once.
     pub max_wait: Option<Duration>,
+    /// `lockout = [..]`: every policy blocks a subject that breaches it.
+    pub lockout: Option<LockoutSpec>,
+}
+
+/// A `#[rate_limit]`'s lockout: the escalating blocks, and how long breaches are remembered
+/// (`None`: the default, a day).
+#[derive(Debug, Clone, Copy)]
+pub struct LockoutSpec {
+    /// The blocks, strictly longer each.
+    pub steps: &'static [Duration],
+    /// `lockout_memory`.
+    pub memory: Option<Duration>,
+}
+
+impl LockoutSpec {
+    fn lockout(&self) -> Lockout {
+        let lockout = Lockout::after_breach(self.steps.iter().copied());
+        match self.memory {
+            Some(memory) => lockout.remember_for(memory),
+            None => lockout,
+        }
+    }
 }
 
 /// The most clients one call site keeps a limiter for; the least recently used goes first.
@@ -270,8 +292,14 @@ impl RateLimitSite {
             .spec
             .policies
             .iter()
-            .map(PolicySpec::policy)
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|spec| {
+                let policy = spec.policy()?;
+                match &self.spec.lockout {
+                    Some(lockout) => Ok(policy.with_lockout(lockout.lockout())?),
+                    None => Ok(policy),
+                }
+            })
+            .collect::<Result<Vec<_>, RateLimitError>>()?;
         let mut builder = client.rate_limiter_all(policies);
         if let Some(max_wait) = self.spec.max_wait {
             builder = builder.max_wait(max_wait);
@@ -401,6 +429,7 @@ mod tests {
             burst: 2,
         }],
         max_wait: None,
+        lockout: None,
     });
 
     #[tokio::test]

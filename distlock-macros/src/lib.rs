@@ -283,14 +283,26 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 /// | `cost = <expr>` | `1` | units a call consumes: a literal, or an expression of an unsigned integer type |
 /// | `on_limit = error \| wait` | `error` | `error`: a limited call fails at once; `wait`: it waits for its turn |
 /// | `max_wait = "5s"` | none | with `on_limit = wait` (and required by it): the longest a call waits, up to 366 days |
+/// | `lockout = ["1min", "1h"]` | none | every policy blocks a key that breaches it for the first block, escalating through the next ones on repeated breaches (1 to 8, each longer; `distlock::ratelimit::Lockout`); a blocked call fails with `Limited`, `retry_after` the block's end |
+/// | `lockout_memory = "24h"` | a day | with `lockout`: how long breaches are remembered for the escalation |
 /// | `client = <expr>` | the default client | an expression of type `&distlock::Client` |
 /// | `crate = "path"` | `"::distlock"` | the path of the `distlock` crate, if it is renamed |
+///
+/// ```
+/// # use distlock::{RateLimitError, rate_limit};
+/// // Five attempts an hour per user; a sixth blocks the user for 15 minutes, a breach
+/// // after that for an hour, then a day.
+/// #[rate_limit(policy = "logins: 5/h", key = "user:{user}", lockout = ["15min", "1h", "1d"])]
+/// async fn try_password(user: &str, password: &str) -> Result<bool, RateLimitError> {
+///     Ok(password == "hunter2")
+/// }
+/// ```
 ///
 /// Everything that can be checked when the function is compiled is: a policy that does not
 /// parse or cannot work (`"api: 0/s"`, a burst on a fixed window), two policies with one name,
 /// a literal cost of 0 or above a policy's limit, a placeholder that names no parameter,
-/// `on_limit = wait` without `max_wait` (or `max_wait` without it), and unknown or repeated
-/// arguments. `on_limit` also takes its value as a string (`on_limit = "wait"`).
+/// `on_limit = wait` without `max_wait` (or `max_wait` without it), a lockout's blocks out
+/// of range or not increasing, and unknown or repeated arguments. `on_limit` also takes its value as a string (`on_limit = "wait"`).
 ///
 /// ## The policy
 ///

@@ -12,6 +12,7 @@ use distlock::{
     Client, InvalidName, LockError, RateLimitError, StoreError, distributed_lock, rate_limit,
 };
 
+use distlock::ratelimit::{Lockout, Policy, Rate};
 use tokio::time::Instant;
 
 use crate::support::RedisServer;
@@ -24,6 +25,7 @@ on_both_stores!(
     costs_are_counted_as_written,
     functions_with_one_policy_name_share_its_budget,
     the_rate_limit_written_lower_runs_before_the_lock,
+    a_lockout_blocks_a_subject_that_breaches_and_escalates,
 );
 
 // Bodies that time something: on Redis they check what holds however late anything runs;
@@ -33,6 +35,71 @@ on_both_stores!(
     waiting_calls_keep_to_the_rate_and_give_up_at_max_wait,
     a_dropped_waiting_call_gives_its_turn_back,
 );
+
+// --- lockout -------------------------------------------------------------------------------------
+
+#[rate_limit(
+    policy = "logins: 2/h",
+    key = "user:{user}",
+    lockout = ["10min", "1h"],
+    lockout_memory = "1d",
+    client = client
+)]
+async fn login(client: &Client, user: u32, runs: &AtomicU32) -> Result<(), RateLimitError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// `lockout`: the breach after the policy's two calls blocks the user for the first block
+/// and the body does not run; another user is not blocked; the store holds the block (a
+/// limiter with the same policy and lockout reads it as `locked_out`).
+async fn a_lockout_blocks_a_subject_that_breaches_and_escalates(store: Fixture) {
+    let runs = AtomicU32::new(0);
+    for _ in 0..2 {
+        login(&store.client, 1, &runs)
+            .await
+            .expect("within the limit");
+    }
+    for attempt in 0..3 {
+        match login(&store.client, 1, &runs).await {
+            Err(RateLimitError::Limited {
+                policy,
+                retry_after,
+            }) => {
+                assert_eq!(policy, "logins");
+                // The block is 10 min; the policy alone would pass again after 30 min
+                // (2/h), so the answer is the later of the two, at most 30 min, and at
+                // least what is left of the block.
+                assert!(
+                    retry_after > Duration::from_secs(9 * 60)
+                        && retry_after <= Duration::from_secs(30 * 60),
+                    "attempt {attempt}: {retry_after:?}"
+                );
+            }
+            other => panic!("attempt {attempt}: expected Limited, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "a blocked call does not run"
+    );
+    login(&store.client, 2, &runs)
+        .await
+        .expect("another user is not blocked");
+    // The same policy and lockout as the attribute's, built by hand: it reads the same keys.
+    let lockout = Lockout::after_breach([Duration::from_secs(600), Duration::from_secs(3600)])
+        .remember_for(Duration::from_secs(24 * 3600));
+    let policy = Policy::gcra("logins", Rate::per_hour(2).expect("rate"))
+        .and_then(|p| p.with_lockout(lockout))
+        .expect("policy");
+    let limiter = store.client.rate_limiter(policy).build().expect("limiter");
+    let seen = limiter.peek("user:1").await.expect("peek");
+    assert!(
+        seen.locked_out && !seen.allowed,
+        "the store holds the block under the policy's key: {seen:?}"
+    );
+}
 
 // --- denial --------------------------------------------------------------------------------------
 

@@ -16,9 +16,18 @@ use crate::policy::{self, PolicyText};
 /// What `#[rate_limit]` accepts.
 pub(crate) const GRAMMAR: Grammar = Grammar {
     names: &[
-        "policy", "key", "cost", "on_limit", "max_wait", "client", "crate",
+        "policy",
+        "key",
+        "cost",
+        "on_limit",
+        "max_wait",
+        "lockout",
+        "lockout_memory",
+        "client",
+        "crate",
     ],
-    accepted: "`policy`, `key`, `cost`, `on_limit`, `max_wait`, `client` and `crate`",
+    accepted: "`policy`, `key`, `cost`, `on_limit`, `max_wait`, `lockout`, `lockout_memory`, \
+               `client` and `crate`",
     example,
     key_names: "rate-limit subject",
 };
@@ -29,6 +38,12 @@ pub(crate) const GRAMMAR: Grammar = Grammar {
 const MAX_POLICIES: usize = 8;
 /// The longest wait for a turn (`distlock::ratelimit::MAX_WAIT`, 366 days).
 const MAX_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The most blocks a lockout escalates through (`distlock::ratelimit::MAX_LOCKOUT_STEPS`).
+const MAX_LOCKOUT_STEPS: usize = 8;
+/// The shortest block or memory (`distlock::ratelimit::MIN_LOCKOUT`).
+const MIN_LOCKOUT: Duration = Duration::from_millis(1);
+/// The longest block or memory (`distlock::ratelimit::MAX_PERIOD`, 366 days).
+const MAX_LOCKOUT: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// What a call does when a policy denies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +71,8 @@ pub(crate) struct LimitArgs {
     pub(crate) cost: Cost,
     /// `Some(max_wait)` with `on_limit = wait`; `None` fails at once.
     pub(crate) max_wait: Option<Duration>,
+    /// `lockout = [..]`: the blocks of every policy's lockout, and `lockout_memory`.
+    pub(crate) lockout: Option<(Vec<Duration>, Option<Duration>)>,
     /// `client = <expr>`: an expression of type `&distlock::Client`.
     pub(crate) client: Option<Expr>,
     /// `crate = "path"`; `None` means `::distlock`.
@@ -73,6 +90,8 @@ impl LimitArgs {
         let mut cost: Option<(Cost, Span)> = None;
         let mut on_limit: Option<(OnLimit, Span)> = None;
         let mut max_wait: Option<(Duration, Span)> = None;
+        let mut lockout: Option<Vec<Duration>> = None;
+        let mut lockout_memory: Option<(Duration, Span)> = None;
         let mut client = None;
         let mut krate = None;
 
@@ -85,6 +104,9 @@ impl LimitArgs {
             }
             "on_limit" => parse_on_limit(&value).map(|o| on_limit = Some((o, value.span()))),
             "max_wait" => parse_max_wait(&value).map(|d| max_wait = Some((d, name.span()))),
+            "lockout" => parse_lockout(&value).map(|steps| lockout = Some(steps)),
+            "lockout_memory" => parse_lockout_length(&value, "lockout_memory")
+                .map(|d| lockout_memory = Some((d, name.span()))),
             "client" => {
                 client = Some(value);
                 Ok(())
@@ -108,6 +130,15 @@ impl LimitArgs {
                 ));
             }
             _ => {}
+        }
+        if let Some((_, span)) = lockout_memory
+            && !seen.iter().any(|s| s == "lockout")
+        {
+            errors.push(syn::Error::new(
+                span,
+                "`lockout_memory` has no effect without `lockout`, the blocks a breach earns, \
+                 e.g. `lockout = [\"1min\", \"5min\", \"1h\"]`",
+            ));
         }
         if let (Some((Cost::Units(units), span)), Some(policies)) = (&cost, &policies)
             && let Some(tight) = policies.iter().min_by_key(|(p, _)| p.limit())
@@ -138,6 +169,7 @@ impl LimitArgs {
             key,
             cost: cost.map_or(Cost::Units(1), |(c, _)| c),
             max_wait: max_wait.map(|(d, _)| d),
+            lockout: lockout.map(|steps| (steps, lockout_memory.map(|(d, _)| d))),
             client,
             krate,
         })
@@ -155,6 +187,10 @@ fn example(name: &str) -> &'static str {
         "cost" => "`cost = 5`, or an expression such as `cost = items.len()`",
         "on_limit" => "`on_limit = error` or `on_limit = wait`",
         "max_wait" => "`max_wait = \"5s\"`",
+        "lockout" => {
+            "`lockout = \"15min\"`, or escalating: `lockout = [\"1min\", \"5min\", \"1h\"]`"
+        }
+        "lockout_memory" => "`lockout_memory = \"24h\"`",
         "client" => "`client = &self.limits` (an expression of type `&distlock::Client`)",
         _ => "`crate = \"::distlock\"`",
     }
@@ -264,6 +300,59 @@ fn parse_on_limit(value: &Expr) -> syn::Result<OnLimit> {
         "expected `on_limit = error` (fail at once with `RateLimitError::Limited`, the \
          default) or `on_limit = wait` (wait for the call's turn, up to `max_wait`)",
     )
+}
+
+/// `lockout`: one block or an array of 1 to 8 strictly longer ones, each 1 ms to 366 days.
+fn parse_lockout(value: &Expr) -> syn::Result<Vec<Duration>> {
+    let elems: Vec<&Expr> = match unwrap_group(value) {
+        Expr::Array(array) => array.elems.iter().collect(),
+        _ => vec![value],
+    };
+    if elems.is_empty() || elems.len() > MAX_LOCKOUT_STEPS {
+        return Err(syn::Error::new(
+            value.span(),
+            format!(
+                "`lockout` takes 1 to {MAX_LOCKOUT_STEPS} blocks, got {}: {}",
+                elems.len(),
+                example("lockout")
+            ),
+        ));
+    }
+    let mut errors = Errors::default();
+    let mut steps: Vec<Duration> = Vec::new();
+    for elem in elems {
+        match parse_lockout_length(elem, "lockout") {
+            Ok(step) => {
+                if let Some(&previous) = steps.last()
+                    && step <= previous
+                {
+                    errors.push(syn::Error::new(
+                        elem.span(),
+                        format!(
+                            "each block of a lockout is longer than the one before: {step:?} \
+                             follows {previous:?}"
+                        ),
+                    ));
+                }
+                steps.push(step);
+            }
+            Err(err) => errors.push(err),
+        }
+    }
+    errors.finish()?;
+    Ok(steps)
+}
+
+/// A lockout's block or memory: 1 ms to 366 days.
+fn parse_lockout_length(value: &Expr, name: &str) -> syn::Result<Duration> {
+    let length = parse_duration(&GRAMMAR, name, value)?;
+    if !(MIN_LOCKOUT..=MAX_LOCKOUT).contains(&length) {
+        return Err(syn::Error::new(
+            value.span(),
+            format!("`{name}` of {length:?} is out of range: it must be between 1ms and 366 days"),
+        ));
+    }
+    Ok(length)
 }
 
 /// `max_wait`: above zero, at most 366 days.
@@ -414,8 +503,49 @@ mod tests {
     }
 
     #[test]
+    fn lockouts() {
+        let args = parse(quote!(policy = "login: 5/min", lockout = "15min")).unwrap();
+        assert_eq!(args.lockout, Some((vec![Duration::from_secs(900)], None)));
+        let args = parse(quote!(
+            policy = "login: 5/min",
+            lockout = ["1min", "5min", "1h"],
+            lockout_memory = "12h"
+        ))
+        .unwrap();
+        let (steps, memory) = args.lockout.unwrap();
+        assert_eq!(steps.len(), 3);
+        assert_eq!(memory, Some(Duration::from_secs(12 * 3600)));
+
+        let first = |t: TokenStream| messages(t).remove(0);
+        assert!(
+            first(quote!(policy = "a: 1/s", lockout = [])).starts_with("`lockout` takes 1 to 8")
+        );
+        let nine = (1..=9).map(|i| format!("{i}min"));
+        assert!(
+            first(quote!(policy = "a: 1/s", lockout = [#(#nine),*]))
+                .starts_with("`lockout` takes 1 to 8 blocks, got 9")
+        );
+        assert!(
+            first(quote!(policy = "a: 1/s", lockout = ["5min", "1min"]))
+                .starts_with("each block of a lockout is longer than the one before")
+        );
+        assert!(first(quote!(policy = "a: 1/s", lockout = "0s")).contains("out of range"));
+        assert!(first(quote!(policy = "a: 1/s", lockout = "400days")).contains("out of range"));
+        assert!(
+            first(quote!(policy = "a: 1/s", lockout = "soon")).starts_with("invalid `lockout`")
+        );
+        assert!(
+            first(quote!(policy = "a: 1/s", lockout_memory = "1h"))
+                .starts_with("`lockout_memory` has no effect without `lockout`")
+        );
+    }
+
+    #[test]
     fn constants_match_the_runtime() {
         assert_eq!(MAX_POLICIES, distlock::ratelimit::MAX_POLICIES);
         assert_eq!(MAX_WAIT, distlock::ratelimit::MAX_WAIT);
+        assert_eq!(MAX_LOCKOUT_STEPS, distlock::ratelimit::MAX_LOCKOUT_STEPS);
+        assert_eq!(MIN_LOCKOUT, distlock::ratelimit::MIN_LOCKOUT);
+        assert_eq!(MAX_LOCKOUT, distlock::ratelimit::MAX_PERIOD);
     }
 }

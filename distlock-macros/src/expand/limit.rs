@@ -16,6 +16,7 @@
 //!     static SITE: RateLimitSite = RateLimitSite::new(LimitSpec {
 //!         policies: &[PolicySpec { name: "api", algorithm: Gcra, count: 100, period: 1s, burst: 20 }],
 //!         max_wait: None,
+//!         lockout: None, // or Some(LockoutSpec { steps: &[1min, 5min], memory: None })
 //!     });
 //!     &SITE
 //! };
@@ -123,10 +124,28 @@ fn spec(args: &LimitArgs, krate: &TokenStream) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
+    let lockout = match &args.lockout {
+        Some((steps, memory)) => {
+            let steps = steps.iter().map(|d| duration(*d, krate));
+            let memory = match memory {
+                Some(d) => {
+                    let d = duration(*d, krate);
+                    quote!(::core::option::Option::Some(#d))
+                }
+                None => quote!(::core::option::Option::None),
+            };
+            quote!(::core::option::Option::Some(#krate::__private::LockoutSpec {
+                steps: &[#(#steps),*],
+                memory: #memory,
+            }))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     quote! {
         #krate::__private::LimitSpec {
             policies: &[#(#policies),*],
             max_wait: #max_wait,
+            lockout: #lockout,
         }
     }
 }
