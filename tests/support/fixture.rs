@@ -43,6 +43,16 @@ impl Fixture {
         }
     }
 
+    /// A fixture for a client of a store the test set up itself (a Cluster, say): no
+    /// server of its own.
+    pub fn on_client(client: Client) -> Self {
+        Self {
+            client,
+            server: None,
+            paused: false,
+        }
+    }
+
     pub fn memory() -> Self {
         Self {
             client: Client::in_memory(),

@@ -20,12 +20,27 @@ use http_body_util::BodyExt;
 use crate::app::{
     Fixture, PEER, call, gcra_limiter, http_client, on_both_stores, request_from, serve,
 };
+use crate::support::cluster::RedisCluster;
 
 on_both_stores!(
     refund_on_gives_back_what_failed_responses_cost,
     settle_charges_a_response_by_its_size,
     a_dropped_body_settles_as_not_completed
 );
+
+/// On a Cluster, where a subject's budget lives in its own slot: the refunds and the
+/// size-based charge land there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let client = distlock::Client::builder()
+        .response_timeout(Duration::from_secs(15))
+        .connect_cluster(cluster.seed_urls())
+        .await
+        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()));
+    refund_on_gives_back_what_failed_responses_cost(Fixture::on_client(client.clone())).await;
+    settle_charges_a_response_by_its_size(Fixture::on_client(client)).await;
+}
 
 /// A burst of 3 an hour: nothing refills during a test.
 fn hourly(fx: &Fixture, name: &str, burst: u32) -> RateLimiter {
