@@ -218,6 +218,10 @@ pub struct RateLimitLayerConfig {
     /// `"reject"` or `"allow"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_missing_key: Option<MissingKey>,
+    /// `true`: give a `5xx` response's cost back once it has been sent
+    /// ([`RateLimitLayerBuilder::refund_on`](crate::RateLimitLayerBuilder::refund_on)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund_server_errors: Option<bool>,
 }
 
 impl RateLimitLayerConfig {
@@ -243,6 +247,9 @@ impl RateLimitLayerConfig {
         }
         if let Some(missing) = self.on_missing_key {
             builder = builder.on_missing_key(missing);
+        }
+        if self.refund_server_errors == Some(true) {
+            builder = builder.refund_on(|status| status.is_server_error());
         }
         builder.build()
     }
@@ -573,6 +580,27 @@ mod tests {
             let config: RateLimitLayerConfig = toml::from_str(text).unwrap();
             assert_eq!(config.key, key, "{text}");
         }
+        let rate: RateLimitLayerConfig = toml::from_str(
+            "key = { from = \"constant\", value = \"k\" }\ncost = 3\nwait = \"250ms\"\n\
+             ietf_headers = false\nrefund_server_errors = true",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                rate.cost,
+                rate.wait,
+                rate.ietf_headers,
+                rate.refund_server_errors
+            ),
+            (
+                Some(3),
+                Some(Duration::from_millis(250)),
+                Some(false),
+                Some(true)
+            )
+        );
+        let again: RateLimitLayerConfig = toml::from_str(&toml::to_string(&rate).unwrap()).unwrap();
+        assert_eq!(again, rate);
     }
 
     /// A file's mistakes are refused when it is read, each naming what is wrong.
