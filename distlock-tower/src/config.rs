@@ -99,7 +99,7 @@ pub enum KeyConfig {
     },
     /// The route template the request matched ([`MatchedPath`](crate::extract::MatchedPath)).
     #[cfg(feature = "axum")]
-    MatchedPath,
+    MatchedPath {},
     /// The same key for every request ([`Constant`]): one budget or lock for all.
     Constant {
         /// The key.
@@ -133,7 +133,7 @@ impl KeyConfig {
             Self::Header { name } => Source::Header(Header::new(name)?),
             Self::PathSegment { index } => Source::PathSegment(PathSegment(*index)),
             #[cfg(feature = "axum")]
-            Self::MatchedPath => Source::MatchedPath(crate::extract::MatchedPath),
+            Self::MatchedPath {} => Source::MatchedPath(crate::extract::MatchedPath),
             Self::Constant { value } => Source::Constant(Constant::new(value.as_str())),
         };
         Ok(ConfiguredKey(Prefixed::new(
@@ -575,7 +575,11 @@ mod tests {
                 r#"key = { from = "path-segment", index = 2 }"#,
                 KeyConfig::PathSegment { index: 2 },
             ),
-            (r#"key = { from = "matched-path" }"#, KeyConfig::MatchedPath),
+            #[cfg(feature = "axum")]
+            (
+                r#"key = { from = "matched-path" }"#,
+                KeyConfig::MatchedPath {},
+            ),
         ] {
             let config: RateLimitLayerConfig = toml::from_str(text).unwrap();
             assert_eq!(config.key, key, "{text}");
@@ -615,6 +619,10 @@ mod tests {
             (
                 r#"key = { from = "header", name = "x", nmae = "y" }"#,
                 "unknown field `nmae`",
+            ),
+            (
+                r#"key = { from = "matched-path", index = 3 }"#,
+                "unknown field `index`",
             ),
             ("cost = 1", "missing field `key`"),
             (

@@ -375,9 +375,11 @@ impl Store {
     /// the operation timeout.
     pub(crate) async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
         let side = self.locks();
-        let limit = on_backend!(&side, s => s.op_timeout()).saturating_mul(10);
-        bounded_by(limit, async {
-            on_backend!(&side, s => s.scan_keys(prefix, max).await)
+        let op = on_backend!(&side, s => s.op_timeout());
+        // One SCAN that times out on the connection names the operation timeout, the deadline
+        // that passed; the whole scan's is ten of them.
+        bounded_by(op.saturating_mul(10), async {
+            on_backend!(&side, s => s.scan_keys(prefix, max).await.map_err(|e| e.with_deadline(op)))
         })
         .await
     }

@@ -34,7 +34,16 @@ impl<B> ResponseBody<B> {
         }
     }
 
-    pub(crate) fn settling(body: B, settler: Settler) -> Self {
+    /// A body whose request's cost is settled when it ends. A server never polls a body that
+    /// is already at its end, nor the body of a response to `HEAD`: such a response is sent
+    /// whole with its head, and settles now.
+    pub(crate) fn settling(body: B, mut settler: Settler, head: bool) -> Self
+    where
+        B: Body,
+    {
+        if head || body.is_end_stream() {
+            settler.finish(true);
+        }
         Self {
             kind: Kind::Settling { body, settler },
         }

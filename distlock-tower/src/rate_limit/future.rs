@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use distlock::RateLimitError;
-use distlock::ratelimit::Decision;
+use distlock::ratelimit::{Decision, Origin};
 use http::{Request, Response};
 use http_body::Body;
 use tokio::time::Instant;
@@ -177,9 +177,12 @@ where
         Err(refusal) => return Ok(refuse(refusal, &config, Some(limiter))),
     };
     let granted = Instant::now();
+    let head = request.method() == http::Method::HEAD;
     let response = inner.call(request).await?;
     let mut response = match &config.options.settle {
-        Some(settle) => {
+        // Only what the store counted is settled there: not a decision that fell back to
+        // this process's own count, failed open, or was let through by shadow mode.
+        Some(settle) if decision.origin == Origin::Store && !decision.shadowed => {
             let settler = Settler::new(
                 limiter.limiter.clone(),
                 subject.clone(),
@@ -188,9 +191,9 @@ where
                 cost,
                 granted,
             );
-            response.map(|body| ResponseBody::settling(body, settler))
+            response.map(|body| ResponseBody::settling(body, settler, head))
         }
-        None => response.map(ResponseBody::inner),
+        _ => response.map(ResponseBody::inner),
     };
     tell(
         &mut response,

@@ -18,14 +18,16 @@ use http::StatusCode;
 use http_body_util::BodyExt;
 
 use crate::app::{
-    Fixture, PEER, call, gcra_limiter, http_client, on_both_stores, request_from, serve,
+    Fixture, PEER, call, gcra, gcra_limiter, http_client, on_both_stores, request_from, serve,
 };
 use crate::support::cluster::RedisCluster;
 
 on_both_stores!(
     refund_on_gives_back_what_failed_responses_cost,
     settle_charges_a_response_by_its_size,
-    a_dropped_body_settles_as_not_completed
+    a_dropped_body_settles_as_not_completed,
+    empty_and_head_responses_settle_as_completed,
+    what_the_store_did_not_count_is_not_settled
 );
 
 /// On a Cluster, where a subject's budget lives in its own slot: the refunds and the
@@ -55,6 +57,7 @@ fn routes() -> Router {
             get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "failed") }),
         )
         .route("/big", get(|| async { "x".repeat(4000) }))
+        .route("/empty", get(|| async { StatusCode::NO_CONTENT }))
         .route(
             "/stream",
             get(|| async {
@@ -194,5 +197,88 @@ async fn a_dropped_body_settles_as_not_completed(fx: Fixture) {
         (4, 1, false),
         "{:?}",
         seen[0]
+    );
+}
+
+/// A settle function that records what it saw and keeps the charge.
+fn recording() -> (
+    Arc<Mutex<Vec<Settlement>>>,
+    impl Fn(&Settlement) -> u32 + Send + Sync + 'static,
+) {
+    let seen: Arc<Mutex<Vec<Settlement>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    (seen, move |done: &Settlement| {
+        record.lock().unwrap().push(done.clone());
+        done.charged
+    })
+}
+
+/// A server sends a body that is already at its end, and a `HEAD` response's, with the head
+/// and never polls them: both settle at once, as completed with no bytes.
+async fn empty_and_head_responses_settle_as_completed(fx: Fixture) {
+    let limiter = hourly(&fx, "settle-empty", 10);
+    let (seen, settle) = recording();
+    let layer = RateLimitLayer::builder(limiter, Header::from_static("x-api-key"))
+        .settle(settle)
+        .build()
+        .expect("layer");
+    let (addr, _server) = serve(routes().layer(layer)).await;
+    let http = http_client();
+    let empty = http
+        .get(format!("http://{addr}/empty"))
+        .header("x-api-key", "dave")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(empty.status(), StatusCode::NO_CONTENT);
+    let head = http
+        .head(format!("http://{addr}/big"))
+        .header("x-api-key", "dave")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(head.status(), StatusCode::OK);
+    let seen = seen.lock().unwrap().clone();
+    let settled: Vec<_> = seen
+        .iter()
+        .map(|s| (s.status, s.body_bytes, s.completed))
+        .collect();
+    assert_eq!(
+        settled,
+        [(StatusCode::NO_CONTENT, 0, true), (StatusCode::OK, 0, true)],
+        "{seen:?}"
+    );
+}
+
+/// Shadow mode lets a denied request through without the store counting it: its response
+/// is not settled (a refund would hand out a unit nobody took).
+async fn what_the_store_did_not_count_is_not_settled(fx: Fixture) {
+    let limiter = fx
+        .client
+        .rate_limiter(gcra("settle-shadow", 1, 1))
+        .shadow(true)
+        .deny_cache(0)
+        .build()
+        .expect("limiter");
+    let (seen, settle) = recording();
+    let layer = RateLimitLayer::builder(limiter.clone(), Header::from_static("x-api-key"))
+        .settle(settle)
+        .build()
+        .expect("layer");
+    let app = routes().layer(layer);
+    for path in ["/ok", "/fail"] {
+        let response = call(&app, request_from(path, PEER, &[("x-api-key", "erin")])).await;
+        response
+            .into_body()
+            .collect()
+            .await
+            .expect("the whole body");
+    }
+    let seen = seen.lock().unwrap().clone();
+    let statuses: Vec<_> = seen.iter().map(|s| s.status).collect();
+    assert_eq!(
+        statuses,
+        [StatusCode::OK],
+        "only the counted request settles: {seen:?}"
     );
 }
