@@ -297,7 +297,10 @@ impl<K, R> RateLimitLayerBuilder<K, R> {
     /// [`cost_by`](Self::cost_by)), settle by size or time; or give back what failed
     /// ([`refund_on`](Self::refund_on)). A settlement that cannot reach the store is logged
     /// at WARN and the up-front cost stands. Requests that were not checked (exempt, without
-    /// a key) and refused ones are not settled. A second call replaces the first.
+    /// a key), refused ones and ones the store did not count (shadow mode letting a denial
+    /// through, an outage's fail-open or local fallback) are not settled. A response sent
+    /// whole with its head (an empty body, a reply to `HEAD`) settles at once. A second
+    /// call replaces the first.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
