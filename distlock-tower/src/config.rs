@@ -278,47 +278,60 @@ macro_rules! apply_lease_settings {
     }};
 }
 
-/// A [`LockLayer`]'s settings; [`layer`](Self::layer) builds it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct LockLayerConfig {
-    /// Where the key comes from.
-    pub key: KeyConfig,
-    /// Goes before every key ([`Prefixed`]), so that layers sharing a name space do not
-    /// share keys.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_prefix: Option<String>,
-    /// The lease's ttl (default 30 s).
-    #[serde(
-        default,
-        with = "text_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ttl: Option<Duration>,
-    /// How long to wait for a busy key (default zero; `"forever"`).
-    #[serde(
-        default,
-        with = "text_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub wait: Option<Duration>,
-    /// Renew while held (default on).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watchdog: Option<bool>,
-    /// Stop renewing after this long (default none; not zero).
-    #[serde(
-        default,
-        with = "text_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub max_hold: Option<Duration>,
-    /// What a request without a key gets: `"reject"` (default) or `"allow"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_missing_key: Option<MissingKey>,
-    /// `"locked"` (`423`, default) or `"conflict"` (`409`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub busy_status: Option<BusyStatus>,
+/// Declares the settings of a layer that holds a lease per request: the key, its prefix and
+/// the lease options the lock and concurrency layers share, then the layer's own fields.
+macro_rules! lease_layer_config {
+    ($(#[$doc:meta])* $name:ident { $($own:tt)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields)]
+        #[non_exhaustive]
+        pub struct $name {
+            /// Where the key comes from.
+            pub key: KeyConfig,
+            /// Goes before every key ([`Prefixed`]), so that layers sharing a name space do not
+            /// share keys.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub key_prefix: Option<String>,
+            /// The lease's ttl (default 30 s).
+            #[serde(
+                default,
+                with = "text_duration",
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub ttl: Option<Duration>,
+            /// How long to wait for a busy key (default zero; `"forever"`).
+            #[serde(
+                default,
+                with = "text_duration",
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub wait: Option<Duration>,
+            /// Renew while held (default on).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub watchdog: Option<bool>,
+            /// Stop renewing after this long (default none; not zero).
+            #[serde(
+                default,
+                with = "text_duration",
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub max_hold: Option<Duration>,
+            /// What a request without a key gets: `"reject"` (default) or `"allow"`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub on_missing_key: Option<MissingKey>,
+            $($own)*
+        }
+    };
+}
+
+lease_layer_config! {
+    /// A [`LockLayer`]'s settings; [`layer`](Self::layer) builds it.
+    LockLayerConfig {
+        /// `"locked"` (`423`, default) or `"conflict"` (`409`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub busy_status: Option<BusyStatus>,
+    }
 }
 
 impl LockLayerConfig {
@@ -335,56 +348,22 @@ impl LockLayerConfig {
     }
 }
 
-/// A [`ConcurrencyLimitLayer`]'s settings; [`layer`](Self::layer) builds it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct ConcurrencyLimitLayerConfig {
-    /// Where the key comes from.
-    pub key: KeyConfig,
-    /// Goes before every key ([`Prefixed`]), so that layers sharing a name space do not
-    /// share keys.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_prefix: Option<String>,
-    /// Requests per key in flight at once, 1 to [`distlock::MAX_PERMITS`].
-    pub limit: u32,
-    /// The lease's ttl (default 30 s).
-    #[serde(
-        default,
-        with = "text_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ttl: Option<Duration>,
-    /// How long to wait for a busy key (default zero; `"forever"`).
-    #[serde(
-        default,
-        with = "text_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub wait: Option<Duration>,
-    /// Renew while held (default on).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watchdog: Option<bool>,
-    /// Stop renewing after this long (default none; not zero).
-    #[serde(
-        default,
-        with = "text_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub max_hold: Option<Duration>,
-    /// What a request without a key gets: `"reject"` (default) or `"allow"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_missing_key: Option<MissingKey>,
-    /// `"service-unavailable"` (`503`, default) or `"too-many-requests"` (`429`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub full_status: Option<FullStatus>,
-    /// `Retry-After` of a full key's answer (default 1 s).
-    #[serde(
-        default,
-        with = "text_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub retry_after: Option<Duration>,
+lease_layer_config! {
+    /// A [`ConcurrencyLimitLayer`]'s settings; [`layer`](Self::layer) builds it.
+    ConcurrencyLimitLayerConfig {
+        /// Requests per key in flight at once, 1 to [`distlock::MAX_PERMITS`].
+        pub limit: u32,
+        /// `"service-unavailable"` (`503`, default) or `"too-many-requests"` (`429`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub full_status: Option<FullStatus>,
+        /// `Retry-After` of a full key's answer (default 1 s).
+        #[serde(
+            default,
+            with = "text_duration",
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub retry_after: Option<Duration>,
+    }
 }
 
 impl ConcurrencyLimitLayerConfig {
