@@ -234,7 +234,7 @@ exclusions() {
       ticket-shop) echo "SKIP _on_a_cluster|$cluster_reason" ;;
       replication) echo "SKIP tls::a_cluster_client_over_tls_takes_the_ca_through_certs|$cluster_reason" ;;
       fenced | history) echo "SKIP cluster|$cluster_reason" ;;
-      ratelimit | ratelimit-acl) echo "SKIP on_a_cluster|$cluster_reason" ;;
+      ratelimit | ratelimit-acl | http-rate-limit) echo "SKIP on_a_cluster|$cluster_reason" ;;
     esac
   fi
   return 0
