@@ -232,7 +232,10 @@ exclusions() {
     case "$suite" in
       cluster) echo "EXCLUDE|$cluster_reason" ;;
       ticket-shop) echo "SKIP _on_a_cluster|$cluster_reason" ;;
-      replication) echo "SKIP tls::a_cluster_client_over_tls_takes_the_ca_through_certs|$cluster_reason" ;;
+      replication)
+        echo "SKIP tls::a_cluster_client_over_tls_takes_the_ca_through_certs|$cluster_reason"
+        echo "SKIP tls::distlock_connects_to_a_cluster_over_tls|$cluster_reason"
+        ;;
       fenced | history) echo "SKIP cluster|$cluster_reason" ;;
       ratelimit | ratelimit-acl | http-rate-limit) echo "SKIP on_a_cluster|$cluster_reason" ;;
     esac

@@ -264,6 +264,49 @@ async fn a_cluster_client_over_tls_takes_the_ca_through_certs() {
     assert_eq!(v, "v");
 }
 
+/// distlock's own Cluster client over TLS: `connect_cluster` with the library's TLS options
+/// (a private CA, a client certificate the node requires) takes a lock, sees it busy from a
+/// second client, and releases it, on a one-node TLS cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distlock_connects_to_a_cluster_over_tls() {
+    let server = TlsServer::builder()
+        .client_auth(ClientAuth::Required)
+        .cluster()
+        .start();
+    let certs = server.certs();
+    let connect = || {
+        distlock::Client::builder()
+            .tls_root_certificate(certs.ca_pem())
+            .tls_client_identity(certs.client_cert_pem(), certs.client_key_pem())
+            .connect_cluster([server.url()])
+    };
+    let client = connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect_cluster over TLS: {e:?}\n{}", server.log()));
+    let other = connect().await.expect("a second client");
+    let lease = client
+        .lock("cluster-over-tls")
+        .acquire()
+        .await
+        .expect("acquire");
+    assert!(
+        matches!(
+            other.lock("cluster-over-tls").acquire().await,
+            Err(distlock::LockError::Busy { .. })
+        ),
+        "the lock is held over the cluster"
+    );
+    lease.release().await.expect("release");
+    other
+        .lock("cluster-over-tls")
+        .acquire()
+        .await
+        .expect("free again")
+        .release()
+        .await
+        .expect("release");
+}
+
 /// The library's own TLS options against the same server: `tls_root_certificate` and
 /// `tls_client_identity`; the wrong CA fails `connect` once, as `Unreachable` (redis-rs reports
 /// certificate errors as I/O errors).
