@@ -648,6 +648,31 @@ pub enum InvalidPolicy {
         /// The longest accepted.
         max: std::time::Duration,
     },
+    /// A hybrid share ([`hybrid`](crate::ratelimit::RateLimiterBuilder::hybrid)) of 0, or
+    /// above the least limit of the limiter's policies.
+    #[error(
+        "invalid hybrid share {share}: use at least 1 and at most the least policy limit, {limit}"
+    )]
+    HybridShare {
+        /// The share given.
+        share: u32,
+        /// The least limit of the policies.
+        limit: u32,
+    },
+    /// A hybrid sync interval of zero or longer than the longest period.
+    #[error("invalid hybrid sync interval {sync:?}: use more than zero and at most {max:?}")]
+    HybridSync {
+        /// The interval given.
+        sync: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
+    },
+    /// Hybrid mode together with shadow mode: a shadowed pass is not counted, so no share
+    /// can hold it.
+    #[error(
+        "a hybrid limiter cannot run in shadow mode: shadowed passes are not counted, so no share can hold them"
+    )]
+    HybridInShadowMode,
     /// A [`Lockout`](crate::ratelimit::Lockout) without steps.
     #[error(
         "invalid lockout of policy `{policy}`: it needs at least one step (the first block's \

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use super::breaker::CircuitBreaker;
 use super::limiter::{
-    DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Settings,
+    DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_HYBRID_SUBJECTS, DEFAULT_MAX_IN_FLIGHT,
+    HybridSettings, MAX_POLICIES, Settings,
 };
 use super::outage::Outage;
 use super::subject_rates::{
@@ -58,6 +59,7 @@ pub struct RateLimiterBuilder {
     deny_cache_max_age: Duration,
     max_in_flight: usize,
     keep_logs: Option<Duration>,
+    hybrid: Option<(u32, Duration)>,
 }
 
 impl std::fmt::Debug for RateLimiterBuilder {
@@ -87,6 +89,7 @@ impl RateLimiterBuilder {
             deny_cache_max_age: DEFAULT_DENY_CACHE_MAX_AGE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             keep_logs: None,
+            hybrid: None,
         }
     }
 
@@ -219,6 +222,60 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Hybrid mode, for very high rates: each replica leases `share` units of a subject's
+    /// budget from the store in one round trip (a partial grant, as
+    /// [`check_up_to`](super::RateLimiter::check_up_to)) and answers the subject's next checks
+    /// from them locally, with no round trip, until they run out or `sync` has passed since
+    /// the lease; then it gives back what it did not use
+    /// ([`refund`](super::RateLimiter::refund)) and leases again. A local answer says
+    /// [`Origin::LocalShare`](super::Origin::LocalShare).
+    ///
+    /// **The price is exactness.** Every unit is charged in the store before it is handed
+    /// out, so the store's count is never below what was used; but a leased unit may be used
+    /// up to `sync` after it was charged, so over any window the requests that pass may
+    /// exceed what the policy allows in it by at most **`share × replicas`** (each replica
+    /// holds at most `share` charged-but-unused units at any instant). And units a replica
+    /// holds without using them are kept from the others for up to `sync`. The default is
+    /// no share: every check exact.
+    ///
+    /// What uses the share: [`check`](super::RateLimiter::check) and
+    /// [`check_n`](super::RateLimiter::check_n) with a cost up to `share` (a larger cost is
+    /// checked exactly). Peeks, [`check_up_to`](super::RateLimiter::check_up_to), waits,
+    /// reservations, refunds and penalties go to the store as without it;
+    /// [`reset`](super::RateLimiter::reset) also drops this replica's share of the subject
+    /// (other replicas keep theirs until their sync). At most
+    /// [`DEFAULT_HYBRID_SUBJECTS`](super::DEFAULT_HYBRID_SUBJECTS) subjects hold a share at
+    /// once; checks on others are exact until older shares go back. Call
+    /// [`return_shares`](super::RateLimiter::return_shares) when a replica stops.
+    ///
+    /// [`build`](Self::build) refuses a `share` of 0 or above a policy's limit, a `sync` of
+    /// zero or longer than [`MAX_PERIOD`](super::MAX_PERIOD), and shadow mode (whose
+    /// uncounted passes a share cannot hold).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use distlock::ratelimit::{Origin, Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// // 100,000 a second per tenant; each replica leases 500 at a time and syncs every
+    /// // 100 ms: with 4 replicas, at most 2,000 over the limit in any window.
+    /// let ingest = client
+    ///     .rate_limiter(Policy::gcra("ingest", Rate::per_second(100_000)?)?)
+    ///     .hybrid(500, Duration::from_millis(100))
+    ///     .build()?;
+    /// let first = ingest.check("tenant:7").await?; // leases 500, uses 1
+    /// assert_eq!(first.origin, Origin::Store);
+    /// let second = ingest.check("tenant:7").await?; // no round trip
+    /// assert_eq!(second.origin, Origin::LocalShare);
+    /// assert!(second.allowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn hybrid(mut self, share: u32, sync: Duration) -> Self {
+        self.hybrid = Some((share, sync));
+        self
+    }
+
     /// How many checks may wait on the store at once (default [`DEFAULT_MAX_IN_FLIGHT`], at
     /// least 1; more than tokio's `Semaphore::MAX_PERMITS` is cut to it). One more is not
     /// queued: the outage policy answers it at once, so a slow store never builds an
@@ -288,6 +345,10 @@ impl RateLimiterBuilder {
     /// ```
     pub fn build(self) -> Result<RateLimiter, RateLimitError> {
         validate(&self.policies)?;
+        let hybrid = match self.hybrid {
+            None => None,
+            Some((share, sync)) => Some(self.hybrid_settings(share, sync)?),
+        };
         if let Err(refused) = self.client.supports(crate::store::Capability::RateLimits) {
             return Err(RateLimitError::UnsupportedStore {
                 reason: refused.reason,
@@ -326,8 +387,36 @@ impl RateLimiterBuilder {
                 deny_cache_max_age: self.deny_cache_max_age,
                 max_in_flight: self.max_in_flight,
                 keep_log_us,
+                hybrid,
             },
         ))
+    }
+}
+
+impl RateLimiterBuilder {
+    /// The hybrid mode's settings, checked against the policies and the other options.
+    fn hybrid_settings(&self, share: u32, sync: Duration) -> Result<HybridSettings, InvalidPolicy> {
+        let least = self.policies.iter().map(Policy::limit).min().unwrap_or(0);
+        if share == 0 || share > least {
+            return Err(InvalidPolicy::HybridShare {
+                share,
+                limit: least,
+            });
+        }
+        if sync.is_zero() || sync > super::MAX_PERIOD {
+            return Err(InvalidPolicy::HybridSync {
+                sync,
+                max: super::MAX_PERIOD,
+            });
+        }
+        if self.shadow {
+            return Err(InvalidPolicy::HybridInShadowMode);
+        }
+        Ok(HybridSettings {
+            share,
+            sync,
+            subjects: DEFAULT_HYBRID_SUBJECTS,
+        })
     }
 }
 

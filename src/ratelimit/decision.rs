@@ -104,6 +104,10 @@ pub enum Origin {
     /// The store was unavailable and the limiter lets everything through
     /// ([`Outage::FailOpen`](super::Outage::FailOpen)). The figures are not meaningful.
     FailOpen,
+    /// A hybrid limiter answered from the share of the subject's budget it leased from the
+    /// store earlier ([`hybrid`](super::RateLimiterBuilder::hybrid)): no round trip. The
+    /// figures are the lease's, with `remaining` counting the share's units left.
+    LocalShare,
 }
 
 impl Decision {

@@ -21,8 +21,12 @@ use crate::error::{RateLimitError, StoreError};
 use crate::keys::{LOCK_KEY_PART, rate_key_head, rate_keys};
 use crate::store::{MemoryStore, RateOp, RateReply, RateRequest};
 
+mod hybrid;
 #[cfg(feature = "test-util")]
 mod test_hooks;
+pub use self::hybrid::DEFAULT_HYBRID_SUBJECTS;
+pub(super) use self::hybrid::HybridSettings;
+use self::hybrid::Shares;
 #[cfg(feature = "test-util")]
 pub use self::test_hooks::TestOp;
 
@@ -96,6 +100,8 @@ pub struct RateLimiter {
 /// State shared by clones.
 struct Shared {
     deny_cache: Option<DenyCache>,
+    /// The leased shares, in hybrid mode.
+    hybrid: Option<Shares>,
     max_in_flight: usize,
     in_flight: Semaphore,
     fallback: MemoryStore,
@@ -106,14 +112,12 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(
-        (deny_cache, max_age): (usize, Duration),
-        max_in_flight: usize,
-        policies: &[Policy],
-    ) -> Arc<Self> {
+    fn new(settings: &Settings, max_in_flight: usize, policies: &[Policy]) -> Arc<Self> {
+        let (deny_cache, max_age) = (settings.deny_cache, settings.deny_cache_max_age);
         Arc::new(Self {
             deny_cache: (deny_cache > 0 && !max_age.is_zero())
                 .then(|| DenyCache::new(deny_cache, policies).max_age(max_age)),
+            hybrid: settings.hybrid.map(Shares::new),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
@@ -148,6 +152,8 @@ pub(super) struct Settings {
     pub(super) max_in_flight: usize,
     /// How long sliding logs outlive their newest entry, µs; 0: their window.
     pub(super) keep_log_us: i64,
+    /// Leased shares answered locally, if set.
+    pub(super) hybrid: Option<HybridSettings>,
 }
 
 impl RateLimiter {
@@ -173,6 +179,7 @@ impl RateLimiter {
             ) && p.lockout().is_none()
         });
         let max_in_flight = settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
+        let shared = Shared::new(&settings, max_in_flight, &policies);
         Self {
             client,
             key_heads,
@@ -182,11 +189,7 @@ impl RateLimiter {
             max_wait: settings.max_wait,
             fifo,
             breaker: settings.breaker,
-            shared: Shared::new(
-                (settings.deny_cache, settings.deny_cache_max_age),
-                max_in_flight,
-                &policies,
-            ),
+            shared,
             policies,
             base,
             rates: settings.rates,
@@ -265,6 +268,14 @@ impl RateLimiter {
 
     /// [`check_n`](Self::check_n), without its metrics.
     async fn check_uncounted(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
+        match &self.shared.hybrid {
+            Some(shares) if cost > 0 => self.check_hybrid(shares, subject, cost).await,
+            _ => self.check_exact(subject, cost).await,
+        }
+    }
+
+    /// A check against the store (or the deny cache), every time.
+    async fn check_exact(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
         let eff = self.effective(subject).await?;
         validate_cost(&eff, cost)?;
         // Invalid subjects are never cached, so the cache can be asked before the keys are
@@ -554,6 +565,9 @@ impl RateLimiter {
     /// [`CircuitOpen`](RateLimitError::CircuitOpen)), whatever the policy; with
     /// [`Outage::LocalFallback`] the local limiter is reset as well.
     pub async fn reset(&self, subject: &str) -> Result<Decision, RateLimitError> {
+        if let Some(shares) = &self.shared.hybrid {
+            shares.forget(subject);
+        }
         self.adjust(subject, RateOp::Reset).await
     }
 

@@ -67,6 +67,7 @@ pub(crate) fn decided(decision: &Decision, cost: u32) {
             Origin::DenyCache => "deny_cache",
             Origin::LocalFallback => "local_fallback",
             Origin::FailOpen => "fail_open",
+            Origin::LocalShare => "local_share",
         };
         ::metrics::counter!(
             names::DECISIONS,

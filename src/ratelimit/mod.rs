@@ -51,8 +51,8 @@ pub use self::decision::{Decision, Origin, PolicyDecision};
 #[doc(hidden)]
 pub use self::limiter::TestOp as __TestOp;
 pub use self::limiter::{
-    DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, MAX_WAIT,
-    RateLimiter,
+    DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_HYBRID_SUBJECTS, DEFAULT_MAX_IN_FLIGHT,
+    MAX_POLICIES, MAX_WAIT, RateLimiter,
 };
 pub use self::lockout::{DEFAULT_LOCKOUT_MEMORY, Lockout, MAX_LOCKOUT_STEPS, MIN_LOCKOUT};
 pub use self::outage::{Outage, ParseOutageError};

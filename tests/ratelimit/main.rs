@@ -15,6 +15,7 @@ mod cached_model_check;
 mod common;
 mod deny_cache;
 mod exactness;
+mod hybrid;
 mod lockout;
 mod log_window;
 mod memory_bound;

@@ -181,8 +181,12 @@ where
     let response = inner.call(request).await?;
     let mut response = match &config.options.settle {
         // Only what the store counted is settled there: not a decision that fell back to
-        // this process's own count, failed open, or was let through by shadow mode.
-        Some(settle) if decision.origin == Origin::Store && !decision.shadowed => {
+        // this process's own count, failed open, or was let through by shadow mode. (A hybrid
+        // limiter's local answer spends units the store counted when they were leased.)
+        Some(settle)
+            if matches!(decision.origin, Origin::Store | Origin::LocalShare)
+                && !decision.shadowed =>
+        {
             let settler = Settler::new(
                 limiter.limiter.clone(),
                 subject.clone(),
