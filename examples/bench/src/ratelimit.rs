@@ -1,6 +1,11 @@
 //! The rate-limit workloads. The raw peer is one hand-written GCRA script, one EVALSHA per
 //! decision, with no local cache: what a careful user writes on top of the `redis` crate (over
 //! a cluster connection for `cluster_ratelimit_parallel`).
+//!
+//! `ratelimit_hybrid` runs distlock twice on fresh subjects, hybrid (shares of
+//! [`HYBRID_SHARE`] synced every [`HYBRID_SYNC`]) then exact, and reports both: checks per
+//! second, and how many passed over what the policy allows in the run's span (the overshoot;
+//! the hybrid mode's documented bound is one share per replica, here one replica).
 
 use std::sync::Arc;
 use std::sync::LazyLock;
@@ -38,6 +43,18 @@ static RAW_GCRA: LazyLock<Script> = LazyLock::new(|| {
         ",
     )
 });
+
+/// The hybrid limiter's share in `ratelimit_hybrid`.
+const HYBRID_SHARE: u32 = 1_000;
+/// The hybrid limiter's sync interval in `ratelimit_hybrid`.
+const HYBRID_SYNC: Duration = Duration::from_millis(50);
+
+/// How distlock's limiter is built.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Exact { deny_cache: bool },
+    Hybrid,
+}
 
 /// What decides: distlock's limiter, or the raw script with its parameters.
 #[derive(Clone)]
@@ -78,7 +95,7 @@ impl Decider {
         workload: Workload,
         targets: &Targets,
         rate: Rate,
-        deny_cache: bool,
+        mode: Mode,
     ) -> Result<Self, String> {
         let interval_us =
             u64::try_from(rate.emission_interval().as_micros()).map_err(|e| e.to_string())?;
@@ -87,10 +104,10 @@ impl Decider {
                 let client = crate::workloads::distlock_client(workload, targets).await?;
                 let policy = Policy::gcra("bench", rate).map_err(|e| e.to_string())?;
                 let builder = client.rate_limiter(policy);
-                let builder = if deny_cache {
-                    builder
-                } else {
-                    builder.deny_cache(0)
+                let builder = match mode {
+                    Mode::Exact { deny_cache: true } => builder,
+                    Mode::Exact { deny_cache: false } => builder.deny_cache(0),
+                    Mode::Hybrid => builder.hybrid(HYBRID_SHARE, HYBRID_SYNC),
                 };
                 Self::Distlock(builder.build().map_err(|e| e.to_string())?)
             }
@@ -158,6 +175,14 @@ fn shape(workload: Workload, args: &Args) -> Result<Shape, String> {
             // 10 per hour, spent before the run: every decision in the run is a denial.
             let rate = Rate::per_hour(10).map_err(|e| e.to_string())?;
             (64, Duration::from_secs(5), 2_000_000, 1, rate)
+        }
+        Workload::RatelimitHybrid => {
+            // Above what exact checks reach on one primary (one round trip each, batched):
+            // the exact limiter is bound by round trips, the hybrid one by the rate.
+            let rate = Rate::per_second(200_000)
+                .and_then(|r| r.burst(20_000))
+                .map_err(|e| e.to_string())?;
+            (16, Duration::from_secs(3), u64::MAX, 1, rate)
         }
         other => return Err(format!("{} is not a rate-limit workload", other.name())),
     };
@@ -240,6 +265,15 @@ async fn drive(decider: Decider, shape: &Shape, run_id: u32) -> Result<Run, Stri
     Ok(run)
 }
 
+/// How many of `run`'s passes exceed what GCRA allows over its span: the burst, then one per
+/// emission interval.
+fn over_the_rate(run: &Run, shape: &Shape) -> u64 {
+    let interval = shape.rate.emission_interval().as_secs_f64();
+    let span = run.elapsed.as_secs_f64();
+    let ideal = u64::from(shape.rate.capacity()) + (span / interval).ceil() as u64;
+    run.allowed.saturating_sub(ideal)
+}
+
 pub async fn run(
     workload: Workload,
     peer: Peer,
@@ -257,10 +291,16 @@ pub async fn run(
     }
     if workload == Workload::RatelimitDeniedHot {
         // Spend the key first, so every decision in the run is a denial.
-        let mut warm = Decider::new(peer, workload, targets, shape.rate, false).await?;
+        let mode = Mode::Exact { deny_cache: false };
+        let mut warm = Decider::new(peer, workload, targets, shape.rate, mode).await?;
         while warm.decide(&format!("s{run_id}:0")).await? {}
     }
-    let decider = Decider::new(peer, workload, targets, shape.rate, true).await?;
+    let mode = if workload == Workload::RatelimitHybrid && peer == Peer::Distlock {
+        Mode::Hybrid
+    } else {
+        Mode::Exact { deny_cache: true }
+    };
+    let decider = Decider::new(peer, workload, targets, shape.rate, mode).await?;
     let before = if workload.measures_server() {
         Some(probe.snapshot().await?)
     } else {
@@ -292,7 +332,8 @@ pub async fn run(
         }
         Workload::RatelimitDeniedHot if peer == Peer::Distlock => {
             // The same run with the deny cache off, for the ratio.
-            let without = Decider::new(peer, workload, targets, shape.rate, false).await?;
+            let mode = Mode::Exact { deny_cache: false };
+            let without = Decider::new(peer, workload, targets, shape.rate, mode).await?;
             let off = drive(without, &shape, run_id).await?;
             let on_rate = run.samples.len() as f64 / run.elapsed.as_secs_f64();
             let off_rate = off.samples.len() as f64 / off.elapsed.as_secs_f64();
@@ -301,6 +342,26 @@ pub async fn run(
             run.allowed + off.allowed
         }
         Workload::RatelimitDeniedHot => run.allowed,
+        Workload::RatelimitHybrid => {
+            let overshoot = over_the_rate(&run, &shape);
+            extra.push(("allowed", run.allowed.to_string()));
+            extra.push(("overshoot", overshoot.to_string()));
+            if peer == Peer::Distlock {
+                // The exact limiter in the same run, on subjects of its own.
+                let mode = Mode::Exact { deny_cache: true };
+                let exact = Decider::new(peer, workload, targets, shape.rate, mode).await?;
+                let other = drive(exact, &shape, run_id.wrapping_add(1)).await?;
+                let rate = other.samples.len() as f64 / other.elapsed.as_secs_f64();
+                extra.push(("share", HYBRID_SHARE.to_string()));
+                extra.push(("exact_ops_per_s", format!("{rate:.1}")));
+                extra.push(("exact_allowed", other.allowed.to_string()));
+                extra.push(("exact_overshoot", over_the_rate(&other, &shape).to_string()));
+                // Beyond the documented bound (one share for this one replica).
+                overshoot.saturating_sub(u64::from(HYBRID_SHARE))
+            } else {
+                overshoot
+            }
+        }
         _ => {
             // Never-denying workloads: a denial is a violation of the setup.
             (run.samples.len() as u64).saturating_sub(run.allowed)

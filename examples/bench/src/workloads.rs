@@ -47,6 +47,10 @@ pub enum Workload {
     QuorumLockParallel,
     /// Bloom filter lookups, 1000 items per call (only when named).
     BloomContainsMany,
+    /// 16 tasks on one subject near the exact limiter's capacity: distlock's hybrid limiter
+    /// (leased shares) against its exact one in the same run, and the raw script (only when
+    /// named).
+    RatelimitHybrid,
 }
 
 impl Workload {
@@ -67,10 +71,11 @@ impl Workload {
     pub const CLUSTER: [Workload; 2] = [Self::ClusterLockParallel, Self::ClusterRatelimitParallel];
 
     /// Run only when named (CI's smoke run counts the default set's lines).
-    pub const EXTRA: [Workload; 3] = [
+    pub const EXTRA: [Workload; 4] = [
         Self::SemaphoreUncontended,
         Self::SemaphoreContended,
         Self::BloomContainsMany,
+        Self::RatelimitHybrid,
     ];
     /// Run only when named, or with `--quorum`. Locks only: a quorum client refuses rate limits.
     pub const QUORUM: [Workload; 2] = [Self::QuorumLockSeq, Self::QuorumLockParallel];
@@ -93,6 +98,7 @@ impl Workload {
             Self::QuorumLockSeq => "quorum_lock_seq",
             Self::QuorumLockParallel => "quorum_lock_parallel",
             Self::BloomContainsMany => "bloom_contains_many",
+            Self::RatelimitHybrid => "ratelimit_hybrid",
         }
     }
 
@@ -164,6 +170,7 @@ impl Workload {
             | Self::ClusterRatelimitParallel
             | Self::RatelimitAccuracy
             | Self::RatelimitDeniedHot
+            | Self::RatelimitHybrid
             | Self::LayerOverhead
             | Self::SemaphoreUncontended
             | Self::SemaphoreContended
@@ -433,7 +440,8 @@ pub async fn run(
         | Workload::RatelimitParallel
         | Workload::ClusterRatelimitParallel
         | Workload::RatelimitAccuracy
-        | Workload::RatelimitDeniedHot => {
+        | Workload::RatelimitDeniedHot
+        | Workload::RatelimitHybrid => {
             return crate::ratelimit::run(workload, peer, targets, args).await;
         }
         _ => {}
