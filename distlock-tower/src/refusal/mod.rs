@@ -203,6 +203,7 @@ pub struct Refusal {
     key: Option<Arc<str>>,
     decision: Option<Decision>,
     error: Option<Arc<dyn Error + Send + Sync>>,
+    grpc: bool,
 }
 
 impl fmt::Debug for Refusal {
@@ -215,6 +216,7 @@ impl fmt::Debug for Refusal {
             .field("key", &self.key)
             .field("decision", &self.decision)
             .field("error", &self.error.as_ref().map(ToString::to_string))
+            .field("grpc", &self.grpc)
             .finish()
     }
 }
@@ -229,6 +231,7 @@ impl Refusal {
             key: None,
             decision: None,
             error: None,
+            grpc: false,
         }
     }
 
@@ -354,6 +357,26 @@ impl Refusal {
         let mut refusal = Self::new(RefusedBy::Lock, reason, status).with_error(err);
         refusal.retry_after = mapped.retry_after;
         refusal
+    }
+
+    /// Marks the refusal as one of a gRPC call (see [`is_grpc`](Self::is_grpc)), or not.
+    ///
+    /// The layers set it from the request's `content-type`; a handler that renders a refusal
+    /// itself with [`into_response_with`](Self::into_response_with) sets it the same way when
+    /// its hook tells the two apart (a `GrpcOrHttp` with the `tonic` feature).
+    #[must_use]
+    pub fn for_grpc(mut self, grpc: bool) -> Self {
+        self.grpc = grpc;
+        self
+    }
+
+    /// Whether the refused request was a gRPC call: its `content-type` is `application/grpc`
+    /// or one of its variants (`application/grpc+proto`, `application/grpc-web`...). A hook
+    /// answers such a call with a gRPC status rather than an HTTP error page; `GrpcOrHttp`
+    /// (feature `tonic`) does exactly that.
+    #[must_use]
+    pub fn is_grpc(&self) -> bool {
+        self.grpc
     }
 
     /// Caps the wait this refusal tells (if it tells one) at `cap`.
@@ -662,6 +685,16 @@ impl From<RateLimitError> for Refusal {
     fn from(err: RateLimitError) -> Self {
         Self::from_rate_limit_error(err)
     }
+}
+
+/// Whether a request with these headers is a gRPC call: its `content-type` starts with
+/// `application/grpc` (gRPC over HTTP/2 says `application/grpc` followed by nothing, `+` and a
+/// message format, or `;` and parameters; gRPC-Web's types start the same way).
+pub(crate) fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.as_bytes().get(..16))
+        .is_some_and(|start| start.eq_ignore_ascii_case(b"application/grpc"))
 }
 
 /// A status code of the runtime's mapping, which only uses valid ones.
