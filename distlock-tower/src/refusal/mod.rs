@@ -73,6 +73,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "tonic")]
+mod grpc;
 mod problem;
 #[cfg(feature = "axum")]
 mod rendered;
@@ -88,6 +90,8 @@ use distlock::ratelimit::Decision;
 use distlock::{LockError, RateLimitError};
 use http::{HeaderValue, Response, StatusCode, header};
 
+#[cfg(feature = "tonic")]
+pub use grpc::{Grpc, GrpcOrHttp};
 pub use problem::ProblemDetails;
 #[cfg(feature = "axum")]
 pub(crate) use problem::push_json_string;
