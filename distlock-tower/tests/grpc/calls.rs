@@ -7,7 +7,7 @@ use axum::routing::get;
 use distlock::ratelimit::{Policy, Rate, RateLimiter};
 use distlock_tower::extract::Header;
 use distlock_tower::refusal::{Grpc, ProblemDetails};
-use distlock_tower::{LockLayer, RateLimitLayer};
+use distlock_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer};
 use http::StatusCode;
 use http_body::Body as _;
 use tokio::net::TcpListener;
@@ -28,7 +28,8 @@ use crate::support::fixture::{Fixture, on_both_stores};
 on_both_stores!(
     a_spent_budget_is_resource_exhausted_with_retry_info,
     http_and_grpc_calls_share_one_budget,
-    a_held_lock_is_aborted_with_the_holders_ttl
+    a_held_lock_is_aborted_with_the_holders_ttl,
+    a_full_concurrency_limit_is_unavailable_while_a_stream_runs
 );
 
 /// The metadata (header) that carries the rate-limit key.
@@ -300,4 +301,65 @@ async fn a_held_lock_is_aborted_with_the_holders_ttl(fx: Fixture) {
         check(&mut grpc, "x-job", "job:1").await,
         "the lock once released",
     );
+}
+
+/// The concurrency limit in front of tonic's server, one call at a time per tenant: a
+/// server-streaming `Health/Watch` holds the tenant's permit while its stream is open, so a
+/// `Check` meanwhile is `UNAVAILABLE` with the layer's `retry_after` as its `RetryInfo`;
+/// another tenant passes; once the client drops the stream, the permit comes back.
+async fn a_full_concurrency_limit_is_unavailable_while_a_stream_runs(fx: Fixture) {
+    let wait = Duration::from_secs(2);
+    let layer =
+        ConcurrencyLimitLayer::builder(fx.client.clone(), Header::from_static("x-tenant"), 1)
+            .retry_after(wait)
+            .refusal(Grpc::new())
+            .build()
+            .expect("valid layer");
+    let (addr, _server) = serve_grpc!(layer);
+    let mut grpc = client(addr).await;
+
+    let mut watch = tonic::Request::new(HealthCheckRequest {
+        service: String::new(),
+    });
+    watch
+        .metadata_mut()
+        .insert("x-tenant", MetadataValue::from_static("t1"));
+    let mut stream = grpc
+        .clone()
+        .watch(watch)
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    let first = stream
+        .message()
+        .await
+        .expect("a status")
+        .expect("the stream is open");
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+
+    let refused = check(&mut grpc, "x-tenant", "t1")
+        .await
+        .expect_err("t1's one permit is the stream's");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(retry_delay(&refused), wait);
+    assert_eq!(error_reason(&refused), "AT_CAPACITY");
+    assert_served(check(&mut grpc, "x-tenant", "t2").await, "another tenant");
+
+    // The client goes away: the server drops the stream's body, and with it the permit (the
+    // release runs in the background, so give it a moment).
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match check(&mut grpc, "x-tenant", "t1").await {
+            Ok(_) => break,
+            Err(status) if status.code() == Code::Unavailable => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the permit never came back: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("unexpected {status:?}"),
+        }
+    }
 }

@@ -7,7 +7,9 @@
 //!   is spent, and tonic's client decodes it;
 //! * one layer in front of an HTTP route and the gRPC service (one listener, HTTP/1.1 and
 //!   HTTP/2) spends one budget for both, and answers each in its own protocol;
-//! * the lock layer answers a call on a held lock `ABORTED`, with the holder's ttl.
+//! * the lock layer answers a call on a held lock `ABORTED`, with the holder's ttl;
+//! * the concurrency limit answers a call while a server stream holds the key's permit
+//!   `UNAVAILABLE`, with the layer's `retry_after`, and lets it in once the stream is gone.
 
 #[path = "../../../tests/support/mod.rs"]
 mod support;
