@@ -53,19 +53,20 @@ const DEFAULT_DOMAIN: &str = "distlock";
 /// | `KeyReused` (idempotency) | `422` | `FAILED_PRECONDITION` (9) | none |
 /// | `Internal` | `500` | `INTERNAL` (13) | none |
 ///
-/// Why these: `RESOURCE_EXHAUSTED` is gRPC's code for a quota or rate limit, the one gRPC
-/// maps `429` to. A busy lock is a conflict with another request on the same resource, which
-/// gRPC calls `ABORTED` ("retry at a higher level"), as it maps `409`. A lost lease is
-/// `ABORTED` too, not `UNAVAILABLE`: the handler was stopped part way, and `UNAVAILABLE` is
-/// the code that gRPC clients retry on their own, which is only safe when nothing was done. A
-/// store that failed or a full concurrency limit is `UNAVAILABLE` (a `503`: try again shortly),
-/// except when the concurrency layer is set to answer `429`, whose code is the quota's. A
-/// request that can never pass (costs more than the policy allows at once, or a body over the
-/// idempotency layer's cap) is `RESOURCE_EXHAUSTED` without `RetryInfo`, as gRPC servers
-/// answer a message over their size limit; `ErrorInfo` tells it from a rate-limit denial. An
-/// idempotency key reused for another request is `FAILED_PRECONDITION`: the call is fine, the
-/// key's earlier use is the problem. [`Grpc::code`] is the table; a hook of your own can
-/// start from [`Grpc::status`] and change what it needs.
+/// Why these: `RESOURCE_EXHAUSTED` is gRPC's code for a quota or rate limit, the one that
+/// `google.rpc.Code` pairs with HTTP `429`. A busy lock is a conflict with another request on
+/// the same resource, which gRPC calls `ABORTED` ("retry at a higher level"), the code paired
+/// with `409`. A lost lease is `ABORTED` too, not `UNAVAILABLE`: the handler was stopped part
+/// way, and `UNAVAILABLE` is the code that clients' retry policies usually retry without
+/// asking, which is only safe when nothing was done. A store that failed or a full
+/// concurrency limit is `UNAVAILABLE` (a `503`: try again shortly), except when the
+/// concurrency layer is set to answer `429`, whose code is the quota's. A request that can
+/// never pass (costs more than the policy allows at once, or a body over the idempotency
+/// layer's cap) is `RESOURCE_EXHAUSTED` without `RetryInfo`, as gRPC servers answer a message
+/// over their size limit; `ErrorInfo` tells it from a rate-limit denial. An idempotency key
+/// reused for another request is `FAILED_PRECONDITION`: the call is fine, the key's earlier
+/// use is the problem. [`Grpc::code`] is the table; a hook of your own can start from
+/// [`Grpc::status`] and change what it needs.
 ///
 /// ```
 /// use std::time::Duration;
