@@ -21,7 +21,7 @@ use crate::extract::{ExtractKey, Extracted, MissingKey};
 use crate::lock::ResponseFuture;
 use crate::lock::body::{self, ResponseBody};
 use crate::readiness::InnerService;
-use crate::refusal::{MakeRefusal, PlainText, Refusal, RefusedBy};
+use crate::refusal::{MakeRefusal, PlainText, Refusal, RefusedBy, is_grpc};
 use crate::settings::LayerConfig;
 use crate::wrapped::{WrappedBody, WrappedService};
 
@@ -161,19 +161,26 @@ where
     ResBody: WrappedBody,
 {
     let options = &config.options;
+    let grpc = is_grpc(request.headers());
     let key = match options.extract.extract_key(&request) {
         Extracted::Key(key) => key,
         Extracted::Absent => {
             X::log_without_key(options.extract.absent_hint(), options.missing_key);
             return match options.missing_key {
                 MissingKey::Allow => ResponseFuture::unlocked(inner.call(request)),
-                MissingKey::Reject => refused(Refusal::missing_key(X::REFUSED_BY), &**config),
+                MissingKey::Reject => refused(
+                    Refusal::missing_key(X::REFUSED_BY).for_grpc(grpc),
+                    &**config,
+                ),
             };
         }
         // Never without the lease, whatever `MissingKey` says: a request must not escape the
         // layer by sending its key header twice.
         Extracted::Invalid(why) => {
-            return refused(Refusal::invalid_key(X::REFUSED_BY, why), &**config);
+            return refused(
+                Refusal::invalid_key(X::REFUSED_BY, why).for_grpc(grpc),
+                &**config,
+            );
         }
     };
     // The inner service is called only once the lease is held, in the future: take the clone
@@ -217,18 +224,20 @@ where
     ResBody: Body<Data = Bytes>,
 {
     let mut inner = InnerService::Ready(readied);
+    let grpc = is_grpc(request.headers());
     if !config.options.wait.is_zero() {
         inner.release_readiness();
     }
     let lease = match X::acquire(&config.options, &key).await {
         Ok(lease) => lease,
-        Err(refusal) => return Ok(refuse(refusal, &*config)),
+        Err(refusal) => return Ok(refuse(refusal.for_grpc(grpc), &*config)),
     };
     let timer = HoldTimer::start(&config.options.holds);
     let held = X::held(lease.handle());
     call_under_lease(inner, request, (lease, timer), held, |handle| {
         X::log_lost(&key, handle);
-        refuse(Refusal::lease_lost_by(X::REFUSED_BY, &key), &*config)
+        let refusal = Refusal::lease_lost_by(X::REFUSED_BY, &key).for_grpc(grpc);
+        refuse(refusal, &*config)
     })
     .await
 }

@@ -115,6 +115,9 @@
 //!   [`ClientIp`](client_ip::ClientIp)'s peer address, the [`HeldLock`] extractor, and
 //!   `IntoResponse` for distlock's errors. Without it the crate depends on `http` and `tower`
 //!   only, as tower-http does, and works in any tower stack over `http` types.
+//! * `tonic`: the layers answer gRPC calls with gRPC statuses (`refusal::Grpc`,
+//!   `refusal::GrpcOrHttp`; see [gRPC](refusal#grpc)), in front of a tonic server or beside
+//!   HTTP routes in one router.
 //!
 //! # Configuration mistakes
 //!

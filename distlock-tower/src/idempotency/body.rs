@@ -95,10 +95,12 @@ impl<B> IdempotentBody<B> {
         }
     }
 
+    /// An empty body is at its end from the start, so the response goes out as a head alone
+    /// (a gRPC trailers-only refusal is a `HEADERS` frame that ends the stream).
     pub(crate) fn made(bytes: Bytes) -> Self {
         Self {
             inner: None,
-            made: Some(bytes),
+            made: (!bytes.is_empty()).then_some(bytes),
             capture: None,
             storing: None,
             held: None,

@@ -15,7 +15,7 @@ use tower::Service;
 use super::body::{Capture, IdempotentBody};
 use super::layer::{Config, REPLAYED_HEADER};
 use crate::extract::{ExtractKey, Extracted, Header, InvalidKey, MissingKey};
-use crate::refusal::{MakeRefusal, PlainText, Reason, Refusal, RefusedBy};
+use crate::refusal::{MakeRefusal, PlainText, Reason, Refusal, RefusedBy, is_grpc};
 
 /// Middleware that runs a request with an idempotency key once and replays its response to
 /// the key's later requests. Built by [`IdempotencyLayer`](super::IdempotencyLayer).
@@ -102,6 +102,7 @@ where
     ResB: Body<Data = Bytes>,
 {
     let passed = |response: Response<ResB>| response.map(|b| IdempotentBody::passed(b, None));
+    let grpc = is_grpc(request.headers());
     if !config.methods.contains(request.method()) {
         return run(inner, request).await.map(passed);
     }
@@ -115,6 +116,7 @@ where
             _ => {
                 return Ok(refuse(
                     &config,
+                    grpc,
                     Refusal::missing_key(RefusedBy::Idempotency),
                 ));
             }
@@ -122,6 +124,7 @@ where
         Extracted::Invalid(why) => {
             return Ok(refuse(
                 &config,
+                grpc,
                 Refusal::invalid_key(RefusedBy::Idempotency, why),
             ));
         }
@@ -130,6 +133,7 @@ where
     let Some(body) = read_body(body, config.max_request_body).await else {
         return Ok(refuse(
             &config,
+            grpc,
             Refusal::idempotency(
                 Reason::BodyTooLarge,
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -147,6 +151,7 @@ where
             tracing::debug!(key = %key, "idempotency key reused for another request");
             return Ok(refuse(
                 &config,
+                grpc,
                 Refusal::idempotency(
                     Reason::KeyReused,
                     StatusCode::UNPROCESSABLE_ENTITY,
@@ -159,6 +164,7 @@ where
         Ok(Begin::InFlight) => {
             return Ok(refuse(
                 &config,
+                grpc,
                 Refusal::idempotency(
                     Reason::InFlight,
                     StatusCode::CONFLICT,
@@ -168,8 +174,8 @@ where
                 ),
             ));
         }
-        Ok(_) => return Ok(refuse(&config, internal(&key, None))),
-        Err(err) => return Ok(refuse(&config, store_error(&key, err))),
+        Ok(_) => return Ok(refuse(&config, grpc, internal(&key, None))),
+        Err(err) => return Ok(refuse(&config, grpc, store_error(&key, err))),
     };
     let request = Request::from_parts(parts, ReqB::from(body));
     // A panic or a dropped future from here on drops the claim: the key is freed, nothing
@@ -321,6 +327,13 @@ fn store_error(key: &str, err: IdempotencyError) -> Refusal {
     }
 }
 
-fn refuse<R: MakeRefusal, B>(config: &Config<R>, refusal: Refusal) -> Response<IdempotentBody<B>> {
-    refusal.respond(&config.refusal, IdempotentBody::made)
+/// The response for `refusal` of a request that was a gRPC call or not.
+fn refuse<R: MakeRefusal, B>(
+    config: &Config<R>,
+    grpc: bool,
+    refusal: Refusal,
+) -> Response<IdempotentBody<B>> {
+    refusal
+        .for_grpc(grpc)
+        .respond(&config.refusal, IdempotentBody::made)
 }

@@ -95,9 +95,13 @@ impl<B> ResponseBody<B> {
         }
     }
 
+    /// An empty message is at its end from the start, so the response goes out as a head
+    /// alone (a gRPC trailers-only refusal is a `HEADERS` frame that ends the stream).
     pub(crate) fn message(text: Bytes) -> Self {
         Self {
-            kind: Kind::Message { text: Some(text) },
+            kind: Kind::Message {
+                text: (!text.is_empty()).then_some(text),
+            },
             lease: LeaseSlot::Empty,
             last: None,
             done: false,

@@ -49,10 +49,13 @@ impl<B> ResponseBody<B> {
         }
     }
 
+    /// An empty message is at its end from the start, so the response goes out as a head
+    /// alone (a gRPC trailers-only refusal is a `HEADERS` frame that ends the stream).
     pub(crate) fn message(text: impl Into<Bytes>) -> Self {
+        let text: Bytes = text.into();
         Self {
             kind: Kind::Message {
-                text: Some(text.into()),
+                text: (!text.is_empty()).then_some(text),
             },
         }
     }

@@ -16,7 +16,7 @@ use super::layer::{Config, Limiter};
 use super::settle::Settler;
 use crate::extract::{ExtractKey, Extracted, MissingKey};
 use crate::readiness::InnerService;
-use crate::refusal::{MakeRefusal, Refusal, RefusedBy};
+use crate::refusal::{MakeRefusal, Refusal, RefusedBy, is_grpc};
 use crate::wrapped::{WrappedBody, WrappedService};
 
 boxed_response_future! {
@@ -119,6 +119,7 @@ where
     ResBody: Body<Data = Bytes>,
 {
     let mut inner = InnerService::Ready(readied);
+    let grpc = is_grpc(request.headers());
     let subject = match subject {
         Extracted::Key(subject) => subject,
         Extracted::Absent => {
@@ -133,7 +134,7 @@ where
                 MissingKey::Reject => {
                     tracing::debug!(hint, "request without a rate-limit key; answering 400");
                     Ok(refuse(
-                        Refusal::missing_key(RefusedBy::RateLimit),
+                        Refusal::missing_key(RefusedBy::RateLimit).for_grpc(grpc),
                         &config,
                         None,
                     ))
@@ -144,7 +145,7 @@ where
         // sending its key header twice.
         Extracted::Invalid(why) => {
             return Ok(refuse(
-                Refusal::invalid_key(RefusedBy::RateLimit, why),
+                Refusal::invalid_key(RefusedBy::RateLimit, why).for_grpc(grpc),
                 &config,
                 None,
             ));
@@ -167,14 +168,14 @@ where
             capacity: by.cap,
         };
         return Ok(refuse(
-            Refusal::rate_limit_error(&subject, err),
+            Refusal::rate_limit_error(&subject, err).for_grpc(grpc),
             &config,
             None,
         ));
     }
     let decision = match check(limiter, &subject, cost, &config, &mut inner).await {
         Ok(decision) => decision,
-        Err(refusal) => return Ok(refuse(refusal, &config, Some(limiter))),
+        Err(refusal) => return Ok(refuse(refusal.for_grpc(grpc), &config, Some(limiter))),
     };
     let granted = Instant::now();
     let head = request.method() == http::Method::HEAD;

@@ -8,6 +8,8 @@
 //!
 //! * [`PlainText`], the default: a short `text/plain` sentence, as the layers always sent.
 //! * [`ProblemDetails`]: an RFC 9457 `application/problem+json` document.
+//! * `Grpc` and `GrpcOrHttp` (feature `tonic`): a gRPC status for gRPC calls; see
+//!   [gRPC](#grpc) below.
 //! * a closure `Fn(&Refusal) -> Response<B>`, `B` anything that converts into [`Bytes`]
 //!   (`String`, `Vec<u8>`, `&'static str`, `Bytes`), or your own type implementing
 //!   [`MakeRefusal`]. [`Refusal::default_response`] and [`Refusal::problem_response`] are
@@ -72,7 +74,92 @@
 //! assert_eq!(why.decision().map(|d| &*d.policy), Some("api"));
 //! # Ok(()) }
 //! ```
+//!
+//! # gRPC
+//!
+//! With the `tonic` feature, the layers answer gRPC calls in gRPC, so that one budget (one
+//! limiter, one lock, one concurrency limit) serves the HTTP and the gRPC face of a service:
+//!
+//! * `Grpc` answers every refusal with a gRPC status: a trailers-only response (`200`,
+//!   `content-type: application/grpc`, no body) whose `grpc-status` is the refusal's code,
+//!   `grpc-message` its [`detail`](Refusal::detail), and `grpc-status-details-bin` a
+//!   `google.rpc.Status` with a `RetryInfo { retry_delay }` when the refusal has a wait and
+//!   an `ErrorInfo` naming the reason. Use it on a layer in front of a tonic server
+//!   (`Server::builder().layer(..)`).
+//! * `GrpcOrHttp` answers a gRPC call ([`Refusal::is_grpc`]: its `content-type` starts with
+//!   `application/grpc`) with `Grpc`, and any other request with an HTTP hook
+//!   ([`PlainText`] by default): for one layer in front of both faces.
+//!
+//! | reason | gRPC code | `RetryInfo` |
+//! | --- | --- | --- |
+//! | rate limited ([`Reason::TooManyRequests`]) | `RESOURCE_EXHAUSTED` | the limiter's wait |
+//! | lock busy ([`Reason::LockBusy`]) | `ABORTED` | the holder's remaining ttl |
+//! | concurrency limit full ([`Reason::AtCapacity`]) | `UNAVAILABLE` (`RESOURCE_EXHAUSTED` when the layer answers `429`) | the layer's `retry_after` |
+//! | store unavailable ([`Reason::StoreUnavailable`]) | `UNAVAILABLE` | 1 s |
+//! | lease lost ([`Reason::LeaseLost`]) | `ABORTED` | 1 s |
+//! | idempotent request in flight ([`Reason::InFlight`]) | `ABORTED` | the layer's wait |
+//! | missing, invalid or unusable key | `INVALID_ARGUMENT` | none |
+//! | cost or body too large ([`Reason::CostTooLarge`], [`Reason::BodyTooLarge`]) | `RESOURCE_EXHAUSTED` | none |
+//! | idempotency key reused ([`Reason::KeyReused`]) | `FAILED_PRECONDITION` | none |
+//! | [`Reason::Internal`] | `INTERNAL` | none |
+//!
+//! `Grpc`'s own documentation says why each. The `Retry-After` and rate-limit fields the
+//! layer adds are ordinary headers, which a gRPC client reads as the call's metadata.
+//!
+//! ```
+//! # #[cfg(feature = "tonic")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use axum::{body::Body, routing::get};
+//! use distlock::ratelimit::{Policy, Rate};
+//! use distlock_tower::RateLimitLayer;
+//! use distlock_tower::extract::Header;
+//! use distlock_tower::refusal::{Grpc, PlainText};
+//! use http::{Request, StatusCode};
+//! use tonic_types::StatusExt;
+//! use tower::ServiceExt;
+//!
+//! let limiter = distlock::Client::in_memory()
+//!     .rate_limiter(Policy::gcra("calls", Rate::per_minute(2)?.burst(2)?)?)
+//!     .build()?;
+//! // A gRPC service (here tonic's health service) and an HTTP route in one router, behind
+//! // one layer: `axum::serve` serves both over HTTP/1.1 and HTTP/2.
+//! let (_, health) = tonic_health::server::health_reporter();
+//! let app = tonic::service::Routes::new(health)
+//!     .into_axum_router()
+//!     .route("/status", get(|| async { "ok" }))
+//!     .layer(
+//!         RateLimitLayer::builder(limiter, Header::from_static("x-api-key"))
+//!             .refusal(Grpc::new().or_http(PlainText))
+//!             .build()?,
+//!     );
+//!
+//! let http = || Request::get("/status").header("x-api-key", "k1").body(Body::empty()).unwrap();
+//! let grpc = || {
+//!     Request::post("/grpc.health.v1.Health/Check")
+//!         .header("content-type", "application/grpc")
+//!         .header("x-api-key", "k1")
+//!         .body(Body::empty())
+//!         .unwrap()
+//! };
+//! // The two faces spend one budget of two...
+//! assert_eq!(app.clone().oneshot(http()).await?.status(), StatusCode::OK);
+//! app.clone().oneshot(grpc()).await?;
+//! // ...and each is refused in its own protocol.
+//! assert_eq!(app.clone().oneshot(http()).await?.status(), StatusCode::TOO_MANY_REQUESTS);
+//! let refused = app.oneshot(grpc()).await?;
+//! assert_eq!(refused.status(), StatusCode::OK);
+//! let status = tonic::Status::from_header_map(refused.headers()).unwrap();
+//! assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+//! let wait = status.get_error_details().retry_info().and_then(|r| r.retry_delay).unwrap();
+//! assert!(wait <= std::time::Duration::from_secs(30));
+//! # Ok(()) }
+//! # #[cfg(not(feature = "tonic"))]
+//! # fn main() {}
+//! ```
 
+#[cfg(feature = "tonic")]
+mod grpc;
 mod problem;
 #[cfg(feature = "axum")]
 mod rendered;
@@ -88,6 +175,8 @@ use distlock::ratelimit::Decision;
 use distlock::{LockError, RateLimitError};
 use http::{HeaderValue, Response, StatusCode, header};
 
+#[cfg(feature = "tonic")]
+pub use grpc::{Grpc, GrpcOrHttp};
 pub use problem::ProblemDetails;
 #[cfg(feature = "axum")]
 pub(crate) use problem::push_json_string;
@@ -203,6 +292,7 @@ pub struct Refusal {
     key: Option<Arc<str>>,
     decision: Option<Decision>,
     error: Option<Arc<dyn Error + Send + Sync>>,
+    grpc: bool,
 }
 
 impl fmt::Debug for Refusal {
@@ -215,6 +305,7 @@ impl fmt::Debug for Refusal {
             .field("key", &self.key)
             .field("decision", &self.decision)
             .field("error", &self.error.as_ref().map(ToString::to_string))
+            .field("grpc", &self.grpc)
             .finish()
     }
 }
@@ -229,6 +320,7 @@ impl Refusal {
             key: None,
             decision: None,
             error: None,
+            grpc: false,
         }
     }
 
@@ -354,6 +446,26 @@ impl Refusal {
         let mut refusal = Self::new(RefusedBy::Lock, reason, status).with_error(err);
         refusal.retry_after = mapped.retry_after;
         refusal
+    }
+
+    /// Marks the refusal as one of a gRPC call (see [`is_grpc`](Self::is_grpc)), or not.
+    ///
+    /// The layers set it from the request's `content-type`; a handler that renders a refusal
+    /// itself with [`into_response_with`](Self::into_response_with) sets it the same way when
+    /// its hook tells the two apart (a `GrpcOrHttp` with the `tonic` feature).
+    #[must_use]
+    pub fn for_grpc(mut self, grpc: bool) -> Self {
+        self.grpc = grpc;
+        self
+    }
+
+    /// Whether the refused request was a gRPC call: its `content-type` is `application/grpc`
+    /// or one of its variants (`application/grpc+proto`, `application/grpc-web`...). A hook
+    /// answers such a call with a gRPC status rather than an HTTP error page; `GrpcOrHttp`
+    /// (feature `tonic`) does exactly that.
+    #[must_use]
+    pub fn is_grpc(&self) -> bool {
+        self.grpc
     }
 
     /// Caps the wait this refusal tells (if it tells one) at `cap`.
@@ -662,6 +774,16 @@ impl From<RateLimitError> for Refusal {
     fn from(err: RateLimitError) -> Self {
         Self::from_rate_limit_error(err)
     }
+}
+
+/// Whether a request with these headers is a gRPC call: its `content-type` starts with
+/// `application/grpc` (gRPC over HTTP/2 says `application/grpc` followed by nothing, `+` and a
+/// message format, or `;` and parameters; gRPC-Web's types start the same way).
+pub(crate) fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.as_bytes().get(..16))
+        .is_some_and(|start| start.eq_ignore_ascii_case(b"application/grpc"))
 }
 
 /// A status code of the runtime's mapping, which only uses valid ones.
