@@ -11,8 +11,7 @@ use distlock::{InvalidPolicy, RateLimitError};
 use crate::common::brief;
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess};
-use crate::support::cluster::RedisCluster;
-use crate::support::fixture::{Fixture, connect, on_both_stores};
+use crate::support::fixture::{Fixture, connect, on_both_stores, shared_cluster_client};
 
 on_both_stores!(
     checks_are_answered_from_the_share,
@@ -251,11 +250,7 @@ async fn bad_settings_are_typed_errors_at_build(fx: Fixture) {
 /// from its share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hybrid_shares_are_exact_at_exhaustion_on_a_cluster() {
-    let cluster = RedisCluster::shared();
-    let client = distlock::Client::builder()
-        .connect_cluster(cluster.seed_urls())
-        .await
-        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()));
+    let client = shared_cluster_client("hybrid").await;
     let limiter = client
         .rate_limiter(hourly(&format!("hybrid-{}", std::process::id()), 25))
         .hybrid(10, HOUR)
@@ -272,7 +267,7 @@ async fn hybrid_shares_are_exact_at_exhaustion_on_a_cluster() {
                 local += 1;
             }
         }
-        assert_eq!(passed, 25, "{subject}\n{}", cluster.logs());
+        assert_eq!(passed, 25, "{subject}");
         assert_eq!(local, 22, "{subject}: leases of 10, 10 and 5");
     }
 }

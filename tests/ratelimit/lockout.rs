@@ -13,8 +13,7 @@ use distlock::ratelimit::{__TestOp as Op, Decision, Lockout, Origin, Policy, Rat
 use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess};
-use crate::support::cluster::RedisCluster;
-use crate::support::fixture::{Fixture, connect, on_both_stores};
+use crate::support::fixture::{Fixture, connect, on_both_stores, shared_cluster_client};
 
 on_both_stores!(
     breaches_escalate_end_and_are_forgotten_on_every_algorithm,
@@ -487,13 +486,7 @@ async fn brute_force_from_two_processes_passes_exactly_five() {
 async fn lockouts_block_and_reset_on_a_cluster() {
     const STEP1: Duration = Duration::from_millis(200);
     const STEP2: Duration = Duration::from_secs(1);
-    let cluster = RedisCluster::shared();
-    let client = Client::builder()
-        .prefix("lockout")
-        .response_timeout(Duration::from_secs(5))
-        .connect_cluster(cluster.seed_urls())
-        .await
-        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()));
+    let client = shared_cluster_client("lockout").await;
     let limiter = client
         .rate_limiter_all([
             Policy::sliding_log(

@@ -10,8 +10,7 @@ use distlock::ratelimit::{__TestOp as Op, Algorithm, Policy, Rate, RateLimiter};
 use distlock::{Client, RateLimitError};
 
 use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
-use crate::support::cluster::RedisCluster;
-use crate::support::fixture::{Fixture, on_both_stores};
+use crate::support::fixture::{Fixture, on_both_stores, shared_cluster_client};
 
 on_both_stores!(
     up_to_grants_what_fits_on_every_algorithm,
@@ -165,13 +164,7 @@ async fn up_to_refuses_zero_units_and_shadow_mode_grants_all(fx: Fixture) {
 /// On a Cluster: grants on subjects in different slots each add up to the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_grants_are_exact_on_a_cluster() {
-    let cluster = RedisCluster::shared();
-    let client = Client::builder()
-        .prefix("upto")
-        .response_timeout(Duration::from_secs(5))
-        .connect_cluster(cluster.seed_urls())
-        .await
-        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()));
+    let client = shared_cluster_client("upto").await;
     let limiter = client
         .rate_limiter_all([
             Policy::sliding_log("log", Rate::per_minute(50).expect("rate")).expect("policy"),

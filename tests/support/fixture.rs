@@ -14,6 +14,7 @@ use std::time::Duration;
 use distlock::Client;
 
 use super::RedisServer;
+use super::cluster::RedisCluster;
 
 pub struct Fixture {
     pub client: Client,
@@ -51,6 +52,12 @@ impl Fixture {
             server: None,
             paused: false,
         }
+    }
+
+    /// A fixture on the process's shared Cluster ([`RedisCluster::shared`]), its keys under
+    /// `prefix` so that tests sharing the Cluster never meet.
+    pub async fn on_shared_cluster(prefix: &str) -> Self {
+        Self::on_client(shared_cluster_client(prefix).await)
     }
 
     pub fn memory() -> Self {
@@ -208,6 +215,18 @@ pub async fn connect(url: &str) -> Client {
 /// Generates, for each named `async fn body(fx: Fixture)`, a module with a `redis` and a
 /// `memory` test that run it on each store. With `paused_memory:` first, the `memory` test
 /// runs on a current-thread runtime with tokio's clock paused ([`Fixture::paused`]).
+/// A client of the process's shared Cluster ([`RedisCluster::shared`]) under `prefix`, with
+/// a patient response timeout; a failure to connect shows the nodes' logs.
+pub async fn shared_cluster_client(prefix: &str) -> Client {
+    let cluster = RedisCluster::shared();
+    Client::builder()
+        .prefix(prefix)
+        .response_timeout(Duration::from_secs(15))
+        .connect_cluster(cluster.seed_urls())
+        .await
+        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()))
+}
+
 macro_rules! on_both_stores {
     (paused_memory: $($body:ident),* $(,)?) => {$(
         mod $body {

@@ -23,7 +23,6 @@ use tonic_types::StatusExt as _;
 use tower::ServiceExt as _;
 
 use crate::common::http_client;
-use crate::support::cluster::RedisCluster;
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
@@ -36,14 +35,9 @@ on_both_stores!(
 /// The rate-limit and lock answers with the budget and the lock on a Redis Cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster() {
-    let cluster = RedisCluster::shared();
-    let client = distlock::Client::builder()
-        .response_timeout(Duration::from_secs(15))
-        .connect_cluster(cluster.seed_urls())
-        .await
-        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()));
-    a_spent_budget_is_resource_exhausted_with_retry_info(Fixture::on_client(client.clone())).await;
-    a_held_lock_is_aborted_with_the_holders_ttl(Fixture::on_client(client)).await;
+    a_spent_budget_is_resource_exhausted_with_retry_info(Fixture::on_shared_cluster("grpc").await)
+        .await;
+    a_held_lock_is_aborted_with_the_holders_ttl(Fixture::on_shared_cluster("grpc").await).await;
 }
 
 /// The metadata (header) that carries the rate-limit key.

@@ -15,8 +15,7 @@ use http::{Request, Response, StatusCode};
 use tower::ServiceExt;
 
 use crate::support::RedisServer;
-use crate::support::cluster::RedisCluster;
-use crate::support::fixture::connect;
+use crate::support::fixture::{connect, shared_cluster_client};
 
 /// An app whose `/orders` handler counts its runs and answers the count; `/fail` answers
 /// `500` on its first run; `/big` answers 4 KiB.
@@ -169,13 +168,7 @@ async fn on_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster() {
-    let cluster = RedisCluster::shared();
-    let client = Client::builder()
-        .response_timeout(Duration::from_secs(15))
-        .connect_cluster(cluster.seed_urls())
-        .await
-        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()));
-    behaves(client).await;
+    behaves(shared_cluster_client("idempotency").await).await;
 }
 
 /// Two namespaces on one store keep their records apart.

@@ -20,7 +20,6 @@ use http_body_util::BodyExt;
 use crate::app::{
     Fixture, PEER, call, gcra, gcra_limiter, http_client, on_both_stores, request_from, serve,
 };
-use crate::support::cluster::RedisCluster;
 
 on_both_stores!(
     refund_on_gives_back_what_failed_responses_cost,
@@ -34,14 +33,9 @@ on_both_stores!(
 /// size-based charge land there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster() {
-    let cluster = RedisCluster::shared();
-    let client = distlock::Client::builder()
-        .response_timeout(Duration::from_secs(15))
-        .connect_cluster(cluster.seed_urls())
-        .await
-        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()));
-    refund_on_gives_back_what_failed_responses_cost(Fixture::on_client(client.clone())).await;
-    settle_charges_a_response_by_its_size(Fixture::on_client(client)).await;
+    refund_on_gives_back_what_failed_responses_cost(Fixture::on_shared_cluster("settle").await)
+        .await;
+    settle_charges_a_response_by_its_size(Fixture::on_shared_cluster("settle").await).await;
 }
 
 /// A burst of 3 an hour: nothing refills during a test.
