@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaker::CircuitBreaker;
+use super::decision::Combine;
 use super::limiter::{
     DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX_IN_FLIGHT, MAX_POLICIES, Settings,
 };
@@ -18,8 +19,9 @@ use super::{Policy, RateLimiter};
 use crate::core::Core;
 use crate::error::{InvalidPolicy, RateLimitError};
 
-/// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`](crate::Client::rate_limiter) or
-/// [`Client::rate_limiter_all`](crate::Client::rate_limiter_all). Consuming: each setter returns the builder, and
+/// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`](crate::Client::rate_limiter),
+/// [`Client::rate_limiter_all`](crate::Client::rate_limiter_all) or
+/// [`Client::rate_limiter_any`](crate::Client::rate_limiter_any). Consuming: each setter returns the builder, and
 /// [`build`](Self::build) checks everything once.
 ///
 /// ```
@@ -58,6 +60,7 @@ pub struct RateLimiterBuilder {
     deny_cache_max_age: Duration,
     max_in_flight: usize,
     keep_logs: Option<Duration>,
+    combine: Combine,
 }
 
 impl std::fmt::Debug for RateLimiterBuilder {
@@ -67,6 +70,7 @@ impl std::fmt::Debug for RateLimiterBuilder {
             .field("outage", &self.outage)
             .field("deadline", &self.deadline)
             .field("shadow", &self.shadow)
+            .field("combine", &self.combine)
             .finish_non_exhaustive()
     }
 }
@@ -87,7 +91,15 @@ impl RateLimiterBuilder {
             deny_cache_max_age: DEFAULT_DENY_CACHE_MAX_AGE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             keep_logs: None,
+            combine: Combine::All,
         }
+    }
+
+    /// The builder of an any-of limiter (see
+    /// [`Client::rate_limiter_any`](crate::Client::rate_limiter_any)).
+    pub(crate) fn any_of(mut self) -> Self {
+        self.combine = Combine::Any;
+        self
     }
 
     /// What to do when the store cannot answer (default [`Outage::FailClosed`]).
@@ -326,6 +338,7 @@ impl RateLimiterBuilder {
                 deny_cache_max_age: self.deny_cache_max_age,
                 max_in_flight: self.max_in_flight,
                 keep_log_us,
+                combine: self.combine,
             },
         ))
     }

@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::breaker::{Admit, CircuitBreaker};
+use super::decision::Combine;
 use super::deny_cache::{Answer, DenyCache};
 use super::metrics::{self, CheckTimer};
 use super::outage::{Outage, OutageLog, Unavailable};
@@ -87,8 +88,11 @@ pub struct RateLimiter {
     shadow: bool,
     /// How long [`acquire`](Self::acquire) may wait for a turn.
     max_wait: Duration,
-    /// Every policy is GCRA or a token bucket: waits are reservations, served in order.
+    /// Every policy is GCRA or a token bucket (and they are all or nothing): waits are
+    /// reservations, served in order.
     fifo: bool,
+    /// All or nothing, or any of the policies.
+    combine: Combine,
     breaker: Option<CircuitBreaker>,
     shared: Arc<Shared>,
 }
@@ -110,10 +114,14 @@ impl Shared {
         (deny_cache, max_age): (usize, Duration),
         max_in_flight: usize,
         policies: &[Policy],
+        combine: Combine,
     ) -> Arc<Self> {
         Arc::new(Self {
-            deny_cache: (deny_cache > 0 && !max_age.is_zero())
-                .then(|| DenyCache::new(deny_cache, policies).max_age(max_age)),
+            deny_cache: (deny_cache > 0 && !max_age.is_zero()).then(|| {
+                DenyCache::new(deny_cache, policies)
+                    .max_age(max_age)
+                    .combine(combine)
+            }),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),
@@ -148,6 +156,8 @@ pub(super) struct Settings {
     pub(super) max_in_flight: usize,
     /// How long sliding logs outlive their newest entry, µs; 0: their window.
     pub(super) keep_log_us: i64,
+    /// All or nothing, or any of the policies.
+    pub(super) combine: Combine,
 }
 
 impl RateLimiter {
@@ -165,13 +175,16 @@ impl RateLimiter {
                 std::iter::once(own).chain(lock)
             })
             .collect();
-        // A lockout is about refusing, not queueing: its limiter's waits are checks.
-        let fifo = policies.iter().all(|p| {
-            matches!(
-                p.algorithm(),
-                super::Algorithm::Gcra | super::Algorithm::TokenBucket
-            ) && p.lockout().is_none()
-        });
+        // A lockout is about refusing, not queueing: its limiter's waits are checks; so are
+        // an any-of limiter's (a turn would have to be reserved under one policy, unknown
+        // until it comes).
+        let fifo = settings.combine == Combine::All
+            && policies.iter().all(|p| {
+                matches!(
+                    p.algorithm(),
+                    super::Algorithm::Gcra | super::Algorithm::TokenBucket
+                ) && p.lockout().is_none()
+            });
         let max_in_flight = settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             client,
@@ -181,11 +194,13 @@ impl RateLimiter {
             shadow: settings.shadow,
             max_wait: settings.max_wait,
             fifo,
+            combine: settings.combine,
             breaker: settings.breaker,
             shared: Shared::new(
                 (settings.deny_cache, settings.deny_cache_max_age),
                 max_in_flight,
                 &policies,
+                settings.combine,
             ),
             policies,
             base,
@@ -279,14 +294,26 @@ impl RateLimiter {
             return Ok(self.enforce(subject, hit));
         }
         let keys = self.keys(subject)?;
-        match self
-            .operate(subject, &keys, &eff, RateOp::Check { cost })
-            .await
-        {
-            Ok(reply) => Ok(self.enforce(subject, decision(&eff, reply, Origin::Store))),
-            Err(unavailable) => {
-                self.on_unavailable(subject, &keys, &eff, RateOp::Check { cost }, unavailable)
-            }
+        let op = self.check_op(cost);
+        match self.operate(subject, &keys, &eff, op).await {
+            Ok(reply) => Ok(self.enforce(subject, self.decision(&eff, reply, Origin::Store))),
+            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, op, unavailable),
+        }
+    }
+
+    /// The store's operation for a check of `cost`: all or nothing, or any of the policies.
+    pub(super) fn check_op(&self, cost: u32) -> RateOp {
+        match self.combine {
+            Combine::All => RateOp::Check { cost },
+            Combine::Any => RateOp::AnyOf { cost },
+        }
+    }
+
+    /// Refuses an operation an any-of limiter does not define.
+    fn defined(&self, operation: &'static str) -> Result<(), RateLimitError> {
+        match self.combine {
+            Combine::All => Ok(()),
+            Combine::Any => Err(RateLimitError::NotForAnyOf { operation }),
         }
     }
 
@@ -339,6 +366,7 @@ impl RateLimiter {
         subject: &str,
         n: u32,
     ) -> Result<Decision, RateLimitError> {
+        self.defined("check_up_to")?;
         if n == 0 {
             return Err(RateLimitError::NoUnits);
         }
@@ -354,7 +382,7 @@ impl RateLimiter {
         let keys = self.keys(subject)?;
         let op = RateOp::CheckUpTo { max: n };
         let decision = match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => decision(&eff, reply, Origin::Store),
+            Ok(reply) => self.decision(&eff, reply, Origin::Store),
             Err(unavailable) => self.on_unavailable(subject, &keys, &eff, op, unavailable)?,
         };
         Ok(self.enforce_up_to(subject, decision, n))
@@ -503,8 +531,9 @@ impl RateLimiter {
         }
         let keys = self.keys(subject)?;
         let max_wait_us = u64::try_from(max_wait.min(MAX_WAIT).as_micros()).unwrap_or(u64::MAX);
-        let op = if cost == 0 || max_wait.is_zero() {
-            RateOp::Check { cost }
+        // An any-of limiter has no turns to reserve: its reservations are checks.
+        let op = if cost == 0 || max_wait.is_zero() || self.combine == Combine::Any {
+            self.check_op(cost)
         } else {
             RateOp::Reserve { cost, max_wait_us }
         };
@@ -513,10 +542,12 @@ impl RateLimiter {
                 let wait = Duration::from_micros(reply.wait_us);
                 let granted = reply.applied;
                 let decision = granting(
-                    self.enforce(subject, decision(&eff, reply, Origin::Store)),
+                    self.enforce(subject, self.decision(&eff, reply, Origin::Store)),
                     cost,
                 );
-                if granted && cost > 0 {
+                // Only a reserved turn is given back on drop: an any-of limiter cannot
+                // refund (see `refund`), and its check passed now.
+                if granted && cost > 0 && self.combine == Combine::All {
                     Ok(Reservation::granted(
                         decision,
                         wait,
@@ -534,7 +565,7 @@ impl RateLimiter {
             }
             Err(unavailable) => {
                 let decision = granting(
-                    self.on_unavailable(subject, &keys, &eff, RateOp::Check { cost }, unavailable)?,
+                    self.on_unavailable(subject, &keys, &eff, self.check_op(cost), unavailable)?,
                     cost,
                 );
                 Ok(if decision.allowed {
@@ -610,6 +641,11 @@ impl RateLimiter {
 
     /// A reset, refund or penalty: the store or an error (the fallback follows along).
     async fn adjust(&self, subject: &str, op: RateOp) -> Result<Decision, RateLimitError> {
+        match op {
+            RateOp::Refund(_) => self.defined("refund")?,
+            RateOp::Penalize(_) => self.defined("penalize")?,
+            _ => {}
+        }
         let keys = self.keys(subject)?;
         let eff = self.effective(subject).await?;
         if self.outage == Outage::LocalFallback {
@@ -621,7 +657,7 @@ impl RateLimiter {
             self.shared.fallback.check_rate(&req);
         }
         match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => Ok(decision(&eff, reply, Origin::Store)),
+            Ok(reply) => Ok(self.decision(&eff, reply, Origin::Store)),
             Err(unavailable) => {
                 self.shared.outage_log.unanswered(&unavailable, None);
                 Err(unavailable.into())
@@ -677,7 +713,7 @@ impl RateLimiter {
                 op,
                 sent,
                 answer,
-                |reply| decision(eff, reply.clone(), Origin::Store),
+                |reply| self.decision(eff, reply.clone(), Origin::Store),
                 &eff.recovery,
             );
         }
@@ -773,10 +809,15 @@ impl RateLimiter {
                         retry_after: Duration::ZERO,
                         reset_after: Duration::ZERO,
                         locked_out: false,
+                        charged: false,
                         lock_left: Duration::ZERO,
                     })
                     .collect();
-                Ok(Decision::from_policies(per_policy, Origin::FailOpen))
+                Ok(Decision::combine(
+                    per_policy,
+                    Origin::FailOpen,
+                    self.combine,
+                ))
             }
             Outage::LocalFallback => {
                 let req = RateRequest {
@@ -785,7 +826,7 @@ impl RateLimiter {
                     op,
                 };
                 let reply = self.shared.fallback.check_rate(&req);
-                Ok(self.enforce(subject, decision(eff, reply, Origin::LocalFallback)))
+                Ok(self.enforce(subject, self.decision(eff, reply, Origin::LocalFallback)))
             }
         }
     }
@@ -810,14 +851,25 @@ fn granting(mut decision: Decision, cost: u32) -> Decision {
     decision
 }
 
-/// The decision the store's reply makes, with the subject's policies.
-fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
+impl RateLimiter {
+    /// The decision the store's reply makes, with the subject's policies, combined as this
+    /// limiter combines them.
+    pub(super) fn decision(&self, eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
+        decision(eff, reply, origin, self.combine)
+    }
+}
+
+/// The decision the store's reply makes, with the subject's policies, combined as `how`.
+fn decision(eff: &Effective, reply: RateReply, origin: Origin, how: Combine) -> Decision {
     let granted = reply.granted;
+    // An applied any-of charged one policy; any other applied operation charged them all.
+    let charged = |i: usize| reply.applied && reply.charged.is_none_or(|c| c == i);
     let per_policy = eff
         .policies
         .iter()
         .zip(reply.verdicts)
-        .map(|(p, v)| PolicyDecision {
+        .enumerate()
+        .map(|(i, (p, v))| PolicyDecision {
             policy: Arc::clone(p.shared_name()),
             allowed: v.allowed,
             limit: u64::from(p.limit()),
@@ -825,10 +877,11 @@ fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
             retry_after: Duration::from_micros(v.retry_us),
             reset_after: Duration::from_micros(v.reset_us),
             locked_out: v.locked_us > 0,
+            charged: charged(i),
             lock_left: Duration::from_micros(v.locked_us),
         })
         .collect();
-    let mut decision = Decision::from_policies(per_policy, origin);
+    let mut decision = Decision::combine(per_policy, origin, how);
     decision.granted = granted;
     decision
 }
