@@ -295,7 +295,7 @@ impl Client {
     /// pick a policy; refund through a one-policy limiter of the policy that was charged.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use distlock::ratelimit::{Policy, Rate};
     ///
     /// let client = distlock::Client::in_memory();

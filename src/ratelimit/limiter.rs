@@ -46,7 +46,9 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 /// Cheap to clone; clones share the deny cache and the in-flight limit.
 ///
 /// Every check is one atomic round trip (or none, when the deny cache answers). With several
-/// policies the check is all-or-nothing: if any policy denies, none consumes.
+/// policies the check is all-or-nothing: if any policy denies, none consumes; or, for a
+/// limiter made by [`Client::rate_limiter_any`](crate::Client::rate_limiter_any), the first
+/// policy that allows is charged, alone.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -333,7 +335,8 @@ impl RateLimiter {
     /// errors, the outage policy and the deny cache are as for [`check_n`](Self::check_n):
     /// failing open grants all `n` (and so does shadow mode, with
     /// [`shadowed`](Decision::shadowed) set when the store granted fewer); the local
-    /// fallback grants what it has.
+    /// fallback grants what it has. An any-of limiter refuses it
+    /// ([`RateLimitError::NotForAnyOf`]: it would not know which policy to grant from).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -596,7 +599,8 @@ impl RateLimiter {
     /// Which units come back: GCRA and the token bucket move the subject's debt back by
     /// `units` intervals; the windows take them from the current window first (the sliding
     /// window counter then from the previous one); the sliding log drops its newest
-    /// entries. Failures are those of [`reset`](Self::reset).
+    /// entries. Failures are those of [`reset`](Self::reset); an any-of limiter refuses a
+    /// refund ([`RateLimitError::NotForAnyOf`]: it would not know which policy to credit).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -621,7 +625,8 @@ impl RateLimiter {
     /// subject has left but never puts it in debt beyond empty, so no penalty makes a subject
     /// wait longer than the policy's reset time (and nobody can lock another subject out
     /// for longer by charging it). Answers what a cost-1 request would get now. Failures are
-    /// those of [`reset`](Self::reset).
+    /// those of [`reset`](Self::reset); an any-of limiter refuses a penalty
+    /// ([`RateLimitError::NotForAnyOf`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {

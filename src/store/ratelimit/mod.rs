@@ -25,7 +25,9 @@
 //! window counter needs a fraction, the same `f64` expression evaluated in the same order,
 //! so both stores give bit-identical answers. A check is two-phase: every policy *decides*
 //! first, and only if all allow (and the cost is not zero) does every policy *apply* its
-//! write. That is what makes several policies all-or-nothing.
+//! write. That is what makes several policies all-or-nothing. An any-of operation
+//! ([`RateOp::AnyOf`]) decides every policy the same way, then applies only the first that
+//! allows.
 //!
 //! Conventions shared by all five:
 //! * `cost == 0` is a peek: the decision a cost-1 request would get, with nothing written.

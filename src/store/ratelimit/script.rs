@@ -417,6 +417,30 @@ mod tests {
     }
 
     #[test]
+    fn any_of_replies_name_the_charged_policy() {
+        let reply =
+            |s: &str| parse_reply(&text(s), 2).and_then(|r| granted(r, RateOp::AnyOf { cost: 3 }));
+        let r = reply("1 2 0 0 900 1000 0 1 4 0 300 0").expect("valid");
+        assert_eq!(
+            (r.applied, r.charged, r.granted, r.wait_us),
+            (true, Some(1), 3, 0)
+        );
+        let r = reply("0 0 0 0 900 1000 0 0 0 50 60 0").expect("valid");
+        assert_eq!((r.applied, r.charged, r.granted), (false, None, 0));
+        // Applied without a policy, a policy past the last, or a policy but not applied.
+        for bad in [
+            "1 0 0 0 900 1000 0 1 4 0 300 0",
+            "1 3 0 0 900 1000 0 1 4 0 300 0",
+            "0 1 1 4 0 300 0 0 0 50 60 0",
+        ] {
+            assert!(
+                matches!(reply(bad), Err(StoreError::Protocol { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn the_production_scripts_take_no_time_from_the_client() {
         for text in [
             concat!(
