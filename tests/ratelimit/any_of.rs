@@ -290,6 +290,8 @@ async fn a_denial_is_cached_only_when_no_policy_allows(fx: Fixture) {
             Policy::gcra("steady", Rate::per_hour(1).expect("rate")).expect("policy"),
             Policy::gcra("burst", Rate::per_hour(3).expect("rate")).expect("policy"),
         ])
+        // Long enough that a slow machine cannot age the denial out before it is served.
+        .deny_cache_max_age(Duration::from_secs(600))
         .build()
         .expect("valid limiter");
     for (i, name) in ["steady", "burst", "burst", "burst"]
