@@ -149,9 +149,23 @@ async fn run_combined_trace(
     clock.advance((target - now).max(0)).await;
     let subject = format!("cached:{label}");
     let (mut hits, mut locked_hits) = (0, 0);
-    for step in 0..STEPS {
+    // An any-of trace ends with checks of 1 at one instant, two more than the policies hold
+    // between them: a denial by every policy, then a check the cache may answer.
+    let steps = match combine {
+        Combine::All => STEPS,
+        Combine::Any => {
+            STEPS
+                + policies
+                    .iter()
+                    .map(|p| usize::try_from(p.limit()).expect("fits"))
+                    .sum::<usize>()
+                + 2
+        }
+    };
+    for step in 0..steps {
         // Mostly short steps, so that many checks land while a denial is cached.
         let dt = match rng.random_range(0..100) {
+            _ if step >= STEPS => 0,
             0..35 => 0,
             35..75 => rng.random_range(0..unit / 8 + 1),
             75..93 => rng.random_range(0..2 * unit),
@@ -160,6 +174,7 @@ async fn run_combined_trace(
         clock.advance(dt).await;
         let now = clock.now_us();
         let cost = match rng.random_range(0..10) {
+            _ if step >= STEPS => 1,
             0 => 0,
             1..5 => 1,
             _ => rng.random_range(1..=min_limit),
