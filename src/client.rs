@@ -269,6 +269,62 @@ impl Client {
         RateLimiterBuilder::new(self.core().clone(), policies.into_iter().collect())
     }
 
+    /// Starts a rate limiter of several policies on each subject where *any* of them may let
+    /// a request through: the policies decide in the order given, and the first that allows
+    /// the request is charged, alone, in one atomic round trip. A steady rate backed by a
+    /// separate burst budget for spikes is the usual pair (rate-limiter-flexible's
+    /// `BurstyRateLimiter`). [`build`](RateLimiterBuilder::build) refuses what it refuses for
+    /// [`rate_limiter_all`](Self::rate_limiter_all).
+    ///
+    /// The [`Decision`](crate::ratelimit::Decision) is allowed when one policy allowed; its
+    /// binding policy is the one charged ([`PolicyDecision::charged`](crate::ratelimit::PolicyDecision::charged)),
+    /// or, in a denial, the one that would allow soonest, whose wait is `retry_after`. A
+    /// denial charges nothing; a policy's [lockout](crate::ratelimit::Lockout) is breached
+    /// only by a request that every policy denied.
+    ///
+    /// Operations: [`check`](crate::ratelimit::RateLimiter::check),
+    /// [`check_n`](crate::ratelimit::RateLimiter::check_n) and
+    /// [`peek`](crate::ratelimit::RateLimiter::peek) as above (a cost must fit every policy's
+    /// limit, as for all-or-nothing); [`reset`](crate::ratelimit::RateLimiter::reset) clears
+    /// every policy; [`reserve`](crate::ratelimit::RateLimiter::reserve) is a check (there is
+    /// no turn to queue for) and [`acquire`](crate::ratelimit::RateLimiter::acquire) sleeps
+    /// until the soonest policy allows and checks again. [`refund`](crate::ratelimit::RateLimiter::refund),
+    /// [`penalize`](crate::ratelimit::RateLimiter::penalize) and
+    /// [`check_up_to`](crate::ratelimit::RateLimiter::check_up_to) fail with
+    /// [`RateLimitError::NotForAnyOf`](crate::RateLimitError::NotForAnyOf): they would have to
+    /// pick a policy; refund through a one-policy limiter of the policy that was charged.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::ratelimit::{Policy, Rate};
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let limiter = client
+    ///     .rate_limiter_any([
+    ///         Policy::gcra("steady", Rate::per_second(2)?.burst(1)?)?,
+    ///         Policy::fixed_window("burst", Rate::per_hour(3)?)?,
+    ///     ])
+    ///     .build()?;
+    /// let charged = |d: &distlock::ratelimit::Decision| d.policy.to_string();
+    /// assert_eq!(charged(&limiter.check("user:7").await?), "steady");
+    /// // The steady rate is spent for half a second: the burst budget takes the next three.
+    /// for _ in 0..3 {
+    ///     let d = limiter.check("user:7").await?;
+    ///     assert!(d.allowed && d.policies[1].charged && !d.policies[0].charged);
+    /// }
+    /// let fifth = limiter.check("user:7").await?;
+    /// assert!(!fifth.allowed);
+    /// assert_eq!(&*fifth.policy, "steady"); // the sooner of the two
+    /// assert!(fifth.retry_after <= std::time::Duration::from_millis(500));
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter_any(
+        &self,
+        policies: impl IntoIterator<Item = Policy>,
+    ) -> RateLimiterBuilder {
+        RateLimiterBuilder::new(self.core().clone(), policies.into_iter().collect()).any_of()
+    }
+
     /// A Bloom filter named `name` (any UTF-8 up to 512 bytes, like a lock name), to
     /// configure and [`open`](BloomBuilder::open). See [`bloom`](crate::bloom).
     pub fn bloom_filter(&self, name: impl Into<String>) -> BloomBuilder {

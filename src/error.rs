@@ -512,6 +512,20 @@ pub enum RateLimitError {
     /// left without consuming).
     #[error("check_up_to needs at least one unit, got 0; use peek to consume nothing")]
     NoUnits,
+    /// The operation is not defined for an any-of limiter
+    /// ([`Client::rate_limiter_any`](crate::Client::rate_limiter_any)): a
+    /// [`refund`](crate::ratelimit::RateLimiter::refund) or
+    /// [`penalize`](crate::ratelimit::RateLimiter::penalize) would not know which policy to
+    /// credit or charge, and a [`check_up_to`](crate::ratelimit::RateLimiter::check_up_to)
+    /// which policy to grant from. Nothing was sent. To give back what an any-of check
+    /// charged, refund through a limiter of the one policy its decision names as
+    /// [`charged`](crate::ratelimit::PolicyDecision::charged) (same client, same policy:
+    /// same keys).
+    #[error("`{operation}` is not defined for an any-of rate limiter")]
+    NotForAnyOf {
+        /// The operation refused: `refund`, `penalize` or `check_up_to`.
+        operation: &'static str,
+    },
     /// The limiter's configuration is invalid; see [`InvalidPolicy`].
     #[error(transparent)]
     InvalidPolicy(#[from] InvalidPolicy),
@@ -673,6 +687,12 @@ pub enum InvalidPolicy {
         "a hybrid limiter cannot run in shadow mode: shadowed passes are not counted, so no share can hold them"
     )]
     HybridInShadowMode,
+    /// Hybrid mode on an any-of limiter: a share is leased with a partial grant, which an
+    /// any-of combination does not make.
+    #[error(
+        "a hybrid limiter cannot combine its policies as any-of: shares are leased with partial grants, which any-of does not make"
+    )]
+    HybridAnyOf,
     /// A [`Lockout`](crate::ratelimit::Lockout) without steps.
     #[error(
         "invalid lockout of policy `{policy}`: it needs at least one step (the first block's \

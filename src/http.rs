@@ -17,6 +17,7 @@
 //! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
 //! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
 //! | [`RateLimitError::NoUnits`] (a `check_up_to` of no units: the caller's mistake, as below) | `500 Internal Server Error` | none |
+//! | [`RateLimitError::NotForAnyOf`] (a refund, penalty or `check_up_to` on an any-of limiter: the caller's mistake, as below) | `500 Internal Server Error` | none |
 //! | [`LockError::InvalidName`], [`RateLimitError::InvalidSubject`] | `400 Bad Request` | none |
 //! | [`RateLimitError::CostTooLarge`] | `413 Content Too Large` | none |
 //! | [`FencedError::Stale`], [`FencedError::Conflict`] | `409 Conflict` | none |
@@ -170,7 +171,8 @@ impl RateLimitError {
             Self::InvalidPolicy(_)
             | Self::UnsupportedStore { .. }
             | Self::NoDefaultClient
-            | Self::NoUnits => HttpStatus::new(500, None),
+            | Self::NoUnits
+            | Self::NotForAnyOf { .. } => HttpStatus::new(500, None),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaker::CircuitBreaker;
+use super::decision::Combine;
 use super::limiter::{
     DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_HYBRID_SUBJECTS, DEFAULT_MAX_IN_FLIGHT,
     HybridSettings, MAX_POLICIES, Settings,
@@ -19,8 +20,9 @@ use super::{Policy, RateLimiter};
 use crate::core::Core;
 use crate::error::{InvalidPolicy, RateLimitError};
 
-/// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`](crate::Client::rate_limiter) or
-/// [`Client::rate_limiter_all`](crate::Client::rate_limiter_all). Consuming: each setter returns the builder, and
+/// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`](crate::Client::rate_limiter),
+/// [`Client::rate_limiter_all`](crate::Client::rate_limiter_all) or
+/// [`Client::rate_limiter_any`](crate::Client::rate_limiter_any). Consuming: each setter returns the builder, and
 /// [`build`](Self::build) checks everything once.
 ///
 /// ```
@@ -60,6 +62,7 @@ pub struct RateLimiterBuilder {
     max_in_flight: usize,
     keep_logs: Option<Duration>,
     hybrid: Option<(u32, Duration)>,
+    combine: Combine,
 }
 
 impl std::fmt::Debug for RateLimiterBuilder {
@@ -69,6 +72,7 @@ impl std::fmt::Debug for RateLimiterBuilder {
             .field("outage", &self.outage)
             .field("deadline", &self.deadline)
             .field("shadow", &self.shadow)
+            .field("combine", &self.combine)
             .finish_non_exhaustive()
     }
 }
@@ -90,7 +94,15 @@ impl RateLimiterBuilder {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             keep_logs: None,
             hybrid: None,
+            combine: Combine::All,
         }
+    }
+
+    /// The builder of an any-of limiter (see
+    /// [`Client::rate_limiter_any`](crate::Client::rate_limiter_any)).
+    pub(crate) fn any_of(mut self) -> Self {
+        self.combine = Combine::Any;
+        self
     }
 
     /// What to do when the store cannot answer (default [`Outage::FailClosed`]).
@@ -249,8 +261,10 @@ impl RateLimiterBuilder {
     /// [`return_shares`](super::RateLimiter::return_shares) when a replica stops.
     ///
     /// [`build`](Self::build) refuses a `share` of 0 or above a policy's limit, a `sync` of
-    /// zero or longer than [`MAX_PERIOD`](super::MAX_PERIOD), and shadow mode (whose
-    /// uncounted passes a share cannot hold).
+    /// zero or longer than [`MAX_PERIOD`](super::MAX_PERIOD), shadow mode (whose
+    /// uncounted passes a share cannot hold), and an any-of limiter
+    /// ([`rate_limiter_any`](crate::Client::rate_limiter_any): a share is a partial grant,
+    /// which it does not make).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -388,6 +402,7 @@ impl RateLimiterBuilder {
                 max_in_flight: self.max_in_flight,
                 keep_log_us,
                 hybrid,
+                combine: self.combine,
             },
         ))
     }
@@ -411,6 +426,9 @@ impl RateLimiterBuilder {
         }
         if self.shadow {
             return Err(InvalidPolicy::HybridInShadowMode);
+        }
+        if self.combine != Combine::All {
+            return Err(InvalidPolicy::HybridAnyOf);
         }
         Ok(HybridSettings {
             share,

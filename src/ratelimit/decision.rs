@@ -9,6 +9,11 @@ use std::time::Duration;
 /// wait, or, when everything passed, the one with the fewest requests left. Every policy's
 /// own figures are in [`policies`](Self::policies).
 ///
+/// For an any-of limiter ([`Client::rate_limiter_any`](crate::Client::rate_limiter_any)) the
+/// binding policy is the one that allowed and was charged (the first that allows, in the
+/// order given; [`PolicyDecision::charged`] marks it), or, when none allows, the one that
+/// would allow soonest (the first on ties): `retry_after` is then the shortest wait.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use distlock::ratelimit::{Policy, Rate};
@@ -58,7 +63,9 @@ pub struct Decision {
     /// The subject is blocked by a policy's [lockout](super::Lockout): this check breached
     /// the policy, or came while an earlier breach's block lasts. `retry_after` is then when
     /// the block ends (or, if later, when the policy itself would pass the request), and
-    /// nothing was spent. An HTTP layer answers it as any denial (429 with `Retry-After`);
+    /// nothing was spent. For an any-of limiter, only in a denial (another policy may pass a
+    /// request while one blocks the subject), and `retry_after` may then be another policy's
+    /// sooner wait. An HTTP layer answers it as any denial (429 with `Retry-After`);
     /// this says why, for logs, metrics or a different message.
     pub locked_out: bool,
 }
@@ -83,6 +90,12 @@ pub struct PolicyDecision {
     /// The subject is blocked by this policy's [lockout](super::Lockout) (it then denies,
     /// with nothing `remaining`).
     pub locked_out: bool,
+    /// This policy consumed the request's units: every policy of an all-or-nothing check
+    /// that passed (or of a [`check_up_to`](super::RateLimiter::check_up_to) that granted
+    /// some), and the one policy an any-of limiter charged. False for a denial, a peek, a
+    /// reset, refund or penalty, and for an answer the store did not count (the deny cache,
+    /// failing open, shadow mode letting a denied request through).
+    pub charged: bool,
     /// How long the block lasts from this answer (zero when not locked out), for the deny
     /// cache.
     pub(crate) lock_left: Duration,
@@ -110,7 +123,70 @@ pub enum Origin {
     LocalShare,
 }
 
+/// How a limiter combines its policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Combine {
+    /// All or nothing: every policy must allow, and all are charged.
+    All,
+    /// Any of them: the first that allows is charged, alone.
+    Any,
+}
+
 impl Decision {
+    /// The aggregate of every policy's figures, combined as `how` says.
+    pub(crate) fn combine(policies: Vec<PolicyDecision>, origin: Origin, how: Combine) -> Self {
+        match how {
+            Combine::All => Self::from_policies(policies, origin),
+            Combine::Any => Self::from_any(policies, origin),
+        }
+    }
+
+    /// The aggregate of an any-of limiter: allowed when some policy allows; the binding
+    /// policy is the first that allows, else the denier with the shortest wait (the first on
+    /// ties). Locked out when denied and some policy's lockout blocks the subject.
+    pub(crate) fn from_any(policies: Vec<PolicyDecision>, origin: Origin) -> Self {
+        let first = policies.iter().position(|p| p.allowed);
+        let binding = first.or_else(|| {
+            policies
+                .iter()
+                .enumerate()
+                .min_by_key(|(i, p)| (p.retry_after, *i))
+                .map(|(i, _)| i)
+        });
+        let allowed = first.is_some();
+        let locked_out = !allowed && policies.iter().any(|p| p.locked_out);
+        let (limit, remaining, retry_after, reset_after, policy) = match binding {
+            Some(i) => {
+                let p = &policies[i];
+                (
+                    p.limit,
+                    p.remaining,
+                    if allowed {
+                        Duration::ZERO
+                    } else {
+                        p.retry_after
+                    },
+                    p.reset_after,
+                    Arc::clone(&p.policy),
+                )
+            }
+            None => (0, 0, Duration::ZERO, Duration::ZERO, Arc::from("")),
+        };
+        Self {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+            policy,
+            origin,
+            shadowed: false,
+            policies,
+            granted: 0,
+            locked_out,
+        }
+    }
+
     /// A placeholder with no policy, for a decision moved out of its holder.
     pub(crate) fn empty() -> Self {
         Self::from_policies(Vec::new(), Origin::Store)
@@ -177,8 +253,36 @@ mod tests {
             retry_after: Duration::from_millis(retry_ms),
             reset_after: Duration::from_millis(500),
             locked_out: false,
+            charged: false,
             lock_left: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn any_of_binds_the_first_that_allows_or_the_soonest_wait() {
+        let d = Decision::from_any(
+            vec![
+                policy("a", false, 0, 10),
+                policy("b", true, 2, 0),
+                policy("c", true, 5, 0),
+            ],
+            Origin::Store,
+        );
+        assert!(d.allowed);
+        assert_eq!((&*d.policy, d.remaining), ("b", 2));
+        assert_eq!(d.retry_after, Duration::ZERO);
+
+        let d = Decision::from_any(
+            vec![
+                policy("a", false, 0, 90),
+                policy("b", false, 0, 30),
+                policy("c", false, 0, 30),
+            ],
+            Origin::Store,
+        );
+        assert!(!d.allowed && !d.locked_out);
+        assert_eq!(&*d.policy, "b");
+        assert_eq!(d.retry_after, Duration::from_millis(30));
     }
 
     #[test]

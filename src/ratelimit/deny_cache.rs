@@ -34,7 +34,8 @@
 //!   `limit − 1` before `T_limit`), which must meet. Anything else asks the store.
 //!
 //! A check with several policies is answered only if every policy's figures follow and at
-//! least one policy denies; its binding policy is then chosen as for the store's answer.
+//! least one policy denies (for an any-of limiter: every policy denies, since one that allows
+//! would be charged); its binding policy is then chosen as for the store's answer.
 //!
 //! # Lockouts
 //!
@@ -86,6 +87,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::decision::Combine;
 use super::{Algorithm, Decision, Origin, Policy, PolicyDecision};
 use crate::store::{RateOp, RateReply};
 
@@ -100,6 +102,8 @@ pub(crate) struct DenyCache {
     /// passes each subject's own to `record_with`).
     #[cfg(test)]
     recovery: Arc<[Recovery]>,
+    /// How the limiter combines its policies (see [`combine`](Self::combine)).
+    combine: Combine,
     /// Consuming answers (or unanswered checks) recorded so far; a check reads it when sent.
     consumed: AtomicU64,
     inner: Mutex<Inner>,
@@ -356,6 +360,7 @@ impl DenyCache {
             max_age: Duration::MAX,
             #[cfg(test)]
             recovery: recoveries(policies),
+            combine: Combine::All,
             consumed: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
@@ -368,6 +373,13 @@ impl DenyCache {
     /// Bounds how long one denial answers (see the builder's `deny_cache_max_age`).
     pub(crate) fn max_age(mut self, max_age: Duration) -> Self {
         self.max_age = max_age;
+        self
+    }
+
+    /// How the limiter combines its policies: an any-of limiter's hits need every policy to
+    /// deny (default: all or nothing, one denier is enough).
+    pub(crate) fn combine(mut self, combine: Combine) -> Self {
+        self.combine = combine;
         self
     }
 
@@ -422,11 +434,17 @@ impl DenyCache {
                 retry_after: figures.retry,
                 reset_after: figures.reset,
                 locked_out: !figures.lock.is_zero(),
+                charged: false,
                 lock_left: figures.lock,
             });
         }
         drop(inner);
-        denied.then(|| Decision::from_policies(policies, Origin::DenyCache))
+        // All or nothing: a denial of one policy denies; any of them: only every policy's.
+        let hit = match self.combine {
+            Combine::All => denied,
+            Combine::Any => policies.iter().all(|p| !p.allowed),
+        };
+        hit.then(|| Decision::combine(policies, Origin::DenyCache, self.combine))
     }
 
     /// Takes the store's answer to a check of `cost` on `subject` (see the module doc): a
@@ -524,6 +542,13 @@ impl DenyCache {
             (Answer::Replied(reply), RateOp::CheckUpTo { .. }) => {
                 self.record_with(subject, 0, sent, &decide(reply), recovery);
             }
+            (Answer::Replied(reply), RateOp::AnyOf { .. }) if reply.applied => {
+                self.consumed(subject);
+            }
+            // `decide` makes it a denial only when no policy allowed.
+            (Answer::Replied(reply), RateOp::AnyOf { cost }) => {
+                self.record_with(subject, cost, sent, &decide(reply), recovery);
+            }
             // It changed the subject's state (a reservation, a refund, a penalty, a reset).
             (Answer::Replied(_), _) => self.unanswered(subject),
             // Sent but unanswered (a timeout, a dropped connection): the store may have
@@ -608,6 +633,7 @@ mod tests {
             retry_after: Duration::from_millis(retry_ms),
             reset_after: Duration::from_millis(reset_ms),
             locked_out: false,
+            charged: false,
             lock_left: Duration::ZERO,
         }
     }

@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::breaker::{Admit, CircuitBreaker};
+use super::decision::Combine;
 use super::deny_cache::{Answer, DenyCache};
 use super::metrics::{self, CheckTimer};
 use super::outage::{Outage, OutageLog, Unavailable};
@@ -49,7 +50,9 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 /// Cheap to clone; clones share the deny cache and the in-flight limit.
 ///
 /// Every check is one atomic round trip (or none, when the deny cache answers). With several
-/// policies the check is all-or-nothing: if any policy denies, none consumes.
+/// policies the check is all-or-nothing: if any policy denies, none consumes; or, for a
+/// limiter made by [`Client::rate_limiter_any`](crate::Client::rate_limiter_any), the first
+/// policy that allows is charged, alone.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -91,8 +94,11 @@ pub struct RateLimiter {
     shadow: bool,
     /// How long [`acquire`](Self::acquire) may wait for a turn.
     max_wait: Duration,
-    /// Every policy is GCRA or a token bucket: waits are reservations, served in order.
+    /// Every policy is GCRA or a token bucket (and they are all or nothing): waits are
+    /// reservations, served in order.
     fifo: bool,
+    /// All or nothing, or any of the policies.
+    combine: Combine,
     breaker: Option<CircuitBreaker>,
     shared: Arc<Shared>,
 }
@@ -115,8 +121,11 @@ impl Shared {
     fn new(settings: &Settings, max_in_flight: usize, policies: &[Policy]) -> Arc<Self> {
         let (deny_cache, max_age) = (settings.deny_cache, settings.deny_cache_max_age);
         Arc::new(Self {
-            deny_cache: (deny_cache > 0 && !max_age.is_zero())
-                .then(|| DenyCache::new(deny_cache, policies).max_age(max_age)),
+            deny_cache: (deny_cache > 0 && !max_age.is_zero()).then(|| {
+                DenyCache::new(deny_cache, policies)
+                    .max_age(max_age)
+                    .combine(settings.combine)
+            }),
             hybrid: settings.hybrid.map(Shares::new),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
@@ -154,6 +163,8 @@ pub(super) struct Settings {
     pub(super) keep_log_us: i64,
     /// Leased shares answered locally, if set.
     pub(super) hybrid: Option<HybridSettings>,
+    /// All or nothing, or any of the policies.
+    pub(super) combine: Combine,
 }
 
 impl RateLimiter {
@@ -171,13 +182,16 @@ impl RateLimiter {
                 std::iter::once(own).chain(lock)
             })
             .collect();
-        // A lockout is about refusing, not queueing: its limiter's waits are checks.
-        let fifo = policies.iter().all(|p| {
-            matches!(
-                p.algorithm(),
-                super::Algorithm::Gcra | super::Algorithm::TokenBucket
-            ) && p.lockout().is_none()
-        });
+        // A lockout is about refusing, not queueing: its limiter's waits are checks; so are
+        // an any-of limiter's (a turn would have to be reserved under one policy, unknown
+        // until it comes).
+        let fifo = settings.combine == Combine::All
+            && policies.iter().all(|p| {
+                matches!(
+                    p.algorithm(),
+                    super::Algorithm::Gcra | super::Algorithm::TokenBucket
+                ) && p.lockout().is_none()
+            });
         let max_in_flight = settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         let shared = Shared::new(&settings, max_in_flight, &policies);
         Self {
@@ -188,6 +202,7 @@ impl RateLimiter {
             shadow: settings.shadow,
             max_wait: settings.max_wait,
             fifo,
+            combine: settings.combine,
             breaker: settings.breaker,
             shared,
             policies,
@@ -290,14 +305,26 @@ impl RateLimiter {
             return Ok(self.enforce(subject, hit));
         }
         let keys = self.keys(subject)?;
-        match self
-            .operate(subject, &keys, &eff, RateOp::Check { cost })
-            .await
-        {
-            Ok(reply) => Ok(self.enforce(subject, decision(&eff, reply, Origin::Store))),
-            Err(unavailable) => {
-                self.on_unavailable(subject, &keys, &eff, RateOp::Check { cost }, unavailable)
-            }
+        let op = self.check_op(cost);
+        match self.operate(subject, &keys, &eff, op).await {
+            Ok(reply) => Ok(self.enforce(subject, self.decision(&eff, reply, Origin::Store))),
+            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, op, unavailable),
+        }
+    }
+
+    /// The store's operation for a check of `cost`: all or nothing, or any of the policies.
+    pub(super) fn check_op(&self, cost: u32) -> RateOp {
+        match self.combine {
+            Combine::All => RateOp::Check { cost },
+            Combine::Any => RateOp::AnyOf { cost },
+        }
+    }
+
+    /// Refuses an operation an any-of limiter does not define.
+    fn defined(&self, operation: &'static str) -> Result<(), RateLimitError> {
+        match self.combine {
+            Combine::All => Ok(()),
+            Combine::Any => Err(RateLimitError::NotForAnyOf { operation }),
         }
     }
 
@@ -317,7 +344,8 @@ impl RateLimiter {
     /// errors, the outage policy and the deny cache are as for [`check_n`](Self::check_n):
     /// failing open grants all `n` (and so does shadow mode, with
     /// [`shadowed`](Decision::shadowed) set when the store granted fewer); the local
-    /// fallback grants what it has.
+    /// fallback grants what it has. An any-of limiter refuses it
+    /// ([`RateLimitError::NotForAnyOf`]: it would not know which policy to grant from).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -350,6 +378,7 @@ impl RateLimiter {
         subject: &str,
         n: u32,
     ) -> Result<Decision, RateLimitError> {
+        self.defined("check_up_to")?;
         if n == 0 {
             return Err(RateLimitError::NoUnits);
         }
@@ -365,7 +394,7 @@ impl RateLimiter {
         let keys = self.keys(subject)?;
         let op = RateOp::CheckUpTo { max: n };
         let decision = match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => decision(&eff, reply, Origin::Store),
+            Ok(reply) => self.decision(&eff, reply, Origin::Store),
             Err(unavailable) => self.on_unavailable(subject, &keys, &eff, op, unavailable)?,
         };
         Ok(self.enforce_up_to(subject, decision, n))
@@ -514,8 +543,9 @@ impl RateLimiter {
         }
         let keys = self.keys(subject)?;
         let max_wait_us = u64::try_from(max_wait.min(MAX_WAIT).as_micros()).unwrap_or(u64::MAX);
-        let op = if cost == 0 || max_wait.is_zero() {
-            RateOp::Check { cost }
+        // An any-of limiter has no turns to reserve: its reservations are checks.
+        let op = if cost == 0 || max_wait.is_zero() || self.combine == Combine::Any {
+            self.check_op(cost)
         } else {
             RateOp::Reserve { cost, max_wait_us }
         };
@@ -524,10 +554,12 @@ impl RateLimiter {
                 let wait = Duration::from_micros(reply.wait_us);
                 let granted = reply.applied;
                 let decision = granting(
-                    self.enforce(subject, decision(&eff, reply, Origin::Store)),
+                    self.enforce(subject, self.decision(&eff, reply, Origin::Store)),
                     cost,
                 );
-                if granted && cost > 0 {
+                // Only a reserved turn is given back on drop: an any-of limiter cannot
+                // refund (see `refund`), and its check passed now.
+                if granted && cost > 0 && self.combine == Combine::All {
                     Ok(Reservation::granted(
                         decision,
                         wait,
@@ -545,7 +577,7 @@ impl RateLimiter {
             }
             Err(unavailable) => {
                 let decision = granting(
-                    self.on_unavailable(subject, &keys, &eff, RateOp::Check { cost }, unavailable)?,
+                    self.on_unavailable(subject, &keys, &eff, self.check_op(cost), unavailable)?,
                     cost,
                 );
                 Ok(if decision.allowed {
@@ -579,7 +611,8 @@ impl RateLimiter {
     /// Which units come back: GCRA and the token bucket move the subject's debt back by
     /// `units` intervals; the windows take them from the current window first (the sliding
     /// window counter then from the previous one); the sliding log drops its newest
-    /// entries. Failures are those of [`reset`](Self::reset).
+    /// entries. Failures are those of [`reset`](Self::reset); an any-of limiter refuses a
+    /// refund ([`RateLimitError::NotForAnyOf`]: it would not know which policy to credit).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -604,7 +637,8 @@ impl RateLimiter {
     /// subject has left but never puts it in debt beyond empty, so no penalty makes a subject
     /// wait longer than the policy's reset time (and nobody can lock another subject out
     /// for longer by charging it). Answers what a cost-1 request would get now. Failures are
-    /// those of [`reset`](Self::reset).
+    /// those of [`reset`](Self::reset); an any-of limiter refuses a penalty
+    /// ([`RateLimitError::NotForAnyOf`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -624,6 +658,11 @@ impl RateLimiter {
 
     /// A reset, refund or penalty: the store or an error (the fallback follows along).
     async fn adjust(&self, subject: &str, op: RateOp) -> Result<Decision, RateLimitError> {
+        match op {
+            RateOp::Refund(_) => self.defined("refund")?,
+            RateOp::Penalize(_) => self.defined("penalize")?,
+            _ => {}
+        }
         let keys = self.keys(subject)?;
         let eff = self.effective(subject).await?;
         if self.outage == Outage::LocalFallback {
@@ -635,7 +674,7 @@ impl RateLimiter {
             self.shared.fallback.check_rate(&req);
         }
         match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => Ok(decision(&eff, reply, Origin::Store)),
+            Ok(reply) => Ok(self.decision(&eff, reply, Origin::Store)),
             Err(unavailable) => {
                 self.shared.outage_log.unanswered(&unavailable, None);
                 Err(unavailable.into())
@@ -691,7 +730,7 @@ impl RateLimiter {
                 op,
                 sent,
                 answer,
-                |reply| decision(eff, reply.clone(), Origin::Store),
+                |reply| self.decision(eff, reply.clone(), Origin::Store),
                 &eff.recovery,
             );
         }
@@ -787,10 +826,15 @@ impl RateLimiter {
                         retry_after: Duration::ZERO,
                         reset_after: Duration::ZERO,
                         locked_out: false,
+                        charged: false,
                         lock_left: Duration::ZERO,
                     })
                     .collect();
-                Ok(Decision::from_policies(per_policy, Origin::FailOpen))
+                Ok(Decision::combine(
+                    per_policy,
+                    Origin::FailOpen,
+                    self.combine,
+                ))
             }
             Outage::LocalFallback => {
                 let req = RateRequest {
@@ -799,7 +843,7 @@ impl RateLimiter {
                     op,
                 };
                 let reply = self.shared.fallback.check_rate(&req);
-                Ok(self.enforce(subject, decision(eff, reply, Origin::LocalFallback)))
+                Ok(self.enforce(subject, self.decision(eff, reply, Origin::LocalFallback)))
             }
         }
     }
@@ -824,14 +868,25 @@ fn granting(mut decision: Decision, cost: u32) -> Decision {
     decision
 }
 
-/// The decision the store's reply makes, with the subject's policies.
-fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
+impl RateLimiter {
+    /// The decision the store's reply makes, with the subject's policies, combined as this
+    /// limiter combines them.
+    pub(super) fn decision(&self, eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
+        decision(eff, reply, origin, self.combine)
+    }
+}
+
+/// The decision the store's reply makes, with the subject's policies, combined as `how`.
+fn decision(eff: &Effective, reply: RateReply, origin: Origin, how: Combine) -> Decision {
     let granted = reply.granted;
+    // An applied any-of charged one policy; any other applied operation charged them all.
+    let charged = |i: usize| reply.applied && reply.charged.is_none_or(|c| c == i);
     let per_policy = eff
         .policies
         .iter()
         .zip(reply.verdicts)
-        .map(|(p, v)| PolicyDecision {
+        .enumerate()
+        .map(|(i, (p, v))| PolicyDecision {
             policy: Arc::clone(p.shared_name()),
             allowed: v.allowed,
             limit: u64::from(p.limit()),
@@ -839,10 +894,11 @@ fn decision(eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
             retry_after: Duration::from_micros(v.retry_us),
             reset_after: Duration::from_micros(v.reset_us),
             locked_out: v.locked_us > 0,
+            charged: charged(i),
             lock_left: Duration::from_micros(v.locked_us),
         })
         .collect();
-    let mut decision = Decision::from_policies(per_policy, origin);
+    let mut decision = Decision::combine(per_policy, origin, how);
     decision.granted = granted;
     decision
 }

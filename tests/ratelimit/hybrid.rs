@@ -242,6 +242,15 @@ async fn bad_settings_are_typed_errors_at_build(fx: Fixture) {
             InvalidPolicy::HybridInShadowMode
         ))
     ));
+    let any_of = fx
+        .client
+        .rate_limiter_any([hourly("a", 100), hourly("b", 20)])
+        .hybrid(5, second)
+        .build();
+    assert!(matches!(
+        any_of,
+        Err(RateLimitError::InvalidPolicy(InvalidPolicy::HybridAnyOf))
+    ));
     assert!(build(20, MAX_PERIOD, false).is_ok());
     assert!(build(1, second, false).is_ok());
 }

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use distlock::Client;
 use distlock::ratelimit::{__TestOp as Op, Decision, Lockout, Origin, Policy, Rate, RateLimiter};
 
 use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};

@@ -27,6 +27,10 @@
 //! breach's number among those remembered (a block is remembered until `memory` past its
 //! end). While blocked a policy denies, has nothing left, and answers the later of the
 //! block's end and its own figures. A reset forgets the block; a reservation is a check.
+//!
+//! An any-of check (issue 28 §4) judges every policy the same way, then applies the request
+//! to the first policy that allows it, alone; when none does, nothing is applied and the
+//! lockout policies (all of which denied) are breached as for a refused check.
 
 use distlock::ratelimit::{Algorithm, Policy};
 
@@ -448,6 +452,37 @@ impl Models {
     /// reported figures are those after applying.
     pub fn check(&mut self, t: i64, cost: i64) -> Vec<Expected> {
         self.check_attempt(t, cost, cost > 0)
+    }
+
+    /// An any-of check (issue 28 §4): every policy judges (with its lockout); the first that
+    /// allows, in order, applies `cost` (when above zero) and reports its figures after, the
+    /// others their figures before. When none allows and `cost > 0`, every lockout policy
+    /// that denied while not blocked is breached. Returns (the policy charged, verdicts).
+    pub fn check_any(&mut self, t: i64, cost: i64) -> (Option<usize>, Vec<Expected>) {
+        self.normalize(t);
+        let mut verdicts: Vec<Expected> = self.0.iter().map(|m| m.judge_locked(t, cost)).collect();
+        let first = verdicts.iter().position(|v| v.allowed);
+        match first {
+            Some(i) if cost > 0 => {
+                let model = &mut self.0[i];
+                model.apply(t, cost);
+                let after = model.judge(t, 0);
+                verdicts[i].remaining = after.remaining;
+                verdicts[i].reset_us = after.reset_us;
+                (Some(i), verdicts)
+            }
+            Some(_) => (None, verdicts),
+            None => {
+                if cost > 0 {
+                    for (model, verdict) in self.0.iter_mut().zip(&mut verdicts) {
+                        if model.policy.lockout.is_some() && verdict.locked_us == 0 {
+                            *verdict = model.breach(t, *verdict);
+                        }
+                    }
+                }
+                (None, verdicts)
+            }
+        }
     }
 
     /// A check; when it is not applied and is an `attempt`, every lockout policy that denied

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use distlock::RateLimitError;
 use distlock::ratelimit::{__TestOp as Op, Algorithm, Policy, Rate, RateLimiter};
-use distlock::{Client, RateLimitError};
 
 use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
 use crate::support::fixture::{Fixture, on_both_stores, shared_cluster_client};

@@ -439,6 +439,28 @@ async fn library_operations(url: &str, replica: bool) -> Result<(), String> {
     all.check("subject")
         .await
         .map_err(rate_err("check of two policies".into()))?;
+    let any = a
+        .rate_limiter_any([
+            Policy::gcra("acl-any-steady", Rate::per_hour(1).expect("rate")).expect("policy"),
+            Policy::fixed_window("acl-any-burst", Rate::per_hour(1).expect("rate"))
+                .expect("policy"),
+        ])
+        .deny_cache(0)
+        .build()
+        .expect("limiter");
+    let mut charged = Vec::new();
+    for _ in 0..3 {
+        let d = any
+            .check("subject")
+            .await
+            .map_err(rate_err("any-of check".into()))?;
+        charged.push(d.policies.iter().position(|p| p.charged));
+    }
+    if charged != [Some(0), Some(1), None] {
+        return Err(format!(
+            "any-of checks charged {charged:?}, want steady, burst, none"
+        ));
+    }
     Ok(())
 }
 

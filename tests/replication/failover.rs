@@ -1,7 +1,8 @@
 //! The library behind Sentinel (TESTPLAN 38): `Client::connect_sentinel` finds the primary,
 //! follows a failover to the promoted replica (killed primary, and a graceful failover that
 //! leaves the old primary up as a read-only replica), and leases, waiters, fences and rate
-//! limits carry on.
+//! limits carry on; an any-of rate limit (issue 28 §4) charges one policy per request there
+//! as on a single primary, before and after a failover.
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,50 @@ async fn until_served(client: &Client, within: Duration) -> Duration {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("the client never reached the promoted primary: {last:?}");
+}
+
+/// Behind Sentinel, an any-of limiter charges the steady rate, then the burst budget, then
+/// neither, with the figures of a single primary; its state is replicated, so after a
+/// failover the budget is still spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_any_of_limiter_charges_one_policy_behind_sentinel() {
+    let setup = SentinelSetup::start();
+    let client = client(&setup).await;
+    let limiter = client
+        .rate_limiter_any([
+            Policy::gcra("steady", Rate::per_hour(2).expect("rate")).expect("policy"),
+            Policy::gcra("burst", Rate::per_day(3).expect("rate")).expect("policy"),
+        ])
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter");
+    let charged = async || {
+        let d = limiter.check("user").await.expect("check");
+        assert_eq!(d.allowed, d.granted == 1, "{d:?}");
+        d.policies
+            .iter()
+            .filter(|p| p.charged)
+            .map(|p| p.policy.to_string())
+            .collect::<Vec<_>>()
+    };
+    for want in ["steady", "steady", "burst", "burst"] {
+        assert_eq!(charged().await, [want]);
+    }
+    setup.wait_replication_synced().await;
+    setup.kill_primary().await;
+    until_served(&client, Duration::from_secs(20)).await;
+    assert_eq!(
+        charged().await,
+        ["burst"],
+        "one unit of the budget was left"
+    );
+    assert!(charged().await.is_empty(), "both spent: denied");
+    let d = limiter.peek("user").await.expect("peek");
+    assert!(!d.allowed, "{d:?}");
+    assert_eq!(
+        d.policies.iter().map(|p| p.remaining).collect::<Vec<_>>(),
+        [0, 0]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

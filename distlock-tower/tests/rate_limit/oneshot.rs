@@ -25,6 +25,7 @@ on_both_stores!(
     per_route_policies_from_one_layer,
     shadow_mode_never_refuses,
     random_forwarded_headers_from_one_peer_share_one_bucket,
+    an_any_of_limiter_passes_on_either_policy,
 );
 
 async fn allowed_and_refused_responses_carry_the_fields(fx: Fixture) {
@@ -304,4 +305,31 @@ async fn random_forwarded_headers_from_one_peer_share_one_bucket(fx: Fixture) {
         passed += usize::from(response.status() == StatusCode::OK);
     }
     assert_eq!(passed, 10);
+}
+
+/// The layer takes an any-of limiter (issue 28 §4) like any other: the steady rate passes
+/// one, the burst budget two more, then a 429 whose `Retry-After` is the sooner of the two
+/// waits (the budget's 30 minutes, not the steady rate's hour).
+async fn an_any_of_limiter_passes_on_either_policy(fx: Fixture) {
+    let limiter = fx
+        .client
+        .rate_limiter_any([
+            Policy::gcra("steady", Rate::per_hour(1).expect("rate")).expect("policy"),
+            Policy::gcra("burst", Rate::per_hour(2).expect("rate")).expect("policy"),
+        ])
+        .build()
+        .expect("valid limiter");
+    let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
+    for _ in 0..3 {
+        let response = call(&app, request_from("/", PEER, &[])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(fields(&response).0.len(), 2, "both policies are listed");
+    }
+    let refused = call(&app, request_from("/", PEER, &[])).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        (1790..=1800).contains(&retry_after(&refused)),
+        "{}",
+        retry_after(&refused)
+    );
 }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{RateLimiter, decision, validate_cost};
+use super::{RateLimiter, validate_cost};
 use crate::error::RateLimitError;
 use crate::ratelimit::Decision;
 use crate::ratelimit::Origin;
@@ -28,10 +28,10 @@ impl RateLimiter {
         let req = RateRequest {
             keys: &keys,
             params: &eff.params,
-            op: RateOp::Check { cost },
+            op: self.check_op(cost),
         };
         let reply = self.client.store().rate_limit_at(&req, now_us).await?;
-        Ok(decision(&eff, reply, Origin::Store))
+        Ok(self.decision(&eff, reply, Origin::Store))
     }
 
     /// Test hook (`test-util`): one operation decided at `now_us`, as
@@ -46,7 +46,8 @@ impl RateLimiter {
         let eff = self.effective(subject).await?;
         let keys = self.keys(subject)?;
         let op = match op {
-            TestOp::Check(cost) => RateOp::Check { cost },
+            // A check as the limiter makes it (all or nothing, or any of its policies).
+            TestOp::Check(cost) => self.check_op(cost),
             TestOp::Reserve(cost, max_wait_us) => RateOp::Reserve { cost, max_wait_us },
             TestOp::Refund(n) => RateOp::Refund(n),
             TestOp::Penalize(n) => RateOp::Penalize(n),
@@ -60,7 +61,7 @@ impl RateLimiter {
         };
         let reply = self.client.store().rate_limit_at(&req, now_us).await?;
         let (applied, wait) = (reply.applied, reply.wait_us);
-        Ok((decision(&eff, reply, Origin::Store), applied, wait))
+        Ok((self.decision(&eff, reply, Origin::Store), applied, wait))
     }
 
     /// Test hook (`test-util`): the store keys of `subject`, one per policy.

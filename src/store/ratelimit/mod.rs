@@ -25,7 +25,9 @@
 //! window counter needs a fraction, the same `f64` expression evaluated in the same order,
 //! so both stores give bit-identical answers. A check is two-phase: every policy *decides*
 //! first, and only if all allow (and the cost is not zero) does every policy *apply* its
-//! write. That is what makes several policies all-or-nothing.
+//! write. That is what makes several policies all-or-nothing. An any-of operation
+//! ([`RateOp::AnyOf`]) decides every policy the same way, then applies only the first that
+//! allows.
 //!
 //! Conventions shared by all five:
 //! * `cost == 0` is a peek: the decision a cost-1 request would get, with nothing written.
@@ -116,6 +118,10 @@ pub(crate) enum RateOp {
     /// Consume as many units as every policy allows now, at most `max` (at least 1), in one
     /// step: the largest `k ≤ max` that a check of cost `k` would pass. None fit: a peek.
     CheckUpTo { max: u32 },
+    /// Any of the policies: each decides in order without writing, and the first that allows
+    /// is charged `cost`, alone; if none allows nothing is written (and, for a cost above
+    /// zero, lockouts breach as for a refused check). 0 peeks.
+    AnyOf { cost: u32 },
 }
 
 impl RateOp {
@@ -128,13 +134,14 @@ impl RateOp {
             Self::Penalize(n) => (3, n, 0),
             Self::Reset => (4, 0, 0),
             Self::CheckUpTo { max } => (5, max, 0),
+            Self::AnyOf { cost } => (6, cost, 0),
         }
     }
 
     /// Whether this op may consume (and so make a cached denial's figures stale).
     pub(crate) fn consumes(self) -> bool {
         match self {
-            Self::Check { cost } | Self::Reserve { cost, .. } => cost > 0,
+            Self::Check { cost } | Self::Reserve { cost, .. } | Self::AnyOf { cost } => cost > 0,
             Self::Refund(_) | Self::Penalize(_) | Self::Reset | Self::CheckUpTo { .. } => true,
         }
     }
@@ -149,8 +156,9 @@ pub(crate) struct RateRequest<'a> {
 }
 
 /// The answer to a rate-limit operation: whether a check or reservation was applied (every
-/// policy allowed and the cost was above zero), how long a reservation waits for its turn
-/// (µs), how many units it consumed, and each policy's verdict, in request order.
+/// policy allowed and the cost was above zero; for [`RateOp::AnyOf`], one policy allowed and
+/// was charged), how long a reservation waits for its turn (µs), how many units it consumed,
+/// which policy alone was charged, and each policy's verdict, in request order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RateReply {
     pub(crate) applied: bool,
@@ -158,6 +166,9 @@ pub(crate) struct RateReply {
     /// Units consumed: an applied check's or reservation's cost, a [`RateOp::CheckUpTo`]'s
     /// grant; 0 otherwise.
     pub(crate) granted: u32,
+    /// For an applied [`RateOp::AnyOf`], the index of the one policy charged; `None` for
+    /// every other op (an applied one charged every policy).
+    pub(crate) charged: Option<usize>,
     pub(crate) verdicts: Vec<Verdict>,
 }
 
@@ -427,6 +438,7 @@ fn operate(
             }
         }
         RateOp::CheckUpTo { max } => check_up_to(params, states, locks, now, max),
+        RateOp::AnyOf { cost } => any_of(params, states, locks, now, cost),
         RateOp::Refund(_) | RateOp::Penalize(_) | RateOp::Reset => {
             let delta = match op {
                 RateOp::Refund(n) => -i64::from(n),
@@ -537,6 +549,90 @@ fn check(
             } else {
                 0
             },
+            charged: None,
+            verdicts,
+        },
+        expiries,
+    )
+}
+
+/// Any of the policies: each decides in order (masked by its lock) without writing; the
+/// first that allows is charged `cost` (when above zero) and answers its figures after, the
+/// others their figures before. If none allows and the cost is above zero, each lockout
+/// policy that denied while not blocked records a breach and answers blocked, as for a
+/// refused check.
+fn any_of(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    locks: &mut Locks,
+    now: i64,
+    cost: u32,
+) -> (RateReply, Vec<Option<i64>>) {
+    let cost = i64::from(cost);
+    let outcomes: Vec<(Outcome, i64, i64)> = params
+        .iter()
+        .zip(states.iter())
+        .zip(&locks.states)
+        .map(|((p, state), lock)| decide_locked(p, state.as_ref(), lock.as_ref(), now, cost))
+        .collect();
+    let first = outcomes.iter().position(|(o, _, _)| o.allowed);
+    let charged = first.filter(|_| cost > 0);
+    let attempt = cost > 0 && first.is_none();
+    let mut verdicts = Vec::with_capacity(outcomes.len());
+    let mut expiries = Vec::with_capacity(outcomes.len());
+    let policies = params
+        .iter()
+        .zip(states.iter_mut())
+        .zip(locks.states.iter_mut().zip(&mut locks.written));
+    for (i, (((p, slot), (lock, lock_written)), (mut outcome, mut until, breaches))) in
+        policies.zip(outcomes).enumerate()
+    {
+        if let Some(lockout) = &p.lockout
+            && attempt
+            && !outcome.allowed
+            && until == 0
+        {
+            let (state, new_until, expires) = lockout::breach(lockout, breaches, now);
+            *lock = Some(state);
+            *lock_written = Some(expires);
+            until = new_until;
+            outcome = lockout::mask(outcome, until - now);
+        }
+        let figures = match outcome.after {
+            Some((after, write)) if charged == Some(i) => {
+                apply(p, slot, write, now, cost);
+                expiries.push(if p.kind == ScriptAlgorithm::SlidingLog {
+                    sliding_log::expires(p.log_keep_us(), slot.as_ref())
+                } else {
+                    Some(now + after.reset)
+                });
+                after
+            }
+            _ => {
+                expiries.push(None);
+                outcome.before
+            }
+        };
+        verdicts.push(
+            Verdict::new(
+                outcome.allowed,
+                figures.remaining,
+                outcome.retry,
+                figures.reset,
+            )
+            .locked(if until > now { until - now } else { 0 }),
+        );
+    }
+    (
+        RateReply {
+            applied: charged.is_some(),
+            wait_us: 0,
+            granted: if charged.is_some() {
+                u32::try_from(cost).unwrap_or(0)
+            } else {
+                0
+            },
+            charged,
             verdicts,
         },
         expiries,
@@ -626,6 +722,7 @@ fn reserve(
         } else {
             0
         },
+        charged: None,
         verdicts,
     };
     (reply, expiries)

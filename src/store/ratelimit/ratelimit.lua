@@ -25,27 +25,33 @@
 --                            `amount` (>= 1): the least of the policies' `remaining`, which
 --                            is the largest cost each passes now; a check of that many (a
 --                            peek when it is 0, but an attempt: see below)
+--                6 any of    each policy decides `amount` units in order, writing nothing;
+--                            the first that allows consumes them, alone (0 peeks: nothing
+--                            is written); if none allows, nothing is written
 --              refund, penalize and reset then answer as a peek.
 --   KEYS       per policy its key, then its lock's key when it has a lockout; all share the
 --              subject's hash tag
 --
 -- Lockouts: a policy whose subject is blocked decides as masked by lockout.lua (denied,
--- nothing left). When a check or reservation of cost > 0, or an up-to that fits nothing, is
--- not applied, every lockout policy that denied while its subject was not blocked is
--- breached: the subject is blocked from now, and the policy answers so.
+-- nothing left). When a check or reservation of cost > 0, an up-to that fits nothing, or an
+-- any-of of cost > 0 that no policy allows, is not applied, every lockout policy that denied
+-- while its subject was not blocked is breached: the subject is blocked from now, and the
+-- policy answers so.
 --
 -- Reply, for each operation in order, one text of integers separated by spaces (a bare text
 -- when there is one, an array of them otherwise; one text parses much faster than an array
 -- of integers): applied, wait, then allowed_i, remaining_i, retry_i, reset_i, locked_i per
 -- policy:
---   applied      1 if a check or reservation consumed (every policy allowed and cost > 0);
---                0 otherwise, and then a check or reservation wrote nothing
+--   applied      1 if a check or reservation consumed (every policy allowed and cost > 0),
+--                or an any-of did (one policy allowed and cost > 0); 0 otherwise, and then
+--                a check, reservation or any-of wrote nothing
 --   wait         µs until a reservation's turn (for one refused, the turn it would have
---                had); for an up-to, the units it consumed; 0 for every other op
+--                had); for an up-to, the units it consumed; for an any-of, the number
+--                (from 1) of the policy it charged, 0 for none; 0 for every other op
 --   allowed_i    1 if policy i alone allows the request
---   remaining_i  cost-1 requests left under policy i (after consuming, if applied)
+--   remaining_i  cost-1 requests left under policy i (after consuming, if applied to it)
 --   retry_i      µs until policy i would allow the request (0 if it does)
---   reset_i      µs until policy i is back to full (after consuming, if applied)
+--   reset_i      µs until policy i is back to full (after consuming, if applied to it)
 --   locked_i     µs until the subject's block under policy i's lockout ends (0: not blocked)
 --
 -- A check asks every policy to decide without writing, then, only if all allowed, applies
@@ -113,6 +119,48 @@ local function check(cost, need, n, second, attempt)
       remaining, reset = d.after_remaining, d.after_reset
     end
     -- %d prints the whole number exactly (every value here is an integer below 2^53).
+    text = text .. string.format(' %d %d %d %d %d', allowed, remaining, d.retry, reset, d.locked)
+  end
+  return text
+end
+
+-- Any of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): each decides
+-- in order without writing; the first that allows consumes `cost` (when above 0), alone, and
+-- answers its figures after, the others their figures before. The reply's second number is
+-- the charged policy's number (from 1), 0 for none. When a cost above 0 finds no policy
+-- that allows, every lockout policy that denied while not blocked is breached.
+local function any_of(cost, need, n)
+  local decisions = {}
+  local first = 0
+  for i = 1, n do
+    local d = decide_policy(cost, need)
+    decisions[i] = d
+    if first == 0 and d.allowed then
+      first = i
+    end
+  end
+  local charged = 0
+  if cost > 0 then
+    charged = first
+  end
+  local attempt = cost > 0 and first == 0
+  local text = '0 0'
+  if charged > 0 then
+    text = '1 ' .. int_str(charged)
+  end
+  for i = 1, n do
+    local d = decisions[i]
+    if d.lockout and attempt and not d.allowed and d.locked == 0 then
+      lockout_breach(d, now, slack)
+    end
+    local allowed, remaining, reset = 0, d.remaining, d.reset
+    if d.allowed then
+      allowed = 1
+    end
+    if i == charged then
+      d.apply(slack)
+      remaining, reset = d.after_remaining, d.after_reset
+    end
     text = text .. string.format(' %d %d %d %d %d', allowed, remaining, d.retry, reset, d.locked)
   end
   return text
@@ -270,6 +318,8 @@ while arg <= #ARGV do
     text = adjust(1, amount, n)
   elseif op == 5 then
     text = up_to(amount, n)
+  elseif op == 6 then
+    text = any_of(amount, need, n)
   else
     text = adjust(0, 0, n)
   end

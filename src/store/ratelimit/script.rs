@@ -1,6 +1,7 @@
 //! The Lua side: `ratelimit.lua` runs one or more rate-limit operations per call (checks,
-//! reservations, refunds, penalties, resets), each over one or more policies of one subject,
-//! all or nothing (contract in the `.lua` header). The script is the shared helpers, one file
+//! reservations, refunds, penalties, resets, any-of checks), each over one or more policies
+//! of one subject, all or nothing, or for an any-of the first policy that allows (contract
+//! in the `.lua` header). The script is the shared helpers, one file
 //! per algorithm (the token bucket runs GCRA's), the lockout, then the driver; a clock comes
 //! first (the algorithms read its `slack` when they rewrite a state counted in another unit).
 //!
@@ -204,7 +205,9 @@ fn decode(reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreErro
         Shape::General => per_item(reply, items.len(), "ratelimit")?
             .iter()
             .zip(items)
-            .map(|(text, item)| parse_reply(text, item.params.len()).map(|r| granted(r, item.op)))
+            .map(|(text, item)| {
+                parse_reply(text, item.params.len()).and_then(|r| granted(r, item.op))
+            })
             .collect(),
     }
 }
@@ -280,6 +283,7 @@ fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, 
         applied: allowed && cost > 0,
         wait_us: 0,
         granted: if allowed { cost } else { 0 },
+        charged: None,
         verdicts: vec![Verdict::new(
             allowed,
             figures.remaining,
@@ -290,18 +294,37 @@ fn gcra_check_reply(code: i64, cost: u32, p: PolicyParams) -> Result<RateReply, 
 }
 
 /// The units a reply of the general script consumed: an applied check's or reservation's
-/// cost; for a check-up-to, its second number (its grant, where a reservation has its wait).
-fn granted(mut reply: RateReply, op: RateOp) -> RateReply {
+/// cost; for a check-up-to, its second number (its grant, where a reservation has its wait);
+/// for an any-of, its cost when applied, and its second number is the charged policy's
+/// number (from 1; 0 for none), which must name one of the policies.
+fn granted(mut reply: RateReply, op: RateOp) -> Result<RateReply, StoreError> {
     reply.granted = match op {
         RateOp::CheckUpTo { .. } => {
             let grant = u32::try_from(reply.wait_us).unwrap_or(0);
             reply.wait_us = 0;
             grant
         }
+        RateOp::AnyOf { cost } => {
+            let number = usize::try_from(std::mem::take(&mut reply.wait_us)).ok();
+            reply.charged = match number {
+                Some(0) if !reply.applied => None,
+                Some(n) if reply.applied && (1..=reply.verdicts.len()).contains(&n) => Some(n - 1),
+                _ => {
+                    return Err(StoreError::Protocol {
+                        message: format!(
+                            "an any-of answered applied = {} with policy number {number:?} of {}",
+                            reply.applied,
+                            reply.verdicts.len()
+                        ),
+                    });
+                }
+            };
+            if reply.applied { cost } else { 0 }
+        }
         RateOp::Check { cost } | RateOp::Reserve { cost, .. } if reply.applied => cost,
         _ => 0,
     };
-    reply
+    Ok(reply)
 }
 
 /// One operation's text: `applied wait_us`, then `allowed remaining retry_us reset_us
@@ -342,6 +365,7 @@ fn parse_reply(text: &Value, policies: usize) -> Result<RateReply, StoreError> {
         applied,
         wait_us,
         granted: 0,
+        charged: None,
         verdicts,
     })
 }
@@ -388,6 +412,30 @@ mod tests {
             assert!(
                 matches!(parse_reply(&bad, 1), Err(StoreError::Protocol { .. })),
                 "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn any_of_replies_name_the_charged_policy() {
+        let reply =
+            |s: &str| parse_reply(&text(s), 2).and_then(|r| granted(r, RateOp::AnyOf { cost: 3 }));
+        let r = reply("1 2 0 0 900 1000 0 1 4 0 300 0").expect("valid");
+        assert_eq!(
+            (r.applied, r.charged, r.granted, r.wait_us),
+            (true, Some(1), 3, 0)
+        );
+        let r = reply("0 0 0 0 900 1000 0 0 0 50 60 0").expect("valid");
+        assert_eq!((r.applied, r.charged, r.granted), (false, None, 0));
+        // Applied without a policy, a policy past the last, or a policy but not applied.
+        for bad in [
+            "1 0 0 0 900 1000 0 1 4 0 300 0",
+            "1 3 0 0 900 1000 0 1 4 0 300 0",
+            "0 1 1 4 0 300 0 0 0 50 60 0",
+        ] {
+            assert!(
+                matches!(reply(bad), Err(StoreError::Protocol { .. })),
+                "{bad}"
             );
         }
     }
