@@ -257,7 +257,11 @@ impl RateLimiterBuilder {
     /// [`reset`](super::RateLimiter::reset) also drops this replica's share of the subject
     /// (other replicas keep theirs until their sync). At most
     /// [`DEFAULT_HYBRID_SUBJECTS`](super::DEFAULT_HYBRID_SUBJECTS) subjects hold a share at
-    /// once; checks on others are exact until older shares go back. Call
+    /// once; checks on others are exact until older shares go back. While the store is away,
+    /// the outage policy answers the leases: failing open passes each check without a
+    /// share, and the local fallback's leases are answered locally as
+    /// [`Origin::LocalFallback`](super::Origin::LocalFallback) and never given back to the
+    /// store. Call
     /// [`return_shares`](super::RateLimiter::return_shares) when a replica stops.
     ///
     /// [`build`](Self::build) refuses a `share` of 0 or above a policy's limit, a `sync` of

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock::ratelimit::{MAX_PERIOD, Origin, Policy, Rate, RateLimiter};
+use distlock::ratelimit::{MAX_PERIOD, Origin, Outage, Policy, Rate, RateLimiter};
 use distlock::{InvalidPolicy, RateLimitError};
 
 use crate::common::brief;
@@ -253,6 +253,58 @@ async fn bad_settings_are_typed_errors_at_build(fx: Fixture) {
     ));
     assert!(build(20, MAX_PERIOD, false).is_ok());
     assert!(build(1, second, false).is_ok());
+}
+
+/// With the store killed, the outage policy answers the leases: the local fallback's units
+/// are answered locally as the fallback's (the same passes as an exact limiter's fallback)
+/// and are never given back to the store; failing open passes every check and keeps no
+/// share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_answer_the_leases() {
+    let mut server = RedisServer::start();
+    let client = connect(&server.url()).await;
+    let build = |outage: Outage| {
+        client
+            .rate_limiter(
+                Policy::gcra(
+                    "outage",
+                    Rate::per(3, Duration::from_secs(10)).expect("rate"),
+                )
+                .expect("policy"),
+            )
+            .on_outage(outage)
+            .deadline(Duration::from_millis(200))
+            .hybrid(2, HOUR)
+            .build()
+            .expect("limiter")
+    };
+    let fallback = build(Outage::LocalFallback);
+    let open = build(Outage::FailOpen);
+    assert_eq!(
+        fallback.check("warm").await.expect("check").origin,
+        Origin::Store
+    );
+    server.kill();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let d = fallback.check("s").await.expect("the fallback never errs");
+        assert_eq!(d.origin, Origin::LocalFallback, "{}", brief(&d));
+        seen.push(d.allowed);
+    }
+    assert_eq!(seen, [true, true, true, false, false]);
+    for _ in 0..5 {
+        let d = open.check("s").await.expect("fail open never errs");
+        assert_eq!(
+            (d.allowed, d.origin),
+            (true, Origin::FailOpen),
+            "{}",
+            brief(&d)
+        );
+    }
+    // Only the store's units go back: "warm" holds one (a round trip, which fails now), the
+    // fallback's and the failed-open checks none.
+    assert!(fallback.return_shares().await.is_err(), "the store is away");
+    assert_eq!(open.return_shares().await.expect("nothing to give back"), 0);
 }
 
 /// On a Cluster, three subjects spread over the slots: each gets exactly its limit, mostly

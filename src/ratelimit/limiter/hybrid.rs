@@ -52,6 +52,9 @@ struct Share {
     leased: Instant,
     /// The store's answer to the lease: local answers show its figures.
     template: Option<Decision>,
+    /// The units came from the local fallback (the store was away): they are this
+    /// process's, so they are never given back to the store.
+    fallback: bool,
     /// Held while a refill is in flight.
     refill: Arc<tokio::sync::Mutex<()>>,
 }
@@ -62,6 +65,7 @@ impl Share {
             left: 0,
             leased: now,
             template: None,
+            fallback: false,
             refill: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -114,13 +118,18 @@ impl Shares {
         let mut stale = 0;
         if now.saturating_duration_since(share.leased) >= self.settings.sync {
             stale = std::mem::take(&mut share.left);
+            if share.fallback {
+                stale = 0;
+            }
         }
         if share.left >= cost
             && let Some(template) = &share.template
         {
             share.left -= cost;
             let mut decision = template.clone();
-            decision.origin = Origin::LocalShare;
+            if !share.fallback {
+                decision.origin = Origin::LocalShare;
+            }
             decision.granted = cost;
             decision.remaining = decision.remaining.saturating_add(u64::from(share.left));
             return Local::Granted(decision);
@@ -138,6 +147,13 @@ impl Shares {
         let mut map = self.map();
         let share = map.entry(subject.into()).or_insert_with(|| Share::new(now));
         if granted > 0 {
+            let fallback = template.origin == Origin::LocalFallback;
+            if fallback != share.fallback {
+                // Units of the other kind are not mixed in: the store's go back as usual
+                // once stale; the fallback's are dropped.
+                share.left = 0;
+            }
+            share.fallback = fallback;
             share.leased = now;
             share.template = Some(template.clone());
         }
@@ -171,7 +187,7 @@ impl Shares {
             if stale_only && !stale {
                 return true;
             }
-            if share.left > 0 {
+            if share.left > 0 && !share.fallback {
                 out.push((subject.clone(), share.left));
             }
             // A share whose refill is in flight stays, emptied, so its gate stays shared.
