@@ -247,8 +247,12 @@ impl RateLimiterBuilder {
     /// up to `sync` after it was charged, so over any window the requests that pass may
     /// exceed what the policy allows in it by at most **`share × replicas`** (each replica
     /// holds at most `share` charged-but-unused units at any instant). And units a replica
-    /// holds without using them are kept from the others for up to `sync`. The default is
-    /// no share: every check exact.
+    /// holds without using them are kept from the others until it gives them back: once
+    /// `sync` has passed, at the replica's next check of the subject or next lease of any
+    /// subject (a sweep at most once per `sync`), or at
+    /// [`return_shares`](super::RateLimiter::return_shares); a replica that stops checking
+    /// keeps them until the policy refills them. The default is no share: every check
+    /// exact.
     ///
     /// What uses the share: [`check`](super::RateLimiter::check) and
     /// [`check_n`](super::RateLimiter::check_n) with a cost up to `share` (a larger cost is

@@ -107,7 +107,7 @@ pub struct RateLimiter {
 struct Shared {
     deny_cache: Option<DenyCache>,
     /// The leased shares, in hybrid mode.
-    hybrid: Option<Shares>,
+    hybrid: Option<Arc<Shares>>,
     max_in_flight: usize,
     in_flight: Semaphore,
     fallback: MemoryStore,
@@ -126,7 +126,7 @@ impl Shared {
                     .max_age(max_age)
                     .combine(settings.combine)
             }),
-            hybrid: settings.hybrid.map(Shares::new),
+            hybrid: settings.hybrid.map(|h| Arc::new(Shares::new(h))),
             max_in_flight,
             in_flight: Semaphore::new(max_in_flight),
             fallback: MemoryStore::new(),

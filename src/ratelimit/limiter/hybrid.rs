@@ -23,8 +23,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::RateLimiter;
-use crate::error::RateLimitError;
-use crate::ratelimit::{Decision, Origin};
+use crate::error::{RateLimitError, StoreError};
+use crate::ratelimit::{Decision, Origin, Policy};
 
 /// The most subjects a hybrid limiter keeps shares for; beyond it, checks on new subjects
 /// are exact (one round trip each) until older shares are given back.
@@ -42,6 +42,8 @@ pub(in crate::ratelimit) struct HybridSettings {
 pub(super) struct Shares {
     settings: HybridSettings,
     by_subject: Mutex<HashMap<Box<str>, Share>>,
+    /// When stale shares are next looked for.
+    next_sweep: Mutex<Instant>,
 }
 
 /// A subject's leased units on this replica.
@@ -71,6 +73,16 @@ impl Share {
     }
 }
 
+/// What a lease did for the check that made it.
+enum Taken {
+    /// The check's cost was taken from the lease.
+    Yes,
+    /// Not enough was granted for the cost (what was is in the share).
+    No,
+    /// The answer was not counted by the store (failing open, shadow mode).
+    Uncounted,
+}
+
 /// What the local share says about a check.
 enum Local {
     /// Answered from the share.
@@ -89,6 +101,7 @@ impl Shares {
         Self {
             settings,
             by_subject: Mutex::new(HashMap::new()),
+            next_sweep: Mutex::new(Instant::now() + settings.sync),
         }
     }
 
@@ -171,9 +184,13 @@ impl Shares {
         self.map().get(subject).map_or(0, |s| s.left)
     }
 
-    /// Forgets `subject`'s share without giving it back (its state was reset).
+    /// Forgets `subject`'s units without giving them back (its state was reset). The entry
+    /// stays, with its gate, so that a lease in flight stays the only one.
     pub(super) fn forget(&self, subject: &str) {
-        self.map().remove(subject);
+        if let Some(share) = self.map().get_mut(subject) {
+            share.left = 0;
+            share.template = None;
+        }
     }
 
     /// Takes every share out, with its units, and the shares older than the sync interval
@@ -197,8 +214,18 @@ impl Shares {
         out
     }
 
-    fn is_full(&self) -> bool {
-        self.map().len() >= self.settings.subjects
+    /// Whether a sweep for stale shares is due at `now` (at most one per sync interval);
+    /// if so, the next one is an interval away.
+    fn sweep_due(&self, now: Instant) -> bool {
+        let mut next = self
+            .next_sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if now < *next {
+            return false;
+        }
+        *next = now + self.settings.sync;
+        true
     }
 }
 
@@ -207,7 +234,7 @@ impl RateLimiter {
     /// units, else after leasing a new share.
     pub(super) async fn check_hybrid(
         &self,
-        shares: &Shares,
+        shares: &Arc<Shares>,
         subject: &str,
         cost: u32,
     ) -> Result<Decision, RateLimitError> {
@@ -228,63 +255,84 @@ impl RateLimiter {
                 }
                 Local::Refill { gate, stale } => (gate, stale),
             };
-            self.give_back(subject, stale);
+            self.give_back(vec![(subject.into(), stale)]);
             // One lease in flight per subject: a check that finds another one leasing waits
             // for it, then takes from what it leased, or leases itself.
-            let _leasing = gate.lock().await;
+            let leasing = gate.lock_owned().await;
             if shares.left(subject) >= cost {
                 continue; // leased while this check waited
             }
-            if shares.is_full() {
-                self.give_back_stale(shares);
-            }
-            let lease = self.check_up_to_uncounted(subject, shares.share()).await?;
-            let granted = if lease.allowed && lease.origin != Origin::FailOpen {
-                lease.granted
-            } else {
-                0
-            };
-            if lease.origin == Origin::FailOpen || lease.shadowed {
-                // Nothing was counted: pass this one as the store's answer says.
-                return Ok(super::granting(lease, cost));
-            }
-            if shares.add(subject, granted, &lease, cost) {
-                let mut decision = lease;
-                decision.granted = cost;
-                decision.remaining = decision
-                    .remaining
-                    .saturating_add(u64::from(shares.left(subject)));
-                return Ok(decision);
-            }
-            if cost == 1 {
+            self.give_back_stale(shares);
+            // A subject's own rates may be lower than the limiter's: its cost is checked, and
+            // its lease capped, against them.
+            let eff = self.effective(subject).await?;
+            super::validate_cost(&eff, cost)?;
+            let least = eff.policies.iter().map(Policy::limit).min().unwrap_or(0);
+            let want = shares.share().min(least).max(cost);
+            // The lease runs in a task of its own, holding the gate: a caller that gives up
+            // (a timeout, a closed connection) does not lose the units the store charged.
+            let limiter = self.clone();
+            let owned = Arc::clone(shares);
+            let subject_owned: Box<str> = subject.into();
+            let lease: Result<(Decision, Taken), RateLimitError> = tokio::spawn(async move {
+                let _leasing = leasing;
+                let lease = limiter.check_up_to_uncounted(&subject_owned, want).await?;
+                let counted =
+                    lease.allowed && !lease.shadowed && !matches!(lease.origin, Origin::FailOpen);
+                let took = counted && owned.add(&subject_owned, lease.granted, &lease, cost);
+                if !counted && lease.allowed {
+                    return Ok((lease, Taken::Uncounted));
+                }
+                Ok((lease, if took { Taken::Yes } else { Taken::No }))
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::unreachable("the hybrid lease's task was cancelled").into())
+            });
+            let (lease, taken) = lease?;
+            match taken {
+                // Nothing was counted (failing open, shadow mode): pass this one as the
+                // answer says, and keep no share.
+                Taken::Uncounted => return Ok(super::granting(lease, cost)),
+                Taken::Yes => {
+                    let mut decision = lease;
+                    decision.granted = cost;
+                    decision.remaining = decision
+                        .remaining
+                        .saturating_add(u64::from(shares.left(subject)));
+                    return Ok(decision);
+                }
                 // Nothing at all was left: the store's denial, with when one unit fits.
-                return Ok(super::granting(lease, cost));
+                Taken::No if cost == 1 => return Ok(super::granting(lease, cost)),
+                // Some units, not `cost`: they stay in the share, and the store says when
+                // the whole cost fits.
+                Taken::No => return self.check_exact(subject, cost).await,
             }
-            // Some units, not `cost`: they stay in the share, and the store says when the
-            // whole cost fits.
-            return self.check_exact(subject, cost).await;
         }
     }
 
-    /// Gives back `units` of `subject` that a share did not use, in the background.
-    fn give_back(&self, subject: &str, units: u32) {
-        if units == 0 {
+    /// Gives back units that shares did not use: one task, one refund after another, so a
+    /// sweep of many subjects never crowds out the checks.
+    fn give_back(&self, units: Vec<(Box<str>, u32)>) {
+        let units: Vec<_> = units.into_iter().filter(|(_, n)| *n > 0).collect();
+        if units.is_empty() {
             return;
         }
         let limiter = self.clone();
-        let subject = subject.to_owned();
         tokio::spawn(async move {
-            if let Err(err) = limiter.refund(&subject, units).await {
-                tracing::warn!(subject = %subject, units, error = %err,
-                    "could not give back a hybrid share's unused units; they return as the policy refills");
+            for (subject, n) in units {
+                if let Err(err) = limiter.refund(&subject, n).await {
+                    tracing::warn!(subject = %subject, units = n, error = %err,
+                        "could not give back a hybrid share's unused units; they return as the policy refills");
+                }
             }
         });
     }
 
-    /// Gives back the shares older than the sync interval.
+    /// Gives back the shares older than the sync interval, at most once per interval.
     fn give_back_stale(&self, shares: &Shares) {
-        for (subject, units) in shares.drain(true) {
-            self.give_back(&subject, units);
+        if shares.sweep_due(Instant::now()) {
+            self.give_back(shares.drain(true));
         }
     }
 
@@ -301,6 +349,9 @@ impl RateLimiter {
         let mut returned = 0;
         let mut failed = None;
         for (subject, units) in shares.drain(false) {
+            if units == 0 {
+                continue;
+            }
             match self.refund(&subject, units).await {
                 Ok(_) => returned += u64::from(units),
                 Err(err) => failed = Some(err),
