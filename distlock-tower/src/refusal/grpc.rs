@@ -68,6 +68,12 @@ const DEFAULT_DOMAIN: &str = "distlock";
 /// use is the problem. [`Grpc::code`] is the table; a hook of your own can start from
 /// [`Grpc::status`] and change what it needs.
 ///
+/// Two limits: the answer is always `content-type: application/grpc`, so a gRPC-Web client
+/// needs tonic-web's translation *outside* the layer (its requests are still recognised as
+/// gRPC); and the idempotency layer stores responses by HTTP status, so a gRPC refusal
+/// (HTTP `200`) or a gRPC error from the service would be replayed like a success unless
+/// `grpc-status` is among the headers it keeps: idempotency over gRPC is not supported.
+///
 /// ```
 /// use std::time::Duration;
 ///
