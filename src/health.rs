@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::StoreError;
-use crate::store::cluster::masters;
+use crate::store::masters;
 use crate::store::{PingTarget, StoreKind};
 
 /// What [`Client::ping`] found: each server asked, and whether the client can work.

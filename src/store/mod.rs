@@ -55,7 +55,7 @@ pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{
     LockoutParams, PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm,
 };
-pub(crate) use self::scripted::ScriptedStore;
+pub(crate) use self::scripted::{ScriptedStore, masters};
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;

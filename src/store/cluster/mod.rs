@@ -8,10 +8,6 @@
 //! slot, the calls of one node in one pipelined write. Wake-ups travel on sharded pub/sub
 //! (`SSUBSCRIBE`/`SPUBLISH`, Redis 7) in the lock's slot.
 
-mod shards;
-
-pub(crate) use self::shards::masters;
-
 use super::connect::{RedisSettings, check_cluster_mode, cluster_client, probe};
 use super::pubsub::ShardedLink;
 use super::scripted::{BySlot, Route, ScriptedStore};

@@ -15,10 +15,12 @@
 //!   single.rs   one target: batchers on its connection; replica waits on lanes
 //!   lanes.rs    spare connections for writes that wait for replicas (WAIT)
 //!   by_slot.rs  a cluster: the slot map, a connection and batchers per node, pipelines
+//!   shards.rs   a cluster's masters (CLUSTER SHARDS), for what asks each of them in turn
 //! ```
 
 mod by_slot;
 mod lanes;
+mod shards;
 mod single;
 
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 pub(crate) use self::by_slot::BySlot;
 pub(crate) use self::lanes::LANES;
+pub(crate) use self::shards::masters;
 pub(crate) use self::single::Single;
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
@@ -390,8 +393,7 @@ impl Backend for ScriptedStore {
                 let conn = by_slot.conn().clone();
                 let mut complete = true;
                 // Each master scans its own keys: a cursor means nothing on another node.
-                for (host, port) in super::cluster::masters(conn.clone(), self.op_timeout()).await?
-                {
+                for (host, port) in masters(conn.clone(), self.op_timeout()).await? {
                     let call = |cmd: Cmd| {
                         let mut conn = conn.clone();
                         let routing = redis::cluster_routing::RoutingInfo::SingleNode(
