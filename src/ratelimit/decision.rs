@@ -155,36 +155,7 @@ impl Decision {
         });
         let allowed = first.is_some();
         let locked_out = !allowed && policies.iter().any(|p| p.locked_out);
-        let (limit, remaining, retry_after, reset_after, policy) = match binding {
-            Some(i) => {
-                let p = &policies[i];
-                (
-                    p.limit,
-                    p.remaining,
-                    if allowed {
-                        Duration::ZERO
-                    } else {
-                        p.retry_after
-                    },
-                    p.reset_after,
-                    Arc::clone(&p.policy),
-                )
-            }
-            None => (0, 0, Duration::ZERO, Duration::ZERO, Arc::from("")),
-        };
-        Self {
-            allowed,
-            limit,
-            remaining,
-            retry_after,
-            reset_after,
-            policy,
-            origin,
-            shadowed: false,
-            policies,
-            granted: 0,
-            locked_out,
-        }
+        Self::aggregate(policies, binding, allowed, locked_out, origin)
     }
 
     /// A placeholder with no policy, for a decision moved out of its holder.
@@ -209,19 +180,35 @@ impl Decision {
                 .enumerate()
                 .filter(|(_, p)| !p.allowed)
                 .max_by_key(|(i, p)| (p.retry_after, std::cmp::Reverse(*i)))
-        };
+        }
+        .map(|(i, _)| i);
+        Self::aggregate(policies, binding, allowed, locked_out, origin)
+    }
+
+    /// The decision whose top-level figures are those of policy `binding` (none when there is
+    /// no policy); a denial carries the binding policy's wait, an allowed decision none.
+    fn aggregate(
+        policies: Vec<PolicyDecision>,
+        binding: Option<usize>,
+        allowed: bool,
+        locked_out: bool,
+        origin: Origin,
+    ) -> Self {
         let (limit, remaining, retry_after, reset_after, policy) = match binding {
-            Some((_, p)) => (
-                p.limit,
-                p.remaining,
-                if allowed {
-                    Duration::ZERO
-                } else {
-                    p.retry_after
-                },
-                p.reset_after,
-                Arc::clone(&p.policy),
-            ),
+            Some(i) => {
+                let p = &policies[i];
+                (
+                    p.limit,
+                    p.remaining,
+                    if allowed {
+                        Duration::ZERO
+                    } else {
+                        p.retry_after
+                    },
+                    p.reset_after,
+                    Arc::clone(&p.policy),
+                )
+            }
             None => (0, 0, Duration::ZERO, Duration::ZERO, Arc::from("")),
         };
         Self {

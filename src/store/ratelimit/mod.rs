@@ -486,74 +486,18 @@ fn check(
     cost: u32,
     attempt: bool,
 ) -> (RateReply, Vec<Option<i64>>) {
-    let cost = i64::from(cost);
-    let outcomes: Vec<(Outcome, i64, i64)> = params
-        .iter()
-        .zip(states.iter())
-        .zip(&locks.states)
-        .map(|((p, state), lock)| decide_locked(p, state.as_ref(), lock.as_ref(), now, cost))
-        .collect();
+    let outcomes = decide_all(params, states, locks, now, cost);
     let applied = cost > 0 && outcomes.iter().all(|(o, _, _)| o.allowed);
-    let mut verdicts = Vec::with_capacity(outcomes.len());
-    let mut expiries = Vec::with_capacity(outcomes.len());
-    let policies = params
-        .iter()
-        .zip(states.iter_mut())
-        .zip(locks.states.iter_mut().zip(&mut locks.written));
-    for (((p, slot), (lock, lock_written)), (mut outcome, mut until, breaches)) in
-        policies.zip(outcomes)
-    {
-        if let Some(lockout) = &p.lockout
-            && attempt
-            && !applied
-            && !outcome.allowed
-            && until == 0
-        {
-            let (state, new_until, expires) = lockout::breach(lockout, breaches, now);
-            *lock = Some(state);
-            *lock_written = Some(expires);
-            until = new_until;
-            outcome = lockout::mask(outcome, until - now);
-        }
-        let figures = match outcome.after {
-            Some((after, write)) if applied => {
-                apply(p, slot, write, now, cost);
-                expiries.push(if p.kind == ScriptAlgorithm::SlidingLog {
-                    sliding_log::expires(p.log_keep_us(), slot.as_ref())
-                } else {
-                    Some(now + after.reset)
-                });
-                after
-            }
-            _ => {
-                expiries.push(None);
-                outcome.before
-            }
-        };
-        verdicts.push(
-            Verdict::new(
-                outcome.allowed,
-                figures.remaining,
-                outcome.retry,
-                figures.reset,
-            )
-            .locked(if until > now { until - now } else { 0 }),
-        );
-    }
-    (
-        RateReply {
-            applied,
-            wait_us: 0,
-            granted: if applied {
-                u32::try_from(cost).unwrap_or(0)
-            } else {
-                0
-            },
-            charged: None,
-            verdicts,
+    let decided = Decided {
+        outcomes,
+        charge: if applied {
+            Charge::Every
+        } else {
+            Charge::Nothing
         },
-        expiries,
-    )
+        breach: attempt && !applied,
+    };
+    settle(params, states, locks, now, cost, decided)
 }
 
 /// Any of the policies: each decides in order (masked by its lock) without writing; the
@@ -568,16 +512,85 @@ fn any_of(
     now: i64,
     cost: u32,
 ) -> (RateReply, Vec<Option<i64>>) {
-    let cost = i64::from(cost);
-    let outcomes: Vec<(Outcome, i64, i64)> = params
-        .iter()
-        .zip(states.iter())
-        .zip(&locks.states)
-        .map(|((p, state), lock)| decide_locked(p, state.as_ref(), lock.as_ref(), now, cost))
-        .collect();
+    let outcomes = decide_all(params, states, locks, now, cost);
     let first = outcomes.iter().position(|(o, _, _)| o.allowed);
-    let charged = first.filter(|_| cost > 0);
-    let attempt = cost > 0 && first.is_none();
+    let charge = match first {
+        Some(i) if cost > 0 => Charge::One(i),
+        _ => Charge::Nothing,
+    };
+    let decided = Decided {
+        outcomes,
+        charge,
+        breach: cost > 0 && first.is_none(),
+    };
+    settle(params, states, locks, now, cost, decided)
+}
+
+/// What a check decided, before anything is written.
+struct Decided {
+    /// Each policy's outcome, its block's end and its breaches (`decide_all`).
+    outcomes: Vec<(Outcome, i64, i64)>,
+    charge: Charge,
+    /// Whether each lockout policy that denied while not blocked records a breach.
+    breach: bool,
+}
+
+/// Which policies a decision charges.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    Nothing,
+    /// Every policy (a whole check that all allowed).
+    Every,
+    /// This one alone (the first of an any-of check that allowed).
+    One(usize),
+}
+
+impl Charge {
+    fn pays(self, policy: usize) -> bool {
+        match self {
+            Self::Nothing => false,
+            Self::Every => true,
+            Self::One(i) => i == policy,
+        }
+    }
+}
+
+/// Each policy's decision of `cost` (its outcome, its block's end, its breaches), masked by
+/// its lock, without writing.
+fn decide_all(
+    params: &[PolicyParams],
+    states: &[Option<State>],
+    locks: &Locks,
+    now: i64,
+    cost: u32,
+) -> Vec<(Outcome, i64, i64)> {
+    params
+        .iter()
+        .zip(states)
+        .zip(&locks.states)
+        .map(|((p, state), lock)| {
+            decide_locked(p, state.as_ref(), lock.as_ref(), now, i64::from(cost))
+        })
+        .collect()
+}
+
+/// Writes what was `decided`: the policies its charge names pay `cost` and answer their
+/// figures after, the others their figures before; when it says so, each lockout policy that
+/// denied while not blocked records a breach and answers blocked. Answers the reply and each
+/// policy's new expiry (`None`: its state was not written).
+fn settle(
+    params: &[PolicyParams],
+    states: &mut [Option<State>],
+    locks: &mut Locks,
+    now: i64,
+    cost: u32,
+    decided: Decided,
+) -> (RateReply, Vec<Option<i64>>) {
+    let Decided {
+        outcomes,
+        charge,
+        breach,
+    } = decided;
     let mut verdicts = Vec::with_capacity(outcomes.len());
     let mut expiries = Vec::with_capacity(outcomes.len());
     let policies = params
@@ -588,7 +601,7 @@ fn any_of(
         policies.zip(outcomes).enumerate()
     {
         if let Some(lockout) = &p.lockout
-            && attempt
+            && breach
             && !outcome.allowed
             && until == 0
         {
@@ -599,8 +612,8 @@ fn any_of(
             outcome = lockout::mask(outcome, until - now);
         }
         let figures = match outcome.after {
-            Some((after, write)) if charged == Some(i) => {
-                apply(p, slot, write, now, cost);
+            Some((after, write)) if charge.pays(i) => {
+                apply(p, slot, write, now, i64::from(cost));
                 expiries.push(if p.kind == ScriptAlgorithm::SlidingLog {
                     sliding_log::expires(p.log_keep_us(), slot.as_ref())
                 } else {
@@ -623,16 +636,16 @@ fn any_of(
             .locked(if until > now { until - now } else { 0 }),
         );
     }
+    let applied = charge != Charge::Nothing;
     (
         RateReply {
-            applied: charged.is_some(),
+            applied,
             wait_us: 0,
-            granted: if charged.is_some() {
-                u32::try_from(cost).unwrap_or(0)
-            } else {
-                0
+            granted: if applied { cost } else { 0 },
+            charged: match charge {
+                Charge::One(i) => Some(i),
+                _ => None,
             },
-            charged,
             verdicts,
         },
         expiries,
