@@ -1,5 +1,14 @@
 //! [`RateLimiter`]: policies bound to a client, plus what happens around each check (the
 //! deny cache, the deadline, the outage policy, shadow mode).
+//!
+//! ```text
+//! limiter.rs             RateLimiter: checks, peeks, partial grants, resets, refunds
+//! limiter/waiting.rs     acquire, acquire_n, reserve: a turn reserved in the store
+//! limiter/asking.rs      one operation on the store (breaker, deadline, in-flight limit,
+//!                        deny cache), the outage policy, the decision a reply makes
+//! limiter/hybrid.rs      shares of a subject's budget answered locally
+//! limiter/test_hooks.rs  test-util only
+//! ```
 
 use std::sync::Arc;
 #[cfg(feature = "test-util")]
@@ -9,22 +18,23 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::breaker::{Admit, CircuitBreaker};
+use super::breaker::CircuitBreaker;
 use super::decision::Combine;
-use super::deny_cache::{Answer, DenyCache};
+use super::deny_cache::DenyCache;
 use super::metrics::{self, CheckTimer};
-use super::outage::{Outage, OutageLog, Unavailable};
-use super::reservation::{Reservation, Turn};
+use super::outage::{Outage, OutageLog};
 use super::subject_rates::{Effective, RateTable};
-use super::{Decision, Origin, Policy, PolicyDecision};
+use super::{Decision, Origin, Policy};
 use crate::core::Core;
-use crate::error::{RateLimitError, StoreError};
-use crate::keys::{LOCK_KEY_PART, rate_key_head, rate_keys};
-use crate::store::{MemoryStore, RateOp, RateReply, RateRequest};
+use crate::error::RateLimitError;
+use crate::keys::{LOCK_KEY_PART, rate_key_head};
+use crate::store::{MemoryStore, RateOp, RateRequest};
 
+mod asking;
 mod hybrid;
 #[cfg(feature = "test-util")]
 mod test_hooks;
+mod waiting;
 pub use self::hybrid::DEFAULT_HYBRID_SUBJECTS;
 pub(super) use self::hybrid::HybridSettings;
 use self::hybrid::Shares;
@@ -426,169 +436,6 @@ impl RateLimiter {
         }
     }
 
-    /// Waits until a request of cost 1 may pass, then passes it: the leaky bucket as a queue,
-    /// for workers that must call something at a fixed rate. See
-    /// [`acquire_n`](Self::acquire_n).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use std::time::Duration;
-    /// use distlock::ratelimit::{Policy, Rate};
-    ///
-    /// let client = distlock::Client::in_memory();
-    /// // A third-party API that takes 50 calls a second, one every 20 ms.
-    /// let partner = client.rate_limiter(Policy::gcra("partner", Rate::per_second(50)?.burst(1)?)?).build()?;
-    /// let start = tokio::time::Instant::now();
-    /// for _ in 0..3 {
-    ///     assert!(partner.acquire("partner-api").await?.allowed);
-    /// }
-    /// assert!(start.elapsed() >= Duration::from_millis(40)); // 0, 20 and 40 ms
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire(&self, subject: &str) -> Result<Decision, RateLimitError> {
-        self.acquire_n(subject, 1).await
-    }
-
-    /// Waits until a request of `cost` units may pass, then passes it, if that is within
-    /// [`max_wait`](super::RateLimiterBuilder::max_wait) (default: however long it takes); otherwise it is denied at
-    /// once (`allowed == false`, with the wait it would have had in `retry_after`).
-    ///
-    /// With GCRA and token-bucket policies the request *reserves* its turn when it is called
-    /// (one round trip: the store advances the subject's state past it and answers the
-    /// wait), so waiters across every process are served in the order they called, with no
-    /// race to retry and no thundering herd. Dropping the future before its turn gives the
-    /// turn back (a [`refund`](Self::refund), sent in the background). With window algorithms
-    /// there is nothing to reserve: it sleeps until the store's `retry_after` and checks
-    /// again, in no particular order.
-    ///
-    /// Errors are those of [`check_n`](Self::check_n); the outage policy applies as there
-    /// (failing open passes at once).
-    pub async fn acquire_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
-        let started = Instant::now();
-        loop {
-            let left = self.max_wait.saturating_sub(started.elapsed());
-            let reservation = self.reserve_timed(subject, cost, left).await?;
-            let decision = reservation.decision();
-            // One decision per call, however many rounds it took.
-            if decision.allowed {
-                metrics::decided(decision, cost);
-                return Ok(reservation.ready().await);
-            }
-            // A refused reservation waits no better by asking again; a window algorithm (or the
-            // local fallback) has no turns to reserve, so it waits for its retry.
-            let reserved = self.fifo && decision.origin == Origin::Store;
-            if reserved || decision.retry_after > left || decision.retry_after.is_zero() {
-                metrics::decided(decision, cost);
-                return Ok(reservation.into_decision());
-            }
-            tokio::time::sleep(decision.retry_after).await;
-        }
-    }
-
-    /// Reserves the next turn for a request of `cost` units on `subject`, if it comes within
-    /// `max_wait`: the mechanism behind [`acquire_n`](Self::acquire_n), for callers that have
-    /// something to do between learning the wait and sleeping it (the tower layer gives back
-    /// the inner service's readiness). A granted [`Reservation`] has consumed its cost;
-    /// [`ready`](Reservation::ready) sleeps until its turn, and dropping it before then gives
-    /// the turn back. A refused one has consumed nothing (and, for window algorithms, says in
-    /// `retry_after` when to ask again).
-    pub async fn reserve(
-        &self,
-        subject: &str,
-        cost: u32,
-        max_wait: Duration,
-    ) -> Result<Reservation, RateLimitError> {
-        let result = self.reserve_timed(subject, cost, max_wait).await;
-        if let Ok(reservation) = &result {
-            metrics::decided(reservation.decision(), cost);
-        }
-        result
-    }
-
-    /// [`reserve`](Self::reserve), timed but not counted as a decision.
-    async fn reserve_timed(
-        &self,
-        subject: &str,
-        cost: u32,
-        max_wait: Duration,
-    ) -> Result<Reservation, RateLimitError> {
-        let timer = CheckTimer::start();
-        let result = self.reserve_uncounted(subject, cost, max_wait).await;
-        timer.done(self.policies[0].shared_name());
-        result
-    }
-
-    async fn reserve_uncounted(
-        &self,
-        subject: &str,
-        cost: u32,
-        max_wait: Duration,
-    ) -> Result<Reservation, RateLimitError> {
-        let eff = self.effective(subject).await?;
-        validate_cost(&eff, cost)?;
-        let cache = self.shared.deny_cache.as_ref();
-        if let Some(hit) =
-            cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
-        {
-            // Others only move the turn later (or refund, which drops the entry): a cached
-            // wait longer than max_wait is refused without a round trip.
-            if hit.retry_after > max_wait || !self.fifo {
-                tokio::task::consume_budget().await;
-                return Ok(Reservation::refused(granting(
-                    self.enforce(subject, hit),
-                    cost,
-                )));
-            }
-        }
-        let keys = self.keys(subject)?;
-        let max_wait_us = u64::try_from(max_wait.min(MAX_WAIT).as_micros()).unwrap_or(u64::MAX);
-        // An any-of limiter has no turns to reserve: its reservations are checks.
-        let op = if cost == 0 || max_wait.is_zero() || self.combine == Combine::Any {
-            self.check_op(cost)
-        } else {
-            RateOp::Reserve { cost, max_wait_us }
-        };
-        match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => {
-                let wait = Duration::from_micros(reply.wait_us);
-                let granted = reply.applied;
-                let decision = granting(
-                    self.enforce(subject, self.decision(&eff, reply, Origin::Store)),
-                    cost,
-                );
-                // Only a reserved turn is given back on drop: an any-of limiter cannot
-                // refund (see `refund`), and its check passed now.
-                if granted && cost > 0 && self.combine == Combine::All {
-                    Ok(Reservation::granted(
-                        decision,
-                        wait,
-                        Some(Turn {
-                            limiter: self.clone(),
-                            subject: subject.to_owned(),
-                            cost,
-                        }),
-                    ))
-                } else if decision.allowed {
-                    Ok(Reservation::granted(decision, Duration::ZERO, None))
-                } else {
-                    Ok(Reservation::refused(decision))
-                }
-            }
-            Err(unavailable) => {
-                let decision = granting(
-                    self.on_unavailable(subject, &keys, &eff, self.check_op(cost), unavailable)?,
-                    cost,
-                );
-                Ok(if decision.allowed {
-                    Reservation::granted(decision, Duration::ZERO, None)
-                } else {
-                    Reservation::refused(decision)
-                })
-            }
-        }
-    }
-
     /// Clears `subject`'s state under every policy of this limiter, atomically, in one round
     /// trip: the subject starts afresh. Answers what a cost-1 request would get now.
     ///
@@ -681,172 +528,6 @@ impl RateLimiter {
             }
         }
     }
-
-    /// One operation on the store, through the circuit breaker, bounded by the deadline and
-    /// the in-flight limit; the deny cache learns from the answer.
-    async fn operate(
-        &self,
-        subject: &str,
-        keys: &[String],
-        eff: &Effective,
-        op: RateOp,
-    ) -> Result<RateReply, Unavailable> {
-        let probe = match self.breaker.as_ref().map(CircuitBreaker::admit) {
-            Some(Admit::Skip(retry_in)) => return Err(Unavailable::Skipped(retry_in)),
-            Some(Admit::Probe(guard)) => Some(guard),
-            Some(Admit::Ask) | None => None,
-        };
-        let cache = self.shared.deny_cache.as_ref();
-        let sent = cache.map(DenyCache::sending);
-        let result = self.ask_store(keys, eff, op).await;
-        let answered = match &result {
-            Ok(_) => Some(true),
-            Err(Unavailable::Store(_)) => Some(false),
-            // Our own limit, not the store's failure.
-            Err(_) => None,
-        };
-        if let Some(ok) = answered {
-            match probe {
-                Some(guard) => guard.report(ok),
-                None => {
-                    if let Some(breaker) = &self.breaker {
-                        breaker.report(ok);
-                    }
-                }
-            }
-        }
-        if result.is_ok() {
-            self.shared.outage_log.answered();
-        }
-        if let (Some(cache), Some(sent)) = (cache, sent) {
-            let answer = match &result {
-                Ok(reply) => Answer::Replied(reply),
-                Err(Unavailable::Store(_)) => Answer::Lost,
-                // Our own limit or the breaker: nothing was sent.
-                Err(_) => Answer::NotSent,
-            };
-            cache.learn(
-                subject,
-                op,
-                sent,
-                answer,
-                |reply| self.decision(eff, reply.clone(), Origin::Store),
-                &eff.recovery,
-            );
-        }
-        result
-    }
-
-    pub(super) fn keys(&self, subject: &str) -> Result<Vec<String>, RateLimitError> {
-        Ok(rate_keys(&self.key_heads, subject)?)
-    }
-
-    /// One round trip, bounded by the deadline and the in-flight limit.
-    async fn ask_store(
-        &self,
-        keys: &[String],
-        eff: &Effective,
-        op: RateOp,
-    ) -> Result<RateReply, Unavailable> {
-        let Ok(_permit) = self.shared.in_flight.try_acquire() else {
-            return Err(Unavailable::Overloaded(self.shared.max_in_flight));
-        };
-        #[cfg(feature = "test-util")]
-        self.shared
-            .store_calls
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let req = RateRequest {
-            keys,
-            params: &eff.params,
-            op,
-        };
-        let reply = tokio::time::timeout(self.deadline, self.client.store().rate_limit(&req))
-            .await
-            .map_err(|_| {
-                Unavailable::Store(StoreError::Timeout {
-                    after: self.deadline,
-                })
-            })?
-            .map_err(Unavailable::Store)?;
-        if reply.verdicts.len() == self.policies.len() {
-            Ok(reply)
-        } else {
-            Err(Unavailable::Store(StoreError::Protocol {
-                message: format!(
-                    "{} verdicts for {} policies",
-                    reply.verdicts.len(),
-                    self.policies.len()
-                ),
-            }))
-        }
-    }
-
-    /// Applies shadow mode to a decision.
-    fn enforce(&self, subject: &str, mut decision: Decision) -> Decision {
-        if self.shadow && !decision.allowed {
-            tracing::info!(
-                target: "distlock::ratelimit",
-                subject,
-                policy = &*decision.policy,
-                retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
-                origin = ?decision.origin,
-                "shadow mode: the rate limit would have denied this request"
-            );
-            decision.allowed = true;
-            decision.shadowed = true;
-        }
-        decision
-    }
-
-    fn on_unavailable(
-        &self,
-        subject: &str,
-        keys: &[String],
-        eff: &Effective,
-        op: RateOp,
-        why: Unavailable,
-    ) -> Result<Decision, RateLimitError> {
-        let outage = if self.shadow {
-            Outage::FailOpen
-        } else {
-            self.outage
-        };
-        self.shared.outage_log.unanswered(&why, Some(outage));
-        match outage {
-            Outage::FailClosed => Err(why.into()),
-            Outage::FailOpen => {
-                let per_policy = eff
-                    .policies
-                    .iter()
-                    .map(|p| PolicyDecision {
-                        policy: Arc::clone(p.shared_name()),
-                        allowed: true,
-                        limit: u64::from(p.limit()),
-                        remaining: u64::from(p.limit()),
-                        retry_after: Duration::ZERO,
-                        reset_after: Duration::ZERO,
-                        locked_out: false,
-                        charged: false,
-                        lock_left: Duration::ZERO,
-                    })
-                    .collect();
-                Ok(Decision::combine(
-                    per_policy,
-                    Origin::FailOpen,
-                    self.combine,
-                ))
-            }
-            Outage::LocalFallback => {
-                let req = RateRequest {
-                    keys,
-                    params: &eff.params,
-                    op,
-                };
-                let reply = self.shared.fallback.check_rate(&req);
-                Ok(self.enforce(subject, self.decision(eff, reply, Origin::LocalFallback)))
-            }
-        }
-    }
 }
 
 /// Refuses a cost above what one of the subject's policies allows at once.
@@ -865,40 +546,5 @@ fn validate_cost(eff: &Effective, cost: u32) -> Result<(), RateLimitError> {
 /// let through by failing open or shadow mode), nothing otherwise.
 fn granting(mut decision: Decision, cost: u32) -> Decision {
     decision.granted = if decision.allowed { cost } else { 0 };
-    decision
-}
-
-impl RateLimiter {
-    /// The decision the store's reply makes, with the subject's policies, combined as this
-    /// limiter combines them.
-    pub(super) fn decision(&self, eff: &Effective, reply: RateReply, origin: Origin) -> Decision {
-        decision(eff, reply, origin, self.combine)
-    }
-}
-
-/// The decision the store's reply makes, with the subject's policies, combined as `how`.
-fn decision(eff: &Effective, reply: RateReply, origin: Origin, how: Combine) -> Decision {
-    let granted = reply.granted;
-    // An applied any-of charged one policy; any other applied operation charged them all.
-    let charged = |i: usize| reply.applied && reply.charged.is_none_or(|c| c == i);
-    let per_policy = eff
-        .policies
-        .iter()
-        .zip(reply.verdicts)
-        .enumerate()
-        .map(|(i, (p, v))| PolicyDecision {
-            policy: Arc::clone(p.shared_name()),
-            allowed: v.allowed,
-            limit: u64::from(p.limit()),
-            remaining: v.remaining,
-            retry_after: Duration::from_micros(v.retry_us),
-            reset_after: Duration::from_micros(v.reset_us),
-            locked_out: v.locked_us > 0,
-            charged: charged(i),
-            lock_left: Duration::from_micros(v.locked_us),
-        })
-        .collect();
-    let mut decision = Decision::combine(per_policy, origin, how);
-    decision.granted = granted;
     decision
 }
