@@ -1,11 +1,12 @@
 //! [`RateLimiter`]: policies bound to a client, plus what happens around each check (the
-//! deny cache, the deadline, the outage policy, shadow mode).
+//! deny cache, the deadline, the outage policy and shadow mode, in `limiter/asking.rs`).
 //!
 //! ```text
 //! limiter.rs             RateLimiter: checks, peeks, partial grants, resets, refunds
 //! limiter/waiting.rs     acquire, acquire_n, reserve: a turn reserved in the store
 //! limiter/asking.rs      one operation on the store (breaker, deadline, in-flight limit,
-//!                        deny cache), the outage policy, the decision a reply makes
+//!                        deny cache), the outage policy, shadow mode, the decision a
+//!                        reply makes, the subject's keys
 //! limiter/hybrid.rs      shares of a subject's budget answered locally
 //! limiter/test_hooks.rs  test-util only
 //! ```
