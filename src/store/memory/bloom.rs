@@ -62,8 +62,8 @@ impl Blooms {
     /// Remaining ttl of a live shard (`Some(None)`: no ttl), for tests.
     #[cfg(feature = "test-util")]
     pub(crate) fn pttl(&self, key: &str) -> Option<Option<Duration>> {
-        let now = Instant::now();
         let shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
         let shard = shards.get(key)?;
         match shard.expires_at {
             None => Some(None),
@@ -84,8 +84,8 @@ impl Blooms {
                 message: "the in-memory store has no RedisBloom module".to_owned(),
             });
         }
-        let now = Instant::now();
         let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
         shards.retain(|_, s| s.expires_at.is_none_or(|e| e > now));
         let k = usize::try_from(shape.hashes.max(1)).unwrap_or(1);
         let replies = calls

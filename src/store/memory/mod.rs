@@ -248,6 +248,9 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// The state, locked. Every operation reads the clock only once it holds this, as a
+    /// script reads `TIME` inside its atomic run: a time read before could predate another
+    /// caller's write, and a busy lock would then report more time left than its ttl.
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -259,8 +262,8 @@ impl MemoryStore {
         ttl: Duration,
         waits: Waits,
     ) -> AcquireReply {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         if state.held(&keys.lock, token, now) == Ownership::Theirs {
             let starving = waits == Waits::Starving;
             if let Some(v) = state
@@ -292,8 +295,8 @@ impl MemoryStore {
 
     /// As `acquire_all.lua`: every lock free (or already its token's), then all taken.
     fn take_all(&self, keys: &[&LockKeys], tokens: &[Token], ttl: Duration) -> AllReply {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         for (index, (k, token)) in keys.iter().zip(tokens).enumerate() {
             if state.held(&k.lock, token, now) == Ownership::Theirs {
                 return AllReply::Busy {
@@ -316,8 +319,8 @@ impl MemoryStore {
 
     /// As `acquire_permits.lua`.
     fn take_permits(&self, item: &PermitsItem<'_>) -> AcquireReply {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         let keys = item.keys;
         let held = state.held_entries(&keys.set, now);
         let retry = state.holds_entries(&keys.set, item.token, now);
@@ -365,8 +368,8 @@ impl MemoryStore {
         ttl: Duration,
         waits: Waits,
     ) -> AcquireReply {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         let readers = &keys.readers.set;
         let busy = |pttl: Option<Duration>| AcquireReply::Busy { pttl };
         match side {
@@ -407,8 +410,8 @@ impl MemoryStore {
 
     /// As `release_writer.lua`: wakes a local writer and a local reader.
     fn free_writer(&self, keys: &RwKeys, token: &Token) -> Ownership {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         let held = state.held(&keys.writer.lock, token, now);
         if held == Ownership::Ours {
             state.values.remove(&keys.writer.lock);
@@ -421,8 +424,8 @@ impl MemoryStore {
 
     /// As `release_entries.lua`; wakes a local waiter.
     fn free_entries(&self, keys: &SetKeys, token: &Token) -> Ownership {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         let live = state.holds_entries(&keys.set, token, now);
         if let Some(set) = state.sets.get_mut(&keys.set) {
             set.remove(token.as_str());
@@ -439,8 +442,8 @@ impl MemoryStore {
     }
 
     fn free_lock(&self, keys: &LockKeys, token: &Token) -> Ownership {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         let held = state.held(&keys.lock, token, now);
         if held == Ownership::Ours {
             let starving = state
@@ -460,8 +463,8 @@ impl MemoryStore {
 
     /// Takes back a starving waiter's mark, as `unmark.lua` does.
     fn clear_mark(&self, keys: &LockKeys) {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         let Some(v) = state
             .values
             .get_mut(&keys.lock)
@@ -477,8 +480,8 @@ impl MemoryStore {
     }
 
     fn renew_leases(&self, items: &[RenewItem<'_>]) -> Vec<Ownership> {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         items
             .iter()
             .map(|item| {
@@ -538,8 +541,8 @@ impl MemoryStore {
     /// Remaining ttl of a key, for tests (`None` if absent).
     #[cfg(feature = "test-util")]
     pub(crate) fn pttl(&self, key: &str) -> Option<Duration> {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         if let Some(v) = state.get(key, now) {
             return Some(v.expires_at.saturating_duration_since(now));
         }
@@ -576,8 +579,8 @@ impl MemoryStore {
     /// Live keys, for tests.
     #[cfg(feature = "test-util")]
     pub(crate) fn live_keys(&self) -> Vec<String> {
-        let now = Instant::now();
         let state = self.state();
+        let now = Instant::now();
         let mut keys: Vec<String> = state
             .values
             .iter()
@@ -738,8 +741,8 @@ impl Backend for MemoryStore {
 
     /// As `idempotency.lua`: a read, or a store only while the claim's token holds its lock.
     async fn idempotency(&self, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         Ok(match *call {
             RecordCall::Get { record } => RecordReply::Record(
                 state
@@ -782,16 +785,16 @@ impl Backend for MemoryStore {
     }
 
     async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
+        let state = self.state();
         let now = Instant::now();
-        Ok(self
-            .state()
+        Ok(state
             .get(key, now)
             .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now))))
     }
 
     async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
-        let now = Instant::now();
         let state = self.state();
+        let now = Instant::now();
         let mut keys: Vec<String> = state
             .values
             .iter()
@@ -811,8 +814,8 @@ impl Backend for MemoryStore {
     }
 
     async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         Ok(state.holders(key, now).map_or_else(Vec::new, |set| {
             set.iter()
                 .map(|(token, entries)| SetHolder {
@@ -834,8 +837,8 @@ impl Backend for MemoryStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         if state.held(&keys.lock, token, now) != Ownership::Ours {
             return Ok(false);
         }
@@ -855,8 +858,8 @@ impl Backend for MemoryStore {
         keys: &LockKeys,
         record_key: &str,
     ) -> Result<Option<Record>, StoreError> {
-        let now = Instant::now();
         let state = self.state();
+        let now = Instant::now();
         let Some((term, writer, identity)) = state
             .get(record_key, now)
             .and_then(|v| memory_record(&v.data))
@@ -876,8 +879,8 @@ impl Backend for MemoryStore {
         record_key: &str,
         token: &Token,
     ) -> Result<bool, StoreError> {
-        let now = Instant::now();
         let mut state = self.state();
+        let now = Instant::now();
         let ours = state
             .get(record_key, now)
             .and_then(|v| memory_record(&v.data))
