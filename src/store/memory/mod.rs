@@ -248,11 +248,16 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// The state, locked. Every operation reads the clock only once it holds this, as a
-    /// script reads `TIME` inside its atomic run: a time read before could predate another
-    /// caller's write, and a busy lock would then report more time left than its ttl.
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The state, locked, and the time read once it is held, as a script reads `TIME` inside
+    /// its atomic run: a time read before the lock could predate another caller's write, and
+    /// a busy lock would then report more time left than its ttl.
+    fn state_now(&self) -> (std::sync::MutexGuard<'_, State>, Instant) {
+        let state = self.state();
+        (state, Instant::now())
     }
 
     fn take_lock(
@@ -262,8 +267,7 @@ impl MemoryStore {
         ttl: Duration,
         waits: Waits,
     ) -> AcquireReply {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         if state.held(&keys.lock, token, now) == Ownership::Theirs {
             let starving = waits == Waits::Starving;
             if let Some(v) = state
@@ -295,8 +299,7 @@ impl MemoryStore {
 
     /// As `acquire_all.lua`: every lock free (or already its token's), then all taken.
     fn take_all(&self, keys: &[&LockKeys], tokens: &[Token], ttl: Duration) -> AllReply {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         for (index, (k, token)) in keys.iter().zip(tokens).enumerate() {
             if state.held(&k.lock, token, now) == Ownership::Theirs {
                 return AllReply::Busy {
@@ -319,8 +322,7 @@ impl MemoryStore {
 
     /// As `acquire_permits.lua`.
     fn take_permits(&self, item: &PermitsItem<'_>) -> AcquireReply {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         let keys = item.keys;
         let held = state.held_entries(&keys.set, now);
         let retry = state.holds_entries(&keys.set, item.token, now);
@@ -368,8 +370,7 @@ impl MemoryStore {
         ttl: Duration,
         waits: Waits,
     ) -> AcquireReply {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         let readers = &keys.readers.set;
         let busy = |pttl: Option<Duration>| AcquireReply::Busy { pttl };
         match side {
@@ -410,8 +411,7 @@ impl MemoryStore {
 
     /// As `release_writer.lua`: wakes a local writer and a local reader.
     fn free_writer(&self, keys: &RwKeys, token: &Token) -> Ownership {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         let held = state.held(&keys.writer.lock, token, now);
         if held == Ownership::Ours {
             state.values.remove(&keys.writer.lock);
@@ -424,8 +424,7 @@ impl MemoryStore {
 
     /// As `release_entries.lua`; wakes a local waiter.
     fn free_entries(&self, keys: &SetKeys, token: &Token) -> Ownership {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         let live = state.holds_entries(&keys.set, token, now);
         if let Some(set) = state.sets.get_mut(&keys.set) {
             set.remove(token.as_str());
@@ -442,8 +441,7 @@ impl MemoryStore {
     }
 
     fn free_lock(&self, keys: &LockKeys, token: &Token) -> Ownership {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         let held = state.held(&keys.lock, token, now);
         if held == Ownership::Ours {
             let starving = state
@@ -463,8 +461,7 @@ impl MemoryStore {
 
     /// Takes back a starving waiter's mark, as `unmark.lua` does.
     fn clear_mark(&self, keys: &LockKeys) {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         let Some(v) = state
             .values
             .get_mut(&keys.lock)
@@ -480,8 +477,7 @@ impl MemoryStore {
     }
 
     fn renew_leases(&self, items: &[RenewItem<'_>]) -> Vec<Ownership> {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         items
             .iter()
             .map(|item| {
@@ -541,8 +537,7 @@ impl MemoryStore {
     /// Remaining ttl of a key, for tests (`None` if absent).
     #[cfg(feature = "test-util")]
     pub(crate) fn pttl(&self, key: &str) -> Option<Duration> {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         if let Some(v) = state.get(key, now) {
             return Some(v.expires_at.saturating_duration_since(now));
         }
@@ -565,22 +560,21 @@ impl MemoryStore {
     /// How many live entries the holder set `key` has, for tests.
     #[cfg(feature = "test-util")]
     pub(crate) fn live_entries(&self, key: &str) -> u64 {
-        self.state().held_entries(key, Instant::now())
+        let (mut state, now) = self.state_now();
+        state.held_entries(key, now)
     }
 
     /// The value of a live key, for tests.
     #[cfg(feature = "test-util")]
     pub(crate) fn get(&self, key: &str) -> Option<String> {
-        self.state()
-            .get(key, Instant::now())
-            .map(|v| v.data.clone())
+        let (state, now) = self.state_now();
+        state.get(key, now).map(|v| v.data.clone())
     }
 
     /// Live keys, for tests.
     #[cfg(feature = "test-util")]
     pub(crate) fn live_keys(&self) -> Vec<String> {
-        let state = self.state();
-        let now = Instant::now();
+        let (state, now) = self.state_now();
         let mut keys: Vec<String> = state
             .values
             .iter()
@@ -741,8 +735,7 @@ impl Backend for MemoryStore {
 
     /// As `idempotency.lua`: a read, or a store only while the claim's token holds its lock.
     async fn idempotency(&self, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         Ok(match *call {
             RecordCall::Get { record } => RecordReply::Record(
                 state
@@ -785,16 +778,14 @@ impl Backend for MemoryStore {
     }
 
     async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError> {
-        let state = self.state();
-        let now = Instant::now();
+        let (state, now) = self.state_now();
         Ok(state
             .get(key, now)
             .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now))))
     }
 
     async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
-        let state = self.state();
-        let now = Instant::now();
+        let (state, now) = self.state_now();
         let mut keys: Vec<String> = state
             .values
             .iter()
@@ -814,8 +805,7 @@ impl Backend for MemoryStore {
     }
 
     async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         Ok(state.holders(key, now).map_or_else(Vec::new, |set| {
             set.iter()
                 .map(|(token, entries)| SetHolder {
@@ -837,8 +827,7 @@ impl Backend for MemoryStore {
         record: &Record,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         if state.held(&keys.lock, token, now) != Ownership::Ours {
             return Ok(false);
         }
@@ -858,8 +847,7 @@ impl Backend for MemoryStore {
         keys: &LockKeys,
         record_key: &str,
     ) -> Result<Option<Record>, StoreError> {
-        let state = self.state();
-        let now = Instant::now();
+        let (state, now) = self.state_now();
         let Some((term, writer, identity)) = state
             .get(record_key, now)
             .and_then(|v| memory_record(&v.data))
@@ -879,8 +867,7 @@ impl Backend for MemoryStore {
         record_key: &str,
         token: &Token,
     ) -> Result<bool, StoreError> {
-        let mut state = self.state();
-        let now = Instant::now();
+        let (mut state, now) = self.state_now();
         let ours = state
             .get(record_key, now)
             .and_then(|v| memory_record(&v.data))
