@@ -187,7 +187,7 @@ impl RateTable {
                 let failed = |why: String| {
                     tracing::warn!(
                         target: "distlock::ratelimit",
-                        subject,
+                        subject = %crate::logging::redacted(subject),
                         error = %why,
                         "rate lookup failed; the subject keeps its previous rates for now"
                     );

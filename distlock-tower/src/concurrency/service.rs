@@ -37,10 +37,10 @@ impl LeaseKind for Limiting {
         semaphore.acquire().await.map_err(|err| {
             match &err {
                 LockError::InvalidName(err) => {
-                    tracing::debug!(semaphore = %key, error = %err, "request key is not a valid semaphore name");
+                    tracing::debug!(semaphore = %distlock::logging::redacted(key), error = %err, "request key is not a valid semaphore name");
                 }
                 LockError::Store(err) => {
-                    tracing::warn!(semaphore = %key, error = %err, "concurrency limit store unavailable");
+                    tracing::warn!(semaphore = %distlock::logging::redacted(key), error = %err, "concurrency limit store unavailable");
                 }
                 // A full limit is the layer's everyday answer; anything else is a `500`,
                 // which the refusal logs at ERROR once.
@@ -73,12 +73,12 @@ impl LeaseKind for Limiting {
     }
 
     fn log_lost(key: &str, handle: &LeaseHandle) {
-        tracing::warn!(semaphore = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
+        tracing::warn!(semaphore = %distlock::logging::redacted(key), fence = handle.fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
     }
 
     fn log_refused(refusal: &Refusal) {
         tracing::debug!(
-            semaphore = refusal.key(),
+            semaphore = refusal.key().map(|k| tracing::field::display(distlock::logging::redacted(k))),
             retry_after = refusal.retry_after_secs(),
             status = refusal.status().as_u16(),
             reason = refusal.reason().code(),

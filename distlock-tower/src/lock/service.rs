@@ -46,10 +46,10 @@ impl LeaseKind for Locking {
             let busy = matches!(err, LockError::Busy { .. } | LockError::Timeout { .. });
             match &err {
                 LockError::InvalidName(err) => {
-                    tracing::debug!(lock = %key, error = %err, "request key is not a valid lock name");
+                    tracing::debug!(lock = %distlock::logging::redacted(key), error = %err, "request key is not a valid lock name");
                 }
                 LockError::Store(err) => {
-                    tracing::warn!(lock = %key, error = %err, "lock store unavailable");
+                    tracing::warn!(lock = %distlock::logging::redacted(key), error = %err, "lock store unavailable");
                 }
                 // Contention is the layer's everyday answer; anything else is a `500`, which
                 // the refusal logs at ERROR once.
@@ -82,12 +82,12 @@ impl LeaseKind for Locking {
     }
 
     fn log_lost(key: &str, handle: &LeaseHandle) {
-        tracing::warn!(lock = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "lease lost while the handler ran");
+        tracing::warn!(lock = %distlock::logging::redacted(key), fence = handle.fence(), reason = ?handle.lost_reason(), "lease lost while the handler ran");
     }
 
     fn log_refused(refusal: &Refusal) {
         tracing::debug!(
-            lock = refusal.key(),
+            lock = refusal.key().map(|k| tracing::field::display(distlock::logging::redacted(k))),
             retry_after = refusal.retry_after_secs(),
             status = refusal.status().as_u16(),
             reason = refusal.reason().code(),

@@ -50,7 +50,7 @@ where
     let subject = match exemption {
         // Not read at all: a skipped request may carry no key.
         Some(_) => Extracted::Absent,
-        None => config.options.extract.extract_key(&request),
+        None => crate::extract::checked(config.options.extract.extract_key(&request)),
     };
     let exemption = exemption.or_else(|| subject.key().and_then(|key| exempt.for_key(key)));
     let hint = match subject {
@@ -285,12 +285,12 @@ async fn check<S: Clone, K, R>(
                     RateLimitError::Store(_)
                     | RateLimitError::Overloaded { .. }
                     | RateLimitError::CircuitOpen { .. } => {
-                        tracing::warn!(subject, error = %err, "rate-limit store unavailable");
+                        tracing::warn!(subject = %distlock::logging::redacted(subject), error = %err, "rate-limit store unavailable");
                     }
                     // The subject's own rate (a per-subject lookup) cannot take the layer's
                     // cost: a `413` for the client, a configuration to fix for the operator.
                     RateLimitError::CostTooLarge { .. } => {
-                        tracing::warn!(subject, error = %err, "rate-limit cost too large for the subject's policy");
+                        tracing::warn!(subject = %distlock::logging::redacted(subject), error = %err, "rate-limit cost too large for the subject's policy");
                     }
                     // Anything else is a `500`, which the refusal logs at ERROR once.
                     _ => {}
@@ -310,7 +310,7 @@ fn refuse<B, K, R: MakeRefusal>(
 ) -> Response<ResponseBody<B>> {
     let decision = refusal.decision().cloned();
     tracing::debug!(
-        subject = refusal.key(),
+        subject = refusal.key().map(|k| tracing::field::display(distlock::logging::redacted(k))),
         policy = decision.as_ref().map(|d| &*d.policy),
         origin = decision.as_ref().map(|d| tracing::field::debug(d.origin)),
         retry_after = refusal.retry_after_secs(),

@@ -91,7 +91,7 @@ impl Settler {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
-                subject = self.subject,
+                subject = %distlock::logging::redacted(&self.subject),
                 "rate-limit settlement dropped outside a Tokio runtime; the up-front cost stands"
             );
             return;
@@ -106,9 +106,9 @@ impl Settler {
                 limiter.penalize(&subject, cost - charged).await
             };
             match settled {
-                Ok(_) => tracing::debug!(subject, charged, cost, "rate-limit cost settled"),
+                Ok(_) => tracing::debug!(subject = %distlock::logging::redacted(&subject), charged, cost, "rate-limit cost settled"),
                 Err(err) => tracing::warn!(
-                    subject,
+                    subject = %distlock::logging::redacted(&subject),
                     charged,
                     cost,
                     error = %err,

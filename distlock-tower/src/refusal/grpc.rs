@@ -139,10 +139,13 @@ impl Grpc {
             }
             Reason::AtCapacity | Reason::StoreUnavailable => Code::Unavailable,
             Reason::LockBusy | Reason::LeaseLost | Reason::InFlight => Code::Aborted,
-            Reason::MissingKey | Reason::InvalidKey(_) | Reason::UnusableKey => {
-                Code::InvalidArgument
+            Reason::MissingKey
+            | Reason::InvalidKey(_)
+            | Reason::UnusableKey
+            | Reason::MissingScope => Code::InvalidArgument,
+            Reason::KeyReused | Reason::OutcomeUnknown | Reason::ResponseNotKept => {
+                Code::FailedPrecondition
             }
-            Reason::KeyReused => Code::FailedPrecondition,
             Reason::Internal => Code::Internal,
         }
     }

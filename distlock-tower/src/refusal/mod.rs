@@ -98,9 +98,9 @@
 //! | store unavailable ([`Reason::StoreUnavailable`]) | `UNAVAILABLE` | 1 s |
 //! | lease lost ([`Reason::LeaseLost`]) | `ABORTED` | 1 s |
 //! | idempotent request in flight ([`Reason::InFlight`]) | `ABORTED` | the layer's wait |
-//! | missing, invalid or unusable key | `INVALID_ARGUMENT` | none |
+//! | missing, invalid or unusable key, no scope ([`Reason::MissingScope`]) | `INVALID_ARGUMENT` | none |
 //! | cost or body too large ([`Reason::CostTooLarge`], [`Reason::BodyTooLarge`]) | `RESOURCE_EXHAUSTED` | none |
-//! | idempotency key reused ([`Reason::KeyReused`]) | `FAILED_PRECONDITION` | none |
+//! | idempotency key reused ([`Reason::KeyReused`]), its request's outcome unknown ([`Reason::OutcomeUnknown`]) or its response not kept ([`Reason::ResponseNotKept`]) | `FAILED_PRECONDITION` | none |
 //! | [`Reason::Internal`] | `INTERNAL` | none |
 //!
 //! `Grpc`'s own documentation says why each. The `Retry-After` and rate-limit fields the
@@ -230,13 +230,26 @@ pub enum Reason {
     /// The request body is over the [`IdempotencyLayer`](crate::IdempotencyLayer)'s cap, so it
     /// cannot be fingerprinted (`413`).
     BodyTooLarge,
+    /// The [`IdempotencyLayer`](crate::IdempotencyLayer) could not tell who sends the request
+    /// (its scope extractor found nothing), so it cannot tell whose key it is (`400`).
+    MissingScope,
+    /// The idempotency key's first request started and never finished (its process died, its
+    /// claim was lost, its handler panicked or its response broke): what it did is unknown,
+    /// so it is not run again (`409`, problem type `.../outcome-unknown`). Kept for the
+    /// layer's record ttl; retry with a new key once you know what happened.
+    OutcomeUnknown,
+    /// The idempotency key's first request finished, but its response was larger than the
+    /// [`IdempotencyLayer`](crate::IdempotencyLayer) keeps: it is not run again, and there is
+    /// nothing to replay (`409`).
+    ResponseNotKept,
 }
 
 impl Reason {
     /// A stable, lower-case name for logs, metrics and problem types: `too-many-requests`,
     /// `lock-busy`, `at-capacity`, `missing-key`, `invalid-key`, `unusable-key`,
     /// `store-unavailable`, `lease-lost`, `cost-too-large`, `internal`, `in-flight`,
-    /// `key-reused`, `body-too-large`.
+    /// `key-reused`, `body-too-large`, `missing-scope`, `outcome-unknown`,
+    /// `response-not-kept`.
     #[must_use]
     pub fn code(&self) -> &'static str {
         match self {
@@ -253,6 +266,9 @@ impl Reason {
             Self::InFlight => "in-flight",
             Self::KeyReused => "key-reused",
             Self::BodyTooLarge => "body-too-large",
+            Self::MissingScope => "missing-scope",
+            Self::OutcomeUnknown => "outcome-unknown",
+            Self::ResponseNotKept => "response-not-kept",
         }
     }
 }
@@ -618,9 +634,15 @@ impl Refusal {
             (Reason::Internal, true) => "rate limit error".into(),
             (Reason::Internal, false) => "lock error".into(),
             (Reason::AtCapacity, _) => "too many requests in flight; try again shortly".into(),
-            (Reason::InFlight | Reason::KeyReused | Reason::BodyTooLarge, _) => {
-                "request refused".into()
-            }
+            (
+                Reason::InFlight
+                | Reason::KeyReused
+                | Reason::BodyTooLarge
+                | Reason::MissingScope
+                | Reason::OutcomeUnknown
+                | Reason::ResponseNotKept,
+                _,
+            ) => "request refused".into(),
         }
     }
 
@@ -640,6 +662,17 @@ impl Refusal {
             }
             Reason::UnusableKey => "this request's idempotency key is invalid".into(),
             Reason::StoreUnavailable => "idempotency store unavailable, try again later".into(),
+            Reason::MissingScope => {
+                "this request does not say who sends it, so its idempotency key cannot be used"
+                    .into()
+            }
+            Reason::OutcomeUnknown => "a request with this idempotency key started and did not \
+                finish: its outcome is unknown, so it is not run again; check its effect, then \
+                use a new key"
+                .into(),
+            Reason::ResponseNotKept => "a request with this idempotency key finished, but its \
+                response was too large to keep: it is not run again"
+                .into(),
             Reason::LeaseLost
             | Reason::TooManyRequests
             | Reason::LockBusy
@@ -670,7 +703,10 @@ impl Refusal {
             | Reason::Internal
             | Reason::InFlight
             | Reason::KeyReused
-            | Reason::BodyTooLarge => "concurrency limit error".into(),
+            | Reason::BodyTooLarge
+            | Reason::MissingScope
+            | Reason::OutcomeUnknown
+            | Reason::ResponseNotKept => "concurrency limit error".into(),
         }
     }
 
@@ -741,7 +777,7 @@ impl Refusal {
             // What went wrong is for the operator: the client gets a fixed sentence.
             tracing::error!(
                 refused_by = ?self.refused_by,
-                key = self.key(),
+                key = self.key().map(|k| tracing::field::display(distlock::logging::redacted(k))),
                 reason = self.reason.code(),
                 error = self.error.as_ref().map(tracing::field::display),
                 "answering 500: {}",

@@ -178,3 +178,71 @@ async fn store_trouble_through_a_hook_and_in_the_checks() {
         "the outage policy decided"
     );
 }
+
+/// While the store is down, what the layers write at `WARN` on every request names no
+/// subject and no idempotency key: they can be API keys or bearer secrets, and logs travel
+/// further than the store does (TESTPLAN 57). The lines are there, redacted.
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_outage_logs_no_subject_and_no_key() {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::post;
+    use distlock_tower::IdempotencyLayer;
+    use distlock_tower::extract::Header;
+    use http::Request;
+    use tower::ServiceExt;
+
+    let mut server = RedisServer::start();
+    let client = Client::builder()
+        .response_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200))
+        .reconnect_retries(0)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let limiter = client
+        .rate_limiter(Policy::gcra("api", Rate::per_minute(60).expect("valid")).expect("valid"))
+        .deadline(DEADLINE)
+        .build()
+        .expect("valid limiter");
+    let limited = routes().layer(RateLimitLayer::new(
+        limiter,
+        Header::from_static("x-api-key"),
+    ));
+    let idempotent = Router::new()
+        .route("/pay", post(|| async { "paid" }))
+        .layer(
+            IdempotencyLayer::builder(client.clone(), "outage")
+                .scope(Header::from_static("x-account"))
+                .build()
+                .expect("valid settings"),
+        );
+    server.kill();
+
+    let capture = crate::traces::Capture::start(tracing::Level::WARN);
+    for _ in 0..3 {
+        let request = Request::get("/")
+            .header("x-api-key", "sk_live_SUBJECT_SECRET")
+            .body(Body::empty())
+            .expect("request");
+        let response = limited.clone().oneshot(request).await.expect("infallible");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let request = Request::post("/pay")
+            .header("x-account", "acct-9")
+            .header("idempotency-key", "KEY_SECRET_0001")
+            .body(Body::from("10 EUR"))
+            .expect("request");
+        let response = idempotent
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("infallible");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let logged = capture.text();
+    assert!(logged.contains("WARN"), "the outage is logged: {logged:?}");
+    assert!(logged.contains("idempotency store unavailable"), "{logged}");
+    for secret in ["sk_live_SUBJECT_SECRET", "KEY_SECRET_0001", "acct-9"] {
+        assert!(!logged.contains(secret), "{secret} in {logged}");
+    }
+}

@@ -302,14 +302,12 @@ async fn refusals_and_keyless_requests_are_debug_events() {
         .unwrap_or_else(|| panic!("no refusal event in {logged:?}"));
     assert!(refusal.contains("DEBUG"), "{refusal}");
     assert!(refusal.contains("distlock_tower::rate_limit"), "{refusal}");
-    for field in [
-        "subject=\"203.0.113.9\"",
-        "policy=\"api\"",
-        "retry_after=1",
-        "status=429",
-    ] {
+    for field in ["subject=#", "policy=\"api\"", "retry_after=1", "status=429"] {
         assert!(refusal.contains(field), "{field} in {refusal}");
     }
+    // The subject (an address, maybe an API key) is redacted: logs travel further than the
+    // store does.
+    assert!(!logged.contains("203.0.113.9"), "{logged}");
 
     // No ConnectInfo: the hint says how to serve the router.
     let bare = || Request::get("/").body(Body::empty()).expect("request");

@@ -322,7 +322,7 @@ impl RateLimiter {
         tokio::spawn(async move {
             for (subject, n) in units {
                 if let Err(err) = limiter.refund(&subject, n).await {
-                    tracing::warn!(subject = %subject, units = n, error = %err,
+                    tracing::warn!(subject = %crate::logging::redacted(&subject), units = n, error = %err,
                         "could not give back a hybrid share's unused units; they return as the policy refills");
                 }
             }
