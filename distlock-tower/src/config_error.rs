@@ -94,9 +94,11 @@ pub enum ConfigError {
         /// The name given.
         name: String,
     },
-    /// A setting of the [`IdempotencyLayer`](crate::IdempotencyLayer) out of its range (a
-    /// namespace, a record ttl, a body cap).
-    #[error("idempotency setting `{setting}`: {reason}")]
+    /// A setting of a layer out of its range (the
+    /// [`IdempotencyLayer`](crate::IdempotencyLayer)'s namespace, record ttl or body caps, a
+    /// stored header that carries credentials, a lock layer's namespace...), or one that
+    /// needs to be said by name (trusting every address as a proxy).
+    #[error("layer setting `{setting}`: {reason}")]
     #[non_exhaustive]
     InvalidSetting {
         /// The setting's name, as its builder method is named.
@@ -104,4 +106,13 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An [`IdempotencyLayer`](crate::IdempotencyLayer) built without saying whose keys
+    /// they are: with no scope, every caller's keys would meet, and one caller could read the
+    /// response stored under another's key.
+    #[error(
+        "an idempotency layer needs a scope: say who sends each request with \
+         .scope(extractor) (a user, a tenant, an API key's id), or share the keys among every \
+         caller with .scope_global()"
+    )]
+    NoScope,
 }

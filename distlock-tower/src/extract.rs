@@ -20,14 +20,16 @@
 //! |---|---|---|---|
 //! | a closure `Fn(&Request<B>) -> R`, `R` an `Option<String>`, `String` or [`Extracted`] | whatever it returns | `None` | an [`Extracted::Invalid`] it returns |
 //! | [`Header`] | the value of one header, trimmed | no such header | given more than once, empty, not visible ASCII, over [`MAX_KEY_LEN`] |
-//! | [`PathSegment`] | one segment of the URI path, percent-decoded | the path has fewer segments | empty, not UTF-8 once decoded, over [`MAX_KEY_LEN`] |
+//! | [`PathSegment`] | one segment of the URI path, percent-decoded | the path has fewer segments | empty, not UTF-8 or a control character once decoded, over [`MAX_KEY_LEN`] |
 //! | `MatchedPath` (feature `axum`) | axum's matched route template, e.g. `/orders/{id}` | outside a router, or on the fallback | never |
 //! | [`Prefixed`] | another extractor's key behind a fixed prefix | when the inner one is | when the inner one is |
 //! | [`Constant`] | the same key for every request | never | never |
 //! | [`ClientIp`](crate::client_ip::ClientIp) | the client's address (network) | no peer address (`ConnectInfo`, or a `SocketAddr` extension) | never |
 //!
 //! Values taken from the request are bounded by [`MAX_KEY_LEN`] bytes and must be text, so a
-//! hostile client cannot make the layer build huge keys. Since an absent key is something
+//! hostile client cannot make the layer build huge keys. Whatever an extractor answers (a
+//! closure of yours too), the layers refuse a key that holds a control character
+//! ([`InvalidKey::Control`]), so that no request can write a line of its own into the logs. Since an absent key is something
 //! every client can produce (by leaving the header out), never let "no key" mean more access
 //! than "some key" would unless you mean it ([`MissingKey::Allow`]).
 //!
@@ -131,6 +133,19 @@ impl Extracted {
     }
 }
 
+/// `extracted`, with a key that holds a control character (a decoded `%0A`, say) made
+/// [`InvalidKey::Control`]: the layers apply it to whatever an extractor answers (a closure
+/// of yours included), so no request can forge a log line through its key or name something
+/// no client should.
+pub(crate) fn checked(extracted: Extracted) -> Extracted {
+    match extracted {
+        Extracted::Key(key) if key.chars().any(char::is_control) => {
+            Extracted::Invalid(InvalidKey::Control)
+        }
+        other => other,
+    }
+}
+
 /// `Some(key)` is a key, `None` is absent: what closures written for the first version of
 /// [`ExtractKey`] return.
 impl From<Option<String>> for Extracted {
@@ -170,6 +185,14 @@ pub enum InvalidKey {
     /// Present but empty (or only whitespace).
     #[error("the key is empty")]
     Empty,
+    /// Shorter than the layer's minimum (the
+    /// [`IdempotencyLayer`](crate::IdempotencyLayer)'s `min_key_len`).
+    #[error("the key is shorter than {0} bytes")]
+    TooShort(usize),
+    /// Holds a control character (a decoded `%0A` in a path segment, say): refused so that no
+    /// request can write a line of its own into the logs, or a name no client should send.
+    #[error("the key holds a control character")]
+    Control,
     /// A reason of your own extractor's, e.g. a key that does not have the expected form.
     #[error("{0}")]
     Custom(Cow<'static, str>),
@@ -340,7 +363,8 @@ impl<B> ExtractKey<B> for Constant {
 /// the path rather than opening an empty segment: `/orders/` has the single segment
 /// `orders`, like `/orders`, and `/` has none. [Invalid](InvalidKey) when the segment is
 /// empty (`/orders//42` for segment 1: the client wrote the slot and left it empty), longer
-/// than [`MAX_KEY_LEN`] bytes or not UTF-8 once decoded.
+/// than [`MAX_KEY_LEN`] bytes, not UTF-8 once decoded, or holding a control character once
+/// decoded (`%0A`).
 ///
 /// Under axum's `Router::nest`, the path the layer sees has the nesting prefix removed when
 /// the layer sits on the nested router, so count segments from there.
@@ -371,7 +395,7 @@ impl<B> ExtractKey<B> for PathSegment {
         if decoded.len() > MAX_KEY_LEN {
             return InvalidKey::TooLong.into();
         }
-        String::from_utf8(decoded).map_or(InvalidKey::NotText.into(), Extracted::Key)
+        checked(String::from_utf8(decoded).map_or(InvalidKey::NotText.into(), Extracted::Key))
     }
 }
 

@@ -7,4 +7,5 @@ mod support;
 
 mod oneshot;
 mod processes;
+mod retries;
 mod runtime;

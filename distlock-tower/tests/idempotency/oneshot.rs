@@ -1,6 +1,7 @@
 //! The layer's answers through `oneshot`, the same bodies on every store: replay, mismatch,
-//! missing and malformed keys, methods without a key, server errors and over-cap bodies not
-//! stored, the quorum refused at build.
+//! missing and malformed keys, keys of other callers, methods without a key, server errors not
+//! stored, over-cap bodies not kept (and not run again), a lost claim that stops its handler,
+//! the quorum refused at build.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,6 +10,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use distlock::Client;
+use distlock_tower::extract::Header;
+use distlock_tower::idempotency::HeldClaim;
 use distlock_tower::{ConfigError, IdempotencyLayer};
 use http::{Request, Response, StatusCode};
 use tower::ServiceExt;
@@ -60,14 +63,23 @@ fn app(client: Client, namespace: &str, runs: Arc<AtomicU64>) -> Router {
         )
         .layer(
             IdempotencyLayer::builder(client, namespace)
+                .scope(Header::from_static("x-account"))
                 .max_response_body(1024)
                 .build()
                 .expect("valid settings"),
         )
 }
 
+/// A request of account `acct-1`.
 fn post_with(path: &str, key: Option<&str>, body: &'static str) -> Request<Body> {
+    post_as("acct-1", path, key, body)
+}
+
+fn post_as(account: &str, path: &str, key: Option<&str>, body: &'static str) -> Request<Body> {
     let mut request = Request::post(path);
+    if !account.is_empty() {
+        request = request.header("x-account", account);
+    }
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
     }
@@ -144,30 +156,123 @@ async fn behaves(client: Client) {
     assert!(retried.headers().get("idempotent-replayed").is_none());
     assert_eq!(retried_body, b"run 3");
 
-    // A body over the cap is answered whole but not stored: the repeat runs again.
-    for expected_runs in [4, 5] {
-        let (big, body) = send(&app, post_with("/big", Some("k3"), "")).await;
-        assert_eq!(big.status(), StatusCode::OK);
-        assert!(big.headers().get("idempotent-replayed").is_none());
-        assert_eq!(body.len(), 4096);
-        assert_eq!(runs.load(Ordering::SeqCst), expected_runs);
+    // A body over the cap is answered whole but not kept: the repeat is refused, not run.
+    let (big, body) = send(&app, post_with("/big", Some("k3"), "")).await;
+    assert_eq!(big.status(), StatusCode::OK);
+    assert!(big.headers().get("idempotent-replayed").is_none());
+    assert_eq!(body.len(), 4096);
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+    let (repeat, body) = send(&app, post_with("/big", Some("k3"), "")).await;
+    assert_eq!(repeat.status(), StatusCode::CONFLICT);
+    assert!(
+        String::from_utf8_lossy(&body).contains("too large"),
+        "{body:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+
+    // Another caller's k1 is another key: it runs, and neither sees the other's answer; a
+    // request that names no caller is refused without running.
+    let (theirs, their_body) =
+        send(&app, post_as("acct-2", "/orders", Some("k1"), "2 seats")).await;
+    assert_eq!(theirs.status(), StatusCode::CREATED);
+    assert!(theirs.headers().get("idempotent-replayed").is_none());
+    assert_eq!(their_body, b"run 5 for 2 seats");
+    let (mine, my_body) = send(&app, post_with("/orders", Some("k1"), "2 seats")).await;
+    assert_eq!(mine.headers()["idempotent-replayed"], "true");
+    assert_eq!(my_body, b"run 1 for 2 seats");
+    let (nobody, _) = send(&app, post_as("", "/orders", Some("k9"), "x")).await;
+    assert_eq!(nobody.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+}
+
+/// A claim lost while its handler runs stops the handler (as the lock layer does), and the
+/// key's outcome is then unknown: the request and its retry get `409 outcome-unknown`, and
+/// the handler never finishes. The handler reads the claim's fence.
+async fn a_lost_claim_stops_its_handler(client: Client) {
+    let (started, finished) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (names, fences) = (
+        Arc::new(std::sync::Mutex::new(Vec::new())),
+        Arc::new(std::sync::Mutex::new(Vec::new())),
+    );
+    let handler = {
+        let (started, finished, names, fences) = (
+            started.clone(),
+            finished.clone(),
+            names.clone(),
+            fences.clone(),
+        );
+        move |claim: HeldClaim| {
+            let (started, finished, names, fences) = (
+                started.clone(),
+                finished.clone(),
+                names.clone(),
+                fences.clone(),
+            );
+            async move {
+                names.lock().expect("names").push(claim.name().to_owned());
+                fences.lock().expect("fences").push(claim.fence());
+                started.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                "charged"
+            }
+        }
+    };
+    let app = Router::new().route("/charge", post(handler)).layer(
+        IdempotencyLayer::builder(client.clone(), "lost")
+            .scope(Header::from_static("x-account"))
+            .build()
+            .expect("valid settings"),
+    );
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, post_with("/charge", Some("pay-1"), "10")).await }
+    });
+    while started.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    let name = names.lock().expect("names")[0].clone();
+    assert!(name.starts_with("idempotency/lost/"), "{name}");
+    assert!(fences.lock().expect("fences")[0] > 0);
+    // An operator (or an expiry and another claimant) takes the claim away.
+    assert!(client.force_unlock(&name).await.expect("force"));
+    let (answer, body) = tokio::time::timeout(std::time::Duration::from_secs(4), first)
+        .await
+        .expect("answered before the handler would have finished")
+        .expect("task");
+    assert_eq!(answer.status(), StatusCode::CONFLICT, "{body:?}");
+    let (retry, _) = send(&app, post_with("/charge", Some("pay-1"), "10")).await;
+    assert_eq!(retry.status(), StatusCode::CONFLICT);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "the retry ran the handler again"
+    );
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the handler went on after its claim was lost"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_memory() {
     behaves(Client::in_memory()).await;
+    a_lost_claim_stops_its_handler(Client::in_memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis() {
     let server = RedisServer::start();
     behaves(connect(&server.url()).await).await;
+    a_lost_claim_stops_its_handler(connect(&server.url()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster() {
     behaves(shared_cluster_client("idempotency").await).await;
+    a_lost_claim_stops_its_handler(shared_cluster_client("idempotency-lost").await).await;
 }
 
 /// Two namespaces on one store keep their records apart.
@@ -194,7 +299,9 @@ async fn a_quorum_is_refused_at_build() {
         .connect_quorum(servers.iter().map(RedisServer::url))
         .await
         .expect("quorum connects");
-    let built = IdempotencyLayer::builder(client, "api").build();
+    let built = IdempotencyLayer::builder(client, "api")
+        .scope_global()
+        .build();
     assert!(
         matches!(built, Err(ConfigError::UnsupportedStore(_))),
         "{built:?}"

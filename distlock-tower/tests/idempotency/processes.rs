@@ -1,6 +1,7 @@
 //! Over real HTTP, with two server processes that share one Redis: 200 concurrent duplicates
-//! run the handler once and all get the same response; a client that disconnects and a handler
-//! that panics leave nothing behind; a concurrent duplicate without a wait gets `409`.
+//! run the handler once and all get the same response; a handler that panics leaves "outcome
+//! unknown" (not run again), unless the layer lets interrupted requests run again; a
+//! concurrent duplicate without a wait gets `409`.
 
 use std::time::{Duration, Instant};
 
@@ -18,18 +19,20 @@ use crate::support::server::resource_conn;
 /// This binary's entry test for child processes.
 const ENTRY: &str = "processes::child_entry";
 
-/// A server process: an axum app under `IdempotencyLayer`, whose handlers count their runs in
-/// Redis (`idem:runs:<route>`). Role `server` waits up to 60 s for a running duplicate;
-/// `server-nowait` answers `409` at once. Says `LISTENING <port>`, then serves until killed.
+/// A server process: an axum app under `IdempotencyLayer` (global keys), whose handlers count
+/// their runs in Redis (`idem:runs:<route>`). Role `server` waits up to 60 s for a running
+/// duplicate; `server-nowait` answers `409` at once; `server-rerun` lets a request that was
+/// cut short run again. Says `LISTENING <port>`, then serves until killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "runs only as a child process of the tests in this module"]
 async fn child_entry() {
     let Some((role, url)) = role() else {
         return;
     };
-    let wait = match role.as_str() {
-        "server" => Duration::from_secs(60),
-        "server-nowait" => Duration::ZERO,
+    let (wait, rerun) = match role.as_str() {
+        "server" => (Duration::from_secs(60), false),
+        "server-nowait" => (Duration::ZERO, false),
+        "server-rerun" => (Duration::from_secs(60), true),
         other => panic!("unknown role {other}"),
     };
     let client = connect(&url).await;
@@ -48,7 +51,6 @@ async fn child_entry() {
         }
     };
     let order = counted("order");
-    let hang = counted("hang");
     let panics = counted("panic");
     let app = Router::new()
         .route(
@@ -69,19 +71,6 @@ async fn child_entry() {
             }),
         )
         .route(
-            "/hang",
-            post(move || {
-                let hang = hang.clone();
-                async move {
-                    if hang().await == 1 {
-                        // Until the client goes away (the server then drops this future).
-                        tokio::time::sleep(Duration::from_secs(120)).await;
-                    }
-                    "done"
-                }
-            }),
-        )
-        .route(
             "/panic",
             post(move || {
                 let panics = panics.clone();
@@ -91,13 +80,18 @@ async fn child_entry() {
                 }
             }),
         )
-        .layer(
-            IdempotencyLayer::builder(client, "processes")
+        .layer({
+            let builder = IdempotencyLayer::builder(client, "processes")
+                .scope_global()
                 .lease_ttl(Duration::from_secs(10))
-                .wait(wait)
-                .build()
-                .expect("valid settings"),
-        );
+                .wait(wait);
+            let builder = if rerun {
+                builder.rerun_interrupted()
+            } else {
+                builder
+            };
+            builder.build().expect("valid settings")
+        });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -256,34 +250,38 @@ async fn mismatch_missing_key_and_conflict() {
     assert_eq!(runs(&mut conn, "order").await, 1);
 }
 
-/// A client that goes away while its request runs, and a handler that panics, free the key
-/// without storing anything: the next request with the key runs the handler.
+/// A handler that panics leaves its key's outcome unknown: the request gets `409`, and so do
+/// its retries on either server, which never run it again. A layer that lets interrupted
+/// requests run again runs the retry, and stores that run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn disconnect_and_panic_leave_nothing_behind() {
+async fn a_panicking_handler_leaves_outcome_unknown() {
     let server = RedisServer::start();
     let (_children, ports) = servers(&server.url(), "server", 2);
     let http = http_client();
     let mut conn = server.conn().await;
 
-    let hanging = {
-        let http = http.clone();
-        let port = ports[0];
-        tokio::spawn(async move { send(&http, port, "/hang", Some("h-1"), "").await })
-    };
-    started(&mut conn, "hang", 1).await;
-    hanging.abort();
-    // The other process waits for the key (up to 60 s), then runs the handler itself.
-    let next = send(&http, ports[1], "/hang", Some("h-1"), "").await;
-    assert_eq!((next.status, next.replayed), (200, false));
-    assert_eq!(runs(&mut conn, "hang").await, 2);
-
     let panicked = send_may_fail(&http, ports[0], "/panic", "p-1").await;
-    assert!(panicked.is_none_or(|status| status == 500), "{panicked:?}");
-    let next = send(&http, ports[1], "/panic", Some("p-1"), "").await;
+    assert_eq!(panicked, Some(409), "the layer answers for the handler");
+    for port in [ports[1], ports[0]] {
+        let retry = send(&http, port, "/panic", Some("p-1"), "").await;
+        assert_eq!((retry.status, retry.replayed), (409, false), "{retry:?}");
+        assert!(
+            String::from_utf8_lossy(&retry.body).contains("outcome is unknown"),
+            "{retry:?}"
+        );
+    }
+    assert_eq!(runs(&mut conn, "panic").await, 1, "a retry ran it again");
+
+    // Said by name: a request cut short may run again.
+    let rerun_server = RedisServer::start();
+    let (_children, ports) = servers(&rerun_server.url(), "server-rerun", 2);
+    let mut conn = rerun_server.conn().await;
+    let panicked = send_may_fail(&http, ports[0], "/panic", "p-2").await;
+    assert_eq!(panicked, Some(409));
+    let next = send(&http, ports[1], "/panic", Some("p-2"), "").await;
     assert_eq!((next.status, next.replayed), (200, false));
     assert_eq!(runs(&mut conn, "panic").await, 2);
-    // And that run was stored.
-    let replay = send(&http, ports[0], "/panic", Some("p-1"), "").await;
+    let replay = send(&http, ports[0], "/panic", Some("p-2"), "").await;
     assert!(replay.replayed);
     assert_eq!(runs(&mut conn, "panic").await, 2);
 }

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
-use super::peek::{KeyScan, SetHolder};
+use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::ratelimit::{self, State as RateState};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
@@ -733,39 +733,68 @@ impl Backend for MemoryStore {
         Ok(self.fenced.run(call))
     }
 
-    /// As `idempotency.lua`: a read, or a store only while the claim's token holds its lock.
+    /// As `idempotency.lua`: a read; a start, a store or a discard only while the claim's
+    /// token holds its lock.
     async fn idempotency(&self, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
         let (mut state, now) = self.state_now();
-        Ok(match *call {
-            RecordCall::Get { record } => RecordReply::Record(
-                state
-                    .records
-                    .get(record)
-                    .filter(|(_, at)| *at > now)
-                    .map(|(value, _)| value.clone()),
-            ),
+        let found = |state: &State, record: &str| {
+            state
+                .records
+                .get(record)
+                .filter(|(_, at)| *at > now)
+                .map(|(value, _)| value.clone())
+        };
+        let (record, lock, token) = match *call {
+            RecordCall::Get { record } => return Ok(RecordReply::Record(found(&state, record))),
+            RecordCall::Start {
+                record,
+                lock,
+                token,
+                ..
+            } => {
+                if let Some(value) = found(&state, record) {
+                    return Ok(RecordReply::Record(Some(value)));
+                }
+                (record, lock, token)
+            }
             RecordCall::Store {
                 record,
                 lock,
                 token,
-                ttl,
-                value,
-            } => {
-                if state.held(lock, token, now) != Ownership::Ours {
-                    return Ok(RecordReply::Stored(false));
-                }
-                state.writes += 1;
-                if state.writes.is_multiple_of(SWEEP_EVERY) {
-                    state.records.retain(|_, (_, at)| *at > now);
-                }
-                // A ttl too long to represent is kept for as long as the fence key is.
-                let expires = now.checked_add(ttl).unwrap_or_else(|| now + FENCE_KEPT);
-                state
-                    .records
-                    .insert(record.to_owned(), (value.to_vec(), expires));
-                RecordReply::Stored(true)
+                ..
             }
-        })
+            | RecordCall::Discard {
+                record,
+                lock,
+                token,
+            } => (record, lock, token),
+        };
+        if state.held(lock, token, now) != Ownership::Ours {
+            return Ok(RecordReply::Stored(false));
+        }
+        let (value, ttl) = match *call {
+            RecordCall::Start {
+                marker: Some(marker),
+                ttl,
+                ..
+            } => (marker, ttl),
+            RecordCall::Store { value, ttl, .. } => (value, ttl),
+            RecordCall::Discard { .. } => {
+                state.records.remove(record);
+                return Ok(RecordReply::Stored(true));
+            }
+            _ => return Ok(RecordReply::Stored(true)),
+        };
+        state.writes += 1;
+        if state.writes.is_multiple_of(SWEEP_EVERY) {
+            state.records.retain(|_, (_, at)| *at > now);
+        }
+        // A ttl too long to represent is kept for as long as the fence key is.
+        let expires = now.checked_add(ttl).unwrap_or_else(|| now + FENCE_KEPT);
+        state
+            .records
+            .insert(record.to_owned(), (value.to_vec(), expires));
+        Ok(RecordReply::Stored(true))
     }
 
     fn wakeups(&self) -> &Arc<Wakeups> {
@@ -784,12 +813,14 @@ impl Backend for MemoryStore {
             .map(|v| (v.data.clone(), v.expires_at.saturating_duration_since(now))))
     }
 
-    async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
+    async fn scan_keys(&self, walk: &KeyWalk<'_>) -> Result<KeyScan, StoreError> {
         let (state, now) = self.state_now();
+        let (prefix, max) = (walk.prefix, walk.max);
+        let skipped = |k: &str| walk.skip.is_some_and(|skip| k.starts_with(skip));
         let mut keys: Vec<String> = state
             .values
             .iter()
-            .filter(|(k, v)| v.expires_at > now && k.starts_with(prefix))
+            .filter(|(k, v)| v.expires_at > now && k.starts_with(prefix) && !skipped(k))
             .map(|(k, _)| k.clone())
             .collect();
         drop(state);
