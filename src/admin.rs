@@ -12,8 +12,9 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{LockError, StoreError};
 use crate::holder::{Holder, parse_token};
+use crate::idempotency::CLAIM_NAME_PREFIX;
 use crate::keys::{LockKeys, lock_key_start, lock_name};
-use crate::store::{Capability, Ownership};
+use crate::store::{Capability, KeyWalk, Ownership, SCAN_COUNT};
 use crate::token::Token;
 
 /// What a lock's key says right now, as [`Client::lock_state`] reads it.
@@ -68,6 +69,9 @@ pub struct RwLockState {
 
 /// The most locks one [`Client::held_locks`] call lists.
 pub const MAX_LISTED_LOCKS: usize = 1_000;
+
+/// How many keys [`Client::held_locks`] looks at on each server, at most: 500,000.
+pub const DEFAULT_KEY_BUDGET: u64 = 500_000;
 
 /// A lock found by [`Client::held_locks`]: its name and what its key said when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,11 +159,13 @@ impl Client {
     /// It walks the keyspace with `SCAN` (never `KEYS`, which would block the server): on
     /// every master of a Cluster, on every node of a Redlock quorum (where a lock counts as
     /// held if a majority of nodes hold it for one lease). The walk is bounded: it stops once
-    /// `max` locks are found or 500,000 keys were looked at on one server, and
-    /// [`LockListing::complete`] says whether it saw everything. Locks only: semaphores and
-    /// read-write locks have their own reads ([`semaphore_state`](Self::semaphore_state),
-    /// [`rw_lock_state`](Self::rw_lock_state)). Like every read here, the answer may have
-    /// changed by the time it returns.
+    /// `max` locks are found or [`DEFAULT_KEY_BUDGET`] keys were looked at on one server (see
+    /// [`held_locks_within`](Self::held_locks_within) for another bound), and
+    /// [`LockListing::complete`] says whether it saw everything. Plain locks only: semaphores
+    /// and read-write locks have their own reads ([`semaphore_state`](Self::semaphore_state),
+    /// [`rw_lock_state`](Self::rw_lock_state)), and the claims of idempotency keys are left
+    /// out (their names carry callers' keys). Like every read here, the answer may have
+    /// changed by the time it returns. It needs the ACL rule `+scan`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -177,9 +183,32 @@ impl Client {
     /// [`LockError::Store`] when the store did not answer (on a Cluster: any master; on a
     /// quorum: fewer than a majority of nodes).
     pub async fn held_locks(&self, max: usize) -> Result<LockListing, LockError> {
+        self.held_locks_within(max, DEFAULT_KEY_BUDGET).await
+    }
+
+    /// As [`held_locks`](Self::held_locks), looking at no more than about `key_budget` keys
+    /// on each server (rounded up to a whole `SCAN` call of 500 keys; at least one call):
+    /// a bound on what one listing costs the store, whatever its keyspace holds.
+    ///
+    /// # Errors
+    /// As [`held_locks`](Self::held_locks).
+    pub async fn held_locks_within(
+        &self,
+        max: usize,
+        key_budget: u64,
+    ) -> Result<LockListing, LockError> {
         let max = max.min(MAX_LISTED_LOCKS);
         let start = lock_key_start(self.core().prefix());
-        let scan = self.store().scan_keys(&start, max).await?;
+        let claims = format!("{start}{CLAIM_NAME_PREFIX}");
+        let per_call = u64::from(SCAN_COUNT);
+        let calls = u32::try_from(key_budget.div_ceil(per_call).max(1)).unwrap_or(u32::MAX);
+        let walk = KeyWalk {
+            prefix: &start,
+            skip: Some(&claims),
+            max,
+            calls,
+        };
+        let scan = self.store().scan_keys(&walk).await?;
         let names: Vec<String> = scan
             .keys
             .iter()

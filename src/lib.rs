@@ -57,6 +57,7 @@ pub mod idempotency;
 mod inspect;
 mod keys;
 mod lock;
+pub mod logging;
 #[cfg(feature = "metrics")]
 mod metrics;
 pub mod ratelimit;
@@ -65,7 +66,10 @@ mod token;
 
 #[cfg(feature = "metrics")]
 pub use crate::metrics::describe_metrics;
-pub use admin::{HolderState, LockEntry, LockListing, LockState, MAX_LISTED_LOCKS, RwLockState};
+pub use admin::{
+    DEFAULT_KEY_BUDGET, HolderState, LockEntry, LockListing, LockState, MAX_LISTED_LOCKS,
+    RwLockState,
+};
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use error::{

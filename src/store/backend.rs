@@ -23,7 +23,7 @@ use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::idempotency::{RecordCall, RecordReply};
 
-use super::peek::{KeyScan, SetHolder};
+use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::scripts::leader::Record;
 use super::scripts::renew::RenewItem;
 use super::scripts::{Ownership, Replicas};
@@ -278,10 +278,9 @@ pub(crate) trait Backend {
     /// the nodes hold).
     async fn lock_value(&self, key: &str) -> Result<Option<(String, Duration)>, StoreError>;
 
-    /// Up to `max` keys that start with `prefix` (a literal), by `SCAN`: on every master of a
-    /// Cluster, on every node of a quorum (a key any node has is listed; the caller reads
-    /// each one's majority value).
-    async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError>;
+    /// The keys `walk` looks for, by `SCAN`: on every master of a Cluster, on every node of
+    /// a quorum (a key any node has is listed; the caller reads each one's majority value).
+    async fn scan_keys(&self, walk: &KeyWalk<'_>) -> Result<KeyScan, StoreError>;
 
     /// Announces on revocation channel `channel` that an operator freed `key` (see
     /// [`Wakeups::revocations`]). Nothing on a store without pub/sub (a Redlock quorum).

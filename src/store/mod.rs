@@ -48,9 +48,10 @@ use std::time::Duration;
 
 pub(crate) use self::backend::Backend;
 pub use self::capability::{Capability, StoreKind, Unsupported};
-pub(crate) use self::connect::RedisSettings;
+pub(crate) use self::connect::{RedisSettings, can_evict, eviction_policy, policy_in};
 pub(crate) use self::memory::MemoryStore;
 use self::peek::{KeyScan, SetHolder};
+pub(crate) use self::peek::{KeyWalk, SCAN_COUNT};
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{
     LockoutParams, PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm,
@@ -370,16 +371,16 @@ impl Store {
         bounded_on!(self.locks(), s => s.lock_value(key).await)
     }
 
-    /// Up to `max` keys of the lock side that start with `prefix`, by `SCAN` on every node,
-    /// for the operators' listing of locks. A scan is many round trips: it gets ten times
-    /// the operation timeout.
-    pub(crate) async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
+    /// The keys of the lock side `walk` looks for, by `SCAN` on every node, for the
+    /// operators' listing of locks. A scan is many round trips: it gets ten times the
+    /// operation timeout.
+    pub(crate) async fn scan_keys(&self, walk: &KeyWalk<'_>) -> Result<KeyScan, StoreError> {
         let side = self.locks();
         let op = on_backend!(&side, s => s.op_timeout());
         // One SCAN that times out on the connection names the operation timeout, the deadline
         // that passed; the whole scan's is ten of them.
         bounded_by(op.saturating_mul(10), async {
-            on_backend!(&side, s => s.scan_keys(prefix, max).await.map_err(|e| e.with_deadline(op)))
+            on_backend!(&side, s => s.scan_keys(walk).await.map_err(|e| e.with_deadline(op)))
         })
         .await
     }

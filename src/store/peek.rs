@@ -73,30 +73,39 @@ pub(crate) struct KeyScan {
     /// The keys found, sorted, without repeats.
     pub(crate) keys: Vec<String>,
     /// Whether every node's scan reached its end (false: `max` keys were found first, or a
-    /// node's scan took more than [`SCAN_CALLS`] calls).
+    /// node's scan needed more calls than the walk allows).
     pub(crate) complete: bool,
 }
 
 /// How many keys one `SCAN` call looks at.
-const SCAN_COUNT: u32 = 500;
+pub(crate) const SCAN_COUNT: u32 = 500;
 
-/// The most `SCAN` calls one node gets: 500,000 keys looked at, whatever the keyspace holds.
-pub(crate) const SCAN_CALLS: u32 = 1_000;
+/// What a walk of the keyspace looks for, and how far it goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyWalk<'a> {
+    /// Keys that start with this (a literal: glob characters in it match only themselves).
+    pub(crate) prefix: &'a str,
+    /// Keys that also start with this are passed over (not counted, not listed).
+    pub(crate) skip: Option<&'a str>,
+    /// At most this many keys.
+    pub(crate) max: usize,
+    /// At most this many `SCAN` calls on one node (each looks at [`SCAN_COUNT`] keys).
+    pub(crate) calls: u32,
+}
 
-/// `SCAN`s one node for keys that start with `prefix` (a literal: glob characters in it match
-/// only themselves), adding them to `found` until it holds `max` keys or the scan ends, within
-/// [`SCAN_CALLS`] calls. `call` sends one command to that node. Returns whether the scan
-/// reached its end.
+/// `SCAN`s one node for the keys `walk` looks for, adding them to `found` until it holds
+/// `walk.max` keys or the scan ends, within `walk.calls` calls. `call` sends one command to
+/// that node. Returns whether the scan reached its end.
 pub(crate) async fn scan<F, Fut>(
     mut call: F,
-    prefix: &str,
-    max: usize,
+    walk: &KeyWalk<'_>,
     found: &mut std::collections::BTreeSet<String>,
 ) -> Result<bool, StoreError>
 where
     F: FnMut(redis::Cmd) -> Fut,
     Fut: Future<Output = redis::RedisResult<redis::Value>>,
 {
+    let (prefix, max) = (walk.prefix, walk.max);
     let mut pattern = String::with_capacity(prefix.len() + 1);
     for c in prefix.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -106,7 +115,7 @@ where
     }
     pattern.push('*');
     let mut cursor = 0u64;
-    for _ in 0..SCAN_CALLS {
+    for _ in 0..walk.calls {
         if found.len() >= max {
             return Ok(false);
         }
@@ -119,6 +128,10 @@ where
         let (next, keys): (u64, Vec<String>) =
             redis::from_redis_value(call(cmd).await?).map_err(redis::RedisError::from)?;
         let room = max - found.len();
+        let mut keys = keys;
+        if let Some(skip) = walk.skip {
+            keys.retain(|key| !key.starts_with(skip));
+        }
         let more = keys.len() > room;
         found.extend(keys.into_iter().take(room));
         if next == 0 {

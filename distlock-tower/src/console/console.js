@@ -68,7 +68,9 @@ async function overview() {
     const option = el("option", l.name);
     option.value = l.name;
     select.append(option);
-    list.append(el("li", l.name + ": " + l.policies.join("; ") + " · breaker " + l.breaker +
+    // A policy's text starts with its own name, which is often the limiter's: say it once.
+    const policies = l.policies.map((p) => p.startsWith(l.name + ": ") ? p.slice(l.name.length + 2) : p);
+    list.append(el("li", l.name + ": " + policies.join("; ") + " · breaker " + l.breaker +
       (l.shadow ? " · shadow" : "")));
   }
   if (chosen) select.value = chosen;
@@ -180,5 +182,11 @@ document.addEventListener("DOMContentLoaded", () => {
     } catch (err) { showError(err); }
   });
   refresh();
-  setInterval(() => locks().catch(showError), 2000);
+  // Poll only while the page is seen: a tab left in the background costs the store nothing.
+  setInterval(() => {
+    if (document.visibilityState === "visible") locks().catch(showError);
+  }, 2000);
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") refresh();
+  });
 });

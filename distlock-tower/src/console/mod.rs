@@ -5,16 +5,18 @@
 //!
 //! ```no_run
 //! use axum::Router;
-//! use distlock_tower::console::{Action, Console};
+//! use distlock_tower::console::{Console, bearer_token};
 //!
 //! fn app(client: distlock::Client, logins: distlock::ratelimit::RateLimiter) -> Router {
+//!     // The operators' token, from your secret store (here an environment variable).
+//!     let token = std::env::var("CONSOLE_TOKEN").expect("CONSOLE_TOKEN is set");
 //!     let console = Console::new(client)
 //!         .rate_limiter("login", logins)
 //!         .expect("a unique name")
-//!         // Who may do what: without this hook the console only reads.
-//!         .authorize(|request: &http::request::Parts, _action: Action| {
-//!             request.headers.get("authorization").is_some_and(|v| v == "Bearer s3cret")
-//!         });
+//!         // Who may do what: without a hook the console answers 403 to everything. This
+//!         // one lets in every request that carries the token, for reads and changes alike,
+//!         // comparing in constant time.
+//!         .authorize(bearer_token(token));
 //!     Router::new().nest("/admin/console", console.router())
 //! }
 //! ```
@@ -37,14 +39,31 @@
 //! Names in a path are percent-encoded (`encodeURIComponent`). Times are milliseconds; `since_ms`
 //! is Unix time by the holder's clock.
 //!
-//! **Access.** Every request asks the [`authorize`](Console::authorize) hook, with the
-//! [`Action`] it would take; a refusal is `403`. Without a hook, reads are open (mount the
-//! router behind your own authentication, as for any admin route) and the two `POST`s are
-//! refused with `403`: **no hook, no mutations.** A `POST` must also carry the header
-//! `X-Distlock-Console: 1`, which the page sends: a plain HTML form of another site cannot, so
-//! a browser that holds an operator's cookie cannot be made to force a lock from elsewhere.
-//! Forcing a lock tells its holder at once (see [`Client::force_unlock`] for what that does and
-//! does not guarantee). Every mutation is logged at `INFO`.
+//! **Access: closed unless its owner says otherwise.** Every request, the page and its
+//! script included ([`Action::Page`]), asks the [`authorize`](Console::authorize) hook with
+//! the [`Action`] it would take; a refusal is `403`. **Without a hook, every route answers `403`**: what the
+//! console shows (lock names, holders' hosts and pids, the store's addresses, limiter
+//! thresholds, any subject's lockout state) is for operators only.
+//! [`public_reads`](Console::public_reads) opens the reads to anyone who reaches the mount
+//! (for a console behind your own authentication layer, or on an internal port); the two
+//! `POST`s still need a hook: **no hook, no mutations.** [`bearer_token`] makes a hook that
+//! checks a shared token in constant time.
+//!
+//! A `POST` must also come from the console's own page: it carries the header
+//! `X-Distlock-Console: 1` (a plain HTML form of another site cannot send it), and a browser's
+//! `Sec-Fetch-Site` must be `same-origin` and its `Origin`, when there is one, must name the
+//! `Host` the request was sent to; otherwise `403`, whatever the hook says. So a browser that
+//! holds an operator's cookie cannot be made to force a lock from another site, even behind a
+//! permissive CORS layer. Forcing a lock tells its holder at once (see
+//! [`Client::force_unlock`] for what that does and does not guarantee). Every mutation is
+//! logged at `INFO`.
+//!
+//! **What a listing costs.** `GET /api/locks` walks the keyspace with `SCAN` within a key
+//! budget ([`scan_budget`](Console::scan_budget), 100,000 keys per server by default: 200
+//! calls of 500); one walk at a time per console, whose answer is shared by the requests that
+//! come while it runs and kept for [`listing_cache`](Console::listing_cache) (2 s). So fifty
+//! operators' tabs cost the store one walk every 2 s, and the page polls only while it is
+//! visible. Idempotency claims are never listed: their names carry callers' keys.
 //!
 //! **The page** is plain HTML, CSS and JavaScript from this crate, served with a
 //! `Content-Security-Policy` that allows only its own script, style sheet and requests; lock
@@ -52,7 +71,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
@@ -60,7 +79,7 @@ use axum::extract::{OriginalUri, Path};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use distlock::ratelimit::{Decision, RateLimiter};
-use distlock::{Client, LockState, MAX_LISTED_LOCKS};
+use distlock::{Client, LockListing, LockState, MAX_LISTED_LOCKS};
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode, header};
 
@@ -72,12 +91,48 @@ pub const DEFAULT_LISTED_LOCKS: usize = 200;
 /// The header every `POST` must carry, with the value `1`.
 pub const MUTATION_HEADER: &str = "x-distlock-console";
 
+/// How many keys a listing looks at on each server unless [`Console::scan_budget`] says
+/// otherwise: 100,000.
+pub const DEFAULT_SCAN_BUDGET: u64 = 100_000;
+
+/// How long a listing is served to later requests unless [`Console::listing_cache`] says
+/// otherwise: 2 s (the page's polling period).
+pub const DEFAULT_LISTING_CACHE: Duration = Duration::from_secs(2);
+
+/// A hook for [`Console::authorize`] that lets in every request carrying `Authorization:
+/// Bearer <token>` with this token, for every [`Action`], and nothing else but the page's
+/// static files ([`Action::Page`], which hold no data: the page asks for the token and sends
+/// it with its API calls). It compares in constant time, so the time of a refusal tells
+/// nothing about how much of a guess was right. An empty token lets nobody in.
+pub fn bearer_token(
+    token: impl Into<String>,
+) -> impl Fn(&Parts, Action) -> bool + Send + Sync + 'static {
+    let token = token.into().into_bytes();
+    move |request: &Parts, action: Action| {
+        if action == Action::Page {
+            return true;
+        }
+        let Some(sent) = request
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        else {
+            return false;
+        };
+        !token.is_empty() && bool::from(subtle::ConstantTimeEq::ct_eq(sent, token.as_slice()))
+    }
+}
+
 /// What a request to the console would do, as the [`authorize`](Console::authorize) hook is
 /// asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Action {
-    /// The page, or a `GET` of the API.
+    /// The page, its script or its style sheet: static files that hold nothing of the
+    /// store. A hook can let everyone have them (as [`bearer_token`] does), so that a
+    /// browser opens the page and sends the operator's token with its API calls.
+    Page,
+    /// A `GET` of the API.
     Read,
     /// `POST .../force-unlock`.
     ForceUnlock,
@@ -89,7 +144,7 @@ impl Action {
     /// Whether the action changes anything.
     #[must_use]
     pub fn is_mutation(self) -> bool {
-        !matches!(self, Self::Read)
+        !matches!(self, Self::Page | Self::Read)
     }
 }
 
@@ -106,6 +161,9 @@ pub struct InvalidLimiterName {
 
 type Hook = dyn Fn(&Parts, Action) -> bool + Send + Sync;
 
+/// The last listing, and when it was made; one walk at a time fills it.
+type ListingCache = tokio::sync::Mutex<Option<(Instant, Arc<LockListing>)>>;
+
 /// The console's settings; [`router`](Self::router) makes the axum router.
 #[derive(Clone)]
 #[must_use = "a Console does nothing until its router() is mounted"]
@@ -113,6 +171,10 @@ pub struct Console {
     client: Client,
     limiters: Vec<(String, RateLimiter)>,
     authorize: Option<Arc<Hook>>,
+    public_reads: bool,
+    scan_budget: u64,
+    listing_cache: Duration,
+    listing: Arc<ListingCache>,
 }
 
 impl std::fmt::Debug for Console {
@@ -124,19 +186,51 @@ impl std::fmt::Debug for Console {
                 &self.limiters.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
             .field("authorize", &self.authorize.is_some())
-            .finish()
+            .field("public_reads", &self.public_reads)
+            .finish_non_exhaustive()
     }
 }
 
 impl Console {
-    /// A console over `client`'s locks (those of its prefix), read-only until
-    /// [`authorize`](Self::authorize) is set.
+    /// A console over `client`'s locks (those of its prefix), closed to everyone (`403`)
+    /// until [`authorize`](Self::authorize) (or [`public_reads`](Self::public_reads)) says
+    /// who may come in.
     pub fn new(client: Client) -> Self {
         Self {
             client,
             limiters: Vec::new(),
             authorize: None,
+            public_reads: false,
+            scan_budget: DEFAULT_SCAN_BUDGET,
+            listing_cache: DEFAULT_LISTING_CACHE,
+            listing: Arc::default(),
         }
+    }
+
+    /// Opens the reads (the page and every `GET`) to anyone who reaches the mount point, when
+    /// no [`authorize`](Self::authorize) hook decides. For a console mounted behind your own
+    /// authentication, or on a port only operators reach: it shows lock names, holders'
+    /// hosts, the store's addresses and any subject's rate-limit state. Changes still need a
+    /// hook.
+    pub fn public_reads(mut self) -> Self {
+        self.public_reads = true;
+        self
+    }
+
+    /// How many keys one listing may look at on each server (default
+    /// [`DEFAULT_SCAN_BUDGET`]; rounded up to whole `SCAN` calls of 500 keys). A keyspace
+    /// larger than that is listed in part, and the answer says so (`"complete":false`).
+    pub fn scan_budget(mut self, keys: u64) -> Self {
+        self.scan_budget = keys;
+        self
+    }
+
+    /// How long a listing is served again to later requests before a new walk (default
+    /// [`DEFAULT_LISTING_CACHE`]). Zero: every request after the walk in flight walks again
+    /// (still one at a time).
+    pub fn listing_cache(mut self, keep: Duration) -> Self {
+        self.listing_cache = keep;
+        self
     }
 
     /// Shows `limiter` under `name`: the page and `GET /api/rate-limits/{name}/{subject}`
@@ -172,8 +266,9 @@ impl Console {
 
     /// Who may do what: `hook` sees each request's head (headers, URI, extensions such as
     /// your authentication layer's) and the [`Action`] it would take, and answers whether it
-    /// may. It is asked for every request, reads included. Without it, reads are open and
-    /// mutations refused.
+    /// may. It is asked for every request, reads included. Without it, every request is
+    /// refused (reads too, unless [`public_reads`](Self::public_reads)). [`bearer_token`]
+    /// makes one; compare secrets of your own in constant time too (`subtle`'s `ct_eq`).
     pub fn authorize<F>(mut self, hook: F) -> Self
     where
         F: Fn(&Parts, Action) -> bool + Send + Sync + 'static,
@@ -188,6 +283,7 @@ impl Console {
         S: Clone + Send + Sync + 'static,
     {
         let console = Arc::new(self);
+        let (script, style) = (Arc::clone(&console), Arc::clone(&console));
         let (page, overview, list, one, force, peek, reset) = (
             Arc::clone(&console),
             Arc::clone(&console),
@@ -203,13 +299,35 @@ impl Console {
                 get(move |parts: Parts| {
                     let console = Arc::clone(&page);
                     async move {
-                        console.guard(&parts, Action::Read)?;
+                        console.guard(&parts, Action::Page)?;
                         Ok::<_, Response<Body>>(page_html(&parts))
                     }
                 }),
             )
-            .route("/console.js", get(|| async { asset(SCRIPT, "text/javascript") }))
-            .route("/console.css", get(|| async { asset(STYLE, "text/css") }))
+            .route(
+                "/console.js",
+                get({
+                    move |parts: Parts| {
+                        let console = Arc::clone(&script);
+                        async move {
+                            console.guard(&parts, Action::Page)?;
+                            Ok::<_, Response<Body>>(asset(SCRIPT, "text/javascript"))
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/console.css",
+                get({
+                    move |parts: Parts| {
+                        let console = Arc::clone(&style);
+                        async move {
+                            console.guard(&parts, Action::Page)?;
+                            Ok::<_, Response<Body>>(asset(STYLE, "text/css"))
+                        }
+                    }
+                }),
+            )
             .route(
                 "/api/overview",
                 get(move |parts: Parts| {
@@ -230,11 +348,14 @@ impl Console {
                             Ok(limit) => limit,
                             Err(why) => return Err(problem(StatusCode::BAD_REQUEST, &why)),
                         };
-                        match console.client.held_locks(limit).await {
+                        match console.listing().await {
                             Ok(listing) => {
-                                let mut body = String::with_capacity(64 + 160 * listing.locks.len());
-                                let _ = write!(body, "{{\"complete\":{},\"locks\":[", listing.complete);
-                                for (i, lock) in listing.locks.iter().enumerate() {
+                                let shown = &listing.locks[..listing.locks.len().min(limit)];
+                                let complete =
+                                    listing.complete && shown.len() == listing.locks.len();
+                                let mut body = String::with_capacity(64 + 160 * shown.len());
+                                let _ = write!(body, "{{\"complete\":{complete},\"locks\":[");
+                                for (i, lock) in shown.iter().enumerate() {
                                     if i > 0 {
                                         body.push(',');
                                     }
@@ -283,45 +404,56 @@ impl Console {
             )
             .route(
                 "/api/rate-limits/{limiter}/{subject}",
-                get(move |Path((limiter, subject)): Path<(String, String)>, parts: Parts| {
-                    let console = Arc::clone(&peek);
-                    async move {
-                        console.guard(&parts, Action::Read)?;
-                        let limiter = console.limiter(&limiter)?;
-                        match limiter.peek(&subject).await {
-                            Ok(decision) => Ok(json(StatusCode::OK, decision_json(&subject, &decision))),
-                            Err(err) => Err(err.into_response()),
+                get(
+                    move |Path((limiter, subject)): Path<(String, String)>, parts: Parts| {
+                        let console = Arc::clone(&peek);
+                        async move {
+                            console.guard(&parts, Action::Read)?;
+                            let limiter = console.limiter(&limiter)?;
+                            match limiter.peek(&subject).await {
+                                Ok(decision) => {
+                                    Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
+                                }
+                                Err(err) => Err(err.into_response()),
+                            }
                         }
-                    }
-                }),
+                    },
+                ),
             )
             .route(
                 "/api/rate-limits/{limiter}/{subject}/reset",
-                post(move |Path((name, subject)): Path<(String, String)>, parts: Parts| {
-                    let console = Arc::clone(&reset);
-                    async move {
-                        console.guard(&parts, Action::ResetRateLimit)?;
-                        let limiter = console.limiter(&name)?;
-                        match limiter.reset(&subject).await {
-                            Ok(decision) => {
-                                tracing::info!(limiter = %name, %subject, "console: rate-limit reset");
-                                Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
+                post(
+                    move |Path((name, subject)): Path<(String, String)>, parts: Parts| {
+                        let console = Arc::clone(&reset);
+                        async move {
+                            console.guard(&parts, Action::ResetRateLimit)?;
+                            let limiter = console.limiter(&name)?;
+                            match limiter.reset(&subject).await {
+                                Ok(decision) => {
+                                    tracing::info!(
+                                        limiter = %name,
+                                        subject = %distlock::logging::redacted(&subject),
+                                        "console: rate-limit reset"
+                                    );
+                                    Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
+                                }
+                                Err(err) => Err(err.into_response()),
                             }
-                            Err(err) => Err(err.into_response()),
                         }
-                    }
-                }),
+                    },
+                ),
             )
     }
 
-    /// Whether `action` may go ahead for this request: the hook's word, and for a mutation a
-    /// hook at all and the console's header.
+    /// Whether `action` may go ahead for this request: the hook's word (without a hook,
+    /// nothing, or reads when they are public), and for a mutation a hook at all, the
+    /// console's header and a request from the console's own origin.
     fn guard(&self, parts: &Parts, action: Action) -> Result<(), Refused> {
         if action.is_mutation() {
             if self.authorize.is_none() {
                 return Err(Refused(
                     StatusCode::FORBIDDEN,
-                    "this console only reads: its owner set no authorize hook",
+                    "this console changes nothing: its owner set no authorize hook",
                 ));
             }
             if parts.headers.get(MUTATION_HEADER).is_none_or(|v| v != "1") {
@@ -330,14 +462,43 @@ impl Console {
                     "a console POST must carry the header X-Distlock-Console: 1",
                 ));
             }
+            if !same_origin(parts) {
+                return Err(Refused(
+                    StatusCode::FORBIDDEN,
+                    "a console POST must come from the console's own page (same origin)",
+                ));
+            }
         }
         match &self.authorize {
-            Some(hook) if !hook(parts, action) => Err(Refused(
+            Some(hook) if hook(parts, action) => Ok(()),
+            Some(_) => Err(Refused(
                 StatusCode::FORBIDDEN,
                 "not allowed by the console's authorize hook",
             )),
-            _ => Ok(()),
+            None if self.public_reads && !action.is_mutation() => Ok(()),
+            None => Err(Refused(
+                StatusCode::FORBIDDEN,
+                "this console is closed: its owner set no authorize hook",
+            )),
         }
+    }
+
+    /// The held locks, from the cache while it is fresh, else from one walk of the keyspace
+    /// (a request that comes while a walk runs waits for it and takes its answer).
+    async fn listing(&self) -> Result<Arc<LockListing>, distlock::LockError> {
+        let mut cached = self.listing.lock().await;
+        if let Some((at, listing)) = cached.as_ref()
+            && at.elapsed() <= self.listing_cache
+        {
+            return Ok(Arc::clone(listing));
+        }
+        let listing = Arc::new(
+            self.client
+                .held_locks_within(MAX_LISTED_LOCKS, self.scan_budget)
+                .await?,
+        );
+        *cached = Some((Instant::now(), Arc::clone(&listing)));
+        Ok(listing)
     }
 
     fn limiter(&self, name: &str) -> Result<&RateLimiter, Refused> {
@@ -390,6 +551,30 @@ impl Console {
         body.push_str("]}");
         body
     }
+}
+
+/// Whether a request comes from the console's own page, as far as a browser says: its
+/// `Sec-Fetch-Site` is `same-origin` if it sends one; else its `Origin`, if it sends one,
+/// names the host the request was sent to. A request with neither is no browser's (a script
+/// of an operator's, `curl`), which no other site can make.
+fn same_origin(parts: &Parts) -> bool {
+    if let Some(site) = parts.headers.get("sec-fetch-site") {
+        return site == "same-origin";
+    }
+    let Some(origin) = parts.headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| parts.uri.authority().map(http::uri::Authority::as_str));
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, rest)| rest);
+    matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
 }
 
 /// A request the console turns down itself: its status and why.

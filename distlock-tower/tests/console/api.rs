@@ -14,7 +14,7 @@ use tower::ServiceExt as _;
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
-    without_a_hook_it_lists_and_reads_but_changes_nothing,
+    with_public_reads_it_lists_and_reads_but_changes_nothing,
     with_a_hook_it_forces_a_lock_and_resets_a_subject,
     a_refusing_hook_refuses_reads_too,
 );
@@ -80,9 +80,9 @@ async fn held_elsewhere(fx: &Fixture, name: &str, identity: &str) -> Lease {
         .expect("acquire")
 }
 
-async fn without_a_hook_it_lists_and_reads_but_changes_nothing(fx: Fixture) {
+async fn with_public_reads_it_lists_and_reads_but_changes_nothing(fx: Fixture) {
     let _lease = held_elsewhere(&fx, AWKWARD, "api-holder").await;
-    let app = app(Console::new(fx.client.clone()));
+    let app = app(Console::new(fx.client.clone()).public_reads());
 
     let listing = json(&app, "GET", "/api/locks", &[], StatusCode::OK).await;
     assert_eq!(listing["complete"], true);
@@ -148,7 +148,7 @@ async fn without_a_hook_it_lists_and_reads_but_changes_nothing(fx: Fixture) {
         refused["detail"]
             .as_str()
             .expect("detail")
-            .contains("only reads"),
+            .contains("changes nothing"),
         "{refused}"
     );
     assert!(
@@ -325,7 +325,7 @@ async fn a_refusing_hook_refuses_reads_too(fx: Fixture) {
     assert_eq!(
         asked,
         [
-            Action::Read,
+            Action::Page,
             Action::Read,
             Action::Read,
             Action::Read,

@@ -8,3 +8,4 @@ mod support;
 mod api;
 mod browser;
 mod chromium;
+mod closed;

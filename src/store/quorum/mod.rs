@@ -244,6 +244,7 @@ impl QuorumStore {
                 Err(
                     err @ (StoreError::Auth { .. }
                     | StoreError::Config { .. }
+                    | StoreError::Evicting { .. }
                     | StoreError::Unsupported { .. }),
                 ) => return Err(err),
                 Err(err) => {
@@ -1127,7 +1128,7 @@ impl Backend for QuorumStore {
 
     /// Every node's keys, joined: a key is listed if any node has it (a straggler's too; the
     /// caller's majority read tells). Fails only if fewer than a majority of nodes answered.
-    async fn scan_keys(&self, prefix: &str, max: usize) -> Result<peek::KeyScan, StoreError> {
+    async fn scan_keys(&self, walk: &peek::KeyWalk<'_>) -> Result<peek::KeyScan, StoreError> {
         let mut found = std::collections::BTreeSet::new();
         let mut complete = true;
         let mut failures = Vec::new();
@@ -1137,8 +1138,7 @@ impl Backend for QuorumStore {
                 async move { cmd.query_async::<redis::Value>(&mut conn).await }
             };
             let scanned =
-                tokio::time::timeout(self.op_timeout(), peek::scan(call, prefix, max, &mut found))
-                    .await;
+                tokio::time::timeout(self.op_timeout(), peek::scan(call, walk, &mut found)).await;
             match scanned {
                 Ok(Ok(whole)) => complete &= whole,
                 Ok(Err(err)) => failures.push(NodeFailure {

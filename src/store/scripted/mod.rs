@@ -378,7 +378,7 @@ impl Backend for ScriptedStore {
         peek::value_and_ttl(&mut self.conn(), key).await
     }
 
-    async fn scan_keys(&self, prefix: &str, max: usize) -> Result<KeyScan, StoreError> {
+    async fn scan_keys(&self, walk: &peek::KeyWalk<'_>) -> Result<KeyScan, StoreError> {
         let mut found = std::collections::BTreeSet::new();
         let complete = match &self.inner.route {
             Route::Single(single) => {
@@ -387,7 +387,7 @@ impl Backend for ScriptedStore {
                     let mut conn = conn.clone();
                     async move { cmd.query_async::<Value>(&mut conn).await }
                 };
-                peek::scan(call, prefix, max, &mut found).await?
+                peek::scan(call, walk, &mut found).await?
             }
             Route::BySlot(by_slot) => {
                 let conn = by_slot.conn().clone();
@@ -404,7 +404,7 @@ impl Backend for ScriptedStore {
                         );
                         async move { conn.route_command(cmd, routing).await }
                     };
-                    complete &= peek::scan(call, prefix, max, &mut found).await?;
+                    complete &= peek::scan(call, walk, &mut found).await?;
                 }
                 complete
             }
