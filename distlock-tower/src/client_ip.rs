@@ -187,6 +187,8 @@ pub struct ClientIp {
 #[must_use = "a builder does nothing until it is built"]
 pub struct ClientIpBuilder {
     client_ip: ClientIp,
+    trust_every_address: bool,
+    allow_zero_prefix: bool,
 }
 
 impl ClientIpBuilder {
@@ -217,13 +219,60 @@ impl ClientIpBuilder {
         self
     }
 
-    /// The extractor, or [`ConfigError::PrefixTooLong`] for a prefix longer than its address.
+    /// Lets [`trusting`](Self::trusting) name a network of every address (`0.0.0.0/0`,
+    /// `::/0`): every peer is then a trusted proxy, and the client's address is whatever the
+    /// leftmost forwarded hop says, which any client can write. Only behind a proxy layer
+    /// that overwrites the header on every path in. Refused by [`build`](Self::build)
+    /// unless said here.
+    pub fn trust_every_address(mut self) -> Self {
+        self.trust_every_address = true;
+        self
+    }
+
+    /// Lets [`ipv4_prefix`](Self::ipv4_prefix) or [`ipv6_prefix`](Self::ipv6_prefix) be 0:
+    /// every client of that family is then one key (one budget, one lock). Refused by
+    /// [`build`](Self::build) unless said here.
+    pub fn allow_zero_prefix(mut self) -> Self {
+        self.allow_zero_prefix = true;
+        self
+    }
+
+    /// The extractor, or [`ConfigError::PrefixTooLong`] for a prefix longer than its
+    /// address, or [`ConfigError::InvalidSetting`] for a trusted network of every address or
+    /// a zero prefix that was not allowed by name.
     pub fn build(self) -> Result<ClientIp, ConfigError> {
         let ClientIp {
             ipv4_prefix,
             ipv6_prefix,
             ..
         } = self.client_ip;
+        if !self.trust_every_address
+            && let Some(all) = self
+                .client_ip
+                .trusted
+                .iter()
+                .find(|c| c.0.prefix_len() == 0)
+        {
+            return Err(ConfigError::InvalidSetting {
+                setting: "trusting",
+                reason: format!(
+                    "{all} trusts every address as a proxy, so any client can choose its own \
+                     address; say trust_every_address() if that is meant"
+                ),
+            });
+        }
+        if !self.allow_zero_prefix && (ipv4_prefix == 0 || ipv6_prefix == 0) {
+            return Err(ConfigError::InvalidSetting {
+                setting: if ipv4_prefix == 0 {
+                    "ipv4_prefix"
+                } else {
+                    "ipv6_prefix"
+                },
+                reason: "0 bits make every client one key; say allow_zero_prefix() if that is \
+                         meant"
+                    .to_owned(),
+            });
+        }
         if ipv6_prefix > 128 {
             return Err(ConfigError::PrefixTooLong {
                 version: 6,
@@ -254,10 +303,29 @@ impl ClientIp {
     /// `X-Forwarded-For`; the first other address is the client. A request whose peer is not
     /// in `proxies` is keyed by the peer. The [`builder`](Self::builder) reads `Forwarded`
     /// instead, and groups addresses otherwise.
+    ///
+    /// A network of every address (`0.0.0.0/0`, `::/0`) is left out here, with a warning:
+    /// trusting it would let any client choose its own address. The builder's
+    /// [`trust_every_address`](ClientIpBuilder::trust_every_address) takes it, said by name.
     #[must_use]
     pub fn trusting(proxies: impl IntoIterator<Item = Cidr>) -> Self {
+        let trusted: Arc<[Cidr]> = proxies
+            .into_iter()
+            .filter(|c| {
+                let every = c.0.prefix_len() == 0;
+                if every {
+                    tracing::warn!(
+                        network = %c,
+                        "ClientIp::trusting leaves out a network of every address (any client \
+                         could choose its own); use ClientIp::builder().trust_every_address() \
+                         if that is meant"
+                    );
+                }
+                !every
+            })
+            .collect();
         Self {
-            trusted: proxies.into_iter().collect(),
+            trusted,
             header: ForwardedHeader::default(),
             ipv4_prefix: 32,
             ipv6_prefix: 64,
@@ -286,6 +354,8 @@ impl ClientIp {
     pub fn builder() -> ClientIpBuilder {
         ClientIpBuilder {
             client_ip: Self::peer(),
+            trust_every_address: false,
+            allow_zero_prefix: false,
         }
     }
 
@@ -485,17 +555,49 @@ mod tests {
         let ok = ClientIp::builder()
             .ipv6_prefix(128)
             .ipv4_prefix(0)
+            .allow_zero_prefix()
             .build()
             .expect("in range");
         assert_eq!((ok.ipv6_prefix, ok.ipv4_prefix), (128, 0));
-        // Every value a configuration file can hold is answered, never a panic.
+        // Every value a configuration file can hold is answered, never a panic; 0 only when
+        // said by name.
         for bits in 0..=u8::MAX {
             let built = std::panic::catch_unwind(|| {
                 let v4 = ClientIp::builder().ipv4_prefix(bits).build().is_ok();
                 let v6 = ClientIp::builder().ipv6_prefix(bits).build().is_ok();
                 (v4, v6)
             });
-            assert_eq!(built.ok(), Some((bits <= 32, bits <= 128)), "{bits}");
+            assert_eq!(
+                built.ok(),
+                Some((bits > 0 && bits <= 32, bits > 0 && bits <= 128)),
+                "{bits}"
+            );
+        }
+    }
+
+    #[test]
+    fn trusting_every_address_is_said_by_name() {
+        for every in ["0.0.0.0/0", "::/0"] {
+            let all: Cidr = every.parse().expect("a network");
+            let refused = ClientIp::builder().trusting([all]).build();
+            assert!(
+                matches!(
+                    refused,
+                    Err(ConfigError::InvalidSetting {
+                        setting: "trusting",
+                        ..
+                    })
+                ),
+                "{every}: {refused:?}"
+            );
+            let said = ClientIp::builder()
+                .trusting([all])
+                .trust_every_address()
+                .build()
+                .expect("said by name");
+            assert_eq!(said.trusted.len(), 1);
+            // The infallible constructor leaves it out.
+            assert!(ClientIp::trusting([all]).trusted.is_empty());
         }
     }
 

@@ -9,7 +9,7 @@
 //!
 //! | `from` | settings | extractor |
 //! |---|---|---|
-//! | `"client-ip"` | `trusted_proxies` (CIDRs, default none), `header` (`"x-forwarded-for"` or `"forwarded"`), `ipv4_prefix`, `ipv6_prefix` | [`ClientIp`] |
+//! | `"client-ip"` | `trusted_proxies` (CIDRs, default none), `header` (`"x-forwarded-for"` or `"forwarded"`), `ipv4_prefix`, `ipv6_prefix`, `trust_every_address` and `allow_zero_prefix` (to take `0.0.0.0/0` or a 0-bit prefix, refused otherwise) | [`ClientIp`] |
 //! | `"header"` | `name` | [`Header`] |
 //! | `"path-segment"` | `index` (from 0) | [`PathSegment`] |
 //! | `"matched-path"` | | [`MatchedPath`](crate::extract::MatchedPath) (feature `axum`) |
@@ -86,6 +86,14 @@ pub enum KeyConfig {
         /// Leading bits of an IPv6 address that make one client (default 64).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ipv6_prefix: Option<u8>,
+        /// Take a network of every address among `trusted_proxies` (`0.0.0.0/0`), which lets
+        /// any client choose its own address (default `false`: refused).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        trust_every_address: bool,
+        /// Take a prefix of 0 bits, which makes every client one key (default `false`:
+        /// refused).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        allow_zero_prefix: bool,
     },
     /// A request header's value ([`Header`]).
     Header {
@@ -117,8 +125,16 @@ impl KeyConfig {
                 header,
                 ipv4_prefix,
                 ipv6_prefix,
+                trust_every_address,
+                allow_zero_prefix,
             } => {
                 let mut builder = ClientIp::builder().trusting(trusted_proxies.iter().copied());
+                if *trust_every_address {
+                    builder = builder.trust_every_address();
+                }
+                if *allow_zero_prefix {
+                    builder = builder.allow_zero_prefix();
+                }
                 if let Some(header) = header {
                     builder = builder.header(*header);
                 }
@@ -275,6 +291,9 @@ macro_rules! apply_lease_settings {
         if let Some(missing) = settings.on_missing_key {
             $builder = $builder.on_missing_key(missing);
         }
+        if let Some(namespace) = &settings.namespace {
+            $builder = $builder.namespace(namespace.clone());
+        }
     }};
 }
 
@@ -310,7 +329,7 @@ macro_rules! lease_layer_config {
             /// Renew while held (default on).
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub watchdog: Option<bool>,
-            /// Stop renewing after this long (default none; not zero).
+            /// Stop renewing after this long (default 5 min; not zero; `"forever"`: no bound).
             #[serde(
                 default,
                 with = "text_duration",
@@ -320,6 +339,10 @@ macro_rules! lease_layer_config {
             /// What a request without a key gets: `"reject"` (default) or `"allow"`.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub on_missing_key: Option<MissingKey>,
+            /// The name space of the layer's names (default `"http"`: a key `k` takes the name
+            /// `http/k`).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub namespace: Option<String>,
             $($own)*
         }
     };
@@ -520,6 +543,8 @@ mod tests {
                 header: Some(ForwardedHeader::Forwarded),
                 ipv4_prefix: Some(24),
                 ipv6_prefix: Some(48),
+                trust_every_address: false,
+                allow_zero_prefix: false,
             }
         );
         assert_eq!(lock.ttl, Some(Duration::from_secs(90)));

@@ -25,6 +25,17 @@ use crate::refusal::{MakeRefusal, PlainText, Refusal, RefusedBy, is_grpc};
 use crate::settings::LayerConfig;
 use crate::wrapped::{WrappedBody, WrappedService};
 
+/// The name space every lock and semaphore name of a [`LockLayer`](crate::LockLayer) or
+/// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer) lives in unless its builder's
+/// `namespace` says otherwise: a request keyed `order:42` takes `http/order:42`.
+pub const DEFAULT_NAMESPACE: &str = "http";
+
+/// How long a request of a [`LockLayer`](crate::LockLayer) or
+/// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer) may hold its lease unless the
+/// builder's `max_hold` says otherwise: 5 minutes (a client that stops reading a streamed
+/// body cannot keep a lock for ever).
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(300);
+
 /// The settings of a layer whose requests each hold a lease: the options both layers take,
 /// what this layer alone takes (`kind`), and the refusal hook.
 pub(crate) type LeaseConfig<K, X, R> = LayerConfig<LeaseOptions<K, X>, R>;
@@ -41,6 +52,8 @@ pub(crate) struct LeaseOptions<K, X> {
     pub(crate) watchdog: bool,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) missing_key: MissingKey,
+    /// The name space of every name this layer takes (`<namespace>/<key>`).
+    pub(crate) namespace: Arc<str>,
     pub(crate) kind: X,
     /// How long this layer's requests held their leases lately (shared by the layer's
     /// clones).
@@ -55,14 +68,16 @@ impl<K, X: std::fmt::Debug> std::fmt::Debug for LeaseOptions<K, X> {
             .field("watchdog", &self.watchdog)
             .field("max_hold", &self.max_hold)
             .field("missing_key", &self.missing_key)
+            .field("namespace", &self.namespace)
             .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }
 
 impl<K, X> LeaseOptions<K, X> {
-    /// The defaults (ttl 30 s renewed by the watchdog, no waiting, no maximum hold, `400` for
-    /// a request without a key), with plain-text refusals.
+    /// The defaults (ttl 30 s renewed by the watchdog, no waiting, at most
+    /// [`DEFAULT_MAX_HOLD`], names under [`DEFAULT_NAMESPACE`], `400` for a request without a
+    /// key), with plain-text refusals.
     pub(crate) fn defaults(client: Client, extract: K, kind: X) -> LeaseConfig<K, X, PlainText> {
         LayerConfig {
             options: Self {
@@ -71,8 +86,9 @@ impl<K, X> LeaseOptions<K, X> {
                 ttl: distlock::DEFAULT_TTL,
                 wait: Duration::ZERO,
                 watchdog: true,
-                max_hold: None,
+                max_hold: Some(DEFAULT_MAX_HOLD),
                 missing_key: MissingKey::default(),
+                namespace: Arc::from(DEFAULT_NAMESPACE),
                 kind,
                 holds: Arc::default(),
             },
@@ -92,8 +108,38 @@ impl<K, X> LeaseOptions<K, X> {
         if self.max_hold.is_some_and(|max_hold| max_hold.is_zero()) {
             return Err(ConfigError::ZeroMaxHold);
         }
-        Ok(())
+        check_namespace(&self.namespace)
     }
+
+    /// The name a request keyed `key` takes: `<namespace>/<key>`.
+    pub(crate) fn name_of(&self, key: &str) -> String {
+        let mut name = String::with_capacity(self.namespace.len() + 1 + key.len());
+        name.push_str(&self.namespace);
+        name.push('/');
+        name.push_str(key);
+        name
+    }
+}
+
+/// Whether `namespace` can hold a layer's names: 1 to 64 characters of `[A-Za-z0-9._-]`, and
+/// not one the runtime keeps for itself (`idempotency`, whose claims would then be within
+/// reach of a request's key).
+pub(crate) fn check_namespace(namespace: &str) -> Result<(), ConfigError> {
+    let valid = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    let reason = if namespace.is_empty() || namespace.len() > 64 || !namespace.bytes().all(valid) {
+        "must be 1 to 64 characters of [A-Za-z0-9._-]"
+    } else if distlock::idempotency::CLAIM_NAME_PREFIX
+        .strip_suffix('/')
+        .is_some_and(|reserved| reserved == namespace)
+    {
+        "is where idempotency claims live: a request's key must never name one"
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::InvalidSetting {
+        setting: "namespace",
+        reason: format!("{namespace:?} {reason}"),
+    })
 }
 
 /// Sets the lease options on a runtime builder (`LockBuilder` or `SemaphoreBuilder`, which
@@ -162,7 +208,7 @@ where
 {
     let options = &config.options;
     let grpc = is_grpc(request.headers());
-    let key = match options.extract.extract_key(&request) {
+    let key = match crate::extract::checked(options.extract.extract_key(&request)) {
         Extracted::Key(key) => key,
         Extracted::Absent => {
             X::log_without_key(options.extract.absent_hint(), options.missing_key);
@@ -228,6 +274,9 @@ where
     if !config.options.wait.is_zero() {
         inner.release_readiness();
     }
+    // Never the key as it is: a request must not be able to name a lock the application or
+    // the runtime takes for itself (an election, an idempotency claim).
+    let key = config.options.name_of(&key);
     let lease = match X::acquire(&config.options, &key).await {
         Ok(lease) => lease,
         Err(refusal) => return Ok(refuse(refusal.for_grpc(grpc), &*config)),

@@ -172,6 +172,7 @@ pub use concurrency::{ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder};
 pub use config_error::ConfigError;
 pub use extract::{ExtractKey, Extracted, MissingKey};
 pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
+pub use lease::{DEFAULT_MAX_HOLD, DEFAULT_NAMESPACE};
 pub use lock::{HeldLock, LockLayer, LockLayerBuilder};
 pub use rate_limit::{RateLimitLayer, RateLimitLayerBuilder};
 pub use refusal::{MakeRefusal, Refusal};

@@ -222,12 +222,28 @@ macro_rules! lease_option_setters {
         }
 
         #[doc = concat!(
-            "Stops renewing once a request has held its ", $what, " this long, so a stuck ",
-            "handler or a client reading a stream very slowly cannot keep it for ever. Not ",
-            "zero (checked by `build`)."
+            "Stops renewing once a request has held its ", $what, " this long (default ",
+            "[`DEFAULT_MAX_HOLD`](crate::DEFAULT_MAX_HOLD), 5 minutes), so a stuck ",
+            "handler or a client that stops reading a streamed body cannot keep it for ever: ",
+            "the body then ends. Not zero (checked by `build`); `Duration::MAX` for no bound."
         )]
         pub fn max_hold(mut self, max_hold: ::std::time::Duration) -> Self {
             self.config.options.max_hold = Some(max_hold);
+            self
+        }
+
+        #[doc = concat!(
+            "The name space of this layer's ", $what, " names (default ",
+            "[`DEFAULT_NAMESPACE`](crate::DEFAULT_NAMESPACE), `http`): a request keyed ",
+            "`order:42` takes the name `<namespace>/order:42`, so that no request can name a ",
+            $what, " the application takes for itself (an election, a job lock, an ",
+            "idempotency claim). 1 to 64 characters of `[A-Za-z0-9._-]`, not `idempotency` ",
+            "(checked by `build`). To exclude the same requests from code, take the same name ",
+            "there: `client.lock(\"http/order:42\")`, or ",
+            "`#[distributed_lock(key = \"http/order:{id}\")]`."
+        )]
+        pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+            self.config.options.namespace = namespace.into().into();
             self
         }
 

@@ -136,8 +136,13 @@ async fn both_layers_run_on_a_cluster() {
     }
     let refused = app.clone().oneshot(request("k")).await.expect("infallible");
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    // The lock layer: a held order is 423 for another request.
-    let held = client.lock("order:42").acquire().await.expect("acquire");
+    // The lock layer: a held order is 423 for another request (the layer's lock is
+    // `http/order:42`).
+    let held = client
+        .lock("http/order:42")
+        .acquire()
+        .await
+        .expect("acquire");
     let busy = app.oneshot(request("other")).await.expect("infallible");
     assert_eq!(busy.status(), StatusCode::LOCKED);
     held.release().await.expect("release");

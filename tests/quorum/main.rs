@@ -584,7 +584,11 @@ async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
     axum::body::to_bytes(ok.into_body(), 1024)
         .await
         .expect("body");
-    let held = client.lock("order:7").acquire().await.expect("acquire");
+    let held = client
+        .lock("http/order:7")
+        .acquire()
+        .await
+        .expect("acquire");
     let busy = app.oneshot(request()).await.expect("infallible");
     assert_eq!(busy.status(), StatusCode::LOCKED);
     held.release().await.expect("release");

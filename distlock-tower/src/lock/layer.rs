@@ -40,7 +40,8 @@ pub(crate) struct Locking {
 /// its response body has been sent.
 ///
 /// [`new`](Self::new) gives the defaults: ttl 30 s renewed by the watchdog while held, no
-/// waiting (`423 Locked` at once when busy), no maximum hold, `400 Bad Request` for a request
+/// waiting (`423 Locked` at once when busy), held at most 5 minutes, names under `http/`,
+/// `400 Bad Request` for a request
 /// without a key (and always for a request whose key is invalid). Anything else is set on
 /// the [`builder`](Self::builder), whose [`build`](LockLayerBuilder::build) checks it all
 /// at once and returns a [`ConfigError`] for a value the lock could never take (a ttl out
@@ -84,9 +85,11 @@ impl<K> LockLayer<K> {
     /// Locks each request on the key `extract` finds in it (see
     /// [`extract`](crate::extract)), through `client`, with the default settings.
     ///
-    /// The key is the lock name as it is: a layer keyed `order:42` and
-    /// `client.lock("order:42")` elsewhere (or `#[distributed_lock(key = "order:{id}")]`)
-    /// exclude each other. Use [`Prefixed`](crate::extract::Prefixed) to keep names apart.
+    /// The lock is named `http/<key>` (see the builder's
+    /// [`namespace`](LockLayerBuilder::namespace)), so that no request can name a lock the
+    /// application or the runtime takes for itself: a layer keyed `order:42` and
+    /// `client.lock("http/order:42")` elsewhere (or
+    /// `#[distributed_lock(key = "http/order:{id}")]`) exclude each other.
     pub fn new(client: Client, extract: K) -> Self {
         Self::builder(client, extract).into_layer()
     }

@@ -44,7 +44,7 @@
 //!
 //! // Reading the body to its end releases the lock.
 //! let body = axum::body::to_bytes(first.into_body(), 1024).await.unwrap();
-//! assert!(body.starts_with(b"settled order:42 under fence "));
+//! assert!(body.starts_with(b"settled http/order:42 under fence "));
 //! let third = app.oneshot(request()).await.unwrap();
 //! assert_eq!(third.status(), StatusCode::OK);
 //! # Ok(()) }
@@ -60,9 +60,14 @@
 //! it in the background at once. Meanwhile the watchdog renews the lease every ttl/3; if the
 //! process dies, the lock frees up after its ttl.
 //!
-//! The lock name is the key as it is, in the client's namespace: a layer keyed `order:42`
-//! excludes `client.lock("order:42")` and `#[distributed_lock(key = "order:{id}")]` with
-//! `id = 42` on the same store, so middleware and background jobs can guard the same resource.
+//! The lock name is the key in the layer's name space, `http/<key>` by default
+//! ([`namespace`](LockLayerBuilder::namespace)), so that no request can name a lock the
+//! application or the runtime takes for itself (an election, a job lock, an idempotency
+//! claim): a layer keyed `order:42` excludes `client.lock("http/order:42")` and
+//! `#[distributed_lock(key = "http/order:{id}")]` with `id = 42` on the same store, so
+//! middleware and background jobs can guard the same resource. A lease is held at most
+//! [`DEFAULT_MAX_HOLD`](crate::DEFAULT_MAX_HOLD) (5 minutes) unless the builder's `max_hold`
+//! says otherwise, so a client that stops reading a streamed body cannot keep it.
 //! The handler is not inside a `LockBuilder::run`, so `distlock::current_lease()` does not see
 //! the lock; use [`HeldLock`].
 //!
@@ -82,15 +87,15 @@
 //! | the lock is held by another holder | `423 Locked` (or `409 Conflict`, [`BusyStatus`]) with `Retry-After`: the holder's remaining ttl in whole seconds, rounded up, at least 1, whoever took the lock (this layer, `client.lock(..)`, the macro) and with whatever ttl; or the longest of this layer's latest 16 holds when shorter |
 //! | ... and [`wait`](LockLayerBuilder::wait) is set | waits up to that long (holding nothing of the inner service), one waiter served per release, then as above |
 //! | the request has no key ([`Extracted::Absent`](crate::extract::Extracted::Absent)) | `400 Bad Request`, or the inner service unlocked ([`MissingKey`]) |
-//! | an invalid key (key header sent twice, over-long, empty, not text: [`Extracted::Invalid`](crate::extract::Extracted::Invalid)) | `400 Bad Request`, whatever the [`MissingKey`] setting |
+//! | an invalid key (key header sent twice, over-long, empty, not text, a control character: [`Extracted::Invalid`](crate::extract::Extracted::Invalid)) | `400 Bad Request`, whatever the [`MissingKey`] setting |
 //! | the key cannot be a lock name (longer than [`distlock::MAX_NAME_LEN`]) | `400 Bad Request` |
 //! | the store is down or too slow | `503 Service Unavailable`, `Retry-After: 1`, after at most the client's response timeout |
 //! | the lease was lost while the handler ran | `503 Service Unavailable`, `Retry-After: 1` (see below) |
 //!
 //! A response made under the lock carries the [`HeldLock`] in its extensions (name, fence),
 //! and one the layer made itself its [`Refusal`](crate::refusal::Refusal), for outer layers
-//! and logging. Every refusal is logged as a `debug` event with the lock name and the
-//! `Retry-After`, and so is a request without a key.
+//! and logging. Every refusal is logged as a `debug` event with the lock name (redacted, see
+//! [`distlock::logging`]) and the `Retry-After`, and so is a request without a key.
 //!
 //! # When the lease is lost
 //!

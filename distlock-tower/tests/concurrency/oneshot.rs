@@ -80,7 +80,7 @@ async fn a_full_limit_answers_503_with_retry_after(fx: Fixture) {
     let refusal = full.extensions().get::<Refusal>().expect("refusal").clone();
     assert_eq!(refusal.reason(), &Reason::AtCapacity);
     assert_eq!(refusal.refused_by(), RefusedBy::ConcurrencyLimit);
-    assert_eq!(refusal.key(), Some("exports"));
+    assert_eq!(refusal.key(), Some("http/exports"));
     assert_eq!(
         text(full).await,
         "too many requests in flight; try again shortly\n"
@@ -233,7 +233,11 @@ async fn a_streaming_body_keeps_its_permit_until_it_ends(fx: Fixture) {
     // A body dropped early (the client went away) gives the permit back.
     let dropped = call(&app, "/stream").await;
     drop(dropped);
-    let key = fx.client.__inspect().semaphore_key("exports").expect("key");
+    let key = fx
+        .client
+        .__inspect()
+        .semaphore_key("http/exports")
+        .expect("key");
     for _ in 0..100 {
         if fx
             .client

@@ -173,7 +173,7 @@ async fn a_client_that_disconnects_frees_its_place() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let client = connect(&server.url()).await;
-    let key = client.__inspect().semaphore_key("work").expect("key");
+    let key = client.__inspect().semaphore_key("http/work").expect("key");
     assert_eq!(
         client.__inspect().live_entries(&key).await.expect("count"),
         u64::from(LIMIT)

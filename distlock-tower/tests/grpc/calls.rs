@@ -283,7 +283,7 @@ async fn a_held_lock_is_aborted_with_the_holders_ttl(fx: Fixture) {
 
     let holder = fx
         .client
-        .lock("job:1")
+        .lock("http/job:1")
         .ttl(Duration::from_secs(20))
         .acquire()
         .await

@@ -45,7 +45,7 @@ async fn a_request_waiting_for_its_lock_holds_no_readiness_of_the_inner_service(
     let holder = fx
         .another_client()
         .await
-        .lock("a")
+        .lock("http/a")
         .acquire()
         .await
         .expect("lock a is free");
@@ -67,7 +67,7 @@ async fn a_request_waiting_for_its_lock_holds_no_readiness_of_the_inner_service(
         .await
         .expect("a request on another key is served while the first waits for its lock");
     assert_eq!(other.status(), StatusCode::OK);
-    assert_eq!(text(other).await, "b");
+    assert_eq!(text(other).await, "http/b");
     assert!(!waiting.is_finished(), "still waiting for `a`");
 
     holder.release().await.expect("release");
@@ -75,7 +75,7 @@ async fn a_request_waiting_for_its_lock_holds_no_readiness_of_the_inner_service(
         .await
         .expect("woken by the release")
         .expect("request task");
-    assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "http/a"));
 }
 
 /// One service instance driven with `ready().await` then `call` in a loop, the calls running
@@ -99,7 +99,7 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
     let holder = fx
         .another_client()
         .await
-        .lock("a")
+        .lock("http/a")
         .acquire()
         .await
         .expect("lock a is free");
@@ -129,7 +129,7 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
             .await
             .unwrap_or_else(|_| panic!("{key} was served while `a` waits"))
             .expect("request task");
-        assert_eq!((status, body.as_str()), (StatusCode::OK, key));
+        assert_eq!((status, body), (StatusCode::OK, format!("http/{key}")));
     }
     assert!(!a.is_finished(), "`a` still waits for its lock");
     holder.release().await.expect("release");
@@ -137,5 +137,5 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
         .await
         .expect("woken by the release")
         .expect("request task");
-    assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "http/a"));
 }

@@ -27,12 +27,17 @@ struct Shop {
     limiter: RateLimiter,
 }
 
-/// Takes `order:{id}` through the runtime API; a busy lock is the handler's own error.
+/// Takes `http/order:{id}` (the lock layer's name for `order:{id}`) through the runtime
+/// API; a busy lock is the handler's own error.
 async fn settle(
     State(shop): State<Shop>,
     Path(id): Path<String>,
 ) -> Result<String, Rendered<ProblemDetails>> {
-    let lease = shop.client.lock(format!("order:{id}")).acquire().await?;
+    let lease = shop
+        .client
+        .lock(format!("http/order:{id}"))
+        .acquire()
+        .await?;
     Ok(lease.fence().to_string())
 }
 
@@ -98,7 +103,7 @@ async fn handler_errors_answer_as_the_layers_do(fx: Fixture) {
     let holder = fx
         .another_client()
         .await
-        .lock("order:1")
+        .lock("http/order:1")
         .ttl(Duration::from_secs(20))
         .acquire()
         .await

@@ -20,3 +20,4 @@ mod oneshot;
 mod responses;
 mod retry_after;
 mod tcp;
+mod untrusted;

@@ -38,7 +38,7 @@ async fn busy_is_423_with_retry_after(fx: Fixture) {
     // The first response's body is not read: its request still holds the lock.
     let first = call(&app, "/orders/1").await;
     assert_eq!(first.status(), StatusCode::OK);
-    assert!(!fx.is_free("order:1").await);
+    assert!(!fx.is_free("http/order:1").await);
 
     let second = call(&app, "/orders/1").await;
     assert_eq!(second.status(), StatusCode::LOCKED);
@@ -57,7 +57,7 @@ async fn busy_is_423_with_retry_after(fx: Fixture) {
 
     // Dropping the unread body (the client went away) releases in the background.
     drop(first);
-    assert!(fx.wait_free("order:1", Duration::from_secs(2)).await);
+    assert!(fx.wait_free("http/order:1", Duration::from_secs(2)).await);
     assert_eq!(call(&app, "/orders/1").await.status(), StatusCode::OK);
 }
 
@@ -138,7 +138,7 @@ async fn handler_sees_increasing_fences(fx: Fixture) {
         assert!(fence > last, "fence {fence} after {last}");
         last = fence;
         assert!(
-            fx.is_free("order:7").await,
+            fx.is_free("http/order:7").await,
             "released once the body was read"
         );
     }
@@ -184,7 +184,7 @@ async fn missing_key_is_400_by_default(fx: Fixture) {
         .expect("infallible");
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let response = app.oneshot(with_key(Some("k"))).await.expect("infallible");
-    assert_eq!(text(response).await, "k");
+    assert_eq!(text(response).await, "http/k");
 }
 
 async fn missing_key_can_pass_through_unlocked(fx: Fixture) {
@@ -261,7 +261,7 @@ async fn inner_error_passes_through_and_releases(fx: Fixture) {
     let result = service.oneshot(with_key(None)).await;
     assert_eq!(result.err(), Some("inner failure"));
     assert!(
-        fx.wait_free("job", Duration::from_secs(2)).await,
+        fx.wait_free("http/job", Duration::from_secs(2)).await,
         "released after the error"
     );
 }
@@ -273,7 +273,7 @@ async fn empty_body_is_released_before_the_response(fx: Fixture) {
     assert_eq!(first.status(), StatusCode::NO_CONTENT);
     // Nothing to stream, so the lock was released before the response was returned, even
     // though its (empty) body has not been polled.
-    assert!(fx.is_free("order:1").await);
+    assert!(fx.is_free("http/order:1").await);
     assert_eq!(
         call(&app, "/empty/1").await.status(),
         StatusCode::NO_CONTENT
@@ -307,7 +307,7 @@ async fn matched_path_locks_a_whole_route(fx: Fixture) {
         .await
         .expect("infallible");
     assert_eq!(other_route.status(), StatusCode::OK);
-    assert_eq!(text(held).await, "/a/{x}");
+    assert_eq!(text(held).await, "http//a/{x}");
 }
 
 fn get_request(uri: &str) -> Request<Body> {

@@ -78,7 +78,7 @@ async fn a_custom_hook_answers_every_refusal_kind(fx: Fixture) {
     assert_eq!(refusal_header(&response), Some("lock-busy"));
     assert!(text(response).await.starts_with("Lock 409 "));
     drop(first);
-    assert!(fx.wait_free("order:1", Duration::from_secs(2)).await);
+    assert!(fx.wait_free("http/order:1", Duration::from_secs(2)).await);
 
     // 400s: no key, a malformed key, a key that cannot be a lock name.
     let by_header = |layer: LockLayer<Header, fn(&Refusal) -> Response<String>>| {
@@ -206,8 +206,11 @@ async fn an_outer_layer_reads_the_held_lock_and_the_refusal(fx: Fixture) {
     assert_eq!(
         log,
         [
-            (StatusCode::OK, format!("order:1 fence {fence}")),
-            (StatusCode::LOCKED, "order:1 refused: lock-busy".to_owned()),
+            (StatusCode::OK, format!("http/order:1 fence {fence}")),
+            (
+                StatusCode::LOCKED,
+                "http/order:1 refused: lock-busy".to_owned()
+            ),
         ]
     );
 }
@@ -220,7 +223,7 @@ async fn a_handler_on_the_runtime_api_answers_like_the_layer(fx: Fixture) {
         State(client): State<Client>,
         Path(id): Path<u64>,
     ) -> Result<String, LockError> {
-        let lease = client.lock(format!("order:{id}")).acquire().await?;
+        let lease = client.lock(format!("http/order:{id}")).acquire().await?;
         let fence = lease.fence();
         lease.release().await?;
         Ok(fence.to_string())
@@ -237,7 +240,7 @@ async fn a_handler_on_the_runtime_api_answers_like_the_layer(fx: Fixture) {
     let holder = fx
         .another_client()
         .await
-        .lock("order:1")
+        .lock("http/order:1")
         .ttl(Duration::from_secs(5))
         .acquire()
         .await
@@ -278,7 +281,7 @@ async fn a_handler_on_the_runtime_api_answers_like_the_layer(fx: Fixture) {
 async fn a_refusal_is_a_debug_event() {
     let capture = Capture::start(tracing::Level::DEBUG);
     let client = Client::in_memory();
-    let holder = client.lock("job").acquire().await.expect("free");
+    let holder = client.lock("http/job").acquire().await.expect("free");
     let response = job_app(&client)
         .oneshot(get_request("/"))
         .await
@@ -297,7 +300,7 @@ async fn a_refusal_is_a_debug_event() {
     for field in [
         "DEBUG",
         "distlock_tower::lock",
-        "lock=\"job\"",
+        "lock=#",
         "retry_after=30",
         "status=423",
     ] {

@@ -27,7 +27,7 @@ async fn busy_retry_after_is_the_holders_remaining_ttl(fx: Fixture) {
 
     // Taken directly with a 2 s ttl.
     let holder = other
-        .lock("order:1")
+        .lock("http/order:1")
         .ttl(Duration::from_secs(2))
         .acquire()
         .await
@@ -45,7 +45,7 @@ async fn busy_retry_after_is_the_holders_remaining_ttl(fx: Fixture) {
 
     // Taken with 30 s, then shortened to 3 s.
     let holder = other
-        .lock("order:2")
+        .lock("http/order:2")
         .ttl(layer_ttl)
         .acquire()
         .await
@@ -107,7 +107,7 @@ async fn busy_retry_after_is_the_layers_longest_latest_hold_when_shorter(fx: Fix
     text(slow).await;
     let slow_took = started.elapsed();
     let holder = other
-        .lock("order:4")
+        .lock("http/order:4")
         .ttl(Duration::from_secs(30))
         .acquire()
         .await

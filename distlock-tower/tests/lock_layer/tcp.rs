@@ -74,7 +74,7 @@ async fn streaming_body_keeps_the_lease_until_it_ends(fx: Fixture) {
     let after = http_get(&http, format!("http://{addr}/orders/1")).await;
     assert_eq!(after.status(), StatusCode::OK);
     after.text().await.expect("body");
-    assert!(fx.is_free("order:1").await);
+    assert!(fx.is_free("http/order:1").await);
 }
 
 async fn client_gone_mid_stream_releases_the_lease(fx: Fixture) {
@@ -84,11 +84,11 @@ async fn client_gone_mid_stream_releases_the_lease(fx: Fixture) {
     // 100 chunks, 50 ms apart: ~5 s if read to the end.
     let mut stream = http_get(&http, format!("http://{addr}/stream/1/100/50")).await;
     assert!(stream.chunk().await.expect("chunk").is_some());
-    assert!(!fx.is_free("order:1").await);
+    assert!(!fx.is_free("http/order:1").await);
     let gone = Instant::now();
     drop(stream); // closes the connection mid-body
     assert!(
-        fx.wait_free("order:1", Duration::from_secs(2)).await,
+        fx.wait_free("http/order:1", Duration::from_secs(2)).await,
         "the lease outlived the client by 2 s"
     );
     let released_after = gone.elapsed();

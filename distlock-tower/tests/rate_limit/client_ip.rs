@@ -231,9 +231,14 @@ fn grouping_is_configurable_and_connect_info_is_required() {
 /// key is always an address (at worst the trusted peer's own).
 #[test]
 fn hostile_headers_never_panic() {
-    let extractor = ClientIp::trusting(cidrs(&["0.0.0.0/0", "::/0"]));
+    let extractor = ClientIp::builder()
+        .trusting(cidrs(&["0.0.0.0/0", "::/0"]))
+        .trust_every_address()
+        .build()
+        .expect("valid settings");
     let forwarded = ClientIp::builder()
         .trusting(cidrs(&["0.0.0.0/0", "::/0"]))
+        .trust_every_address()
         .header(ForwardedHeader::Forwarded)
         .build()
         .expect("valid settings");

@@ -94,7 +94,7 @@ async fn a_lock_layer_from_toml_locks_its_path_key_and_answers_its_status(fx: Fi
 
     let held = fx
         .client
-        .lock("order:42")
+        .lock("http/order:42")
         .ttl(Duration::from_secs(30))
         .acquire()
         .await
