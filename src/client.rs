@@ -441,6 +441,10 @@ pub struct ClientBuilder {
     response_timeout: Duration,
     connect_timeout: Duration,
     reconnect_retries: usize,
+    /// Refuse a server whose eviction policy can drop lock keys ([`require_noeviction`]).
+    ///
+    /// [`require_noeviction`]: Self::require_noeviction
+    require_noeviction: bool,
     quorum_node_timeout: Option<Duration>,
     restart_quarantine: Duration,
     /// Credentials of the primary behind Sentinel (username, password).
@@ -477,6 +481,7 @@ impl Default for ClientBuilder {
             response_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             reconnect_retries: 6,
+            require_noeviction: false,
             quorum_node_timeout: None,
             restart_quarantine: DEFAULT_TTL,
             primary_auth: None,
@@ -540,6 +545,20 @@ impl ClientBuilder {
     /// `connect`; `Duration::MAX` means no bound.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether `connect` refuses a server whose `maxmemory-policy` can evict keys
+    /// ([`StoreError::Evicting`]) instead of logging a warning (default `false`: warn).
+    ///
+    /// Under any policy but `noeviction`, a server that reaches its `maxmemory` deletes keys
+    /// before their ttl, and `volatile-*` policies pick exactly the short-lived keys locks
+    /// are: a lock key evicted while its holder works lets a second holder in, with nobody
+    /// told. Set `maxmemory-policy noeviction` on the servers locks use (writes then fail
+    /// loudly with `OOM` instead), or give locks a server of their own. A server whose ACL
+    /// refuses `INFO` is let through (its policy cannot be read).
+    pub fn require_noeviction(mut self, require: bool) -> Self {
+        self.require_noeviction = require;
         self
     }
 
@@ -923,6 +942,7 @@ impl ClientBuilder {
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
             reconnect_retries: self.reconnect_retries,
+            require_noeviction: self.require_noeviction,
             #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
             tls: self.tls.clone(),
         }

@@ -64,6 +64,18 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// The server may evict keys under memory pressure (its `maxmemory-policy` is not
+    /// `noeviction`), and the client was built with
+    /// [`require_noeviction`](crate::ClientBuilder::require_noeviction). Reported by
+    /// `connect`.
+    #[error(
+        "the Redis server may evict keys (maxmemory-policy {policy}): an evicted lock key lets \
+         a second holder in with nobody told; set maxmemory-policy noeviction"
+    )]
+    Evicting {
+        /// The policy the server reported.
+        policy: String,
+    },
     /// The server is older than the oldest Redis this library works with (6.2: its scripts
     /// use `SET ... GET`, and release wake-ups use RESP3 pub/sub).
     #[error("Redis {version} is too old: distlock needs Redis {MIN_REDIS_VERSION} or newer")]
@@ -311,6 +323,7 @@ impl StoreError {
             },
             Self::Auth { .. }
             | Self::Config { .. }
+            | Self::Evicting { .. }
             | Self::Unsupported { .. }
             | Self::Protocol { .. } => false,
         }

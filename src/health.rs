@@ -37,6 +37,10 @@ pub struct NodeHealth {
     pub node: String,
     /// The round trip of its `PING`, or why there was none (never a password).
     pub answer: Result<Duration, String>,
+    /// Its `maxmemory-policy` (from `INFO memory`, asked after the `PING`), if it answered
+    /// it. Any policy but `noeviction` can delete lock keys before their ttl: see
+    /// [`Health::evicting`].
+    pub eviction_policy: Option<String>,
 }
 
 impl NodeHealth {
@@ -44,6 +48,33 @@ impl NodeHealth {
     #[must_use]
     pub fn is_up(&self) -> bool {
         self.answer.is_ok()
+    }
+
+    /// A server that did not answer: why.
+    fn down(node: String, why: String) -> Self {
+        Self {
+            node,
+            answer: Err(why),
+            eviction_policy: None,
+        }
+    }
+}
+
+impl Health {
+    /// The servers whose eviction policy can delete keys before their ttl (any
+    /// `maxmemory-policy` but `noeviction`), with the policy: a lock key evicted while its
+    /// holder works lets a second holder in, with nobody told. Empty when every server said
+    /// `noeviction` (or would not say). See
+    /// [`ClientBuilder::require_noeviction`](crate::ClientBuilder::require_noeviction).
+    #[must_use]
+    pub fn evicting(&self) -> Vec<(&str, &str)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| {
+                let policy = n.eviction_policy.as_deref()?;
+                crate::store::can_evict(policy).then_some((n.node.as_str(), policy))
+            })
+            .collect()
     }
 }
 
@@ -72,7 +103,7 @@ impl Client {
             .nodes
             .extend(other.nodes.into_iter().map(|node| NodeHealth {
                 node: format!("counting {}", node.node),
-                answer: node.answer,
+                ..node
             }));
         health
     }
@@ -110,7 +141,8 @@ impl Client {
                             let started = Instant::now();
                             let answer = match tokio::time::timeout(
                                 limit,
-                                conn.clone().route_command(redis::cmd("PING"), routing),
+                                conn.clone()
+                                    .route_command(redis::cmd("PING"), routing.clone()),
                             )
                             .await
                             {
@@ -118,7 +150,28 @@ impl Client {
                                 Ok(Err(err)) => Err(StoreError::from(err).to_string()),
                                 Err(_) => Err(format!("no answer within {limit:?}")),
                             };
-                            NodeHealth { node, answer }
+                            let eviction_policy = if answer.is_ok() {
+                                let mut info = redis::cmd("INFO");
+                                info.arg("memory");
+                                match tokio::time::timeout(
+                                    limit,
+                                    conn.clone().route_command(info, routing),
+                                )
+                                .await
+                                {
+                                    Ok(Ok(reply)) => redis::from_redis_value::<String>(reply)
+                                        .ok()
+                                        .and_then(|text| crate::store::policy_in(&text)),
+                                    _ => None,
+                                }
+                            } else {
+                                None
+                            };
+                            NodeHealth {
+                                node,
+                                answer,
+                                eviction_policy,
+                            }
                         }
                     });
                     let nodes = futures_util::future::join_all(pings).await;
@@ -126,13 +179,13 @@ impl Client {
                     (nodes, ready)
                 }
                 Err(why) => (
-                    vec![NodeHealth {
-                        node: "cluster".to_owned(),
-                        answer: Err(match why {
+                    vec![NodeHealth::down(
+                        "cluster".to_owned(),
+                        match why {
                             StoreError::Timeout { .. } => format!("no answer within {limit:?}"),
                             other => other.to_string(),
-                        }),
-                    }],
+                        },
+                    )],
                     false,
                 ),
             },
@@ -161,5 +214,17 @@ async fn ping_one<C: ConnectionLike + Send>(
         Ok(Err(err)) => Err(StoreError::from(err).to_string()),
         Err(_) => Err(format!("no answer within {limit:?}")),
     };
-    NodeHealth { node, answer }
+    let eviction_policy = if answer.is_ok() {
+        tokio::time::timeout(limit, crate::store::eviction_policy(&mut conn))
+            .await
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
+    NodeHealth {
+        node,
+        answer,
+        eviction_policy,
+    }
 }

@@ -11,8 +11,10 @@
 //! ```
 //!
 //! The body: `{"ready":true,"store":"redis","nodes":[{"node":"primary","up":true,
-//! "latency_ms":0.21}]}`, with `"error"` in place of `"latency_ms"` for a server that did not
-//! answer (its reason, never a password). Each probe pings within the client's
+//! "latency_ms":0.21,"maxmemory_policy":"noeviction"}]}`, with `"error"` in place of
+//! `"latency_ms"` for a server that did not answer (its reason, never a password), and
+//! `"evicts_keys":true` beside a `maxmemory_policy` that can delete lock keys before their
+//! ttl (any but `noeviction`; the probe stays ready, the operator is told). Each probe pings within the client's
 //! `response_timeout`; nothing is cached, so give the probe a period, not a tight loop.
 
 use std::fmt::Write as _;
@@ -69,9 +71,17 @@ pub fn document(health: &Health) -> String {
             Ok(latency) => {
                 let _ = write!(
                     json,
-                    ",\"up\":true,\"latency_ms\":{:.3}}}",
+                    ",\"up\":true,\"latency_ms\":{:.3}",
                     latency.as_secs_f64() * 1000.0
                 );
+                if let Some(policy) = &node.eviction_policy {
+                    json.push_str(",\"maxmemory_policy\":");
+                    push_json_string(&mut json, policy);
+                    if policy != "noeviction" {
+                        json.push_str(",\"evicts_keys\":true");
+                    }
+                }
+                json.push('}');
             }
             Err(why) => {
                 json.push_str(",\"up\":false,\"error\":");

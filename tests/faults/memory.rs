@@ -212,3 +212,51 @@ async fn eviction_is_noticed_by_the_watchdog() {
         deadline - evicted_at
     );
 }
+
+/// A server whose eviction policy can delete lock keys before their ttl (any policy but
+/// `noeviction`: `volatile-ttl` picks exactly the short-lived keys locks are) is reported:
+/// a warning at connect, its policy in `ping`, and a typed refusal at connect for a client
+/// built with `require_noeviction(true)`. Under `noeviction` none of that happens.
+#[tokio::test(flavor = "current_thread")]
+async fn an_evicting_server_is_reported_at_connect_and_by_ping() {
+    for (policy, evicts) in [
+        ("volatile-ttl", true),
+        ("allkeys-lru", true),
+        ("noeviction", false),
+    ] {
+        let server = RedisServer::builder()
+            .arg("--maxmemory", "64mb")
+            .arg("--maxmemory-policy", policy)
+            .start();
+        let capture = crate::traces::Capture::start(tracing::Level::WARN);
+        let client = distlock::Client::connect(&server.url())
+            .await
+            .expect("a warning, not an error");
+        let warned = capture.text();
+        drop(capture);
+        assert_eq!(
+            warned.contains("maxmemory-policy"),
+            evicts,
+            "{policy}: {warned:?}"
+        );
+        let health = client.ping().await;
+        assert_eq!(
+            health.nodes[0].eviction_policy.as_deref(),
+            Some(policy),
+            "{health:?}"
+        );
+        assert_eq!(health.evicting().len(), usize::from(evicts), "{health:?}");
+
+        let strict = distlock::Client::builder()
+            .require_noeviction(true)
+            .connect(&server.url())
+            .await;
+        match strict {
+            Err(StoreError::Evicting { policy: reported }) if evicts => {
+                assert_eq!(reported, policy);
+            }
+            Ok(_) if !evicts => {}
+            other => panic!("{policy}: {other:?}"),
+        }
+    }
+}

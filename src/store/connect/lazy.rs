@@ -95,7 +95,10 @@ impl ConnectionLike for LazyConn {
 fn is_final(err: &StoreError) -> bool {
     matches!(
         err,
-        StoreError::Auth { .. } | StoreError::Config { .. } | StoreError::Unsupported { .. }
+        StoreError::Auth { .. }
+            | StoreError::Config { .. }
+            | StoreError::Evicting { .. }
+            | StoreError::Unsupported { .. }
     )
 }
 

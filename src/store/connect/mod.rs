@@ -22,6 +22,8 @@ pub(crate) struct RedisSettings {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect_retries: usize,
+    /// Refuse a server whose eviction policy can drop keys, instead of warning.
+    pub(crate) require_noeviction: bool,
     /// A CA to trust and a client identity for `rediss://` (redis-rs redacts them in `Debug`).
     #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
     pub(crate) tls: Option<redis::TlsCertificates>,
@@ -132,7 +134,58 @@ pub(crate) async fn probe(
         .await
         .map_err(|e| StoreError::from(e).with_deadline(settings.connect_timeout))?;
     check_version(&mut conn).await?;
+    check_eviction(&mut conn, settings.require_noeviction).await?;
     Ok(conn)
+}
+
+/// The server's `maxmemory-policy`, from `INFO memory`; `None` when it cannot be read (an
+/// ACL that forbids `INFO`).
+pub(crate) async fn eviction_policy<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+) -> Option<String> {
+    let info = redis::cmd("INFO")
+        .arg("memory")
+        .query_async::<String>(conn)
+        .await
+        .ok()?;
+    policy_in(&info)
+}
+
+/// The `maxmemory_policy` field of an `INFO memory` answer.
+pub(crate) fn policy_in(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+        .map(|policy| policy.trim().to_owned())
+}
+
+/// Whether a server under `policy` may delete keys before their ttl: every policy but
+/// `noeviction` (`volatile-*` ones pick keys with a ttl, which every lock key has).
+pub(crate) fn can_evict(policy: &str) -> bool {
+    policy != "noeviction"
+}
+
+/// Warns about (or, when `refuse`, refuses) a server whose eviction policy can delete lock
+/// keys before their ttl, which would end mutual exclusion with nobody told.
+pub(crate) async fn check_eviction<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    refuse: bool,
+) -> Result<(), StoreError> {
+    let Some(policy) = eviction_policy(conn).await else {
+        return Ok(());
+    };
+    if !can_evict(&policy) {
+        return Ok(());
+    }
+    if refuse {
+        return Err(StoreError::Evicting { policy });
+    }
+    tracing::warn!(
+        maxmemory_policy = %policy,
+        "this Redis server may evict keys under memory pressure (maxmemory-policy {policy}): \
+         a lock key evicted before its ttl lets a second holder in with nobody told; set \
+         maxmemory-policy noeviction (see the guide's deployment page)"
+    );
+    Ok(())
 }
 
 /// Refuses a server whose cluster mode is not the one the client asked for, with an error
