@@ -13,7 +13,7 @@ use crate::store::{Fenced, JobRun, Log, Report};
 
 /// `POST /admin/reindex`: rebuilds the sales report from every seat record, slowly.
 ///
-/// It runs behind a `LockLayer` keyed `admin:reindex`, so one runs at a time across all
+/// It runs behind a `LockLayer` whose lock is `admin/reindex`, so one runs at a time across all
 /// replicas; a second request meanwhile gets `423 Locked` with `Retry-After`. The report is
 /// saved under the lock's fence, so a run whose lease expired cannot overwrite a newer one.
 pub async fn reindex(

@@ -25,8 +25,8 @@ pub struct Config {
     pub replica: String,
     /// `JOB_PERIOD`: how often the settle-payments job is due (default `2s`).
     pub job_period: Duration,
-    /// `CONSOLE_TOKEN`: the bearer token the operator console at `/admin/console` wants
-    /// before it forces a lock or resets a rate limit (unset: the console only reads).
+    /// `CONSOLE_TOKEN`: the bearer token the operator console at `/admin/console` wants for
+    /// every request (unset: the console answers `403` to everyone).
     pub console_token: Option<String>,
     /// `LAZY_START`: `true` starts serving while the Redis of `REDIS_URL` is down; `GET /ready`
     /// answers 503 until it answers, requests meanwhile get 503 (default `false`: exit at
@@ -73,8 +73,8 @@ Environment:
   JOB_PERIOD       how often settle-payments is due (default 2s)
   LAZY_START       true: start while REDIS_URL's Redis is down and become ready when it
                    answers (GET /ready); default false: exit if it cannot be reached
-  CONSOLE_TOKEN    token the console at /admin/console wants before it forces a lock or
-                   resets a limit (default: unset, the console only reads)
+  CONSOLE_TOKEN    token the console at /admin/console wants for every request, reads
+                   included (default: unset, the console is closed)
   RUST_LOG         log filter (default info)";
 
 impl Config {

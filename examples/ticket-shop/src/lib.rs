@@ -36,7 +36,7 @@ use axum::routing::{get, post};
 use distlock::RateLimitError;
 use distlock_tower::MissingKey;
 use distlock_tower::client_ip::{Cidr, ClientIp};
-use distlock_tower::console::Console;
+use distlock_tower::console::{Console, bearer_token};
 use distlock_tower::health::readiness;
 use distlock_tower::idempotency::IdempotencyLayer;
 use distlock_tower::lock::LockLayer;
@@ -135,9 +135,15 @@ pub fn app(state: AppState) -> Router {
     let client_ip = ClientIp::trusting(state.settings.trusted_proxies.iter().copied());
 
     // A buyer whose connection dropped retries with the same key and gets the first
-    // attempt's answer (`Idempotent-Replayed: true`) instead of a second charge; a request
-    // without a key is served as before.
+    // attempt's answer (`Idempotent-Replayed: true`) instead of a second charge: once the
+    // checkout has begun it runs to its end and its answer is stored, even if the buyer is
+    // gone. A request without a key is served as before.
+    //
+    // This shop has no accounts, so a key is shared by every caller (said by name). A shop
+    // with accounts scopes keys by the account its authentication layer found:
+    // `.scope(|request: &Request<()>| request.extensions().get::<Account>().map(...))`.
     let idempotent_checkout = IdempotencyLayer::builder(state.locks.clone(), "checkout")
+        .scope_global()
         .on_missing_key(MissingKey::Allow)
         .wait(Duration::from_secs(5))
         .build()
@@ -158,13 +164,15 @@ pub fn app(state: AppState) -> Router {
                 .expect("a cost of 1 fits every policy"),
         );
 
-    // One reindex at a time across every replica; the lock is keyed by a constant.
-    let reindex_key = |_: &Request<Body>| Some("admin:reindex".to_owned());
+    // One reindex at a time across every replica; the lock is keyed by a constant, in the
+    // layer's own name space: `admin/reindex`.
+    let reindex_key = |_: &Request<Body>| Some("reindex".to_owned());
     let admin = Router::new()
         .route(
             "/admin/reindex",
             post(admin::reindex).route_layer(
                 LockLayer::builder(state.locks.clone(), reindex_key)
+                    .namespace("admin")
                     .ttl(Duration::from_secs(10))
                     .build()
                     // A constant ttl inside distlock::MIN_TTL..=MAX_TTL.
@@ -184,9 +192,10 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// The operator console: who holds which lock, the `api` and `checkout` limits of a client
-/// address. Forcing a lock or resetting a limit wants `Authorization: Bearer <CONSOLE_TOKEN>`
-/// (the page has a box for it); without a token set, the console only reads. Like the other
-/// admin routes, a real shop would also put it behind its own authentication.
+/// address. Every request to it, reads included, wants `Authorization: Bearer
+/// <CONSOLE_TOKEN>` (the page has a box for it; compared in constant time); without a token
+/// set, the console answers `403` to everyone. Like the other admin routes, a real shop would
+/// also put it behind its own authentication.
 fn console(state: &AppState) -> Router<AppState> {
     let mut console = Console::new(state.locks.clone())
         .rate_limiter("api", state.limits.api.clone())
@@ -194,21 +203,9 @@ fn console(state: &AppState) -> Router<AppState> {
         // Two constant, distinct names.
         .expect("valid limiter names");
     if let Some(token) = state.settings.console_token.clone() {
-        let expected = format!("Bearer {token}");
-        console = console.authorize(move |request, action| {
-            !action.is_mutation()
-                || request
-                    .headers
-                    .get(axum::http::header::AUTHORIZATION)
-                    .is_some_and(|v| same_secret(v.as_bytes(), expected.as_bytes()))
-        });
+        console = console.authorize(bearer_token(token));
     }
     console.router()
-}
-
-/// Whether `a` and `b` are equal, in a time that does not tell how much of them matched.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The body of `GET /health`.

@@ -480,14 +480,27 @@ async fn the_job_has_an_elected_leader() {
     keeper.abort();
 }
 
-/// The console at `/admin/console`: it lists the reindex lock while one runs, shows a client
-/// address's checkout budget, and forces or resets only with the configured token.
+/// The console at `/admin/console`: its API answers nobody without the configured token,
+/// reads included (the page, static, loads); with it, it lists the reindex lock while one
+/// runs, shows a client address's checkout budget, and forces a lock.
 #[tokio::test]
 async fn the_console_shows_the_reindex_lock_and_wants_the_token_to_force_it() {
     let mut settings = Settings::new(50, "test");
-    settings.reindex_time = Duration::from_secs(2);
+    // Longer than the console's listing cache (2 s), so that a listing made after the lock
+    // was taken shows it.
+    settings.reindex_time = Duration::from_secs(5);
     settings.console_token = Some("op-secret".to_owned());
     let app = app(AppState::in_memory(settings).expect("valid policies"));
+    let with_token = |mut r: Request<Body>| {
+        r.headers_mut()
+            .insert("authorization", "Bearer op-secret".parse().expect("header"));
+        r
+    };
+    for path in ["/admin/console/api/locks", "/admin/console/api/overview"] {
+        let (status, _, _) = send(&app, request("GET", path, "127.0.0.1", None)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path} without the token");
+    }
+    // The page itself holds no data: a browser opens it, then sends the token it is given.
     let (status, page, _) = send(&app, request("GET", "/admin/console", "127.0.0.1", None)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(
@@ -502,10 +515,15 @@ async fn the_console_shows_the_reindex_lock_and_wants_the_token_to_force_it() {
         async move { send(&app, request("POST", "/admin/reindex", "127.0.0.1", None)).await }
     });
     let mut listed = Value::Null;
-    for _ in 0..100 {
+    for _ in 0..200 {
         let (_, _, locks) = send(
             &app,
-            request("GET", "/admin/console/api/locks", "127.0.0.1", None),
+            with_token(request(
+                "GET",
+                "/admin/console/api/locks",
+                "127.0.0.1",
+                None,
+            )),
         )
         .await;
         listed = locks;
@@ -514,12 +532,12 @@ async fn the_console_shows_the_reindex_lock_and_wants_the_token_to_force_it() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(listed["locks"][0]["name"], "admin:reindex", "{listed}");
+    assert_eq!(listed["locks"][0]["name"], "admin/reindex", "{listed}");
 
     let force = |token: Option<&str>| {
         let mut r = request(
             "POST",
-            "/admin/console/api/locks/admin%3Areindex/force-unlock",
+            "/admin/console/api/locks/admin%2Freindex/force-unlock",
             "127.0.0.1",
             None,
         );
@@ -544,12 +562,12 @@ async fn the_console_shows_the_reindex_lock_and_wants_the_token_to_force_it() {
     send(&app, checkout("1", "ada", "192.0.2.7")).await;
     let (status, _, budget) = send(
         &app,
-        request(
+        with_token(request(
             "GET",
             "/admin/console/api/rate-limits/checkout/192.0.2.7",
             "127.0.0.1",
             None,
-        ),
+        )),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{budget}");

@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `seat:<n>` | `seat:<n>` (the checkout) | once sold: `buyer`, `replica`, `sold_at_ms`, `fence` |
 //! | `log:job-runs` | `job:settle-payments` | one JSON job run per key, the key being its fence (20 digits) |
-//! | `log:reports` | `admin:reindex` | one JSON report per key, likewise |
+//! | `log:reports` | `admin/reindex` (the `LockLayer` of `POST /admin/reindex`) | one JSON report per key, likewise |
 //!
 //! On Redis they live under the prefix `ticket-shop`
 //! (`ticket-shop:fenced:{seat:7}` holds the values, `ticket-shop:fenced-guard:{seat:7}` the
