@@ -209,7 +209,7 @@ async fn with_a_hook_it_forces_a_lock_and_resets_a_subject(fx: Fixture) {
                 || request
                     .headers
                     .get("authorization")
-                    .is_some_and(|v| v == "Bearer t0ken")
+                    .is_some_and(|v| v.as_bytes() == b"Bearer t0ken")
         });
     let app = app(console);
     let force = format!("/api/locks/{}/force-unlock", encoded(AWKWARD));

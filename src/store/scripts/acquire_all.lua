@@ -4,7 +4,8 @@
 --
 -- KEYS[2i-1]  lock i's key (a lock key, as acquire.lua writes it)
 -- KEYS[2i]    lock i's fence key
--- ARGV[i]     lock i's new token (i = 1..n; unguessable, unique per lease; hex digits only)
+-- ARGV[i]     lock i's new token (i = 1..n; unguessable, unique per lease: 32 hex digits, then
+--              ".<holder identity>.<unix ms>" (src/token.rs); it never ends in "*" or "!")
 -- ARGV[n+1]   the ttl of every lock in milliseconds (> 0)
 -- ARGV[n+2]   whether the caller waits for a release: '0' no; otherwise the busy lock is
 --             marked as waited for ('*'), so that its release publishes

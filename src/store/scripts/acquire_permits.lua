@@ -6,7 +6,8 @@
 -- KEYS[3]  its waited mark: exists while a waiter listens, so that a release publishes
 -- KEYS[4]  its claim: `<count>:<token>` of a waiter that has waited long. Permits it still
 --          needs are kept for it: nobody else takes a permit that would leave it short.
--- ARGV[1]  the new token (unguessable, unique per lease; hex digits only)
+-- ARGV[1]  the new token (unguessable, unique per lease: 32 hex digits, then
+--              ".<holder identity>.<unix ms>" (src/token.rs); it never ends in "*" or "!")
 -- ARGV[2]  count: permits asked for (1..=permits)
 -- ARGV[3]  permits: the most that may be held at once, as this caller counts them
 -- ARGV[4]  ttl in milliseconds (> 0)

@@ -7,7 +7,8 @@
 -- KEYS[3]  the intent key: exists while a writer waits for the readers to leave
 -- KEYS[4]  the readers' waited mark: exists while a waiter listens for a reader's release
 -- KEYS[5]  the fence key (fence.lua), shared with the writers' grants
--- ARGV[1]  the new token (unguessable, unique per lease; hex digits only)
+-- ARGV[1]  the new token (unguessable, unique per lease: 32 hex digits, then
+--              ".<holder identity>.<unix ms>" (src/token.rs); it never ends in "*" or "!")
 -- ARGV[2]  ttl in milliseconds (> 0)
 -- ARGV[3]  whether the caller waits for a release: '0' no; otherwise a busy reply also marks
 --          what it waits for, so that its release publishes
