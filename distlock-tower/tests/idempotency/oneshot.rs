@@ -185,6 +185,53 @@ async fn behaves(client: Client) {
     assert_eq!(runs.load(Ordering::SeqCst), 5);
 }
 
+/// A request whose future is dropped once its handler began (a client that left, an outer
+/// timeout) still runs to its end and is stored: the retry gets its answer, and the handler
+/// ran once. A retry that comes while it still runs waits for it (the layer's `wait`).
+async fn a_dropped_request_still_finishes_and_is_stored(client: Client) {
+    let (started, finished) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let handler = {
+        let (started, finished) = (started.clone(), finished.clone());
+        move || {
+            let (started, finished) = (started.clone(), finished.clone());
+            async move {
+                let n = started.fetch_add(1, Ordering::SeqCst) + 1;
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::CREATED, format!("charge {n}"))
+            }
+        }
+    };
+    let app = Router::new().route("/charge", post(handler)).layer(
+        IdempotencyLayer::builder(client, "dropped")
+            .scope(Header::from_static("x-account"))
+            .wait(std::time::Duration::from_secs(10))
+            .build()
+            .expect("valid settings"),
+    );
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, post_with("/charge", Some("pay-1"), "10")).await }
+    });
+    while started.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // The client goes away: its request's future is dropped mid-handler.
+    first.abort();
+    let (retry, body) = send(&app, post_with("/charge", Some("pay-1"), "10")).await;
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(body, b"charge 1");
+    assert_eq!(
+        (
+            started.load(Ordering::SeqCst),
+            finished.load(Ordering::SeqCst)
+        ),
+        (1, 1),
+        "the handler ran once, to its end"
+    );
+}
+
 /// A claim lost while its handler runs stops the handler (as the lock layer does), and the
 /// key's outcome is then unknown: the request and its retry get `409 outcome-unknown`, and
 /// the handler never finishes. The handler reads the claim's fence.
@@ -259,6 +306,7 @@ async fn a_lost_claim_stops_its_handler(client: Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_memory() {
     behaves(Client::in_memory()).await;
+    a_dropped_request_still_finishes_and_is_stored(Client::in_memory()).await;
     a_lost_claim_stops_its_handler(Client::in_memory()).await;
 }
 
@@ -266,6 +314,7 @@ async fn on_memory() {
 async fn on_redis() {
     let server = RedisServer::start();
     behaves(connect(&server.url()).await).await;
+    a_dropped_request_still_finishes_and_is_stored(connect(&server.url()).await).await;
     a_lost_claim_stops_its_handler(connect(&server.url()).await).await;
 }
 
