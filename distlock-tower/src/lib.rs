@@ -165,6 +165,9 @@ pub mod rate_limit;
 mod readiness;
 pub mod refusal;
 mod retry_after;
+#[cfg(feature = "rls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rls")))]
+pub mod rls;
 mod settings;
 mod wrapped;
 

@@ -13,6 +13,7 @@
 //! | [`redlock`] | a majority of independent primaries: when to use it, what it does and does not promise |
 //! | [`deployment`] | Redis versions, Sentinel, TLS, ACL users |
 //! | [`operations`] | inspecting and freeing locks, logs, metrics, key layout |
+//! | [`behind_envoy`] | the rate-limit service for Envoy and meshes (`distlock-rls`): running it, Envoy's side, what differs from envoyproxy/ratelimit |
 //!
 //! The pages are the Markdown files next to this module (`src/guide/*.md`), each included as
 //! the documentation of an empty module, so they render on docs.rs and their examples are
@@ -52,3 +53,6 @@ pub mod deployment {}
 
 #[doc = include_str!("operations.md")]
 pub mod operations {}
+
+#[doc = include_str!("behind_envoy.md")]
+pub mod behind_envoy {}
