@@ -238,6 +238,10 @@ pub struct RateLimitLayerConfig {
     /// ([`RateLimitLayerBuilder::refund_on`](crate::RateLimitLayerBuilder::refund_on)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refund_server_errors: Option<bool>,
+    /// Policies kept out of what clients see
+    /// ([`RateLimitLayerBuilder::hide_policies`](crate::RateLimitLayerBuilder::hide_policies)).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden_policies: Vec<String>,
 }
 
 impl RateLimitLayerConfig {
@@ -266,6 +270,9 @@ impl RateLimitLayerConfig {
         }
         if self.refund_server_errors == Some(true) {
             builder = builder.refund_on(|status| status.is_server_error());
+        }
+        if !self.hidden_policies.is_empty() {
+            builder = builder.hide_policies(self.hidden_policies.iter().cloned());
         }
         builder.build()
     }

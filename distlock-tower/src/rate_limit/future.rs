@@ -222,6 +222,7 @@ fn tell<B, K, R>(
         &check.decision,
         &limiter.policy_field,
         config.options.headers,
+        &config.options.hidden,
     );
     Checks::record(response.extensions_mut(), check);
 }
@@ -274,7 +275,8 @@ async fn check<S: Clone, K, R>(
                     tokio::time::sleep(retry).await;
                     continue;
                 }
-                return Err(Refusal::too_many_requests(subject, decision));
+                let hidden = super::headers::is_hidden(&config.options.hidden, &decision.policy);
+                return Err(Refusal::too_many_requests(subject, decision, hidden));
             }
             Err(err) => {
                 match &err {

@@ -135,10 +135,10 @@ fn saturate(n: u128) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// `RateLimit-Policy` for a limiter's policies.
-pub(crate) fn policy_field(policies: &[Policy]) -> HeaderValue {
+/// `RateLimit-Policy` for a limiter's policies, but the `hidden` ones.
+pub(crate) fn policy_field(policies: &[Policy], hidden: &[String]) -> HeaderValue {
     let mut list = ListSerializer::new();
-    for p in policies {
+    for p in policies.iter().filter(|p| !is_hidden(hidden, p.name())) {
         let advertised = advertise(p);
         let burst = (advertised.burst != advertised.quota).then_some(advertised.burst);
         member(
@@ -152,10 +152,19 @@ pub(crate) fn policy_field(policies: &[Policy]) -> HeaderValue {
     field_value(list)
 }
 
-/// `RateLimit` for a decision.
-pub(crate) fn ratelimit_field(decision: &Decision) -> HeaderValue {
+/// Whether `name` is among `hidden`.
+pub(crate) fn is_hidden(hidden: &[String], name: &str) -> bool {
+    hidden.iter().any(|h| h == name)
+}
+
+/// `RateLimit` for a decision, without the `hidden` policies.
+pub(crate) fn ratelimit_field(decision: &Decision, hidden: &[String]) -> HeaderValue {
     let mut list = ListSerializer::new();
-    for p in &decision.policies {
+    for p in decision
+        .policies
+        .iter()
+        .filter(|p| !is_hidden(hidden, &p.policy))
+    {
         member(
             &mut list,
             &p.policy,
@@ -197,28 +206,40 @@ pub(crate) fn describe(
     decision: &Decision,
     policy: &HeaderValue,
     style: HeaderStyle,
+    hidden: &[String],
 ) {
     if decision.origin == distlock::ratelimit::Origin::FailOpen {
         return;
     }
     if style.ietf {
         append_members(headers, RATELIMIT_POLICY, policy);
-        append_members(headers, RATELIMIT, &ratelimit_field(decision));
+        append_members(headers, RATELIMIT, &ratelimit_field(decision, hidden));
     }
     if style.legacy {
-        // One value each, so they can name one policy only: the binding one. A layer with
-        // as many left as the one already there (say, the inner layer that refused) keeps it.
+        // One value each, so they can name one policy only: the binding one, or, when it is
+        // hidden, the visible one with the fewest left.
+        let binding = if is_hidden(hidden, &decision.policy) {
+            decision
+                .policies
+                .iter()
+                .filter(|p| !is_hidden(hidden, &p.policy))
+                .min_by_key(|p| p.remaining)
+                .map(|p| (p.limit, p.remaining, p.reset_after))
+        } else {
+            Some((decision.limit, decision.remaining, decision.reset_after))
+        };
+        // A layer with as many left as the one already there (say, the inner layer that
+        // refused) keeps it.
         let theirs = headers
             .get(X_RATELIMIT_REMAINING)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
-        if theirs.is_none_or(|theirs| decision.remaining < theirs) {
-            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit));
-            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining));
-            headers.insert(
-                X_RATELIMIT_RESET,
-                HeaderValue::from(ceil_secs(decision.reset_after)),
-            );
+        if let Some((limit, remaining, reset_after)) = binding
+            && theirs.is_none_or(|theirs| remaining < theirs)
+        {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(reset_after)));
         }
     }
 }
@@ -424,7 +445,7 @@ mod tests {
         ];
         for (algorithm, count, period, burst, want) in table {
             let policy = Policy::new("p", algorithm, rate(count, period, burst)).expect("policy");
-            let field = policy_field(std::slice::from_ref(&policy));
+            let field = policy_field(std::slice::from_ref(&policy), &[]);
             assert_eq!(field, format!("\"p\";{want}").as_str(), "{policy}");
         }
     }
@@ -553,7 +574,7 @@ mod tests {
                         last = Some(subject.check(t0).await);
                     }
                     let decision = last.expect("at least one request");
-                    let member = ratelimit_field(&decision);
+                    let member = ratelimit_field(&decision, &[]);
                     let member = member.to_str().expect("ASCII");
                     let (r, t) = (decision.remaining, ceil_secs(decision.reset_after));
                     assert_eq!(member, format!("\"p\";r={r};t={t}"), "{what}");
@@ -579,10 +600,10 @@ mod tests {
             Policy::fixed_window("daily.v2", Rate::per_day(1000).expect("rate")).expect("policy"),
         ];
         assert_eq!(
-            policy_field(&policies),
+            policy_field(&policies, &[]),
             r#""api";q=60;w=60, "daily.v2";q=1000;w=86400"#
         );
-        assert_eq!(policy_field(&[]), "");
+        assert_eq!(policy_field(&[], &[]), "");
     }
 
     #[test]

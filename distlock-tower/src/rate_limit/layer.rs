@@ -23,11 +23,16 @@ pub(crate) struct Limiter {
 
 impl Limiter {
     fn new(limiter: RateLimiter) -> Self {
-        let policy_field = policy_field(limiter.policies());
+        let policy_field = policy_field(limiter.policies(), &[]);
         Self {
             limiter,
             policy_field,
         }
+    }
+
+    /// The `RateLimit-Policy` field again, without the `hidden` policies.
+    fn hide(&mut self, hidden: &[String]) {
+        self.policy_field = policy_field(self.limiter.policies(), hidden);
     }
 }
 
@@ -47,6 +52,8 @@ pub(crate) struct RateOptions<K> {
     pub(crate) cost_by: Option<CostBy>,
     pub(crate) max_wait: Duration,
     pub(crate) headers: HeaderStyle,
+    /// Policies left out of every field and never named to the client.
+    pub(crate) hidden: Arc<[String]>,
     pub(crate) missing_key: MissingKey,
     /// Requests let through without a check.
     pub(crate) exempt: Exemptions,
@@ -151,6 +158,7 @@ impl<K> RateLimitLayer<K> {
                         ietf: true,
                         legacy: false,
                     },
+                    hidden: Arc::from([]),
                     missing_key: MissingKey::default(),
                     exempt: Exemptions::default(),
                     settle: None,
@@ -269,6 +277,25 @@ impl<K, R> RateLimitLayerBuilder<K, R> {
     /// on).
     pub fn ietf_headers(mut self, on: bool) -> Self {
         self.config.options.headers.ietf = on;
+        self
+    }
+
+    /// Keeps the policies named in `names` out of everything a client sees: the
+    /// `RateLimit-Policy` and `RateLimit` fields, the `X-RateLimit-*` fields (which then tell
+    /// of the visible policy with the fewest left, or are left out) and the name of the
+    /// policy that refused ([`Refusal::policy`](crate::refusal::Refusal::policy), the
+    /// `policy` member of a problem document). For limits a client should not learn of (an
+    /// abuse threshold, a cost guard). They still count and refuse; logs, metrics and the
+    /// response's [`Checks`](super::Checks) name them. Adds to the list; names of no policy of
+    /// the layer are ignored.
+    pub fn hide_policies<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut hidden: Vec<String> = self.config.options.hidden.to_vec();
+        hidden.extend(names.into_iter().map(Into::into));
+        self.config.options.hidden = hidden.into();
         self
     }
 
@@ -416,8 +443,16 @@ impl<K, R> RateLimitLayerBuilder<K, R> {
         for (_, l) in &options.routes {
             check_cost_fits(cost, &l.limiter)?;
         }
+        let mut config = self.config;
+        if !config.options.hidden.is_empty() {
+            let hidden = Arc::clone(&config.options.hidden);
+            config.options.default.hide(&hidden);
+            for (_, limiter) in &mut config.options.routes {
+                limiter.hide(&hidden);
+            }
+        }
         Ok(RateLimitLayer {
-            config: Arc::new(self.config),
+            config: Arc::new(config),
         })
     }
 }

@@ -307,6 +307,8 @@ pub struct Refusal {
     retry_after: Option<Duration>,
     key: Option<Arc<str>>,
     decision: Option<Decision>,
+    /// The decision's binding policy is one the layer keeps out of what clients see.
+    policy_hidden: bool,
     error: Option<Arc<dyn Error + Send + Sync>>,
     grpc: bool,
 }
@@ -320,6 +322,7 @@ impl fmt::Debug for Refusal {
             .field("retry_after", &self.retry_after)
             .field("key", &self.key)
             .field("decision", &self.decision)
+            .field("policy_hidden", &self.policy_hidden)
             .field("error", &self.error.as_ref().map(ToString::to_string))
             .field("grpc", &self.grpc)
             .finish()
@@ -335,6 +338,7 @@ impl Refusal {
             retry_after: None,
             key: None,
             decision: None,
+            policy_hidden: false,
             error: None,
             grpc: false,
         }
@@ -380,8 +384,9 @@ impl Refusal {
         Self::new(refused_by, Reason::InvalidKey(why), StatusCode::BAD_REQUEST)
     }
 
-    /// The rate limiter denied `subject`.
-    pub(crate) fn too_many_requests(subject: &str, decision: Decision) -> Self {
+    /// The rate limiter denied `subject`; `hidden` says whether the binding policy is one
+    /// the layer keeps out of what clients see.
+    pub(crate) fn too_many_requests(subject: &str, decision: Decision, hidden: bool) -> Self {
         let mut refusal = Self::new(
             RefusedBy::RateLimit,
             Reason::TooManyRequests,
@@ -390,6 +395,7 @@ impl Refusal {
         .with_key(subject);
         refusal.retry_after = Some(decision.retry_after);
         refusal.decision = Some(decision);
+        refusal.policy_hidden = hidden;
         refusal
     }
 
@@ -587,6 +593,19 @@ impl Refusal {
     #[must_use]
     pub fn decision(&self) -> Option<&Decision> {
         self.decision.as_ref()
+    }
+
+    /// The name of the rate-limit policy that refused, when the client may learn it: `None`
+    /// for other refusals, and for a policy the layer hides
+    /// ([`hide_policies`](crate::rate_limit::RateLimitLayerBuilder::hide_policies)).
+    /// [`ProblemDetails`] sends it as `policy`; [`decision`](Self::decision) names it either
+    /// way, for logs and metrics.
+    #[must_use]
+    pub fn policy(&self) -> Option<&str> {
+        if self.policy_hidden {
+            return None;
+        }
+        self.decision.as_ref().map(|d| &*d.policy)
     }
 
     /// The runtime's error behind the refusal, if there was one: a
@@ -903,7 +922,7 @@ mod tests {
         };
         let table: Vec<(Refusal, u16, Option<&str>, &str)> = vec![
             (
-                Refusal::too_many_requests("1.2.3.4", denied().await),
+                Refusal::too_many_requests("1.2.3.4", denied().await, false),
                 429,
                 Some("1"),
                 "too many requests; retry in 1 s\n",
@@ -1085,7 +1104,7 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_carries_the_details_and_the_error() {
         let decision = denied().await;
-        let refusal = Refusal::too_many_requests("1.2.3.4", decision.clone());
+        let refusal = Refusal::too_many_requests("1.2.3.4", decision.clone(), false);
         assert_eq!(refusal.key(), Some("1.2.3.4"));
         assert_eq!(refusal.retry_after(), Some(decision.retry_after));
         assert_eq!(refusal.retry_after_secs(), Some(1));

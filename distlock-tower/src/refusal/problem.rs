@@ -24,6 +24,8 @@ use super::{MakeRefusal, Refusal};
 ///   the key).
 /// * `retry_after` (an extension member) is the `Retry-After` value in seconds, when there is
 ///   one; the header is sent too.
+/// * `policy` (an extension member) names the rate-limit policy that refused a `429`, unless
+///   the layer hides it ([`Refusal::policy`]).
 ///
 /// ```
 /// use distlock_tower::LockLayer;
@@ -73,6 +75,10 @@ impl ProblemDetails {
         push_json_string(&mut json, &refusal.detail());
         if let Some(secs) = refusal.retry_after_secs() {
             let _ = write!(json, ",\"retry_after\":{secs}");
+        }
+        if let Some(policy) = refusal.policy() {
+            json.push_str(",\"policy\":");
+            push_json_string(&mut json, policy);
         }
         json.push('}');
         json

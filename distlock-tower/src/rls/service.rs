@@ -452,10 +452,11 @@ impl RateLimitServer {
             (_, Some(rate)) => rate,
         };
         let current = CurrentLimit {
+            // Which limit answered: its `name`, else its key; nothing for a hidden one.
             name: if limit.hidden {
                 String::new()
             } else {
-                limit.name.clone().unwrap_or_default()
+                limit.name.clone().unwrap_or_else(|| limit.full_key.clone())
             },
             requests_per_unit: n,
             unit: unit.proto(),

@@ -24,3 +24,4 @@ mod oneshot;
 mod responses;
 mod settle;
 mod tcp;
+mod visibility;
