@@ -381,6 +381,11 @@ pub(crate) fn idempotency_record(prefix: &str, name: &str) -> Result<String, Inv
     Ok(tagged(prefix, "idem", &tag_of(name)?))
 }
 
+/// The state of the shared concurrency limit `name`: `<prefix>:adaptive:{<name>}`.
+pub(crate) fn adaptive_limit(prefix: &str, name: &str) -> Result<String, InvalidName> {
+    Ok(tagged(prefix, "adaptive", &tag_of(name)?))
+}
+
 /// The keys of rate-limit policies are `<prefix>:rl:<policy>:<algorithm>:{<subject>}`; this is
 /// the part before the subject, built once per policy.
 ///

@@ -38,6 +38,7 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+pub mod adaptive;
 mod admin;
 pub mod bloom;
 mod client;

@@ -12,9 +12,14 @@
 /// `distlock_lock_lost_total`, `distlock_lock_handoff_total`, `distlock_lock_wait_seconds`,
 /// `distlock_lock_hold_seconds`, `distlock_leases_held`, `distlock_lock_waiters`,
 /// `distlock_ratelimit_decisions_total`, `distlock_ratelimit_check_seconds`,
-/// `distlock_ratelimit_unavailable_total` and `distlock_ratelimit_breaker_open`.
+/// `distlock_ratelimit_unavailable_total`, `distlock_ratelimit_breaker_open` and
+/// `distlock_adaptive_limit`.
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
     crate::lock::metrics::describe();
     crate::ratelimit::metrics::describe();
+    metrics::describe_gauge!(
+        "distlock_adaptive_limit",
+        "the shared concurrency limit an adaptive limit last read, by name"
+    );
 }

@@ -309,7 +309,7 @@ macro_rules! apply_lease_settings {
 macro_rules! lease_layer_config {
     ($(#[$doc:meta])* $name:ident { $($own:tt)* }) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+        #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
         #[serde(deny_unknown_fields)]
         #[non_exhaustive]
         pub struct $name {
@@ -393,7 +393,44 @@ lease_layer_config! {
             skip_serializing_if = "Option::is_none"
         )]
         pub retry_after: Option<Duration>,
+        /// A limit that follows latency, shared by every replica
+        /// ([`ConcurrencyLimitLayerBuilder::adaptive`](crate::ConcurrencyLimitLayerBuilder::adaptive)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub adaptive: Option<AdaptiveConfig>,
     }
+}
+
+/// The settings of an adaptive limit ([`distlock::adaptive`]), in a concurrency layer's
+/// configuration. Unset fields take the runtime's defaults; `initial` defaults to the layer's
+/// `limit`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AdaptiveConfig {
+    /// The shared limit's name (one per backend it protects).
+    pub name: String,
+    /// The least limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<u32>,
+    /// The greatest limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+    /// How often replicas vote (default 1 s).
+    #[serde(
+        default,
+        with = "text_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub window: Option<Duration>,
+    /// How much slower than unloaded the 90th percentile may get (default 1.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
+    /// What a decrease multiplies the limit by (default 0.9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<f64>,
+    /// What an increase adds (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
 }
 
 impl ConcurrencyLimitLayerConfig {
@@ -403,6 +440,7 @@ impl ConcurrencyLimitLayerConfig {
         &self,
         client: Client,
     ) -> Result<ConcurrencyLimitLayer<ConfiguredKey>, ConfigError> {
+        let shared = client.clone();
         let mut builder = ConcurrencyLimitLayer::builder(
             client,
             self.key.extractor(self.key_prefix.as_deref())?,
@@ -414,6 +452,34 @@ impl ConcurrencyLimitLayerConfig {
         }
         if let Some(retry_after) = self.retry_after {
             builder = builder.retry_after(retry_after);
+        }
+        if let Some(adaptive) = &self.adaptive {
+            let mut limit = shared
+                .adaptive_limit(adaptive.name.clone())
+                .initial(self.limit);
+            if adaptive.min.is_some() || adaptive.max.is_some() {
+                limit = limit.bounds(
+                    adaptive.min.unwrap_or(1),
+                    adaptive.max.unwrap_or(distlock::MAX_PERMITS),
+                );
+            }
+            if let Some(window) = adaptive.window {
+                limit = limit.window(window);
+            }
+            if let Some(tolerance) = adaptive.tolerance {
+                limit = limit.tolerance(tolerance);
+            }
+            if let Some(backoff) = adaptive.backoff {
+                limit = limit.backoff(backoff);
+            }
+            if let Some(step) = adaptive.step {
+                limit = limit.step(step);
+            }
+            let limit = limit.build().map_err(|err| ConfigError::InvalidSetting {
+                setting: "adaptive",
+                reason: err.to_string(),
+            })?;
+            builder = builder.adaptive(limit);
         }
         builder.build()
     }

@@ -189,6 +189,12 @@ pub(crate) trait LeaseKind: Sized + Send + Sync + 'static {
 
     /// The layer answers `refusal` itself.
     fn log_refused(refusal: &Refusal);
+
+    /// A request held its lease for `latency` until its response head (its handler's time):
+    /// for a limit that follows latency. Nothing by default.
+    fn observed<K>(options: &LeaseOptions<K, Self>, latency: Duration) {
+        let _ = (options, latency);
+    }
 }
 
 /// The `call` of both services: reads the key and answers a request without a usable one at
@@ -283,12 +289,15 @@ where
     };
     let timer = HoldTimer::start(&config.options.holds);
     let held = X::held(lease.handle());
-    call_under_lease(inner, request, (lease, timer), held, |handle| {
+    let began = std::time::Instant::now();
+    let response = call_under_lease(inner, request, (lease, timer), held, |handle| {
         X::log_lost(&key, handle);
         let refusal = Refusal::lease_lost_by(X::REFUSED_BY, &key).for_grpc(grpc);
         refuse(refusal, &*config)
     })
-    .await
+    .await;
+    X::observed(&config.options, began.elapsed());
+    response
 }
 
 /// Calls the inner service with `request` while `lease` is held, with `held` in the request's

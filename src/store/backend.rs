@@ -18,6 +18,7 @@ use super::scripts::acquire::{AcquireReply, Waits};
 use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
+use super::scripts::adaptive::AdaptiveCall;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
@@ -233,6 +234,14 @@ pub(crate) trait Backend {
     async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
         let _ = call;
         Err(self.lacks(Capability::FencedWrites))
+    }
+
+    /// One vote on (or a read of) a concurrency limit shared by every replica
+    /// (`adaptive.lua`). On a backend with [`Capability::HolderSets`], whose semaphores the
+    /// limit bounds.
+    async fn adaptive(&self, call: &AdaptiveCall<'_>) -> Result<u32, StoreError> {
+        let _ = call;
+        Err(self.lacks(Capability::HolderSets))
     }
 
     /// A read of an idempotency key's record, or a store of it while its claim (a lock of

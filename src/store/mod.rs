@@ -61,6 +61,7 @@ pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
 pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
+pub(crate) use self::scripts::adaptive::{AdaptiveCall, Vote};
 pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
 pub(crate) use self::scripts::fenced::{
     Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
@@ -244,6 +245,12 @@ impl Store {
     /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
     pub(crate) async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
         bounded_on!(self.counting(), s => s.fenced(call).await)
+    }
+
+    /// One vote on a shared concurrency limit, on the store counting primitives go to (where
+    /// the semaphores it bounds live). Bounded by its operation timeout.
+    pub(crate) async fn adaptive(&self, call: &AdaptiveCall<'_>) -> Result<u32, StoreError> {
+        bounded_on!(self.counting(), s => s.adaptive(call).await)
     }
 
     /// One read or store of an idempotency record, on the store locks go to (the record is

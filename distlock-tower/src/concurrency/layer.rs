@@ -1,6 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock::adaptive::AdaptiveLimit;
 use distlock::{Client, MAX_PERMITS};
 
 use super::ConcurrencyLimit;
@@ -36,8 +37,19 @@ pub(crate) type Config<K, R> = LeaseConfig<K, Limiting, R>;
 #[derive(Clone, Debug)]
 pub(crate) struct Limiting {
     pub(crate) limit: u32,
+    /// A limit that follows latency, shared by every replica, instead of `limit`.
+    pub(crate) adaptive: Option<AdaptiveLimit>,
     pub(crate) full_status: FullStatus,
     pub(crate) retry_after: Duration,
+}
+
+impl Limiting {
+    /// The permits of a key's semaphore now.
+    pub(crate) fn permits(&self) -> u32 {
+        self.adaptive
+            .as_ref()
+            .map_or(self.limit, AdaptiveLimit::current)
+    }
 }
 
 /// Applies the [`ConcurrencyLimit`] middleware: at most `limit` requests per key in flight at
@@ -92,6 +104,7 @@ impl<K> ConcurrencyLimitLayer<K> {
     pub fn builder(client: Client, extract: K, limit: u32) -> ConcurrencyLimitLayerBuilder<K> {
         let limiting = Limiting {
             limit,
+            adaptive: None,
             full_status: FullStatus::default(),
             retry_after: distlock::http::STORE_RETRY_AFTER,
         };
@@ -115,6 +128,37 @@ impl<K, R> ConcurrencyLimitLayerBuilder<K, R> {
     /// (default) or `429`.
     pub fn full_status(mut self, status: FullStatus) -> Self {
         self.config.options.kind.full_status = status;
+        self
+    }
+
+    /// Lets the limit follow latency, shared by every replica: `limit` (see
+    /// [`distlock::adaptive`]) replaces the fixed one as every key's number of permits. The
+    /// layer tells it each request's latency (from the permit to the response head) and each
+    /// request it held back, and lets it vote once per window. With a per-client key, each
+    /// client gets the whole (shared) limit; protecting one backend, use a
+    /// [`Constant`](crate::extract::Constant) key.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use distlock_tower::concurrency::ConcurrencyLimitLayer;
+    /// use distlock_tower::extract::Constant;
+    ///
+    /// let client = distlock::Client::in_memory(); // Client::connect("redis://...") in production
+    /// let limit = client
+    ///     .adaptive_limit("search-backend")
+    ///     .initial(32)
+    ///     .bounds(4, 512)
+    ///     .window(Duration::from_millis(500))
+    ///     .build()?;
+    /// let layer = ConcurrencyLimitLayer::builder(client, Constant::new("search"), 32)
+    ///     .adaptive(limit)
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn adaptive(mut self, limit: AdaptiveLimit) -> Self {
+        self.config.options.kind.adaptive = Some(limit);
         self
     }
 

@@ -32,9 +32,20 @@ impl LeaseKind for Limiting {
         options: &LeaseOptions<K, Self>,
         key: &str,
     ) -> Result<Lease, Refusal> {
-        let semaphore = options.client.semaphore(key, options.kind.limit);
+        let semaphore = options.client.semaphore(key, options.kind.permits());
         let semaphore = with_lease_options!(semaphore, options, options.wait);
-        semaphore.acquire().await.map_err(|err| {
+        let acquired = semaphore.acquire().await;
+        if let Some(adaptive) = &options.kind.adaptive
+            && matches!(
+                acquired,
+                Err(LockError::Busy { .. } | LockError::Timeout { .. })
+            )
+        {
+            // The limit held a request back: it was binding.
+            adaptive.held_back();
+            adaptive.tick_if_due();
+        }
+        acquired.map_err(|err| {
             match &err {
                 LockError::InvalidName(err) => {
                     tracing::debug!(semaphore = %distlock::logging::redacted(key), error = %err, "request key is not a valid semaphore name");
@@ -74,6 +85,13 @@ impl LeaseKind for Limiting {
 
     fn log_lost(key: &str, handle: &LeaseHandle) {
         tracing::warn!(semaphore = %distlock::logging::redacted(key), fence = handle.fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
+    }
+
+    fn observed<K>(options: &LeaseOptions<K, Self>, latency: std::time::Duration) {
+        if let Some(adaptive) = &options.kind.adaptive {
+            adaptive.record(latency);
+            adaptive.tick_if_due();
+        }
     }
 
     fn log_refused(refusal: &Refusal) {

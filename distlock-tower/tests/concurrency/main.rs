@@ -5,5 +5,6 @@
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
+mod adaptive;
 mod oneshot;
 mod processes;

@@ -20,6 +20,7 @@ use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
 use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::ratelimit::{self, State as RateState};
+use super::scripts::adaptive::{self, AdaptiveCall};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::idempotency::{RecordCall, RecordReply};
@@ -102,8 +103,17 @@ struct State {
     /// Idempotency records (`idempotency.lua`), with their expiry. Beside the locks, since a
     /// record is stored only while its claim (a lock) is held.
     records: HashMap<String, (Vec<u8>, Instant)>,
+    /// Shared concurrency limits (`adaptive.lua`): the limit, the window it last rose in,
+    /// the one it last fell in, and when the state expires; windows count from
+    /// `adaptive_origin`.
+    adaptive: HashMap<String, AdaptiveState>,
+    adaptive_origin: Option<Instant>,
     writes: u64,
 }
+
+/// A shared concurrency limit's state: the limit, the windows it last rose and fell in, and
+/// when it expires.
+type AdaptiveState = (u32, Option<u64>, Option<u64>, Instant);
 
 /// One holder's entries in a holder set.
 #[derive(Clone, Copy)]
@@ -731,6 +741,26 @@ impl Backend for MemoryStore {
 
     async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
         Ok(self.fenced.run(call))
+    }
+
+    /// As `adaptive.lua`.
+    async fn adaptive(&self, call: &AdaptiveCall<'_>) -> Result<u32, StoreError> {
+        let (mut state, now) = self.state_now();
+        let origin = *state.adaptive_origin.get_or_insert(now);
+        let window =
+            u64::try_from(now.duration_since(origin).as_micros() / call.window.as_micros().max(1))
+                .unwrap_or(u64::MAX);
+        let before = state
+            .adaptive
+            .get(call.key)
+            .filter(|(.., expires)| *expires > now)
+            .map(|&(limit, rose, fell, _)| (limit, rose, fell));
+        let (limit, rose, fell) = adaptive::decide(call, before, window);
+        let expires = now.checked_add(call.keep).unwrap_or(now + FENCE_KEPT);
+        state
+            .adaptive
+            .insert(call.key.to_owned(), (limit, rose, fell, expires));
+        Ok(limit)
     }
 
     /// As `idempotency.lua`: a read; a start, a store or a discard only while the claim's

@@ -44,6 +44,7 @@ use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
 use super::scripts::acquire_rw::{self, Side};
+use super::scripts::adaptive::{self, AdaptiveCall};
 use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
 use super::scripts::fenced::{self, FencedCall, FencedReply};
@@ -227,6 +228,13 @@ impl Backend for ScriptedStore {
     /// One call: the resource's keys share its hash tag (one slot on a cluster).
     async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
         fenced::run(&self.conn(), call)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One call on one key.
+    async fn adaptive(&self, call: &AdaptiveCall<'_>) -> Result<u32, StoreError> {
+        adaptive::run(&self.conn(), call)
             .await
             .map_err(|e| self.deadline(e))
     }

@@ -15,6 +15,7 @@ pub(crate) mod acquire;
 pub(crate) mod acquire_all;
 pub(crate) mod acquire_permits;
 pub(crate) mod acquire_rw;
+pub(crate) mod adaptive;
 pub(crate) mod bloom;
 pub(crate) mod bloom_native;
 pub(crate) mod fenced;

@@ -1,0 +1,202 @@
+//! An adaptive concurrency limit shared by two server processes (issue 45 §3): a backend
+//! whose latency rises past a knee of concurrency; the shared limit converges near the knee
+//! and holds it, and follows the knee up when the backend recovers. The figures are printed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use distlock_tower::concurrency::ConcurrencyLimitLayer;
+use distlock_tower::extract::Constant;
+use redis::AsyncCommands as _;
+
+use crate::support::RedisServer;
+use crate::support::child::{self, ChildProcess, say};
+use crate::support::fixture::connect;
+use crate::support::server::resource_conn;
+
+const ENTRY: &str = "adaptive::child_entry";
+/// The backend's latency when it is not past its knee.
+const BASE: Duration = Duration::from_millis(50);
+/// How often each replica votes, and how often the shared limit may move.
+const WINDOW: Duration = Duration::from_millis(300);
+
+/// A server process: `/work` under an adaptive `ConcurrencyLimitLayer` (shared limit
+/// `backend`), whose handler is the backend: `BASE` while at most `backend:knee` requests are
+/// inside it across both processes, and `BASE` more for every request past the knee.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only as a child process of the tests in this module"]
+async fn child_entry() {
+    let Some((role, url)) = child::role() else {
+        return;
+    };
+    assert_eq!(role, "adaptive");
+    let client = connect(&url).await;
+    let conn = resource_conn(&url).await;
+    let limit = client
+        .adaptive_limit("backend")
+        .initial(4)
+        .bounds(1, 128)
+        .window(WINDOW)
+        .tolerance(1.5)
+        .backoff(0.8)
+        .step(1)
+        .build()
+        .expect("valid settings");
+    let app = Router::new()
+        .route(
+            "/work",
+            get(move || {
+                let mut conn = conn.clone();
+                async move {
+                    let inside: i64 = conn.incr("backend:inside", 1).await.expect("incr");
+                    let knee: i64 = conn.get("backend:knee").await.expect("knee");
+                    let past = u32::try_from((inside - knee).max(0)).unwrap_or(0);
+                    tokio::time::sleep(BASE * (1 + past)).await;
+                    let _: i64 = conn.decr("backend:inside", 1).await.expect("decr");
+                    "done"
+                }
+            }),
+        )
+        .layer(
+            ConcurrencyLimitLayer::builder(client, Constant::new("backend"), 4)
+                .adaptive(limit)
+                .build()
+                .expect("valid settings"),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    say(&format!(
+        "LISTENING {}",
+        listener.local_addr().expect("addr").port()
+    ));
+    axum::serve(listener, app).await.expect("serve");
+}
+
+/// The shared limit now.
+async fn shared_limit(conn: &mut redis::aio::MultiplexedConnection) -> Option<u32> {
+    conn.hget("distlock:adaptive:{backend}", "l")
+        .await
+        .expect("HGET")
+}
+
+/// The limit's samples (every 100 ms) while the backend's knee is `knee`, for `phase`.
+async fn watch(
+    conn: &mut redis::aio::MultiplexedConnection,
+    knee: i64,
+    phase: Duration,
+) -> Vec<(Duration, u32)> {
+    let () = conn.set("backend:knee", knee).await.expect("SET");
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < phase {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(limit) = shared_limit(conn).await {
+            samples.push((started.elapsed(), limit));
+        }
+    }
+    samples
+}
+
+/// When the limit first came within `[low, high]` and stayed there to the end of `samples`,
+/// and the mean, least and greatest limit from then on.
+fn settled(samples: &[(Duration, u32)], low: u32, high: u32) -> Option<(Duration, f64, u32, u32)> {
+    let last_out = samples
+        .iter()
+        .rposition(|&(_, l)| !(low..=high).contains(&l));
+    let from = last_out.map_or(0, |i| i + 1);
+    let held = &samples[from..];
+    if held.len() < 10 {
+        return None;
+    }
+    #[expect(clippy::cast_precision_loss, reason = "a mean of small numbers")]
+    let mean = held.iter().map(|&(_, l)| f64::from(l)).sum::<f64>() / held.len() as f64;
+    let least = held.iter().map(|&(_, l)| l).min()?;
+    let most = held.iter().map(|&(_, l)| l).max()?;
+    Some((held[0].0, mean, least, most))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_converge_near_the_knee_and_follow_it_up() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    let () = conn.set("backend:knee", 8).await.expect("SET");
+    let children: Vec<ChildProcess> = (0..2)
+        .map(|_| ChildProcess::spawn(ENTRY, "adaptive", &redis.url()))
+        .collect();
+    let ports: Vec<u16> = children
+        .iter()
+        .map(|c| {
+            c.expect_line("LISTENING", Duration::from_secs(60))
+                .trim_start_matches("LISTENING ")
+                .parse()
+                .expect("port")
+        })
+        .collect();
+
+    // 48 callers, more than either knee: the limit is always binding.
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(64)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let callers: Vec<_> = (0..48)
+        .map(|i| {
+            let (http, stop) = (http.clone(), Arc::clone(&stop));
+            let url = format!("http://127.0.0.1:{}/work", ports[i % 2]);
+            tokio::spawn(async move {
+                let mut served = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match http.get(&url).send().await {
+                        Ok(r) if r.status().is_success() => served += 1,
+                        // Refused at capacity: come back shortly.
+                        _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+                served
+            })
+        })
+        .collect();
+
+    // Knee at 8: from 4 up, one step (1) per window at most.
+    let first = watch(&mut conn, 8, Duration::from_secs(15)).await;
+    // The backend recovers: knee at 24.
+    let second = watch(&mut conn, 24, Duration::from_secs(15)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut served = 0;
+    for caller in callers {
+        served += caller.await.expect("caller");
+    }
+    let series = |s: &[(Duration, u32)]| {
+        s.iter()
+            .map(|(_, l)| l.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    eprintln!("knee 8:  {}", series(&first));
+    eprintln!("knee 24: {}", series(&second));
+
+    // Near the knee: within half and twice of it, held for the rest of the phase.
+    let (at, mean, least, most) = settled(&first, 4, 16)
+        .unwrap_or_else(|| panic!("never settled near a knee of 8: {}", series(&first)));
+    eprintln!(
+        "knee 8: within 4..=16 from {at:?} on (mean {mean:.1}, {least}..={most}), {served} requests served in all"
+    );
+    // Documented: one step per window, so 4 to 8 is 4 windows (1.2 s); allow several times that
+    // for a loaded machine, within the 15 s phase.
+    assert!(at <= Duration::from_secs(8), "settled only after {at:?}");
+    assert!((5.0..=14.0).contains(&mean), "mean {mean} for a knee of 8");
+    let (at, mean, least, most) = settled(&second, 12, 48)
+        .unwrap_or_else(|| panic!("never followed the knee up to 24: {}", series(&second)));
+    eprintln!("knee 24: within 12..=48 from {at:?} on (mean {mean:.1}, {least}..={most})");
+    assert!(at <= Duration::from_secs(12), "followed only after {at:?}");
+    assert!(
+        (15.0..=40.0).contains(&mean),
+        "mean {mean} for a knee of 24"
+    );
+}
