@@ -45,7 +45,10 @@ quorum (only when named or with --quorum): quorum_lock_seq quorum_lock_parallel
   (lock_uncontended_seq and _parallel on a Redlock quorum; raw is hand-written Redlock: SET NX
   PX on every node at once, granted by a majority, compare-and-delete on every node; a quorum
   client refuses rate limits, so there is no rate-limit variant)
-bloom (only when named): bloom_contains_many (Bloom filter lookups, 1000 items per call)";
+bloom (only when named): bloom_contains_many (Bloom filter lookups, 1000 items per call)
+rate-limit service (only when named): rls_one_descriptor rls_many_descriptors (Envoy's
+  ShouldRateLimit over gRPC on loopback, 64 callers, one descriptor value or 1,000; raw is one
+  GCRA EVALSHA per request with no service in between)";
 
 #[derive(Debug)]
 pub struct Args {

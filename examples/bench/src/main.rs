@@ -21,6 +21,7 @@ mod layer;
 mod ratelimit;
 mod raw;
 mod report;
+mod rls;
 mod semaphore;
 mod server;
 mod serverstats;

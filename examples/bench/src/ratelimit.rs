@@ -73,6 +73,16 @@ enum Decider {
 }
 
 /// One decision of the raw script: `Ok(allowed)`.
+/// One decision of the raw GCRA script on `subject` (for the other workloads' raw peers).
+pub async fn raw_gcra_check(
+    conn: &mut impl ConnectionLike,
+    subject: &str,
+    interval_us: u64,
+    burst: u32,
+) -> Result<bool, String> {
+    raw_gcra(conn, subject, interval_us, burst).await
+}
+
 async fn raw_gcra(
     conn: &mut impl ConnectionLike,
     subject: &str,

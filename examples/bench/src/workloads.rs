@@ -51,6 +51,11 @@ pub enum Workload {
     /// (leased shares) against its exact one in the same run, and the raw script (only when
     /// named).
     RatelimitHybrid,
+    /// Envoy's rate-limit service over gRPC, every request on one descriptor (only when
+    /// named).
+    RlsOneDescriptor,
+    /// The same, requests spread over 1,000 descriptors (only when named).
+    RlsManyDescriptors,
 }
 
 impl Workload {
@@ -71,11 +76,13 @@ impl Workload {
     pub const CLUSTER: [Workload; 2] = [Self::ClusterLockParallel, Self::ClusterRatelimitParallel];
 
     /// Run only when named (CI's smoke run counts the default set's lines).
-    pub const EXTRA: [Workload; 4] = [
+    pub const EXTRA: [Workload; 6] = [
         Self::SemaphoreUncontended,
         Self::SemaphoreContended,
         Self::BloomContainsMany,
         Self::RatelimitHybrid,
+        Self::RlsOneDescriptor,
+        Self::RlsManyDescriptors,
     ];
     /// Run only when named, or with `--quorum`. Locks only: a quorum client refuses rate limits.
     pub const QUORUM: [Workload; 2] = [Self::QuorumLockSeq, Self::QuorumLockParallel];
@@ -99,6 +106,8 @@ impl Workload {
             Self::QuorumLockParallel => "quorum_lock_parallel",
             Self::BloomContainsMany => "bloom_contains_many",
             Self::RatelimitHybrid => "ratelimit_hybrid",
+            Self::RlsOneDescriptor => "rls_one_descriptor",
+            Self::RlsManyDescriptors => "rls_many_descriptors",
         }
     }
 
@@ -174,7 +183,9 @@ impl Workload {
             | Self::LayerOverhead
             | Self::SemaphoreUncontended
             | Self::SemaphoreContended
-            | Self::BloomContainsMany => (1, Duration::from_secs(5), 0),
+            | Self::BloomContainsMany
+            | Self::RlsOneDescriptor
+            | Self::RlsManyDescriptors => (1, Duration::from_secs(5), 0),
         }
     }
 }
@@ -436,6 +447,9 @@ pub async fn run(
             return crate::semaphore::run(workload, peer, targets.single()?, args).await;
         }
         Workload::BloomContainsMany => return crate::bloom::run(peer, targets, args).await,
+        Workload::RlsOneDescriptor | Workload::RlsManyDescriptors => {
+            return crate::rls::run(workload, peer, targets, args).await;
+        }
         Workload::RatelimitSeq
         | Workload::RatelimitParallel
         | Workload::ClusterRatelimitParallel
