@@ -49,20 +49,21 @@ async fn child_entry() {
             )
         }
     };
-    let layer = |wait: Duration| {
+    let layer = |wait: Duration, lease: Duration| {
         IdempotencyLayer::builder(client.clone(), "retries")
             .scope(distlock_tower::extract::Header::from_static("x-account"))
             .wait(wait)
+            .lease_ttl(lease)
             .build()
             .expect("valid settings")
     };
     let app = match role.as_str() {
         "server" => Router::new()
             .route("/charge", post(charge))
-            .layer(layer(Duration::from_secs(60))),
+            .layer(layer(Duration::from_secs(60), Duration::from_secs(1))),
         "server-timeout" => Router::new()
             .route("/charge", post(charge))
-            .layer(layer(Duration::ZERO))
+            .layer(layer(Duration::ZERO, Duration::from_secs(1)))
             .layer(tower_http::timeout::TimeoutLayer::with_status_code(
                 StatusCode::REQUEST_TIMEOUT,
                 Duration::from_millis(300),
@@ -205,6 +206,47 @@ async fn an_outer_timeout_does_not_make_the_retry_run_again() {
     assert_eq!(same, other);
     assert_eq!(counter(&mut conn, "runs").await, 1, "the handler ran twice");
     assert_eq!(counter(&mut conn, "finished").await, 1);
+}
+
+/// The server running the handler dies mid-handler (`SIGKILL`): the retry on the other server
+/// waits out the dead claim (its 1 s ttl), then gets `409` "outcome unknown", and the handler,
+/// which never finished, is not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_mid_request_leaves_outcome_unknown() {
+    let redis = RedisServer::start();
+    let (a, port_a) = server(&redis.url(), "server");
+    let (_b, port_b) = server(&redis.url(), "server");
+    let mut conn = redis.conn().await;
+    let http = http_client(Duration::from_secs(30));
+
+    let first = {
+        let http = http.clone();
+        tokio::spawn(async move { charge(&http, port_a, "acct-1", "pay-3").await })
+    };
+    started(&mut conn, 1).await;
+    a.signal(libc::SIGKILL);
+    assert!(
+        first.await.expect("task").is_err(),
+        "the dead server answers nothing"
+    );
+
+    let retry = charge(&http, port_b, "acct-1", "pay-3")
+        .await
+        .expect("retry on the other server");
+    assert_eq!(retry.status, 409, "{retry:?}");
+    assert!(retry.body.contains("outcome is unknown"), "{retry:?}");
+    assert_eq!(counter(&mut conn, "runs").await, 1, "the handler ran again");
+    assert_eq!(
+        counter(&mut conn, "finished").await,
+        0,
+        "it died mid-handler"
+    );
+    // And again, later: the same answer, not a run.
+    let again = charge(&http, port_b, "acct-1", "pay-3")
+        .await
+        .expect("again");
+    assert_eq!(again.status, 409);
+    assert_eq!(counter(&mut conn, "runs").await, 1);
 }
 
 /// Two callers (accounts) send the same key and the same body, on two servers: each gets its
