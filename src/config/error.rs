@@ -130,9 +130,10 @@ pub enum ConfigError {
         /// The whole message, with the field's path.
         message: String,
     },
-    /// An environment variable under the loader's prefix that cannot be applied: it names no
-    /// field (`DISTLOCK_`, `DISTLOCK_LOCK____TTL`), or goes through a value that is not a
-    /// table (`DISTLOCK_LOCK__TTL__X`).
+    /// An environment variable in the loader's namespace that cannot be applied: it names no
+    /// field (`DISTLOCK__`, `DISTLOCK__LOCK____TTL`), goes through a value that is not a
+    /// table (`DISTLOCK__LOCK__TTL__X`), or is the old spelling of one, with one underscore
+    /// after the prefix (`DISTLOCK_LOCK__TTL`).
     #[error("environment variable {var}: {reason}")]
     Env {
         /// The variable's name.

@@ -200,7 +200,7 @@ async fn the_example_file_runs() {
     let server = RedisServer::start();
     let config = Config::loader()
         .file(EXAMPLE)
-        .env_vars("DISTLOCK", [("DISTLOCK_CLIENT__URL", server.url())])
+        .env_vars("DISTLOCK", [("DISTLOCK__CLIENT__URL", server.url())])
         .load()
         .expect("examples/distlock.toml with the test server's url");
     let client = config.connect().await.expect("connect");
