@@ -15,9 +15,12 @@
 //! | `"matched-path"` | | [`MatchedPath`](crate::extract::MatchedPath) (feature `axum`) |
 //! | `"constant"` | `value` | [`Constant`] |
 //!
-//! A layer's `key_prefix`, if set, goes before every key ([`Prefixed`]). `layer(..)` builds the layer
-//! through its builder, so a value out of range is the builder's own [`ConfigError`], never a
-//! panic.
+//! A layer's `key_prefix`, if set, goes before every key ([`Prefixed`]). A key the extractor
+//! could never take (a `constant` key that is empty or over [`MAX_KEY_LEN`](crate::extract::MAX_KEY_LEN)
+//! bytes, a header `name` that is not one or is over
+//! [`MAX_HEADER_NAME_LEN`](crate::extract::MAX_HEADER_NAME_LEN) bytes) is refused when the
+//! settings are read. `layer(..)` builds the layer through its builder, so a value out of
+//! range is the builder's own [`ConfigError`], never a panic.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -90,6 +93,7 @@ pub enum KeyConfig {
     /// A request header's value ([`Header`]).
     Header {
         /// The header's name.
+        #[serde(deserialize_with = "header_name")]
         name: String,
     },
     /// One segment of the request's path, from 0 ([`PathSegment`]).
@@ -103,8 +107,23 @@ pub enum KeyConfig {
     /// The same key for every request ([`Constant`]): one budget or lock for all.
     Constant {
         /// The key.
+        #[serde(deserialize_with = "constant_key")]
         value: String,
     },
+}
+
+/// A header name, refused when read if [`Header::new`] would refuse it.
+fn header_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    Header::new(&name).map_err(serde::de::Error::custom)?;
+    Ok(name)
+}
+
+/// A constant key, refused when read if [`Constant::new`] would refuse it.
+fn constant_key<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let value = String::deserialize(deserializer)?;
+    Constant::new(value.as_str()).map_err(serde::de::Error::custom)?;
+    Ok(value)
 }
 
 impl KeyConfig {
@@ -134,7 +153,7 @@ impl KeyConfig {
             Self::PathSegment { index } => Source::PathSegment(PathSegment(*index)),
             #[cfg(feature = "axum")]
             Self::MatchedPath {} => Source::MatchedPath(crate::extract::MatchedPath),
-            Self::Constant { value } => Source::Constant(Constant::new(value.as_str())),
+            Self::Constant { value } => Source::Constant(Constant::new(value.as_str())?),
         };
         Ok(ConfiguredKey(Prefixed::new(
             prefix.unwrap_or_default(),
@@ -586,6 +605,40 @@ mod tests {
         assert_eq!(again, rate);
     }
 
+    /// A header name of 10 KB (valid HTTP, but a value in the name's place) is refused when
+    /// read and when the layer is built, and the error does not repeat it.
+    #[tokio::test]
+    async fn a_huge_header_name_is_refused_without_being_printed() {
+        let name = "x".repeat(10_000);
+        let text = format!("key = {{ from = \"header\", name = \"{name}\" }}");
+        // The message alone: `toml`'s `Display` quotes the offending line of the text.
+        let err = toml::from_str::<RateLimitLayerConfig>(&text).unwrap_err();
+        let message = err.message();
+        assert!(
+            message.contains("a header name of 10000 bytes is longer than the 256 allowed"),
+            "{message}"
+        );
+        assert!(
+            message.len() < 1_000,
+            "the error repeats the name: {} bytes",
+            message.len()
+        );
+        let mut config: RateLimitLayerConfig =
+            toml::from_str("key = { from = \"constant\", value = \"k\" }").unwrap();
+        config.key = KeyConfig::Header { name };
+        let err = config
+            .layer(limiter(&Client::in_memory()))
+            .map(drop)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::HeaderNameTooLong {
+                len: 10_000,
+                max: crate::extract::MAX_HEADER_NAME_LEN
+            }
+        );
+    }
+
     /// A file's mistakes are refused when it is read, each naming what is wrong.
     #[test]
     fn mistakes_in_the_text_are_refused_with_what_is_wrong() {
@@ -624,6 +677,15 @@ mod tests {
                 "key = { from = \"constant\", value = \"k\" }\ncost = -1",
                 "invalid value",
             ),
+            // A key the extractor could never take: refused when read, not per request.
+            (
+                r#"key = { from = "constant", value = "" }"#,
+                "a constant key must be 1 to 256 bytes long, got 0",
+            ),
+            (
+                r#"key = { from = "header", name = "bad header" }"#,
+                "\"bad header\" is not a valid header name",
+            ),
         ];
         for (text, expected) in cases {
             let err = parse_err::<RateLimitLayerConfig>(text);
@@ -652,12 +714,26 @@ mod tests {
             .layer(client.clone())
             .unwrap_err();
         assert_eq!(err, ConfigError::ZeroMaxHold);
-        let err = lock(r#"key = { from = "header", name = "bad header" }"#)
-            .layer(client.clone())
-            .unwrap_err();
+        // Settings made in code skip the reading checks; `layer` refuses the same keys.
+        let mut keyed = lock("key = { from = \"constant\", value = \"k\" }");
+        keyed.key = KeyConfig::Header {
+            name: "bad header".to_owned(),
+        };
+        let err = keyed.layer(client.clone()).unwrap_err();
         assert!(
             matches!(err, ConfigError::InvalidHeaderName { .. }),
             "{err}"
+        );
+        keyed.key = KeyConfig::Constant {
+            value: String::new(),
+        };
+        let err = keyed.layer(client.clone()).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::InvalidConstantKey {
+                len: 0,
+                max: crate::extract::MAX_KEY_LEN
+            }
         );
         let err = lock(r#"key = { from = "client-ip", ipv4_prefix = 33 }"#)
             .layer(client.clone())

@@ -207,7 +207,10 @@ fn the_old_spelling_is_refused_with_the_new_name() {
     for (var, new) in [
         ("APP_LOCK__TTL", "APP__LOCK__TTL"),
         ("APP_CLIENT__URL", "APP__CLIENT__URL"),
-        ("APP_limiters__api__policies", "APP__limiters__api__policies"),
+        (
+            "APP_limiters__api__policies",
+            "APP__limiters__api__policies",
+        ),
         ("APP_LOCK", "APP__LOCK"),
     ] {
         let err = load(&[(var, "30s")]).unwrap_err();

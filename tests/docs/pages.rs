@@ -88,7 +88,11 @@ fn every_page_with_rust_is_a_doctest() {
     let mut pages = Vec::new();
     markdown_files(&root, &mut pages);
     // The test's own sanity: the two READMEs and the guide are among what it looks at.
-    for must in ["README.md", "distlock-tower/README.md", "src/guide/guarantees.md"] {
+    for must in [
+        "README.md",
+        "distlock-tower/README.md",
+        "src/guide/guarantees.md",
+    ] {
         assert!(
             pages.iter().any(|page| page.ends_with(must)),
             "{must} not found under {}",
@@ -98,7 +102,11 @@ fn every_page_with_rust_is_a_doctest() {
     let mut problems = Vec::new();
     for page in &pages {
         let blocks = rust_blocks(&read(page));
-        let shown = page.strip_prefix(&root).unwrap_or(page).display().to_string();
+        let shown = page
+            .strip_prefix(&root)
+            .unwrap_or(page)
+            .display()
+            .to_string();
         if blocks.is_empty() {
             continue;
         }

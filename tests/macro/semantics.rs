@@ -147,11 +147,15 @@ async fn strict_inner_fails(client: &Client, id: u64) -> Result<(), LockError> {
 async fn non_reentrant_nested_call_waits_for_the_outer_one(store: Fixture) {
     let started = Instant::now();
     let (waiting, failing) = strict_outer(&store.client, 2).await.expect("outer");
+    // After its wait, one more try reads the holder's remaining ttl: `Busy`, not `Timeout`.
     match waiting {
-        Err(LockError::Timeout { waited, .. }) => {
-            assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        Err(LockError::Busy { retry_after, .. }) => {
+            assert!(
+                retry_after > Duration::ZERO && retry_after <= Duration::from_secs(30),
+                "the outer lease's remaining ttl: {retry_after:?}"
+            );
         }
-        other => panic!("expected Timeout, got {other:?}"),
+        other => panic!("expected Busy after the wait, got {other:?}"),
     }
     assert!(
         matches!(failing, Err(LockError::Busy { .. })),
@@ -370,14 +374,22 @@ async fn on_busy_error_fails_at_once(store: Fixture) {
         // Where nothing runs late, one attempt takes no time at all.
         assert_eq!(started.elapsed(), Duration::ZERO, "it waited");
     }
-    // For contrast: the waiting flavour waits out its `wait`.
+    // For contrast: the waiting flavour waits out its `wait`, then says how long the holder
+    // has left, so that a handler returning the error answers as the lock layer does: `423`
+    // with `Retry-After` (the layers page promises the macro matches the layer).
     let started = Instant::now();
     let waited = wait_if_busy(&store.client, 1).await;
-    assert!(
-        matches!(waited, Err(LockError::Timeout { .. })),
-        "{waited:?}"
-    );
     assert!(started.elapsed() >= Duration::from_millis(400));
+    match &waited {
+        Err(err @ LockError::Busy { retry_after, .. }) => {
+            assert!(*retry_after <= Duration::from_secs(5), "{retry_after:?}");
+            let status = err.http_status();
+            assert_eq!(status.code, 423);
+            let secs = status.retry_after_secs().expect("a Retry-After");
+            assert!((1..=5).contains(&secs), "Retry-After: {secs}");
+        }
+        other => panic!("expected Busy after the wait, got {other:?}"),
+    }
     held.release().await.expect("release");
     fail_if_busy(&store.client, 1).await.expect("free now");
 }

@@ -41,7 +41,7 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
     );
 
     // The concurrency layer: refused where the router is built.
-    match ConcurrencyLimitLayer::new(client.clone(), Constant::new("exports"), 2) {
+    match ConcurrencyLimitLayer::new(client.clone(), Constant::from_static("exports"), 2) {
         Err(ConfigError::UnsupportedStore(refused)) => {
             assert_eq!(refused.capability, Capability::HolderSets);
             assert_eq!(refused.store, "quorum");
@@ -50,7 +50,7 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
         Ok(_) => panic!("a concurrency layer on a quorum was built"),
     }
     assert!(
-        ConcurrencyLimitLayer::builder(client.clone(), Constant::new("exports"), 2)
+        ConcurrencyLimitLayer::builder(client.clone(), Constant::from_static("exports"), 2)
             .build()
             .is_err(),
         "the builder refuses it too"
