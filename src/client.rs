@@ -415,6 +415,21 @@ impl Client {
     }
 }
 
+/// Whether `prefix` can begin every key: non-empty, without braces (which would make it a
+/// Cluster hash tag) or whitespace; the message says what is wrong.
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty()
+        || prefix
+            .chars()
+            .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "prefix {prefix:?} must be non-empty, without braces or whitespace"
+        ));
+    }
+    Ok(())
+}
+
 /// A URL as connection settings, or a `Config` error that quotes what is wrong.
 fn connection_info(url: &str) -> Result<redis::ConnectionInfo, StoreError> {
     url.into_connection_info().map_err(|e| StoreError::Config {
@@ -612,17 +627,7 @@ impl ClientBuilder {
 
     fn validate(&self) -> Result<(), StoreError> {
         let bad = |message: String| Err(StoreError::Config { message });
-        if self.prefix.is_empty()
-            || self
-                .prefix
-                .chars()
-                .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
-        {
-            return bad(format!(
-                "prefix {:?} must be non-empty, without braces or whitespace",
-                self.prefix
-            ));
-        }
+        check_prefix(&self.prefix).or_else(bad)?;
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return bad("timeouts must be greater than zero".to_owned());
         }
@@ -989,9 +994,23 @@ impl ClientBuilder {
 
 static DEFAULT_CLIENT: RwLock<Option<Client>> = RwLock::new(None);
 
-/// Installs the process-wide client used by `#[distributed_lock]` when it has no
-/// `client = ...` argument. Call it once at start-up; a later call replaces it.
+/// Installs the process-wide client used by `#[distributed_lock]` and `#[rate_limit]` when
+/// they have no `client = ...` argument. Call it once at start-up; a later call replaces it.
+///
+/// A client that cannot count (a Redlock quorum built without
+/// [`counting_on`](ClientBuilder::counting_on)) serves `#[distributed_lock]`, but every
+/// `#[rate_limit]` call through it would fail: this says so here, at start-up, once, at
+/// `warn`, with the fix. (A `#[rate_limit]` function is not known to the library before its
+/// first call, so the start-up cannot refuse the client for it.)
 pub fn set_default_client(client: Client) {
+    if let Err(refused) = client.supports(Capability::RateLimits) {
+        tracing::warn!(
+            store = refused.store,
+            "the default client cannot count, so every #[rate_limit] call through it will fail \
+             (#[distributed_lock] works): {}",
+            refused.reason
+        );
+    }
     *DEFAULT_CLIENT
         .write()
         .unwrap_or_else(PoisonError::into_inner) = Some(client);

@@ -3,6 +3,7 @@
 
 use std::fmt::{Display, Write as _};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -260,6 +261,9 @@ pub struct RateLimitSite {
     spec: LimitSpec,
     /// Most recently used last.
     limiters: Mutex<Vec<SiteLimiter>>,
+    /// Whether a client that cannot count was reported (at ERROR, once per site): each of
+    /// its calls fails the same way, and the log should say why once, not per call.
+    refusal_logged: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -286,6 +290,7 @@ impl RateLimitSite {
         Self {
             spec,
             limiters: Mutex::new(Vec::new()),
+            refusal_logged: AtomicBool::new(false),
         }
     }
 
@@ -304,7 +309,23 @@ impl RateLimitSite {
             limiters.remove(0);
         }
         let before = Arc::strong_count(&client.inner);
-        let limiter = self.build(client)?;
+        let limiter = match self.build(client) {
+            Ok(limiter) => limiter,
+            Err(err) => {
+                if let RateLimitError::UnsupportedStore { reason } = &err
+                    && !self.refusal_logged.swap(true, Ordering::Relaxed)
+                {
+                    let policies: Vec<&str> = self.spec.policies.iter().map(|p| p.name).collect();
+                    tracing::error!(
+                        ?policies,
+                        store = %client.store_kind(),
+                        "#[rate_limit] cannot count on this client; every call fails until it \
+                         can: {reason}"
+                    );
+                }
+                return Err(err);
+            }
+        };
         // Another thread may clone or drop the client meanwhile: a count that is off only
         // drops a limiter early (the next call builds another) or keeps one until it is the
         // least recently used.

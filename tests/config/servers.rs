@@ -125,6 +125,33 @@ async fn a_redlock_quorum_locks_and_refuses_to_count() {
     assert!(config.limiters(&client).is_err());
 }
 
+/// `counting_on` in the file: locks on the quorum, the limiter on a single primary, both
+/// under the quorum's prefix (the counting client's was left out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_counting_on_a_primary_from_the_file() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let counts = RedisServer::start();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let config = config(&format!(
+        "quorum = {{ nodes = {urls:?}, node_timeout = \"500ms\" }}\nprefix = \"cfg-q\"\n\
+         counting_on = {{ url = {:?} }}",
+        counts.url()
+    ));
+    let client = lock_and_limit(&config, "quorum").await;
+    let api = config
+        .limiter(&client, "api")
+        .expect("counted on the primary");
+    assert!(api.check("u").await.expect("check").allowed);
+    // The limiter's key is on the counting primary, under the quorum's prefix.
+    let mut conn = counts.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("cfg-q:*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert!(!keys.is_empty(), "nothing counted on the primary");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_names_the_primary() {
     let setup = SentinelSetup::start();

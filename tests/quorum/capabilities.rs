@@ -39,6 +39,31 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
         holder_sets.reason.contains("Client::connect"),
         "the reason says what to use instead: {holder_sets}"
     );
+    // Each counting refusal names the fix the Redlock guide gives: count elsewhere.
+    for capability in [
+        Capability::HolderSets,
+        Capability::RateLimits,
+        Capability::BloomFilters,
+        Capability::FencedWrites,
+    ] {
+        let refused = client.supports(capability).expect_err("refused");
+        assert!(
+            refused.reason.contains("counting_on"),
+            "{capability:?}: {}",
+            refused.reason
+        );
+    }
+    let limiter = client
+        .rate_limiter(
+            distlock::ratelimit::Policy::gcra(
+                "api",
+                distlock::ratelimit::Rate::per_second(10).expect("rate"),
+            )
+            .expect("policy"),
+        )
+        .build()
+        .expect_err("a quorum cannot count");
+    assert!(limiter.to_string().contains("counting_on"), "{limiter}");
 
     // The concurrency layer: refused where the router is built.
     match ConcurrencyLimitLayer::new(client.clone(), Constant::from_static("exports"), 2) {
