@@ -6,3 +6,4 @@
 mod support;
 
 mod pages;
+mod where_it_runs;
