@@ -742,7 +742,9 @@ impl ClientBuilder {
     }
 
     /// TLS (`rediss://`, feature `tls` or `tls-native-roots`): trust this CA certificate (PEM)
-    /// instead of the default roots, e.g. a private CA of your own servers.
+    /// instead of the default roots, e.g. a private CA of your own servers. On every
+    /// connection: a single server, a Cluster's nodes, a quorum's, and behind Sentinel the
+    /// sentinels and the primaries they name (`rediss://` sentinel URLs).
     #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         let certs = self.tls.get_or_insert(redis::TlsCertificates {
@@ -854,39 +856,30 @@ impl ClientBuilder {
                 message: "Sentinel needs at least one sentinel URL".to_owned(),
             });
         }
-        let mut redis = redis::RedisConnectionInfo::default();
+        let mut primary = redis::RedisConnectionInfo::default();
         if let Some((username, password)) = &self.primary_auth {
             if let Some(username) = username {
-                redis = redis.set_username(username);
+                primary = primary.set_username(username);
             }
-            redis = redis.set_password(&password.0);
+            primary = primary.set_password(&password.0);
         }
-        let mut node =
-            redis::sentinel::SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
-        // redis-rs's Sentinel lookups cannot take a CA or client certificate of our own; refuse
-        // rather than connect in a way that fails on every failover.
-        #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
-        if self.tls.is_some() {
-            return Err(StoreError::Config {
-                message: "tls_root_certificate / tls_client_identity are not supported with \
-                          Sentinel: its servers must present certificates the default roots \
-                          trust"
-                    .to_owned(),
-            });
-        }
-        // Sentinels reached over TLS: the primary and replicas are too.
-        if let Some(mode) = sentinels.iter().find_map(|info| match info.addr() {
+        // Sentinels reached over TLS: the primary and replicas are too (with the client's
+        // CA and certificate, if it has them, on every connection).
+        let tls = sentinels.iter().find_map(|info| match info.addr() {
             redis::ConnectionAddr::TcpTls { insecure, .. } => Some(if *insecure {
                 redis::TlsMode::Insecure
             } else {
                 redis::TlsMode::Secure
             }),
             _ => None,
-        }) {
-            node = node.set_tls_mode(mode);
-        }
+        });
+        let target = crate::store::SentinelTarget {
+            master,
+            primary,
+            tls,
+        };
         let store =
-            crate::store::redis::connect_sentinel(sentinels, master, node, self.settings()).await?;
+            crate::store::redis::connect_sentinel(sentinels, &target, self.settings()).await?;
         // The primary is reached on database 0.
         Ok(self.build_watching(Store::Scripted(store), Some(0)))
     }

@@ -666,8 +666,10 @@ impl TlsFiles {
             StoreConfig::Redis(url) => ("url", std::slice::from_ref(url)),
             StoreConfig::Cluster(nodes) => ("cluster", nodes),
             StoreConfig::Quorum(quorum) => ("quorum", &quorum.nodes),
-            // The builder says what it supports behind Sentinel; memory has nothing to secure.
-            StoreConfig::Sentinel(_) | StoreConfig::Memory => return Ok(()),
+            // The sentinels' scheme says how the primary is reached too.
+            StoreConfig::Sentinel(sentinel) => ("sentinel.nodes", &sentinel.nodes),
+            // Memory has nothing to secure.
+            StoreConfig::Memory => return Ok(()),
         };
         if let Some(plain) = urls.iter().position(|url| !url.starts_with("rediss://")) {
             let at = match store {

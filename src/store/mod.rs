@@ -48,7 +48,7 @@ use std::time::Duration;
 
 pub(crate) use self::backend::Backend;
 pub use self::capability::{Capability, StoreKind, Unsupported};
-pub(crate) use self::connect::RedisSettings;
+pub(crate) use self::connect::{RedisSettings, SentinelTarget};
 pub(crate) use self::memory::MemoryStore;
 use self::peek::{KeyScan, SetHolder};
 pub(crate) use self::quorum::{QuorumSettings, QuorumStore};

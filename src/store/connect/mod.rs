@@ -13,7 +13,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
 pub(crate) use self::lazy::LazyConn;
-pub(crate) use self::sentinel::{FollowingConn, PrimaryConn};
+pub(crate) use self::sentinel::{FollowingConn, PrimaryConn, SentinelTarget};
 use crate::error::StoreError;
 
 /// Connection settings, validated by the client builder.
