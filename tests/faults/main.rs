@@ -16,6 +16,7 @@ mod killed;
 mod lazy;
 mod memory;
 mod noscript;
+mod partition;
 mod paused;
 mod proxy_faults;
 mod replicas;
