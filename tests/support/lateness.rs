@@ -60,6 +60,20 @@ impl LatenessProbe {
     }
 }
 
+/// What a timed promise on the real clock is allowed besides its own figure and the
+/// runtime's measured lateness: the round trips around it on loopback (the attempt that finds
+/// the lock busy, the one that takes it, a renewal) and the work of the task that measures it.
+pub const ROUND_TRIPS: Duration = Duration::from_millis(100);
+
+impl LatenessProbe {
+    /// The bound of a timed promise measured since `mark`: `promise` (the library's own
+    /// figure, its jitter included), plus [`ROUND_TRIPS`], plus how late this runtime ran
+    /// its timers since `mark`.
+    pub fn bound(&self, mark: Mark, promise: Duration) -> Duration {
+        promise + ROUND_TRIPS + self.since(mark)
+    }
+}
+
 impl Drop for LatenessProbe {
     fn drop(&mut self) {
         self.task.abort();
