@@ -54,6 +54,66 @@
 //! # let _ = (api, settle);
 //! # Ok(()) }
 //! ```
+//!
+//! # In the same file as the client
+//!
+//! A service usually keeps the layers' settings in the file that holds distlock's own: one
+//! type for the file, read once. A format's error `Display` quotes the offending lines of the
+//! text (for a table, all of it); say where with the error's span instead, as
+//! [`Location::of`](distlock::config::Location::of) counts it, and its message alone:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use distlock::config::{Config, Location};
+//! use distlock_tower::config::RateLimitLayerConfig;
+//! use serde::Deserialize;
+//!
+//! /// The service's file: distlock's settings under `[distlock]`, the layers' under `[layers]`.
+//! #[derive(Deserialize)]
+//! struct ServiceFile {
+//!     distlock: Config,
+//!     layers: Layers,
+//! }
+//!
+//! #[derive(Deserialize)]
+//! struct Layers {
+//!     api: RateLimitLayerConfig,
+//! }
+//!
+//! /// `file:line:column: message`, without the text.
+//! fn read(path: &str, text: &str) -> Result<ServiceFile, String> {
+//!     toml::from_str(text).map_err(|err: toml::de::Error| match err.span() {
+//!         Some(span) => {
+//!             let at = Location::of(text, span.start);
+//!             format!("{path}:{}:{}: {}", at.line, at.column, err.message())
+//!         }
+//!         None => format!("{path}: {}", err.message()),
+//!     })
+//! }
+//!
+//! let text = r#"
+//! [distlock.client]
+//! memory = true                 # url = "redis://cache:6379/" in production
+//!
+//! [distlock.limiters.api]
+//! policies = "100/s burst 20"
+//!
+//! [layers.api]
+//! key = { from = "header", name = "x-api-key" }
+//! cost = 2
+//! "#;
+//! let file = read("service.toml", text)?;
+//! let client = file.distlock.connect().await?;
+//! let limiter = file.distlock.limiter(&client, "api")?;
+//! let api = file.layers.api.layer(limiter)?;
+//! # let _ = api;
+//!
+//! let err = read("service.toml", &text.replace("cost = 2", "cots = 2")).err().unwrap_or_default();
+//! assert!(err.starts_with("service.toml:10:1: unknown field `cots`"), "{err}");
+//! assert!(!err.contains("x-api-key"), "the text is not quoted: {err}");
+//! # Ok(()) }
+//! ```
 
 use std::time::Duration;
 

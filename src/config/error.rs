@@ -66,9 +66,12 @@ pub struct Location {
 }
 
 impl Location {
-    /// The location of byte `offset` in `text`.
-    #[cfg_attr(not(feature = "toml"), allow(dead_code))]
-    pub(crate) fn of(text: &str, offset: usize) -> Self {
+    /// The location of byte `offset` in `text`: for a format's own error about a file that
+    /// holds distlock's settings beside others (a `toml::de::Error`'s `span()`), so that it
+    /// can say where without quoting the text. Never panics (an offset past the end, or
+    /// inside a character, counts up to the last boundary before it).
+    #[must_use]
+    pub fn of(text: &str, offset: usize) -> Self {
         let offset = offset.min(text.len());
         // A span may start inside a character in hostile input; count up to a boundary.
         let offset = (0..=offset)
