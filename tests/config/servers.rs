@@ -106,6 +106,9 @@ async fn a_url_nobody_answers_is_a_connect_error() {
     .expect("configuration");
     let err = config.connect().await.unwrap_err();
     assert!(matches!(err, ConnectError::Store(_)), "{err:?}");
+    // Which server it was: the address, not only the connection layer's words.
+    let addr = url.trim_start_matches("redis://").trim_end_matches('/');
+    assert!(err.to_string().contains(addr), "{err}");
 }
 
 #[tokio::test]
