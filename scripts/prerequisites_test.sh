@@ -219,6 +219,24 @@ expect "a fresh machine gets Chromium from apt-get" 0 "installing chromium with 
 expect_log "apt-get installs the chromium package" "apt-get install -y -qq chromium"
 
 good_machine
+run_script --check-only
+expect "--check-only says it installs nothing" 0 "nothing is installed or built" \
+  "nothing was installed"
+
+good_machine
+rm "$bin/cc"
+run_script --check-only
+expect "as root, a fix needs no sudo" 1 "fix: apt-get install -y build-essential"
+if grep -q "sudo" <<<"$output"; then
+  echo "FAIL as root, no fix names sudo:" >&2
+  sed 's/^/    | /' <<<"$output" >&2
+  failures=$((failures + 1))
+fi
+stub id 'echo 1000'
+run_script --check-only
+expect "as another user, a fix goes through sudo" 1 "fix: sudo apt-get install -y build-essential"
+
+good_machine
 stub uname 'echo MINGW64_NT-10.0'
 run_script --check-only
 expect "Windows is refused with a pointer to WSL" 1 "unsupported platform MINGW64_NT-10.0" "WSL 2"

@@ -33,14 +33,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MIN_REDIS=7.0
+# `sudo ` before the commands a fix names, unless this is root (which may have no sudo).
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+AS_ROOT=${SUDO:+sudo }
 MIN_RUST=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml)
 PINNED=$(sed -n 's/^channel *= *"\([^"]*\)".*/\1/p' rust-toolchain.toml)
-REDIS_REPO_HELP='install Redis from its own APT repository:
-      sudo apt-get install -y lsb-release curl gpg
-      curl -fsSL https://packages.redis.io/gpg | sudo gpg --dearmor -o /usr/share/keyrings/redis-archive-keyring.gpg
-      echo "deb [signed-by=/usr/share/keyrings/redis-archive-keyring.gpg] https://packages.redis.io/deb $(lsb_release -cs) main" | sudo tee /etc/apt/sources.list.d/redis.list
-      sudo apt-get update && sudo apt-get install -y redis-server redis-tools redis-sentinel
-    or put a redis-server >= 7.0 (with its redis-cli and redis-sentinel) first on PATH'
+REDIS_REPO_HELP="install Redis from its own APT repository:
+      ${AS_ROOT}apt-get install -y lsb-release curl gpg
+      curl -fsSL https://packages.redis.io/gpg | ${AS_ROOT}gpg --dearmor -o /usr/share/keyrings/redis-archive-keyring.gpg
+      echo \"deb [signed-by=/usr/share/keyrings/redis-archive-keyring.gpg] https://packages.redis.io/deb \$(lsb_release -cs) main\" | ${AS_ROOT}tee /etc/apt/sources.list.d/redis.list
+      ${AS_ROOT}apt-get update && ${AS_ROOT}apt-get install -y redis-server redis-tools redis-sentinel
+    or put a redis-server >= 7.0 (with its redis-cli and redis-sentinel) first on PATH"
 RUSTUP_HELP='install Rust with rustup (distribution packages are too old):
       curl --proto '"'=https'"' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
       . "$HOME/.cargo/env"   # or open a new shell, so ~/.cargo/bin comes first on PATH'
@@ -54,6 +58,7 @@ esac
 problems=()
 problem() { problems+=("$1"); }
 note() { echo "test.sh: $*" >&2; }
+if $check_only; then note "--check-only: checking the prerequisites; nothing is installed or built"; fi
 
 # Whether dotted version $1 >= $2, comparing numbers field by field (missing fields are 0).
 version_ge() {
@@ -72,8 +77,6 @@ version_ge() {
 
 # apt-get installs only outside --check-only, as root or through sudo.
 can_apt=false
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 if ! $check_only && command -v apt-get >/dev/null 2>&1 \
   && { [ -z "$SUDO" ] || command -v sudo >/dev/null 2>&1; }; then
   can_apt=true
@@ -99,7 +102,7 @@ esac
 if ! command -v cc >/dev/null 2>&1 && $can_apt; then apt_install build-essential; fi
 if ! command -v cc >/dev/null 2>&1; then
   problem "no C compiler and linker (cc): Rust links with it, and the tls feature builds C code (ring)
-    fix: sudo apt-get install -y build-essential"
+    fix: ${AS_ROOT}apt-get install -y build-essential"
 fi
 
 # --- Redis -----------------------------------------------------------------------------------
@@ -123,7 +126,7 @@ if ((${#missing[@]})) && $can_apt; then
 fi
 if ((${#missing[@]})); then
   problem "missing Redis tools: ${missing[*]}
-    fix: sudo apt-get install -y ${missing[*]}   (Redis >= $MIN_REDIS: Debian 12, Ubuntu 24.04 or newer)"
+    fix: ${AS_ROOT}apt-get install -y ${missing[*]}   (Redis >= $MIN_REDIS: Debian 12, Ubuntu 24.04 or newer)"
 fi
 for tool in redis-server redis-sentinel; do
   command -v "$tool" >/dev/null 2>&1 || continue
@@ -175,7 +178,7 @@ if [ -z "$pg_bin" ] && $can_apt; then
 fi
 if [ -z "$pg_bin" ]; then
   problem "missing PostgreSQL's server (initdb and postgres in $pg_lib/<version>/bin): the fenced-write tests start their own
-    fix: sudo apt-get install -y postgresql"
+    fix: ${AS_ROOT}apt-get install -y postgresql"
 else
   note "PostgreSQL server binaries in $pg_bin"
 fi
@@ -201,7 +204,7 @@ if [ -z "$chromium_bin" ] && $can_apt; then
 fi
 if [ -z "$chromium_bin" ]; then
   problem "missing Chromium: the operator console's page test runs it headless
-    fix: sudo apt-get install -y chromium"
+    fix: ${AS_ROOT}apt-get install -y chromium"
 else
   note "Chromium: $chromium_bin"
 fi
@@ -256,7 +259,7 @@ if ((${#problems[@]})); then
   exit 1
 fi
 if $check_only; then
-  note "all prerequisites found"
+  note "all prerequisites found (--check-only: nothing was installed)"
   exit 0
 fi
 

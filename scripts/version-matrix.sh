@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs distlock's test suites against several Redis and Valkey versions (TESTPLAN 52).
 #
-#   ./scripts/version-matrix.sh [--ci] [--versions NAME,...] [--suites NAME,...] [--build-only]
+#   ./scripts/version-matrix.sh [--ci] [--versions NAME,...] [--suites NAME,...] [--build-only] [--record]
 #
 # Servers: Redis 6.2.16, Redis 7.4.1 and Valkey 8.0.1, each built once from its source archive
 # and kept outside the repository, plus `system`: the redis-server found on PATH (Debian 12's
@@ -12,29 +12,38 @@
 # Lengths:
 #   full (default)  every suite that starts a server, on every version, and the lock and
 #                   rate-limit suites again as an ACL user (as scripts/test.sh does).
-#   --ci            the lock, rate-limit and HTTP (distlock-tower) suites on Redis 6.2.16 only,
-#                   the oldest version distlock supports: about 8 min on this 2-core machine
-#                   with a cold build (190 s to build, 5 min of suites, at load 13). The CI
-#                   budget (all of .ci/run under 60 min, ./scripts/test.sh alone about 17 min)
-#                   leaves about 12 min to the matrix; the same suites on all three built
-#                   versions took 14 min even with the servers cached, and the three cold
-#                   builds 14 min more (190 s, 300 s, 342 s; 71, 101 and 105 CPU seconds), so
-#                   7.4.1 and Valkey 8.0.1 run in the full length only (.ci/run runs it with
-#                   DISTLOCK_MATRIX=full). `system` is left out: ./scripts/test.sh runs every
-#                   suite against it just before.
+#   --ci            what .ci/run runs: the lock, rate-limit and HTTP (distlock-tower) suites on
+#                   Redis 6.2.16, the oldest version distlock supports, and the lock and
+#                   rate-limit suites on Valkey 8.0.1, so every CI run meets a server that is
+#                   not Redis. Measured on this 2-core machine (shared with other builds),
+#                   test binaries already built: cold (both servers built, 49 s and 33 s, at
+#                   load 9) 517 s; warm (servers cached, load 4) 309 s, of which the suites
+#                   take 160 s on 6.2.16 and 148 s on Valkey. All of .ci/run with it: 2023 s
+#                   (warm). Redis 7.4.1 runs in the full length only. `system` is left out:
+#                   ./scripts/test.sh runs every suite against it just before.
 # A suite or test that needs a newer server than the one under test is excluded by this script,
 # with the reason printed; nothing is skipped silently. The script exits 1 if any suite failed.
 #
 # Options:
 #   --versions LIST   comma-separated subset of: redis-6.2.16 system redis-7.4.1 valkey-8.0.1
-#   --suites LIST     comma-separated subset of the suites of the chosen length
+#   --suites LIST     comma-separated subset of the suites of the chosen length (on every
+#                     version chosen)
 #   --build-only      build (or find in the cache) the servers and stop
+#   --record          also write the results into the committed results file (below); the
+#                     full length always does
+#
+# Results: every run writes one line per version and suite (server, version, suite, outcome,
+# passed, failed, date, commit) to target/version-matrix/results.tsv. With --record, and in
+# the full length, those lines replace the same (server, version, suite) lines of
+# docs/version-results.tsv, which is committed: the README and src/guide/deployment.md quote
+# it, not anyone's memory.
 #
 # Environment:
 #   DISTLOCK_REDIS_SOURCES  the directory holding redis-6.2.16.tar.gz, redis-7.4.1.tar.gz and
-#                           valkey-8.0.1.tar.gz (default /work/shared/redis-sources). A missing
-#                           archive is an error, even when a build is cached: the cache is
-#                           checked against the archive's checksum.
+#                           valkey-8.0.1.tar.gz (default: shared/redis-sources beside the
+#                           checkout, ../shared/redis-sources from the repository's root). A
+#                           missing archive is an error, even when a build is cached: the cache
+#                           is checked against the archive's checksum.
 #   DISTLOCK_SERVER_CACHE   where built servers are kept, one directory per version (default
 #                           ${XDG_CACHE_HOME:-$HOME/.cache}/distlock/servers).
 #   DISTLOCK_MATRIX_SUITE_TIMEOUT  seconds one suite may run on one version before it is killed
@@ -48,7 +57,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SOURCES=${DISTLOCK_REDIS_SOURCES:-/work/shared/redis-sources}
+DEFAULT_SOURCES="$(cd .. && pwd)/shared/redis-sources"
+SOURCES=${DISTLOCK_REDIS_SOURCES:-$DEFAULT_SOURCES}
+RESULTS_FILE=docs/version-results.tsv
 CACHE=${DISTLOCK_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distlock/servers}
 MAKE_FLAGS=(BUILD_TLS=yes MALLOC=libc OPTIMIZATION=-O2)
 SUITE_TIMEOUT=${DISTLOCK_MATRIX_SUITE_TIMEOUT:-1200}
@@ -61,7 +72,7 @@ declare -A ARCHIVE=(
   [redis-7.4.1]=redis-7.4.1.tar.gz
   [valkey-8.0.1]=valkey-8.0.1.tar.gz
 )
-CI_VERSIONS=(redis-6.2.16)
+CI_VERSIONS=(redis-6.2.16 valkey-8.0.1)
 
 # Suites: name -> test target, as <package directory>:<test name>; and the environment.
 declare -A SUITE_TARGET=(
@@ -89,7 +100,11 @@ declare -A SUITE_ENV=(
   [lock-acl]="DISTLOCK_TEST_AS_ACL_USER=1"
   [ratelimit-acl]="DISTLOCK_TEST_AS_ACL_USER=1"
 )
-CI_SUITES=(lock ratelimit http-rate-limit http-lock http-concurrency)
+# The CI length's suites on each of its versions.
+declare -A CI_SUITES=(
+  [redis-6.2.16]="lock ratelimit http-rate-limit http-lock http-concurrency"
+  [valkey-8.0.1]="lock ratelimit"
+)
 FULL_SUITES=(lock ratelimit http-rate-limit http-lock http-concurrency macro bloom metrics faults
   quorum replication cluster harness ticket-shop fenced history waiting lock-acl ratelimit-acl)
 
@@ -103,12 +118,14 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 ci=false
 build_only=false
+record=false
 versions_opt=""
 suites_opt=""
 while (($#)); do
   case "$1" in
     --ci) ci=true ;;
     --build-only) build_only=true ;;
+    --record) record=true ;;
     --versions) versions_opt=${2:?--versions needs a list}; shift ;;
     --versions=*) versions_opt=${1#*=} ;;
     --suites) suites_opt=${2:?--suites needs a list}; shift ;;
@@ -119,15 +136,21 @@ while (($#)); do
   shift
 done
 
-if $ci; then versions=("${CI_VERSIONS[@]}"); suites=("${CI_SUITES[@]}")
-else versions=("${ALL_VERSIONS[@]}"); suites=("${FULL_SUITES[@]}"); fi
+if $ci; then versions=("${CI_VERSIONS[@]}")
+else versions=("${ALL_VERSIONS[@]}"); record=true; fi
 if [ -n "$versions_opt" ]; then IFS=, read -r -a versions <<<"$versions_opt"; fi
-if [ -n "$suites_opt" ]; then IFS=, read -r -a suites <<<"$suites_opt"; fi
 for v in "${versions[@]}"; do
   [ -n "${ARCHIVE[$v]+x}" ] || die "unknown version $v (known: ${ALL_VERSIONS[*]})"
 done
-for s in "${suites[@]}"; do
-  [ -n "${SUITE_TARGET[$s]+x}" ] || die "unknown suite $s (known: ${FULL_SUITES[*]})"
+# The suites each version runs: --suites on every version, else the length's.
+declare -A PLAN
+for v in "${versions[@]}"; do
+  if [ -n "$suites_opt" ]; then PLAN[$v]=${suites_opt//,/ }
+  elif $ci; then PLAN[$v]=${CI_SUITES[$v]:-${CI_SUITES[redis-6.2.16]}}
+  else PLAN[$v]="${FULL_SUITES[*]}"; fi
+  for s in ${PLAN[$v]}; do
+    [ -n "${SUITE_TARGET[$s]+x}" ] || die "unknown suite $s (known: ${FULL_SUITES[*]})"
+  done
 done
 
 # --- Build tools -----------------------------------------------------------------------------
@@ -167,9 +190,11 @@ server_bin_dir() {
   local archive=$SOURCES/${ARCHIVE[$name]}
   if [ ! -f "$archive" ]; then
     die "the source archive of $name is missing: $archive
-    The version matrix builds $name from it. Point DISTLOCK_REDIS_SOURCES at the directory
+    The version matrix builds $name from it. Set DISTLOCK_REDIS_SOURCES to the directory
     holding ${ARCHIVE[redis-6.2.16]}, ${ARCHIVE[redis-7.4.1]} and ${ARCHIVE[valkey-8.0.1]}
-    (git archive of the upstream release tags), or run fewer versions with --versions."
+    (git archive of the upstream release tags; without it: $DEFAULT_SOURCES, beside the
+    checkout), e.g. DISTLOCK_REDIS_SOURCES=/path/to/redis-sources $0 ..., or run fewer
+    versions with --versions."
   fi
   local dir=$CACHE/$name
   local stamp
@@ -283,9 +308,17 @@ while IFS= read -r line; do
   EXE[${rel:-.}:$name]=$(sed 's/.*"executable":"\([^"]*\)".*/\1/' <<<"$line")
   PKG_DIR[${rel:-.}:$name]=$dir
 done <"$results_dir/build.json"
-for s in "${suites[@]}"; do
-  [ -n "${EXE[${SUITE_TARGET[$s]}]:-}" ] || die "suite $s: no test binary ${SUITE_TARGET[$s]} was built"
+for v in "${versions[@]}"; do
+  for s in ${PLAN[$v]}; do
+    [ -n "${EXE[${SUITE_TARGET[$s]}]:-}" ] || die "suite $s: no test binary ${SUITE_TARGET[$s]} was built"
+  done
 done
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  commit="$commit-dirty"
+fi
+today=$(date -u +%F)
+printf 'server\tversion\tsuite\toutcome\tpassed\tfailed\tdate\tcommit\n' >"$results_dir/results.tsv"
 
 summary=()
 failed=0
@@ -299,9 +332,13 @@ for v in "${versions[@]}"; do
   fi
   read -r major minor < <(PATH=$path server_version)
   [ -n "${major:-}" ] || die "$v: cannot read the version of $(PATH=$path command -v redis-server)"
-  note "=== $v: $(PATH=$path redis-server --version) ($(PATH=$path command -v redis-server))"
+  banner=$(PATH=$path redis-server --version)
+  note "=== $v: $banner ($(PATH=$path command -v redis-server))"
+  # "Redis server v=7.0.15 ..." or "Valkey server v=8.0.1 ...": the server and its version.
+  server=$(sed -n '1s/^\([A-Za-z]*\) server v=.*/\1/p' <<<"$banner" | tr '[:upper:]' '[:lower:]')
+  full_version=$(sed -n '1s/.* v=\([0-9][0-9.]*\).*/\1/p' <<<"$banner")
   mkdir -p "$results_dir/$v"
-  for s in "${suites[@]}"; do
+  for s in ${PLAN[$v]}; do
     skips=("${ALWAYS_SKIP[@]}")
     excluded=""
     while IFS='|' read -r what reason; do
@@ -316,6 +353,8 @@ for v in "${versions[@]}"; do
     if [ -n "$excluded" ]; then
       note "$v $s: EXCLUDED: $excluded"
       summary+=("$(printf '%-14s %-18s excluded  %s' "$v" "$s" "$excluded")")
+      printf '%s\t%s\t%s\texcluded\t0\t0\t%s\t%s\n' "${server:-?}" "${full_version:-?}" "$s" \
+        "$today" "$commit" >>"$results_dir/results.tsv"
       continue
     fi
     log=$results_dir/$v/$s.log
@@ -341,14 +380,31 @@ for v in "${versions[@]}"; do
     fi
     took=$((SECONDS - started))
     # (No "test result" line at all when the binary was killed.)
-    counts=$(sed -n 's/^test result:.* \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" \
-      | awk '{p+=$1; f+=$2; i+=$3} END {printf "%d passed, %d failed, %d ignored", p, f, i}')
+    read -r n_passed n_failed n_ignored < <(sed -n 's/^test result:.* \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" \
+      | awk '{p+=$1; f+=$2; i+=$3} END {printf "%d %d %d\n", p, f, i}')
+    counts="$n_passed passed, $n_failed failed, $n_ignored ignored"
+    outcome=$(tr '[:upper:]' '[:lower:]' <<<"$result")
+    printf '%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n' "${server:-?}" "${full_version:-?}" "$s" "$outcome" \
+      "$n_passed" "$n_failed" "$today" "$commit" >>"$results_dir/results.tsv"
     note "$v $s: $result in $took s ($counts; load $(cut -d' ' -f1 /proc/loadavg))"
     local_skips=("${skips[@]:${#ALWAYS_SKIP[@]}}")
     summary+=("$(printf '%-14s %-18s %-8s  %4d s  %s%s' "$v" "$s" "$result" "$took" "$counts" \
       "${local_skips[*]:+, also skipped: ${local_skips[*]}}")")
   done
 done
+
+# The committed results: this run's lines replace the same (server, version, suite) lines.
+if $record; then
+  {
+    head -n 1 "$results_dir/results.tsv"
+    awk -F'\t' 'NR == FNR { if (FNR > 1) ran[$1 FS $2 FS $3] = 1; next }
+      FNR > 1 && !(($1 FS $2 FS $3) in ran)' "$results_dir/results.tsv" "$RESULTS_FILE" 2>/dev/null || true
+    tail -n +2 "$results_dir/results.tsv"
+  } >"$results_dir/merged.tsv"
+  { head -n 1 "$results_dir/merged.tsv"; tail -n +2 "$results_dir/merged.tsv" | sort -t$'\t' -k1,1 -k2,2V -k3,3; } \
+    >"$RESULTS_FILE"
+  note "results recorded in $RESULTS_FILE (commit it)"
+fi
 
 echo
 echo "version matrix ($($ci && echo CI || echo full) length): $((SECONDS - began)) s, load average $(cut -d' ' -f1-3 /proc/loadavg)"

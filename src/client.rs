@@ -415,6 +415,21 @@ impl Client {
     }
 }
 
+/// Whether `prefix` can begin every key: non-empty, without braces (which would make it a
+/// Cluster hash tag) or whitespace; the message says what is wrong.
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty()
+        || prefix
+            .chars()
+            .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "prefix {prefix:?} must be non-empty, without braces or whitespace"
+        ));
+    }
+    Ok(())
+}
+
 /// A URL as connection settings, or a `Config` error that quotes what is wrong.
 fn connection_info(url: &str) -> Result<redis::ConnectionInfo, StoreError> {
     url.into_connection_info().map_err(|e| StoreError::Config {
@@ -631,17 +646,7 @@ impl ClientBuilder {
 
     fn validate(&self) -> Result<(), StoreError> {
         let bad = |message: String| Err(StoreError::Config { message });
-        if self.prefix.is_empty()
-            || self
-                .prefix
-                .chars()
-                .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
-        {
-            return bad(format!(
-                "prefix {:?} must be non-empty, without braces or whitespace",
-                self.prefix
-            ));
-        }
+        check_prefix(&self.prefix).or_else(bad)?;
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return bad("timeouts must be greater than zero".to_owned());
         }
@@ -756,7 +761,9 @@ impl ClientBuilder {
     }
 
     /// TLS (`rediss://`, feature `tls` or `tls-native-roots`): trust this CA certificate (PEM)
-    /// instead of the default roots, e.g. a private CA of your own servers.
+    /// instead of the default roots, e.g. a private CA of your own servers. On every
+    /// connection: a single server, a Cluster's nodes, a quorum's, and behind Sentinel the
+    /// sentinels and the primaries they name (`rediss://` sentinel URLs).
     #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         let certs = self.tls.get_or_insert(redis::TlsCertificates {
@@ -868,39 +875,30 @@ impl ClientBuilder {
                 message: "Sentinel needs at least one sentinel URL".to_owned(),
             });
         }
-        let mut redis = redis::RedisConnectionInfo::default();
+        let mut primary = redis::RedisConnectionInfo::default();
         if let Some((username, password)) = &self.primary_auth {
             if let Some(username) = username {
-                redis = redis.set_username(username);
+                primary = primary.set_username(username);
             }
-            redis = redis.set_password(&password.0);
+            primary = primary.set_password(&password.0);
         }
-        let mut node =
-            redis::sentinel::SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
-        // redis-rs's Sentinel lookups cannot take a CA or client certificate of our own; refuse
-        // rather than connect in a way that fails on every failover.
-        #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
-        if self.tls.is_some() {
-            return Err(StoreError::Config {
-                message: "tls_root_certificate / tls_client_identity are not supported with \
-                          Sentinel: its servers must present certificates the default roots \
-                          trust"
-                    .to_owned(),
-            });
-        }
-        // Sentinels reached over TLS: the primary and replicas are too.
-        if let Some(mode) = sentinels.iter().find_map(|info| match info.addr() {
+        // Sentinels reached over TLS: the primary and replicas are too (with the client's
+        // CA and certificate, if it has them, on every connection).
+        let tls = sentinels.iter().find_map(|info| match info.addr() {
             redis::ConnectionAddr::TcpTls { insecure, .. } => Some(if *insecure {
                 redis::TlsMode::Insecure
             } else {
                 redis::TlsMode::Secure
             }),
             _ => None,
-        }) {
-            node = node.set_tls_mode(mode);
-        }
+        });
+        let target = crate::store::SentinelTarget {
+            master,
+            primary,
+            tls,
+        };
         let store =
-            crate::store::redis::connect_sentinel(sentinels, master, node, self.settings()).await?;
+            crate::store::redis::connect_sentinel(sentinels, &target, self.settings()).await?;
         // The primary is reached on database 0.
         Ok(self.build_watching(Store::Scripted(store), Some(0)))
     }
@@ -1009,9 +1007,23 @@ impl ClientBuilder {
 
 static DEFAULT_CLIENT: RwLock<Option<Client>> = RwLock::new(None);
 
-/// Installs the process-wide client used by `#[distributed_lock]` when it has no
-/// `client = ...` argument. Call it once at start-up; a later call replaces it.
+/// Installs the process-wide client used by `#[distributed_lock]` and `#[rate_limit]` when
+/// they have no `client = ...` argument. Call it once at start-up; a later call replaces it.
+///
+/// A client that cannot count (a Redlock quorum built without
+/// [`counting_on`](ClientBuilder::counting_on)) serves `#[distributed_lock]`, but every
+/// `#[rate_limit]` call through it would fail: this says so here, at start-up, once, at
+/// `warn`, with the fix. (A `#[rate_limit]` function is not known to the library before its
+/// first call, so the start-up cannot refuse the client for it.)
 pub fn set_default_client(client: Client) {
+    if let Err(refused) = client.supports(Capability::RateLimits) {
+        tracing::warn!(
+            store = refused.store,
+            "the default client cannot count, so every #[rate_limit] call through it will fail \
+             (#[distributed_lock] works): {}",
+            refused.reason
+        );
+    }
     *DEFAULT_CLIENT
         .write()
         .unwrap_or_else(PoisonError::into_inner) = Some(client);

@@ -30,7 +30,8 @@
 //! * **A timed-out wait is `423`, not `503`.** The lock is still held by someone else: that is
 //!   contention, which a client resolves by retrying, not an outage that should page anyone.
 //!   Only [`Busy`](LockError::Busy) knows the holder's remaining ttl; to send it after a
-//!   wait, try once more without waiting when the wait times out, as the lock layer does.
+//!   wait, try once more without waiting when the wait times out, as the lock layer and
+//!   `#[distributed_lock]` do (so a macro's timed-out wait is `Busy`, with `Retry-After`).
 //! * **A cost that can never pass is `413`.** Retrying the same request never helps; the
 //!   client must send a smaller one (fewer items in a batch), which is what `413` says. A
 //!   `400` would claim the request is malformed.

@@ -3,6 +3,7 @@
 
 use std::fmt::{Display, Write as _};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -58,9 +59,14 @@ pub fn push_key_part(key: &mut String, value: &dyn Display) {
 /// body takes the parameters it may borrow from (`&mut self`, extractors), so no borrow is
 /// held across the body.
 ///
+/// A wait that ends with the lock still held is tried once more without waiting, as the lock
+/// layer does: a timed-out wait does not say how long the holder has left, the busy answer
+/// does (so a handler that returns the error answers `423` with `Retry-After`), and the lock
+/// is taken if it has just come free.
+///
 /// # Errors
-/// The body's own error, or a [`LockError`] converted into `E` (busy, timed out, lost, store
-/// failure, no default client).
+/// The body's own error, or a [`LockError`] converted into `E` (busy, lost, store failure,
+/// no default client).
 pub async fn run<T, E, Fut>(
     client: Option<Client>,
     key: String,
@@ -71,7 +77,33 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    lock_builder(client, key, spec)?.run(|_lease| body).await?
+    let builder = lock_builder(client.clone(), key.clone(), spec)?;
+    let once_more = || lock_builder(client, key, spec).map(|lock| lock.wait(Duration::ZERO));
+    // The body runs under whichever attempt is granted; the first's closure is not called
+    // when its wait times out, so the body is still here for the second.
+    let mut body = Some(body);
+    let mut take = || {
+        let body = body.take();
+        async move {
+            match body {
+                Some(body) => Some(body.await),
+                None => None,
+            }
+        }
+    };
+    let first = builder.run(|_lease| take()).await;
+    let outcome = match first {
+        Err(LockError::Timeout { .. }) => once_more()?.run(|_lease| take()).await,
+        other => other,
+    };
+    match outcome? {
+        Some(result) => result,
+        // Unreachable: a closure is only called by the attempt that was granted.
+        None => Err(LockError::InvalidConfig {
+            reason: "the locked body was already taken by an earlier attempt".to_owned(),
+        }
+        .into()),
+    }
 }
 
 /// [`run`] for `on_busy = skip`: when another owner holds the lock, returns
@@ -229,6 +261,9 @@ pub struct RateLimitSite {
     spec: LimitSpec,
     /// Most recently used last.
     limiters: Mutex<Vec<SiteLimiter>>,
+    /// Whether a client that cannot count was reported (at ERROR, once per site): each of
+    /// its calls fails the same way, and the log should say why once, not per call.
+    refusal_logged: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -255,6 +290,7 @@ impl RateLimitSite {
         Self {
             spec,
             limiters: Mutex::new(Vec::new()),
+            refusal_logged: AtomicBool::new(false),
         }
     }
 
@@ -273,7 +309,23 @@ impl RateLimitSite {
             limiters.remove(0);
         }
         let before = Arc::strong_count(&client.inner);
-        let limiter = self.build(client)?;
+        let limiter = match self.build(client) {
+            Ok(limiter) => limiter,
+            Err(err) => {
+                if let RateLimitError::UnsupportedStore { reason } = &err
+                    && !self.refusal_logged.swap(true, Ordering::Relaxed)
+                {
+                    let policies: Vec<&str> = self.spec.policies.iter().map(|p| p.name).collect();
+                    tracing::error!(
+                        ?policies,
+                        store = %client.store_kind(),
+                        "#[rate_limit] cannot count on this client; every call fails until it \
+                         can: {reason}"
+                    );
+                }
+                return Err(err);
+            }
+        };
         // Another thread may clone or drop the client meanwhile: a count that is off only
         // drops a limiter early (the next call builds another) or keeps one until it is the
         // least recently used.

@@ -151,9 +151,12 @@ use proc_macro::TokenStream;
 /// its `fence()`, `is_lost()`, `ensure_held()` and `lost()` signal.
 ///
 /// Errors of the lock itself reach the caller converted into the function's error type:
-/// `Busy` (held, and `wait` is zero or `on_busy = error`), `Timeout` (still held after
-/// `wait`), `LeaseLost`, `Store` (Redis failed), `InvalidName` (the rendered key is too long)
-/// and `NoDefaultClient`.
+/// `Busy` (held: at once when `wait` is zero or `on_busy = error`, or still held after
+/// `wait`; either way with the holder's remaining ttl, so that with distlock's `axum` feature
+/// the error answers `423` with `Retry-After`, as the lock layer does), `LeaseLost`, `Store`
+/// (Redis failed), `InvalidName` (the rendered key is too long) and `NoDefaultClient`. After
+/// the wait, one more try without waiting reads that ttl (and takes the lock if it has just
+/// come free), as `LockLayer` does.
 ///
 /// ## Skipping scheduled work
 ///
@@ -194,7 +197,7 @@ use proc_macro::TokenStream;
 /// function with the same key (on the same client) in the same tokio task joins the lease it
 /// already holds instead of waiting for itself. The scope is the task, not the thread: a task
 /// spawned from the body does not inherit the lease. With `reentrant = false` the nested call
-/// waits like any other caller, which fails with `Busy` or `Timeout`.
+/// waits like any other caller, which fails with `Busy`.
 ///
 /// ```
 /// use distlock::{LockError, distributed_lock};

@@ -24,8 +24,9 @@
 //! are not text, ports, brackets, IPv6 zones and obfuscated identifiers are all handled, and
 //! the walk stops after [`MAX_HOPS`] hops. The key is [absent](crate::extract::Extracted::Absent)
 //! only when the request carries no peer address; it is never invalid (at worst it is the
-//! trusted peer's own address). A layer logs a hint at `debug` level when that happens, since
-//! it almost always means the server was started without `ConnectInfo`.
+//! trusted peer's own address). The first time that happens the extractor says so at `warn`
+//! level, once (and the layer at `debug` for each such request), since it almost always means
+//! the server was started without `ConnectInfo`: every request would get `400`.
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -58,6 +59,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Request, header};
 use ipnet::{IpNet, Ipv4Net};
@@ -179,6 +181,10 @@ pub struct ClientIp {
     header: ForwardedHeader,
     ipv4_prefix: u8,
     ipv6_prefix: u8,
+    /// Whether a request without a peer address was reported (at WARN, once per extractor
+    /// and its clones): every such request is answered `400` or let through unkeyed, and a
+    /// server started without `ConnectInfo` sends nothing else.
+    warned_no_peer: Arc<AtomicBool>,
 }
 
 /// The settings of a [`ClientIp`], checked together by [`build`](Self::build). Made by
@@ -329,6 +335,7 @@ impl ClientIp {
             header: ForwardedHeader::default(),
             ipv4_prefix: 32,
             ipv6_prefix: 64,
+            warned_no_peer: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -432,7 +439,14 @@ impl ClientIp {
 
 impl<B> ExtractKey<B> for ClientIp {
     fn extract_key(&self, request: &Request<B>) -> Extracted {
-        self.client_ip(request).map(|ip| self.group(ip)).into()
+        let ip = self.client_ip(request);
+        if ip.is_none() && !self.warned_no_peer.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "{ABSENT_HINT} (said once; every request without one is keyless: answered 400, \
+                 or let through unkeyed with MissingKey::Allow)"
+            );
+        }
+        ip.map(|ip| self.group(ip)).into()
     }
 
     fn absent_hint(&self) -> Option<&'static str> {

@@ -15,9 +15,12 @@
 //! | `"matched-path"` | | [`MatchedPath`](crate::extract::MatchedPath) (feature `axum`) |
 //! | `"constant"` | `value` | [`Constant`] |
 //!
-//! A layer's `key_prefix`, if set, goes before every key ([`Prefixed`]). `layer(..)` builds the layer
-//! through its builder, so a value out of range is the builder's own [`ConfigError`], never a
-//! panic.
+//! A layer's `key_prefix`, if set, goes before every key ([`Prefixed`]). A key the extractor
+//! could never take (a `constant` key that is empty or over [`MAX_KEY_LEN`](crate::extract::MAX_KEY_LEN)
+//! bytes, a header `name` that is not one or is over
+//! [`MAX_HEADER_NAME_LEN`](crate::extract::MAX_HEADER_NAME_LEN) bytes) is refused when the
+//! settings are read. `layer(..)` builds the layer through its builder, so a value out of
+//! range is the builder's own [`ConfigError`], never a panic.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -49,6 +52,66 @@
 //! let api = api.layer(limiter)?;
 //! let settle = settle.layer(client)?;
 //! # let _ = (api, settle);
+//! # Ok(()) }
+//! ```
+//!
+//! # In the same file as the client
+//!
+//! A service usually keeps the layers' settings in the file that holds distlock's own: one
+//! type for the file, read once. A format's error `Display` quotes the offending lines of the
+//! text (for a table, all of it); say where with the error's span instead, as
+//! [`Location::of`](distlock::config::Location::of) counts it, and its message alone:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use distlock::config::{Config, Location};
+//! use distlock_tower::config::RateLimitLayerConfig;
+//! use serde::Deserialize;
+//!
+//! /// The service's file: distlock's settings under `[distlock]`, the layers' under `[layers]`.
+//! #[derive(Deserialize)]
+//! struct ServiceFile {
+//!     distlock: Config,
+//!     layers: Layers,
+//! }
+//!
+//! #[derive(Deserialize)]
+//! struct Layers {
+//!     api: RateLimitLayerConfig,
+//! }
+//!
+//! /// `file:line:column: message`, without the text.
+//! fn read(path: &str, text: &str) -> Result<ServiceFile, String> {
+//!     toml::from_str(text).map_err(|err: toml::de::Error| match err.span() {
+//!         Some(span) => {
+//!             let at = Location::of(text, span.start);
+//!             format!("{path}:{}:{}: {}", at.line, at.column, err.message())
+//!         }
+//!         None => format!("{path}: {}", err.message()),
+//!     })
+//! }
+//!
+//! let text = r#"
+//! [distlock.client]
+//! memory = true                 # url = "redis://cache:6379/" in production
+//!
+//! [distlock.limiters.api]
+//! policies = "100/s burst 20"
+//!
+//! [layers.api]
+//! key = { from = "header", name = "x-api-key" }
+//! cost = 2
+//! "#;
+//! let file = read("service.toml", text)?;
+//! let client = file.distlock.connect().await?;
+//! let limiter = file.distlock.limiter(&client, "api")?;
+//! let api = file.layers.api.layer(limiter)?;
+//! # let _ = api;
+//!
+//! let err = read("service.toml", &text.replace("cost = 2", "cots = 2")).err().unwrap_or_default();
+//! assert!(err.starts_with("service.toml:10:1: unknown field `cots`"), "{err}");
+//! assert!(!err.contains("x-api-key"), "the text is not quoted: {err}");
 //! # Ok(()) }
 //! ```
 
@@ -98,6 +161,7 @@ pub enum KeyConfig {
     /// A request header's value ([`Header`]).
     Header {
         /// The header's name.
+        #[serde(deserialize_with = "header_name")]
         name: String,
     },
     /// One segment of the request's path, from 0 ([`PathSegment`]).
@@ -111,8 +175,23 @@ pub enum KeyConfig {
     /// The same key for every request ([`Constant`]): one budget or lock for all.
     Constant {
         /// The key.
+        #[serde(deserialize_with = "constant_key")]
         value: String,
     },
+}
+
+/// A header name, refused when read if [`Header::new`] would refuse it.
+fn header_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    Header::new(&name).map_err(serde::de::Error::custom)?;
+    Ok(name)
+}
+
+/// A constant key, refused when read if [`Constant::new`] would refuse it.
+fn constant_key<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let value = String::deserialize(deserializer)?;
+    Constant::new(value.as_str()).map_err(serde::de::Error::custom)?;
+    Ok(value)
 }
 
 impl KeyConfig {
@@ -150,7 +229,7 @@ impl KeyConfig {
             Self::PathSegment { index } => Source::PathSegment(PathSegment(*index)),
             #[cfg(feature = "axum")]
             Self::MatchedPath {} => Source::MatchedPath(crate::extract::MatchedPath),
-            Self::Constant { value } => Source::Constant(Constant::new(value.as_str())),
+            Self::Constant { value } => Source::Constant(Constant::new(value.as_str())?),
         };
         Ok(ConfiguredKey(Prefixed::new(
             prefix.unwrap_or_default(),
@@ -684,6 +763,40 @@ mod tests {
         assert_eq!(again, rate);
     }
 
+    /// A header name of 10 KB (valid HTTP, but a value in the name's place) is refused when
+    /// read and when the layer is built, and the error does not repeat it.
+    #[tokio::test]
+    async fn a_huge_header_name_is_refused_without_being_printed() {
+        let name = "x".repeat(10_000);
+        let text = format!("key = {{ from = \"header\", name = \"{name}\" }}");
+        // The message alone: `toml`'s `Display` quotes the offending line of the text.
+        let err = toml::from_str::<RateLimitLayerConfig>(&text).unwrap_err();
+        let message = err.message();
+        assert!(
+            message.contains("a header name of 10000 bytes is longer than the 256 allowed"),
+            "{message}"
+        );
+        assert!(
+            message.len() < 1_000,
+            "the error repeats the name: {} bytes",
+            message.len()
+        );
+        let mut config: RateLimitLayerConfig =
+            toml::from_str("key = { from = \"constant\", value = \"k\" }").unwrap();
+        config.key = KeyConfig::Header { name };
+        let err = config
+            .layer(limiter(&Client::in_memory()))
+            .map(drop)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::HeaderNameTooLong {
+                len: 10_000,
+                max: crate::extract::MAX_HEADER_NAME_LEN
+            }
+        );
+    }
+
     /// A file's mistakes are refused when it is read, each naming what is wrong.
     #[test]
     fn mistakes_in_the_text_are_refused_with_what_is_wrong() {
@@ -722,6 +835,15 @@ mod tests {
                 "key = { from = \"constant\", value = \"k\" }\ncost = -1",
                 "invalid value",
             ),
+            // A key the extractor could never take: refused when read, not per request.
+            (
+                r#"key = { from = "constant", value = "" }"#,
+                "a constant key must be 1 to 256 bytes long, got 0",
+            ),
+            (
+                r#"key = { from = "header", name = "bad header" }"#,
+                "\"bad header\" is not a valid header name",
+            ),
         ];
         for (text, expected) in cases {
             let err = parse_err::<RateLimitLayerConfig>(text);
@@ -750,12 +872,26 @@ mod tests {
             .layer(client.clone())
             .unwrap_err();
         assert_eq!(err, ConfigError::ZeroMaxHold);
-        let err = lock(r#"key = { from = "header", name = "bad header" }"#)
-            .layer(client.clone())
-            .unwrap_err();
+        // Settings made in code skip the reading checks; `layer` refuses the same keys.
+        let mut keyed = lock("key = { from = \"constant\", value = \"k\" }");
+        keyed.key = KeyConfig::Header {
+            name: "bad header".to_owned(),
+        };
+        let err = keyed.layer(client.clone()).unwrap_err();
         assert!(
             matches!(err, ConfigError::InvalidHeaderName { .. }),
             "{err}"
+        );
+        keyed.key = KeyConfig::Constant {
+            value: String::new(),
+        };
+        let err = keyed.layer(client.clone()).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::InvalidConstantKey {
+                len: 0,
+                max: crate::extract::MAX_KEY_LEN
+            }
         );
         let err = lock(r#"key = { from = "client-ip", ipv4_prefix = 33 }"#)
             .layer(client.clone())

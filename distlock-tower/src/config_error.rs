@@ -10,7 +10,8 @@ use std::time::Duration;
 /// [`ConcurrencyLimitLayer::new`](crate::ConcurrencyLimitLayer::new) and its builder's
 /// `build`, [`RateLimitLayerBuilder::build`](crate::rate_limit::RateLimitLayerBuilder::build),
 /// [`ClientIpBuilder::build`](crate::client_ip::ClientIpBuilder::build),
-/// [`Header::new`](crate::extract::Header::new)), as the runtime's `RateLimiterBuilder` does.
+/// [`Header::new`](crate::extract::Header::new), [`Constant::new`](crate::extract::Constant::new)),
+/// as the runtime's `RateLimiterBuilder` does.
 /// Constructors that take nothing that can be wrong (`LockLayer::new`, `RateLimitLayer::new`,
 /// `ClientIp::peer`) cannot fail. No value, from code or from a configuration file, makes
 /// any of them panic.
@@ -93,6 +94,28 @@ pub enum ConfigError {
     InvalidHeaderName {
         /// The name given.
         name: String,
+    },
+    /// A header name longer than [`MAX_HEADER_NAME_LEN`](crate::extract::MAX_HEADER_NAME_LEN)
+    /// bytes: valid HTTP, but no header a client sends is named that (a value pasted into the
+    /// name's place, most likely).
+    #[error("a header name of {len} bytes is longer than the {max} allowed")]
+    #[non_exhaustive]
+    HeaderNameTooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The longest name allowed.
+        max: usize,
+    },
+    /// A [`Constant`](crate::extract::Constant) key that no request could use: empty, or
+    /// longer than [`MAX_KEY_LEN`](crate::extract::MAX_KEY_LEN) bytes. An empty name is
+    /// refused by the runtime on every request, so it is refused where the key is made.
+    #[error("a constant key must be 1 to {max} bytes long, got {len}")]
+    #[non_exhaustive]
+    InvalidConstantKey {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key allowed.
+        max: usize,
     },
     /// A setting of a layer out of its range (the
     /// [`IdempotencyLayer`](crate::IdempotencyLayer)'s namespace, record ttl or body caps, a

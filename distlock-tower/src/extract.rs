@@ -74,6 +74,11 @@ use crate::config_error::ConfigError;
 /// for a [`Prefixed`] prefix under the lock-name limit of [`distlock::MAX_NAME_LEN`].
 pub const MAX_KEY_LEN: usize = 256;
 
+/// The longest header name, in bytes, that [`Header::new`] takes (and the layers' settings
+/// read). HTTP sets no limit, and real names are a few dozen bytes; a longer one is a mistake
+/// (a value in the name's place) that would otherwise be kept, and printed, as it is.
+pub const MAX_HEADER_NAME_LEN: usize = 256;
+
 /// What a key extractor found in a request. See the [module docs](self) for what each
 /// answer gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,17 +278,27 @@ pub struct Header(pub HeaderName);
 
 impl Header {
     /// The header named `name` (any case), or [`ConfigError::InvalidHeaderName`] if it is
-    /// not a valid HTTP field name: for names read from configuration.
+    /// not a valid HTTP field name, [`ConfigError::HeaderNameTooLong`] past
+    /// [`MAX_HEADER_NAME_LEN`] bytes: for names read from configuration.
     ///
     /// ```
+    /// use distlock_tower::ConfigError;
     /// use distlock_tower::extract::Header;
     ///
     /// let from_config = "X-Api-Key";
     /// assert_eq!(Header::new(from_config)?.0, "x-api-key");
     /// assert!(Header::new("x api key").is_err());
+    /// let pasted = "x".repeat(10_000);
+    /// assert!(matches!(Header::new(&pasted), Err(ConfigError::HeaderNameTooLong { len: 10_000, .. })));
     /// # Ok::<(), distlock_tower::ConfigError>(())
     /// ```
     pub fn new(name: &str) -> Result<Self, ConfigError> {
+        if name.len() > MAX_HEADER_NAME_LEN {
+            return Err(ConfigError::HeaderNameTooLong {
+                len: name.len(),
+                max: MAX_HEADER_NAME_LEN,
+            });
+        }
         HeaderName::try_from(name)
             .map(Self)
             .map_err(|_| ConfigError::InvalidHeaderName {
@@ -326,23 +341,51 @@ impl<B> ExtractKey<B> for Header {
 }
 
 /// The same key for every request: one limit (or one lock) for everything the layer wraps,
-/// such as `ConcurrencyLimitLayer::new(client, Constant::new("exports"), 5)` for at most five
-/// exports at once across every replica.
+/// such as `ConcurrencyLimitLayer::new(client, Constant::from_static("exports"), 5)` for at
+/// most five exports at once across every replica.
+///
+/// A key is 1 to [`MAX_KEY_LEN`] bytes: an empty one would be refused by the runtime on every
+/// request, so it is refused here, where the layer is made.
 ///
 /// ```
 /// use distlock_tower::extract::{Constant, ExtractKey, Extracted};
 ///
-/// let key = Constant::new("exports");
+/// let key = Constant::from_static("exports");
 /// let request = http::Request::new(());
 /// assert_eq!(key.extract_key(&request), Extracted::Key("exports".to_owned()));
+///
+/// let from_config = "";
+/// assert!(Constant::new(from_config).is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Constant(Arc<str>);
 
 impl Constant {
-    /// Always `key`.
-    pub fn new(key: impl Into<Arc<str>>) -> Self {
-        Self(key.into())
+    /// Always `key`, or [`ConfigError::InvalidConstantKey`] if it is empty or longer than
+    /// [`MAX_KEY_LEN`] bytes: for keys read from configuration.
+    pub fn new(key: impl Into<Arc<str>>) -> Result<Self, ConfigError> {
+        let key = key.into();
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Err(ConfigError::InvalidConstantKey {
+                len: key.len(),
+                max: MAX_KEY_LEN,
+            });
+        }
+        Ok(Self(key))
+    }
+
+    /// Always `key`, a literal in your code.
+    ///
+    /// # Panics
+    /// If `key` is empty or longer than [`MAX_KEY_LEN`] bytes, as [`Header::from_static`]
+    /// panics on a bad literal: a mistake in the source, found the first time it runs. For a
+    /// key that comes from configuration use [`new`](Self::new), which returns the error.
+    #[must_use]
+    pub fn from_static(key: &'static str) -> Self {
+        match Self::new(key) {
+            Ok(constant) => constant,
+            Err(err) => panic!("Constant::from_static({key:?}): {err}"),
+        }
     }
 }
 

@@ -171,6 +171,12 @@ pub mod rls;
 mod settings;
 mod wrapped;
 
+// The README's example is compiled with the doctests, so that it cannot drift from the API
+// (it is not the crate's documentation: its links point at docs.rs). It uses axum.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use concurrency::{ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder};
 pub use config_error::ConfigError;
 pub use extract::{ExtractKey, Extracted, MissingKey};

@@ -31,9 +31,11 @@ use crate::client::{Client, ClientBuilder};
 /// | `identity` | who this client's leases say holds them: 1 to 128 bytes of visible ASCII (default `<host>/<pid>`) | [`ClientBuilder::identity`] |
 /// | `replicas` | `{ count = 1, timeout = "50ms" }`; `url` or `sentinel` only | [`ClientBuilder::replicas`] |
 /// | `tls` | `{ ca_file = "ca.pem", cert_file = "client.pem", key_file = "client.key" }`, each optional (a certificate with its key); `rediss://` URLs only; features `tls` / `tls-native-roots` | [`ClientBuilder::tls_root_certificate`], [`ClientBuilder::tls_client_identity`] |
+/// | `counting_on` | another client's table (`{ url = "redis://counts:6379/" }`, `cluster`, `sentinel` or `memory`; not a `quorum`, and no `counting_on` of its own): where rate limits, semaphores, Bloom filters and fenced writes go, for a Redlock `quorum` whose primaries cannot count. Its `prefix` is this one's unless set, and must equal it | [`ClientBuilder::counting_on`] |
 ///
 /// Unknown fields, a field given twice, no store or two stores are errors that name the
-/// field. The files are read by [`connect`](Self::connect), not when the configuration is
+/// field, and so are a URL that is not a Redis URL (a wrong scheme, no host) and a prefix
+/// the builder would refuse (empty, braces, whitespace), with the line they are on. The files are read by [`connect`](Self::connect), not when the configuration is
 /// parsed. `Debug` shows neither the passwords of `primary_auth` nor those in URLs.
 ///
 /// ```
@@ -77,6 +79,9 @@ pub struct ClientConfig {
     pub replicas: Option<ReplicasConfig>,
     /// Certificates for `rediss://`, read by [`connect`](Self::connect).
     pub tls: Option<TlsFiles>,
+    /// [`ClientBuilder::counting_on`]: the client counting primitives go to, connected by
+    /// [`connect`](Self::connect) (its prefix, unless set, is this one's).
+    pub counting_on: Option<Box<ClientConfig>>,
 }
 
 /// The store of a [`ClientConfig`]: one of its fields `url`, `cluster`, `sentinel`, `quorum`
@@ -171,6 +176,7 @@ impl ClientConfig {
             watch_deletions: false,
             replicas: None,
             tls: None,
+            counting_on: None,
         }
     }
 
@@ -251,6 +257,15 @@ impl ClientConfig {
         if let Some(tls) = &self.tls {
             builder = tls.apply(builder).await?;
         }
+        if let Some(counting) = &self.counting_on {
+            let mut counting = (**counting).clone();
+            if counting.prefix.is_none() {
+                counting.prefix.clone_from(&self.prefix);
+            }
+            // Boxed: `connect` calls `builder`, which may call `connect` once more.
+            let other = Box::pin(counting.connect()).await?;
+            builder = builder.counting_on(other);
+        }
         Ok(builder)
     }
 }
@@ -305,6 +320,7 @@ impl fmt::Debug for ClientConfig {
             .field("watch_deletions", &self.watch_deletions)
             .field("replicas", &self.replicas)
             .field("tls", &self.tls)
+            .field("counting_on", &self.counting_on)
             .finish()
     }
 }
@@ -434,6 +450,7 @@ impl ReadTable for ClientConfig {
         "watch_deletions",
         "replicas",
         "tls",
+        "counting_on",
     ];
 
     fn read_fields<'de, A: MapAccess<'de>>(
@@ -444,8 +461,15 @@ impl ReadTable for ClientConfig {
         let mut config = Self::new(StoreConfig::Memory);
         while let Some(key) = table.next_key(map)? {
             match key {
-                "url" => stores.push((key, StoreConfig::Redis(table.value(map, key)?))),
-                "cluster" => stores.push((key, StoreConfig::Cluster(table.value(map, key)?))),
+                "url" => {
+                    let url = table.value_checked(map, key, |url: &String| check_url(url))?;
+                    stores.push((key, StoreConfig::Redis(url)));
+                }
+                "cluster" => {
+                    let nodes =
+                        table.value_checked(map, key, |urls: &Vec<String>| check_urls(urls))?;
+                    stores.push((key, StoreConfig::Cluster(nodes)));
+                }
                 "sentinel" => stores.push((key, StoreConfig::Sentinel(table.value(map, key)?))),
                 "quorum" => stores.push((key, StoreConfig::Quorum(table.value(map, key)?))),
                 "memory" => {
@@ -453,7 +477,11 @@ impl ReadTable for ClientConfig {
                         stores.push((key, StoreConfig::Memory));
                     }
                 }
-                "prefix" => config.prefix = Some(table.value(map, key)?),
+                "prefix" => {
+                    config.prefix = Some(table.value_checked(map, key, |prefix: &String| {
+                        crate::client::check_prefix(prefix)
+                    })?);
+                }
                 "response_timeout" => {
                     config.response_timeout = Some(table.value_checked(map, key, above_zero)?);
                 }
@@ -466,6 +494,9 @@ impl ReadTable for ClientConfig {
                 "watch_deletions" => config.watch_deletions = table.value(map, key)?,
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 "tls" => config.tls = Some(table.value(map, key)?),
+                "counting_on" => {
+                    config.counting_on = Some(Box::new(table.value(map, key)?));
+                }
                 _ => return Err(table.unhandled(key)),
             }
         }
@@ -562,8 +593,56 @@ impl ClientConfig {
         if let Some(tls) = &self.tls {
             tls.check(&self.store)?;
         }
+        if let Some(counting) = &self.counting_on {
+            if matches!(counting.store, StoreConfig::Quorum(_)) {
+                return Err(InvalidField::new(
+                    "counting_on",
+                    "a Redlock quorum cannot count: give a single primary (`url`), `sentinel`, \
+                     `cluster` or `memory = true`",
+                ));
+            }
+            if counting.counting_on.is_some() {
+                return Err(InvalidField::new(
+                    "counting_on.counting_on",
+                    "the client counting is given has its own store: it counts on nothing else",
+                ));
+            }
+            if let (Some(counting), Some(own)) = (&counting.prefix, &self.prefix)
+                && counting != own
+            {
+                return Err(InvalidField::new(
+                    "counting_on.prefix",
+                    format!(
+                        "{counting:?}, but this client's is {own:?}: one prefix names one \
+                         application's keys on both stores (leave it out to use this one's)"
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether `url` is a Redis URL the client can connect with (scheme, host, port, database);
+/// the message says what to write instead, without the URL's password.
+fn check_url(url: &str) -> Result<(), String> {
+    use redis::IntoConnectionInfo as _;
+    match url.into_connection_info() {
+        Ok(_) => Ok(()),
+        Err(err) => Err(format!(
+            "{:?} is not a Redis URL ({err}): write redis://host:6379/ (rediss:// for TLS, \
+             redis+unix:///path for a socket)",
+            redact(url)
+        )),
+    }
+}
+
+/// [`check_url`] for each URL of a list, naming the first that fails by its index.
+fn check_urls(urls: &[String]) -> Result<(), String> {
+    for (i, url) in urls.iter().enumerate() {
+        check_url(url).map_err(|why| format!("[{i}]: {why}"))?;
+    }
+    Ok(())
 }
 
 impl TlsFiles {
@@ -587,8 +666,10 @@ impl TlsFiles {
             StoreConfig::Redis(url) => ("url", std::slice::from_ref(url)),
             StoreConfig::Cluster(nodes) => ("cluster", nodes),
             StoreConfig::Quorum(quorum) => ("quorum", &quorum.nodes),
-            // The builder says what it supports behind Sentinel; memory has nothing to secure.
-            StoreConfig::Sentinel(_) | StoreConfig::Memory => return Ok(()),
+            // The sentinels' scheme says how the primary is reached too.
+            StoreConfig::Sentinel(sentinel) => ("sentinel.nodes", &sentinel.nodes),
+            // Memory has nothing to secure.
+            StoreConfig::Memory => return Ok(()),
         };
         if let Some(plain) = urls.iter().position(|url| !url.starts_with("rediss://")) {
             let at = match store {
@@ -621,7 +702,10 @@ impl ReadTable for SentinelConfig {
         while let Some(key) = table.next_key(map)? {
             match key {
                 "master" => master = Some(table.value(map, key)?),
-                "nodes" => nodes = Some(table.value(map, key)?),
+                "nodes" => {
+                    nodes =
+                        Some(table.value_checked(map, key, |urls: &Vec<String>| check_urls(urls))?)
+                }
                 "primary_auth" => primary_auth = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
             }
@@ -718,7 +802,10 @@ impl ReadTable for QuorumTable {
         let mut restart_quarantine = None;
         while let Some(key) = table.next_key(map)? {
             match key {
-                "nodes" => nodes = Some(table.value(map, key)?),
+                "nodes" => {
+                    nodes =
+                        Some(table.value_checked(map, key, |urls: &Vec<String>| check_urls(urls))?)
+                }
                 "node_timeout" => {
                     node_timeout = Some(table.value_checked(map, key, above_zero)?);
                 }
@@ -760,8 +847,13 @@ impl<'de> Visitor<'de> for QuorumVisitor<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<QuorumConfig, A::Error> {
+        let nodes = read_items(self.0, seq)?;
+        if let Err(why) = check_urls(&nodes) {
+            note(FieldErrorKind::InvalidValue, self.0);
+            return Err(de::Error::custom(format_args!("field `{}`: {why}", self.0)));
+        }
         Ok(QuorumConfig {
-            nodes: read_items(self.0, seq)?,
+            nodes,
             node_timeout: None,
             restart_quarantine: None,
         })

@@ -66,9 +66,12 @@ pub struct Location {
 }
 
 impl Location {
-    /// The location of byte `offset` in `text`.
-    #[cfg_attr(not(feature = "toml"), allow(dead_code))]
-    pub(crate) fn of(text: &str, offset: usize) -> Self {
+    /// The location of byte `offset` in `text`: for a format's own error about a file that
+    /// holds distlock's settings beside others (a `toml::de::Error`'s `span()`), so that it
+    /// can say where without quoting the text. Never panics (an offset past the end, or
+    /// inside a character, counts up to the last boundary before it).
+    #[must_use]
+    pub fn of(text: &str, offset: usize) -> Self {
         let offset = offset.min(text.len());
         // A span may start inside a character in hostile input; count up to a boundary.
         let offset = (0..=offset)
@@ -130,9 +133,10 @@ pub enum ConfigError {
         /// The whole message, with the field's path.
         message: String,
     },
-    /// An environment variable under the loader's prefix that cannot be applied: it names no
-    /// field (`DISTLOCK_`, `DISTLOCK_LOCK____TTL`), or goes through a value that is not a
-    /// table (`DISTLOCK_LOCK__TTL__X`).
+    /// An environment variable in the loader's namespace that cannot be applied: it names no
+    /// field (`DISTLOCK__`, `DISTLOCK__LOCK____TTL`), goes through a value that is not a
+    /// table (`DISTLOCK__LOCK__TTL__X`), or is the old spelling of one, with one underscore
+    /// after the prefix (`DISTLOCK_LOCK__TTL`).
     #[error("environment variable {var}: {reason}")]
     Env {
         /// The variable's name.

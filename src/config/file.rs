@@ -271,7 +271,7 @@ mod loader {
     use serde::de::{self, Deserializer, MapAccess, Visitor};
 
     use super::Config;
-    use crate::config::de::{FieldValue, note, take_note, take_reading};
+    use crate::config::de::{FieldValue, ReadTable, note, take_note, take_reading};
     use crate::config::{ConfigError, FieldErrorKind, Location, Origin};
 
     /// The file's top: [`Config`] at its root, or in the table `section` (other keys ignored).
@@ -357,17 +357,24 @@ mod loader {
     ///
     /// # Environment overrides
     ///
-    /// With [`env`](Self::env)`("DISTLOCK")`, a variable `DISTLOCK_<PATH>` sets the field at
-    /// `<PATH>`, whose parts are separated by a double underscore and matched to the file's
-    /// keys regardless of case (a `-` in a key is matched by `_`):
+    /// With [`env`](Self::env)`("DISTLOCK")`, a variable `DISTLOCK__<PATH>` sets the field at
+    /// `<PATH>`: the prefix, then the path's parts, each after a double underscore, matched
+    /// to the file's keys regardless of case (a `-` in a key is matched by `_`):
     ///
     /// | variable | sets |
     /// |---|---|
-    /// | `DISTLOCK_CLIENT__URL=redis://cache:6379/` | `client.url` (and drops the file's store, if another) |
-    /// | `DISTLOCK_CLIENT__RESPONSE_TIMEOUT=500ms` | `client.response_timeout` |
-    /// | `DISTLOCK_LOCK__TTL=30s` | `lock.ttl` |
-    /// | `DISTLOCK_LIMITERS__API__POLICIES=200/s` | `limiters.api.policies` |
-    /// | `DISTLOCK_CLIENT__CLUSTER=["redis://a:7000/", "redis://b:7000/"]` | `client.cluster` |
+    /// | `DISTLOCK__CLIENT__URL=redis://cache:6379/` | `client.url` (and drops the file's store, if another) |
+    /// | `DISTLOCK__CLIENT__RESPONSE_TIMEOUT=500ms` | `client.response_timeout` |
+    /// | `DISTLOCK__LOCK__TTL=30s` | `lock.ttl` |
+    /// | `DISTLOCK__LIMITERS__API__POLICIES=200/s` | `limiters.api.policies` |
+    /// | `DISTLOCK__CLIENT__CLUSTER=["redis://a:7000/", "redis://b:7000/"]` | `client.cluster` |
+    ///
+    /// The configuration's variables are exactly those that start with the prefix and a
+    /// double underscore. Other variables that merely start with the prefix
+    /// (`DISTLOCK_HOME`, a deployment's or a tool's own `DISTLOCK_...`) are not configuration
+    /// and change nothing; only the old spelling of a configuration variable, one underscore
+    /// before a top-level table (`DISTLOCK_LOCK__TTL`), is refused, with the new name, so
+    /// that an override is never dropped silently.
     ///
     /// A value that is a TOML value (`true`, `3`, `[...]`, `{ ... }`, `"quoted"`) is taken as
     /// one; anything else is text, so `500ms` and URLs need no quotes (quote text that would
@@ -383,9 +390,10 @@ mod loader {
     /// let config = Config::loader()
     ///     .toml("[client]\nmemory = true\n[lock]\nttl = \"10s\"")
     ///     .env_vars("APP", [
-    ///         ("APP_CLIENT__URL", "redis://cache:6379/"),
-    ///         ("APP_LOCK__TTL", "30s"),
-    ///         ("OTHER_LOCK__TTL", "1s"),
+    ///         ("APP__CLIENT__URL", "redis://cache:6379/"),
+    ///         ("APP__LOCK__TTL", "30s"),
+    ///         ("APP_HOME", "/srv/app"), // not configuration
+    ///         ("OTHER__LOCK__TTL", "1s"),
     ///     ])
     ///     .load()?;
     /// assert!(matches!(&config.client.store, StoreConfig::Redis(url) if url == "redis://cache:6379/"));
@@ -431,16 +439,17 @@ mod loader {
         /// Reads the configuration from the table `name` of the file (`[distlock.client]`,
         /// `[distlock.lock]`...), ignoring the rest, which is the application's own. Paths in
         /// errors start with it (`distlock.lock.ttl`); environment overrides are relative to
-        /// it (`DISTLOCK_LOCK__TTL`).
+        /// it (`DISTLOCK__LOCK__TTL`).
         pub fn section(mut self, name: impl Into<String>) -> Self {
             self.section = Some(name.into());
             self
         }
 
-        /// Applies the process's environment variables that start with `prefix` and `_`
-        /// (`DISTLOCK_LOCK__TTL` for `"DISTLOCK"`), read when [`load`](Self::load) runs;
-        /// see [Environment overrides](Self#environment-overrides). A variable whose name or
-        /// value is not UTF-8 is an error if its name starts with the prefix.
+        /// Applies the process's environment variables that start with `prefix` and `__`
+        /// (`DISTLOCK__LOCK__TTL` for `"DISTLOCK"`), read when [`load`](Self::load) runs;
+        /// see [Environment overrides](Self#environment-overrides). Variables that start
+        /// with the prefix and one underscore (`DISTLOCK_REDIS_SOURCES`) are not read. A
+        /// configuration variable whose name or value is not UTF-8 is an error.
         pub fn env(mut self, prefix: impl Into<String>) -> Self {
             self.env = Some(Env {
                 prefix: prefix.into(),
@@ -450,7 +459,8 @@ mod loader {
         }
 
         /// As [`env`](Self::env), from `vars` instead of the process's environment (for
-        /// tests, or variables from elsewhere). Variables without the prefix are ignored.
+        /// tests, or variables from elsewhere). Variables outside the prefix's namespace are
+        /// ignored, as `env` ignores them.
         pub fn env_vars<K, V>(
             mut self,
             prefix: impl Into<String>,
@@ -555,34 +565,85 @@ mod loader {
         }
     }
 
+    /// What a variable's name is to a loader with a given prefix.
+    enum Name<'a> {
+        /// In the configuration's namespace (`<PREFIX>__<PATH>`): the path.
+        Config(&'a str),
+        /// The old spelling of one (`<PREFIX>_LOCK__TTL`): refused, with the new name.
+        OldSpelling(&'a str),
+        /// Anything else, the tooling's and the deployment's own `<PREFIX>_...` included.
+        Other,
+    }
+
     impl Env {
-        /// The variables under the prefix, sorted by name, without it: (name, path, value).
+        /// What `name` is under this loader's prefix.
+        fn classify<'a>(&self, name: &'a str) -> Name<'a> {
+            let Some(rest) = name.strip_prefix(self.prefix.as_str()) else {
+                return Name::Other;
+            };
+            if let Some(path) = rest.strip_prefix("__") {
+                return Name::Config(path);
+            }
+            let Some(path) = rest.strip_prefix('_') else {
+                return Name::Other;
+            };
+            // Only a top-level table of the configuration, followed by the end or `__`.
+            let first = path.split("__").next().unwrap_or_default();
+            if <Config as ReadTable>::FIELDS
+                .iter()
+                .any(|field| field.eq_ignore_ascii_case(first))
+            {
+                Name::OldSpelling(path)
+            } else {
+                Name::Other
+            }
+        }
+
+        /// The configuration's variables, sorted by name: (name, path, value).
         fn vars(&self) -> Result<Vec<(String, String, String)>, ConfigError> {
-            let start = format!("{}_", self.prefix);
             let mut found = Vec::new();
+            let mut take = |name: &str, value: Option<&str>| match self.classify(name) {
+                Name::Other => Ok(()),
+                Name::OldSpelling(path) => Err(ConfigError::Env {
+                    var: name.to_owned(),
+                    reason: format!(
+                        "configuration variables start with `{prefix}__` (two underscores): \
+                         write {prefix}__{path}",
+                        prefix = self.prefix
+                    ),
+                }),
+                Name::Config(path) => match value {
+                    Some(value) => {
+                        found.push((name.to_owned(), path.to_owned(), value.to_owned()));
+                        Ok(())
+                    }
+                    None => Err(ConfigError::Env {
+                        var: name.to_owned(),
+                        reason: "its value is not UTF-8".to_owned(),
+                    }),
+                },
+            };
             match &self.vars {
                 Some(vars) => {
                     for (name, value) in vars {
-                        if let Some(rest) = name.strip_prefix(&start) {
-                            found.push((name.clone(), rest.to_owned(), value.clone()));
-                        }
+                        take(name, Some(value))?;
                     }
                 }
                 None => {
                     for (name, value) in std::env::vars_os() {
-                        let starts = name.as_encoded_bytes().starts_with(start.as_bytes());
-                        if !starts {
-                            continue;
+                        match name.to_str() {
+                            Some(name) => take(name, value.to_str())?,
+                            // Not UTF-8: an error only inside the namespace.
+                            None => {
+                                let lossy = name.to_string_lossy();
+                                if matches!(self.classify(&lossy), Name::Config(_)) {
+                                    return Err(ConfigError::Env {
+                                        var: lossy.into_owned(),
+                                        reason: "its name is not UTF-8".to_owned(),
+                                    });
+                                }
+                            }
                         }
-                        let lossy = name.to_string_lossy().into_owned();
-                        let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
-                            return Err(ConfigError::Env {
-                                var: lossy,
-                                reason: "its name or value is not UTF-8".to_owned(),
-                            });
-                        };
-                        let rest = name[start.len()..].to_owned();
-                        found.push((name.to_owned(), rest, value.to_owned()));
                     }
                 }
             }
@@ -607,8 +668,8 @@ mod loader {
             let parts: Vec<&str> = path.split("__").collect();
             if parts.iter().any(|part| part.is_empty()) {
                 return Err(env_error(
-                    "names no field: write its path with `__` between the parts, as in \
-                     PREFIX_LOCK__TTL for `lock.ttl`"
+                    "names no field: write its path with `__` before each part, as in \
+                     PREFIX__LOCK__TTL for `lock.ttl`"
                         .to_owned(),
                 ));
             }

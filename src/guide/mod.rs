@@ -16,8 +16,24 @@
 //! | [`behind_envoy`] | the rate-limit service for Envoy and meshes (`distlock-rls`): running it, Envoy's side, what differs from envoyproxy/ratelimit |
 //!
 //! The pages are the Markdown files next to this module (`src/guide/*.md`), each included as
-//! the documentation of an empty module, so they render on docs.rs and their examples are
-//! compiled and run by `cargo test --doc`.
+//! the documentation of an empty module, so they render on docs.rs (and locally with `cargo
+//! doc --open`) and their examples are compiled and run by `cargo test --doc`.
+//!
+//! # Where each kind of fact lives
+//!
+//! A fact is written in one place, the one that is checked; the others point there.
+//!
+//! | kind of fact | its one place | kept true by |
+//! |---|---|---|
+//! | benchmark figures: throughput, latency, cost per operation and their ratios | `BENCHMARKS.md` (dated runs) | the benchmark tool (`examples/bench`); these pages quote none |
+//! | server compatibility: which version passed which suite | `docs/version-results.tsv` | written by `scripts/version-matrix.sh` (CI runs its CI length) |
+//! | where each primitive runs, per kind of store | the README's "Where it runs" table | `tests/docs`, which builds each row on each store |
+//! | what a lease, a limit or a layer promises | [`guarantees`] and each topic's page | a test per promise, named where the page states it |
+//! | every option, its default and its bounds | [`configuration`] | the builders' checks and `tests/config` |
+//! | what changed, and why | `CHANGELOG.md` | review |
+//!
+//! Examples live in these pages and the crates' docs, where `cargo test --doc` runs them; a
+//! page with Rust that no crate includes fails `tests/docs`.
 
 // Where new material goes: primitives built on the leases (leader election, fenced writes,
 // lockouts, partial grants) in coordination.md; new layers (idempotency) in layers.md; the

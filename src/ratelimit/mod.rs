@@ -13,6 +13,9 @@
 //! * Around the store: a local deny cache (no round trip while a subject is known to be
 //!   denied), a deadline on every check, an [`Outage`] policy for when the store cannot
 //!   answer, a cap on checks in flight, and shadow mode.
+//! * Errors are [`RateLimitError`] (also `distlock::RateLimitError`, at the crate root); the
+//!   attribute for async functions is `#[rate_limit]`, `distlock::ratelimit::rate_limit` (also
+//!   `distlock::rate_limit`; feature `macros`, on by default).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -64,3 +67,8 @@ pub use self::reservation::Reservation;
 pub use self::subject_rates::{
     DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL, LookupError, RateLookup, SubjectRates,
 };
+/// The limiters' errors, here beside them as well as at the crate root.
+pub use crate::error::RateLimitError;
+/// `#[rate_limit]`, here beside the limiters as well as at the crate root.
+#[cfg(feature = "macros")]
+pub use distlock_macros::rate_limit;

@@ -473,7 +473,9 @@ mod tests {
         assert_eq!(op.largest.load(Ordering::SeqCst), 2);
     }
 
-    #[tokio::test]
+    // On tokio's paused clock: the give-up must land while the first call is on the wire,
+    // which a loaded machine's late timers did not always arrange on the real clock.
+    #[tokio::test(start_paused = true)]
     async fn a_reply_nobody_waits_for_is_handed_to_abandoned() {
         // Given up on after its batch went out (at 20 ms), before it is answered (at 40 ms).
         let (op, batcher) = queue_one_and_give_up(Duration::from_millis(25)).await;
@@ -485,7 +487,9 @@ mod tests {
         settles(&batcher).await;
     }
 
-    #[tokio::test]
+    // On tokio's paused clock: the give-up must land while the first call is on the wire,
+    // which a loaded machine's late timers did not always arrange on the real clock.
+    #[tokio::test(start_paused = true)]
     async fn an_item_given_up_on_while_queued_is_never_sent() {
         // Given up on while the first call is still on the wire.
         let (op, batcher) = queue_one_and_give_up(Duration::from_millis(5)).await;

@@ -8,58 +8,86 @@
 
 use std::fmt;
 
-/// Something beyond plain locks that not every store can serve.
-///
-/// Building a primitive that needs one on a client whose store cannot serve it is a typed
-/// error where it is built (a rate limiter, a Bloom filter, a semaphore, a read-write lock,
-/// the concurrency layer), never an error on every request. Ask a client beforehand with
-/// [`Client::supports`](crate::Client::supports).
-///
-/// | | single primary (and Sentinel) | Redis Cluster | Redlock quorum | in memory |
-/// |---|:-:|:-:|:-:|:-:|
-/// | [`HolderSets`](Self::HolderSets) | yes | yes | no | yes |
-/// | [`RateLimits`](Self::RateLimits) | yes | yes | no | yes |
-/// | [`BloomFilters`](Self::BloomFilters) | yes | yes | no | yes |
-/// | [`ReplicaAcknowledgement`](Self::ReplicaAcknowledgement) | yes | no | no | no |
-/// | [`HandOff`](Self::HandOff) | yes | yes | no | no |
-/// | [`FencedWrites`](Self::FencedWrites) | yes | yes | no | yes |
-/// | [`IdempotencyRecords`](Self::IdempotencyRecords) | yes | yes | no | yes |
-///
-/// A client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on)
-/// answers for holder sets, rate limits, Bloom filters and fenced writes with the store they
-/// go to.
-///
-/// ```
-/// use distlock::Capability;
-///
-/// let client = distlock::Client::in_memory();
-/// assert!(client.supports(Capability::RateLimits).is_ok());
-/// let refused = client.supports(Capability::ReplicaAcknowledgement).unwrap_err();
-/// assert_eq!(refused.store, "memory");
-/// println!("{refused}"); // what is missing, and what to use instead
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Capability {
-    /// Sets of holders counted on one store: semaphores, read-write locks, and
-    /// `distlock-tower`'s concurrency layer.
-    HolderSets,
-    /// Rate limiters.
-    RateLimits,
-    /// Bloom filters.
-    BloomFilters,
-    /// Replica acknowledgement of lock writes (`replicas(n, timeout)`, Redis `WAIT`).
-    ReplicaAcknowledgement,
-    /// A released lock passed straight to a waiting task of the same client, with a new fence,
-    /// in the release's own script. Without it the waiter is woken and takes the lock itself:
-    /// the same guarantees, one more round trip.
-    HandOff,
-    /// Fenced resources ([`Client::fenced`](crate::Client::fenced)): one store that keeps a
-    /// resource's last accepted fence.
-    FencedWrites,
-    /// Idempotency records ([`Client::idempotency`](crate::Client::idempotency)): a stored
-    /// response kept beside the lock that claims its key, on the store locks go to.
-    IdempotencyRecords,
+/// Declares [`Capability`] with its description and its list of every variant from one list,
+/// so that [`Capability::ALL`] cannot miss one (the README's table is checked against it).
+macro_rules! capabilities {
+    (
+        $(#[$meta:meta])*
+        pub enum Capability { $($(#[$doc:meta])* $name:ident => $describe:literal,)* }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Capability {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Capability {
+            /// Every capability, in the order declared: for a start-up report of what a
+            /// client's store can serve, or a test that each one is documented.
+            pub const ALL: &'static [Capability] = &[$(Capability::$name,)*];
+
+            fn describe(self) -> &'static str {
+                match self {
+                    $(Self::$name => $describe,)*
+                }
+            }
+        }
+    };
+}
+
+capabilities! {
+    /// Something beyond plain locks that not every store can serve.
+    ///
+    /// Building a primitive that needs one on a client whose store cannot serve it is a typed
+    /// error where it is built (a rate limiter, a Bloom filter, a semaphore, a read-write lock,
+    /// the concurrency layer), never an error on every request. Ask a client beforehand with
+    /// [`Client::supports`](crate::Client::supports).
+    ///
+    /// | | single primary (and Sentinel) | Redis Cluster | Redlock quorum | in memory |
+    /// |---|:-:|:-:|:-:|:-:|
+    /// | [`HolderSets`](Self::HolderSets) | yes | yes | no | yes |
+    /// | [`RateLimits`](Self::RateLimits) | yes | yes | no | yes |
+    /// | [`BloomFilters`](Self::BloomFilters) | yes | yes | no | yes |
+    /// | [`ReplicaAcknowledgement`](Self::ReplicaAcknowledgement) | yes | no | no | no |
+    /// | [`HandOff`](Self::HandOff) | yes | yes | no | no |
+    /// | [`FencedWrites`](Self::FencedWrites) | yes | yes | no | yes |
+    /// | [`IdempotencyRecords`](Self::IdempotencyRecords) | yes | yes | no | yes |
+    ///
+    /// A client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on)
+    /// answers for holder sets, rate limits, Bloom filters and fenced writes with the store they
+    /// go to.
+    ///
+    /// ```
+    /// use distlock::Capability;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// assert!(client.supports(Capability::RateLimits).is_ok());
+    /// let refused = client.supports(Capability::ReplicaAcknowledgement).unwrap_err();
+    /// assert_eq!(refused.store, "memory");
+    /// println!("{refused}"); // what is missing, and what to use instead
+    /// ```
+    pub enum Capability {
+        /// Sets of holders counted on one store: semaphores, read-write locks, and
+        /// `distlock-tower`'s concurrency layer.
+        HolderSets => "holder sets (semaphores, read-write locks)",
+        /// Rate limiters.
+        RateLimits => "rate limits",
+        /// Bloom filters.
+        BloomFilters => "Bloom filters",
+        /// Replica acknowledgement of lock writes (`replicas(n, timeout)`, Redis `WAIT`).
+        ReplicaAcknowledgement => "replica acknowledgement",
+        /// A released lock passed straight to a waiting task of the same client, with a new fence,
+        /// in the release's own script. Without it the waiter is woken and takes the lock itself:
+        /// the same guarantees, one more round trip.
+        HandOff => "hand-off to a waiter",
+        /// Fenced resources ([`Client::fenced`](crate::Client::fenced)): one store that keeps a
+        /// resource's last accepted fence.
+        FencedWrites => "fenced writes",
+        /// Idempotency records ([`Client::idempotency`](crate::Client::idempotency)): a stored
+        /// response kept beside the lock that claims its key, on the store locks go to.
+        IdempotencyRecords => "idempotency records",
+    }
 }
 
 impl Capability {
@@ -70,18 +98,6 @@ impl Capability {
             self,
             Self::HolderSets | Self::RateLimits | Self::BloomFilters | Self::FencedWrites
         )
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Self::HolderSets => "holder sets (semaphores, read-write locks)",
-            Self::RateLimits => "rate limits",
-            Self::BloomFilters => "Bloom filters",
-            Self::ReplicaAcknowledgement => "replica acknowledgement",
-            Self::HandOff => "hand-off to a waiter",
-            Self::FencedWrites => "fenced writes",
-            Self::IdempotencyRecords => "idempotency records",
-        }
     }
 }
 

@@ -878,3 +878,119 @@ fn watching_deletions_reads_and_is_refused_where_it_cannot_work() {
         );
     }
 }
+
+/// A URL that is not a Redis URL, and a prefix the builder would refuse, are caught when the
+/// file is read, with the field, the file and the line, not at `connect()` without any.
+#[test]
+fn urls_and_the_prefix_are_checked_when_read() {
+    let shown = field_error(
+        "[client]\nprefix = \"shop\"\nurl = \"http://app:s3cret@cache:6379/\"",
+        Kind::InvalidValue,
+        "client.url",
+    );
+    assert!(
+        shown.starts_with("configuration:3:7: field `client.url`"),
+        "{shown}"
+    );
+    assert!(shown.contains("not a Redis URL"), "{shown}");
+    assert!(shown.contains("redis://host:6379/"), "the fix: {shown}");
+    assert!(
+        !shown.contains("s3cret"),
+        "the password is not shown: {shown}"
+    );
+
+    let shown = field_error(
+        "[client]\nmemory = true\nprefix = \"shop{1}\"",
+        Kind::InvalidValue,
+        "client.prefix",
+    );
+    assert!(
+        shown.starts_with("configuration:3:10: field `client.prefix`"),
+        "{shown}"
+    );
+    assert!(shown.contains("without braces"), "{shown}");
+
+    let shown = field_error(
+        "[client]\ncluster = [\"redis://a:7000/\", \"tcp://b:7000/\"]",
+        Kind::InvalidValue,
+        "client.cluster",
+    );
+    assert!(
+        shown.contains("[1]"),
+        "the node is named by its index: {shown}"
+    );
+    field_error(
+        "[client]\nquorum = [\"redis://a/\", \"redis://b/\", \"a-host-only\"]",
+        Kind::InvalidValue,
+        "client.quorum",
+    );
+    field_error(
+        "[client]\nquorum = { nodes = [\"redis://a/\", \"ftp://b/\"] }",
+        Kind::InvalidValue,
+        "client.quorum.nodes",
+    );
+    field_error(
+        "[client]\nsentinel = { master = \"m\", nodes = [\"sentinel://s:26379/\"] }",
+        Kind::InvalidValue,
+        "client.sentinel.nodes",
+    );
+    // The same file from disk names the file.
+    let dir = std::env::temp_dir().join(format!("distlock-url-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("distlock.toml");
+    std::fs::write(&path, "[client]\nurl = \"http://cache:6379/\"\n").expect("write");
+    let err = Config::from_file(&path).unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("{}:2:7: field `client.url`", path.display())),
+        "{shown}"
+    );
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// `counting_on` reads as another client's table; what cannot count, or would count under
+/// another prefix, is refused when read.
+#[test]
+fn counting_on_reads_and_is_refused_where_it_cannot_count() {
+    let quorum =
+        "[client]\nquorum = [\"redis://a/\", \"redis://b/\", \"redis://c/\"]\nprefix = \"shop\"\n";
+    let config = Config::from_toml_str(&format!(
+        "{quorum}counting_on = {{ cluster = [\"redis://counts:7000/\"] }}"
+    ))
+    .expect("a quorum counting on a Cluster");
+    let counting = config.client.counting_on.as_deref().expect("counting_on");
+    assert!(matches!(
+        counting.store,
+        distlock::config::StoreConfig::Cluster(_)
+    ));
+    assert_eq!(counting.prefix, None, "the quorum's prefix, at connect");
+    Config::from_toml_str(&format!(
+        "{quorum}counting_on = {{ url = \"redis://counts/\", prefix = \"shop\" }}"
+    ))
+    .expect("the same prefix, spelt out");
+
+    let shown = field_error(
+        &format!("{quorum}counting_on = {{ quorum = [\"redis://x/\"] }}"),
+        Kind::InvalidValue,
+        "client.counting_on",
+    );
+    assert!(shown.contains("cannot count"), "{shown}");
+    let shown = field_error(
+        &format!("{quorum}counting_on = {{ url = \"redis://counts/\", prefix = \"other\" }}"),
+        Kind::InvalidValue,
+        "client.counting_on.prefix",
+    );
+    assert!(shown.contains("one prefix"), "{shown}");
+    field_error(
+        &format!(
+            "{quorum}counting_on = {{ url = \"redis://counts/\", counting_on = {{ memory = true }} }}"
+        ),
+        Kind::InvalidValue,
+        "client.counting_on.counting_on",
+    );
+    field_error(
+        &format!("{quorum}counting_on = {{ url = \"redis://counts/\", prefx = \"shop\" }}"),
+        Kind::UnknownField,
+        "client.counting_on.prefx",
+    );
+}

@@ -106,6 +106,9 @@ async fn a_url_nobody_answers_is_a_connect_error() {
     .expect("configuration");
     let err = config.connect().await.unwrap_err();
     assert!(matches!(err, ConnectError::Store(_)), "{err:?}");
+    // Which server it was: the address, not only the connection layer's words.
+    let addr = url.trim_start_matches("redis://").trim_end_matches('/');
+    assert!(err.to_string().contains(addr), "{err}");
 }
 
 #[tokio::test]
@@ -123,6 +126,33 @@ async fn a_redlock_quorum_locks_and_refuses_to_count() {
         "{err:?}"
     );
     assert!(config.limiters(&client).is_err());
+}
+
+/// `counting_on` in the file: locks on the quorum, the limiter on a single primary, both
+/// under the quorum's prefix (the counting client's was left out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_counting_on_a_primary_from_the_file() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let counts = RedisServer::start();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let config = config(&format!(
+        "quorum = {{ nodes = {urls:?}, node_timeout = \"500ms\" }}\nprefix = \"cfg-q\"\n\
+         counting_on = {{ url = {:?} }}",
+        counts.url()
+    ));
+    let client = lock_and_limit(&config, "quorum").await;
+    let api = config
+        .limiter(&client, "api")
+        .expect("counted on the primary");
+    assert!(api.check("u").await.expect("check").allowed);
+    // The limiter's key is on the counting primary, under the quorum's prefix.
+    let mut conn = counts.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("cfg-q:*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert!(!keys.is_empty(), "nothing counted on the primary");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,7 +230,7 @@ async fn the_example_file_runs() {
     let server = RedisServer::start();
     let config = Config::loader()
         .file(EXAMPLE)
-        .env_vars("DISTLOCK", [("DISTLOCK_CLIENT__URL", server.url())])
+        .env_vars("DISTLOCK", [("DISTLOCK__CLIENT__URL", server.url())])
         .load()
         .expect("examples/distlock.toml with the test server's url");
     let client = config.connect().await.expect("connect");

@@ -19,6 +19,7 @@ mod killed;
 mod lazy;
 mod memory;
 mod noscript;
+mod partition;
 mod paused;
 mod proxy_faults;
 mod replicas;

@@ -11,6 +11,7 @@ mod traces;
 mod admin;
 mod batching;
 mod election;
+mod events;
 mod existing;
 mod fairness;
 mod handoff;

@@ -106,3 +106,112 @@ async fn retry_knobs_refuse_what_they_cannot_work_with(fx: Fixture) {
         .expect("accepted");
     lease.release().await.expect("release");
 }
+
+/// `retry_backoff(first, largest)`, as documented: a waiter that no release can wake (a
+/// client on the application's own connection manager polls) sleeps `first`, then twice as
+/// long each time, never more than `largest`, each sleep with at most a tenth more of jitter
+/// (50 ms at most). Read from the server: `MONITOR` stamps each attempt's arrival, and the
+/// gap between two arrivals is at least the sleep between them, and at most that sleep's
+/// jitter plus how late this runtime ran its timers (the lateness probe) and a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backoff_between_polling_attempts_is_as_documented() {
+    use futures_util::StreamExt as _;
+
+    use crate::support::RedisServer;
+    use crate::support::lateness::LatenessProbe;
+
+    // Doubling from 10 ms reaches the 80 ms cap at the fourth sleep; were it not capped, the
+    // last three would be 160, 320 and 640 ms, past any allowance below.
+    const FIRST: Duration = Duration::from_millis(10);
+    const LARGEST: Duration = Duration::from_millis(80);
+    const ATTEMPTS: u32 = 8;
+    let server = RedisServer::start();
+    let holder = crate::support::fixture::connect(&server.url()).await;
+    let held = holder
+        .lock("backoff")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("hold");
+    let key = holder.__inspect().lock_key("backoff").expect("a lock name");
+
+    // A round trip on this machine now, for the upper bounds.
+    let mut conn = server.conn().await;
+    let mut round_trip = Duration::ZERO;
+    for _ in 0..5 {
+        let sent = Instant::now();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .expect("PING");
+        round_trip = round_trip.max(sent.elapsed());
+    }
+
+    let monitor = server.client().get_async_monitor().await.expect("MONITOR");
+    let mut lines = monitor.into_on_message::<String>();
+    let manager = redis::aio::ConnectionManager::new(server.client())
+        .await
+        .expect("a connection manager");
+    let waiter = distlock::Client::builder()
+        .connect_manager(manager)
+        .await
+        .expect("a client on the application's manager");
+
+    let probe = LatenessProbe::start();
+    let mark = probe.mark();
+    let err = waiter
+        .lock("backoff")
+        .wait(Duration::from_secs(10))
+        .max_attempts(ATTEMPTS)
+        .retry_backoff(FIRST, LARGEST)
+        .acquire()
+        .await
+        .expect_err("held for 30 s");
+    let late = probe.since(mark);
+    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    held.release().await.expect("release");
+
+    // The attempts: every script call on the lock's key until the holder's release.
+    let quoted_key = format!("\"{key}\"");
+    let mut arrivals = Vec::new();
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(2), lines.next()).await {
+        if line.contains("\"EVALSHA\"") || line.contains("\"EVAL\"") {
+            if !line.contains(&quoted_key) {
+                continue;
+            }
+            if arrivals.len() == ATTEMPTS as usize {
+                break; // the holder's release
+            }
+            let stamp: f64 = line
+                .split_whitespace()
+                .next()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("a MONITOR line starts with its time: {line}"));
+            arrivals.push(Duration::from_secs_f64(stamp));
+        }
+    }
+    assert_eq!(
+        arrivals.len(),
+        ATTEMPTS as usize,
+        "one script call per attempt"
+    );
+    let allowance = late + round_trip * 2 + Duration::from_millis(2);
+    let mut base = FIRST;
+    let mut report = Vec::new();
+    for pair in arrivals.windows(2) {
+        let gap = pair[1] - pair[0];
+        let jitter = (base / 10).min(Duration::from_millis(50));
+        report.push(format!("{gap:?} (sleep {base:?} + up to {jitter:?})"));
+        assert!(
+            gap >= base,
+            "an attempt came {gap:?} after the last, before its {base:?} sleep: {report:?}"
+        );
+        assert!(
+            gap <= base + jitter + allowance,
+            "an attempt came {gap:?} after the last, past its {base:?} sleep, {jitter:?} of \
+             jitter and {allowance:?} of lateness and round trips: {report:?}"
+        );
+        base = (base * 2).min(LARGEST);
+    }
+    eprintln!("gaps between attempts: {report:?}; allowance {allowance:?}");
+}

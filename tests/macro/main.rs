@@ -5,6 +5,8 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+#[path = "../support/traces.rs"]
+mod traces;
 
 mod default_client;
 mod exclusion;

@@ -542,3 +542,53 @@ async fn counted(client: &Client, runs: &AtomicU32) -> Result<(), RateLimitError
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(())
 }
+
+// --- on a client that cannot count ---------------------------------------------------------------
+
+#[rate_limit(policy = "quorum-api: 5/s", key = "user:{user}", client = client)]
+async fn on_the_quorum(client: &Client, user: u32) -> Result<u32, RateLimitError> {
+    Ok(user)
+}
+
+/// On a Redlock quorum client every call fails the same way, naming the fix
+/// (`counting_on`), and the reason is logged at ERROR once per function, not per call; a
+/// quorum client that counts on a primary serves the same function.
+#[tokio::test(flavor = "current_thread")]
+async fn on_a_quorum_the_refusal_names_counting_on_and_is_logged_once() {
+    let capture = crate::traces::Capture::start(tracing::Level::INFO);
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let quorum = Client::builder()
+        .response_timeout(Duration::from_secs(5))
+        .connect_quorum(&urls)
+        .await
+        .expect("connect_quorum");
+    for _ in 0..3 {
+        match on_the_quorum(&quorum, 7).await {
+            Err(err @ RateLimitError::UnsupportedStore { .. }) => {
+                assert!(err.to_string().contains("counting_on"), "{err}");
+            }
+            other => panic!("expected UnsupportedStore, got {other:?}"),
+        }
+    }
+    let logged = capture.text();
+    let errors: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("cannot count on this client"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{logged}");
+    assert!(
+        errors[0].contains("ERROR") && errors[0].contains("counting_on"),
+        "{}",
+        errors[0]
+    );
+
+    let counts = RedisServer::start();
+    let counting = Client::builder()
+        .response_timeout(Duration::from_secs(5))
+        .counting_on(connect(&counts.url()).await)
+        .connect_quorum(&urls)
+        .await
+        .expect("a quorum counting on a primary");
+    assert_eq!(on_the_quorum(&counting, 7).await.expect("counted"), 7);
+}

@@ -39,9 +39,34 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
         holder_sets.reason.contains("Client::connect"),
         "the reason says what to use instead: {holder_sets}"
     );
+    // Each counting refusal names the fix the Redlock guide gives: count elsewhere.
+    for capability in [
+        Capability::HolderSets,
+        Capability::RateLimits,
+        Capability::BloomFilters,
+        Capability::FencedWrites,
+    ] {
+        let refused = client.supports(capability).expect_err("refused");
+        assert!(
+            refused.reason.contains("counting_on"),
+            "{capability:?}: {}",
+            refused.reason
+        );
+    }
+    let limiter = client
+        .rate_limiter(
+            distlock::ratelimit::Policy::gcra(
+                "api",
+                distlock::ratelimit::Rate::per_second(10).expect("rate"),
+            )
+            .expect("policy"),
+        )
+        .build()
+        .expect_err("a quorum cannot count");
+    assert!(limiter.to_string().contains("counting_on"), "{limiter}");
 
     // The concurrency layer: refused where the router is built.
-    match ConcurrencyLimitLayer::new(client.clone(), Constant::new("exports"), 2) {
+    match ConcurrencyLimitLayer::new(client.clone(), Constant::from_static("exports"), 2) {
         Err(ConfigError::UnsupportedStore(refused)) => {
             assert_eq!(refused.capability, Capability::HolderSets);
             assert_eq!(refused.store, "quorum");
@@ -50,7 +75,7 @@ async fn a_quorum_client_refuses_counting_primitives_when_they_are_built() {
         Ok(_) => panic!("a concurrency layer on a quorum was built"),
     }
     assert!(
-        ConcurrencyLimitLayer::builder(client.clone(), Constant::new("exports"), 2)
+        ConcurrencyLimitLayer::builder(client.clone(), Constant::from_static("exports"), 2)
             .build()
             .is_err(),
         "the builder refuses it too"

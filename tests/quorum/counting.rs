@@ -116,7 +116,7 @@ async fn locks_on_the_quorum_counting_on_the_primary() {
     }
 
     // The concurrency layer is built on it too.
-    let _layer = ConcurrencyLimitLayer::new(client.clone(), Constant::new("work"), 2)
+    let _layer = ConcurrencyLimitLayer::new(client.clone(), Constant::from_static("work"), 2)
         .expect("a concurrency layer on a quorum client that counts on a primary");
 
     for lease in [lease, permit, read] {

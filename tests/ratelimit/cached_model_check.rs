@@ -195,7 +195,7 @@ async fn run_combined_trace(
         );
         hits += usize::from(d.origin == Origin::DenyCache);
         locked_hits += usize::from(d.origin == Origin::DenyCache && d.locked_out);
-        for (i, (want, got)) in expected.iter().zip(&d.policies).enumerate() {
+        for (i, (want, got)) in crate::model::paired(&expected, &d.policies, &at()).enumerate() {
             let got_tuple = (
                 got.allowed,
                 i64::try_from(got.remaining).expect("fits"),

@@ -46,10 +46,46 @@ pub struct ModelPolicy {
     pub lockout: Option<(Vec<i64>, i64)>,
 }
 
+/// The model's verdicts and a decision's policies, side by side, once they are known to be
+/// as many: a decision that answered one policy fewer (or more) than the model would pass a
+/// bare `zip` on the ones both have.
+#[track_caller]
+pub fn paired<'a, W, G>(
+    want: &'a [W],
+    got: &'a [G],
+    context: &str,
+) -> impl Iterator<Item = (&'a W, &'a G)> {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{context}: the decision has {} policies, the model {}",
+        got.len(),
+        want.len()
+    );
+    want.iter().zip(got)
+}
+
+/// The algorithms the model knows; any other is refused where a policy enters it, so that a
+/// new algorithm cannot be judged by another one's rules without anyone noticing.
+#[track_caller]
+fn known(algorithm: Algorithm) -> Algorithm {
+    match algorithm {
+        Algorithm::Gcra
+        | Algorithm::TokenBucket
+        | Algorithm::FixedWindow
+        | Algorithm::SlidingWindow
+        | Algorithm::SlidingLog => algorithm,
+        other => panic!(
+            "the reference model does not know {other:?}: add its rules to \
+             tests/ratelimit/model.rs before checking it"
+        ),
+    }
+}
+
 impl ModelPolicy {
     pub fn of(policy: &Policy) -> Self {
         let rate = policy.rate();
-        let unit = match policy.algorithm() {
+        let unit = match known(policy.algorithm()) {
             Algorithm::Gcra | Algorithm::TokenBucket => rate.emission_interval(),
             _ => rate.period(),
         };

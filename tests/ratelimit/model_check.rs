@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::common::{ALGORITHMS, EPOCH_US, us};
-use crate::model::Models;
+use crate::model::{Models, paired};
 use crate::support::fixture::{Fixture, on_both_stores};
 
 const TRACES_PER_ALGORITHM: usize = 4;
@@ -106,7 +106,7 @@ async fn run_trace(fx: &Fixture, rng: &mut StdRng, seed: u64, trace: usize, poli
             .__check_at(&subject, cost, u64::try_from(now).expect("positive"))
             .await
             .unwrap_or_else(|e| panic!("seed {seed} trace {trace} step {step}: {e}"));
-        for (i, (want, got)) in expected.iter().zip(&decision.policies).enumerate() {
+        for (i, (want, got)) in paired(&expected, &decision.policies, "the check").enumerate() {
             assert_eq!(
                 verdict(got),
                 self::expected(want),
@@ -199,7 +199,7 @@ async fn run_any_trace(
                 .__operate_at(&subject, Op::Reset, at)
                 .await
                 .unwrap_or_else(|e| panic!("{context}: {e}"));
-            for (want, got) in expected.iter().zip(&d.policies) {
+            for (want, got) in paired(&expected, &d.policies, "the reset") {
                 assert_eq!(verdict(got), self::expected(want), "{context}: reset");
             }
             continue;
@@ -215,7 +215,7 @@ async fn run_any_trace(
             .__operate_at(&subject, Op::Check(cost), at)
             .await
             .unwrap_or_else(|e| panic!("{context} cost {cost}: {e}"));
-        for (i, (want, got)) in expected.iter().zip(&d.policies).enumerate() {
+        for (i, (want, got)) in paired(&expected, &d.policies, "the check").enumerate() {
             assert_eq!(
                 verdict(got),
                 self::expected(want),
@@ -363,6 +363,11 @@ async fn run_extended_trace(
         };
         if let Step::SwitchRate = step {
             current = 1 - current;
+            assert_eq!(
+                models.0.len(),
+                limiters[current].1.len(),
+                "one model per policy"
+            );
             for (model, policy) in models.0.iter_mut().zip(&limiters[current].1) {
                 model.policy = crate::model::ModelPolicy::of(policy);
             }
@@ -398,7 +403,7 @@ async fn run_extended_trace(
                 limiters[current].1
             )
         };
-        for (i, (want, got)) in expected.iter().zip(&decision.policies).enumerate() {
+        for (i, (want, got)) in paired(&expected, &decision.policies, "the check").enumerate() {
             assert_eq!(
                 verdict(got),
                 self::expected(want),

@@ -147,6 +147,22 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
 async fn switch(subject: &str, now: i64, from: &Rate, to: &Rate, context: &dyn Fn() -> String) {
     let (before, _, _, _) = both(from, subject, Op::Check(0), now, context).await;
     let (after, _, _, _) = both(to, subject, Op::Check(0), now, context).await;
+    assert_eq!(
+        (
+            from.policies.len(),
+            to.policies.len(),
+            before.len(),
+            after.len()
+        ),
+        (
+            from.policies.len(),
+            from.policies.len(),
+            from.policies.len(),
+            from.policies.len()
+        ),
+        "{}: one answer per policy, under either rate",
+        context()
+    );
     for (i, ((old, new), (was, is))) in from
         .policies
         .iter()

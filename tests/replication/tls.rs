@@ -17,14 +17,14 @@
 //!   for `Client::connect`; a wrong CA is `StoreError::Unreachable` ("invalid peer
 //!   certificate: UnknownIssuer").
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::{AsyncConnectionConfig, ClientTlsConfig, RedisError, TlsCertificates};
 
 use crate::support::child::{self, ChildProcess};
-use crate::support::tls::{ClientAuth, TlsServer};
+use crate::support::tls::{ClientAuth, TlsSentinelSetup, TlsServer};
 
 /// Installs rustls's `ring` provider as the process default (once; later calls are no-ops).
 pub fn install_crypto_provider() {
@@ -389,18 +389,118 @@ async fn provider_child_entry() {
     }
 }
 
-/// Sentinel lookups cannot carry a private CA: the builder says so instead of connecting in
-/// a way that breaks on the first failover.
-#[tokio::test]
-async fn sentinel_with_private_certificates_is_refused_at_build() {
-    let result = distlock::Client::builder()
-        .tls_root_certificate(b"-----BEGIN CERTIFICATE-----\n".to_vec())
-        .connect_sentinel("mymaster", ["rediss://127.0.0.1:1/"])
+/// Behind Sentinel over TLS, with a private CA and a client certificate that every process
+/// requires (`tls-auth-clients yes`): the sentinels' own connections (lookups, the
+/// `+switch-master` listener) and the data connections carry them, before and after a
+/// failover. A client trusting another CA, or presenting no certificate, is refused at
+/// connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distlock_behind_sentinel_over_tls_follows_a_failover() {
+    let setup = TlsSentinelSetup::start();
+    let certs = setup.certs();
+    let builder = || {
+        distlock::Client::builder()
+            .response_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(2))
+    };
+
+    // The sentinels check the client: another CA, or no client certificate, connects nowhere.
+    let wrong_ca = builder()
+        .tls_root_certificate(certs.other_ca_pem())
+        .tls_client_identity(certs.client_cert_pem(), certs.client_key_pem())
+        .connect_sentinel(setup.master_name(), setup.sentinel_urls())
         .await;
-    match result {
+    match wrong_ca {
+        Err(err) => eprintln!("behind Sentinel, trusting another CA: {err}"),
+        Ok(_) => panic!("a client trusting another CA connected behind Sentinel"),
+    }
+    let no_identity = builder()
+        .tls_root_certificate(certs.ca_pem())
+        .connect_sentinel(setup.master_name(), setup.sentinel_urls())
+        .await;
+    assert!(
+        no_identity.is_err(),
+        "the sentinels require a client certificate"
+    );
+    // Private certificates need rediss:// sentinels: refused, not sent in the clear.
+    let plain = builder()
+        .tls_root_certificate(certs.ca_pem())
+        .connect_sentinel(setup.master_name(), ["redis://127.0.0.1:1/"])
+        .await;
+    match plain {
         Err(distlock::StoreError::Config { message }) => {
-            assert!(message.contains("Sentinel"), "{message}");
+            assert!(message.contains("rediss://"), "{message}");
         }
         other => panic!("expected Config, got {:?}", other.map(|_| ())),
     }
+
+    let client = builder()
+        .tls_root_certificate(certs.ca_pem())
+        .tls_client_identity(certs.client_cert_pem(), certs.client_key_pem())
+        .connect_sentinel(setup.master_name(), setup.sentinel_urls())
+        .await
+        .unwrap_or_else(|e| panic!("connect_sentinel over TLS: {e:?}\n{}", setup.logs()));
+    let lease = client
+        .lock("tls-sentinel:before")
+        .acquire()
+        .await
+        .expect("acquire on the primary");
+    let key = client
+        .__inspect()
+        .lock_key("tls-sentinel:before")
+        .expect("a lock name");
+    let on_primary = setup
+        .cli(&setup.nodes()[0], &["EXISTS", &key])
+        .expect("EXISTS on the primary");
+    assert_eq!(on_primary.trim(), "1", "the lock is on the primary");
+    lease.release().await.expect("release");
+    let limiter = client
+        .rate_limiter(
+            distlock::ratelimit::Policy::gcra(
+                "tls-sentinel",
+                distlock::ratelimit::Rate::per_second(10).expect("rate"),
+            )
+            .expect("policy"),
+        )
+        .build()
+        .expect("limiter");
+    assert!(limiter.check("u").await.expect("check").allowed);
+
+    let took = setup.kill_primary();
+    eprintln!("TLS Sentinel: the replica was promoted and announced after {took:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let lease = loop {
+        match client.lock("tls-sentinel:after").acquire().await {
+            Ok(lease) => break lease,
+            Err(err) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no lock on the new primary within 30 s: {err}\n{}",
+                    setup.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let key = client
+        .__inspect()
+        .lock_key("tls-sentinel:after")
+        .expect("a lock name");
+    let on_new_primary = setup
+        .cli(&setup.nodes()[1], &["EXISTS", &key])
+        .expect("EXISTS on the new primary");
+    assert_eq!(
+        on_new_primary.trim(),
+        "1",
+        "the lock is on the promoted replica"
+    );
+    lease.release().await.expect("release");
+    assert!(
+        limiter
+            .check("u")
+            .await
+            .expect("check after the failover")
+            .allowed,
+        "the limiter follows too"
+    );
 }

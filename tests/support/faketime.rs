@@ -365,6 +365,50 @@ impl ClockedServer {
         self.clock.as_ref()
     }
 
+    /// Moves this server's fake clock forward by `by` and returns once the server's own
+    /// `TIME` shows it (within 500 ms of the total offset; waiting up to 5 s): a jump the
+    /// server never read would leave a test about clock jumps passing without one. Returns
+    /// how far ahead of this machine's clock `TIME` then was.
+    ///
+    /// # Panics
+    ///
+    /// If the server has no fake clock, does not answer `TIME`, or its `TIME` does not move.
+    pub async fn jump_clock(&self, by: Duration) -> Duration {
+        let clock = self
+            .clock
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} runs on the real clock", self.name));
+        let offset = clock.jump(by);
+        let want = offset.saturating_sub(Duration::from_millis(500));
+        let client = redis::Client::open(self.url()).expect("a valid url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.name));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (secs, micros): (u64, u64) = redis::cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("TIME on {}: {e}", self.name));
+            let server =
+                std::time::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros);
+            let ahead = server
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            if ahead >= want {
+                return ahead;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}'s fake clock was moved {offset:?} ahead, but after 5 s its TIME is only \
+                 {ahead:?} ahead: the jump did not take effect",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGSTOP.
     pub fn stop_process(&self) {
         if let Some(c) = &self.proc().child {

@@ -313,6 +313,48 @@ impl Lab {
             ],
             None,
         );
+        // `nft` accepting the rules is not the partition: a connection from inside must now
+        // get silence. (A port nothing listens on answers with a reset, which the rules drop
+        // too; only a connection that opens means the cut did not take.)
+        let open: Vec<u16> = std::thread::scope(|scope| {
+            let probes: Vec<_> = ports
+                .iter()
+                .map(|&port| scope.spawn(move || (port, self.connects(k, port))))
+                .collect();
+            probes
+                .into_iter()
+                .filter_map(|probe| probe.join().ok())
+                .filter(|&(_, connected)| connected)
+                .map(|(port, _)| port)
+                .collect()
+        });
+        assert!(
+            open.is_empty(),
+            "network lab: client {k} ({}) still connects to port(s) {open:?} after the \
+             partition's nft rules were added: the partition did not take",
+            self.netns(k)
+        );
+    }
+
+    /// Whether a TCP connection from client namespace `k` to `127.0.0.1:port` opens within
+    /// 300 ms (bash's `/dev/tcp`, under `timeout`).
+    pub fn connects(&self, k: usize, port: u16) -> bool {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                self.netns(k),
+                "timeout",
+                "0.3",
+                "bash",
+                "-c",
+            ])
+            .arg(format!("exec 3<>/dev/tcp/127.0.0.1/{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
     }
 
     /// Lifts every block of client `k`.
@@ -405,6 +447,23 @@ impl Lab {
                 None,
             );
         }
+        // As for `block`: a local connection to an isolated port must now get silence.
+        let open: Vec<u16> = ports
+            .iter()
+            .copied()
+            .filter(|&port| {
+                std::net::TcpStream::connect_timeout(
+                    &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                    std::time::Duration::from_millis(300),
+                )
+                .is_ok()
+            })
+            .collect();
+        assert!(
+            open.is_empty(),
+            "network lab: port(s) {open:?} still accept local connections after the \
+             isolation's nft rules were added: the isolation did not take"
+        );
     }
 
     /// Lifts every isolation between servers.

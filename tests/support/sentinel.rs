@@ -148,27 +148,30 @@ pub enum NodeKind {
     /// "Ready to accept connections" and accepts TCP connections on the TLS port (the harness
     /// speaks no TLS itself).
     TlsServer,
+    /// `redis-sentinel <dir>/sentinel.conf` with `port 0` and a `tls-port`: ready once it
+    /// logged its "Sentinel ID" and accepts TCP connections on the TLS port.
+    TlsSentinel,
 }
 
 impl NodeKind {
     fn binary(self) -> &'static str {
         match self {
             Self::Server | Self::TlsServer => REDIS_SERVER,
-            Self::Sentinel => REDIS_SENTINEL,
+            Self::Sentinel | Self::TlsSentinel => REDIS_SENTINEL,
         }
     }
 
     fn config_file(self) -> &'static str {
         match self {
             Self::Server | Self::TlsServer => SERVER_CONFIG,
-            Self::Sentinel => SENTINEL_CONFIG,
+            Self::Sentinel | Self::TlsSentinel => SENTINEL_CONFIG,
         }
     }
 
     fn ready_line(self) -> &'static str {
         match self {
             Self::Server | Self::TlsServer => "Ready to accept connections",
-            Self::Sentinel => "Sentinel ID is",
+            Self::Sentinel | Self::TlsSentinel => "Sentinel ID is",
         }
     }
 }
@@ -273,7 +276,7 @@ impl RedisNode {
     /// `redis://127.0.0.1:PORT/` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
         match self.kind {
-            NodeKind::TlsServer => format!("rediss://{}/", self.addr()),
+            NodeKind::TlsServer | NodeKind::TlsSentinel => format!("rediss://{}/", self.addr()),
             _ => format!("redis://{}/", self.addr()),
         }
     }
@@ -290,7 +293,7 @@ impl RedisNode {
     /// On a TLS server: build its client with the certificates (see `tls.rs`).
     pub fn client(&self) -> redis::Client {
         assert!(
-            self.kind != NodeKind::TlsServer,
+            !matches!(self.kind, NodeKind::TlsServer | NodeKind::TlsSentinel),
             "{} speaks TLS only: build a client with its certificates (tests/support/tls.rs)",
             self.name
         );
@@ -427,7 +430,7 @@ impl RedisNode {
     fn poll_ready(&self, log_offset: u64) -> Poll {
         self.process
             .poll_ready(log_offset, self.kind.ready_line(), || match self.kind {
-                NodeKind::TlsServer => {
+                NodeKind::TlsServer | NodeKind::TlsSentinel => {
                     TcpStream::connect_timeout(&self.addr(), Duration::from_millis(500)).is_ok()
                 }
                 NodeKind::Server | NodeKind::Sentinel => ping(self.addr()),

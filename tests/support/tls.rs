@@ -597,3 +597,291 @@ impl Drop for TlsServer {
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
+
+/// How long the TLS Sentinel set-up may take to settle, at start and after a failover.
+const TLS_SENTINEL_SETTLE: Duration = Duration::from_secs(30);
+
+/// One primary, its replica and three sentinels that all speak TLS only (`port 0`, a
+/// `tls-port`, `tls-auth-clients yes`), with `tls-replication yes` so that replication and
+/// the sentinels' own links (to the data nodes and to each other) speak TLS too, presenting
+/// the client certificate (`tls-client-cert-file`). One set of [`TestCerts`] for all. A small
+/// cousin of [`SentinelSetup`](super::sentinel::SentinelSetup) for the library's Sentinel-over-
+/// TLS test, inspected with `redis-cli --tls`; processes killed and files removed on drop.
+#[derive(Debug)]
+pub struct TlsSentinelSetup {
+    certs: TestCerts,
+    /// `[0]` started as the primary, `[1]` as its replica.
+    nodes: Vec<RedisNode>,
+    sentinels: Vec<RedisNode>,
+    master: String,
+    dir: PathBuf,
+}
+
+impl TlsSentinelSetup {
+    /// Starts the five processes and returns once every sentinel knows the replica and the
+    /// other two sentinels (bounded by 30 s).
+    ///
+    /// # Panics
+    ///
+    /// If `openssl`, `redis-server`, `redis-sentinel` or `redis-cli` is missing, a process
+    /// does not start, or the set-up does not settle in time (the message has the logs).
+    pub fn start() -> TlsSentinelSetup {
+        super::server::require_supported_version();
+        let certs = TestCerts::generate();
+        let dir = make_temp_dir_for("tls-sentinel");
+        let mut setup = TlsSentinelSetup {
+            certs,
+            nodes: Vec::new(),
+            sentinels: Vec::new(),
+            master: "tlsmaster".to_owned(),
+            dir,
+        };
+        let primary_dir = setup.dir.join("primary");
+        let primary = RedisNode::start(NodeKind::TlsServer, "primary", &primary_dir, |port| {
+            setup.data_config(port, &primary_dir, None)
+        });
+        let primary_port = primary.port();
+        setup.nodes.push(primary);
+        let replica_dir = setup.dir.join("replica");
+        let replica = RedisNode::start(NodeKind::TlsServer, "replica", &replica_dir, |port| {
+            setup.data_config(port, &replica_dir, Some(primary_port))
+        });
+        setup.nodes.push(replica);
+        setup.wait_until("the replica's first sync", |s| {
+            let info = s.cli(&s.nodes[1], &["INFO", "replication"])?;
+            if info.contains("master_link_status:up") {
+                Ok(())
+            } else {
+                Err(info)
+            }
+        });
+        for i in 0..3 {
+            let dir = setup.dir.join(format!("sentinel-{i}"));
+            let name = format!("sentinel-{i}");
+            let sentinel = RedisNode::start(NodeKind::TlsSentinel, &name, &dir, |port| {
+                setup.sentinel_config(port, &dir, primary_port)
+            });
+            setup.sentinels.push(sentinel);
+        }
+        setup.wait_settled(primary_port);
+        setup
+    }
+
+    /// The name the sentinels monitor the primary under.
+    pub fn master_name(&self) -> &str {
+        &self.master
+    }
+
+    /// `rediss://127.0.0.1:P/` of every sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisNode::url).collect()
+    }
+
+    /// The certificates every process was started with.
+    pub fn certs(&self) -> &TestCerts {
+        &self.certs
+    }
+
+    /// The data nodes: `[0]` started as the primary, `[1]` as its replica.
+    pub fn nodes(&self) -> &[RedisNode] {
+        &self.nodes
+    }
+
+    /// Runs `redis-cli --tls` (the CA, the client certificate) with `args` against `node`.
+    pub fn cli(&self, node: &RedisNode, args: &[&str]) -> Result<String, String> {
+        let mut cmd = Command::new(REDIS_CLI);
+        cmd.args(["--tls", "--cacert"])
+            .arg(self.certs.ca_path())
+            .arg("--cert")
+            .arg(self.certs.client_cert_path())
+            .arg("--key")
+            .arg(self.certs.client_key_path())
+            .args(["-h", "127.0.0.1", "-p", &node.port().to_string()])
+            .args(args);
+        let out = run_tool(cmd, REDIS_CLI);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success()
+            && !stdout.starts_with("ERR")
+            && !stdout.contains("Could not connect")
+        {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "{stdout}{} ({})",
+                String::from_utf8_lossy(&out.stderr),
+                out.status
+            ))
+        }
+    }
+
+    /// The port every serving sentinel names as the primary's, if they agree.
+    pub fn announced_primary(&self) -> Result<u16, String> {
+        let mut ports = Vec::new();
+        for sentinel in self.sentinels.iter().filter(|s| s.is_serving()) {
+            let out = self.cli(
+                sentinel,
+                &["SENTINEL", "get-master-addr-by-name", &self.master],
+            )?;
+            let port = out
+                .lines()
+                .nth(1)
+                .and_then(|p| p.trim().parse::<u16>().ok())
+                .ok_or_else(|| format!("{}: {out:?}", sentinel.name()))?;
+            ports.push(port);
+        }
+        match ports.first() {
+            Some(&port) if ports.iter().all(|&p| p == port) => Ok(port),
+            _ => Err(format!("the sentinels disagree: {ports:?}")),
+        }
+    }
+
+    /// SIGKILLs the primary (`nodes()[0]` at the start) and waits until every sentinel
+    /// names the replica and the replica calls itself master; returns how long that took.
+    pub fn kill_primary(&self) -> Duration {
+        let began = Instant::now();
+        self.nodes[0].kill();
+        let replica_port = self.nodes[1].port();
+        self.wait_until("the failover to the replica", |s| {
+            let announced = s.announced_primary()?;
+            if announced != replica_port {
+                return Err(format!("the sentinels name port {announced}"));
+            }
+            let role = s.cli(&s.nodes[1], &["ROLE"])?;
+            if role.starts_with("master") {
+                Ok(())
+            } else {
+                Err(format!("the replica's ROLE: {role:?}"))
+            }
+        });
+        began.elapsed()
+    }
+
+    /// Every process's log, for failure messages.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .chain(&self.sentinels)
+            .map(|node| format!("--- {} ---\n{}", node.name(), node.log_tail(40)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Waits (bounded) until the sentinels name `primary_port`, know one replica and two
+    /// other sentinels.
+    fn wait_settled(&self, primary_port: u16) {
+        self.wait_until("the sentinels to settle", |s| {
+            let announced = s.announced_primary()?;
+            if announced != primary_port {
+                return Err(format!("the sentinels name port {announced}"));
+            }
+            for sentinel in &s.sentinels {
+                let out = s.cli(sentinel, &["SENTINEL", "master", &s.master])?;
+                let field = |name: &str| {
+                    let mut lines = out.lines();
+                    lines.find(|l| l.trim() == name)?;
+                    lines.next().map(|v| v.trim().to_owned())
+                };
+                let (replicas, others) = (field("num-slaves"), field("num-other-sentinels"));
+                if replicas.as_deref() != Some("1") || others.as_deref() != Some("2") {
+                    return Err(format!(
+                        "{}: {replicas:?} replicas, {others:?} other sentinels",
+                        sentinel.name()
+                    ));
+                }
+            }
+            Ok(())
+        });
+    }
+
+    /// Polls `check` every 100 ms until it is `Ok`, for at most [`TLS_SENTINEL_SETTLE`].
+    fn wait_until(&self, what: &str, check: impl Fn(&Self) -> Result<(), String>) {
+        let deadline = Instant::now() + TLS_SENTINEL_SETTLE;
+        loop {
+            match check(self) {
+                Ok(()) => return,
+                Err(why) if Instant::now() >= deadline => panic!(
+                    "waited {TLS_SENTINEL_SETTLE:?} for {what}: {why}\n{}",
+                    self.logs()
+                ),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// The TLS lines every process shares.
+    fn tls_config(&self) -> String {
+        format!(
+            "tls-cert-file {}\n\
+             tls-key-file {}\n\
+             tls-client-cert-file {}\n\
+             tls-client-key-file {}\n\
+             tls-ca-cert-file {}\n\
+             tls-auth-clients yes\n\
+             tls-replication yes\n",
+            quote(path_str(&self.certs.server_cert_path())),
+            quote(path_str(&self.certs.server_key_path())),
+            quote(path_str(&self.certs.client_cert_path())),
+            quote(path_str(&self.certs.client_key_path())),
+            quote(path_str(&self.certs.ca_path())),
+        )
+    }
+
+    fn data_config(&self, tls_port: u16, dir: &Path, primary: Option<u16>) -> String {
+        let dir_text = path_str(dir);
+        let mut text = format!(
+            "port 0\n\
+             tls-port {tls_port}\n\
+             bind 127.0.0.1\n\
+             daemonize no\n\
+             dir {}\n\
+             logfile {}\n\
+             save \"\"\n\
+             appendonly no\n\
+             repl-diskless-sync yes\n\
+             repl-diskless-sync-delay 0\n\
+             {}{}",
+            quote(dir_text),
+            quote(&format!("{dir_text}/redis.log")),
+            super::server::debug_command_config(),
+            self.tls_config(),
+        );
+        if let Some(primary) = primary {
+            text.push_str(&format!("replicaof 127.0.0.1 {primary}\n"));
+        }
+        text
+    }
+
+    fn sentinel_config(&self, tls_port: u16, dir: &Path, primary: u16) -> String {
+        let dir_text = path_str(dir);
+        let name = &self.master;
+        format!(
+            "port 0\n\
+             tls-port {tls_port}\n\
+             bind 127.0.0.1\n\
+             daemonize no\n\
+             dir {}\n\
+             logfile {}\n\
+             {}\
+             sentinel resolve-hostnames no\n\
+             sentinel announce-hostnames no\n\
+             sentinel announce-ip 127.0.0.1\n\
+             sentinel announce-port {tls_port}\n\
+             sentinel monitor {name} 127.0.0.1 {primary} 2\n\
+             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel failover-timeout {name} 2000\n\
+             sentinel parallel-syncs {name} 1\n",
+            quote(dir_text),
+            quote(&format!("{dir_text}/redis.log")),
+            self.tls_config(),
+        )
+    }
+}
+
+impl Drop for TlsSentinelSetup {
+    fn drop(&mut self) {
+        for node in self.nodes.iter().chain(&self.sentinels) {
+            node.kill();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}

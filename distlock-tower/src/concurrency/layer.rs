@@ -151,7 +151,7 @@ impl<K, R> ConcurrencyLimitLayerBuilder<K, R> {
     ///     .bounds(4, 512)
     ///     .window(Duration::from_millis(500))
     ///     .build()?;
-    /// let layer = ConcurrencyLimitLayer::builder(client, Constant::new("search"), 32)
+    /// let layer = ConcurrencyLimitLayer::builder(client, Constant::from_static("search"), 32)
     ///     .adaptive(limit)
     ///     .build()?;
     /// # let _ = layer;

@@ -26,7 +26,7 @@
 //! // At most 2 exports at once, whichever replica serves them.
 //! let app = Router::new()
 //!     .route("/export", post(|| async { "exported" }))
-//!     .route_layer(ConcurrencyLimitLayer::new(client, Constant::new("exports"), 2)?);
+//!     .route_layer(ConcurrencyLimitLayer::new(client, Constant::from_static("exports"), 2)?);
 //!
 //! let request = || Request::post("/export").body(Body::empty()).unwrap();
 //! // Two responses whose bodies have not been read yet: their requests still hold permits.

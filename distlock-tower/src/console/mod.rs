@@ -29,7 +29,7 @@
 //! | request (under the mount point) | answer |
 //! |---|---|
 //! | `GET /` | the page (`text/html`; the script and style sheet are `console.js`, `console.css`) |
-//! | `GET /api/overview` | `{"store","identity","ready","nodes":[..],"mutations","limiters":[{"name","policies","shadow","breaker"}]}` |
+//! | `GET /api/overview` | `{"identity","prefix","mutations","health":{"ready","store","nodes":[..]},"limiters":[{"name","policies","shadow","breaker"}]}` |
 //! | `GET /api/locks?limit=N` | `{"complete","locks":[{"name","state","remaining_ttl_ms","waiters","holder","since_ms"}]}` (N ≤ 1,000, default 200) |
 //! | `GET /api/locks/{name}` | one lock, `"state":"free"` if nobody holds it |
 //! | `POST /api/locks/{name}/force-unlock` | `{"forced":true}` if a lease held it ([`Client::force_unlock`]) |

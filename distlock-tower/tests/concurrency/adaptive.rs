@@ -61,7 +61,7 @@ async fn child_entry() {
             }),
         )
         .layer(
-            ConcurrencyLimitLayer::builder(client, Constant::new("backend"), 4)
+            ConcurrencyLimitLayer::builder(client, Constant::from_static("backend"), 4)
                 .adaptive(limit)
                 .build()
                 .expect("valid settings"),

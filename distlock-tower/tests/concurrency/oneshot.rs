@@ -49,7 +49,7 @@ fn app(layer: ConcurrencyLimitLayerBuilder<Constant>) -> Router {
 }
 
 fn layer(fx: &Fixture, limit: u32) -> ConcurrencyLimitLayerBuilder<Constant> {
-    ConcurrencyLimitLayer::builder(fx.client.clone(), Constant::new("exports"), limit)
+    ConcurrencyLimitLayer::builder(fx.client.clone(), Constant::from_static("exports"), limit)
         .ttl(Duration::from_secs(5))
 }
 
@@ -258,7 +258,7 @@ async fn refusals_can_be_problem_documents(fx: Fixture) {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .route_layer(
-            ConcurrencyLimitLayer::builder(fx.client.clone(), Constant::new("p"), 1)
+            ConcurrencyLimitLayer::builder(fx.client.clone(), Constant::from_static("p"), 1)
                 .refusal(ProblemDetails::new().type_base("https://example.com/problems/"))
                 .build()
                 .expect("valid settings"),
@@ -288,14 +288,14 @@ async fn a_quorum_client_is_refused_at_build() {
     let quorum = distlock::Client::connect_quorum(&urls)
         .await
         .expect("connect_quorum");
-    let built = ConcurrencyLimitLayer::new(quorum.clone(), Constant::new("exports"), 2);
+    let built = ConcurrencyLimitLayer::new(quorum.clone(), Constant::from_static("exports"), 2);
     let Err(ConfigError::UnsupportedStore(refused)) = built else {
         panic!("a quorum must be refused: {built:?}");
     };
     assert_eq!(refused.capability, distlock::Capability::HolderSets);
     assert!(refused.reason.contains("Client::connect"), "{refused}");
     assert!(
-        ConcurrencyLimitLayer::builder(quorum, Constant::new("exports"), 2)
+        ConcurrencyLimitLayer::builder(quorum, Constant::from_static("exports"), 2)
             .build()
             .is_err()
     );
@@ -303,5 +303,5 @@ async fn a_quorum_client_is_refused_at_build() {
     let single = distlock::Client::connect(&nodes[0].url())
         .await
         .expect("connect");
-    assert!(ConcurrencyLimitLayer::new(single, Constant::new("exports"), 2).is_ok());
+    assert!(ConcurrencyLimitLayer::new(single, Constant::from_static("exports"), 2).is_ok());
 }

@@ -69,7 +69,7 @@ async fn child_entry() {
             }),
         )
         .route_layer(
-            ConcurrencyLimitLayer::builder(client, Constant::new("work"), LIMIT)
+            ConcurrencyLimitLayer::builder(client, Constant::from_static("work"), LIMIT)
                 .ttl(Duration::from_secs(10))
                 .wait(Duration::from_secs(30))
                 .build()

@@ -26,7 +26,7 @@ async fn each_request_pays_what_it_says_up_to_the_cap(fx: Fixture) {
             .expect("limiter")
     };
     // A cap above what the policy allows at once could never pass: refused here.
-    let err = RateLimitLayer::builder(limiter(), Constant::new("tenant"))
+    let err = RateLimitLayer::builder(limiter(), Constant::from_static("tenant"))
         .cost_by(11, batch_size)
         .build()
         .err();
@@ -35,7 +35,7 @@ async fn each_request_pays_what_it_says_up_to_the_cap(fx: Fixture) {
         "{err:?}"
     );
 
-    let layer = RateLimitLayer::builder(limiter(), Constant::new("tenant"))
+    let layer = RateLimitLayer::builder(limiter(), Constant::from_static("tenant"))
         .cost_by(5, batch_size)
         .build()
         .expect("layer");

@@ -337,6 +337,39 @@ async fn refusals_and_keyless_requests_are_debug_events() {
     );
 }
 
+/// A server started without `ConnectInfo` makes every request keyless: `ClientIp` says so
+/// once at `warn` (visible at the usual `info` filter), with the fix, not once per request.
+#[tokio::test]
+async fn a_missing_peer_address_is_warned_once() {
+    let capture = Capture::start(tracing::Level::INFO);
+    let client = distlock::Client::in_memory();
+    let limiter = client
+        .rate_limiter(gcra("api", 60, 10))
+        .build()
+        .expect("valid limiter");
+    let app = routes().layer(RateLimitLayer::new(limiter, ClientIp::peer()));
+    let bare = || Request::get("/").body(Body::empty()).expect("request");
+    for _ in 0..3 {
+        let response = call(&app, bare()).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+    let logged = capture.text();
+    let warnings: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("found no peer address"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logged}");
+    assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
+    assert!(
+        warnings[0].contains("into_make_service_with_connect_info"),
+        "the fix is named: {}",
+        warnings[0]
+    );
+    // A request with a peer address is keyed as before.
+    let response = call(&app, request_from("/", PEER, &[])).await;
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
 /// Without axum's `ConnectInfo`, `ClientIp` reads a plain `SocketAddr` extension, which any
 /// server can insert; `ConnectInfo` wins when both are there.
 #[test]

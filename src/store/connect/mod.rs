@@ -13,7 +13,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
 pub(crate) use self::lazy::LazyConn;
-pub(crate) use self::sentinel::{FollowingConn, PrimaryConn};
+pub(crate) use self::sentinel::{FollowingConn, PrimaryConn, SentinelTarget};
 use crate::error::StoreError;
 
 /// Connection settings, validated by the client builder.
@@ -132,7 +132,10 @@ pub(crate) async fn probe(
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|e| StoreError::from(e).with_deadline(settings.connect_timeout))?;
+        .map_err(|e| {
+            let err = StoreError::from(e).with_deadline(settings.connect_timeout);
+            naming_the_server(err, client.get_connection_info().addr())
+        })?;
     check_version(&mut conn).await?;
     check_eviction(&mut conn, settings.require_noeviction).await?;
     Ok(conn)
@@ -186,6 +189,19 @@ pub(crate) async fn check_eviction<C: redis::aio::ConnectionLike + Send>(
          maxmemory-policy noeviction (see the guide's deployment page)"
     );
     Ok(())
+}
+
+/// An unreachable server's error with its address first (`127.0.0.1:6379: Connection
+/// refused`): at start-up the connection layer's words alone do not say which of the
+/// configured servers it was.
+fn naming_the_server(err: StoreError, addr: &redis::ConnectionAddr) -> StoreError {
+    match err {
+        StoreError::Unreachable { message, cause } => StoreError::Unreachable {
+            message: format!("{addr}: {message}"),
+            cause,
+        },
+        other => other,
+    }
 }
 
 /// Refuses a server whose cluster mode is not the one the client asked for, with an error

@@ -20,6 +20,10 @@
 //!
 //! The wake-up link follows too: on a switch it reconnects to the new primary and every
 //! channel is subscribed again (waiters are woken, since releases may have been missed).
+//!
+//! Over TLS with a CA or a client certificate of the client's own, every connection carries
+//! them: to the sentinels (lookups and the `+switch-master` listener), to the primary the
+//! sentinels name (and the check that it is one), and to the primaries after a failover.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
@@ -92,12 +96,126 @@ pub(crate) struct FollowingConn {
     lane: Option<usize>,
 }
 
+/// How the primary is asked for.
+enum Lookup {
+    /// redis-rs's `Sentinel`: each sentinel URL keeps its own credentials; the primary is
+    /// reached as `node` says (credentials, TLS with the default roots).
+    Plain {
+        sentinel: Sentinel,
+        node: SentinelNodeConnectionInfo,
+    },
+    /// redis-rs's `SentinelClient`, the only one that takes certificates: they go to the
+    /// sentinels and to the primary it names (and checks).
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    Certified(redis::sentinel::SentinelClient),
+}
+
+impl Lookup {
+    /// A client of the primary the sentinels name for `master` now.
+    async fn primary(&mut self, master: &str) -> redis::RedisResult<redis::Client> {
+        match self {
+            Self::Plain { sentinel, node } => sentinel.async_master_for(master, Some(node)).await,
+            #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+            Self::Certified(client) => {
+                let _ = master; // the client was built for it
+                client.async_get_client().await
+            }
+        }
+    }
+}
+
+/// Who the primary is and how to reach it: the name the sentinels monitor it under, its
+/// credentials (the same on a replica that replaces it), and TLS when the sentinels are
+/// reached over TLS.
+pub(crate) struct SentinelTarget<'a> {
+    pub(crate) master: &'a str,
+    pub(crate) primary: redis::RedisConnectionInfo,
+    pub(crate) tls: Option<redis::TlsMode>,
+}
+
+impl SentinelTarget<'_> {
+    /// How the primary is asked for: with the client's certificates if it has some.
+    fn lookup(
+        &self,
+        sentinels: &[redis::ConnectionInfo],
+        settings: &RedisSettings,
+    ) -> Result<Lookup, StoreError> {
+        #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+        if let Some(certs) = &settings.tls {
+            return self.certified(sentinels, certs).map(Lookup::Certified);
+        }
+        let _ = settings;
+        let mut node =
+            SentinelNodeConnectionInfo::default().set_redis_connection_info(self.primary.clone());
+        if let Some(mode) = self.tls {
+            node = node.set_tls_mode(mode);
+        }
+        Ok(Lookup::Plain {
+            sentinel: Sentinel::build(sentinels.to_vec())?,
+            node,
+        })
+    }
+
+    /// A `SentinelClient` carrying `certs` to the sentinels and to the primary. Its
+    /// sentinels share one set of credentials, so their URLs must carry the same.
+    #[cfg(any(feature = "tls", feature = "tls-native-roots"))]
+    fn certified(
+        &self,
+        sentinels: &[redis::ConnectionInfo],
+        certs: &redis::TlsCertificates,
+    ) -> Result<redis::sentinel::SentinelClient, StoreError> {
+        use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+        let config = |message: &str| StoreError::Config {
+            message: message.to_owned(),
+        };
+        let Some(mode) = self.tls else {
+            return Err(config(
+                "tls_root_certificate / tls_client_identity behind Sentinel need rediss:// \
+                 sentinel URLs: the sentinels and the primary are then reached over TLS with \
+                 them",
+            ));
+        };
+        let Some(first) = sentinels.first().map(redis::ConnectionInfo::redis_settings) else {
+            return Err(config("Sentinel needs at least one sentinel URL"));
+        };
+        if sentinels.iter().any(|info| {
+            let other = info.redis_settings();
+            other.username() != first.username() || other.password() != first.password()
+        }) {
+            return Err(config(
+                "with tls_root_certificate / tls_client_identity, every sentinel URL must \
+                 carry the same credentials (redis-rs gives the sentinels one set)",
+            ));
+        }
+        let mut builder = SentinelClientBuilder::new(
+            sentinels.iter().map(|info| info.addr().clone()),
+            self.master,
+            SentinelServerType::Master,
+        )?
+        .set_client_to_sentinel_certificates(certs.clone())
+        .set_client_to_redis_tls_mode(mode)
+        .set_client_to_redis_certificates(certs.clone());
+        if let Some(username) = first.username() {
+            builder = builder.set_client_to_sentinel_username(username);
+        }
+        if let Some(password) = first.password() {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        if let Some(username) = self.primary.username() {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = self.primary.password() {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        Ok(builder.build()?)
+    }
+}
+
 struct Following {
-    sentinel: tokio::sync::Mutex<Sentinel>,
+    lookup: tokio::sync::Mutex<Lookup>,
     /// The sentinels' addresses, for the `+switch-master` listener.
     sentinels: Vec<redis::ConnectionInfo>,
     master: String,
-    node: SentinelNodeConnectionInfo,
     settings: RedisSettings,
     current: RwLock<Current>,
     /// One re-resolution at a time.
@@ -172,14 +290,14 @@ impl FollowingConn {
     /// credentials, an old server or an unknown master name fail here, once).
     pub(crate) async fn connect(
         sentinels: Vec<redis::ConnectionInfo>,
-        master: &str,
-        node: SentinelNodeConnectionInfo,
+        target: &SentinelTarget<'_>,
         settings: &RedisSettings,
     ) -> Result<(Self, redis::ConnectionInfo), StoreError> {
         super::install_crypto_provider();
-        let mut sentinel = Sentinel::build(sentinels.clone())?;
+        let master = target.master;
+        let mut lookup = target.lookup(&sentinels, settings)?;
         let limit = settings.connect_timeout.saturating_mul(2);
-        let client = tokio::time::timeout(limit, sentinel.async_master_for(master, Some(&node)))
+        let client = tokio::time::timeout(limit, lookup.primary(master))
             .await
             .map_err(|_| StoreError::Timeout { after: limit })?
             .map_err(|e| sentinel_error(master, e))?;
@@ -191,10 +309,9 @@ impl FollowingConn {
         let following = Self {
             lane: None,
             shared: Arc::new(Following {
-                sentinel: tokio::sync::Mutex::new(sentinel),
+                lookup: tokio::sync::Mutex::new(lookup),
                 sentinels,
                 master: master.to_owned(),
-                node,
                 settings: settings.clone(),
                 current: RwLock::new(Current::new(conn, info.clone())),
                 resolving: tokio::sync::Mutex::new(()),
@@ -250,10 +367,7 @@ impl FollowingConn {
         }
         let limit = shared.settings.connect_timeout;
         let found = tokio::time::timeout(limit, async {
-            let mut sentinel = shared.sentinel.lock().await;
-            sentinel
-                .async_master_for(&shared.master, Some(&shared.node))
-                .await
+            shared.lookup.lock().await.primary(&shared.master).await
         })
         .await;
         let client = match found {

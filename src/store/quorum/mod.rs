@@ -1236,14 +1236,18 @@ fn majority_holder(seen: &[(String, Duration)], needed: usize) -> Option<(String
 /// many hold at once. With 3 nodes and 2 permits, holders on nodes {1, 2}, {2, 3} and {1, 3}
 /// each have a majority while no node counts more than 2: three hold 2 permits.
 pub(crate) const HOLDER_SETS_UNSUPPORTED: &str = "semaphores and read-write locks need one \
-    store that counts their holders: connect a single primary (Client::connect) or a Cluster \
-    (Client::connect_cluster); on a Redlock quorum, majorities of independent primaries do not \
-    bound how many hold at once";
+    store that counts their holders (on a Redlock quorum, majorities of independent primaries \
+    do not bound how many hold at once): keep the quorum for locks and build its client with \
+    ClientBuilder::counting_on(<a client of a single primary or a Cluster>) (`counting_on` in \
+    a configuration file's [client]), or connect a single primary (Client::connect) or a \
+    Cluster (Client::connect_cluster)";
 
 /// Why a quorum client refuses rate limits.
-pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store that counts: \
-    connect a single primary (Client::connect) or a Cluster (Client::connect_cluster); counting \
-    on independent primaries is not exact";
+pub(crate) const RATE_LIMITS_UNSUPPORTED: &str = "rate limits need one store that counts \
+    (counting on a Redlock quorum's independent primaries is not exact): keep the quorum for \
+    locks and build its client with ClientBuilder::counting_on(<a client of a single primary \
+    or a Cluster>) (`counting_on` in a configuration file's [client]), or connect a single \
+    primary (Client::connect) or a Cluster (Client::connect_cluster)";
 
 /// Why a quorum client refuses replica acknowledgement.
 const REPLICAS_UNSUPPORTED: &str = "replica acknowledgement (replicas(n, timeout)) needs a \
@@ -1254,9 +1258,11 @@ const HAND_OFF_UNSUPPORTED: &str = "a Redlock quorum releases a lease on every n
     its waiters, who take it with a majority of their own";
 
 /// Why a quorum client refuses Bloom filters.
-pub(crate) const BLOOM_UNSUPPORTED: &str = "Bloom filters need one store that holds them: a \
-    Redlock quorum's independent primaries would each hold a different filter; use a client \
-    on a single primary or a Cluster";
+pub(crate) const BLOOM_UNSUPPORTED: &str = "Bloom filters need one store that holds them (a \
+    Redlock quorum's independent primaries would each hold a different filter): keep the \
+    quorum for locks and build its client with ClientBuilder::counting_on(<a client of a \
+    single primary or a Cluster>) (`counting_on` in a configuration file's [client]), or use \
+    a client of a single primary or a Cluster";
 
 #[cfg(test)]
 mod tests {

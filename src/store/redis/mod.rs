@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use super::connect::{self, FollowingConn, PrimaryConn, RedisSettings, check_cluster_mode};
+use super::connect::{
+    self, FollowingConn, PrimaryConn, RedisSettings, SentinelTarget, check_cluster_mode,
+};
 use super::pubsub::{FollowingLink, PubSubLink};
 use super::scripted::{LANES, Route, ScriptedStore, Single};
 use super::wakeups::Wakeups;
@@ -92,11 +94,10 @@ pub(crate) async fn from_manager(
 /// through failovers (the commands' connection, the lanes and the wake-up link).
 pub(crate) async fn connect_sentinel(
     sentinels: Vec<redis::ConnectionInfo>,
-    master: &str,
-    node: redis::sentinel::SentinelNodeConnectionInfo,
+    target: &SentinelTarget<'_>,
     settings: RedisSettings,
 ) -> Result<ScriptedStore, StoreError> {
-    let (following, info) = FollowingConn::connect(sentinels, master, node, &settings).await?;
+    let (following, info) = FollowingConn::connect(sentinels, target, &settings).await?;
     let wakeups = Wakeups::new();
     match FollowingLink::new(&info, &settings, &wakeups) {
         Ok(link) => {

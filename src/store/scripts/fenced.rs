@@ -15,10 +15,12 @@ use crate::keys::FencedKeys;
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("fenced.lua")));
 
 /// Why a store refuses fenced writes: a Redlock quorum has no single store to write to.
-pub(crate) const UNSUPPORTED: &str = "fenced writes need one store that holds the resource: \
+pub(crate) const UNSUPPORTED: &str = "fenced writes need one store that holds the resource (a \
+    Redlock quorum's independent primaries would each keep a different last fence): keep the \
+    quorum for locks and build its client with ClientBuilder::counting_on(<a client of a \
+    single primary or a Cluster>) (`counting_on` in a configuration file's [client]), or \
     connect a single primary (Client::connect, or Client::connect_sentinel) or a Cluster \
-    (Client::connect_cluster); a Redlock quorum's independent primaries would each keep a \
-    different last fence";
+    (Client::connect_cluster)";
 
 /// One call on a fenced resource.
 #[derive(Debug, Clone, Copy)]
