@@ -132,46 +132,16 @@ impl Client {
                     let pings = masters.into_iter().map(|(host, port)| {
                         let conn = conn.clone();
                         async move {
-                            let node = format!("{host}:{port}");
                             let routing =
                                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                                    host,
+                                    host: host.clone(),
                                     port,
                                 });
-                            let started = Instant::now();
-                            let answer = match tokio::time::timeout(
-                                limit,
-                                conn.clone()
-                                    .route_command(redis::cmd("PING"), routing.clone()),
-                            )
+                            probe(format!("{host}:{port}"), limit, |cmd| {
+                                let (mut conn, routing) = (conn.clone(), routing.clone());
+                                async move { conn.route_command(cmd, routing).await }
+                            })
                             .await
-                            {
-                                Ok(Ok(_)) => Ok(started.elapsed()),
-                                Ok(Err(err)) => Err(StoreError::from(err).to_string()),
-                                Err(_) => Err(format!("no answer within {limit:?}")),
-                            };
-                            let eviction_policy = if answer.is_ok() {
-                                let mut info = redis::cmd("INFO");
-                                info.arg("memory");
-                                match tokio::time::timeout(
-                                    limit,
-                                    conn.clone().route_command(info, routing),
-                                )
-                                .await
-                                {
-                                    Ok(Ok(reply)) => redis::from_redis_value::<String>(reply)
-                                        .ok()
-                                        .and_then(|text| crate::store::policy_in(&text)),
-                                    _ => None,
-                                }
-                            } else {
-                                None
-                            };
-                            NodeHealth {
-                                node,
-                                answer,
-                                eviction_policy,
-                            }
                         }
                     });
                     let nodes = futures_util::future::join_all(pings).await;
@@ -198,27 +168,40 @@ impl Client {
     }
 }
 
-async fn ping_one<C: ConnectionLike + Send>(
+async fn ping_one<C: ConnectionLike + Clone + Send>(
     node: String,
-    mut conn: C,
+    conn: C,
     limit: Duration,
 ) -> NodeHealth {
-    let started = Instant::now();
-    let answer = match tokio::time::timeout(
-        limit,
-        redis::cmd("PING").query_async::<String>(&mut conn),
-    )
+    probe(node, limit, |cmd| {
+        let mut conn = conn.clone();
+        async move { cmd.query_async::<redis::Value>(&mut conn).await }
+    })
     .await
-    {
+}
+
+/// One server's health: the round trip of a `PING` sent by `send`, then, if it answered, its
+/// `maxmemory-policy` (`INFO memory`), each within `limit`.
+async fn probe<F, Fut>(node: String, limit: Duration, mut send: F) -> NodeHealth
+where
+    F: FnMut(redis::Cmd) -> Fut,
+    Fut: std::future::Future<Output = redis::RedisResult<redis::Value>>,
+{
+    let started = Instant::now();
+    let answer = match tokio::time::timeout(limit, send(redis::cmd("PING"))).await {
         Ok(Ok(_)) => Ok(started.elapsed()),
         Ok(Err(err)) => Err(StoreError::from(err).to_string()),
         Err(_) => Err(format!("no answer within {limit:?}")),
     };
     let eviction_policy = if answer.is_ok() {
-        tokio::time::timeout(limit, crate::store::eviction_policy(&mut conn))
-            .await
-            .ok()
-            .flatten()
+        let mut info = redis::cmd("INFO");
+        info.arg("memory");
+        match tokio::time::timeout(limit, send(info)).await {
+            Ok(Ok(reply)) => redis::from_redis_value::<String>(reply)
+                .ok()
+                .and_then(|text| crate::store::policy_in(&text)),
+            _ => None,
+        }
     } else {
         None
     };

@@ -48,9 +48,7 @@ use std::time::Duration;
 
 pub(crate) use self::backend::Backend;
 pub use self::capability::{Capability, StoreKind, Unsupported};
-pub(crate) use self::connect::{
-    RedisSettings, SentinelTarget, can_evict, eviction_policy, policy_in,
-};
+pub(crate) use self::connect::{RedisSettings, SentinelTarget, can_evict, policy_in};
 pub(crate) use self::memory::MemoryStore;
 use self::peek::{KeyScan, SetHolder};
 pub(crate) use self::peek::{KeyWalk, SCAN_COUNT};

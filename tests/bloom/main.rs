@@ -282,7 +282,10 @@ async fn settings_at_their_bounds(fx: Fixture) {
         edge.add(item).await.expect("add");
         assert!(edge.contains(item).await.expect("contains"));
     }
-    assert_eq!(edge.add_many(Vec::<String>::new()).await.expect("none"), []);
+    assert_eq!(
+        edge.add_many(Vec::<String>::new()).await.expect("none"),
+        Vec::<bool>::new()
+    );
 }
 
 /// With the RedisBloom module loaded (`DISTLOCK_TEST_REDISBLOOM=/path/to/redisbloom.so`), a

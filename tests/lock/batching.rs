@@ -8,17 +8,10 @@ use std::time::Duration;
 use distlock::{LockError, ReleaseOutcome};
 
 use crate::support::fixture::Fixture;
+use crate::support::server::command_calls;
 
 async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
+    command_calls(conn, "evalsha").await
 }
 
 /// 512 tasks acquire at once: 448 distinct free locks and 64 tries of 8 shared ones. Every

@@ -199,15 +199,7 @@ async fn vanished_starving_waiters_block_the_lock_for_a_claim_at_most(fx: Fixtur
 /// (and nothing else here does, but the holder's grant and its fence).
 async fn set_calls(fx: &Fixture) -> u64 {
     let mut conn = fx.server.as_ref().expect("redis").conn().await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_set:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().expect("calls"))
+    crate::support::server::command_calls(&mut conn, "set").await
 }
 
 /// TESTPLAN 16: 500 waiters (5 clients) on one hot key held for 5 s: the attempts stay within

@@ -13,15 +13,7 @@ use crate::traces::Capture;
 /// PUBLISH calls the server has run so far.
 async fn publishes(fx: &Fixture) -> u64 {
     let mut conn = fx.server.as_ref().expect("redis").conn().await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_publish:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().expect("calls"))
+    crate::support::server::command_calls(&mut conn, "publish").await
 }
 
 /// Waits until lock `name` is marked as waited for (a listening waiter's attempt did it).

@@ -285,3 +285,26 @@ impl Drop for ChildProcess {
         let _ = child.wait();
     }
 }
+
+/// A child of this binary's `entry` test in `role` that serves HTTP, and the port it said it
+/// listens on (`LISTENING <port>`, from [`serve_and_say`]).
+pub fn listening(entry: &str, role: &str, url: &str) -> (ChildProcess, u16) {
+    let child = ChildProcess::spawn(entry, role, url);
+    let port = child
+        .expect_line("LISTENING", Duration::from_secs(60))
+        .trim_start_matches("LISTENING ")
+        .parse()
+        .expect("a port after LISTENING");
+    (child, port)
+}
+
+/// In a child: serves `app` on a free loopback port, after saying `LISTENING <port>` to the
+/// parent; until the child is killed.
+pub async fn serve_and_say(app: axum::Router) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let port = listener.local_addr().expect("bound address").port();
+    say(&format!("LISTENING {port}"));
+    axum::serve(listener, app).await.expect("serve");
+}

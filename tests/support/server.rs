@@ -927,3 +927,18 @@ fn percent_encode(s: &str) -> String {
     }
     out
 }
+
+/// How many times the server behind `conn` has run `command` (lower case, as `INFO
+/// commandstats` names it: `evalsha`, `set`, `scan`...), 0 if never.
+pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}

@@ -13,7 +13,7 @@ use distlock_tower::extract::Constant;
 use redis::AsyncCommands as _;
 
 use crate::support::RedisServer;
-use crate::support::child::{self, ChildProcess, say};
+use crate::support::child::{self, ChildProcess, listening};
 use crate::support::fixture::connect;
 use crate::support::server::resource_conn;
 
@@ -66,14 +66,7 @@ async fn child_entry() {
                 .build()
                 .expect("valid settings"),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    say(&format!(
-        "LISTENING {}",
-        listener.local_addr().expect("addr").port()
-    ));
-    axum::serve(listener, app).await.expect("serve");
+    child::serve_and_say(app).await;
 }
 
 /// The shared limit now.
@@ -124,18 +117,9 @@ async fn two_processes_converge_near_the_knee_and_follow_it_up() {
     let redis = RedisServer::start();
     let mut conn = redis.conn().await;
     let () = conn.set("backend:knee", 8).await.expect("SET");
-    let children: Vec<ChildProcess> = (0..2)
-        .map(|_| ChildProcess::spawn(ENTRY, "adaptive", &redis.url()))
-        .collect();
-    let ports: Vec<u16> = children
-        .iter()
-        .map(|c| {
-            c.expect_line("LISTENING", Duration::from_secs(60))
-                .trim_start_matches("LISTENING ")
-                .parse()
-                .expect("port")
-        })
-        .collect();
+    let (_children, ports): (Vec<ChildProcess>, Vec<u16>) = (0..2)
+        .map(|_| listening(ENTRY, "adaptive", &redis.url()))
+        .unzip();
 
     // 48 callers, more than either knee: the limit is always binding.
     let stop = Arc::new(AtomicBool::new(false));

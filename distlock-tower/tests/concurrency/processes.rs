@@ -11,7 +11,7 @@ use distlock_tower::extract::Constant;
 use redis::AsyncCommands as _;
 
 use crate::support::RedisServer;
-use crate::support::child::{self, ChildProcess, say};
+use crate::support::child::{self, ChildProcess, listening, serve_and_say};
 use crate::support::fixture::connect;
 use crate::support::server::resource_conn;
 
@@ -75,28 +75,11 @@ async fn child_entry() {
                 .build()
                 .expect("valid settings"),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    say(&format!("LISTENING {port}"));
-    axum::serve(listener, app).await.expect("serve");
+    serve_and_say(app).await;
 }
 
 fn servers(url: &str) -> (Vec<ChildProcess>, Vec<u16>) {
-    let children: Vec<ChildProcess> = (0..2)
-        .map(|_| ChildProcess::spawn(ENTRY, "server", url))
-        .collect();
-    let ports = children
-        .iter()
-        .map(|c| {
-            c.expect_line("LISTENING", Duration::from_secs(60))
-                .trim_start_matches("LISTENING ")
-                .parse()
-                .expect("port")
-        })
-        .collect();
-    (children, ports)
+    (0..2).map(|_| listening(ENTRY, "server", url)).unzip()
 }
 
 fn http_client() -> reqwest::Client {

@@ -3,14 +3,13 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use distlock::ratelimit::{Policy, Rate};
 use distlock::{Lease, LockState};
 use distlock_tower::console::{Action, Console};
-use http::{Request, Response, StatusCode};
+use http::StatusCode;
 use serde_json::Value;
-use tower::ServiceExt as _;
 
+use crate::mounted::{MOUNT, app, body_of, send};
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
@@ -19,34 +18,8 @@ on_both_stores!(
     a_refusing_hook_refuses_reads_too,
 );
 
-/// Where the tests mount the console.
-const MOUNT: &str = "/admin/console";
 /// A lock name that needs encoding in a path and in a key.
 const AWKWARD: &str = "orders/{42} 100%";
-
-fn app(console: Console) -> Router {
-    Router::new().nest(MOUNT, console.router())
-}
-
-async fn send(app: &Router, method: &str, path: &str, headers: &[(&str, &str)]) -> Response<Body> {
-    let mut request = Request::builder()
-        .method(method)
-        .uri(format!("{MOUNT}{path}"));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    app.clone()
-        .oneshot(request.body(Body::empty()).expect("request"))
-        .await
-        .expect("the router answers")
-}
-
-async fn body_of(response: Response<Body>) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body");
-    String::from_utf8(bytes.to_vec()).expect("UTF-8")
-}
 
 /// `method path` answered `status` with a JSON body, which it returns.
 async fn json(

@@ -181,18 +181,26 @@ impl Browser {
 
     /// The value of JavaScript `expression` in the page (awaited if it is a promise).
     pub fn eval(&mut self, expression: &str) -> Value {
+        self.try_eval(expression)
+            .unwrap_or_else(|exception| panic!("the page threw on {expression}: {exception}"))
+    }
+
+    /// The value of `expression`, or what the page threw on it.
+    fn try_eval(&mut self, expression: &str) -> Result<Value, Value> {
         let result = self.call(
             "Runtime.evaluate",
             json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
         );
-        if let Some(exception) = result.get("exceptionDetails") {
-            panic!("the page threw on {expression}: {exception}");
+        match result.get("exceptionDetails") {
+            Some(exception) => Err(exception.clone()),
+            None => Ok(result["result"]["value"].clone()),
         }
-        result["result"]["value"].clone()
     }
 
     /// Evaluates `expression` every 100 ms until `want` accepts its value, for at most
-    /// `within`; returns the last value either way.
+    /// `within`; returns the last value either way. A throw (the page still loading, its
+    /// elements not there yet) counts as a value not yet wanted, and is what comes back if
+    /// the time runs out on one.
     pub fn eval_until(
         &mut self,
         expression: &str,
@@ -201,7 +209,7 @@ impl Browser {
     ) -> Value {
         let deadline = Instant::now() + within;
         loop {
-            let value = self.eval(expression);
+            let value = self.try_eval(expression).unwrap_or_else(|thrown| thrown);
             if want(&value) || Instant::now() >= deadline {
                 return value;
             }

@@ -5,15 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Body;
 use distlock::idempotency::{Begin, Scope};
 use distlock::ratelimit::{Policy, Rate};
 use distlock_tower::console::{Action, Console};
-use http::{Request, Response, StatusCode};
+use http::StatusCode;
 use serde_json::Value;
-use tower::ServiceExt as _;
 
+use crate::mounted::{app, body_of, send};
 use crate::support::RedisServer;
 use crate::support::fixture::{Fixture, connect, on_both_stores};
 
@@ -23,32 +21,6 @@ on_both_stores!(
     a_cross_site_post_is_refused_whatever_the_hook_says,
     idempotency_claims_never_appear_in_a_listing,
 );
-
-const MOUNT: &str = "/admin/console";
-
-fn app(console: Console) -> Router {
-    Router::new().nest(MOUNT, console.router())
-}
-
-async fn send(app: &Router, method: &str, path: &str, headers: &[(&str, &str)]) -> Response<Body> {
-    let mut request = Request::builder()
-        .method(method)
-        .uri(format!("{MOUNT}{path}"));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    app.clone()
-        .oneshot(request.body(Body::empty()).expect("request"))
-        .await
-        .expect("the router answers")
-}
-
-async fn body_of(response: Response<Body>) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body");
-    String::from_utf8(bytes.to_vec()).expect("UTF-8")
-}
 
 fn limiter(client: &distlock::Client) -> distlock::ratelimit::RateLimiter {
     client
@@ -184,15 +156,7 @@ async fn idempotency_claims_never_appear_in_a_listing(fx: Fixture) {
 
 /// `SCAN` calls the server has answered so far.
 async fn scan_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_scan:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
+    crate::support::server::command_calls(conn, "scan").await
 }
 
 /// 20 held locks among 20,000 other keys: one listing costs some `SCAN` calls; 50 concurrent

@@ -9,3 +9,4 @@ mod api;
 mod browser;
 mod chromium;
 mod closed;
+mod mounted;

@@ -12,7 +12,7 @@ use http::StatusCode;
 use redis::AsyncCommands as _;
 
 use crate::support::RedisServer;
-use crate::support::child::{ChildProcess, role, say};
+use crate::support::child::{ChildProcess, listening, role, serve_and_say};
 use crate::support::fixture::connect;
 use crate::support::server::resource_conn;
 
@@ -92,28 +92,11 @@ async fn child_entry() {
             };
             builder.build().expect("valid settings")
         });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    say(&format!("LISTENING {port}"));
-    axum::serve(listener, app).await.expect("serve");
+    serve_and_say(app).await;
 }
 
 fn servers(url: &str, role: &str, count: usize) -> (Vec<ChildProcess>, Vec<u16>) {
-    let children: Vec<ChildProcess> = (0..count)
-        .map(|_| ChildProcess::spawn(ENTRY, role, url))
-        .collect();
-    let ports = children
-        .iter()
-        .map(|c| {
-            c.expect_line("LISTENING", Duration::from_secs(60))
-                .trim_start_matches("LISTENING ")
-                .parse()
-                .expect("port")
-        })
-        .collect();
-    (children, ports)
+    (0..count).map(|_| listening(ENTRY, role, url)).unzip()
 }
 
 fn http_client() -> reqwest::Client {

@@ -13,7 +13,7 @@ use http::StatusCode;
 use redis::AsyncCommands as _;
 
 use crate::support::RedisServer;
-use crate::support::child::{ChildProcess, role, say};
+use crate::support::child::{ChildProcess, listening, role, serve_and_say};
 use crate::support::fixture::connect;
 use crate::support::server::resource_conn;
 
@@ -70,22 +70,11 @@ async fn child_entry() {
             )),
         other => panic!("unknown role {other}"),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    say(&format!("LISTENING {port}"));
-    axum::serve(listener, app).await.expect("serve");
+    serve_and_say(app).await;
 }
 
 fn server(url: &str, role: &str) -> (ChildProcess, u16) {
-    let child = ChildProcess::spawn(ENTRY, role, url);
-    let port = child
-        .expect_line("LISTENING", Duration::from_secs(60))
-        .trim_start_matches("LISTENING ")
-        .parse()
-        .expect("port");
-    (child, port)
+    listening(ENTRY, role, url)
 }
 
 fn http_client(timeout: Duration) -> reqwest::Client {

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
-use crate::common::{ask, descriptor, header, ok, serve, server};
+use crate::common::{ask, ask_one, descriptor, header, ok, oks, serve, server};
 use crate::support::RedisServer;
 use crate::support::fixture::{connect, shared_cluster_client};
 
@@ -71,27 +71,12 @@ descriptors:
 async fn every_feature(store: Client) {
     let served = serve(server(store, CONFIG, Settings::default())).await;
     let mut c = served.client.clone();
+    let one = |entries: &[(&str, &str)]| vec![descriptor(entries)];
 
     // A key-only entry: any value, one counter per value.
-    for _ in 0..3 {
-        let r = ask(
-            &mut c,
-            "edge",
-            vec![descriptor(&[("remote_address", "10.0.0.1")])],
-            0,
-        )
-        .await
-        .expect("answer");
-        assert!(ok(&r), "{r:?}");
-    }
-    let over = ask(
-        &mut c,
-        "edge",
-        vec![descriptor(&[("remote_address", "10.0.0.1")])],
-        0,
-    )
-    .await
-    .expect("answer");
+    let first = one(&[("remote_address", "10.0.0.1")]);
+    assert_eq!(oks(&mut c, "edge", &first, 3).await, [true; 3]);
+    let over = ask_one(&mut c, "edge", &[("remote_address", "10.0.0.1")]).await;
     assert!(!ok(&over), "the fourth in the day");
     let status = &over.statuses[0];
     assert_eq!(status.code, Code::OverLimit as i32);
@@ -104,56 +89,27 @@ async fn every_feature(store: Client) {
     );
     let reset = status.duration_until_reset.as_ref().expect("reset");
     assert!(reset.seconds <= 86_400, "{reset:?}");
-    let other = ask(
-        &mut c,
-        "edge",
-        vec![descriptor(&[("remote_address", "10.0.0.2")])],
-        0,
-    )
-    .await
-    .expect("answer");
+    let other = ask_one(&mut c, "edge", &[("remote_address", "10.0.0.2")]).await;
     assert!(ok(&other), "another address has its own counter");
 
     // Nested: the whole descriptor reaches the deeper limit, with its own counter.
-    let login = [("remote_address", "10.0.0.9"), ("path", "/login")];
-    for expected in [true, true, false] {
-        let r = ask(&mut c, "edge", vec![descriptor(&login)], 0)
-            .await
-            .expect("answer");
-        assert_eq!(ok(&r), expected, "{r:?}");
-    }
+    let login = one(&[("remote_address", "10.0.0.9"), ("path", "/login")]);
+    assert_eq!(oks(&mut c, "edge", &login, 3).await, [true, true, false]);
+    let elsewhere = ask_one(
+        &mut c,
+        "edge",
+        &[("remote_address", "10.0.0.9"), ("path", "/x")],
+    )
+    .await;
     assert_eq!(
-        ask(
-            &mut c,
-            "edge",
-            vec![descriptor(&[
-                ("remote_address", "10.0.0.9"),
-                ("path", "/x")
-            ])],
-            0
-        )
-        .await
-        .expect("answer")
-        .statuses[0]
-            .current_limit,
-        None,
+        elsewhere.statuses[0].current_limit, None,
         "a value not configured at the deeper level: no limit"
     );
     // Deeper than the configuration: no limit.
-    let deep = ask(
-        &mut c,
-        "edge",
-        vec![descriptor(&[("database", "users"), ("x", "y")])],
-        0,
-    )
-    .await
-    .expect("answer");
+    let deep = ask_one(&mut c, "edge", &[("database", "users"), ("x", "y")]).await;
     assert!(ok(&deep) && deep.statuses[0].current_limit.is_none());
     // An unknown domain: no limit, OK.
-    let unknown = ask(&mut c, "nowhere", vec![descriptor(&[("a", "b")])], 0)
-        .await
-        .expect("answer");
-    assert!(ok(&unknown));
+    assert!(ok(&ask_one(&mut c, "nowhere", &[("a", "b")]).await));
 
     // hits_addend: the request's, and a descriptor's own.
     let r = ask(

@@ -101,3 +101,31 @@ pub fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str
         .find(|h| h.key == name)
         .map(|h| h.value.as_str())
 }
+
+/// `ShouldRateLimit` for one descriptor of `entries` in `domain`, one hit.
+pub async fn ask_one(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> RateLimitResponse {
+    ask(client, domain, vec![descriptor(entries)], 0)
+        .await
+        .expect("an answer")
+}
+
+/// Whether each of `times` requests of `descriptors` in `domain` was answered `OK`.
+pub async fn oks(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    descriptors: &[RateLimitDescriptor],
+    times: usize,
+) -> Vec<bool> {
+    let mut seen = Vec::with_capacity(times);
+    for _ in 0..times {
+        let answer = ask(client, domain, descriptors.to_vec(), 0)
+            .await
+            .expect("an answer");
+        seen.push(ok(&answer));
+    }
+    seen
+}
