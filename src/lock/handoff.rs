@@ -1,6 +1,6 @@
 //! Hand-off: a holder that releases a lock some waiter of its own client is queued for passes
-//! the lock straight to that waiter (`handoff.lua`: one round trip that swaps the token and
-//! mints the waiter's fence), instead of releasing it, publishing a wake-up and letting the
+//! the lock straight to that waiter (`handoff.lua`: one round trip that swaps the token, and
+//! mints the waiter's fence if its lease is eager; a lazy one mints when asked), instead of releasing it, publishing a wake-up and letting the
 //! waiter come back for it. A contended lock then changes hands in one round trip, not two
 //! plus a pub/sub message. A waiter queues once it has found the lock busy twice (its first
 //! attempt, and the one after subscribing), and is served in queue order; a waiter woken by
@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use super::hold::release_in_background;
 use super::metrics;
+use super::state::Terms;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::store::{Capability, HandoffReply, Ownership, Store};
@@ -51,6 +52,8 @@ struct Lines {
 struct Waiter {
     id: u64,
     ttl: Duration,
+    /// The waiter's lease mints its fence with the grant (an eager lease).
+    mint: bool,
     /// The holder identity the waiter's lease is to carry.
     identity: Arc<str>,
     tx: oneshot::Sender<Handed>,
@@ -58,11 +61,11 @@ struct Waiter {
 
 /// What a releaser tells a waiter.
 pub(crate) enum Handed {
-    /// The lock is the waiter's, under this token and fence; its ttl started no earlier than
-    /// `sent_at`.
+    /// The lock is the waiter's, under this token (and fence, if the waiter's lease is
+    /// eager); its ttl started no earlier than `sent_at`.
     Granted {
         token: Token,
-        fence: u64,
+        fence: Option<u64>,
         sent_at: Instant,
         /// Hand-offs in a row, this one included.
         in_row: u32,
@@ -107,13 +110,13 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// Queues a waiter for `keys` whose lease will have `ttl`, in `handoffs`, the registry of
-    /// its client, whose store is `store`.
+    /// Queues a waiter for `keys` whose lease will be kept on `terms`, in `handoffs`, the
+    /// registry of its client, whose store is `store`.
     pub(crate) fn join(
         handoffs: &Handoffs,
         store: &Store,
         keys: &LockKeys,
-        ttl: Duration,
+        terms: &Terms,
         identity: &Arc<str>,
     ) -> Self {
         let id = handoffs.0.next_id.fetch_add(1, Ordering::Relaxed);
@@ -124,7 +127,8 @@ impl Ticket {
             .or_default()
             .push_back(Waiter {
                 id,
-                ttl,
+                ttl: terms.grant_ttl(),
+                mint: terms.fenced,
                 identity: identity.clone(),
                 tx,
             });
@@ -198,7 +202,9 @@ pub(crate) async fn pass_on(
         to: Token::mint(&waiter.identity),
     };
     let sent_at = Instant::now();
-    let reply = store.handoff(keys, token, &notice.to, waiter.ttl).await;
+    let reply = store
+        .handoff(keys, token, &notice.to, waiter.ttl, waiter.mint)
+        .await;
     Some(match reply {
         Ok(HandoffReply::Passed { fence }) => {
             metrics::handed_off();

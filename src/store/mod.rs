@@ -67,6 +67,7 @@ pub(crate) use self::scripts::fenced::{
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::idempotency::{RecordCall, RecordReply};
 pub(crate) use self::scripts::leader::Record;
+pub(crate) use self::scripts::mint::MintReply;
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Ownership, Replicas};
@@ -202,6 +203,7 @@ impl Store {
         on_backend!(self.locks(), s => s.fences(prefix))
     }
 
+    /// Takes a lock, minting its fence with the grant if `mint` (an eager lease).
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -209,8 +211,19 @@ impl Store {
         ttl: Duration,
         waits: Waits,
         replicas: Option<Replicas>,
+        mint: bool,
     ) -> Result<AcquireReply, StoreError> {
-        bounded_on!(self.locks(), s => s.acquire(keys, token, ttl, waits, replicas).await)
+        bounded_on!(self.locks(), s => s.acquire(keys, token, ttl, waits, replicas, mint).await)
+    }
+
+    /// Mints the fence of the lease `token` holds on the lock of `keys`, if the store still
+    /// holds it for that token.
+    pub(crate) async fn mint(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+    ) -> Result<MintReply, StoreError> {
+        bounded_on!(self.locks(), s => s.mint(keys, token).await)
     }
 
     pub(crate) async fn release(
@@ -227,16 +240,17 @@ impl Store {
         bounded_on!(self.locks(), s => s.unmark(keys).await)
     }
 
-    /// Passes a held lock from token `from` to token `to`, with a new ttl and fence. Only on
-    /// a store that supports [`Capability::HandOff`].
+    /// Passes a held lock from token `from` to token `to`, with a new ttl, and a fence if
+    /// `mint`. Only on a store that supports [`Capability::HandOff`].
     pub(crate) async fn handoff(
         &self,
         keys: &LockKeys,
         from: &Token,
         to: &Token,
         ttl: Duration,
+        mint: bool,
     ) -> Result<HandoffReply, StoreError> {
-        bounded_on!(self.locks(), s => s.handoff(keys, from, to, ttl).await)
+        bounded_on!(self.locks(), s => s.handoff(keys, from, to, ttl, mint).await)
     }
 
     /// One fenced write or read, on the store counting primitives go to (bounded by its

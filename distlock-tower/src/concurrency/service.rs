@@ -73,7 +73,7 @@ impl LeaseKind for Limiting {
     }
 
     fn log_lost(key: &str, handle: &LeaseHandle) {
-        tracing::warn!(semaphore = %key, fence = handle.fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
+        tracing::warn!(semaphore = %key, fence = handle.minted_fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
     }
 
     fn log_refused(refusal: &Refusal) {

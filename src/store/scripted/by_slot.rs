@@ -35,6 +35,7 @@ use crate::store::connect::{RedisSettings, node_info};
 use crate::store::ratelimit::RateReply;
 use crate::store::ratelimit::script::{RateItem, Rates};
 use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires};
+use crate::store::scripts::mint::{MintItem, MintReply, Mints};
 use crate::store::scripts::release::{self, ReleaseItem, Releases};
 use crate::store::scripts::renew::{self, RenewItem};
 use crate::store::scripts::{Calls, Lua, Ownership, Publish};
@@ -68,6 +69,7 @@ struct Node {
     conn: ConnectionManager,
     acquires: Batcher<OnNode<Acquires>>,
     releases: Batcher<OnNode<Releases>>,
+    mints: Batcher<OnNode<Mints>>,
     rates: Batcher<OnNode<Rates>>,
 }
 
@@ -110,6 +112,13 @@ impl BySlot {
         match self.topology.node(slot_of(&item.keys.lock)) {
             Some(node) => node.acquires.run(item).await?,
             None => one(&Acquires, &self.topology.cluster, item).await,
+        }
+    }
+
+    pub(crate) async fn mint(&self, item: MintItem) -> Result<MintReply, StoreError> {
+        match self.topology.node(slot_of(&item.keys.lock)) {
+            Some(node) => node.mints.run(item).await?,
+            None => one(&Mints, &self.topology.cluster, item).await,
         }
     }
 
@@ -213,6 +222,14 @@ impl Topology {
         };
         let node = Arc::new(Node {
             acquires: batcher(on(Acquires), timeout),
+            mints: batcher(
+                OnNode {
+                    calls: Mints,
+                    conn: conn.clone(),
+                    topology: Arc::downgrade(self),
+                },
+                timeout,
+            ),
             releases: batcher(
                 OnNode {
                     calls: releases(),

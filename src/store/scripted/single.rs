@@ -15,6 +15,7 @@ use crate::store::connect::PrimaryConn;
 use crate::store::ratelimit::RateReply;
 use crate::store::ratelimit::script::{RateItem, Rates};
 use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires};
+use crate::store::scripts::mint::{MintItem, MintReply, Mints};
 use crate::store::scripts::release::{self, ReleaseItem, Releases};
 use crate::store::scripts::renew::{self, RenewItem};
 use crate::store::scripts::{Calls, OnConn, Ownership, Publish, Replicas};
@@ -23,6 +24,7 @@ pub(crate) struct Single {
     conn: PrimaryConn,
     acquires: Batcher<OnConn<Acquires, PrimaryConn>>,
     releases: Batcher<OnConn<Releases, PrimaryConn>>,
+    mints: Batcher<OnConn<Mints, PrimaryConn>>,
     rates: Batcher<OnConn<Rates, PrimaryConn>>,
     lanes: Lanes,
     /// Acquires that wait for replicas, one batcher per requirement (usually one).
@@ -41,6 +43,14 @@ impl Single {
         };
         Self {
             acquires: batcher(on(Acquires), timeout),
+            mints: batcher(
+                OnConn {
+                    calls: Mints,
+                    conn: conn.clone(),
+                    publish: Publish::Plain,
+                },
+                timeout,
+            ),
             releases: batcher(
                 OnConn {
                     calls: Releases {
@@ -75,6 +85,10 @@ impl Single {
             None => self.acquires.run(item).await,
             Some(replicas) => self.acked(replicas).run(item).await,
         }
+    }
+
+    pub(crate) async fn mint(&self, item: MintItem) -> Result<MintReply, StoreError> {
+        self.mints.run(item).await
     }
 
     pub(crate) async fn release(&self, item: ReleaseItem) -> Result<Ownership, StoreError> {

@@ -1,5 +1,5 @@
-//! `acquire.lua`, after `fence.lua`: take locks and mint their fences (contract in the
-//! `.lua` header).
+//! `acquire.lua`, after `fence.lua`: take locks, and mint the fences of those that ask for
+//! one now (contract in the `.lua` header).
 
 use std::sync::LazyLock;
 
@@ -18,114 +18,42 @@ pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
-/// The same, for a node of a Redlock quorum: `boot.lua` first checks that the node has not
-/// lost its data since the client last saw it.
-static ON_QUORUM_NODE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("fence.lua"),
-        include_str!("boot.lua"),
-        include_str!("acquire.lua")
-    ))
-});
-
-/// What one node of a quorum answered to an acquire.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum NodeAcquire {
-    Replied(AcquireReply),
-    /// The node's boot value is not the one the client saw: it lost its data since (restart
-    /// without persistence, flush), or the client never saw it. Nothing was done.
-    Restarted(Boot),
-}
-
-/// A node's boot value, and how long ago (on its clock) it was seeded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Boot {
-    pub(crate) value: String,
-    pub(crate) age: std::time::Duration,
-}
-
-impl Boot {
-    /// From `'<random>@<seeded ms>'` and the server's time in ms.
-    pub(crate) fn parse(value: &str, now_ms: u64) -> Self {
-        let seeded = value
-            .rsplit_once('@')
-            .and_then(|(_, ms)| ms.parse::<u64>().ok())
-            .unwrap_or(0);
-        Self {
-            value: value.to_owned(),
-            age: std::time::Duration::from_millis(now_ms.saturating_sub(seeded)),
-        }
-    }
-}
-
-/// Acquires on one node of a quorum, many per call: the call first checks the node's boot
-/// value `seen` (seeding it with `fresh` if missing), once for every item in it. A node whose
-/// boot value is not `seen` runs none of them and answers [`NodeAcquire::Restarted`] for all.
-pub(crate) fn on_quorum_node(
-    items: &[&AcquireItem],
-    boot_key: &str,
-    seen: &str,
-    fresh: &str,
-) -> (&'static Lua, Cmd) {
-    let mut cmd = ON_QUORUM_NODE.call(2 * items.len() + 1, 3 * items.len() + 2, 128 * items.len());
-    for item in items {
-        cmd.arg(&item.keys.lock).arg(&*item.keys.fence);
-    }
-    cmd.arg(boot_key);
-    for item in items {
-        cmd.arg(item.token.as_str())
-            .arg(item.ttl_ms)
-            .arg(item.waits.arg());
-    }
-    cmd.arg(seen).arg(fresh);
-    (&ON_QUORUM_NODE, cmd)
-}
-
-/// The reply of [`on_quorum_node`]'s call (its error reply included): one answer per item.
-pub(crate) fn on_quorum_node_reply(
-    reply: Result<Value, redis::RedisError>,
-    items: usize,
-) -> Result<Vec<NodeAcquire>, StoreError> {
-    match reply {
-        Ok(reply) => Ok(codes(reply, items, "acquire")?
-            .into_iter()
-            .map(|code| NodeAcquire::Replied(AcquireReply::from_code(code)))
-            .collect()),
-        Err(err) if err.code() == Some("DISTLOCK_RESTARTED") => {
-            let detail = err.detail().unwrap_or_default().trim();
-            let (value, now) = detail.rsplit_once(' ').unwrap_or((detail, "0"));
-            let boot = Boot::parse(value, now.parse().unwrap_or(0));
-            Ok(vec![NodeAcquire::Restarted(boot); items])
-        }
-        Err(err) => Err(err.into()),
-    }
-}
-
 /// The answer to one acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    Granted {
-        fence: u64,
-    },
+    /// Granted; `fence` is the grant's fence if it was minted with it (an eager lease, and
+    /// every grant of a semaphore, a read-write lock or a multi-lock), `None` if the lease
+    /// mints it when first asked.
+    Granted { fence: Option<u64> },
     /// `pttl` is the holder's remaining ttl; `None` if the key has no expiry.
-    Busy {
-        pttl: Option<std::time::Duration>,
-    },
+    Busy { pttl: Option<std::time::Duration> },
     /// Granted, but fewer replicas than required acknowledged it in time: the caller must
     /// not use it (and releases it).
-    Unreplicated {
-        acked: u32,
-        wanted: u32,
-    },
+    Unreplicated { acked: u32, wanted: u32 },
 }
 
 impl AcquireReply {
-    /// One item of the reply: a fence (> 0), or −(pttl + 1) when busy.
+    /// One reply of a script that always mints (`acquire_permits.lua`, `acquire_read.lua`,
+    /// `acquire_write.lua`): a fence (> 0), or −(pttl + 1) when busy.
     pub(crate) fn from_code(code: i64) -> Self {
         match u64::try_from(code) {
-            Ok(fence) if fence > 0 => Self::Granted { fence },
+            Ok(fence) if fence > 0 => Self::Granted { fence: Some(fence) },
             _ => Self::Busy {
                 pttl: u64::try_from(-(code + 1))
+                    .ok()
+                    .map(std::time::Duration::from_millis),
+            },
+        }
+    }
+
+    /// One item of `acquire.lua`'s reply: a fence (> 0), 0 for a grant that minted none, or
+    /// −(pttl + 2) when busy (−1: the key has no expiry).
+    pub(crate) fn from_acquire_code(code: i64) -> Self {
+        match u64::try_from(code) {
+            Ok(0) => Self::Granted { fence: None },
+            Ok(fence) => Self::Granted { fence: Some(fence) },
+            Err(_) => Self::Busy {
+                pttl: u64::try_from(-(code + 2))
                     .ok()
                     .map(std::time::Duration::from_millis),
             },
@@ -172,6 +100,18 @@ pub(crate) struct AcquireItem {
     pub(crate) waits: Waits,
     /// Replica acknowledgement the grant needs, if any.
     pub(crate) replicas: Option<Replicas>,
+    /// Mint the grant's fence with it (an eager lease); else the lease mints it when asked.
+    pub(crate) mint: bool,
+}
+
+impl AcquireItem {
+    /// The item's four arguments to `acquire.lua`.
+    fn args(&self, cmd: &mut Cmd) {
+        cmd.arg(self.token.as_str())
+            .arg(self.ttl_ms)
+            .arg(self.waits.arg())
+            .arg(if self.mint { "1" } else { "0" });
+    }
 }
 
 /// Acquires, many per call.
@@ -215,14 +155,12 @@ impl Calls for Acquires {
     }
 
     fn encode(&self, items: &[&AcquireItem]) -> (&'static Lua, Cmd) {
-        let mut cmd = SCRIPT.call(2 * items.len(), 3 * items.len(), 128 * items.len());
+        let mut cmd = SCRIPT.call(2 * items.len(), 4 * items.len(), 128 * items.len());
         for item in items {
             cmd.arg(&item.keys.lock).arg(&*item.keys.fence);
         }
         for item in items {
-            cmd.arg(item.token.as_str())
-                .arg(item.ttl_ms)
-                .arg(item.waits.arg());
+            item.args(&mut cmd);
         }
         (&SCRIPT, cmd)
     }
@@ -234,7 +172,7 @@ impl Calls for Acquires {
     ) -> Result<Vec<AcquireReply>, StoreError> {
         Ok(codes(reply, items.len(), "acquire")?
             .into_iter()
-            .map(AcquireReply::from_code)
+            .map(AcquireReply::from_acquire_code)
             .collect())
     }
 
@@ -258,19 +196,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_decode_to_grants_and_busy_replies() {
+    fn acquire_codes_decode_to_grants_with_or_without_fence_and_busy_replies() {
+        let busy = |ms| AcquireReply::Busy {
+            pttl: Some(Duration::from_millis(ms)),
+        };
+        assert_eq!(
+            AcquireReply::from_acquire_code(1_700_000_000_000_001),
+            AcquireReply::Granted {
+                fence: Some(1_700_000_000_000_001)
+            }
+        );
+        assert_eq!(
+            AcquireReply::from_acquire_code(0),
+            AcquireReply::Granted { fence: None },
+            "a grant that leaves its fence to the lease"
+        );
+        assert_eq!(
+            AcquireReply::from_acquire_code(-1),
+            AcquireReply::Busy { pttl: None },
+            "a key without expiry"
+        );
+        assert_eq!(AcquireReply::from_acquire_code(-2), busy(0));
+        assert_eq!(AcquireReply::from_acquire_code(-30_002), busy(30_000));
+        assert_eq!(
+            AcquireReply::from_acquire_code(i64::MIN),
+            busy(i64::MAX as u64 - 1)
+        );
+    }
+
+    #[test]
+    fn codes_of_the_scripts_that_always_mint_decode_to_grants_and_busy_replies() {
         let busy = |ms| AcquireReply::Busy {
             pttl: Some(Duration::from_millis(ms)),
         };
         assert_eq!(
             AcquireReply::from_code(1_700_000_000_000_001),
             AcquireReply::Granted {
-                fence: 1_700_000_000_000_001
+                fence: Some(1_700_000_000_000_001)
             }
         );
         assert_eq!(
             AcquireReply::from_code(1),
-            AcquireReply::Granted { fence: 1 }
+            AcquireReply::Granted { fence: Some(1) }
         );
         assert_eq!(AcquireReply::from_code(-1), busy(0));
         assert_eq!(AcquireReply::from_code(-30_001), busy(30_000));

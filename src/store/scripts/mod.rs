@@ -22,6 +22,7 @@ pub(crate) mod handoff;
 pub(crate) mod idempotency;
 pub(crate) mod leader;
 mod lua;
+pub(crate) mod mint;
 pub(crate) mod release;
 pub(crate) mod release_entries;
 pub(crate) mod release_writer;
@@ -34,7 +35,7 @@ use redis::Value;
 
 use redis::Cmd;
 
-pub(crate) use self::lua::{Conn, Lua};
+pub(crate) use self::lua::{Conn, Lua, Pipe};
 use self::release::ReleaseItem;
 use super::batch::Batch;
 use crate::error::StoreError;
