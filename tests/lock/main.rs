@@ -13,6 +13,7 @@ mod batching;
 mod election;
 mod existing;
 mod fairness;
+mod fences;
 mod handoff;
 mod holders;
 mod job;

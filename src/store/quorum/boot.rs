@@ -6,12 +6,13 @@
 //! seeded once with the server's time (`'<random>@<seeded ms>'`), gone with the data.
 //!
 //! Every acquire on a node reads it, in the **same pipeline as the acquire** on the node's one
-//! connection: `GET <boot>`, `TIME`, then the acquire's script call. A server that restarts
-//! closes its connections, so the answers of one pipeline come from one server life: if the
-//! boot value is the one the client last saw, the acquire ran on a node that still has every
-//! grant it gave. A plain read costs the server a fraction of what a script's `redis.call`
-//! does, and the check needs no script of its own. `TIME` tells the node's clock for the
-//! check of clocks that run ahead (`clocks.rs`).
+//! connection: `GET <boot>`, `TIME`, then the acquire's commands (an uncontended one is a
+//! plain `SET NX PX`; see `AcquireRounds`, whose second round, for a busy answer, carries the
+//! check again). A server that restarts closes its connections, so the answers of one
+//! pipeline come from one server life: if the boot value is the one the client last saw, the
+//! acquire ran on a node that still has every grant it gave. A plain read costs the server a
+//! fraction of what a script's `redis.call` does, and the check needs no script at all. `TIME`
+//! tells the node's clock for the check of clocks that run ahead (`clocks.rs`).
 //!
 //! When the boot value is missing (the node lost its data), it is seeded at once (one more
 //! round trip, only then) and the node's answers to that pipeline are not used; when it is
@@ -29,7 +30,7 @@ use redis::aio::ConnectionManager;
 use super::NodeState;
 use crate::error::StoreError;
 use crate::store::batch::Batch;
-use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires};
+use crate::store::scripts::acquire::{AcquireItem, AcquireReply, AcquireRounds, Acquires};
 use crate::store::scripts::{Calls, Pipe};
 use crate::token::Token;
 
@@ -177,26 +178,28 @@ impl Batch for NodeAcquires {
     type Reply = Result<NodeAcquire, StoreError>;
     const FLUSH_AT: usize = <Acquires as Calls>::FLUSH_AT;
 
+    /// The batch in [`AcquireRounds`], every round behind the boot check: a node whose life
+    /// changed at any round answers `Restarted` for every item.
     async fn run(&self, items: &[AcquireItem]) -> Result<Vec<Self::Reply>, StoreError> {
-        let refs: Vec<&AcquireItem> = items.iter().collect();
-        let (script, cmd) = Acquires.encode(&refs);
-        let mut body = Pipe::with_capacity(1);
-        body.script(script, cmd);
-        let (life, mut values) = self.checked(body).await?;
-        let clock_us = match life {
-            Life::Same { clock_us } => clock_us,
-            Life::Other(boot) => return Ok(vec![Ok(NodeAcquire::Restarted(boot)); items.len()]),
-        };
-        let value = values.pop().ok_or_else(|| StoreError::Protocol {
-            message: "a quorum node's acquire was not answered".to_owned(),
-        })?;
-        if let Value::ServerError(err) = value {
-            return Err(redis::RedisError::from(err).into());
+        let mut rounds = AcquireRounds::new(items, false);
+        let mut clock: Option<u64> = None;
+        while let Some(pipe) = rounds.next_round() {
+            let (life, values) = self.checked(pipe).await?;
+            match life {
+                Life::Same { clock_us } => {
+                    clock.get_or_insert(clock_us);
+                }
+                Life::Other(boot) => {
+                    return Ok(vec![Ok(NodeAcquire::Restarted(boot)); items.len()]);
+                }
+            }
+            rounds.answer(values.into_iter().map(Ok).collect());
         }
-        Ok(Acquires
-            .decode(value, &refs)?
+        let clock_us = clock.unwrap_or_default();
+        Ok(rounds
+            .replies()
             .into_iter()
-            .map(|reply| Ok(NodeAcquire::Replied { reply, clock_us }))
+            .map(|reply| reply.map(|reply| NodeAcquire::Replied { reply, clock_us }))
             .collect())
     }
     // A grant nobody waits for (its caller's per-node deadline passed) is not undone here:

@@ -149,6 +149,39 @@ impl Pipe {
             && matches!(value, Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript))
     }
 
+    /// Sends every command in one write on `conn`, and the script calls the server answered
+    /// `NOSCRIPT` (nothing of them ran) once more, after loading their scripts: one answer per
+    /// command, in order. For a connection that needs nothing sent with a retry (a primary).
+    pub(crate) async fn send_loading<C: Conn>(&self, conn: &C) -> RedisResult<Vec<Value>> {
+        let mut values = self.send(conn).await?;
+        let missing: Vec<usize> = (0..self.len())
+            .filter(|&i| self.no_script(i, &values[i]))
+            .collect();
+        if missing.is_empty() {
+            return Ok(values);
+        }
+        self.load(conn, &missing).await?;
+        for (&i, value) in missing.iter().zip(self.only(&missing).send(conn).await?) {
+            values[i] = value;
+        }
+        Ok(values)
+    }
+
+    /// A pipe of the commands `indices` only, in that order.
+    pub(crate) fn only(&self, indices: &[usize]) -> Self {
+        let cmds: Vec<&Cmd> = self.commands().collect();
+        let mut pipe = Self::with_capacity(indices.len());
+        for &i in indices {
+            if let Some(cmd) = cmds.get(i) {
+                match self.script_of(i) {
+                    Some(script) => pipe.script(script, (*cmd).clone()),
+                    None => pipe.plain((*cmd).clone()),
+                }
+            }
+        }
+        pipe
+    }
+
     /// Loads the scripts of the commands `indices` (each script once) into the server behind
     /// `conn`.
     pub(crate) async fn load<C: Conn>(&self, conn: &C, indices: &[usize]) -> RedisResult<()> {
