@@ -23,6 +23,7 @@ mod capabilities;
 mod clocks;
 mod counting;
 mod election;
+mod healing;
 mod health;
 mod members;
 

@@ -173,6 +173,51 @@ impl NodeAcquires {
     }
 }
 
+/// What a node answered to re-taking lost copies of leases (see [`NodeAcquires::retake`]).
+pub(super) enum Retaken {
+    /// Per key: whether it was free and is now the lease's.
+    Keys(Vec<bool>),
+    /// The node's life is not the one last seen: nothing it answered counts.
+    Restarted(Boot),
+}
+
+impl NodeAcquires {
+    /// Re-takes `keys` (a lock key, the token its lease holds it under, the ttl to set) on
+    /// this node, each only if it is free (`SET key token NX PX ttl`), behind the boot check.
+    /// The boot value is read first, on its own: a node that lost its data since the client
+    /// last saw it is told apart before anything is written there (it sits out its
+    /// quarantine, and is healed at a renewal after that). The writes then carry the check
+    /// again, for a restart in between.
+    pub(super) async fn retake(&self, keys: &[(&str, &Token, u64)]) -> Result<Retaken, StoreError> {
+        if let (Life::Other(boot), _) = self.checked(Pipe::default()).await? {
+            return Ok(Retaken::Restarted(boot));
+        }
+        let mut pipe = Pipe::with_capacity(keys.len());
+        for (key, token, ttl_ms) in keys {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(*key)
+                .arg(token.as_str())
+                .arg("NX")
+                .arg("PX")
+                .arg(*ttl_ms);
+            pipe.plain(cmd);
+        }
+        let (life, values) = self.checked(pipe).await?;
+        Ok(match life {
+            Life::Same { .. } => Retaken::Keys(
+                values
+                    .iter()
+                    .map(|v| {
+                        matches!(v, Value::Okay)
+                            || matches!(v, Value::SimpleString(ok) if ok == "OK")
+                    })
+                    .collect(),
+            ),
+            Life::Other(boot) => Retaken::Restarted(boot),
+        })
+    }
+}
+
 impl Batch for NodeAcquires {
     type Item = AcquireItem;
     type Reply = Result<NodeAcquire, StoreError>;

@@ -18,7 +18,8 @@
 //!   the highest of theirs.
 //! * **Renew / extend**: renewed iff a majority renewed; definitively lost only once a
 //!   majority can no longer say yes; anything in between is an unknown outcome (retried until
-//!   the lease's deadline).
+//!   the lease's deadline). A renewed lease **heals**: a voting node that lost its copy (it
+//!   restarted empty and sat out its quarantine) gets it back, if the key is free there.
 //! * **Release**: on every node; once a majority released, the others get the per-node
 //!   timeout more (default 50 ms), so a frozen node costs a release that long, and its copy
 //!   expires with its ttl (a loaded machine, where every node is slow, still waits for its
@@ -57,7 +58,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use self::boot::{Boot, NodeAcquire, NodeAcquires};
+use self::boot::{Boot, NodeAcquire, NodeAcquires, Retaken};
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
 use super::batch::{Batcher, batcher};
@@ -112,6 +113,9 @@ struct Node {
     conn: ConnectionManager,
     state: Arc<Mutex<NodeState>>,
     acquires: Batcher<NodeAcquires>,
+    /// The node's connection with its boot check, for what is not batched (re-taking lost
+    /// copies of leases).
+    checked: NodeAcquires,
     releases: Batcher<OnConn<Releases, ConnectionManager>>,
     mints: Batcher<OnConn<Mints, ConnectionManager>>,
 }
@@ -546,6 +550,79 @@ impl QuorumStore {
         }
     }
 
+    /// Heals the leases a renewal found held (feature audit L34): on every node that votes
+    /// (its quarantine, if any, is over) and answered that a renewed lease's key was gone
+    /// there, takes the key again for the lease's token, only if it is free
+    /// (`SET key token NX PX ttl`), behind the node's boot check. Without it, a long lease
+    /// loses a copy at every restart of a node without persistence, and one more restart than
+    /// the spare nodes is its end although it was healthy all along (redsync fixed the same in
+    /// its PR #149).
+    ///
+    /// Safe because the lease held a majority without these copies just now: no other token
+    /// can hold a majority meanwhile, and a free key gives nobody's grant away. A node that is
+    /// found to have restarted again takes nothing that counts and sits out. Best effort:
+    /// bounded by the per-node timeout; what fails is tried at the next renewal.
+    async fn heal(
+        &self,
+        items: &[RenewItem<'_>],
+        renewed: &[Ownership],
+        answers: &[Answer<Vec<Ownership>>],
+        now: Instant,
+        shortest: Duration,
+    ) {
+        let lost_copies = |held: &[Ownership]| -> Vec<(&str, &Token, u64)> {
+            items
+                .iter()
+                .zip(renewed)
+                .zip(held)
+                .filter(|((item, renewed), held)| {
+                    item.entries == 0
+                        && **renewed == Ownership::Ours
+                        && **held == Ownership::Expired
+                })
+                .map(|((item, _), _)| (item.key, item.token, millis(item.ttl)))
+                .collect()
+        };
+        let heals: Vec<(usize, Vec<(&str, &Token, u64)>)> = self
+            .inner
+            .nodes
+            .iter()
+            .zip(answers)
+            .enumerate()
+            .filter(|(_, (node, _))| node.votes(now))
+            .filter_map(|(index, (_, answer))| match answer {
+                Answer::Ok(held) => Some((index, lost_copies(held))),
+                Answer::Failed(_) => None,
+            })
+            .filter(|(_, keys)| !keys.is_empty())
+            .collect();
+        if heals.is_empty() {
+            return;
+        }
+        let limit = self.node_timeout(shortest);
+        let calls = heals.into_iter().map(|(index, keys)| async move {
+            let node = &self.inner.nodes[index];
+            let retaken = tokio::time::timeout(limit, node.checked.retake(&keys)).await;
+            (index, keys.len(), retaken)
+        });
+        for (index, wanted, retaken) in futures_util::future::join_all(calls).await {
+            let node = &self.inner.nodes[index];
+            match retaken {
+                Ok(Ok(Retaken::Keys(taken))) => {
+                    let taken = taken.iter().filter(|t| **t).count();
+                    tracing::info!(node = %node.name, taken, of = wanted, "quorum node had lost copies of held leases; re-taken where free");
+                }
+                Ok(Ok(Retaken::Restarted(boot))) => self.restarted(index, boot),
+                Ok(Err(err)) => {
+                    tracing::debug!(node = %node.name, error = %err, "could not re-take lost copies of leases; the next renewal tries again");
+                }
+                Err(_) => {
+                    tracing::debug!(node = %node.name, "re-taking lost copies of leases got no answer in time; the next renewal tries again");
+                }
+            }
+        }
+    }
+
     /// Releases `token`'s copies on every node (a failed acquire's rollback), bounded by the
     /// response timeout; what cannot be reached expires with its ttl.
     async fn roll_back(&self, keys: &LockKeys, token: &Token) {
@@ -746,16 +823,15 @@ fn node(
         identity: Identity::Unchecked,
         clock_ahead: false,
     }));
+    let checked = NodeAcquires {
+        conn: conn.clone(),
+        boot_key: boot_key.into(),
+        state: state.clone(),
+    };
     Node {
         name: node_name(info),
-        acquires: batcher(
-            NodeAcquires {
-                conn: conn.clone(),
-                boot_key: boot_key.into(),
-                state: state.clone(),
-            },
-            timeout,
-        ),
+        acquires: batcher(checked.clone(), timeout),
+        checked,
         releases: batcher(
             OnConn {
                 calls: Releases {
@@ -1009,7 +1085,9 @@ impl Backend for QuorumStore {
 
     /// A lease is renewed iff a majority of the nodes that vote renewed it; lost once that
     /// can no longer happen; otherwise the outcome is unknown (an error for the batch, which
-    /// the watchdog retries until the leases' deadlines).
+    /// the watchdog retries until the leases' deadlines). A renewed lease then heals: on each
+    /// voting node whose copy was gone (a node that restarted empty and sat out its
+    /// quarantine, say), the key is taken again if it is free there (see [`Self::heal`]).
     async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Ownership>, StoreError> {
         let shortest = items.iter().map(|i| i.ttl).min().unwrap_or_default();
         let answers = self
@@ -1040,6 +1118,7 @@ impl Backend for QuorumStore {
                 return Err(self.no_quorum(&answers));
             }
         }
+        self.heal(items, &result, &answers, now, shortest).await;
         Ok(result)
     }
 
