@@ -173,6 +173,9 @@ impl NodeAcquires {
     }
 }
 
+/// A lease's copy to take again on a node: its lock key, the lease's token and the ttl (ms).
+pub(super) type LostCopy<'a> = (&'a str, &'a Token, u64);
+
 /// What a node answered to re-taking lost copies of leases (see [`NodeAcquires::retake`]).
 pub(super) enum Retaken {
     /// Per key: whether it was free and is now the lease's.
@@ -188,7 +191,7 @@ impl NodeAcquires {
     /// last saw it is told apart before anything is written there (it sits out its
     /// quarantine, and is healed at a renewal after that). The writes then carry the check
     /// again, for a restart in between.
-    pub(super) async fn retake(&self, keys: &[(&str, &Token, u64)]) -> Result<Retaken, StoreError> {
+    pub(super) async fn retake(&self, keys: &[LostCopy<'_>]) -> Result<Retaken, StoreError> {
         if let (Life::Other(boot), _) = self.checked(Pipe::default()).await? {
             return Ok(Retaken::Restarted(boot));
         }

@@ -58,7 +58,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use self::boot::{Boot, NodeAcquire, NodeAcquires, Retaken};
+use self::boot::{Boot, LostCopy, NodeAcquire, NodeAcquires, Retaken};
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
 use super::batch::{Batcher, batcher};
@@ -570,7 +570,7 @@ impl QuorumStore {
         now: Instant,
         shortest: Duration,
     ) {
-        let lost_copies = |held: &[Ownership]| -> Vec<(&str, &Token, u64)> {
+        let lost_copies = |held: &[Ownership]| -> Vec<LostCopy<'_>> {
             items
                 .iter()
                 .zip(renewed)
@@ -583,7 +583,7 @@ impl QuorumStore {
                 .map(|((item, _), _)| (item.key, item.token, millis(item.ttl)))
                 .collect()
         };
-        let heals: Vec<(usize, Vec<(&str, &Token, u64)>)> = self
+        let heals: Vec<(usize, Vec<LostCopy<'_>>)> = self
             .inner
             .nodes
             .iter()
