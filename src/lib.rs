@@ -46,6 +46,7 @@ mod client;
 #[cfg(feature = "serde")]
 pub mod config;
 mod core;
+mod digits;
 mod drift;
 mod election;
 mod error;

@@ -19,7 +19,7 @@
 //! and releases the releaser's own token if it still holds the lock.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -45,6 +45,9 @@ pub(crate) struct Handoffs(Arc<Lines>);
 #[derive(Default)]
 struct Lines {
     lines: Mutex<HashMap<String, VecDeque<Waiter>>>,
+    /// Waiters queued, over every lock: a release with none queued (the uncontended case)
+    /// looks no further.
+    queued: AtomicUsize,
     next_id: AtomicU64,
 }
 
@@ -88,12 +91,18 @@ impl Handoffs {
 
     /// The next live waiter queued for `lock`, taken off its queue.
     fn next(&self, lock: &str) -> Option<Waiter> {
+        if self.0.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut lines = self.lines();
         let queue = lines.get_mut(lock)?;
+        let before = queue.len();
         let waiter = std::iter::from_fn(|| queue.pop_front()).find(|waiter| !waiter.tx.is_closed());
+        let taken = before - queue.len();
         if queue.is_empty() {
             lines.remove(lock);
         }
+        self.0.queued.fetch_sub(taken, Ordering::Release);
         waiter
     }
 }
@@ -121,8 +130,8 @@ impl Ticket {
     ) -> Self {
         let id = handoffs.0.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        handoffs
-            .lines()
+        let mut lines = handoffs.lines();
+        lines
             .entry(keys.lock.clone())
             .or_default()
             .push_back(Waiter {
@@ -132,6 +141,9 @@ impl Ticket {
                 identity: identity.clone(),
                 tx,
             });
+        // Counted under the lines' lock, with the entry.
+        handoffs.0.queued.fetch_add(1, Ordering::Release);
+        drop(lines);
         Self {
             handoffs: handoffs.clone(),
             store: store.clone(),
@@ -163,10 +175,13 @@ impl Drop for Ticket {
         {
             let mut lines = self.handoffs.lines();
             if let Some(queue) = lines.get_mut(&self.keys.lock) {
+                let before = queue.len();
                 queue.retain(|waiter| waiter.id != self.id);
+                let left = before - queue.len();
                 if queue.is_empty() {
                     lines.remove(&self.keys.lock);
                 }
+                self.handoffs.0.queued.fetch_sub(left, Ordering::Release);
             }
         }
         // A grant (or a possible grant) sent but never read: give it back.

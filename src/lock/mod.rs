@@ -67,7 +67,7 @@ pub struct LockBuilder {
 impl LockBuilder {
     pub(crate) fn new(client: LockContext, name: String) -> Self {
         let options = Options::new(client.core());
-        let keys = client.core().lock_keys(&name);
+        let keys = client.core().lock_keys_of(name);
         Self {
             client,
             keys,

@@ -467,23 +467,29 @@ impl Store {
 
 /// Runs one operation on `side` within its operation timeout: every operation is bounded
 /// here, so no caller can forget it.
-async fn bounded<T>(
+fn bounded<T>(
     side: &Backing<'_>,
     op: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    bounded_by(on_backend!(side, s => s.op_timeout()), op).await
+) -> impl Future<Output = Result<T, StoreError>> {
+    bounded_by(on_backend!(side, s => s.op_timeout()), op)
 }
 
 /// Runs `op` within `limit`; a timeout names `limit` as its deadline.
-async fn bounded_by<T>(
+///
+/// A combinator, not an `async fn`: an `async fn` keeps its argument in its own state and then
+/// moves it into the timeout, so every operation's future would be stored (and copied) twice
+/// over, on the hot path of every lock and rate-limit call.
+fn bounded_by<T>(
     limit: Duration,
     op: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(limit, op)
-        .await
-        .map_err(|_| StoreError::Timeout { after: limit })?
-        // A timeout of the connection itself comes without its deadline: this one.
-        .map_err(|e| e.with_deadline(limit))
+) -> impl Future<Output = Result<T, StoreError>> {
+    use futures_util::FutureExt as _;
+    tokio::time::timeout(limit, op).map(move |result| {
+        result
+            .map_err(|_| StoreError::Timeout { after: limit })?
+            // A timeout of the connection itself comes without its deadline: this one.
+            .map_err(|e| e.with_deadline(limit))
+    })
 }
 
 /// Test hooks: reads and writes of raw keys, the same way on every backend.

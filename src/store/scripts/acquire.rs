@@ -277,7 +277,7 @@ impl<'a> AcquireRounds<'a> {
             by_slot,
             replies: (0..items.len()).map(|_| None).collect(),
             to_script: Vec::new(),
-            sent: Vec::new(),
+            sent: Vec::with_capacity(items.len()),
             round: 0,
         }
     }
@@ -285,34 +285,46 @@ impl<'a> AcquireRounds<'a> {
     /// The commands of the next round, or `None` when every item has its answer.
     pub(crate) fn next_round(&mut self) -> Option<Pipe> {
         self.round += 1;
-        let (fast, scripted): (Vec<usize>, Vec<usize>) = match self.round {
-            1 => (0..self.items.len()).partition(|&i| self.items[i].is_fast()),
-            2 => (Vec::new(), std::mem::take(&mut self.to_script)),
+        self.sent.clear();
+        let scripted = match self.round {
+            1 if self.items.is_empty() => return None,
+            1 => {
+                // No list of the fast ones: an uncontended batch is all of them.
+                let fast = self.items.iter().filter(|item| item.is_fast()).count();
+                let mut pipe = Pipe::with_capacity(fast + 1);
+                for (i, item) in self.items.iter().enumerate() {
+                    if item.is_fast() {
+                        pipe.plain(set_nx(item));
+                        self.sent.push(RoundCall::Set(i));
+                    }
+                }
+                let scripted: Vec<usize> = if fast == self.items.len() {
+                    Vec::new()
+                } else {
+                    (0..self.items.len())
+                        .filter(|&i| !self.items[i].is_fast())
+                        .collect()
+                };
+                return Some(self.with_scripts(pipe, scripted));
+            }
+            2 => std::mem::take(&mut self.to_script),
             _ => return None,
         };
-        if fast.is_empty() && scripted.is_empty() {
+        if scripted.is_empty() {
             return None;
         }
-        let mut pipe = Pipe::with_capacity(fast.len() + 1);
-        self.sent.clear();
-        for i in fast {
-            let item = &self.items[i];
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(&item.keys.lock)
-                .arg(item.token.as_str())
-                .arg("NX")
-                .arg("PX")
-                .arg(item.ttl_ms);
-            pipe.plain(cmd);
-            self.sent.push(RoundCall::Set(i));
-        }
+        Some(self.with_scripts(Pipe::with_capacity(1), scripted))
+    }
+
+    /// `pipe` with the script calls for `scripted` appended.
+    fn with_scripts(&mut self, mut pipe: Pipe, scripted: Vec<usize>) -> Pipe {
         for group in self.groups(scripted) {
             let refs: Vec<&AcquireItem> = group.iter().map(|&i| &self.items[i]).collect();
             let (script, cmd) = Acquires.encode(&refs);
             pipe.script(script, cmd);
             self.sent.push(RoundCall::Script(group));
         }
-        Some(pipe)
+        pipe
     }
 
     /// The script calls for `items`: one, or one per hash slot (in the order of first use).
@@ -405,6 +417,18 @@ impl<'a> AcquireRounds<'a> {
             })
             .collect()
     }
+}
+
+/// `SET key token NX PX ttl`: what a raw client sends to take a lock, sized at once.
+fn set_nx(item: &AcquireItem) -> Cmd {
+    let mut cmd = Cmd::with_capacity(6, item.keys.lock.len() + item.token.as_str().len() + 32);
+    cmd.arg("SET")
+        .arg(&item.keys.lock)
+        .arg(item.token.as_str())
+        .arg("NX")
+        .arg("PX")
+        .arg(item.ttl_ms);
+    cmd
 }
 
 impl RoundCall {

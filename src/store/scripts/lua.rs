@@ -128,6 +128,11 @@ impl Pipe {
     /// Sends every command in one write on `conn`: one answer per command, in order. Fails as
     /// a whole only if the write or its reading failed.
     pub(crate) async fn send<C: Conn>(&self, conn: &C) -> RedisResult<Vec<Value>> {
+        // One command (an uncontended acquire, the common case): sent as itself, without
+        // packing a pipeline around it. A server error is its answer here too.
+        if let (1, Some(cmd)) = (self.len(), self.pipe.cmd_iter().next()) {
+            return Ok(vec![conn.clone().req_packed_command(cmd).await?]);
+        }
         let count = self.len();
         let values = conn
             .clone()
