@@ -130,10 +130,10 @@ impl<K, R> LockLayerBuilder<K, R> {
     /// Each request's lease mints its fence with the grant (an eager lease: see
     /// [`LockBuilder::fenced`](distlock::LockBuilder::fenced)), for handlers that all write
     /// under their fence. By default the fence is minted when the handler first asks for it
-    /// ([`HeldLock`]'s [`fence`](distlock::LeaseHandle::fence), one round trip while the
-    /// lock is held), so a request that never asks pays nothing for it: its lock costs the
-    /// store a plain `SET NX PX`, where an eager grant is a script costing about four times
-    /// as much.
+    /// (the [`fence`](distlock::LeaseHandle::fence) of its [`HeldLock`](super::HeldLock): one
+    /// round trip while the lock is held), so a request that never asks pays nothing for it:
+    /// its lock costs the store a plain `SET NX PX`, where an eager grant is a script that
+    /// also reads the server's clock and writes the fence key.
     pub fn fenced(mut self, on: bool) -> Self {
         self.config.options.kind.fenced = on;
         self
