@@ -21,7 +21,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .wait(Duration::from_secs(10))
         .acquire()
         .await?;
-    println!("acquired `{}` with fence {}", lease.name(), lease.fence());
+    // The fence is minted on first use (one round trip, while the lock is held).
+    println!(
+        "acquired `{}` with fence {}",
+        lease.name(),
+        lease.fence().await?
+    );
 
     // Hold it for longer than its ttl: the watchdog renews it every ttl/3.
     for step in 1..=4 {
@@ -42,7 +47,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("released: {outcome:?}");
 
     let next = client.lock("example:report").acquire().await?;
-    println!("the next owner gets fence {} (greater)", next.fence());
+    println!(
+        "the next owner gets fence {} (greater)",
+        next.fence().await?
+    );
     next.release().await?;
     Ok(())
 }

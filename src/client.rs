@@ -33,7 +33,7 @@ pub const DEFAULT_PREFIX: &str = "distlock";
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
 /// let client = distlock::Client::in_memory();
 /// let lease = client.lock("order:42").acquire().await?;
-/// println!("fence {}", lease.fence());
+/// println!("fence {}", lease.fence().await?); // minted on first use
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```

@@ -110,6 +110,11 @@ impl Core {
         LockKeys::new(&self.0.prefix, &self.0.fences, name)
     }
 
+    /// As [`lock_keys`](Self::lock_keys), keeping `name` (a lock builder's own).
+    pub(crate) fn lock_keys_of(&self, name: String) -> Result<LockKeys, InvalidName> {
+        LockKeys::of_name(&self.0.prefix, &self.0.fences, name)
+    }
+
     /// The key of election `name`'s leader record (beside the lock `name`).
     pub(crate) fn leader_key(&self, name: &str) -> Result<String, InvalidName> {
         crate::keys::leader_key(&self.0.prefix, name)

@@ -172,16 +172,20 @@ impl Election {
             });
         }
         loop {
+            // Eager: the term is the fence, and the record carries it from the start.
             let mut builder = LockBuilder::new(self.inner.client.clone(), self.name().to_owned())
                 .ttl(self.inner.ttl)
-                .wait_forever();
+                .wait_forever()
+                .fenced();
             // The lock names the candidate too (`Client::lock_state`), where the identity is
             // one a holder may carry; any other keeps the client's.
             if crate::holder::check_identity(&identity).is_ok() {
                 builder = builder.identity(identity.clone());
             }
             let lease = builder.acquire().await?;
-            let record: Record = (lease.fence(), identity.clone());
+            // Minted with the grant: answered at once.
+            let term = lease.fence().await?;
+            let record: Record = (term, identity.clone());
             let token = lease.handle().shared.token.clone();
             match self.put(&token, &record).await {
                 Ok(true) => {}
@@ -195,9 +199,10 @@ impl Election {
                 }
             }
             let refresher = Refresher::start(self.clone(), lease.handle(), token, record);
-            tracing::debug!(election = %self.name(), term = lease.fence(), "elected");
+            tracing::debug!(election = %self.name(), term, "elected");
             return Ok(Leadership {
                 lease,
+                term,
                 identity,
                 election: self.clone(),
                 refresher,
@@ -366,6 +371,8 @@ impl Drop for Refresher {
 #[must_use = "dropping a Leadership resigns at once"]
 pub struct Leadership {
     lease: Lease,
+    /// The lease's fence (an election's lease is eager: minted with the grant).
+    term: u64,
     identity: String,
     election: Election,
     refresher: Refresher,
@@ -375,7 +382,7 @@ impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
             .field("election", &self.election.name())
-            .field("term", &self.lease.fence())
+            .field("term", &self.term)
             .field("identity", &self.identity)
             .field("lost", &self.lease.is_lost())
             .finish()
@@ -394,7 +401,7 @@ impl Leadership {
     /// it to what the leader writes to, so that a leader paused past its lease is refused.
     #[must_use]
     pub fn term(&self) -> u64 {
-        self.lease.fence()
+        self.term
     }
 
     /// The identity this leadership campaigned with.

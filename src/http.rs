@@ -70,7 +70,7 @@
 //!
 //! async fn settle(client: Client) -> Result<String, LockError> {
 //!     let lease = client.lock("order:42").acquire().await?; // busy: 423 with Retry-After
-//!     let fence = lease.fence();
+//!     let fence = lease.fence().await?; // lost before it was minted: 503
 //!     lease.release().await?;
 //!     Ok(format!("settled under fence {fence}"))
 //! }
@@ -479,7 +479,7 @@ mod tests {
             let client = client.clone();
             move || async move {
                 let lease = client.lock("order:42").acquire().await?;
-                Ok::<_, LockError>(lease.fence().to_string())
+                Ok::<_, LockError>(lease.fence().await?.to_string())
             }
         };
         let (status, retry_after, body) = call(busy).await;
@@ -497,7 +497,7 @@ mod tests {
                     .lock("x".repeat(crate::keys::MAX_NAME_LEN + 1))
                     .acquire()
                     .await?;
-                Ok::<_, LockError>(lease.fence().to_string())
+                Ok::<_, LockError>(lease.fence().await?.to_string())
             }
         };
         let (status, retry_after, _) = call(too_long).await;
@@ -558,11 +558,15 @@ mod tests {
             .fenced("invoice:42")
             .expect("the memory store fences");
         let first = client.lock("invoice:42").acquire().await.expect("free");
-        let stale = first.fence();
+        let stale = first.fence().await.expect("minted while held");
         first.release().await.expect("release");
         let next = client.lock("invoice:42").acquire().await.expect("free");
         invoice
-            .set("status", "refunded", next.fence())
+            .set(
+                "status",
+                "refunded",
+                next.fence().await.expect("minted while held"),
+            )
             .await
             .expect("the newer holder writes");
         let late_write = move || async move {

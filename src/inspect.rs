@@ -103,4 +103,41 @@ impl Inspector<'_> {
     pub fn watched_leases(&self) -> usize {
         self.client.locks().watchdog().len()
     }
+
+    /// One acquire of lock `name` under the given `token` (a test's own text), as the first
+    /// attempt of a caller that does not wait makes it, with no lease behind it: `Some(fence)`
+    /// when granted (`fence` when `mint`), `None` when busy. For testing the store's acquire
+    /// itself: what it sends, and that a retry under a token the key already holds (a grant
+    /// whose reply was lost) is granted.
+    pub async fn acquire_as(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+        mint: bool,
+    ) -> Result<Option<Option<u64>>, StoreError> {
+        let keys = self
+            .client
+            .core()
+            .lock_keys(name)
+            .map_err(|err| StoreError::Config {
+                message: err.to_string(),
+            })?;
+        let reply = self
+            .client
+            .store()
+            .acquire(
+                &keys,
+                &crate::token::Token::from_stored(token),
+                ttl,
+                crate::store::Waits::No,
+                None,
+                mint,
+            )
+            .await?;
+        Ok(match reply {
+            crate::store::AcquireReply::Granted { fence } => Some(fence),
+            _ => None,
+        })
+    }
 }

@@ -166,11 +166,25 @@ impl LockKeys {
     /// appends: this runs once per acquire.
     pub(crate) fn new(prefix: &str, fences: &Fences, name: &str) -> Result<Self, InvalidName> {
         check_name(name)?;
+        Ok(Self::of_checked(prefix, fences, name.to_owned()))
+    }
+
+    /// As [`new`](Self::new), keeping `name` itself (no copy of it).
+    pub(crate) fn of_name(
+        prefix: &str,
+        fences: &Fences,
+        name: String,
+    ) -> Result<Self, InvalidName> {
+        check_name(&name)?;
+        Ok(Self::of_checked(prefix, fences, name))
+    }
+
+    fn of_checked(prefix: &str, fences: &Fences, name: String) -> Self {
         let mut lock = String::with_capacity(prefix.len() + name.len() + 8);
         lock.push_str(prefix);
         lock.push_str(":lock:{");
         let tag_start = lock.len();
-        push_encoded(&mut lock, name);
+        push_encoded(&mut lock, &name);
         lock.push('}');
         let tagged = &lock[tag_start - 1..];
         let mut channel = String::with_capacity(prefix.len() + 10 + tagged.len());
@@ -178,12 +192,12 @@ impl LockKeys {
         channel.push_str(":released:");
         channel.push_str(tagged);
         let fence = fences.for_tag(&tagged[1..tagged.len() - 1]);
-        Ok(Self(Arc::new(Keys {
-            name: name.to_owned(),
+        Self(Arc::new(Keys {
+            name,
             lock,
             fence,
             channel,
-        })))
+        }))
     }
 }
 

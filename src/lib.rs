@@ -17,7 +17,9 @@
 //! let client = distlock::Client::in_memory();
 //!
 //! let lease = client.lock("order:42").ttl(Duration::from_secs(30)).acquire().await?;
-//! let fence = lease.fence(); // the resource you protect refuses writes with a smaller one
+//! // Minted on first use, while the lock is held: the resource you protect refuses writes
+//! // with a smaller one.
+//! let fence = lease.fence().await?;
 //! lease.release().await?;
 //!
 //! let limiter = client.rate_limiter(Policy::gcra("api", Rate::per_second(100)?.burst(20)?)?).build()?;
@@ -45,6 +47,7 @@ mod client;
 #[cfg(feature = "serde")]
 pub mod config;
 mod core;
+mod digits;
 mod drift;
 mod election;
 mod error;

@@ -33,6 +33,8 @@ pub struct LockSpec {
     pub min_hold: Option<Duration>,
     /// Stop renewing after this long (`LockBuilder::max_hold`).
     pub max_hold: Option<Duration>,
+    /// Mint the fence with the grant (`LockBuilder::fenced`).
+    pub fenced: bool,
 }
 
 /// Appends one placeholder value to a key, escaping `%` and `:` so that values cannot forge
@@ -162,6 +164,9 @@ fn lock_builder(
     }
     if let Some(max_hold) = spec.max_hold {
         lock = lock.max_hold(max_hold);
+    }
+    if spec.fenced {
+        lock = lock.fenced();
     }
     Ok(lock)
 }

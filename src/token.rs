@@ -25,13 +25,28 @@ impl Token {
     /// `<secret>.<identity>.<unix ms now>`. The scripts compare it whole; the operators'
     /// reads show the part after the secret.
     pub(crate) fn mint(identity: &str) -> Self {
-        let millis = crate::holder::now_millis().to_string();
-        let mut token = secret(2 + identity.len() + millis.len());
-        token.push('.');
-        token.push_str(identity);
-        token.push('.');
-        token.push_str(&millis);
-        Self(token.into())
+        // Built on the stack and copied once into its shared allocation: this runs per lease.
+        let mut buf = [0u8; 512];
+        let mut len = 0;
+        let mut put = |bytes: &[u8]| {
+            let end = len + bytes.len();
+            if let Some(room) = buf.get_mut(len..end) {
+                room.copy_from_slice(bytes);
+            }
+            len = end;
+        };
+        put(&secret_hex());
+        put(b".");
+        put(identity.as_bytes());
+        put(b".");
+        let millis = u64::try_from(crate::holder::now_millis()).unwrap_or(u64::MAX);
+        let mut digits = [0u8; 20];
+        put(crate::digits::decimal(millis, &mut digits));
+        match buf.get(..len).map(std::str::from_utf8) {
+            Some(Ok(token)) => Self(token.into()),
+            // An identity too long for the buffer (it is checked far shorter than that).
+            _ => Self(format!("{}.{identity}.{millis}", secret(0)).into()),
+        }
     }
 
     /// The token a lock key holds, read back from the store (operators' force unlock).
@@ -42,6 +57,18 @@ impl Token {
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// 32 hex digits from the CSPRNG.
+fn secret_hex() -> [u8; 32] {
+    let bytes: [u8; 16] = rand::random();
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = [0u8; 32];
+    for (i, b) in bytes.into_iter().enumerate() {
+        hex[2 * i] = DIGITS[usize::from(b >> 4)];
+        hex[2 * i + 1] = DIGITS[usize::from(b & 0xf)];
+    }
+    hex
 }
 
 /// 32 hex digits from the CSPRNG, with room for `extra` more bytes.

@@ -38,9 +38,12 @@ use proc_macro::TokenStream;
 /// async fn sell(show: &str, seat: u32) -> Result<u64, AppError> {
 ///     // The lease's fencing token: strictly increasing per lock name. Pass it to the
 ///     // store you write to so that it can refuse a holder that was paused past its ttl.
+///     // Minted here, on first use, while the lock is held (`fenced = true` mints it with
+///     // the grant).
 ///     let fence = distlock::current_lease()
 ///         .expect("the body runs under the lease")
-///         .fence();
+///         .fence()
+///         .await?;
 ///     if seat > 100 {
 ///         return Err(AppError::OutOfStock);
 ///     }
@@ -87,6 +90,7 @@ use proc_macro::TokenStream;
 /// | `reentrant = bool` | `true` | a nested locked call on the same key in the same task joins the held lease |
 /// | `min_hold = "800ms"` | none | keep the lock at least this long after it was granted, even once the function returned (its key's expiry is set to what remains), like ShedLock's `lockAtLeastFor`; up to 7 days, not above `max_hold` |
 /// | `max_hold = "10m"` | none | stop renewing after this long: a function still running then loses the lock and is dropped; above zero |
+/// | `fenced = bool` | `false` | mint the lease's fence with the grant (an eager lease), for a body that always writes under it; otherwise `fence()` mints it on first use (below) |
 /// | `crate = "path"` | `"::distlock"` | the path of the `distlock` crate, if it is renamed |
 ///
 /// Durations are checked when the function is compiled: `ttl = "30x"` or `ttl = "1ms"` is a
@@ -148,7 +152,11 @@ use proc_macro::TokenStream;
 /// unprotected; the fencing token is the way to make a store reject it.
 ///
 /// Inside the body, `distlock::current_lease()` returns the held lease (a `LeaseHandle`):
-/// its `fence()`, `is_lost()`, `ensure_held()` and `lost()` signal.
+/// its `fence()`, `is_lost()`, `ensure_held()` and `lost()` signal. `fence().await` mints the
+/// fence the first time it is asked for (one round trip, only while the lock is held; the
+/// uncontended acquire then costs the store what a raw `SET NX PX` does) and answers at once
+/// after that; with `fenced = true` the grant mints it (a script on the server, about four
+/// times the `SET`'s cost) and `fence()` never goes to the store.
 ///
 /// Errors of the lock itself reach the caller converted into the function's error type:
 /// `Busy` (held: at once when `wait` is zero or `on_busy = error`, or still held after

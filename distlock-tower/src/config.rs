@@ -440,6 +440,10 @@ lease_layer_config! {
         /// `"locked"` (`423`, default) or `"conflict"` (`409`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub busy_status: Option<BusyStatus>,
+        /// Mint each request's fence with the grant (default `false`: when the handler
+        /// first asks); see [`LockLayerBuilder::fenced`](crate::lock::LockLayerBuilder::fenced).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub fenced: Option<bool>,
     }
 }
 
@@ -452,6 +456,9 @@ impl LockLayerConfig {
         apply_lease_settings!(builder, self);
         if let Some(status) = self.busy_status {
             builder = builder.busy_status(status);
+        }
+        if let Some(on) = self.fenced {
+            builder = builder.fenced(on);
         }
         builder.build()
     }
@@ -685,9 +692,11 @@ mod tests {
             max_hold = "5min"
             on_missing_key = "allow"
             busy_status = "conflict"
+            fenced = true
             "#,
         )
         .unwrap();
+        assert_eq!(lock.fenced, Some(true));
         assert_eq!(
             lock.key,
             KeyConfig::ClientIp {

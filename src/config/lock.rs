@@ -27,6 +27,7 @@ use crate::lock::{LockBuilder, MAX_TTL, MIN_TTL};
 /// | `replicas` | `{ count = 1, timeout = "50ms" }`, the timeout below the ttl | [`LockBuilder::replicas`] |
 /// | `max_attempts` | at least 1 | [`LockBuilder::max_attempts`] |
 /// | `retry_backoff` | `{ first = "5ms", largest = "500ms" }`: `first` above zero and at most `largest`, `largest` at most 60 s | [`LockBuilder::retry_backoff`] |
+/// | `fenced` | `true` or `false` (default): mint the fence with the grant | [`LockBuilder::fenced`] |
 ///
 /// The bounds that do not depend on the client's store are checked when the configuration is
 /// read, so a bad value stops the service at start-up rather than failing every acquire;
@@ -71,6 +72,8 @@ pub struct LockConfig {
     pub max_attempts: Option<u32>,
     /// [`LockBuilder::retry_backoff`].
     pub retry_backoff: Option<BackoffConfig>,
+    /// [`LockBuilder::fenced`] when `true`.
+    pub fenced: Option<bool>,
 }
 
 /// The sleeps between attempts that no release wakes: `{ first = "5ms", largest = "500ms" }`;
@@ -128,6 +131,9 @@ impl LockConfig {
         }
         if let Some(backoff) = self.retry_backoff {
             lock = lock.retry_backoff(backoff.first, backoff.largest);
+        }
+        if self.fenced == Some(true) {
+            lock = lock.fenced();
         }
         lock
     }
@@ -238,6 +244,7 @@ impl ReadTable for LockConfig {
         "replicas",
         "max_attempts",
         "retry_backoff",
+        "fenced",
     ];
 
     fn read_fields<'de, A: MapAccess<'de>>(
@@ -261,6 +268,7 @@ impl ReadTable for LockConfig {
                     config.max_attempts = Some(table.value_checked(map, key, at_least_one)?);
                 }
                 "retry_backoff" => config.retry_backoff = Some(table.value(map, key)?),
+                "fenced" => config.fenced = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
             }
         }

@@ -21,17 +21,18 @@
 //! let invoice = client.fenced("invoice:42")?;
 //!
 //! let first = client.lock("invoice:42").acquire().await?;
-//! let stale_fence = first.fence();
+//! let stale_fence = first.fence().await?; // minted while the lock is held
 //! invoice.set("status", "paid", stale_fence).await?;
 //! // Say this holder stalls past its ttl, and the lock passes to the next one...
 //! first.release().await?;
 //! let next = client.lock("invoice:42").acquire().await?;
-//! invoice.set("status", "refunded", next.fence()).await?;
+//! let next_fence = next.fence().await?;
+//! invoice.set("status", "refunded", next_fence).await?;
 //!
 //! // ...then the first one wakes up and writes: refused, and the data keeps the newer write.
 //! let err = invoice.set("status", "paid", stale_fence).await.unwrap_err();
 //! assert!(matches!(err, FencedError::Stale { last, offered, .. }
-//!     if last == next.fence() && offered == stale_fence));
+//!     if last == next_fence && offered == stale_fence));
 //! assert_eq!(invoice.get("status").await?.as_deref(), Some(&b"refunded"[..]));
 //! # Ok(()) }
 //! ```
@@ -214,13 +215,14 @@ impl FencedResource {
     /// let account = client.fenced("account:9")?;
     /// let lease = client.lock("account:9").acquire().await?;
     ///
-    /// account.advance(lease.fence()).await?; // older holders are shut out from here on
+    /// let fence = lease.fence().await?;
+    /// account.advance(fence).await?; // older holders are shut out from here on
     /// let balance: i64 = account
     ///     .get("balance")
     ///     .await?
     ///     .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
     ///     .unwrap_or(0);
-    /// account.set("balance", (balance + 10).to_string(), lease.fence()).await?;
+    /// account.set("balance", (balance + 10).to_string(), fence).await?;
     /// # assert_eq!(account.get("balance").await?.as_deref(), Some(&b"10"[..]));
     /// # Ok(()) }
     /// ```

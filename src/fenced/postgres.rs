@@ -18,14 +18,15 @@
 //! fences.create_table(&*pg).await?; // once, or run `fences.create_table_sql()` in a migration
 //!
 //! let lease = client.lock("account:9").acquire().await.expect("lock");
+//! let fence = lease.fence().await.expect("minted while the lock is held");
 //! let tx = pg.transaction().await?;
-//! fences.check(&tx, "account:9", lease.fence()).await?; // Err(Stale { .. }): the lease expired
+//! fences.check(&tx, "account:9", fence).await?; // Err(Stale { .. }): the lease expired
 //! tx.execute("UPDATE accounts SET balance = balance - 10 WHERE id = 9", &[]).await?;
 //! tx.commit().await?;
 //!
 //! // The same, as one call that begins, checks and commits:
 //! fences
-//!     .transaction(pg, "account:9", lease.fence(), async |tx| {
+//!     .transaction(pg, "account:9", fence, async |tx| {
 //!         tx.execute("UPDATE accounts SET balance = balance + 10 WHERE id = 9", &[]).await?;
 //!         Ok::<_, distlock::FencedError>(())
 //!     })

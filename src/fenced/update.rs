@@ -17,7 +17,8 @@ use crate::store::{Change, Condition, FencedCall, FencedReply, FencedWrite, Writ
 /// let lease = client.lock("seat:7").acquire().await?;
 ///
 /// // Sell the seat if nobody bought it: the condition and the writes are one step.
-/// seat.update(lease.fence())
+/// let fence = lease.fence().await?;
+/// seat.update(fence)
 ///     .require_absent("buyer")
 ///     .set("buyer", "ada")
 ///     .set("price", "42.00")
@@ -25,7 +26,7 @@ use crate::store::{Change, Condition, FencedCall, FencedReply, FencedWrite, Writ
 ///     .apply()
 ///     .await?;
 ///
-/// let again = seat.update(lease.fence()).require_absent("buyer").set("buyer", "bob").apply().await;
+/// let again = seat.update(fence).require_absent("buyer").set("buyer", "bob").apply().await;
 /// assert!(matches!(again, Err(FencedError::Conflict { ref key, .. }) if key == "buyer"));
 /// assert_eq!(seat.read().await?.text("buyer"), Some("ada"));
 /// # Ok(()) }

@@ -1,6 +1,6 @@
 //! Hand-off: a holder that releases a lock some waiter of its own client is queued for passes
-//! the lock straight to that waiter (`handoff.lua`: one round trip that swaps the token and
-//! mints the waiter's fence), instead of releasing it, publishing a wake-up and letting the
+//! the lock straight to that waiter (`handoff.lua`: one round trip that swaps the token, and
+//! mints the waiter's fence if its lease is eager; a lazy one mints when asked), instead of releasing it, publishing a wake-up and letting the
 //! waiter come back for it. A contended lock then changes hands in one round trip, not two
 //! plus a pub/sub message. A waiter queues once it has found the lock busy twice (its first
 //! attempt, and the one after subscribing), and is served in queue order; a waiter woken by
@@ -19,7 +19,7 @@
 //! and releases the releaser's own token if it still holds the lock.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use super::hold::release_in_background;
 use super::metrics;
+use super::state::Terms;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
 use crate::store::{Capability, HandoffReply, Ownership, Store};
@@ -44,6 +45,9 @@ pub(crate) struct Handoffs(Arc<Lines>);
 #[derive(Default)]
 struct Lines {
     lines: Mutex<HashMap<String, VecDeque<Waiter>>>,
+    /// Waiters queued, over every lock: a release with none queued (the uncontended case)
+    /// looks no further.
+    queued: AtomicUsize,
     next_id: AtomicU64,
 }
 
@@ -51,6 +55,8 @@ struct Lines {
 struct Waiter {
     id: u64,
     ttl: Duration,
+    /// The waiter's lease mints its fence with the grant (an eager lease).
+    mint: bool,
     /// The holder identity the waiter's lease is to carry.
     identity: Arc<str>,
     tx: oneshot::Sender<Handed>,
@@ -58,11 +64,11 @@ struct Waiter {
 
 /// What a releaser tells a waiter.
 pub(crate) enum Handed {
-    /// The lock is the waiter's, under this token and fence; its ttl started no earlier than
-    /// `sent_at`.
+    /// The lock is the waiter's, under this token (and fence, if the waiter's lease is
+    /// eager); its ttl started no earlier than `sent_at`.
     Granted {
         token: Token,
-        fence: u64,
+        fence: Option<u64>,
         sent_at: Instant,
         /// Hand-offs in a row, this one included.
         in_row: u32,
@@ -85,12 +91,18 @@ impl Handoffs {
 
     /// The next live waiter queued for `lock`, taken off its queue.
     fn next(&self, lock: &str) -> Option<Waiter> {
+        if self.0.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut lines = self.lines();
         let queue = lines.get_mut(lock)?;
+        let before = queue.len();
         let waiter = std::iter::from_fn(|| queue.pop_front()).find(|waiter| !waiter.tx.is_closed());
+        let taken = before - queue.len();
         if queue.is_empty() {
             lines.remove(lock);
         }
+        self.0.queued.fetch_sub(taken, Ordering::Release);
         waiter
     }
 }
@@ -107,27 +119,31 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// Queues a waiter for `keys` whose lease will have `ttl`, in `handoffs`, the registry of
-    /// its client, whose store is `store`.
+    /// Queues a waiter for `keys` whose lease will be kept on `terms`, in `handoffs`, the
+    /// registry of its client, whose store is `store`.
     pub(crate) fn join(
         handoffs: &Handoffs,
         store: &Store,
         keys: &LockKeys,
-        ttl: Duration,
+        terms: &Terms,
         identity: &Arc<str>,
     ) -> Self {
         let id = handoffs.0.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        handoffs
-            .lines()
+        let mut lines = handoffs.lines();
+        lines
             .entry(keys.lock.clone())
             .or_default()
             .push_back(Waiter {
                 id,
-                ttl,
+                ttl: terms.grant_ttl(),
+                mint: terms.fenced,
                 identity: identity.clone(),
                 tx,
             });
+        // Counted under the lines' lock, with the entry.
+        handoffs.0.queued.fetch_add(1, Ordering::Release);
+        drop(lines);
         Self {
             handoffs: handoffs.clone(),
             store: store.clone(),
@@ -159,10 +175,13 @@ impl Drop for Ticket {
         {
             let mut lines = self.handoffs.lines();
             if let Some(queue) = lines.get_mut(&self.keys.lock) {
+                let before = queue.len();
                 queue.retain(|waiter| waiter.id != self.id);
+                let left = before - queue.len();
                 if queue.is_empty() {
                     lines.remove(&self.keys.lock);
                 }
+                self.handoffs.0.queued.fetch_sub(left, Ordering::Release);
             }
         }
         // A grant (or a possible grant) sent but never read: give it back.
@@ -198,7 +217,9 @@ pub(crate) async fn pass_on(
         to: Token::mint(&waiter.identity),
     };
     let sent_at = Instant::now();
-    let reply = store.handoff(keys, token, &notice.to, waiter.ttl).await;
+    let reply = store
+        .handoff(keys, token, &notice.to, waiter.ttl, waiter.mint)
+        .await;
     Some(match reply {
         Ok(HandoffReply::Passed { fence }) => {
             metrics::handed_off();

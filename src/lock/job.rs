@@ -38,8 +38,8 @@ use crate::error::LockError;
 ///         .at_least(Duration::from_secs(60)) // once per minute at most, across replicas
 ///         .at_most(Duration::from_secs(600)) // a stuck run loses the lock after 10 min
 /// };
-/// let ran = job().run(|lease| async move { lease.fence() }).await?;
-/// assert!(ran.is_some());
+/// let ran = job().run(|lease| async move { lease.fence().await }).await?;
+/// assert!(matches!(ran, Some(Ok(_)))); // it ran here, and minted its fence on the way
 /// // The body is done, but the lock stays for the rest of the minute: another replica skips.
 /// assert_eq!(job().run(|_| async {}).await?, None);
 /// # Ok(()) }
@@ -69,6 +69,15 @@ impl JobBuilder {
     /// `at_least`; `Duration::MAX` means no limit.
     pub fn at_most(mut self, at_most: Duration) -> Self {
         self.lock = self.lock.max_hold(at_most);
+        self
+    }
+
+    /// Mints the run's fence with the grant (an eager lease: see [`LockBuilder::fenced`]),
+    /// for a job that always records its run under its fence. Without it the body mints the
+    /// fence when it first asks ([`LeaseHandle::fence`]), once per run, and a run that does
+    /// not ask pays nothing.
+    pub fn fenced(mut self) -> Self {
+        self.lock = self.lock.fenced();
         self
     }
 

@@ -5,6 +5,13 @@
 //! The store cannot expire the key before then (its clock started later), so code that checks
 //! [`LeaseHandle::is_lost`] before a step knows the lock was still held when it checked. The
 //! watchdog moves the deadline forward with each renewal.
+//!
+//! A lock's lease mints its **fence** when first asked ([`LeaseHandle::fence`]), in one round
+//! trip that mints only while the store still holds the lease's token, and keeps it; an eager
+//! lease ([`LockBuilder::fenced`](crate::LockBuilder::fenced)), and every lease of the other
+//! primitives, got it with the grant. Either way a fence is above that of every earlier lease
+//! on the name that minted one: that lease minted while it held the lock, so before this one
+//! was granted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +25,7 @@ use super::options::check_ttl;
 use super::state::LeaseState;
 use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::{LockError, LossReason, StoreError};
-use crate::store::Ownership;
+use crate::store::{MintReply, Ownership};
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +63,7 @@ impl std::fmt::Debug for LeaseHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseHandle")
             .field("name", &self.shared.hold.name())
-            .field("fence", &self.shared.fence)
+            .field("fence", &self.shared.minted_fence())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }
@@ -70,12 +77,72 @@ impl LeaseHandle {
         self.shared.hold.name()
     }
 
-    /// The fencing token: strictly greater than that of every earlier lease on this name.
-    /// Pass it to the resource you protect and have it refuse writes with a smaller token;
-    /// that keeps a holder that was paused past its ttl from doing harm.
+    /// The fencing token: strictly greater than that of every earlier lease on this name that
+    /// has one. Pass it to the resource you protect and have it refuse writes with a smaller
+    /// token; that keeps a holder that was paused past its ttl from doing harm.
+    ///
+    /// A lock's lease mints it here, the first time it is asked for: one round trip, which
+    /// mints only while the store still holds this lease (so no lease that has lost its lock
+    /// ever gets a fence). Later calls, and every call on an eager lease
+    /// ([`LockBuilder::fenced`](crate::LockBuilder::fenced)) or on a lease of a semaphore, a
+    /// read-write lock, a multi-lock or an election, answer at once. Concurrent first calls
+    /// share one mint.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::in_memory();
+    /// let lease = client.lock("invoice:7").acquire().await?;
+    /// assert_eq!(lease.minted_fence(), None); // nothing minted yet
+    /// let fence = lease.fence().await?; // minted now, while the lock is held
+    /// assert_eq!(lease.fence().await?, fence); // and kept
+    /// assert_eq!(lease.minted_fence(), Some(fence));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::LeaseLost`] if the lease is lost, released or past its safety deadline
+    /// (its reason is [`LossReason::NotHeld`] when the store said the lock is no longer this
+    /// lease's: the lease then ends, as if a renewal had said so); [`LockError::Store`] if
+    /// the store did not answer (nothing is known: ask again).
+    pub async fn fence(&self) -> Result<u64, LockError> {
+        if let Some(fence) = self.shared.minted_fence() {
+            return Ok(fence);
+        }
+        // Boxed: the mint (a round trip on whichever store) would otherwise make every
+        // future that awaits a fence as large as the largest store's mint.
+        self.shared
+            .fence
+            .get_or_try_init(|| Box::pin(self.mint()))
+            .await
+            .copied()
+    }
+
+    /// The fence if it has been minted (with the grant, or by an earlier
+    /// [`fence`](Self::fence)); `None` otherwise. Never asks the store.
     #[must_use]
-    pub fn fence(&self) -> u64 {
-        self.shared.fence
+    pub fn minted_fence(&self) -> Option<u64> {
+        self.shared.minted_fence()
+    }
+
+    /// Mints this lease's fence in the store, if the store still holds the lease.
+    async fn mint(&self) -> Result<u64, LockError> {
+        self.ensure_held()?;
+        let shared = &self.shared;
+        let Some(keys) = shared.lock_keys() else {
+            // Only a lock key's grant leaves its fence for later.
+            return Err(LockError::Store(StoreError::Protocol {
+                message: "a lease that holds no lock key has no fence to mint".to_owned(),
+            }));
+        };
+        match shared.store.mint(keys, &shared.token).await {
+            Ok(MintReply::Minted(fence)) => Ok(fence),
+            Ok(MintReply::Not(_)) => {
+                shared.end(LossReason::NotHeld);
+                Err(self.lost_error())
+            }
+            Err(err) => Err(LockError::Store(err)),
+        }
     }
 
     /// Whether the lease has ended or can no longer be trusted (past its local safety
@@ -180,9 +247,10 @@ impl LeaseHandle {
 /// let client = distlock::Client::in_memory();
 /// let lease = client.lock("invoice:7").ttl(Duration::from_secs(5)).acquire().await?;
 ///
-/// // Check before each step that needs the lock, and give the fence to what you write to.
+/// // Check before each step that needs the lock, and give the fence to what you write to
+/// // (minted now, on first use, while the lock is held).
 /// lease.ensure_held()?;
-/// let fence = lease.fence();
+/// let fence = lease.fence().await?;
 /// assert!(lease.valid_for() > Duration::ZERO);
 ///
 /// // A step that may take longer: reset the ttl (the watchdog keeps renewing with it).

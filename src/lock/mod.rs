@@ -52,7 +52,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// Options for one lock acquisition. Start with [`Client::lock`](crate::Client::lock).
 ///
 /// Defaults: ttl 30 s with the watchdog renewing it while held; try once (no waiting); no
-/// maximum or minimum hold; not reentrant.
+/// maximum or minimum hold; not reentrant; the fence minted when first asked for
+/// ([`fenced`](Self::fenced) mints it with the grant).
 #[must_use = "a LockBuilder does nothing until acquire() or run() is awaited"]
 #[derive(Debug)]
 pub struct LockBuilder {
@@ -66,7 +67,7 @@ pub struct LockBuilder {
 impl LockBuilder {
     pub(crate) fn new(client: LockContext, name: String) -> Self {
         let options = Options::new(client.core());
-        let keys = client.core().lock_keys(&name);
+        let keys = client.core().lock_keys_of(name);
         Self {
             client,
             keys,
@@ -102,6 +103,23 @@ impl LockBuilder {
     /// [`max_hold`](Self::max_hold) (which wins); zero means none.
     pub fn min_hold(mut self, min_hold: Duration) -> Self {
         self.options.min_hold = Some(min_hold);
+        self
+    }
+
+    /// An eager lease: the grant mints the lease's fence, so
+    /// [`fence`](LeaseHandle::fence) answers at once and
+    /// [`minted_fence`](LeaseHandle::minted_fence) has it from the start.
+    ///
+    /// By default a lease mints its fence when first asked for (one round trip, only while
+    /// the lock is held), so a lease that never asks pays nothing for it: its uncontended
+    /// acquire is the `SET key token NX PX ttl` a raw client sends. An eager grant is a
+    /// script instead (the `SET`, the server's `TIME` and a write of the fence key), which
+    /// costs the server about four times as much per acquire; choose it when every holder
+    /// writes under its fence, to save the mint's round trip. Both kinds of fence are
+    /// ordered together: see the guide's
+    /// [fencing tokens](crate::guide::guarantees#fencing-tokens).
+    pub fn fenced(mut self) -> Self {
+        self.options.fenced = true;
         self
     }
 
@@ -141,10 +159,10 @@ impl LockBuilder {
     ///     let client = client.clone();
     ///     async move { client.lock("report:daily").wait(Duration::from_secs(5)).acquire().await }
     /// });
-    /// let first_fence = lease.fence();
+    /// let first_fence = lease.fence().await?;
     /// lease.release().await?;
     /// let next = waiter.await.expect("waiter task")?;
-    /// assert!(next.fence() > first_fence);
+    /// assert!(next.fence().await? > first_fence);
     /// # Ok(()) }
     /// ```
     ///
@@ -180,7 +198,7 @@ impl LockBuilder {
             };
             let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
             tracing::debug!(
-                fence = shared.fence,
+                fence = shared.minted_fence(),
                 attempts = how.attempts,
                 waited_ms = how.waited_ms(),
                 woken_by = how.woken_by,
@@ -206,7 +224,7 @@ impl LockBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
     /// let client = distlock::Client::in_memory();
-    /// let fence = client.lock("job:nightly").run(|lease| async move { lease.fence() }).await?;
+    /// let fence = client.lock("job:nightly").run(|lease| async move { lease.fence().await }).await??;
     /// assert!(fence > 0);
     /// # Ok(()) }
     /// ```
@@ -248,11 +266,10 @@ impl LockBuilder {
             && let Some(outer) = reentrant::find(client_id, &keys.lock)
         {
             outer.ensure_held()?;
-            let fence = outer.fence();
-            let value = guarded(outer.clone(), body(outer)).await?;
+            let value = guarded(outer.clone(), body(outer.clone())).await?;
             return Ok(RunReport {
                 value,
-                fence,
+                fence: outer.minted_fence(),
                 release: None,
             });
         }
@@ -276,8 +293,9 @@ impl LockBuilder {
 pub struct RunReport<T> {
     /// The body's value.
     pub value: T,
-    /// The fence of the lease the body ran under.
-    pub fence: u64,
+    /// The fence of the lease the body ran under, if it was minted (the body asked for it,
+    /// or the lease was [eager](LockBuilder::fenced)).
+    pub fence: Option<u64>,
     /// What the release found: `Released` normally; `AlreadyExpired` or `HeldByOther` if the
     /// key was gone or taken when the body had finished; an error if the store did not
     /// answer. `None` when the run joined an enclosing lease (reentrant) and released
@@ -303,7 +321,7 @@ where
 /// logged at WARN.
 async fn released_after<T>(lease: Lease, value: T) -> RunReport<T> {
     let name = lease.name().to_owned();
-    let fence = lease.fence();
+    let fence = lease.minted_fence();
     let release = lease.release().await;
     match &release {
         Ok(ReleaseOutcome::Released) => {}
@@ -340,9 +358,9 @@ struct LockClaim<'a> {
 }
 
 impl LockClaim<'_> {
-    /// The state of a lease granted under `token` and `fence`, by a request sent at
-    /// `sent_at`.
-    fn granted(&self, token: Token, fence: u64, sent_at: Instant) -> LeaseState {
+    /// The state of a lease granted under `token` (and `fence`, if the grant minted it), by
+    /// a request sent at `sent_at`.
+    fn granted(&self, token: Token, fence: Option<u64>, sent_at: Instant) -> LeaseState {
         let grant = Grant {
             hold: Hold::Key(self.keys.clone()),
             token,
@@ -350,7 +368,7 @@ impl LockClaim<'_> {
             sent_at,
             answered_at: Instant::now(),
         };
-        LeaseState::new(grant, &self.terms)
+        LeaseState::new(grant, &self.terms, self.client.store())
     }
 }
 
@@ -378,13 +396,20 @@ impl Claim for LockClaim<'_> {
         let (store, keys, terms) = (self.client.store(), &self.keys, &self.terms);
         let hold = Hold::Key(keys.clone());
         wait::settle(store, hold, &self.token, terms, || {
-            store.acquire(keys, &self.token, terms.grant_ttl(), waits, terms.replicas)
+            store.acquire(
+                keys,
+                &self.token,
+                terms.grant_ttl(),
+                waits,
+                terms.replicas,
+                terms.fenced,
+            )
         })
         .await
     }
 
-    fn lock(&self) -> Option<(&LockKeys, Duration, &Arc<str>)> {
-        Some((&self.keys, self.terms.grant_ttl(), &self.identity))
+    fn lock(&self) -> Option<(&LockKeys, &Terms, &Arc<str>)> {
+        Some((&self.keys, &self.terms, &self.identity))
     }
 
     fn fresh_token(&mut self) {

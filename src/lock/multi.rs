@@ -181,13 +181,14 @@ impl MultiHandle {
         &self.handles
     }
 
-    /// The fence of lock `name`, if it is one of the set.
+    /// The fence of lock `name`, if it is one of the set. A multi-lock's grants are eager:
+    /// every lock of the set has its fence from the grant.
     #[must_use]
     pub fn fence_of(&self, name: &str) -> Option<u64> {
         self.handles
             .iter()
             .find(|h| h.name() == name)
-            .map(LeaseHandle::fence)
+            .and_then(LeaseHandle::minted_fence)
     }
 
     /// Whether any of the leases is lost (or released).
@@ -326,11 +327,12 @@ impl Claim for MultiClaim<'_> {
                         let grant = Grant {
                             hold: Hold::Key((*k).clone()),
                             token,
-                            fence,
+                            fence: Some(fence),
                             sent_at,
                             answered_at,
                         };
-                        let shared = std::sync::Arc::new(LeaseState::new(grant, &self.terms));
+                        let shared =
+                            std::sync::Arc::new(LeaseState::new(grant, &self.terms, store));
                         taken.push(Lease::new(self.client.clone(), shared, Primitive::Lock));
                     }
                 }

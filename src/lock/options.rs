@@ -29,6 +29,10 @@ pub(crate) struct Options {
     pub(crate) backoff: (Duration, Duration),
     /// The holder identity this lease's token carries, if not the client's.
     pub(crate) identity: Option<String>,
+    /// Mint the fence with the grant (eager) rather than at the first `fence()` (lazy, the
+    /// default). Only a lock's grant can leave its fence for later; the other primitives'
+    /// grants always mint.
+    pub(crate) fenced: bool,
 }
 
 impl Options {
@@ -46,6 +50,7 @@ impl Options {
             max_attempts: None,
             backoff: (BACKOFF_MIN, BACKOFF_MAX),
             identity: None,
+            fenced: false,
         }
     }
 
@@ -135,6 +140,7 @@ impl Options {
             max_hold: self.max_hold,
             min_hold,
             replicas: self.replicas,
+            fenced: self.fenced,
         })
     }
 }

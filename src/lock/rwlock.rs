@@ -45,11 +45,11 @@ use crate::token::Token;
 ///     client.rw_lock("doc:7").write().await, // a writer waits for both
 ///     Err(distlock::LockError::Busy { .. })
 /// ));
-/// let read_fence = r2.fence();
+/// let read_fence = r2.fence().await?; // minted with the grant: read-write locks are eager
 /// r1.release().await?;
 /// r2.release().await?;
 /// let w = doc().write().await?;
-/// assert!(w.fence() > read_fence); // one sequence of fences for both sides
+/// assert!(w.fence().await? > read_fence); // one sequence of fences for both sides
 /// # Ok(()) }
 /// ```
 ///
@@ -121,7 +121,7 @@ impl RwLockBuilder {
         tracing::debug!(
             rw_lock = %self.name,
             ?side,
-            fence = shared.fence,
+            fence = shared.minted_fence(),
             attempts = how.attempts,
             waited_ms = how.waited_ms(),
             woken_by = how.woken_by,

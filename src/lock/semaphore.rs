@@ -47,10 +47,10 @@ pub const MAX_PERMITS: u32 = 10_000;
 ///     client.semaphore("exports", 2).acquire().await,
 ///     Err(distlock::LockError::Busy { .. })
 /// ));
-/// let b_fence = b.fence();
+/// let b_fence = b.fence().await?; // minted with the grant: semaphores are eager
 /// a.release().await?;
 /// let c = exports().acquire().await?; // the freed permit
-/// assert!(c.fence() > b_fence);
+/// assert!(c.fence().await? > b_fence);
 /// # Ok(()) }
 /// ```
 #[must_use = "a SemaphoreBuilder does nothing until acquire() or run() is awaited"]
@@ -138,7 +138,7 @@ impl SemaphoreBuilder {
         tracing::debug!(
             semaphore = %self.name,
             count,
-            fence = shared.fence,
+            fence = shared.minted_fence(),
             attempts = how.attempts,
             waited_ms = how.waited_ms(),
             woken_by = how.woken_by,

@@ -5,6 +5,7 @@
 use std::sync::{MutexGuard, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -13,15 +14,17 @@ use super::metrics::LeaseMetrics;
 use super::timing::{OpGate, Timing};
 use crate::error::LossReason;
 use crate::keys::LockKeys;
-use crate::store::Replicas;
+use crate::store::{Replicas, Store};
 use crate::token::Token;
 
-/// A grant, as the store made it: what it holds, under which token and fence, and when the
-/// request that made it was sent and answered (a hand-off's word counts as its answer).
+/// A grant, as the store made it: what it holds, under which token (and fence, if the grant
+/// minted one), and when the request that made it was sent and answered (a hand-off's word
+/// counts as its answer).
 pub(crate) struct Grant {
     pub(crate) hold: Hold,
     pub(crate) token: Token,
-    pub(crate) fence: u64,
+    /// `None`: the lease mints its fence when first asked (a lazy lock lease).
+    pub(crate) fence: Option<u64>,
     pub(crate) sent_at: Instant,
     pub(crate) answered_at: Instant,
 }
@@ -35,6 +38,8 @@ pub(crate) struct Terms {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) replicas: Option<Replicas>,
+    /// Mint the fence with the grant (an eager lease), rather than when first asked.
+    pub(crate) fenced: bool,
 }
 
 impl Terms {
@@ -49,7 +54,11 @@ impl Terms {
 pub(crate) struct LeaseState {
     pub(crate) hold: Hold,
     pub(crate) token: Token,
-    pub(crate) fence: u64,
+    /// The lease's fence once minted: with the grant (an eager lease, and every lease that is
+    /// not a lock's), or at the first `fence()` (see `lease.rs`), once.
+    pub(crate) fence: OnceCell<u64>,
+    /// Where a lazy lease mints its fence.
+    pub(crate) store: Store,
     /// How many times in a row the lock had been handed off when this lease got it (0 when
     /// it was acquired the ordinary way; see `handoff.rs`).
     pub(crate) handed_in_row: u32,
@@ -64,7 +73,9 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
-    pub(crate) fn new(grant: Grant, terms: &Terms) -> Self {
+    /// The state of `grant`, kept on `terms`, minting its fence (if it has none yet) on
+    /// `store`.
+    pub(crate) fn new(grant: Grant, terms: &Terms, store: &Store) -> Self {
         // Counted from the answer: the grant was made no later than that, so the key lives
         // at least `min_hold` past it whatever the clocks of this process and the store.
         let min_hold_until = terms
@@ -73,7 +84,8 @@ impl LeaseState {
         Self {
             hold: grant.hold,
             token: grant.token,
-            fence: grant.fence,
+            fence: OnceCell::new_with(grant.fence),
+            store: store.clone(),
             handed_in_row: 0,
             op: OpGate::new(Timing::granted(
                 terms.ttl,
@@ -112,10 +124,15 @@ impl LeaseState {
     }
 
     /// Ends the lease for `reason` (the first reason wins) and fires the lost signal.
+    /// The fence, if minted.
+    pub(crate) fn minted_fence(&self) -> Option<u64> {
+        self.fence.get().copied()
+    }
+
     pub(crate) fn end(&self, reason: LossReason) {
         if self.reason.set(reason).is_ok() {
             if reason != LossReason::Released {
-                tracing::warn!(lock = %self.hold.name(), fence = self.fence, %reason, "lease lost");
+                tracing::warn!(lock = %self.hold.name(), fence = self.minted_fence(), %reason, "lease lost");
             }
             let event = match reason {
                 LossReason::Released => "released",
@@ -139,7 +156,7 @@ impl LeaseState {
                 .map(|h| h.identity)
                 .as_deref()
                 .unwrap_or(""),
-            fence = self.fence,
+            fence = self.minted_fence(),
         );
     }
 

@@ -113,10 +113,11 @@ pub(crate) trait Claim {
     /// its outcome is unknown.
     async fn attempt(&mut self, waits: Waits) -> Result<Attempt<Self::Granted>, LockError>;
 
-    /// For a lock: its keys, the ttl a grant asks for and the holder identity a grant's
-    /// token carries. Its waiter then queues for a hand-off from a releaser of its client,
-    /// and one that waited long marks the lock for a reservation.
-    fn lock(&self) -> Option<(&LockKeys, Duration, &Arc<str>)> {
+    /// For a lock: its keys, the terms its lease is kept on (the ttl a grant asks for,
+    /// whether it mints its fence with the grant) and the holder identity a grant's token
+    /// carries. Its waiter then queues for a hand-off from a releaser of its client, and one
+    /// that waited long marks the lock for a reservation.
+    fn lock(&self) -> Option<(&LockKeys, &Terms, &Arc<str>)> {
         None
     }
 
@@ -384,9 +385,15 @@ pub(crate) async fn acquire<C: Claim>(
         }
         if ticket.is_none()
             && store.supports(Capability::HandOff).is_ok()
-            && let Some((keys, ttl, identity)) = claim.lock()
+            && let Some((keys, terms, identity)) = claim.lock()
         {
-            ticket = Some(Ticket::join(client.handoffs(), store, keys, ttl, identity));
+            ticket = Some(Ticket::join(
+                client.handoffs(),
+                store,
+                keys,
+                terms,
+                identity,
+            ));
         }
         let jitter = jitter_for(busy_for);
         let mut sleep = busy_for.saturating_add(jitter);
@@ -472,7 +479,9 @@ where
                 sent_at,
                 answered_at: Instant::now(),
             };
-            Ok(Attempt::Granted(Arc::new(LeaseState::new(grant, terms))))
+            Ok(Attempt::Granted(Arc::new(LeaseState::new(
+                grant, terms, store,
+            ))))
         }
         AcquireReply::Busy { pttl } => {
             guard.armed = false;

@@ -26,6 +26,7 @@ use super::scripts::idempotency::{RecordCall, RecordReply};
 
 use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::scripts::leader::Record;
+use super::scripts::mint::MintReply;
 use super::scripts::renew::RenewItem;
 use super::scripts::{Ownership, Replicas};
 use super::wakeups::Wakeups;
@@ -43,10 +44,11 @@ pub(crate) trait Backend {
 
     // ---- Lock operations: every backend has them. ----
 
-    /// Takes the lock of `keys` for `token` if it is free; mints its fence. With `replicas`,
-    /// the grant counts only once that many replicas acknowledged it (else
+    /// Takes the lock of `keys` for `token` if it is free; mints its fence with it if `mint`
+    /// (an eager lease), else leaves that to [`mint`](Self::mint). With `replicas`, the grant
+    /// counts only once that many replicas acknowledged it (else
     /// [`StoreError::NotReplicated`]; the caller releases it), on a backend that
-    /// [`acknowledges`](Self::replica_acknowledgement).
+    /// acknowledges (`Capability::ReplicaAcknowledgement`).
     async fn acquire(
         &self,
         keys: &LockKeys,
@@ -54,7 +56,13 @@ pub(crate) trait Backend {
         ttl: Duration,
         waits: Waits,
         replicas: Option<Replicas>,
+        mint: bool,
     ) -> Result<AcquireReply, StoreError>;
+
+    /// Mints the fence of the lease `token` holds on the lock of `keys`, if the store still
+    /// holds it for that token (else says whose the key is, and mints nothing). The fence is
+    /// above every fence minted before under the lock's fence key.
+    async fn mint(&self, keys: &LockKeys, token: &Token) -> Result<MintReply, StoreError>;
 
     /// Frees the lock if `token` holds it, waking (or reserving it for) its waiters.
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError>;
@@ -103,16 +111,24 @@ pub(crate) trait Backend {
                 ),
             });
         };
-        Ok(match self.acquire(keys, token, ttl, waits, None).await? {
-            AcquireReply::Granted { fence } => AllReply::Granted {
-                fences: vec![fence],
+        // A multi-lock's grants are eager (every lock of it mints with its grant).
+        Ok(
+            match self.acquire(keys, token, ttl, waits, None, true).await? {
+                AcquireReply::Granted { fence: Some(fence) } => AllReply::Granted {
+                    fences: vec![fence],
+                },
+                AcquireReply::Granted { fence: None } => {
+                    return Err(StoreError::Protocol {
+                        message: "an acquire asked to mint answered without a fence".to_owned(),
+                    });
+                }
+                AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
+                // Not asked for (no replica requirement here).
+                AcquireReply::Unreplicated { acked, wanted } => {
+                    return Err(StoreError::NotReplicated { acked, wanted });
+                }
             },
-            AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
-            // Not asked for (no replica requirement here).
-            AcquireReply::Unreplicated { acked, wanted } => {
-                return Err(StoreError::NotReplicated { acked, wanted });
-            }
-        })
+        )
     }
 
     // ---- Capabilities. ----
@@ -144,16 +160,17 @@ pub(crate) trait Backend {
 
     // ---- Operations behind capabilities. ----
 
-    /// Passes a held lock from `from` to a local waiter's `to`, with a new ttl and fence
-    /// ([`Capability::HandOff`]).
+    /// Passes a held lock from `from` to a local waiter's `to`, with a new ttl, and its fence
+    /// if `mint` (the waiter's lease is eager) ([`Capability::HandOff`]).
     async fn handoff(
         &self,
         keys: &LockKeys,
         from: &Token,
         to: &Token,
         ttl: Duration,
+        mint: bool,
     ) -> Result<HandoffReply, StoreError> {
-        let _ = (keys, from, to, ttl);
+        let _ = (keys, from, to, ttl, mint);
         Err(self.lacks(Capability::HandOff))
     }
 

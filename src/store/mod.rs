@@ -69,6 +69,7 @@ pub(crate) use self::scripts::fenced::{
 pub(crate) use self::scripts::handoff::HandoffReply;
 pub(crate) use self::scripts::idempotency::{RecordCall, RecordReply};
 pub(crate) use self::scripts::leader::Record;
+pub(crate) use self::scripts::mint::MintReply;
 pub(crate) use self::scripts::release::CLAIM;
 pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Ownership, Replicas};
@@ -204,6 +205,7 @@ impl Store {
         on_backend!(self.locks(), s => s.fences(prefix))
     }
 
+    /// Takes a lock, minting its fence with the grant if `mint` (an eager lease).
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -211,8 +213,19 @@ impl Store {
         ttl: Duration,
         waits: Waits,
         replicas: Option<Replicas>,
+        mint: bool,
     ) -> Result<AcquireReply, StoreError> {
-        bounded_on!(self.locks(), s => s.acquire(keys, token, ttl, waits, replicas).await)
+        bounded_on!(self.locks(), s => s.acquire(keys, token, ttl, waits, replicas, mint).await)
+    }
+
+    /// Mints the fence of the lease `token` holds on the lock of `keys`, if the store still
+    /// holds it for that token.
+    pub(crate) async fn mint(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+    ) -> Result<MintReply, StoreError> {
+        bounded_on!(self.locks(), s => s.mint(keys, token).await)
     }
 
     pub(crate) async fn release(
@@ -229,16 +242,17 @@ impl Store {
         bounded_on!(self.locks(), s => s.unmark(keys).await)
     }
 
-    /// Passes a held lock from token `from` to token `to`, with a new ttl and fence. Only on
-    /// a store that supports [`Capability::HandOff`].
+    /// Passes a held lock from token `from` to token `to`, with a new ttl, and a fence if
+    /// `mint`. Only on a store that supports [`Capability::HandOff`].
     pub(crate) async fn handoff(
         &self,
         keys: &LockKeys,
         from: &Token,
         to: &Token,
         ttl: Duration,
+        mint: bool,
     ) -> Result<HandoffReply, StoreError> {
-        bounded_on!(self.locks(), s => s.handoff(keys, from, to, ttl).await)
+        bounded_on!(self.locks(), s => s.handoff(keys, from, to, ttl, mint).await)
     }
 
     /// One fenced write or read, on the store counting primitives go to (bounded by its
@@ -461,23 +475,29 @@ impl Store {
 
 /// Runs one operation on `side` within its operation timeout: every operation is bounded
 /// here, so no caller can forget it.
-async fn bounded<T>(
+fn bounded<T>(
     side: &Backing<'_>,
     op: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    bounded_by(on_backend!(side, s => s.op_timeout()), op).await
+) -> impl Future<Output = Result<T, StoreError>> {
+    bounded_by(on_backend!(side, s => s.op_timeout()), op)
 }
 
 /// Runs `op` within `limit`; a timeout names `limit` as its deadline.
-async fn bounded_by<T>(
+///
+/// A combinator, not an `async fn`: an `async fn` keeps its argument in its own state and then
+/// moves it into the timeout, so every operation's future would be stored (and copied) twice
+/// over, on the hot path of every lock and rate-limit call.
+fn bounded_by<T>(
     limit: Duration,
     op: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(limit, op)
-        .await
-        .map_err(|_| StoreError::Timeout { after: limit })?
-        // A timeout of the connection itself comes without its deadline: this one.
-        .map_err(|e| e.with_deadline(limit))
+) -> impl Future<Output = Result<T, StoreError>> {
+    use futures_util::FutureExt as _;
+    tokio::time::timeout(limit, op).map(move |result| {
+        result
+            .map_err(|_| StoreError::Timeout { after: limit })?
+            // A timeout of the connection itself comes without its deadline: this one.
+            .map_err(|e| e.with_deadline(limit))
+    })
 }
 
 /// Test hooks: reads and writes of raw keys, the same way on every backend.

@@ -71,9 +71,10 @@ async fn settle(client: &Client, id: u32, counter: &AtomicU64) -> Result<u64, Lo
     let seen = counter.load(Ordering::SeqCst);
     tokio::task::yield_now().await;
     counter.store(seen + 1, Ordering::SeqCst);
-    Ok(distlock::current_lease()
-        .map(|l| l.fence())
-        .unwrap_or_default())
+    match distlock::current_lease() {
+        Some(lease) => lease.fence().await,
+        None => Ok(0),
+    }
 }
 
 /// The macro runs unchanged on a cluster client: concurrent calls on one key are serialised.

@@ -107,11 +107,11 @@ async fn a_thousand_names_each_stay_in_one_slot() {
             .acquire()
             .await
             .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"));
-        if let Some(last) = last_fence.insert(name.clone(), lease.fence()) {
+        if let Some(last) = last_fence.insert(name.clone(), lease.fence().await.expect("fence")) {
             assert!(
-                lease.fence() > last,
+                lease.fence().await.expect("fence") > last,
                 "{name:?}: fence {} after {last}",
-                lease.fence()
+                lease.fence().await.expect("fence")
             );
         }
         assert_eq!(
@@ -324,7 +324,13 @@ async fn child_exclusion(client: Client, nodes: &[&str]) {
                 let tag = format!("{{{name}}}");
                 enter_section(&mut conn, &tag).await;
                 let fence_key = format!("fence-seen{tag}");
-                write_fenced(&mut conn, &fenced, &fence_key, lease.fence()).await;
+                write_fenced(
+                    &mut conn,
+                    &fenced,
+                    &fence_key,
+                    lease.fence().await.expect("fence"),
+                )
+                .await;
                 bump_counter_and_leave(&mut conn, &tag, 500).await;
                 assert_eq!(
                     lease.release().await.expect("release"),

@@ -73,7 +73,7 @@ async fn rw_locks_on_every_master() {
         let rw = || client.rw_lock(&name).wait(Duration::from_secs(5));
         let r1 = rw().read().await.expect("read");
         let r2 = rw().read().await.expect("read");
-        let read_fence = r2.fence();
+        let read_fence = r2.fence().await.expect("fence");
         let writer = {
             let client = client.clone();
             let name = name.clone();
@@ -98,7 +98,7 @@ async fn rw_locks_on_every_master() {
             .expect("woken by the readers' releases")
             .expect("task")
             .expect("write");
-        assert!(w.fence() > read_fence);
+        assert!(w.fence().await.expect("fence") > read_fence);
         w.release().await.expect("release");
     }
 }

@@ -107,12 +107,9 @@ async fn resharding_under_load_keeps_every_promise() {
                     !inside[name].swap(true, Ordering::SeqCst),
                     "two holders of {name}"
                 );
-                let previous = last_fence[name].swap(lease.fence(), Ordering::SeqCst);
-                assert!(
-                    lease.fence() > previous,
-                    "{name}: fence {} after {previous}",
-                    lease.fence()
-                );
+                let fence = lease.fence().await.expect("fence");
+                let previous = last_fence[name].swap(fence, Ordering::SeqCst);
+                assert!(fence > previous, "{name}: fence {fence} after {previous}");
                 tokio::time::sleep(Duration::from_millis(rand::random_range(0..20))).await;
                 inside[name].store(false, Ordering::SeqCst);
                 assert!(!lease.is_lost(), "{name} lost: {:?}", lease.lost_reason());
@@ -218,15 +215,17 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
     let replica = cluster.replicas_of(master).await[0];
     // Half the leases have reached the replica; the other half are granted while the replica
     // is frozen, so the promoted replica has never seen them: the double-grant case.
+    // Each lease mints its fence lazily, at once, while it holds its lock.
     let mut leases = Vec::new();
     for name in &names[..4] {
-        leases.push(
-            a.lock(name)
-                .ttl(Duration::from_secs(10))
-                .acquire()
-                .await
-                .expect("acquire"),
-        );
+        let lease = a
+            .lock(name)
+            .ttl(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("acquire");
+        let fence = lease.fence().await.expect("fence");
+        leases.push((lease, fence));
     }
     cluster.wait_replication_synced().await;
     cluster.stop_node(replica);
@@ -241,13 +240,14 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
         .await
         .expect("CLIENT KILL TYPE replica");
     for name in &names[4..] {
-        leases.push(
-            a.lock(name)
-                .ttl(Duration::from_secs(10))
-                .acquire()
-                .await
-                .expect("acquire"),
-        );
+        let lease = a
+            .lock(name)
+            .ttl(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("acquire");
+        let fence = lease.fence().await.expect("fence");
+        leases.push((lease, fence));
     }
     let killed_at = Instant::now();
     cluster.kill_node(master);
@@ -260,7 +260,7 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
 
     // Second client: takes every name it can once the cluster serves again.
     let mut double_grants = Vec::new();
-    for (lease, name) in leases.iter().zip(&names) {
+    for ((lease, first_fence), name) in leases.iter().zip(&names) {
         let taken = loop {
             match b.lock(name).ttl(Duration::from_secs(10)).acquire().await {
                 Ok(lease) => break Some(lease),
@@ -275,11 +275,13 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
             }
         };
         if let Some(second) = taken {
+            // Minted lazily on the promoted replica, whose fence key may be behind: re-seeded
+            // from its clock, it is still above the first holder's.
+            let second_fence = second.fence().await.expect("fence");
             assert!(
-                second.fence() > lease.fence(),
-                "{name}: the second holder's fence {} is not above the first's {}",
-                second.fence(),
-                lease.fence()
+                second_fence > *first_fence,
+                "{name}: the second holder's fence {second_fence} is not above the first's \
+                 {first_fence}"
             );
             if !lease.is_lost() {
                 // Both believe they hold it: how long until the first learns otherwise?
@@ -293,7 +295,7 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
         }
     }
     // Every lease still believed valid is really held on the new master.
-    for (lease, name) in leases.iter().zip(&names) {
+    for ((lease, _), name) in leases.iter().zip(&names) {
         if lease.is_lost() {
             continue;
         }
@@ -304,7 +306,7 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
             "{name}: believed valid, but the key is gone"
         );
     }
-    let kept = leases.iter().filter(|l| !l.is_lost()).count();
+    let kept = leases.iter().filter(|(l, _)| !l.is_lost()).count();
     eprintln!(
         "failover: {kept} of {} leases stayed valid; double grants {}: {:?} until the first \
          holder saw its loss",
@@ -322,7 +324,7 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
             "a double grant lasted {window:?}, more than one renewal interval"
         );
     }
-    for lease in leases {
+    for (lease, _) in leases {
         let _ = lease.release().await;
     }
 }

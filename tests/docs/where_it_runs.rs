@@ -143,7 +143,10 @@ const ADMIN: &str = "`lock_state`, `force_unlock`";
 
 #[distributed_lock(key = "docs:macro", client = client)]
 async fn locked(client: &Client) -> Result<u64, LockError> {
-    Ok(distlock::current_lease().map_or(0, |lease| lease.fence()))
+    match distlock::current_lease() {
+        Some(lease) => lease.fence().await,
+        None => Ok(0),
+    }
 }
 
 #[distlock::rate_limit(policy = "docs-macro: 100/s", key = "docs", client = client)]

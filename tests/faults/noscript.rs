@@ -45,14 +45,17 @@ async fn script_flush_before_every_operation() {
         let i = usize::try_from(op).expect("small") % NAMES;
         match held[i].take() {
             None => {
+                // Eager: the grant is a script (a lazy one is a plain `SET` that no flush
+                // can refuse), which mints the fence this test checks.
                 let lease = client
                     .lock(&names[i])
                     .ttl(ttl)
                     .watchdog(false)
+                    .fenced()
                     .acquire()
                     .await
                     .unwrap_or_else(|e| panic!("operation {op}: acquire {}: {e}", names[i]));
-                fences[i].push(lease.fence());
+                fences[i].push(lease.fence().await.expect("fence"));
                 held[i] = Some((lease, false));
                 acquires += 1;
             }

@@ -354,9 +354,9 @@ async fn reconnects_within_a_second_of_a_reset() {
 /// (e) TESTPLAN 4, ambiguous acquire: `CLIENT PAUSE 1000 WRITE` is longer than the 300 ms
 /// response timeout, so the client never learns whether its acquire was applied. Acquire
 /// returns an error (`Store(Timeout)`), never a lease; no lease is watched and no renewal is
-/// sent; the server does apply the acquire after the pause (its fence key appears), and the
-/// lock key never outlives the ttl: its pttl never exceeds it, and it is gone by the end of
-/// the pause + ttl.
+/// sent; the server does apply the acquire after the pause (its fence key appears: the lease
+/// is eager, so that the grant leaves that trace), and the lock key never outlives the ttl:
+/// its pttl never exceeds it, and it is gone by the end of the pause + ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_acquire_is_an_error_and_leaves_no_lock() {
     let server = RedisServer::start();
@@ -381,7 +381,7 @@ async fn ambiguous_acquire_is_an_error_and_leaves_no_lock() {
         .await
         .expect("CLIENT PAUSE");
     let paused_at = Instant::now();
-    let acquired = timed(client.lock(name).ttl(ttl).acquire()).await;
+    let acquired = timed(client.lock(name).ttl(ttl).fenced().acquire()).await;
     assert_timed_out("acquire during CLIENT PAUSE", &acquired);
     assert_eq!(
         client.__inspect().watched_leases(),

@@ -105,11 +105,18 @@ async fn child_entry() {
     };
     let mut pg = pg::connect(pg_config).await.expect("connect to PostgreSQL");
     let lease = client.lock(name).ttl(TTL).acquire().await.expect("lock");
-    child::say(&format!("FENCE {}", lease.fence()));
+    child::say(&format!("FENCE {}", lease.fence().await.expect("fence")));
     // The parent stops this process here, past the lease's ttl.
     tokio::time::sleep(STALL_POINT).await;
     // Resumed: write as if nothing happened (a paused process cannot tell).
-    let (on_redis, on_postgres) = write_both(&client, &mut pg, name, "paused", lease.fence()).await;
+    let (on_redis, on_postgres) = write_both(
+        &client,
+        &mut pg,
+        name,
+        "paused",
+        lease.fence().await.expect("fence"),
+    )
+    .await;
     child::say(&format!("REDIS {}", outcome(&on_redis)));
     child::say(&format!("POSTGRES {}", outcome(&on_postgres)));
     // By now its watchdog has found the lease gone too.
@@ -146,17 +153,26 @@ async fn paused_holder_is_refused(store: Store, topology: &str, url: String, nam
         .acquire()
         .await
         .unwrap_or_else(|e| panic!("the successor gets the lock: {e}\n{}", store.log()));
-    assert!(successor.fence() > stale_fence);
+    assert!(successor.fence().await.expect("fence") > stale_fence);
     // ...and writes to both resources.
-    let (on_redis, on_postgres) =
-        write_both(&store.client, &mut pg, name, "successor", successor.fence()).await;
+    let (on_redis, on_postgres) = write_both(
+        &store.client,
+        &mut pg,
+        name,
+        "successor",
+        successor.fence().await.expect("fence"),
+    )
+    .await;
     on_redis.unwrap_or_else(|e| panic!("the successor's Redis write: {e}\n{}", store.log()));
     on_postgres
         .unwrap_or_else(|e| panic!("the successor's PostgreSQL write: {e}\n{}", postgres.log()));
 
     // The paused holder resumes and writes under its old fence: refused on both.
     holder.signal(libc::SIGCONT);
-    let expected = format!("stale {} {stale_fence}", successor.fence());
+    let expected = format!(
+        "stale {} {stale_fence}",
+        successor.fence().await.expect("fence")
+    );
     let on_redis = parse_outcome(
         &holder.expect_line("REDIS ", Duration::from_secs(30)),
         "REDIS ",
@@ -183,11 +199,14 @@ async fn paused_holder_is_refused(store: Store, topology: &str, url: String, nam
         .read()
         .await
         .expect("read");
-    assert_eq!(snapshot.fence, Some(successor.fence()));
+    assert_eq!(
+        snapshot.fence,
+        Some(successor.fence().await.expect("fence"))
+    );
     assert_eq!(snapshot.text("owner"), Some("successor"));
     assert_eq!(
         snapshot.text("fence"),
-        Some(successor.fence().to_string().as_str())
+        Some(successor.fence().await.expect("fence").to_string().as_str())
     );
     // ...in Redis itself...
     let values_key = format!("distlock:fenced:{{{name}}}");
@@ -203,10 +222,13 @@ async fn paused_holder_is_refused(store: Store, topology: &str, url: String, nam
     assert_eq!(rows.len(), 1);
     let (owner, fence): (String, i64) = (rows[0].get(0), rows[0].get(1));
     assert_eq!(owner, "successor");
-    assert_eq!(u64::try_from(fence).ok(), Some(successor.fence()));
+    assert_eq!(
+        u64::try_from(fence).ok(),
+        Some(successor.fence().await.expect("fence"))
+    );
     assert_eq!(
         fences.last_fence(&pg, name).await.expect("read"),
-        Some(successor.fence())
+        Some(successor.fence().await.expect("fence"))
     );
     successor.release().await.expect("release");
 }
@@ -248,15 +270,26 @@ async fn a_stalled_holder_is_refused_in_memory() {
         .acquire()
         .await
         .expect("lock");
+    // Minted while it held the lock, before it stalled (a lease that stalls first gets no
+    // fence at all once its lock has gone).
+    let stalled_fence = stalled.fence().await.expect("fence");
     tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        matches!(
+            stalled.fence().await,
+            Ok(fence) if fence == stalled_fence
+        ),
+        "a minted fence is kept"
+    );
     let successor = client.lock(name).acquire().await.expect("the expired lock");
+    let successor_fence = successor.fence().await.expect("fence");
     let (on_redis, on_postgres) =
-        write_both(&client, &mut pg, name, "successor", successor.fence()).await;
+        write_both(&client, &mut pg, name, "successor", successor_fence).await;
     on_redis.expect("successor, memory");
     on_postgres.expect("successor, PostgreSQL");
     let (on_memory, on_postgres) =
-        write_both(&client, &mut pg, name, "paused", stalled.fence()).await;
-    let expected = format!("stale {} {}", successor.fence(), stalled.fence());
+        write_both(&client, &mut pg, name, "paused", stalled_fence).await;
+    let expected = format!("stale {successor_fence} {stalled_fence}");
     assert_eq!(outcome(&on_memory), expected);
     assert_eq!(outcome(&on_postgres), expected);
     let doc = client.fenced(name).expect("fenced");

@@ -444,7 +444,9 @@ async fn real_leases_fence_their_writes(store: Store, name: &str) {
         .acquire()
         .await
         .expect("lock");
-    doc.advance(first.fence()).await.expect("advance");
+    doc.advance(first.fence().await.expect("fence"))
+        .await
+        .expect("advance");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let second = store
         .another_client()
@@ -454,13 +456,19 @@ async fn real_leases_fence_their_writes(store: Store, name: &str) {
         .acquire()
         .await
         .expect("the expired lock is taken");
-    assert!(second.fence() > first.fence());
-    doc.set("owner", "second", second.fence())
+    assert!(second.fence().await.expect("fence") > first.fence().await.expect("fence"));
+    doc.set("owner", "second", second.fence().await.expect("fence"))
         .await
         .expect("write");
     assert_eq!(
-        stale(doc.set("owner", "first", first.fence()).await),
-        (second.fence(), first.fence())
+        stale(
+            doc.set("owner", "first", first.fence().await.expect("fence"))
+                .await
+        ),
+        (
+            second.fence().await.expect("fence"),
+            first.fence().await.expect("fence")
+        )
     );
     assert_eq!(
         doc.get("owner").await.expect("get").as_deref(),

@@ -168,7 +168,7 @@ async fn a_quorum_client_is_refused_at_fenced() {
     let lease = client.lock("quorum:doc").acquire().await.expect("lock");
     let elsewhere = Client::in_memory().fenced("quorum:doc").expect("fenced");
     elsewhere
-        .set("v", "x", lease.fence())
+        .set("v", "x", lease.fence().await.expect("fence"))
         .await
         .expect("a quorum's fence on another store");
     lease.release().await.expect("release");

@@ -10,8 +10,12 @@
 //!   process noticed.
 //! * **Promises kept**: a lease whose lost signal says the key was gone or taken (`NotHeld`)
 //!   while one of its claims still ran had its key vanish early.
-//! * **Fences**: within one name, a grant that completed before another was invoked has the
-//!   smaller fence, and no two grants share one.
+//! * **Fences**: within one name, a fence minted under a grant that completed before another
+//!   was invoked is smaller than the other's, however late either was minted (with the grant,
+//!   or by a lazy lease's first `fence()`), and no two leases share one. Leases that never
+//!   minted have nothing to compare.
+//! * **No fence after loss**: a lock's lease never gets a fence from a mint invoked after a
+//!   later grant of its name completed (the store held the later lease then, not this one).
 //! * **Permits**: the permits of a semaphore's leases believed valid at one instant never add
 //!   up to more than its size.
 //! * **Rate limits**: never more allowed than the algorithm's own bound, on the server's clock
@@ -70,7 +74,11 @@ struct Lease {
     ttl_ms: u64,
     inv: u64,
     ok: u64,
-    fence: u64,
+    /// The lease's fence: from its grant (eager), or from its first successful mint (lazy);
+    /// `None` if it never minted one.
+    fence: Option<u64>,
+    /// When its lazy mint that succeeded was invoked, if one did.
+    minted_at: Option<u64>,
     claims: Vec<(u64, u64)>,
     /// Extends: (invoked, completed, the earliest the key may expire after it). A claim made
     /// before an extend completed is cut there: the extend may shorten the lease on purpose
@@ -250,7 +258,8 @@ pub fn check(events: &[Event]) -> Report {
                     ttl_ms: inv.num("ttl").unwrap_or(0),
                     inv: inv.mono,
                     ok: done.mono,
-                    fence: done.num("fence").unwrap_or(0),
+                    fence: done.num("fence"),
+                    minted_at: None,
                     claims: vec![(done.mono, done.mono + valid)],
                     cuts: Vec::new(),
                     end: None,
@@ -282,6 +291,16 @@ pub fn check(events: &[Event]) -> Report {
             "end" => {
                 lease.end = Some(lease.end.map_or(e.mono, |t| t.min(e.mono)));
             }
+            "inv" if e.get("kind") == Some("mint") => {
+                if let Some(done) = dones.get(&(e.process, e.op))
+                    && done.tag == "ok"
+                    && let Some(fence) = done.num("fence")
+                    && lease.fence.is_none()
+                {
+                    lease.fence = Some(fence);
+                    lease.minted_at = Some(e.mono);
+                }
+            }
             "inv" if e.get("kind") == Some("extend") => {
                 let ttl = std::time::Duration::from_millis(e.num("ttl").unwrap_or(0));
                 let floor = e.mono
@@ -308,6 +327,7 @@ pub fn check(events: &[Event]) -> Report {
     for (domain, leases) in &by_domain {
         exclusion(domain, leases, &faults, &mut report);
         fences(domain, leases, &faults, &mut report);
+        no_fence_after_loss(domain, leases, &faults, &mut report);
     }
     // When each process last recorded anything before each instant: a process that was not
     // running (starved of CPU, stopped) cannot hear a timer.
@@ -436,7 +456,7 @@ fn exclusion(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Rep
                 .unwrap_or(start);
             let overlap = intersection(&other.belief(), &lease.belief());
             let what = format!(
-                "{domain}: {} {}/{} (fence {}) believed valid until {} while {} {}/{} (fence {}) \
+                "{domain}: {} {}/{} (fence {:?}) believed valid until {} while {} {}/{} (fence {:?}) \
                  believed valid from {}: overlap {:.1} ms",
                 other.kind,
                 other.process,
@@ -523,23 +543,30 @@ fn intersection(a: &[(u64, u64)], b: &[(u64, u64)]) -> u64 {
     total
 }
 
+/// A minted fence is above every fence minted under an earlier grant of the name (one that
+/// completed before this lease's acquire was invoked), whenever either was minted; no two
+/// leases share a fence.
 fn fences(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Report) {
-    let mut by_ok: Vec<&Lease> = leases.to_vec();
-    by_ok.sort_by_key(|l| l.ok);
-    let mut by_inv: Vec<&Lease> = leases.to_vec();
-    by_inv.sort_by_key(|l| l.inv);
+    let fenced: Vec<(&Lease, u64)> = leases
+        .iter()
+        .filter_map(|l| l.fence.map(|f| (*l, f)))
+        .collect();
+    let mut by_ok = fenced.clone();
+    by_ok.sort_by_key(|(l, _)| l.ok);
+    let mut by_inv = fenced.clone();
+    by_inv.sort_by_key(|(l, _)| l.inv);
     // Running maximum of the fences of grants completed before each invocation.
     let mut done = 0;
-    let mut best: Option<&Lease> = None;
-    for lease in by_inv {
-        while done < by_ok.len() && by_ok[done].ok < lease.inv {
-            if best.is_none_or(|b| by_ok[done].fence > b.fence) {
+    let mut best: Option<(&Lease, u64)> = None;
+    for (lease, fence) in by_inv {
+        while done < by_ok.len() && by_ok[done].0.ok < lease.inv {
+            if best.is_none_or(|(_, b)| by_ok[done].1 > b) {
                 best = Some(by_ok[done]);
             }
             done += 1;
         }
-        if let Some(before) = best
-            && before.fence >= lease.fence
+        if let Some((before, before_fence)) = best
+            && before_fence >= fence
         {
             let explained_by = faults
                 .iter()
@@ -550,36 +577,36 @@ fn fences(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Report
                 Finding {
                     rule: "fence order",
                     what: format!(
-                        "{domain}: {}/{} granted at {} with fence {}, then {}/{} invoked at {} \
-                         got fence {}",
+                        "{domain}: {}/{} granted at {} with fence {before_fence}{}, then {}/{} \
+                         invoked at {} got fence {fence}{}",
                         before.process,
                         before.op,
                         ms(before.ok),
-                        before.fence,
+                        minted(before),
                         lease.process,
                         lease.op,
                         ms(lease.inv),
-                        lease.fence
+                        minted(lease),
                     ),
                     ops: vec![before.id(), lease.id()],
                     from: before.ok,
-                    to: lease.ok,
+                    to: lease.ok.max(lease.minted_at.unwrap_or(0)),
                     explained_by,
-                    size: before.fence - lease.fence + 1,
+                    size: before_fence - fence + 1,
                 },
             );
         }
     }
     let mut seen: BTreeMap<u64, &Lease> = BTreeMap::new();
-    for lease in leases {
-        if let Some(other) = seen.insert(lease.fence, lease) {
+    for (lease, fence) in fenced {
+        if let Some(other) = seen.insert(fence, lease) {
             push(
                 report,
                 Finding {
                     rule: "fence order",
                     what: format!(
-                        "{domain}: {}/{} and {}/{} share fence {}",
-                        other.process, other.op, lease.process, lease.op, lease.fence
+                        "{domain}: {}/{} and {}/{} share fence {fence}",
+                        other.process, other.op, lease.process, lease.op
                     ),
                     ops: vec![other.id(), lease.id()],
                     from: other.ok.min(lease.ok),
@@ -589,6 +616,61 @@ fn fences(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Report
                 },
             );
         }
+    }
+}
+
+/// How a lease got its fence, for messages.
+fn minted(lease: &Lease) -> String {
+    match lease.minted_at {
+        Some(at) => format!(" (minted at {})", ms(at)),
+        None => String::new(),
+    }
+}
+
+/// A lock's lease that minted its fence lazily did so while the store held it: never after a
+/// later grant of the name completed (that grant replaced its token, which no later grant
+/// brings back). A mint that succeeded anyway broke "a lost lease never gets a fence", unless
+/// a fault that loses writes (a failover, a restart) explains it.
+fn no_fence_after_loss(domain: &str, leases: &[&Lease], faults: &[Fault], report: &mut Report) {
+    if !domain.starts_with("lock:") {
+        return;
+    }
+    let max_ttl = leases.iter().map(|l| l.ttl_ms).max().unwrap_or(0) * 1_000_000;
+    for lease in leases {
+        let Some(minted_at) = lease.minted_at else {
+            continue;
+        };
+        let Some(later) = leases
+            .iter()
+            .filter(|l| l.inv > lease.ok && l.ok < minted_at)
+            .min_by_key(|l| l.ok)
+        else {
+            continue;
+        };
+        let explained_by = explain(faults, lease.ok, minted_at, 0, 2 * max_ttl + 1_000_000_000);
+        push(
+            report,
+            Finding {
+                rule: "fence after loss",
+                what: format!(
+                    "{domain}: {}/{} (granted at {}) minted fence {} with a mint invoked at {}, \
+                     after {}/{} was granted at {}",
+                    lease.process,
+                    lease.op,
+                    ms(lease.ok),
+                    lease.fence.unwrap_or(0),
+                    ms(minted_at),
+                    later.process,
+                    later.op,
+                    ms(later.ok)
+                ),
+                ops: vec![later.id(), lease.id()],
+                from: lease.ok,
+                to: minted_at,
+                explained_by,
+                size: 1,
+            },
+        );
     }
 }
 
@@ -1122,6 +1204,35 @@ mod tests {
             .ev(ok, p, op, "ok", &[("fence", &fence), ("valid", &valid)])
         }
 
+        /// A lazy lock grant: as [`grant`](Self::grant), with no fence minted.
+        fn lazy_grant(self, p: u32, op: u64, name: &str, inv: u64, ok: u64, valid: u64) -> Self {
+            let valid = (valid * MS).to_string();
+            self.ev(
+                inv,
+                p,
+                op,
+                "inv",
+                &[
+                    ("kind", "lock"),
+                    ("name", name),
+                    ("ttl", "1000"),
+                    ("fenced", "0"),
+                ],
+            )
+            .ev(ok, p, op, "ok", &[("valid", &valid)])
+        }
+
+        /// Lease `lease`'s mint (operation `op`), invoked at `at`: answered at `at + 1` with
+        /// `fence`, or failed (`None`: the lease was no longer held).
+        fn mint(self, p: u32, op: u64, lease: u64, at: u64, fence: Option<u64>) -> Self {
+            let lease = lease.to_string();
+            let h = self.ev(at, p, op, "inv", &[("kind", "mint"), ("lease", &lease)]);
+            match fence {
+                Some(fence) => h.ev(at + 1, p, op, "ok", &[("fence", &fence.to_string())]),
+                None => h.ev(at + 1, p, op, "fail", &[("err", "lost")]),
+            }
+        }
+
         fn release(self, p: u32, op: u64, lease: u64, at: u64) -> Self {
             let lease = lease.to_string();
             self.ev(at, p, 0, "end", &[("lease", &lease)])
@@ -1273,6 +1384,86 @@ mod tests {
             .release(2, 2, 1, 90)
             .check();
         assert_eq!(rules(&r), ["fence order", "fence order"], "equal fences");
+    }
+
+    #[test]
+    fn lazy_fences_minted_in_grant_order_pass_whenever_they_are_minted() {
+        // A mints late in its hold, B never mints, C mints at once, D is eager; a failed mint
+        // counts for nothing.
+        let r = H::default()
+            .lazy_grant(1, 1, "a", 0, 5, 900)
+            .mint(1, 3, 1, 250, Some(10))
+            .release(1, 2, 1, 300)
+            .lazy_grant(2, 1, "a", 100, 302, 900)
+            .release(2, 2, 1, 400)
+            .lazy_grant(3, 1, "a", 350, 402, 900)
+            .mint(3, 3, 1, 403, Some(11))
+            .release(3, 2, 1, 500)
+            .grant(4, 1, "a", 450, 502, 900, 12)
+            .mint(4, 3, 1, 600, None)
+            .release(4, 2, 1, 700)
+            .check();
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.grants, 4);
+    }
+
+    #[test]
+    fn a_lazy_fence_below_an_earlier_grants_fails() {
+        // A's eager fence is 20; B, granted after A's grant, mints 19 later on.
+        let r = H::default()
+            .grant(1, 1, "a", 0, 5, 100, 20)
+            .release(1, 2, 1, 50)
+            .lazy_grant(2, 1, "a", 60, 70, 100)
+            .mint(2, 3, 1, 80, Some(19))
+            .release(2, 2, 1, 90)
+            .check();
+        assert_eq!(rules(&r), ["fence order"]);
+        assert!(
+            r.violations[0].what.contains("minted at"),
+            "{:?}",
+            r.violations
+        );
+    }
+
+    /// The hand-made history the new rule exists for: A's lease is lost (B is granted), and
+    /// A still gets a fence afterwards, above B's. Both rules reject it.
+    #[test]
+    fn a_fence_minted_after_a_later_grant_fails() {
+        let r = H::default()
+            .lazy_grant(1, 1, "a", 0, 5, 100)
+            .lazy_grant(2, 1, "a", 200, 210, 100)
+            .mint(2, 3, 1, 220, Some(30))
+            .release(2, 2, 1, 290)
+            .mint(1, 3, 1, 300, Some(31))
+            .release(1, 2, 1, 310)
+            .check();
+        assert_eq!(rules(&r), ["fence order", "fence after loss"]);
+        // Without B's mint there is nothing to order, but A's late mint is still refused.
+        let r = H::default()
+            .lazy_grant(1, 1, "a", 0, 5, 100)
+            .lazy_grant(2, 1, "a", 200, 210, 100)
+            .release(2, 2, 1, 290)
+            .mint(1, 3, 1, 300, Some(31))
+            .release(1, 2, 1, 310)
+            .check();
+        assert_eq!(rules(&r), ["fence after loss"]);
+        // A failover that loses writes explains it (a documented consequence).
+        let r = H::default()
+            .fault(
+                9,
+                150,
+                180,
+                "failover",
+                &[("lossy", "1"), ("target", "primary")],
+            )
+            .lazy_grant(1, 1, "a", 0, 5, 100)
+            .lazy_grant(2, 1, "a", 200, 210, 100)
+            .release(2, 2, 1, 290)
+            .mint(1, 3, 1, 300, Some(31))
+            .release(1, 2, 1, 310)
+            .check();
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.documented.len(), 1, "{:?}", r.documented);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 mod support;
 
 mod checker;
+mod fence_props;
 // The reference model the rate limiters are checked against.
 #[path = "../ratelimit/model.rs"]
 #[allow(dead_code)]

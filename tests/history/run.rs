@@ -913,7 +913,7 @@ async fn hot_lock(
         op,
         "ok",
         &[
-            ("fence", holder.fence().to_string()),
+            ("fence", holder.fence().await.expect("fence").to_string()),
             ("valid", holder.valid_for().as_nanos().to_string()),
         ],
     );

@@ -2,10 +2,12 @@
 //! completion recorded (see `record.rs`).
 //!
 //! Each worker runs `tasks` concurrent tasks on one client. A task picks, at random: a lock
-//! acquire (without waiting, or waiting, sometimes dropped mid-wait), semaphore permits, a
-//! read or write lock, or a rate-limit check under one of five algorithms. A grant is held
-//! for a random time, asked every 10 ms how long it is still valid (a `claim`), sometimes
-//! extended, then released or dropped; its lost signal is recorded when it fires.
+//! acquire (without waiting, or waiting, sometimes dropped mid-wait; eager or lazy about its
+//! fence), semaphore permits, a read or write lock, or a rate-limit check under one of five
+//! algorithms. A grant is held for a random time, asked every 10 ms how long it is still
+//! valid (a `claim`), sometimes extended, then released or dropped; its lost signal is
+//! recorded when it fires. A lazy lock lease mints its fence at a random moment of its hold,
+//! or late (after the worker stopped trusting it), or never.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -345,6 +347,8 @@ async fn step(
     let watchdog = rng.random_range(0..10) < 8;
     let drop_after = (wait_ms > 0 && rng.random_range(0..6) == 0)
         .then(|| Duration::from_millis(rng.random_range(1..wait_ms)));
+    // A lock's lease is eager (minted with the grant) a third of the time.
+    let fenced = kind == "lock" && rng.random_range(0..3) == 0;
     let op = rec.next_op();
     let (name, mut pairs) = match kind {
         "lock" => (LOCKS[rng.random_range(0..LOCKS.len())].to_owned(), vec![]),
@@ -364,18 +368,18 @@ async fn step(
         ("ttl", ttl_ms.to_string()),
         ("wait", wait_ms.to_string()),
         ("watchdog", u8::from(watchdog).to_string()),
+        ("fenced", u8::from(fenced).to_string()),
     ]);
     rec.record(op, "inv", &pairs);
     let acquire = async {
         match kind {
             "lock" => {
-                client
-                    .lock(&name)
-                    .ttl(ttl)
-                    .wait(wait)
-                    .watchdog(watchdog)
-                    .acquire()
-                    .await
+                let lock = client.lock(&name).ttl(ttl).wait(wait).watchdog(watchdog);
+                if fenced {
+                    lock.fenced().acquire().await
+                } else {
+                    lock.acquire().await
+                }
             }
             "sem" => {
                 let n: u32 = pairs
@@ -438,8 +442,21 @@ async fn step(
 /// recorded when it fires even while this task waits on an `extend`.
 async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng) {
     let hold_for = Duration::from_millis(rng.random_range(0..MAX_HOLD_MS));
-    let until = tokio::time::Instant::now() + hold_for;
+    let started = tokio::time::Instant::now();
+    let until = started + hold_for;
     let lid = lease_op.to_string();
+    // A lazy lease mints its fence during its hold (half of them), late, after the worker
+    // stopped trusting it (a tenth: the store may hold it still, or not), or never.
+    let unminted = lease.minted_fence().is_none();
+    let (mut mint_at, mint_late) = match rng.random_range(0..10) {
+        _ if !unminted => (None, false),
+        0..5 => (
+            Some(started + hold_for.mul_f64(rng.random_range(0.0..1.0))),
+            false,
+        ),
+        5 => (None, true),
+        _ => (None, false),
+    };
     // The watcher asks the lease every 10 ms how long it is valid (a claim) and records its
     // lost signal when it fires, on a task of its own: neither waits for an `extend` under way.
     let handle = lease.handle();
@@ -461,6 +478,10 @@ async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng
     });
     while tokio::time::Instant::now() < until && !lease.is_lost() {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        if mint_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+            mint_at = None;
+            mint(rec, &lease, lease_op).await;
+        }
         if rng.random_range(0..60) == 0 {
             let ttl_ms = TTLS[rng.random_range(0..TTLS.len())];
             let op = rec.next_op();
@@ -480,6 +501,9 @@ async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng
         }
     }
     rec.record(lease_op, "end", &[("lease", lid.clone())]);
+    if mint_late {
+        mint(rec, &lease, lease_op).await;
+    }
     // No claims after the worker stops trusting the lease (they would be cut anyway); a lost
     // signal that fires later is still of interest, so the watcher keeps only that.
     if !watcher.is_finished() {
@@ -515,6 +539,22 @@ async fn hold(rec: &Arc<Recorder>, lease: Lease, lease_op: u64, rng: &mut StdRng
             };
             rec.record(op, "ok", &[("outcome", outcome.into())])
         }
+        Err(e) => rec.record(op, "fail", &[("err", lock_err(&e))]),
+    };
+}
+
+/// Asks a lazy lease for its fence (a mint in the store, the first time), recorded as a `mint`
+/// operation of the lease: `ok` with the fence, or `fail` (`lost` when the lease was lost or
+/// the store no longer held it).
+async fn mint(rec: &Recorder, lease: &LeaseHandle, lease_op: u64) {
+    let op = rec.next_op();
+    rec.record(
+        op,
+        "inv",
+        &[("kind", "mint".into()), ("lease", lease_op.to_string())],
+    );
+    match lease.fence().await {
+        Ok(fence) => rec.record(op, "ok", &[("fence", fence.to_string())]),
         Err(e) => rec.record(op, "fail", &[("err", lock_err(&e))]),
     };
 }
@@ -576,15 +616,15 @@ async fn probe(plan: &Plan, client: &Client, rec: &Arc<Recorder>, blocked: &str)
     }
 }
 
-/// Records the grant of `op`, stamped when the acquire returned: the lease's fence and
-/// validity, then `extra`.
+/// Records the grant of `op`, stamped when the acquire returned: the lease's fence (if the
+/// grant minted it) and validity, then `extra`.
 fn record_grant(rec: &Recorder, op: u64, lease: &Lease, extra: &[(&str, String)]) {
     let at = stamp();
     let valid = lease.valid_for();
-    let mut pairs = vec![
-        ("fence", lease.fence().to_string()),
-        ("valid", valid.as_nanos().to_string()),
-    ];
+    let mut pairs = vec![("valid", valid.as_nanos().to_string())];
+    if let Some(fence) = lease.minted_fence() {
+        pairs.push(("fence", fence.to_string()));
+    }
     pairs.extend_from_slice(extra);
     rec.record_at(at, op, "ok", &pairs);
 }

@@ -74,7 +74,10 @@ async fn concurrent_acquires_and_releases_share_calls_and_keep_their_answers() {
     }
     assert_eq!(shared_winners.len(), SHARED_NAMES);
     assert_eq!(leases.len(), DISTINCT + SHARED_NAMES);
-    let fences: HashSet<u64> = leases.iter().map(|l| l.fence()).collect();
+    let mut fences = HashSet::new();
+    for lease in &leases {
+        fences.insert(lease.fence().await.expect("fence"));
+    }
     assert_eq!(fences.len(), leases.len(), "two grants shared a fence");
 
     let releases = leases

@@ -49,7 +49,11 @@ async fn terms_increase_and_the_leader_is_named(fx: Fixture) {
     let e = election(&fx.client, "terms", Duration::from_secs(5));
     assert_eq!(e.leader().await.expect("leader"), None, "nobody leads yet");
     let a = e.campaign("node-a").await.expect("campaign");
-    assert_eq!(a.term(), a.fence(), "the term is the lease's fence");
+    assert_eq!(
+        a.term(),
+        a.fence().await.expect("fence"),
+        "the term is the lease's fence"
+    );
     assert_eq!(a.identity(), "node-a");
     let seen = e.leader().await.expect("leader").expect("a leader");
     assert_eq!((seen.term, seen.identity.as_str()), (a.term(), "node-a"));
@@ -236,7 +240,7 @@ async fn run_drops_the_body_when_the_leadership_is_lost(fx: Fixture) {
         .campaign("runner")
         .await
         .expect("campaign")
-        .run(|lease| async move { lease.fence() })
+        .run(|lease| async move { lease.fence().await.expect("fence") })
         .await
         .expect("run");
     assert!(value > 0);

@@ -92,9 +92,15 @@ async fn lock_events_are_traced(fx: Fixture) {
     let capture = Capture::start(tracing::Level::DEBUG);
     let client = &fx.client;
 
-    // acquired, then released, with the lease's own fence.
-    let lease = client.lock("ev-released").acquire().await.expect("acquire");
-    let fence = lease.fence();
+    // acquired, then released, with the lease's own fence (eager leases: a lazy one has no
+    // fence to name when it is granted).
+    let lease = client
+        .lock("ev-released")
+        .fenced()
+        .acquire()
+        .await
+        .expect("acquire");
+    let fence = lease.minted_fence().expect("an eager lease's fence");
     lease.release().await.expect("release");
     let text = capture.text();
     for event in ["acquired", "released"] {
@@ -107,12 +113,13 @@ async fn lock_events_are_traced(fx: Fixture) {
     // expired: no watchdog, and the ttl runs out while held.
     let lease = client
         .lock("ev-expired")
+        .fenced()
         .ttl(Duration::from_millis(200))
         .watchdog(false)
         .acquire()
         .await
         .expect("acquire");
-    let fence = lease.fence();
+    let fence = lease.minted_fence().expect("an eager lease's fence");
     tokio::time::timeout(Duration::from_secs(10), lease.lost())
         .await
         .expect("the lost signal fires by the lease's deadline");
@@ -126,11 +133,12 @@ async fn lock_events_are_traced(fx: Fixture) {
     // holder's side, told at once: its own fence).
     let lease = client
         .lock("ev-forced")
+        .fenced()
         .ttl(Duration::from_secs(30))
         .acquire()
         .await
         .expect("acquire");
-    let fence = lease.fence();
+    let fence = lease.minted_fence().expect("an eager lease's fence");
     fx.until_listening_for_forces(1).await;
     let operator = fx.another_client().await;
     assert!(operator.force_unlock("ev-forced").await.expect("force"));

@@ -61,7 +61,7 @@ async fn a_release_hands_the_lock_to_a_waiter_of_its_client() {
         let published = publishes(&fx).await;
         let handoffs = capture.text().matches("woken_by=\"handoff\"").count();
 
-        let fence = holder.fence();
+        let fence = holder.fence().await.expect("fence");
         assert_eq!(
             holder.release().await.expect("release"),
             ReleaseOutcome::Released
@@ -71,7 +71,11 @@ async fn a_release_hands_the_lock_to_a_waiter_of_its_client() {
             .expect("handed over well before the holder's ttl")
             .expect("waiter task")
             .expect("acquired");
-        assert!(lease.fence() > fence, "{} after {fence}", lease.fence());
+        assert!(
+            lease.fence().await.expect("fence") > fence,
+            "{} after {fence}",
+            lease.fence().await.expect("fence")
+        );
         assert_eq!(fx.client.__inspect().queued_for_handoff(), 0);
         let handed = capture.text().matches("woken_by=\"handoff\"").count() > handoffs;
         let after = publishes(&fx).await;
@@ -209,8 +213,8 @@ async fn handed_off_sections_never_overlap() {
                     .acquire()
                     .await
                     .expect("acquire");
-                assert!(lease.fence() > last_fence);
-                last_fence = lease.fence();
+                assert!(lease.fence().await.expect("fence") > last_fence);
+                last_fence = lease.fence().await.expect("fence");
                 assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
                 let seen = counter.load(Ordering::SeqCst);
                 tokio::task::yield_now().await;

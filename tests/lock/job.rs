@@ -39,7 +39,7 @@ async fn at_least_keeps_the_lock_after_a_quick_body(fx: Fixture) {
     };
     let started = Instant::now();
     let ran = job(&fx.client)
-        .run(|lease| async move { lease.fence() })
+        .run(|lease| async move { lease.fence().await.expect("fence") })
         .await
         .expect("run");
     let returned = Instant::now();

@@ -14,6 +14,7 @@ mod election;
 mod events;
 mod existing;
 mod fairness;
+mod fences;
 mod handoff;
 mod holders;
 mod job;

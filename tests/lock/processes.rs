@@ -100,7 +100,7 @@ async fn child_hold(client: Client) {
         .acquire()
         .await
         .expect("acquire");
-    say(&format!("ACQUIRED {}", lease.fence()));
+    say(&format!("ACQUIRED {}", lease.fence().await.expect("fence")));
     tokio::time::sleep(Duration::from_secs(60)).await;
 }
 
@@ -176,12 +176,12 @@ async fn child_fenced(client: Client, url: &str) {
         .acquire()
         .await
         .expect("acquire");
-    assert!(fenced_write(&mut conn, lease.fence()).await);
-    say(&format!("ACQUIRED {}", lease.fence()));
+    assert!(fenced_write(&mut conn, lease.fence().await.expect("fence")).await);
+    say(&format!("ACQUIRED {}", lease.fence().await.expect("fence")));
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         // The write that was in flight when the process froze: only the fence can stop it.
-        let accepted = fenced_write(&mut conn, lease.fence()).await;
+        let accepted = fenced_write(&mut conn, lease.fence().await.expect("fence")).await;
         if lease.is_lost() {
             say(&format!("LOST accepted={accepted}"));
             break;
@@ -292,9 +292,9 @@ async fn paused_holder_is_fenced_off_and_sees_the_loss() {
         .acquire()
         .await
         .expect("a new holder gets in while the old one is frozen");
-    assert!(lease.fence() > old_fence);
+    assert!(lease.fence().await.expect("fence") > old_fence);
     let mut conn = server.conn().await;
-    assert!(fenced_write(&mut conn, lease.fence()).await);
+    assert!(fenced_write(&mut conn, lease.fence().await.expect("fence")).await);
     child.signal(libc::SIGCONT);
     let lost = child.expect_line("LOST", Duration::from_secs(5));
     assert_eq!(
@@ -370,7 +370,7 @@ async fn child_permits_hold(client: Client) {
         .acquire_n(3)
         .await
         .expect("acquire");
-    say(&format!("ACQUIRED {}", lease.fence()));
+    say(&format!("ACQUIRED {}", lease.fence().await.expect("fence")));
     tokio::time::sleep(Duration::from_secs(60)).await;
 }
 
@@ -383,7 +383,7 @@ async fn child_permits_late(client: Client) {
         .acquire()
         .await
         .expect("acquire");
-    say(&format!("ACQUIRED {}", lease.fence()));
+    say(&format!("ACQUIRED {}", lease.fence().await.expect("fence")));
     while !lease.is_lost() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -422,7 +422,10 @@ async fn child_job(client: Client, url: &str) {
                 let end = server_ms(&mut run_conn).await;
                 let _: i64 = run_conn.decr("job:inside", 1).await.expect("decr");
                 let _: i64 = run_conn
-                    .rpush("job:runs", format!("{start} {end} {}", lease.fence()))
+                    .rpush(
+                        "job:runs",
+                        format!("{start} {end} {}", lease.fence().await.expect("fence")),
+                    )
                     .await
                     .expect("rpush");
             })
@@ -548,7 +551,7 @@ async fn a_frozen_holder_sees_its_loss_and_frees_nothing_of_others() {
         .acquire()
         .await
         .expect("the permit comes back while the holder is frozen");
-    assert!(lease.fence() > old_fence);
+    assert!(lease.fence().await.expect("fence") > old_fence);
     child.signal(libc::SIGCONT);
     child.expect_line("LOST", Duration::from_secs(5));
     let release = child.expect_line("RELEASE", Duration::from_secs(5));

@@ -186,12 +186,12 @@ async fn fences_are_one_sequence_for_readers_and_writers(fx: Fixture) {
     let rw = || fx.client.rw_lock("fenced");
     let r1 = rw().read().await.expect("read");
     let r2 = rw().read().await.expect("read");
-    assert!(r2.fence() > r1.fence());
-    let read_fence = r2.fence();
+    assert!(r2.fence().await.expect("fence") > r1.fence().await.expect("fence"));
+    let read_fence = r2.fence().await.expect("fence");
     r1.release().await.expect("release");
     r2.release().await.expect("release");
     let w = rw().write().await.expect("write");
-    let write_fence = w.fence();
+    let write_fence = w.fence().await.expect("fence");
     assert!(write_fence > read_fence);
     assert!(matches!(rw().read().await, Err(LockError::Busy { .. })));
     assert!(matches!(rw().write().await, Err(LockError::Busy { .. })));
@@ -200,7 +200,7 @@ async fn fences_are_one_sequence_for_readers_and_writers(fx: Fixture) {
         ReleaseOutcome::Released
     );
     let r3 = rw().read().await.expect("read");
-    assert!(r3.fence() > write_fence);
+    assert!(r3.fence().await.expect("fence") > write_fence);
     r3.release().await.expect("release");
 }
 

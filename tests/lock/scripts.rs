@@ -23,9 +23,14 @@ const RELEASE: &str = concat!(
     include_str!("../../src/store/scripts/release.lua")
 );
 const RENEW: &str = include_str!("../../src/store/scripts/renew.lua");
+const MINT: &str = concat!(
+    include_str!("../../src/store/scripts/fence.lua"),
+    include_str!("../../src/store/scripts/mint.lua"),
+);
 const UNMARK: &str = include_str!("../../src/store/scripts/unmark.lua");
 
-/// `(lock key, fence key, token, ttl ms)` per item, by a caller that does not wait.
+/// `(lock key, fence key, token, ttl ms)` per item, by a caller that does not wait, each
+/// minting its fence with the grant (an eager lease).
 async fn acquire(conn: &mut MultiplexedConnection, items: &[(&str, &str, &str, u64)]) -> Vec<i64> {
     acquire_as(conn, items, "0").await
 }
@@ -36,13 +41,23 @@ async fn acquire_as(
     items: &[(&str, &str, &str, u64)],
     waits: &str,
 ) -> Vec<i64> {
+    acquire_minting(conn, items, waits, "1").await
+}
+
+/// As `acquire_as`, every item with `mint` ('1' eager, '0' lazy).
+async fn acquire_minting(
+    conn: &mut MultiplexedConnection,
+    items: &[(&str, &str, &str, u64)],
+    waits: &str,
+    mint: &str,
+) -> Vec<i64> {
     let script = redis::Script::new(ACQUIRE);
     let mut call = script.prepare_invoke();
     for (lock, fence, _, _) in items {
         call.key(*lock).key(*fence);
     }
     for (_, _, token, ttl) in items {
-        call.arg(*token).arg(*ttl).arg(waits);
+        call.arg(*token).arg(*ttl).arg(waits).arg(mint);
     }
     if items.len() == 1 {
         vec![call.invoke_async(conn).await.expect("acquire")]
@@ -128,8 +143,8 @@ async fn one_call_hands_out_consecutive_fences() {
     assert_eq!(replies.len(), 4);
     assert!(replies[0] > held, "{replies:?} after {held}");
     assert!(
-        (-30_001..=-29_000).contains(&replies[1]),
-        "busy item: {replies:?}"
+        (-30_002..=-29_001).contains(&replies[1]),
+        "busy item, -(pttl + 2): {replies:?}"
     );
     assert_eq!(replies[2], replies[0] + 1);
     assert_eq!(replies[3], replies[0] + 2);
@@ -186,7 +201,7 @@ async fn a_retried_grant_gets_a_higher_fence() {
     assert!(pttl > 5_000, "the retry did not reset the ttl: {pttl}");
 
     let busy = acquire(&mut conn, &[("p:lock:{r}", "p:fence", "theirs", 60_000)]).await[0];
-    assert!((-60_001..=-55_000).contains(&busy), "busy reply {busy}");
+    assert!((-60_002..=-55_001).contains(&busy), "busy reply {busy}");
     assert_eq!(
         get(&mut conn, "p:fence").await,
         Some(again),
@@ -255,9 +270,11 @@ async fn a_call_failing_part_way_never_lowers_the_fence_key() {
         .arg("t")
         .arg(30_000)
         .arg("0")
+        .arg("1")
         .arg("t")
         .arg(30_000)
         .arg("0")
+        .arg("1")
         .invoke_async(&mut conn)
         .await;
     assert!(failed.is_err(), "{failed:?}");
@@ -383,7 +400,18 @@ async fn a_release_publishes_only_for_a_lock_a_waiter_marked() {
     assert!(!published(&mut conn, &mut messages).await);
 }
 
+/// A hand-off to an eager lease (minting its fence).
 async fn handoff(conn: &mut MultiplexedConnection, lock: &str, from: &str, to: &str) -> i64 {
+    handoff_minting(conn, lock, from, to, "1").await
+}
+
+async fn handoff_minting(
+    conn: &mut MultiplexedConnection,
+    lock: &str,
+    from: &str,
+    to: &str,
+    mint: &str,
+) -> i64 {
     redis::Script::new(HANDOFF)
         .key(lock)
         .key("p:fence")
@@ -391,6 +419,7 @@ async fn handoff(conn: &mut MultiplexedConnection, lock: &str, from: &str, to: &
         .arg(to)
         .arg(20_000)
         .arg(CHANNEL)
+        .arg(mint)
         .invoke_async(conn)
         .await
         .expect("handoff")
@@ -502,7 +531,7 @@ async fn a_starving_waiter_is_served_before_the_releaser() {
     // The releaser, a plain caller and a listening waiter cannot take it; nobody releases it.
     for waits in ["0", "1", "2"] {
         let busy = acquire_as(&mut conn, &[(LOCK, "p:fence", "h", 30_000)], waits).await[0];
-        assert!(busy < 0 && -busy - 1 <= 250, "waits {waits}: {busy}");
+        assert!(busy < 0 && -busy - 2 <= 250, "waits {waits}: {busy}");
     }
     assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, -1);
     assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("!"));
@@ -557,4 +586,54 @@ async fn unmark_takes_a_starving_mark_back() {
     assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("!"));
     assert_eq!(unmark(&mut conn, LOCK).await, 1);
     assert_eq!(value(&mut conn, LOCK).await, None, "a reservation is freed");
+}
+
+async fn mint(conn: &mut MultiplexedConnection, lock: &str, token: &str) -> i64 {
+    redis::Script::new(MINT)
+        .key(lock)
+        .key("p:fence")
+        .arg(token)
+        .invoke_async(conn)
+        .await
+        .expect("mint")
+}
+
+/// A lazy grant (`'0'`) answers 0 and leaves the fence key alone; `mint.lua` then mints for
+/// the token the key holds (marked or not), above every fence before it, and nothing for
+/// another token (-1) or a key that is gone (0).
+#[tokio::test]
+async fn a_lazy_grant_mints_nothing_until_its_holder_asks() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let eager = acquire(&mut conn, &[("p:lock:{e}", "p:fence", "e", 30_000)]).await[0];
+    let lazy = acquire_minting(&mut conn, &[(LOCK, "p:fence", "h", 30_000)], "0", "0").await[0];
+    assert_eq!(lazy, 0, "a lazy grant");
+    assert_eq!(
+        get(&mut conn, "p:fence").await,
+        Some(eager),
+        "nothing minted"
+    );
+    // Busy and retried answers are as for an eager item.
+    let busy = acquire_minting(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1", "0").await[0];
+    assert!((-30_002..=-29_001).contains(&busy), "busy {busy}");
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
+    let retried = acquire_minting(&mut conn, &[(LOCK, "p:fence", "h", 30_000)], "0", "0").await[0];
+    assert_eq!(retried, 0, "a retried lazy grant");
+
+    assert_eq!(mint(&mut conn, LOCK, "w").await, -1, "another token's");
+    let fence = mint(&mut conn, LOCK, "h").await;
+    assert!(fence > eager, "fence {fence} after {eager}");
+    assert_eq!(get(&mut conn, "p:fence").await, Some(fence));
+    let again = mint(&mut conn, LOCK, "h").await;
+    assert!(again > fence, "every mint is a new fence");
+    assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, 1);
+    assert_eq!(mint(&mut conn, LOCK, "h").await, 0, "gone: nothing minted");
+    assert_eq!(get(&mut conn, "p:fence").await, Some(again));
+
+    // A hand-off to a lazy lease passes the lock and mints nothing (-3).
+    acquire_minting(&mut conn, &[(LOCK, "p:fence", "a", 30_000)], "0", "0").await;
+    assert_eq!(handoff_minting(&mut conn, LOCK, "a", "b", "0").await, -3);
+    assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("b"));
+    assert_eq!(get(&mut conn, "p:fence").await, Some(again));
+    assert!(mint(&mut conn, LOCK, "b").await > again);
 }

@@ -397,7 +397,8 @@ async fn fences_increase_across_holders(fx: Fixture) {
                     .acquire()
                     .await
                     .expect("acquire");
-                seen.lock().expect("seen").push(lease.fence());
+                let fence = lease.fence().await.expect("fence");
+                seen.lock().expect("seen").push(fence);
                 taken.fetch_add(1, Ordering::SeqCst);
                 lease.release().await.expect("release");
             }

@@ -8,8 +8,9 @@ use tokio::time::Instant;
 
 use crate::support::fixture::Fixture;
 
-/// The lease's name, and its key's pttl with the instant the read was answered.
-#[distributed_lock(key = "nightly:{job}", ttl = "2s")]
+/// The lease's name, and its key's pttl with the instant the read was answered. Eager: its
+/// grant mints the fence.
+#[distributed_lock(key = "nightly:{job}", ttl = "2s", fenced = true)]
 async fn nightly(job: &str) -> Result<(String, Option<Duration>, Instant), LockError> {
     let lease = distlock::current_lease().expect("held");
     let client = distlock::default_client().expect("installed");
@@ -70,7 +71,7 @@ async fn default_client_is_used_and_its_absence_is_an_error() {
     // The new default's store has a budget of its own.
     assert_eq!(limited(1).await.expect("a fresh budget"), 1);
     assert!(pttl.is_some());
-    // Its grant minted a fence in the new default's store.
+    // Its grant (eager: `fenced = true`) minted a fence in the new default's store.
     let fence_key = memory
         .__inspect()
         .fence_key("nightly:backup")

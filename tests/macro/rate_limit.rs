@@ -439,7 +439,11 @@ impl From<RateLimitError> for AppError {
 #[distributed_lock(key = "checkout:{id}", client = client, on_busy = error)]
 #[rate_limit(policy = "checkout: 2/min", key = "{id}", client = client)]
 async fn checkout(client: &Client, id: u32) -> Result<u64, AppError> {
-    Ok(distlock::current_lease().expect("under the lock").fence())
+    Ok(distlock::current_lease()
+        .expect("under the lock")
+        .fence()
+        .await
+        .expect("fence"))
 }
 
 async fn the_rate_limit_written_lower_runs_before_the_lock(store: Fixture) {

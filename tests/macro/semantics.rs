@@ -38,7 +38,11 @@ on_both_stores!(
 
 #[distributed_lock(key = "nightly", client = client, ttl = "100ms", min_hold = "600ms")]
 async fn nightly(client: &Client) -> Result<u64, LockError> {
-    Ok(distlock::current_lease().expect("held").fence())
+    Ok(distlock::current_lease()
+        .expect("held")
+        .fence()
+        .await
+        .expect("fence"))
 }
 
 async fn min_hold_keeps_the_lock_after_the_function_returns(store: Fixture) {
@@ -98,7 +102,11 @@ async fn max_hold_ends_a_function_that_runs_too_long(store: Fixture) {
 
 #[distributed_lock(key = "account:{id}", client = client)]
 async fn transfer(client: &Client, id: u64) -> Result<(u64, u64), LockError> {
-    let outer = distlock::current_lease().expect("held").fence();
+    let outer = distlock::current_lease()
+        .expect("held")
+        .fence()
+        .await
+        .expect("fence");
     // Same key, same task: joins the held lease instead of waiting for itself.
     let inner = audit(client, id).await?;
     Ok((outer, inner))
@@ -106,7 +114,11 @@ async fn transfer(client: &Client, id: u64) -> Result<(u64, u64), LockError> {
 
 #[distributed_lock(key = "account:{id}", client = client)]
 async fn audit(client: &Client, id: u64) -> Result<u64, LockError> {
-    Ok(distlock::current_lease().expect("held").fence())
+    Ok(distlock::current_lease()
+        .expect("held")
+        .fence()
+        .await
+        .expect("fence"))
 }
 
 async fn reentrant_nested_call_joins_the_held_lease(store: Fixture) {
@@ -330,7 +342,7 @@ async fn killed_server_ends_the_body_with_lease_lost() {
 async fn fenced_write(client: &Client, resource: &str) -> Result<(u64, String), LockError> {
     let lease = distlock::current_lease().expect("the body runs under the lease");
     lease.ensure_held()?;
-    Ok((lease.fence(), lease.name().to_owned()))
+    Ok((lease.fence().await.expect("fence"), lease.name().to_owned()))
 }
 
 async fn fence_is_visible_in_the_body_and_increases(store: Fixture) {
@@ -348,7 +360,10 @@ async fn fence_is_visible_in_the_body_and_increases(store: Fixture) {
         .acquire()
         .await
         .expect("free");
-    assert!(lease.fence() > last, "the macro's leases share the fence");
+    assert!(
+        lease.fence().await.expect("fence") > last,
+        "the macro's leases share the fence"
+    );
     lease.release().await.expect("release");
 }
 
@@ -497,7 +512,11 @@ struct Ledger {
 impl Ledger {
     #[distributed_lock(key = "ledger-book:{self.id}", client = &self.locks, wait = "10s")]
     async fn append(&mut self) -> Result<usize, LockError> {
-        let fence = distlock::current_lease().expect("held").fence();
+        let fence = distlock::current_lease()
+            .expect("held")
+            .fence()
+            .await
+            .expect("fence");
         tokio::time::sleep(Duration::from_millis(5)).await;
         self.entries.push(fence);
         Ok(self.entries.len())

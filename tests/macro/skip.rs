@@ -33,7 +33,13 @@ async fn tick(client: &Client, name: &str, runs: &AtomicU32) -> Result<(), LockE
 
 #[distributed_lock(key = "tick:{name}", client = client, on_busy = skip)]
 async fn export(client: &Client, name: &str) -> Result<Option<u64>, LockError> {
-    Ok(Some(distlock::current_lease().expect("held").fence()))
+    Ok(Some(
+        distlock::current_lease()
+            .expect("held")
+            .fence()
+            .await
+            .expect("fence"),
+    ))
 }
 
 async fn a_skipped_call_returns_at_once_without_running(store: Fixture) {

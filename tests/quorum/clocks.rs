@@ -44,6 +44,8 @@ async fn a_node_whose_clock_jumps_does_not_vote_for_a_second_holder() {
         .acquire()
         .await
         .expect("granted on nodes 0-2");
+    // Minted at once, while the lease holds its three copies.
+    let first = lease.fence().await.expect("fence");
     nodes[3].cont_process();
     nodes[4].cont_process();
 
@@ -60,10 +62,9 @@ async fn a_node_whose_clock_jumps_does_not_vote_for_a_second_holder() {
             // refusals count as tries below.
             Err(LockError::Store(err)) if err.is_transient() => {}
             Ok(second) => panic!(
-                "a second client was granted the lock (fence {}) while the first lease (fence \
-                 {}) is valid: the node whose clock jumped voted for it",
-                second.fence(),
-                lease.fence()
+                "a second client was granted the lock (fence {:?}) while the first lease (fence \
+                 {first}) is valid: the node whose clock jumped voted for it",
+                second.fence().await,
             ),
             Err(other) => panic!("second client: {other}"),
         }
@@ -74,9 +75,9 @@ async fn a_node_whose_clock_jumps_does_not_vote_for_a_second_holder() {
         "only {tries} tries while the first lease was valid"
     );
 
-    // Once the first is released, four nodes without node 2 are a majority: granted, under a
-    // fence from the others' clocks, not node 2's (which runs 5 s, 5 000 000 µs, ahead).
-    let first = lease.fence();
+    // Once the first is released, four nodes without node 2 are a majority: granted, and its
+    // fence (minted lazily, on every node) comes from the others' clocks, not node 2's (which
+    // runs 5 s, 5 000 000 µs, ahead).
     lease.release().await.expect("release");
     let second = b
         .lock("jump")
@@ -84,11 +85,12 @@ async fn a_node_whose_clock_jumps_does_not_vote_for_a_second_holder() {
         .acquire()
         .await
         .expect("granted by the four nodes whose clocks agree");
-    assert!(second.fence() > first, "fences increase");
+    let second_fence = second.fence().await.expect("fence");
+    assert!(second_fence > first, "fences increase");
     assert!(
-        second.fence() - first < 4_000_000,
-        "the second fence ({}) came from the jumped node's clock (the first was {first})",
-        second.fence()
+        second_fence - first < 4_000_000,
+        "the second fence ({second_fence}) came from the jumped node's clock (the first was \
+         {first})"
     );
     second.release().await.expect("release");
 }

@@ -104,7 +104,7 @@ async fn a_killed_primary_is_followed_to_the_promoted_replica() {
         .acquire()
         .await
         .expect("acquire");
-    let first_fence = lease.fence();
+    let first_fence = lease.fence().await.expect("fence");
     let waiting = tokio::spawn(async move {
         let lease = waiter
             .lock("held")
@@ -156,7 +156,7 @@ async fn a_killed_primary_is_followed_to_the_promoted_replica() {
         got - released
     );
     assert!(
-        second.fence() > first_fence,
+        second.fence().await.expect("fence") > first_fence,
         "fences went backwards across the failover"
     );
     second.release().await.expect("release");

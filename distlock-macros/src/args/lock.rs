@@ -23,10 +23,11 @@ pub(crate) const GRAMMAR: Grammar = Grammar {
         "reentrant",
         "min_hold",
         "max_hold",
+        "fenced",
         "crate",
     ],
     accepted: "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant`, \
-               `min_hold`, `max_hold` and `crate`",
+               `min_hold`, `max_hold`, `fenced` and `crate`",
     example,
     key_names: "lock",
 };
@@ -65,6 +66,8 @@ pub(crate) struct LockArgs {
     pub(crate) min_hold: Option<Duration>,
     /// `max_hold = "10m"`: stop renewing after this long.
     pub(crate) max_hold: Option<Duration>,
+    /// `fenced = true`: mint the lease's fence with the grant (an eager lease).
+    pub(crate) fenced: bool,
     /// `crate = "path"`; `None` means `::distlock`.
     pub(crate) krate: Option<syn::Path>,
 }
@@ -84,6 +87,7 @@ impl LockArgs {
         let mut reentrant = None;
         let mut min_hold: Option<(Duration, Span)> = None;
         let mut max_hold: Option<Duration> = None;
+        let mut fenced = None;
         let mut krate = None;
 
         let seen = walk(raw, g, &mut errors, |label, name, value| match label {
@@ -99,6 +103,7 @@ impl LockArgs {
             "on_busy" => parse_on_busy(&value).map(|b| on_busy = Some((b, value.span()))),
             "min_hold" => parse_min_hold(&value).map(|d| min_hold = Some((d, value.span()))),
             "max_hold" => parse_max_hold(&value).map(|d| max_hold = Some(d)),
+            "fenced" => parse_bool(g, "fenced", &value).map(|b| fenced = Some(b)),
             _ => parse_crate(g, &value).map(|p| krate = Some(p)),
         });
 
@@ -150,6 +155,7 @@ impl LockArgs {
             reentrant: reentrant.unwrap_or(true),
             min_hold: min_hold.map(|(d, _)| d).filter(|d| !d.is_zero()),
             max_hold,
+            fenced: fenced.unwrap_or(false),
             krate,
         })
     }
@@ -167,6 +173,7 @@ fn example(name: &str) -> &'static str {
         "on_busy" => "`on_busy = wait`, `on_busy = error` or `on_busy = skip`",
         "min_hold" => "`min_hold = \"800ms\"`",
         "max_hold" => "`max_hold = \"10m\"`",
+        "fenced" => "`fenced = true` or `fenced = false`",
         _ => "`crate = \"::distlock\"`",
     }
 }
@@ -257,6 +264,7 @@ mod tests {
         assert_eq!(args.ttl, Duration::from_secs(30));
         assert_eq!(args.wait, Duration::ZERO);
         assert!(args.watchdog && args.reentrant);
+        assert!(!args.fenced, "lazy by default");
         assert_eq!(args.on_busy, OnBusy::Wait);
         assert!(args.client.is_none() && args.krate.is_none());
     }
@@ -273,9 +281,11 @@ mod tests {
             reentrant = false,
             min_hold = "800ms",
             max_hold = "1m",
+            fenced = true,
             crate = "::locks",
         ))
         .unwrap();
+        assert!(args.fenced);
         assert_eq!(args.min_hold, Some(Duration::from_millis(800)));
         assert_eq!(args.max_hold, Some(Duration::from_secs(60)));
         assert_eq!(args.ttl, Duration::from_secs(90));

@@ -83,7 +83,7 @@ fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
     let ttl = duration(args.ttl, krate);
     let wait = duration(args.wait, krate);
     let fail_if_busy = args.on_busy != OnBusy::Wait;
-    let (watchdog, reentrant) = (args.watchdog, args.reentrant);
+    let (watchdog, reentrant, fenced) = (args.watchdog, args.reentrant, args.fenced);
     let optional = |d: Option<std::time::Duration>| match d {
         Some(d) => {
             let d = duration(d, krate);
@@ -102,6 +102,7 @@ fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             reentrant: #reentrant,
             min_hold: #min_hold,
             max_hold: #max_hold,
+            fenced: #fenced,
         }
     }
 }

@@ -84,7 +84,7 @@ impl LeaseKind for Limiting {
     }
 
     fn log_lost(key: &str, handle: &LeaseHandle) {
-        tracing::warn!(semaphore = %distlock::logging::redacted(key), fence = handle.fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
+        tracing::warn!(semaphore = %distlock::logging::redacted(key), fence = handle.minted_fence(), reason = ?handle.lost_reason(), "permit lost while the handler ran");
     }
 
     fn observed<K>(options: &LeaseOptions<K, Self>, latency: std::time::Duration) {

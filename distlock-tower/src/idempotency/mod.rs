@@ -148,7 +148,10 @@ define_held! {
     /// use distlock_tower::idempotency::HeldClaim;
     ///
     /// async fn charge(claim: HeldClaim) -> String {
-    ///     format!("charged under fence {}", claim.fence())
+    ///     match claim.fence().await {
+    ///         Ok(fence) => format!("charged under fence {fence}"),
+    ///         Err(lost) => format!("not charged: {lost}"),
+    ///     }
     /// }
     /// # let _ = axum::routing::post::<_, _, ()>(charge);
     /// ```

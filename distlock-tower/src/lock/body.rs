@@ -232,7 +232,7 @@ fn spawn_release(lease: Lease) -> Option<JoinHandle<()>> {
     let runtime = tokio::runtime::Handle::try_current().ok()?;
     Some(runtime.spawn(async move {
         let name = lease.name().to_owned();
-        let fence = lease.fence();
+        let fence = lease.minted_fence();
         match lease.release().await {
             Ok(ReleaseOutcome::Released) => {}
             Ok(outcome) => {

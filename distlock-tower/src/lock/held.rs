@@ -10,16 +10,18 @@ define_held! {
     /// layer does that once the response has been sent.
     ///
     /// The layer puts it in the response's extensions too, so that outer layers and logging
-    /// can see which lock (and which fence) a response was made under. By the time they look,
+    /// can see which lock (and which fence, [if minted](distlock::LeaseHandle::minted_fence))
+    /// a response was made under. By the time they look,
     /// the lock may already be released: [`is_lost`](distlock::LeaseHandle::is_lost) then says
     /// so.
     ///
     /// ```
     /// use distlock_tower::lock::HeldLock;
     ///
-    /// async fn settle(lock: HeldLock) -> String {
-    ///     // Pass the fence to the resource you protect, so it can refuse a stale holder.
-    ///     format!("settled under fence {}", lock.fence())
+    /// async fn settle(lock: HeldLock) -> Result<String, distlock::LockError> {
+    ///     // Pass the fence to the resource you protect, so it can refuse a stale holder
+    ///     // (minted here, on first use, unless the layer is `fenced`).
+    ///     Ok(format!("settled under fence {}", lock.fence().await?))
     /// }
     /// # let _ = axum::routing::post::<_, _, ()>(settle);
     /// ```

@@ -34,6 +34,8 @@ pub(crate) type Config<K, R> = LeaseConfig<K, Locking, R>;
 #[derive(Clone, Debug)]
 pub(crate) struct Locking {
     pub(crate) busy_status: BusyStatus,
+    /// Each request's lease mints its fence with the grant (`LockBuilder::fenced`).
+    pub(crate) fenced: bool,
 }
 
 /// Applies the [`Lock`] middleware: each request takes a lock named by its key, held until
@@ -54,8 +56,8 @@ pub(crate) struct Locking {
 /// use distlock_tower::extract::{Header, Prefixed};
 /// use distlock_tower::lock::{BusyStatus, HeldLock, LockLayer};
 ///
-/// async fn import(lock: HeldLock) -> String {
-///     format!("importing under fence {}", lock.fence())
+/// async fn import(lock: HeldLock) -> Result<String, distlock::LockError> {
+///     Ok(format!("importing under fence {}", lock.fence().await?))
 /// }
 ///
 /// // One import per tenant at a time, across every replica; others wait up to 5 s, then get
@@ -99,6 +101,7 @@ impl<K> LockLayer<K> {
     pub fn builder(client: Client, extract: K) -> LockLayerBuilder<K> {
         let locking = Locking {
             busy_status: BusyStatus::default(),
+            fenced: false,
         };
         LockLayerBuilder {
             config: LeaseOptions::defaults(client, extract, locking),
@@ -124,6 +127,18 @@ impl<K, R> LockLayerBuilder<K, R> {
     /// milliseconds, and the client should not be told to wait 30 s).
     pub fn busy_status(mut self, status: BusyStatus) -> Self {
         self.config.options.kind.busy_status = status;
+        self
+    }
+
+    /// Each request's lease mints its fence with the grant (an eager lease: see
+    /// [`LockBuilder::fenced`](distlock::LockBuilder::fenced)), for handlers that all write
+    /// under their fence. By default the fence is minted when the handler first asks for it
+    /// (the [`fence`](distlock::LeaseHandle::fence) of its [`HeldLock`](super::HeldLock): one
+    /// round trip while the lock is held), so a request that never asks pays nothing for it:
+    /// its lock costs the store a plain `SET NX PX`, where an eager grant is a script that
+    /// also reads the server's clock and writes the fence key.
+    pub fn fenced(mut self, on: bool) -> Self {
+        self.config.options.kind.fenced = on;
         self
     }
 
@@ -219,6 +234,7 @@ mod tests {
                     .max_hold(d)
                     .watchdog(false)
                     .busy_status(BusyStatus::Conflict)
+                    .fenced(true)
                     .build()
                     .is_ok()
             });

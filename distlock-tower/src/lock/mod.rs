@@ -17,8 +17,9 @@
 //! use http::{Request, StatusCode};
 //! use tower::ServiceExt;
 //!
-//! async fn settle(lock: HeldLock) -> String {
-//!     format!("settled {} under fence {}", lock.name(), lock.fence())
+//! async fn settle(lock: HeldLock) -> Result<String, distlock::LockError> {
+//!     // Minted on first use, while the lock is held (a `fenced` layer mints with the grant).
+//!     Ok(format!("settled {} under fence {}", lock.name(), lock.fence().await?))
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -35,7 +35,14 @@ impl LeaseKind for Locking {
         options: &LeaseOptions<K, Self>,
         key: &str,
     ) -> Result<Lease, Refusal> {
-        let lock = |wait: Duration| with_lease_options!(options.client.lock(key), options, wait);
+        let lock = |wait: Duration| {
+            let lock = with_lease_options!(options.client.lock(key), options, wait);
+            if options.kind.fenced {
+                lock.fenced()
+            } else {
+                lock
+            }
+        };
         let result = match lock(options.wait).acquire().await {
             // A timed-out wait does not say how long the holder has left; one more try does,
             // and takes the lock if it has just come free.
@@ -82,7 +89,7 @@ impl LeaseKind for Locking {
     }
 
     fn log_lost(key: &str, handle: &LeaseHandle) {
-        tracing::warn!(lock = %distlock::logging::redacted(key), fence = handle.fence(), reason = ?handle.lost_reason(), "lease lost while the handler ran");
+        tracing::warn!(lock = %distlock::logging::redacted(key), fence = handle.minted_fence(), reason = ?handle.lost_reason(), "lease lost while the handler ran");
     }
 
     fn log_refused(refusal: &Refusal) {

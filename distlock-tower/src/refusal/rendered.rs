@@ -26,7 +26,7 @@ use super::{MakeRefusal, PlainText, Refusal};
 /// /// Takes the lock through the runtime: busy answers 423 as a problem document.
 /// async fn settle(State(client): State<Client>) -> Result<String, Rendered<ProblemDetails>> {
 ///     let lease = client.lock("order:42").acquire().await?;
-///     Ok(format!("settled under fence {}", lease.fence()))
+///     Ok(format!("settled under fence {}", lease.fence().await?))
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]

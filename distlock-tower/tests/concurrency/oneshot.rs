@@ -25,7 +25,7 @@ on_both_stores!(
 );
 
 async fn fence(permit: HeldPermit) -> String {
-    permit.fence().to_string()
+    permit.fence().await.expect("fence").to_string()
 }
 
 fn app(layer: ConcurrencyLimitLayerBuilder<Constant>) -> Router {

@@ -257,7 +257,8 @@ async fn a_lost_claim_stops_its_handler(client: Client) {
             );
             async move {
                 names.lock().expect("names").push(claim.name().to_owned());
-                fences.lock().expect("fences").push(claim.fence());
+                let fence = claim.fence().await.expect("a held claim mints its fence");
+                fences.lock().expect("fences").push(fence);
                 started.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(std::time::Duration::from_secs(5)).await;
                 finished.fetch_add(1, Ordering::SeqCst);

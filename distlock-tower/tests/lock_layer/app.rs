@@ -74,7 +74,7 @@ pub fn layer(fx: &Fixture) -> LockLayerBuilder<Prefixed<PathSegment>> {
 
 async fn fence(State(seen): State<Shared>, lock: HeldLock) -> String {
     seen.calls.fetch_add(1, Ordering::SeqCst);
-    lock.fence().to_string()
+    lock.fence().await.expect("fence").to_string()
 }
 
 /// Inside `slow`'s critical section; notes a handler dropped before it finished.
@@ -101,7 +101,7 @@ async fn slow(
     let mut inside = Inside(Arc::clone(&seen), false);
     tokio::time::sleep(Duration::from_millis(ms)).await;
     inside.1 = true;
-    lock.fence().to_string()
+    lock.fence().await.expect("fence").to_string()
 }
 
 async fn count(State(seen): State<Shared>, lock: HeldLock) -> String {
@@ -113,7 +113,7 @@ async fn count(State(seen): State<Shared>, lock: HeldLock) -> String {
     tokio::time::sleep(Duration::from_millis(1)).await;
     seen.counter.store(value + 1, Ordering::SeqCst);
     seen.inside.fetch_sub(1, Ordering::SeqCst);
-    lock.fence().to_string()
+    lock.fence().await.expect("fence").to_string()
 }
 
 async fn stream(

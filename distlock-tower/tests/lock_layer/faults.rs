@@ -104,7 +104,7 @@ async fn redis_killed_is_the_same_503_from_the_layer_and_from_a_handler() {
 
     async fn direct(State(client): State<Client>) -> Result<String, LockError> {
         let lease = client.lock("job").acquire().await?;
-        Ok(lease.fence().to_string())
+        Ok(lease.fence().await.expect("fence").to_string())
     }
     let mut fx = fixture_with_timeout(Duration::from_millis(300)).await;
     let hook = |refusal: &Refusal| {

@@ -38,7 +38,7 @@ async fn settle(
         .lock(format!("http/order:{id}"))
         .acquire()
         .await?;
-    Ok(lease.fence().to_string())
+    Ok(lease.fence().await.expect("fence").to_string())
 }
 
 /// Checks a subject the limiter cannot use (too long to be a key).
@@ -166,43 +166,43 @@ async fn misconfigured_job(client: Client) -> Result<Option<()>, distlock::LockE
 async fn every_500_is_logged_once_at_error() {
     let capture = Capture::start(tracing::Level::WARN);
     let client = Client::in_memory();
-    let app = Router::new()
-        .route(
-            "/job/rendered",
-            get(|State(client): State<Client>| async move {
-                misconfigured_job(client)
-                    .await
-                    .map(|_| "ran")
-                    .map_err(Rendered::<ProblemDetails>::from)
-            }),
-        )
-        .route(
-            "/job/plain",
-            get(|State(client): State<Client>| async move {
-                misconfigured_job(client).await.map(|_| "ran")
-            }),
-        )
-        .route(
-            "/held",
-            get(|lock: HeldLock| async move { lock.fence().to_string() }),
-        )
-        .route(
-            "/permit",
-            get(|permit: HeldPermit| async move { permit.fence().to_string() }),
-        )
-        .route(
-            "/busy/{id}",
-            get(
-                |State(client): State<Client>, Path(id): Path<String>| async move {
-                    client
-                        .lock(id)
-                        .acquire()
+    let app =
+        Router::new()
+            .route(
+                "/job/rendered",
+                get(|State(client): State<Client>| async move {
+                    misconfigured_job(client)
                         .await
-                        .map(|lease| lease.fence().to_string())
-                },
-            ),
-        )
-        .with_state(client.clone());
+                        .map(|_| "ran")
+                        .map_err(Rendered::<ProblemDetails>::from)
+                }),
+            )
+            .route(
+                "/job/plain",
+                get(|State(client): State<Client>| async move {
+                    misconfigured_job(client).await.map(|_| "ran")
+                }),
+            )
+            .route(
+                "/held",
+                get(|lock: HeldLock| async move { lock.fence().await.expect("fence").to_string() }),
+            )
+            .route(
+                "/permit",
+                get(|permit: HeldPermit| async move {
+                    permit.fence().await.expect("fence").to_string()
+                }),
+            )
+            .route(
+                "/busy/{id}",
+                get(
+                    |State(client): State<Client>, Path(id): Path<String>| async move {
+                        let lease = client.lock(id).acquire().await?;
+                        Ok::<_, distlock::LockError>(lease.fence().await?.to_string())
+                    },
+                ),
+            )
+            .with_state(client.clone());
     let (addr, _server) = serve(app).await;
     let http = http_client();
     let _holder = client.lock("taken").acquire().await.expect("free");

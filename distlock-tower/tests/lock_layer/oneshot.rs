@@ -351,7 +351,7 @@ async fn hundred_concurrent_requests_run_one_at_a_time(fx: Fixture) {
 async fn held_lock_without_the_layer_is_a_500() {
     let app: Router = Router::new().route(
         "/",
-        get(|lock: HeldLock| async move { lock.fence().to_string() }),
+        get(|lock: HeldLock| async move { lock.fence().await.expect("fence").to_string() }),
     );
     let response = app.oneshot(get_request("/")).await.expect("infallible");
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);

@@ -185,7 +185,11 @@ async fn an_outer_layer_reads_the_held_lock_and_the_refusal(fx: Fixture) {
                     response.extensions().get::<HeldLock>(),
                     response.extensions().get::<Refusal>(),
                 ) {
-                    (Some(lock), _) => format!("{} fence {}", lock.name(), lock.fence()),
+                    (Some(lock), _) => format!(
+                        "{} fence {}",
+                        lock.name(),
+                        lock.fence().await.expect("fence")
+                    ),
                     (None, Some(refusal)) => format!(
                         "{} refused: {}",
                         refusal.key().unwrap_or("?"),
@@ -224,16 +228,18 @@ async fn a_handler_on_the_runtime_api_answers_like_the_layer(fx: Fixture) {
         Path(id): Path<u64>,
     ) -> Result<String, LockError> {
         let lease = client.lock(format!("http/order:{id}")).acquire().await?;
-        let fence = lease.fence();
+        let fence = lease.fence().await.expect("fence");
         lease.release().await?;
         Ok(fence.to_string())
     }
     let app: Router = Router::new()
         .route(
             "/layer/{id}",
-            get(|lock: HeldLock| async move { lock.fence().to_string() }).route_layer(
-                LockLayer::new(fx.client.clone(), Prefixed::new("order:", PathSegment(1))),
-            ),
+            get(|lock: HeldLock| async move { lock.fence().await.expect("fence").to_string() })
+                .route_layer(LockLayer::new(
+                    fx.client.clone(),
+                    Prefixed::new("order:", PathSegment(1)),
+                )),
         )
         .route("/direct/{id}", get(direct))
         .with_state(fx.client.clone());

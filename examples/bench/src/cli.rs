@@ -34,11 +34,16 @@ usage: distlock-bench [flags]
                        multi-thread (one worker per CPU the process may use)
   --help
 
-workloads: lock_uncontended_seq lock_uncontended_parallel lock_contended ratelimit_seq
-           ratelimit_parallel ratelimit_accuracy ratelimit_denied_hot watchdog_scale layer_overhead
+workloads: lock_uncontended_seq lock_uncontended_parallel lock_uncontended_seq_fenced
+           lock_uncontended_parallel_fenced lock_contended ratelimit_seq ratelimit_parallel
+           ratelimit_accuracy ratelimit_denied_hot watchdog_scale layer_overhead
+  (the _fenced variants take eager leases, `.fenced()`: the grant mints the fence; by default
+  a lease mints it when asked, and these workloads never ask)
 cluster (only when named or with --cluster): cluster_lock_parallel cluster_ratelimit_parallel
-  (lock_uncontended_parallel and ratelimit_parallel on a cluster; these four also report the
-  server's cost per operation: server_us_per_op, server_cpu_us_per_op, items_per_script_call)
+  cluster_lock_parallel_fenced (lock_uncontended_parallel, ratelimit_parallel and
+  lock_uncontended_parallel_fenced on a cluster; these and their single-primary counterparts
+  also report the server's cost per operation: server_us_per_op, server_cpu_us_per_op,
+  items_per_script_call)
 semaphores (only when named): semaphore_uncontended (32 tasks, semaphores of their own)
   semaphore_contended (16 tasks on one semaphore of 4 permits, 2000 sections; p50/p99 = wait)
 quorum (only when named or with --quorum): quorum_lock_seq quorum_lock_parallel
@@ -200,14 +205,14 @@ impl Args {
                 other => return Err(format!("unknown flag `{other}`")),
             }
         }
-        let added = [
-            (add_cluster, Workload::CLUSTER),
-            (add_quorum, Workload::QUORUM),
+        let added: [(bool, &[Workload]); 2] = [
+            (add_cluster, &Workload::CLUSTER),
+            (add_quorum, &Workload::QUORUM),
         ];
         for w in added
             .into_iter()
             .filter(|(add, _)| *add)
-            .flat_map(|(_, ws)| ws)
+            .flat_map(|(_, ws)| ws.iter().copied())
         {
             if !args.workloads.contains(&w) {
                 args.workloads.push(w);
@@ -261,10 +266,11 @@ mod tests {
             vec![
                 Workload::LockUncontendedParallel,
                 Workload::ClusterLockParallel,
-                Workload::ClusterRatelimitParallel
+                Workload::ClusterRatelimitParallel,
+                Workload::ClusterLockParallelFenced
             ]
         );
-        assert_eq!(parse(&["--cluster"]).unwrap().workloads.len(), 11);
+        assert_eq!(parse(&["--cluster"]).unwrap().workloads.len(), 14);
         let both = parse(&["--quorum", "--cluster", "--workloads", "quorum_lock_seq"]).unwrap();
         assert_eq!(
             both.workloads,
@@ -272,6 +278,7 @@ mod tests {
                 Workload::QuorumLockSeq,
                 Workload::ClusterLockParallel,
                 Workload::ClusterRatelimitParallel,
+                Workload::ClusterLockParallelFenced,
                 Workload::QuorumLockParallel
             ]
         );

@@ -26,6 +26,10 @@ const QUORUM_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 pub enum Workload {
     LockUncontendedSeq,
     LockUncontendedParallel,
+    /// `lock_uncontended_seq` with eager leases (`.fenced()`: the grant mints the fence).
+    LockUncontendedSeqFenced,
+    /// `lock_uncontended_parallel` with eager leases.
+    LockUncontendedParallelFenced,
     LockContended,
     WatchdogScale,
     RatelimitSeq,
@@ -35,6 +39,8 @@ pub enum Workload {
     LayerOverhead,
     /// `lock_uncontended_parallel` on a cluster.
     ClusterLockParallel,
+    /// `cluster_lock_parallel` with eager leases.
+    ClusterLockParallelFenced,
     /// `ratelimit_parallel` on a cluster.
     ClusterRatelimitParallel,
     /// Semaphore acquire/release cycles, each task on semaphores of its own.
@@ -59,10 +65,13 @@ pub enum Workload {
 }
 
 impl Workload {
-    /// The default set (CI's smoke run expects exactly these, through both peers).
-    pub const ALL: [Workload; 9] = [
+    /// The default set (CI's smoke run expects exactly these, through both peers). The
+    /// fenced variants keep the price of an eager fence in every table.
+    pub const ALL: [Workload; 11] = [
         Self::LockUncontendedSeq,
         Self::LockUncontendedParallel,
+        Self::LockUncontendedSeqFenced,
+        Self::LockUncontendedParallelFenced,
         Self::LockContended,
         Self::RatelimitSeq,
         Self::RatelimitParallel,
@@ -73,7 +82,11 @@ impl Workload {
     ];
 
     /// Run only when named, or with `--cluster`.
-    pub const CLUSTER: [Workload; 2] = [Self::ClusterLockParallel, Self::ClusterRatelimitParallel];
+    pub const CLUSTER: [Workload; 3] = [
+        Self::ClusterLockParallel,
+        Self::ClusterRatelimitParallel,
+        Self::ClusterLockParallelFenced,
+    ];
 
     /// Run only when named (CI's smoke run counts the default set's lines).
     pub const EXTRA: [Workload; 6] = [
@@ -91,6 +104,8 @@ impl Workload {
         match self {
             Self::LockUncontendedSeq => "lock_uncontended_seq",
             Self::LockUncontendedParallel => "lock_uncontended_parallel",
+            Self::LockUncontendedSeqFenced => "lock_uncontended_seq_fenced",
+            Self::LockUncontendedParallelFenced => "lock_uncontended_parallel_fenced",
             Self::LockContended => "lock_contended",
             Self::WatchdogScale => "watchdog_scale",
             Self::RatelimitSeq => "ratelimit_seq",
@@ -99,6 +114,7 @@ impl Workload {
             Self::RatelimitDeniedHot => "ratelimit_denied_hot",
             Self::LayerOverhead => "layer_overhead",
             Self::ClusterLockParallel => "cluster_lock_parallel",
+            Self::ClusterLockParallelFenced => "cluster_lock_parallel_fenced",
             Self::ClusterRatelimitParallel => "cluster_ratelimit_parallel",
             Self::SemaphoreUncontended => "semaphore_uncontended",
             Self::SemaphoreContended => "semaphore_contended",
@@ -124,7 +140,19 @@ impl Workload {
     pub fn is_cluster(self) -> bool {
         matches!(
             self,
-            Self::ClusterLockParallel | Self::ClusterRatelimitParallel
+            Self::ClusterLockParallel
+                | Self::ClusterLockParallelFenced
+                | Self::ClusterRatelimitParallel
+        )
+    }
+
+    /// Runs with eager leases (`.fenced()`).
+    pub fn is_fenced(self) -> bool {
+        matches!(
+            self,
+            Self::LockUncontendedSeqFenced
+                | Self::LockUncontendedParallelFenced
+                | Self::ClusterLockParallelFenced
         )
     }
 
@@ -139,6 +167,7 @@ impl Workload {
             Self::ClusterLockParallel | Self::QuorumLockParallel => {
                 Some(Self::LockUncontendedParallel)
             }
+            Self::ClusterLockParallelFenced => Some(Self::LockUncontendedParallelFenced),
             Self::QuorumLockSeq => Some(Self::LockUncontendedSeq),
             Self::ClusterRatelimitParallel => Some(Self::RatelimitParallel),
             _ => None,
@@ -153,9 +182,12 @@ impl Workload {
             self,
             Self::LockUncontendedSeq
                 | Self::LockUncontendedParallel
+                | Self::LockUncontendedSeqFenced
+                | Self::LockUncontendedParallelFenced
                 | Self::RatelimitSeq
                 | Self::RatelimitParallel
                 | Self::ClusterLockParallel
+                | Self::ClusterLockParallelFenced
                 | Self::ClusterRatelimitParallel
                 | Self::QuorumLockSeq
                 | Self::QuorumLockParallel
@@ -165,9 +197,13 @@ impl Workload {
     /// (tasks, default time budget, op cap).
     pub fn shape(self) -> (usize, Duration, u64) {
         match self {
-            Self::LockUncontendedSeq | Self::QuorumLockSeq => (1, Duration::from_secs(5), 20_000),
+            Self::LockUncontendedSeq | Self::LockUncontendedSeqFenced | Self::QuorumLockSeq => {
+                (1, Duration::from_secs(5), 20_000)
+            }
             Self::LockUncontendedParallel
+            | Self::LockUncontendedParallelFenced
             | Self::ClusterLockParallel
+            | Self::ClusterLockParallelFenced
             | Self::QuorumLockParallel => (32, Duration::from_secs(5), 300_000),
             // A fixed count of sections: the time budget is only a safety stop.
             Self::LockContended => (8, Duration::from_secs(120), 2_000),
@@ -266,7 +302,11 @@ pub async fn distlock_client(
 /// The thing under test: distlock's client, or the hand-written baseline's connection.
 #[derive(Clone)]
 enum Locker {
-    Distlock(distlock::Client),
+    /// A distlock client; `fenced`: eager leases (the grant mints the fence).
+    Distlock {
+        client: distlock::Client,
+        fenced: bool,
+    },
     Raw(MultiplexedConnection),
     RawCluster(ClusterConnection),
     /// One connection per node of the quorum.
@@ -276,7 +316,10 @@ enum Locker {
 impl Locker {
     async fn connect(peer: Peer, workload: Workload, targets: &Targets) -> Result<Self, String> {
         Ok(match peer {
-            Peer::Distlock => Self::Distlock(distlock_client(workload, targets).await?),
+            Peer::Distlock => Self::Distlock {
+                client: distlock_client(workload, targets).await?,
+                fenced: workload.is_fenced(),
+            },
             Peer::Raw if workload.is_quorum() => {
                 let mut nodes = Vec::new();
                 for url in targets.quorum()? {
@@ -293,12 +336,21 @@ impl Locker {
 
     /// What the server counts as this peer's own commands, for a lock cycle on `nodes` nodes
     /// that each see the whole cycle (a quorum's) or on one node per cycle (otherwise).
-    fn accounting(&self, nodes_per_op: u64) -> Accounting<'static> {
+    /// Commandstats count the commands scripts make under the same names, so only commands
+    /// no script of the cycle makes are counted as plain: a quorum's boot check (`GET`) is
+    /// left out (release.lua reads with `GET` too), its `TIME` is counted for a lazy lease.
+    fn accounting(&self, nodes_per_op: u64, quorum: bool) -> Accounting<'static> {
         match self {
-            // An acquire and a release, both carried by script calls.
-            Self::Distlock(_) => Accounting {
+            // An eager acquire and the release, both carried by script calls.
+            Self::Distlock { fenced: true, .. } => Accounting {
                 plain: &[],
                 scripted_items_per_op: 2 * nodes_per_op,
+            },
+            // A plain `SET NX PX` (behind the boot check and `TIME` on a quorum), and the
+            // release script.
+            Self::Distlock { fenced: false, .. } => Accounting {
+                plain: if quorum { &["set", "time"] } else { &["set"] },
+                scripted_items_per_op: nodes_per_op,
             },
             // A plain `SET NX PX`, and the release script.
             Self::Raw(_) | Self::RawCluster(_) | Self::RawQuorum(_) => Accounting {
@@ -311,13 +363,10 @@ impl Locker {
     /// Acquire (no waiting) and release one lock.
     async fn cycle(&mut self, key: &str) -> Result<(), String> {
         match self {
-            Self::Distlock(client) => {
-                let lease = client
-                    .lock(key)
-                    .ttl(LOCK_TTL)
-                    .acquire()
-                    .await
-                    .map_err(|e| e.to_string())?;
+            Self::Distlock { client, fenced } => {
+                let lock = client.lock(key).ttl(LOCK_TTL);
+                let lock = if *fenced { lock.fenced() } else { lock };
+                let lease = lock.acquire().await.map_err(|e| e.to_string())?;
                 lease.release().await.map_err(|e| e.to_string())?;
             }
             Self::Raw(conn) => raw_cycle(conn, key).await?,
@@ -342,7 +391,7 @@ impl Locker {
     ) -> Result<Duration, String> {
         let start = Instant::now();
         match self {
-            Self::Distlock(client) => {
+            Self::Distlock { client, .. } => {
                 let lease = client
                     .lock(key)
                     .ttl(LOCK_TTL)
@@ -508,7 +557,10 @@ pub async fn run(
                 let outcome = match workload {
                     Workload::LockUncontendedSeq
                     | Workload::LockUncontendedParallel
+                    | Workload::LockUncontendedSeqFenced
+                    | Workload::LockUncontendedParallelFenced
                     | Workload::ClusterLockParallel
+                    | Workload::ClusterLockParallelFenced
                     | Workload::QuorumLockSeq
                     | Workload::QuorumLockParallel => {
                         let start = Instant::now();
@@ -572,11 +624,14 @@ pub async fn run(
             &delta,
             n,
             probe.nodes(),
-            locker.accounting(if workload.is_quorum() {
-                probe.nodes() as u64
-            } else {
-                1
-            }),
+            locker.accounting(
+                if workload.is_quorum() {
+                    probe.nodes() as u64
+                } else {
+                    1
+                },
+                workload.is_quorum(),
+            ),
         ));
     }
     Ok(Outcome {

@@ -28,18 +28,17 @@ pub async fn reindex(
     for sale in &sales {
         *by_replica.entry(sale.replica.clone()).or_default() += 1;
     }
+    // Minted now, on first use, while the lock is held (the layer is not `fenced`: most of
+    // its requests never ask).
+    let fence = lock.fence().await?;
     let report = Report {
         replica: state.settings.replica.clone(),
-        fence: lock.fence(),
+        fence,
         built_at_ms: state.store.now_ms().await?,
         seats_sold: sales.len() as u64,
         sold_by_replica: by_replica.into_iter().collect(),
     };
-    match state
-        .store
-        .append(Log::Reports, lock.fence(), &report)
-        .await?
-    {
+    match state.store.append(Log::Reports, fence, &report).await? {
         Fenced::Ok => Ok(Json(report)),
         Fenced::Sold | Fenced::Stale { .. } => Err(AppError::LostLock),
     }

@@ -19,10 +19,22 @@ use crate::store::{Fenced, Sale};
 /// frozen VM) resumes believing it still holds the lock. So every write carries the lease's
 /// fencing token, and the store refuses a write whose fence is lower than one it has seen for
 /// the seat: the stale replica's confirmation is refused and nothing is sold twice.
-#[distributed_lock(key = "seat:{seat}", ttl = "10s", wait = "3s", client = &state.locks)]
+///
+/// Every sale writes under its fence, so the lock is `fenced`: the grant mints the fence (an
+/// eager lease), and `fence()` below answers without a round trip.
+#[distributed_lock(
+    key = "seat:{seat}",
+    ttl = "10s",
+    wait = "3s",
+    client = &state.locks,
+    fenced = true
+)]
 pub async fn sell_seat(state: &AppState, seat: u32, buyer: &str) -> Result<Sale, AppError> {
     // The lease this body runs under; always there inside a `#[distributed_lock]` fn.
-    let fence = distlock::current_lease().ok_or(AppError::LostLock)?.fence();
+    let fence = distlock::current_lease()
+        .ok_or(AppError::LostLock)?
+        .fence()
+        .await?;
 
     match state.store.hold(seat, fence).await? {
         Fenced::Ok => {}

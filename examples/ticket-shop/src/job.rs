@@ -133,7 +133,9 @@ pub async fn run_once(state: &AppState, schedule: &Schedule) -> Result<Option<Jo
         .ttl(Duration::from_secs(10))
         .at_least(schedule.min_hold)
         .at_most(schedule.max_hold)
-        .run(|lease| async move { settle_payments(state, lease.fence()).await })
+        // Every run records its fence: minted with the grant.
+        .fenced()
+        .run(|lease| async move { settle_payments(state, lease.fence().await?).await })
         .await;
     match outcome? {
         Some(run) => run.map(Some),

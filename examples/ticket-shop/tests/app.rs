@@ -377,7 +377,7 @@ async fn a_holder_whose_lease_expired_cannot_sell() {
         .acquire()
         .await
         .expect("lock");
-    let old_fence = stalled.fence();
+    let old_fence = stalled.fence().await.expect("fence");
     assert_eq!(
         state.store.hold(9, old_fence).await.expect("store"),
         Fenced::Ok

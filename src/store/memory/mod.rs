@@ -25,6 +25,7 @@ use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::scripts::leader::Record;
+use super::scripts::mint::MintReply;
 use super::{
     AcquireReply, AllReply, CLAIM, Ownership, PermitsItem, RateReply, RateRequest, RenewItem,
     Replicas, Side, Waits, Wakeups,
@@ -276,6 +277,7 @@ impl MemoryStore {
         token: &Token,
         ttl: Duration,
         waits: Waits,
+        mint: bool,
     ) -> AcquireReply {
         let (mut state, now) = self.state_now();
         if state.held(&keys.lock, token, now) == Ownership::Theirs {
@@ -297,14 +299,23 @@ impl MemoryStore {
             }
         }
         // Free, reserved for this starving waiter, or already ours (a retried grant, whose
-        // mark stays): either way a new, higher fence.
+        // mark stays): either way a new, higher fence if the lease mints it now.
         let value = match state.get(&keys.lock, now) {
             Some(v) if v.data != STARVING => v.data.clone(),
             _ => token.as_str().to_owned(),
         };
         state.set(&keys.lock, value, ttl, now);
-        let fence = state.mint(&keys.fence, now);
+        let fence = mint.then(|| state.mint(&keys.fence, now));
         AcquireReply::Granted { fence }
+    }
+
+    /// As `mint.lua`: a fence only while the lock holds the token.
+    fn mint_fence(&self, keys: &LockKeys, token: &Token) -> MintReply {
+        let (mut state, now) = self.state_now();
+        match state.held(&keys.lock, token, now) {
+            Ownership::Ours => MintReply::Minted(state.mint(&keys.fence, now)),
+            other => MintReply::Not(other),
+        }
     }
 
     /// As `acquire_all.lua`: every lock free (or already its token's), then all taken.
@@ -355,7 +366,7 @@ impl MemoryStore {
                 state.values.remove(&keys.claim);
             }
             let fence = state.mint(&keys.fence, now);
-            return AcquireReply::Granted { fence };
+            return AcquireReply::Granted { fence: Some(fence) };
         }
         let need = held + count + kept - permits;
         let wait = if need > held {
@@ -416,7 +427,7 @@ impl MemoryStore {
             },
         }
         let fence = state.mint(&keys.readers.fence, now);
-        AcquireReply::Granted { fence }
+        AcquireReply::Granted { fence: Some(fence) }
     }
 
     /// As `release_writer.lua`: wakes a local writer and a local reader.
@@ -654,11 +665,16 @@ impl Backend for MemoryStore {
         ttl: Duration,
         waits: Waits,
         replicas: Option<Replicas>,
+        mint: bool,
     ) -> Result<AcquireReply, StoreError> {
         if replicas.is_some() {
             return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
-        Ok(self.take_lock(keys, token, ttl, waits))
+        Ok(self.take_lock(keys, token, ttl, waits, mint))
+    }
+
+    async fn mint(&self, keys: &LockKeys, token: &Token) -> Result<MintReply, StoreError> {
+        Ok(self.mint_fence(keys, token))
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {

@@ -4,9 +4,11 @@
 //! restored from a snapshot, an operator's `date -s`) expires its copies of every lease early;
 //! if it held a bare majority's copy, its vote could then give a second client the lock while
 //! the first still trusts it (Redlock trusts every node's clock). A lone node cannot tell
-//! that its clock stepped, but an acquire can see it: every granting node mints its fence as
-//! `max(previous + 1, its clock in µs)`, so each grant tells the node's clock at the moment
-//! the script ran, somewhere between the request's send and its answer.
+//! that its clock stepped, but an acquire can see it: every node answers an acquire with its
+//! clock (`TIME`, in the acquire's pipeline: see `boot.rs`), read somewhere between the
+//! request's send and its answer; a lazy lease's mint reads it too (a fence is
+//! `max(previous + 1, the node's clock in µs)`), so the fence it uses comes from the nodes
+//! whose clocks agree.
 //!
 //! A granting node whose clock is surely ahead of the granting nodes' median (whatever the
 //! round trips hide) by more than half the lease's [`safety_margin`](crate::drift::safety_margin)
@@ -23,10 +25,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// One granting node's fence and when its answer arrived.
+/// One granting node's clock (µs: its `TIME`, or a fence it minted) and when its answer
+/// arrived.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Granted {
-    pub(super) fence: u64,
+    pub(super) clock_us: u64,
     pub(super) answered: Instant,
 }
 
@@ -34,8 +37,8 @@ pub(super) struct Granted {
 /// surely ahead of the others' by more than `limit`. Fewer than two grants: none is (there
 /// is nothing to compare with, and one grant is never a majority).
 ///
-/// A node's script ran somewhere between `sent` and its answer, so its clock's offset from
-/// this client's monotonic clock lies between `fence − round trip` and `fence` (µs, up to a
+/// A node read its clock somewhere between `sent` and its answer, so its clock's offset from
+/// this client's monotonic clock lies between `clock − round trip` and `clock` (µs, up to a
 /// constant the same for all). The reference is the lower median of the offsets' upper
 /// bounds; a node is ahead only if even its lower bound exceeds that by `limit`. A slow
 /// answer (a busy client, a slow link) therefore never makes a node look ahead: it widens the
@@ -45,7 +48,7 @@ pub(super) fn ahead(granted: &[Granted], sent: Instant, limit: Duration) -> Vec<
         return vec![false; granted.len()];
     }
     let micros = |d: Duration| i128::try_from(d.as_micros()).unwrap_or(i128::MAX);
-    let mut upper: Vec<i128> = granted.iter().map(|g| i128::from(g.fence)).collect();
+    let mut upper: Vec<i128> = granted.iter().map(|g| i128::from(g.clock_us)).collect();
     upper.sort_unstable();
     // The lower median: with two grants, the one behind is the reference, so a node ahead of
     // its only partner is never trusted over it.
@@ -54,7 +57,7 @@ pub(super) fn ahead(granted: &[Granted], sent: Instant, limit: Duration) -> Vec<
     granted
         .iter()
         .map(|g| {
-            let lower = i128::from(g.fence) - micros(g.answered.saturating_duration_since(sent));
+            let lower = i128::from(g.clock_us) - micros(g.answered.saturating_duration_since(sent));
             lower - reference > limit
         })
         .collect()
@@ -70,9 +73,9 @@ pub(super) fn limit(ttl: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    fn at(sent: Instant, fence: u64, answered_ms: u64) -> Granted {
+    fn at(sent: Instant, clock_us: u64, answered_ms: u64) -> Granted {
         Granted {
-            fence,
+            clock_us,
             answered: sent + Duration::from_millis(answered_ms),
         }
     }

@@ -5,16 +5,21 @@
 //! many locks share one script call per node, and a cycle costs each node one acquire call
 //! and one release call per batch rather than per lock.
 //!
-//! * **Acquire**: the acquire script on every node, each bounded by a per-node timeout much
-//!   shorter than the ttl (default `min(ttl / 10, 50 ms)`); one boot check per call. Granted iff a majority granted and
-//!   the validity `ttl − elapsed − drift` is still positive, counted from the first send (the
-//!   lease's local deadline counts from there too). Otherwise every node is released again,
-//!   the ones that timed out included, and the caller learns `Busy` (with the longest holder
-//!   ttl any node reported) or [`StoreError::NoQuorum`], which names each node and what it
-//!   answered. The fence is the highest any granting node minted.
+//! * **Acquire**: on every node at once, each bounded by a per-node timeout much shorter than
+//!   the ttl (default `min(ttl / 10, 50 ms)`), behind one boot check per pipeline (`boot.rs`).
+//!   Granted iff a majority granted and the validity `ttl − elapsed − drift` is still
+//!   positive, counted from the first send (the lease's local deadline counts from there
+//!   too). Otherwise every node is released again, the ones that timed out included, and the
+//!   caller learns `Busy` (with the longest holder ttl any node reported) or
+//!   [`StoreError::NoQuorum`], which names each node and what it answered. An eager lease's
+//!   fence is the highest any granting node minted.
+//! * **Mint** (a lazy lease's first `fence()`): on every node, each minting only if it still
+//!   holds the lease's token; minted iff a majority of the voting nodes did, and the fence is
+//!   the highest of theirs.
 //! * **Renew / extend**: renewed iff a majority renewed; definitively lost only once a
 //!   majority can no longer say yes; anything in between is an unknown outcome (retried until
-//!   the lease's deadline).
+//!   the lease's deadline). A renewed lease **heals**: a voting node that lost its copy (it
+//!   restarted empty and sat out its quarantine) gets it back, if the key is free there.
 //! * **Release**: on every node; once a majority released, the others get the per-node
 //!   timeout more (default 50 ms), so a frozen node costs a release that long, and its copy
 //!   expires with its ttl (a loaded machine, where every node is slow, still waits for its
@@ -25,21 +30,23 @@
 //!   waiter per node.
 //! * **A node that lost its data** (restarted without persistence, flushed) has forgotten the
 //!   grants it gave, and could vote for a second holder while the first is valid. Every acquire
-//!   checks the node's boot value (`boot.lua`: one key per node, seeded once); a node whose
+//!   checks the node's boot value (`boot.rs`: one key per node, seeded once); a node whose
 //!   value changed sits out of majorities for the longest ttl in use (at least the client's
 //!   `restart_quarantine`), so every lease it forgot has expired before its vote counts again.
 //!   A node this client never saw answer is treated the same way the first time it answers.
 //!
-//! * **A node whose clock steps forward** expires its copies early. Each grant's fence tells
-//!   the node's clock, so a granting node whose clock is ahead of the others' by more than
-//!   half the lease's safety margin does not vote for that grant (`clocks.rs`).
+//! * **A node whose clock steps forward** expires its copies early. Each node answers an
+//!   acquire with its clock (`TIME`), so a granting node whose clock is ahead of the others'
+//!   by more than half the lease's safety margin does not vote for that grant (`clocks.rs`);
+//!   nor does its fence count at a mint.
 //!
 //! What Redlock does not give: consensus. Two majorities share a node, so fences (the maximum
-//! over the granting majority, each node minting `max(previous + 1, its clock in µs)`)
-//! increase as long as the nodes' clocks agree within what was handed out since; a holder
-//! paused past its ttl is not stopped by any lease; so writes that need correctness are
-//! fenced, as everywhere.
+//! over the granting, or minting, majority, each node minting `max(previous + 1, its clock in
+//! µs)`) increase as long as the nodes' clocks agree within what was handed out since; a
+//! holder paused past its ttl is not stopped by any lease; so writes that need correctness
+//! are fenced, as everywhere.
 
+mod boot;
 mod clocks;
 mod members;
 mod pubsub;
@@ -51,18 +58,19 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
+use self::boot::{Boot, LostCopy, NodeAcquire, NodeAcquires, Retaken};
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
-use super::batch::{Batch, Batcher, batcher};
+use super::batch::{Batcher, batcher};
 use super::capability::{Capability, StoreKind};
 use super::connect::{RedisSettings, check_cluster_mode, probe};
 use super::peek;
-use super::scripts::acquire::Acquires;
-use super::scripts::acquire::{self, AcquireItem, AcquireReply, Boot, NodeAcquire, Waits};
+use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
 use super::scripts::leader::{self, Record};
+use super::scripts::mint::{MintItem, MintReply, Mints};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{self, Calls, OnConn};
+use super::scripts::{self, OnConn};
 use super::scripts::{Ownership, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
@@ -105,10 +113,14 @@ struct Node {
     conn: ConnectionManager,
     state: Arc<Mutex<NodeState>>,
     acquires: Batcher<NodeAcquires>,
+    /// The node's connection with its boot check, for what is not batched (re-taking lost
+    /// copies of leases).
+    checked: NodeAcquires,
     releases: Batcher<OnConn<Releases, ConnectionManager>>,
+    mints: Batcher<OnConn<Mints, ConnectionManager>>,
 }
 
-struct NodeState {
+pub(super) struct NodeState {
     /// The boot value last seen on this node ("" before it ever answered).
     boot: String,
     /// Until when the node's votes do not count (it lost its data).
@@ -137,37 +149,7 @@ enum Identity {
     Twin { of: String },
 }
 
-/// Acquires on one node, many per call, behind one check of the node's boot value
-/// (`boot.lua`): the value this client last saw on the node is read when the call leaves.
-#[derive(Clone)]
-struct NodeAcquires {
-    conn: ConnectionManager,
-    /// `<prefix>:boot`: a random value seeded once, gone if the node loses its data.
-    boot_key: Arc<str>,
-    state: Arc<Mutex<NodeState>>,
-}
-
-impl Batch for NodeAcquires {
-    type Item = AcquireItem;
-    type Reply = NodeAcquire;
-    const FLUSH_AT: usize = <Acquires as Calls>::FLUSH_AT;
-
-    async fn run(&self, items: &[AcquireItem]) -> Result<Vec<NodeAcquire>, StoreError> {
-        let seen = lock_state(&self.state).boot.clone();
-        let fresh = Token::generate();
-        let refs: Vec<&AcquireItem> = items.iter().collect();
-        let (script, cmd) = acquire::on_quorum_node(&refs, &self.boot_key, &seen, fresh.as_str());
-        let reply = script.invoke::<redis::Value, _>(&cmd, &self.conn).await;
-        acquire::on_quorum_node_reply(reply, items.len())
-    }
-    // A grant nobody waits for (its caller's per-node deadline passed) is not undone here:
-    // a waiter keeps its token across busy attempts, so a release that left later than the
-    // next attempt's acquire would delete that attempt's copy on this node, and the lease
-    // would count a vote it no longer has. The attempt's rollback (sent on the connection,
-    // in order) or the grant's ttl clears it; a later attempt with the token re-takes it.
-}
-
-fn lock_state(state: &Mutex<NodeState>) -> std::sync::MutexGuard<'_, NodeState> {
+pub(super) fn lock_state(state: &Mutex<NodeState>) -> std::sync::MutexGuard<'_, NodeState> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -390,15 +372,16 @@ impl QuorumStore {
         }
     }
 
-    /// For each node, whether it granted with a clock ahead of the other granting nodes' (see
-    /// `clocks.rs`); logs when a node starts or stops being ahead.
+    /// For each node, whether it granted (or minted) with a clock ahead of the other nodes'
+    /// that did (`readings`, by node; see `clocks.rs`); logs when a node starts or stops being
+    /// ahead.
     fn clocks_ahead(
         &self,
-        answers: &[Answer<(NodeAcquire, Instant)>],
+        readings: &[Option<clocks::Granted>],
         sent: Instant,
         ttl: Duration,
     ) -> Vec<bool> {
-        let grants: Vec<(usize, clocks::Granted)> = answers
+        let grants: Vec<(usize, clocks::Granted)> = readings
             .iter()
             .enumerate()
             .filter(|(index, _)| {
@@ -407,18 +390,7 @@ impl QuorumStore {
                     Identity::Twin { .. }
                 )
             })
-            .filter_map(|(index, answer)| match answer {
-                Answer::Ok((NodeAcquire::Replied(AcquireReply::Granted { fence }), answered)) => {
-                    Some((
-                        index,
-                        clocks::Granted {
-                            fence: *fence,
-                            answered: *answered,
-                        },
-                    ))
-                }
-                _ => None,
-            })
+            .filter_map(|(index, reading)| reading.map(|r| (index, r)))
             .collect();
         let limit = clocks::limit(ttl);
         let found = clocks::ahead(
@@ -426,7 +398,7 @@ impl QuorumStore {
             sent,
             limit,
         );
-        let mut ahead = vec![false; answers.len()];
+        let mut ahead = vec![false; readings.len()];
         for ((index, _), is_ahead) in grants.iter().zip(found) {
             ahead[*index] = is_ahead;
             let node = &self.inner.nodes[*index];
@@ -579,6 +551,79 @@ impl QuorumStore {
         }
     }
 
+    /// Heals the leases a renewal found held (feature audit L34): on every node that votes
+    /// (its quarantine, if any, is over) and answered that a renewed lease's key was gone
+    /// there, takes the key again for the lease's token, only if it is free
+    /// (`SET key token NX PX ttl`), behind the node's boot check. Without it, a long lease
+    /// loses a copy at every restart of a node without persistence, and one more restart than
+    /// the spare nodes is its end although it was healthy all along (redsync fixed the same in
+    /// its PR #149).
+    ///
+    /// Safe because the lease held a majority without these copies just now: no other token
+    /// can hold a majority meanwhile, and a free key gives nobody's grant away. A node that is
+    /// found to have restarted again takes nothing that counts and sits out. Best effort:
+    /// bounded by the per-node timeout; what fails is tried at the next renewal.
+    async fn heal(
+        &self,
+        items: &[RenewItem<'_>],
+        renewed: &[Ownership],
+        answers: &[Answer<Vec<Ownership>>],
+        now: Instant,
+        shortest: Duration,
+    ) {
+        let lost_copies = |held: &[Ownership]| -> Vec<LostCopy<'_>> {
+            items
+                .iter()
+                .zip(renewed)
+                .zip(held)
+                .filter(|((item, renewed), held)| {
+                    item.entries == 0
+                        && **renewed == Ownership::Ours
+                        && **held == Ownership::Expired
+                })
+                .map(|((item, _), _)| (item.key, item.token, millis(item.ttl)))
+                .collect()
+        };
+        let heals: Vec<(usize, Vec<LostCopy<'_>>)> = self
+            .inner
+            .nodes
+            .iter()
+            .zip(answers)
+            .enumerate()
+            .filter(|(_, (node, _))| node.votes(now))
+            .filter_map(|(index, (_, answer))| match answer {
+                Answer::Ok(held) => Some((index, lost_copies(held))),
+                Answer::Failed(_) => None,
+            })
+            .filter(|(_, keys)| !keys.is_empty())
+            .collect();
+        if heals.is_empty() {
+            return;
+        }
+        let limit = self.node_timeout(shortest);
+        let calls = heals.into_iter().map(|(index, keys)| async move {
+            let node = &self.inner.nodes[index];
+            let retaken = tokio::time::timeout(limit, node.checked.retake(&keys)).await;
+            (index, keys.len(), retaken)
+        });
+        for (index, wanted, retaken) in futures_util::future::join_all(calls).await {
+            let node = &self.inner.nodes[index];
+            match retaken {
+                Ok(Ok(Retaken::Keys(taken))) => {
+                    let taken = taken.iter().filter(|t| **t).count();
+                    tracing::info!(node = %node.name, taken, of = wanted, "quorum node had lost copies of held leases; re-taken where free");
+                }
+                Ok(Ok(Retaken::Restarted(boot))) => self.restarted(index, boot),
+                Ok(Err(err)) => {
+                    tracing::debug!(node = %node.name, error = %err, "could not re-take lost copies of leases; the next renewal tries again");
+                }
+                Err(_) => {
+                    tracing::debug!(node = %node.name, "re-taking lost copies of leases got no answer in time; the next renewal tries again");
+                }
+            }
+        }
+    }
+
     /// Releases `token`'s copies on every node (a failed acquire's rollback), bounded by the
     /// response timeout; what cannot be reached expires with its ttl.
     async fn roll_back(&self, keys: &LockKeys, token: &Token) {
@@ -718,7 +763,7 @@ async fn connect_node(
     let client = settings.client(info.clone())?;
     let mut conn = probe(client.clone(), settings).await?;
     check_cluster_mode(&mut conn, false).await?;
-    let seeded: (String, u64) = redis::Script::new(SEED_BOOT)
+    let seeded: (String, u64) = redis::Script::new(boot::SEED_BOOT)
         .key(boot_key)
         .arg(Token::generate().as_str())
         .invoke_async(&mut conn)
@@ -740,15 +785,6 @@ async fn connect_node(
     drop(state);
     Ok(node)
 }
-
-/// Seeds a node's boot key if it is missing (as `boot.lua` does) and answers its value and
-/// the server's time in ms. Run once per node at connect.
-const SEED_BOOT: &str = "
-    local t = redis.call('TIME')
-    local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-    redis.call('SET', KEYS[1], ARGV[1] .. '@' .. now_ms, 'NX')
-    return { redis.call('GET', KEYS[1]), tonumber(now_ms) }
-";
 
 /// A node that could not be reached at connect: it connects on first use, and sits out
 /// until its boot value is known.
@@ -788,21 +824,28 @@ fn node(
         identity: Identity::Unchecked,
         clock_ahead: false,
     }));
+    let checked = NodeAcquires {
+        conn: conn.clone(),
+        boot_key: boot_key.into(),
+        state: state.clone(),
+    };
     Node {
         name: node_name(info),
-        acquires: batcher(
-            NodeAcquires {
-                conn: conn.clone(),
-                boot_key: boot_key.into(),
-                state: state.clone(),
-            },
-            timeout,
-        ),
+        acquires: batcher(checked.clone(), timeout),
+        checked,
         releases: batcher(
             OnConn {
                 calls: Releases {
                     publish: Publish::Plain,
                 },
+                conn: conn.clone(),
+                publish: Publish::Plain,
+            },
+            timeout,
+        ),
+        mints: batcher(
+            OnConn {
+                calls: Mints,
                 conn: conn.clone(),
                 publish: Publish::Plain,
             },
@@ -838,6 +881,7 @@ impl Backend for QuorumStore {
         ttl: Duration,
         waits: Waits,
         replicas: Option<Replicas>,
+        mint: bool,
     ) -> Result<AcquireReply, StoreError> {
         if replicas.is_some() {
             return Err(self.lacks(Capability::ReplicaAcknowledgement));
@@ -852,18 +896,35 @@ impl Backend for QuorumStore {
             ttl_ms: millis(ttl),
             waits,
             replicas: None,
+            mint,
         };
         let answers = self
             .on_every_node(self.node_timeout(ttl), |node| {
                 let item = item.clone();
                 async move {
-                    let reply = node.acquires.run(item).await?;
+                    let reply = node.acquires.run(item).await??;
                     Ok((reply, Instant::now()))
                 }
             })
             .await;
         let now = Instant::now();
-        let ahead = self.clocks_ahead(&answers, started, ttl);
+        let readings: Vec<Option<clocks::Granted>> = answers
+            .iter()
+            .map(|answer| match answer {
+                Answer::Ok((
+                    NodeAcquire::Replied {
+                        reply: AcquireReply::Granted { .. },
+                        clock_us,
+                    },
+                    answered,
+                )) => Some(clocks::Granted {
+                    clock_us: *clock_us,
+                    answered: *answered,
+                }),
+                _ => None,
+            })
+            .collect();
+        let ahead = self.clocks_ahead(&readings, started, ttl);
         let answers: Vec<Answer<NodeAcquire>> = answers
             .into_iter()
             .map(|answer| match answer {
@@ -872,24 +933,34 @@ impl Backend for QuorumStore {
             })
             .collect();
         let mut granted = 0;
-        let mut fence = 0;
+        // The highest fence a voting node minted (an eager lease's grant).
+        let mut fence: Option<u64> = None;
         let mut busy = false;
         let mut longest: Option<Duration> = None;
         for (index, (node, answer)) in self.inner.nodes.iter().zip(&answers).enumerate() {
             match answer {
-                Answer::Ok(NodeAcquire::Replied(AcquireReply::Granted { fence: f })) => {
+                Answer::Ok(NodeAcquire::Replied {
+                    reply: AcquireReply::Granted { fence: f },
+                    ..
+                }) => {
                     if node.votes(now) && !ahead[index] {
                         granted += 1;
                         fence = fence.max(*f);
                     }
                 }
-                Answer::Ok(NodeAcquire::Replied(AcquireReply::Busy { pttl })) => {
+                Answer::Ok(NodeAcquire::Replied {
+                    reply: AcquireReply::Busy { pttl },
+                    ..
+                }) => {
                     busy = true;
                     longest = longest.max(*pttl);
                 }
                 Answer::Ok(NodeAcquire::Restarted(boot)) => self.restarted(index, boot.clone()),
                 // Not asked for here (a quorum refuses replica requirements).
-                Answer::Ok(NodeAcquire::Replied(AcquireReply::Unreplicated { .. })) => {}
+                Answer::Ok(NodeAcquire::Replied {
+                    reply: AcquireReply::Unreplicated { .. },
+                    ..
+                }) => {}
                 Answer::Failed(_) => {}
             }
         }
@@ -908,6 +979,68 @@ impl Backend for QuorumStore {
                 after: now - started,
             })
         } else {
+            Err(self.no_quorum(&answers))
+        }
+    }
+
+    /// Minted iff a majority of the voting nodes still hold the lease and minted (each node
+    /// `max(its last + 1, its clock in µs)`, those whose clock runs ahead of the others' left
+    /// out, as at a grant); the fence is the highest of theirs. Not held once a majority can
+    /// no longer say yes; otherwise the outcome is unknown (an error: ask again).
+    async fn mint(&self, keys: &LockKeys, token: &Token) -> Result<MintReply, StoreError> {
+        let sent = Instant::now();
+        let ttl = Duration::from_millis(self.inner.longest_ttl_ms.load(Ordering::Relaxed));
+        let answers = self
+            .on_every_node(self.node_op_timeout(), |node| async move {
+                let item = MintItem {
+                    keys: keys.clone(),
+                    token: token.clone(),
+                };
+                let reply = node.mints.run(item).await?;
+                Ok((reply, Instant::now()))
+            })
+            .await;
+        let now = Instant::now();
+        let readings: Vec<Option<clocks::Granted>> = answers
+            .iter()
+            .map(|answer| match answer {
+                Answer::Ok((MintReply::Minted(fence), answered)) => Some(clocks::Granted {
+                    clock_us: *fence,
+                    answered: *answered,
+                }),
+                _ => None,
+            })
+            .collect();
+        let ahead = self.clocks_ahead(&readings, sent, ttl);
+        let (mut yes, mut undecided, mut theirs) = (0, 0, false);
+        let mut fence = 0;
+        for (index, (node, answer)) in self.inner.nodes.iter().zip(&answers).enumerate() {
+            match answer {
+                Answer::Ok((MintReply::Minted(f), _)) if node.votes(now) && !ahead[index] => {
+                    yes += 1;
+                    fence = fence.max(*f);
+                }
+                Answer::Ok((MintReply::Not(Ownership::Theirs), _)) => theirs = true,
+                Answer::Ok(_) => {}
+                Answer::Failed(_) => undecided += 1,
+            }
+        }
+        if yes >= self.inner.quorum {
+            Ok(MintReply::Minted(fence))
+        } else if yes + undecided < self.inner.quorum {
+            Ok(MintReply::Not(if theirs {
+                Ownership::Theirs
+            } else {
+                Ownership::Expired
+            }))
+        } else {
+            let answers: Vec<Answer<MintReply>> = answers
+                .into_iter()
+                .map(|answer| match answer {
+                    Answer::Ok((reply, _)) => Answer::Ok(reply),
+                    Answer::Failed(why) => Answer::Failed(why),
+                })
+                .collect();
             Err(self.no_quorum(&answers))
         }
     }
@@ -953,7 +1086,9 @@ impl Backend for QuorumStore {
 
     /// A lease is renewed iff a majority of the nodes that vote renewed it; lost once that
     /// can no longer happen; otherwise the outcome is unknown (an error for the batch, which
-    /// the watchdog retries until the leases' deadlines).
+    /// the watchdog retries until the leases' deadlines). A renewed lease then heals: on each
+    /// voting node whose copy was gone (a node that restarted empty and sat out its
+    /// quarantine, say), the key is taken again if it is free there (see [`Self::heal`]).
     async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Ownership>, StoreError> {
         let shortest = items.iter().map(|i| i.ttl).min().unwrap_or_default();
         let answers = self
@@ -984,6 +1119,7 @@ impl Backend for QuorumStore {
                 return Err(self.no_quorum(&answers));
             }
         }
+        self.heal(items, &result, &answers, now, shortest).await;
         Ok(result)
     }
 

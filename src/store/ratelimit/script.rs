@@ -18,7 +18,7 @@ use super::{PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm, Verdi
 use crate::error::StoreError;
 #[cfg(feature = "test-util")]
 use crate::store::scripts::Conn;
-use crate::store::scripts::{Calls, Lua, codes, per_item};
+use crate::store::scripts::{Calls, Lua, codes, decimal, per_item};
 
 /// The script text up to the clock: the helpers and the algorithms.
 macro_rules! algorithms {
@@ -119,16 +119,11 @@ impl RateItem {
 #[derive(Clone)]
 pub(crate) struct Rates;
 
-/// How a call of rate-limit items is written: with the lean script when every item is a
-/// check under one GCRA-family policy (their cost and policy), else with the general one.
-enum Shape {
-    GcraChecks(Vec<(u32, PolicyParams)>),
-    General,
-}
-
-fn shape(items: &[&RateItem]) -> Shape {
-    let checks: Option<Vec<_>> = items.iter().map(|item| item.gcra_check()).collect();
-    checks.map_or(Shape::General, Shape::GcraChecks)
+/// Whether a call of rate-limit items is written with the lean script: every item is a check
+/// under one GCRA-family policy (see [`RateItem::gcra_check`]). Asked again where needed
+/// rather than collected: a call of one item must not allocate for it.
+fn gcra_checks(items: &[&RateItem]) -> bool {
+    items.iter().all(|item| item.gcra_check().is_some())
 }
 
 /// The command of one call of `items` with `script` (the lean `fast` one when the items allow),
@@ -139,70 +134,82 @@ fn encode(
     leading: Option<&str>,
     items: &[&RateItem],
 ) -> (&'static Lua, Cmd) {
-    match shape(items) {
-        Shape::GcraChecks(checks) => {
-            let mut cmd = fast.call(items.len(), 1 + items.len(), 96 * items.len());
-            for item in items {
-                cmd.arg(&item.keys[0]);
-            }
-            if let Some(leading) = leading {
-                cmd.arg(leading);
-            }
-            // One text per check; a batch usually repeats one, and the script parses it once.
-            let mut text = String::new();
-            let mut last = None;
-            for (cost, p) in checks {
-                if last != Some((cost, p)) {
-                    text = format!("{cost}:{}:{}", p.unit_us, p.count);
-                    last = Some((cost, p));
-                }
-                cmd.arg(text.as_str());
-            }
-            (fast, cmd)
+    if gcra_checks(items) {
+        let bytes = items.iter().map(|item| item.keys[0].len() + 40).sum();
+        let mut cmd = fast.call(items.len(), 1 + items.len(), bytes);
+        for item in items {
+            cmd.arg(&item.keys[0]);
         }
-        Shape::General => {
-            let keys: usize = items.iter().map(|item| item.keys.len()).sum();
-            let policies: usize = items.iter().map(|item| item.params.len()).sum();
-            let mut cmd = script.call(keys, 1 + 4 * items.len() + 5 * policies, 128 * keys);
-            for item in items {
-                for key in &item.keys {
-                    cmd.arg(key);
-                }
+        if let Some(leading) = leading {
+            cmd.arg(leading);
+        }
+        // One text per check, `<cost>:<unit µs>:<count>`; a batch usually repeats one, and
+        // the script parses it once. Written without a formatter (this runs per check).
+        let mut text = Vec::with_capacity(48);
+        let mut last = None;
+        for (cost, p) in items.iter().filter_map(|item| item.gcra_check()) {
+            if last != Some((cost, p)) {
+                text.clear();
+                push_decimal(&mut text, i64::from(cost));
+                text.push(b':');
+                push_decimal(&mut text, p.unit_us);
+                text.push(b':');
+                push_decimal(&mut text, p.count);
+                last = Some((cost, p));
             }
-            if let Some(leading) = leading {
-                cmd.arg(leading);
-            }
-            for item in items {
-                let (code, amount, extra) = item.op.encode();
-                cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
-                for p in &item.params {
-                    // Only the sliding log reads how long it is kept.
-                    let keep = if p.kind == ScriptAlgorithm::SlidingLog {
-                        p.log_keep_us()
-                    } else {
-                        0
-                    };
-                    cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count).arg(keep);
-                    match &p.lockout {
-                        Some(lockout) => cmd.arg(lockout.encode()),
-                        None => cmd.arg("0"),
-                    };
-                }
-            }
-            (script, cmd)
+            cmd.arg(text.as_slice());
+        }
+        return (fast, cmd);
+    }
+    let keys: usize = items.iter().map(|item| item.keys.len()).sum();
+    let policies: usize = items.iter().map(|item| item.params.len()).sum();
+    let mut cmd = script.call(keys, 1 + 4 * items.len() + 5 * policies, 128 * keys);
+    for item in items {
+        for key in &item.keys {
+            cmd.arg(key);
         }
     }
+    if let Some(leading) = leading {
+        cmd.arg(leading);
+    }
+    for item in items {
+        let (code, amount, extra) = item.op.encode();
+        cmd.arg(code).arg(amount).arg(extra).arg(item.params.len());
+        for p in &item.params {
+            // Only the sliding log reads how long it is kept.
+            let keep = if p.kind == ScriptAlgorithm::SlidingLog {
+                p.log_keep_us()
+            } else {
+                0
+            };
+            cmd.arg(p.kind.code()).arg(p.unit_us).arg(p.count).arg(keep);
+            match &p.lockout {
+                Some(lockout) => cmd.arg(lockout.encode()),
+                None => cmd.arg("0"),
+            };
+        }
+    }
+    (script, cmd)
+}
+
+/// Appends `n` in decimal (with its sign) to `text`.
+fn push_decimal(text: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        text.push(b'-');
+    }
+    let mut digits = [0u8; 20];
+    text.extend_from_slice(decimal(n.unsigned_abs(), &mut digits));
 }
 
 /// The reply of [`encode`]'s call: one answer per item.
 fn decode(reply: Value, items: &[&RateItem]) -> Result<Vec<RateReply>, StoreError> {
-    match shape(items) {
-        Shape::GcraChecks(checks) => codes(reply, items.len(), "gcra_checks")?
+    match gcra_checks(items) {
+        true => codes(reply, items.len(), "gcra_checks")?
             .into_iter()
-            .zip(checks)
+            .zip(items.iter().filter_map(|item| item.gcra_check()))
             .map(|(code, (cost, p))| gcra_check_reply(code, cost, p))
             .collect(),
-        Shape::General => per_item(reply, items.len(), "ratelimit")?
+        false => per_item(reply, items.len(), "ratelimit")?
             .iter()
             .zip(items)
             .map(|(text, item)| {

@@ -131,5 +131,5 @@ fn store(
     wakeups: Arc<Wakeups>,
 ) -> ScriptedStore {
     let single = Single::new(conn, lanes, settings.response_timeout);
-    ScriptedStore::new(Route::Single(single), settings, wakeups)
+    ScriptedStore::new(Route::Single(Box::new(single)), settings, wakeups)
 }

@@ -1,7 +1,9 @@
 //! The by-slot route: a Redis Cluster. A script call may touch one hash slot only, so a batch
 //! becomes one call per slot; but batches form **per node**: the concurrent items of every
 //! slot a node owns queue together, and leave in one pipelined write to that node (one call
-//! per slot group, one round trip, one read and one write for the node's event loop).
+//! per slot group, one round trip, one read and one write for the node's event loop). An
+//! uncontended acquire is not a script at all but a plain `SET NX PX`, one per item, in the
+//! same write (see `AcquireRounds`).
 //!
 //! The route keeps its own map of which node owns which slot (`CLUSTER SLOTS`) and its own
 //! connection to each primary, so that a node's pipeline never mixes with anything else. Each
@@ -23,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ServerErrorKind, Value};
 use tokio::time::Instant;
@@ -34,10 +36,11 @@ use crate::store::batch::{Batch, Batcher, batcher};
 use crate::store::connect::{RedisSettings, node_info};
 use crate::store::ratelimit::RateReply;
 use crate::store::ratelimit::script::{RateItem, Rates};
-use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires};
+use crate::store::scripts::acquire::{AcquireItem, AcquireReply, AcquireRounds, Acquires};
+use crate::store::scripts::mint::{MintItem, MintReply, Mints};
 use crate::store::scripts::release::{self, ReleaseItem, Releases};
 use crate::store::scripts::renew::{self, RenewItem};
-use crate::store::scripts::{Calls, Lua, Ownership, Publish};
+use crate::store::scripts::{Calls, Lua, Ownership, Pipe, Publish};
 
 /// Hash slots in a cluster.
 const SLOTS: usize = 16_384;
@@ -66,19 +69,15 @@ struct Topology {
 /// One primary: its own connection, and a batcher per kind over it.
 struct Node {
     conn: ConnectionManager,
-    acquires: Batcher<OnNode<Acquires>>,
+    acquires: Batcher<AcquiresOnNode>,
     releases: Batcher<OnNode<Releases>>,
+    mints: Batcher<OnNode<Mints>>,
     rates: Batcher<OnNode<Rates>>,
 }
 
-/// The calls that go to one node (`None`: the slot's owner is not known).
-type NodeCalls = (Option<Arc<Node>>, Vec<usize>, Vec<SlotCall>);
-
-/// One script call on one slot.
-struct SlotCall {
-    script: &'static Lua,
-    cmd: Cmd,
-}
+/// The calls that go to one node (`None`: the slot's owner is not known): their places in
+/// the caller's list, and the calls.
+type NodeCalls = (Option<Arc<Node>>, Vec<usize>, Pipe);
 
 impl BySlot {
     /// Over `cluster` (seeded by `seed`): reads the slot map now, tolerating a failure (calls
@@ -109,7 +108,16 @@ impl BySlot {
     pub(crate) async fn acquire(&self, item: AcquireItem) -> Result<AcquireReply, StoreError> {
         match self.topology.node(slot_of(&item.keys.lock)) {
             Some(node) => node.acquires.run(item).await?,
+            // The slot's owner is not known: the script through the cluster connection (it
+            // decides a busy answer too, so this one call is the whole acquire).
             None => one(&Acquires, &self.topology.cluster, item).await,
+        }
+    }
+
+    pub(crate) async fn mint(&self, item: MintItem) -> Result<MintReply, StoreError> {
+        match self.topology.node(slot_of(&item.keys.lock)) {
+            Some(node) => node.mints.run(item).await?,
+            None => one(&Mints, &self.topology.cluster, item).await,
         }
     }
 
@@ -146,7 +154,7 @@ impl BySlot {
             .map(|(slot, indices)| {
                 let group: Vec<&RenewItem<'_>> = indices.iter().map(|&i| &items[i]).collect();
                 let (script, cmd) = renew::encode(&group);
-                (*slot, SlotCall { script, cmd })
+                (*slot, script, cmd)
             })
             .collect();
         let replies = self.topology.send(calls).await;
@@ -206,13 +214,22 @@ impl Topology {
         let config = self.settings.manager_config().set_number_of_retries(0);
         let conn = ConnectionManager::new_lazy_with_config(client, config).ok()?;
         let timeout = self.settings.response_timeout;
-        let on = |calls| OnNode {
-            calls,
-            conn: conn.clone(),
-            topology: Arc::downgrade(self),
-        };
         let node = Arc::new(Node {
-            acquires: batcher(on(Acquires), timeout),
+            acquires: batcher(
+                AcquiresOnNode {
+                    conn: conn.clone(),
+                    topology: Arc::downgrade(self),
+                },
+                timeout,
+            ),
+            mints: batcher(
+                OnNode {
+                    calls: Mints,
+                    conn: conn.clone(),
+                    topology: Arc::downgrade(self),
+                },
+                timeout,
+            ),
             releases: batcher(
                 OnNode {
                     calls: releases(),
@@ -305,36 +322,37 @@ impl Topology {
         }
     }
 
-    /// Sends each call to its slot's node: one pipelined write per node, every node at once
-    /// (calls of unknown slots through the cluster connection). One answer per call, in order.
-    async fn send(self: &Arc<Self>, calls: Vec<(u16, SlotCall)>) -> Vec<Result<Value, StoreError>> {
+    /// Sends each script call to its slot's node: one pipelined write per node, every node at
+    /// once (calls of unknown slots through the cluster connection). One answer per call, in
+    /// order.
+    async fn send(
+        self: &Arc<Self>,
+        calls: Vec<(u16, &'static Lua, Cmd)>,
+    ) -> Vec<Result<Value, StoreError>> {
         // Per node (or unknown): the calls' places in `calls`, and the calls.
         let mut by_node: Vec<NodeCalls> = Vec::new();
-        for (i, (slot, call)) in calls.into_iter().enumerate() {
+        for (i, (slot, script, cmd)) in calls.into_iter().enumerate() {
             let node = self.node(slot);
             let at = by_node.iter().position(|(n, _, _)| match (n, &node) {
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 (None, None) => true,
                 _ => false,
             });
-            match at {
-                Some(at) => {
-                    by_node[at].1.push(i);
-                    by_node[at].2.push(call);
-                }
-                None => by_node.push((node, vec![i], vec![call])),
-            }
+            let at = at.unwrap_or_else(|| {
+                by_node.push((node, Vec::new(), Pipe::default()));
+                by_node.len() - 1
+            });
+            by_node[at].1.push(i);
+            by_node[at].2.script(script, cmd);
         }
         let total = by_node.iter().map(|(_, indices, _)| indices.len()).sum();
-        let sends = by_node
-            .into_iter()
-            .map(|(node, indices, calls)| async move {
-                let replies = match node {
-                    Some(node) => pipelined(&node.conn, Some(self), &self.cluster, calls).await,
-                    None => through_cluster(&self.cluster, calls).await,
-                };
-                (indices, replies)
-            });
+        let sends = by_node.into_iter().map(|(node, indices, pipe)| async move {
+            let replies = match node {
+                Some(node) => pipelined(&node.conn, Some(self), &self.cluster, pipe).await,
+                None => through_cluster(&self.cluster, &pipe).await,
+            };
+            (indices, replies)
+        });
         let mut answers: Vec<Result<Value, StoreError>> = (0..total)
             .map(|_| {
                 Err(StoreError::Protocol {
@@ -392,36 +410,19 @@ fn slot_ranges(reply: Value) -> Option<Vec<(usize, usize, String, u16)>> {
     Some(out)
 }
 
-/// `calls` in one pipelined write on a node's own connection. Each call is answered on its
-/// own: a call the node did not run because the slot is elsewhere (or moving) goes again
-/// through the cluster connection; `NOSCRIPT` loads the script on the node and sends the
-/// call once more; a failure of the whole write sends every call through the cluster
-/// connection.
+/// `pipe` in one write on a node's own connection. Each command is answered on its own: one
+/// the node did not run because the slot is elsewhere (or moving) goes again through the
+/// cluster connection; `NOSCRIPT` loads the script on the node and sends the call once more;
+/// a failure of the whole write sends every command through the cluster connection.
 async fn pipelined(
     conn: &ConnectionManager,
     topology: Option<&Arc<Topology>>,
     cluster: &ClusterConnection,
-    calls: Vec<SlotCall>,
+    pipe: Pipe,
 ) -> Vec<Result<Value, StoreError>> {
-    let count = calls.len();
-    let mut pipe = redis::pipe();
-    let mut scripts = Vec::with_capacity(count);
-    for call in calls {
-        scripts.push(call.script);
-        pipe.add_command(call.cmd);
-    }
-    let values = match conn.clone().req_packed_commands(&pipe, 0, count).await {
-        Ok(values) if values.len() == count => values,
-        Ok(values) => {
-            let message = format!("a pipeline of {count} calls got {} replies", values.len());
-            return (0..count)
-                .map(|_| {
-                    Err(StoreError::Protocol {
-                        message: message.clone(),
-                    })
-                })
-                .collect();
-        }
+    let count = pipe.len();
+    let values = match pipe.send(conn).await {
+        Ok(values) => values,
         // The node could not be reached at all: nothing was sent, so every call goes through
         // the cluster connection (which finds the slot's owner, after a failover too).
         Err(err) if err.is_connection_refusal() => {
@@ -429,15 +430,7 @@ async fn pipelined(
             if let Some(topology) = topology {
                 topology.refresh_soon();
             }
-            let calls = pipe
-                .cmd_iter()
-                .zip(scripts)
-                .map(|(cmd, script)| SlotCall {
-                    script,
-                    cmd: cmd.clone(),
-                })
-                .collect();
-            return through_cluster(cluster, calls).await;
+            return through_cluster(cluster, &pipe).await;
         }
         // Sent, but unanswered (a timeout, a connection lost on the way): each call may or may
         // not have run, and running it again could apply it twice (a rate-limit check). The
@@ -456,7 +449,7 @@ async fn pipelined(
     for (i, value) in values.into_iter().enumerate() {
         match value {
             Value::ServerError(err) => match err.kind() {
-                Some(ServerErrorKind::NoScript) => {
+                Some(ServerErrorKind::NoScript) if pipe.script_of(i).is_some() => {
                     reload.push(i);
                     answers.push(None);
                 }
@@ -479,31 +472,14 @@ async fn pipelined(
             value => answers.push(Some(Ok(value))),
         }
     }
-    let cmds: Vec<&Cmd> = pipe.cmd_iter().collect();
     if !reload.is_empty() {
         // Each script once, then those calls again, in one more write (no second reload: a
         // call that still finds no script goes through the cluster connection).
-        let mut loaded: Vec<&'static Lua> = Vec::new();
-        for &i in &reload {
-            if !loaded.iter().any(|l| std::ptr::eq(*l, scripts[i])) {
-                loaded.push(scripts[i]);
-            }
+        if let Err(err) = pipe.load(conn, &reload).await {
+            tracing::debug!(error = %err, "cannot load a script on a cluster node");
         }
-        for script in loaded {
-            if let Err(err) = script.load(conn).await {
-                tracing::debug!(error = %err, "cannot load a script on a cluster node");
-            }
-        }
-        let mut retry = redis::pipe();
-        for &i in &reload {
-            retry.add_command(cmds[i].clone());
-        }
-        match conn
-            .clone()
-            .req_packed_commands(&retry, 0, reload.len())
-            .await
-        {
-            Ok(values) if values.len() == reload.len() => {
+        match pipe.only(&reload).send(conn).await {
+            Ok(values) => {
                 for (&i, value) in reload.iter().zip(values) {
                     match value {
                         Value::ServerError(_) => again.push(i),
@@ -511,18 +487,12 @@ async fn pipelined(
                     }
                 }
             }
-            _ => again.extend(reload.iter().copied()),
+            Err(_) => again.extend(reload.iter().copied()),
         }
     }
     if !again.is_empty() {
-        let calls = again
-            .iter()
-            .map(|&i| SlotCall {
-                script: scripts[i],
-                cmd: cmds[i].clone(),
-            })
-            .collect();
-        for (&i, answer) in again.iter().zip(through_cluster(cluster, calls).await) {
+        let replies = through_cluster(cluster, &pipe.only(&again)).await;
+        for (&i, answer) in again.iter().zip(replies) {
             answers[i] = Some(answer);
         }
     }
@@ -538,17 +508,18 @@ async fn pipelined(
         .collect()
 }
 
-/// Each call alone through the cluster connection (which routes it by its first key, follows
-/// redirects and retries within the response timeout), all at once.
+/// Each command of `pipe` alone through the cluster connection (which routes it by its first
+/// key, follows redirects and retries within the response timeout), all at once.
 async fn through_cluster(
     cluster: &ClusterConnection,
-    calls: Vec<SlotCall>,
+    pipe: &Pipe,
 ) -> Vec<Result<Value, StoreError>> {
-    let sends = calls.into_iter().map(|call| async move {
-        call.script
-            .invoke::<Value, _>(&call.cmd, cluster)
-            .await
-            .map_err(StoreError::from)
+    let sends = pipe.commands().enumerate().map(|(i, cmd)| async move {
+        let reply = match pipe.script_of(i) {
+            Some(script) => script.invoke::<Value, _>(cmd, cluster).await,
+            None => cmd.query_async::<Value>(&mut cluster.clone()).await,
+        };
+        reply.map_err(StoreError::from)
     });
     futures_util::future::join_all(sends).await
 }
@@ -581,14 +552,12 @@ impl<K: Calls> Batch for OnNode<K> {
                 None => by_slot.push((slot, vec![i])),
             }
         }
-        let calls = by_slot
-            .iter()
-            .map(|(_, indices)| {
-                let group: Vec<&K::Item> = indices.iter().map(|&i| &items[i]).collect();
-                let (script, cmd) = self.calls.encode(&group);
-                SlotCall { script, cmd }
-            })
-            .collect();
+        let mut calls = Pipe::with_capacity(by_slot.len());
+        for (_, indices) in &by_slot {
+            let group: Vec<&K::Item> = indices.iter().map(|&i| &items[i]).collect();
+            let (script, cmd) = self.calls.encode(&group);
+            calls.script(script, cmd);
+        }
         let replies = pipelined(&self.conn, Some(&topology), &topology.cluster, calls).await;
         let mut answers: Vec<Option<Self::Reply>> = (0..items.len()).map(|_| None).collect();
         for ((_, indices), reply) in by_slot.into_iter().zip(replies) {
@@ -628,6 +597,42 @@ impl<K: Calls> Batch for OnNode<K> {
     fn abandoned(&self, item: K::Item, reply: Self::Reply) {
         if let Ok(reply) = reply
             && let Some(undo) = self.calls.undo(item, &reply)
+            && let Some(topology) = self.topology.upgrade()
+        {
+            release::in_background(topology.cluster.clone(), Publish::Sharded, undo);
+        }
+    }
+}
+
+/// Acquires batched per node: each batch in [`AcquireRounds`] (an uncontended item is a plain
+/// `SET NX PX`, the others one script call per slot), each round one pipelined write to the
+/// node. Each item gets its own answer.
+#[derive(Clone)]
+struct AcquiresOnNode {
+    conn: ConnectionManager,
+    topology: Weak<Topology>,
+}
+
+impl Batch for AcquiresOnNode {
+    type Item = AcquireItem;
+    type Reply = Result<AcquireReply, StoreError>;
+    const FLUSH_AT: usize = <Acquires as Calls>::FLUSH_AT;
+
+    async fn run(&self, items: &[AcquireItem]) -> Result<Vec<Self::Reply>, StoreError> {
+        let topology = self
+            .topology
+            .upgrade()
+            .ok_or_else(|| StoreError::unreachable("the cluster store was dropped"))?;
+        let mut rounds = AcquireRounds::new(items, true);
+        while let Some(pipe) = rounds.next_round() {
+            rounds.answer(pipelined(&self.conn, Some(&topology), &topology.cluster, pipe).await);
+        }
+        Ok(rounds.replies())
+    }
+
+    fn abandoned(&self, item: AcquireItem, reply: Self::Reply) {
+        if let Ok(reply) = reply
+            && let Some(undo) = Acquires.undo(item, &reply)
             && let Some(topology) = self.topology.upgrade()
         {
             release::in_background(topology.cluster.clone(), Publish::Sharded, undo);

@@ -51,6 +51,7 @@ use super::scripts::fenced::{self, FencedCall, FencedReply};
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::idempotency::{self, RecordCall, RecordReply};
 use super::scripts::leader::{self, Record};
+use super::scripts::mint::{MintItem, MintReply};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
 use super::scripts::{
@@ -63,8 +64,8 @@ use crate::token::Token;
 
 /// How a scripted store reaches its keys.
 pub(crate) enum Route {
-    /// One primary.
-    Single(Single),
+    /// One primary (boxed: its batchers make it far larger than a cluster's handle).
+    Single(Box<Single>),
     /// A Redis Cluster: by hash slot, batched per node.
     BySlot(BySlot),
 }
@@ -172,6 +173,7 @@ impl Backend for ScriptedStore {
         ttl: Duration,
         waits: Waits,
         replicas: Option<Replicas>,
+        mint: bool,
     ) -> Result<AcquireReply, StoreError> {
         let item = AcquireItem {
             keys: keys.clone(),
@@ -179,6 +181,7 @@ impl Backend for ScriptedStore {
             ttl_ms: millis(ttl),
             waits,
             replicas,
+            mint,
         };
         let reply = match &self.inner.route {
             Route::Single(single) => single.acquire(item).await,
@@ -194,6 +197,18 @@ impl Backend for ScriptedStore {
             }
             reply => Ok(reply),
         }
+    }
+
+    async fn mint(&self, keys: &LockKeys, token: &Token) -> Result<MintReply, StoreError> {
+        let item = MintItem {
+            keys: keys.clone(),
+            token: token.clone(),
+        };
+        let minted = match &self.inner.route {
+            Route::Single(single) => single.mint(item).await,
+            Route::BySlot(by_slot) => by_slot.mint(item).await,
+        };
+        minted.map_err(|e| self.deadline(e))
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
@@ -260,8 +275,9 @@ impl Backend for ScriptedStore {
         from: &Token,
         to: &Token,
         ttl: Duration,
+        mint: bool,
     ) -> Result<HandoffReply, StoreError> {
-        handoff::run(&self.conn(), self.publish(), keys, from, to, ttl)
+        handoff::run(&self.conn(), self.publish(), keys, from, to, ttl, mint)
             .await
             .map_err(|e| self.deadline(e))
     }

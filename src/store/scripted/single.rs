@@ -1,5 +1,7 @@
 //! The single-target route: one primary (fixed, or followed through Sentinel). Every item of a
-//! batch goes in one script call on the primary's multiplexed connection, whatever its slot.
+//! batch goes in one pipelined write on the primary's multiplexed connection, whatever its
+//! slot: one script call for the batch, or (acquires) a plain `SET NX PX` per uncontended item
+//! and one script call for the others (see `AcquireRounds`).
 //! Writes that wait for replicas go on lanes of their own (`lanes.rs`), batched apart from the
 //! others, one batcher per requirement, so a write never waits for a `WAIT` it did not ask for.
 
@@ -14,15 +16,17 @@ use crate::store::batch::{Batch, Batcher, batcher};
 use crate::store::connect::PrimaryConn;
 use crate::store::ratelimit::RateReply;
 use crate::store::ratelimit::script::{RateItem, Rates};
-use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires};
+use crate::store::scripts::acquire::{AcquireItem, AcquireReply, Acquires, AcquiresOnConn};
+use crate::store::scripts::mint::{MintItem, MintReply, Mints};
 use crate::store::scripts::release::{self, ReleaseItem, Releases};
 use crate::store::scripts::renew::{self, RenewItem};
 use crate::store::scripts::{Calls, OnConn, Ownership, Publish, Replicas};
 
 pub(crate) struct Single {
     conn: PrimaryConn,
-    acquires: Batcher<OnConn<Acquires, PrimaryConn>>,
+    acquires: Batcher<AcquiresOnConn<PrimaryConn>>,
     releases: Batcher<OnConn<Releases, PrimaryConn>>,
+    mints: Batcher<OnConn<Mints, PrimaryConn>>,
     rates: Batcher<OnConn<Rates, PrimaryConn>>,
     lanes: Lanes,
     /// Acquires that wait for replicas, one batcher per requirement (usually one).
@@ -34,13 +38,22 @@ impl Single {
     /// Over `conn`, with `lanes` (spare connections to the same primary) for writes that wait
     /// for replicas; none: they share `conn`.
     pub(crate) fn new(conn: PrimaryConn, lanes: Vec<PrimaryConn>, timeout: Duration) -> Self {
-        let on = |calls| OnConn {
-            calls,
-            conn: conn.clone(),
-            publish: Publish::Plain,
-        };
         Self {
-            acquires: batcher(on(Acquires), timeout),
+            acquires: batcher(
+                AcquiresOnConn {
+                    conn: conn.clone(),
+                    publish: Publish::Plain,
+                },
+                timeout,
+            ),
+            mints: batcher(
+                OnConn {
+                    calls: Mints,
+                    conn: conn.clone(),
+                    publish: Publish::Plain,
+                },
+                timeout,
+            ),
             releases: batcher(
                 OnConn {
                     calls: Releases {
@@ -72,9 +85,13 @@ impl Single {
 
     pub(crate) async fn acquire(&self, item: AcquireItem) -> Result<AcquireReply, StoreError> {
         match item.replicas {
-            None => self.acquires.run(item).await,
+            None => self.acquires.run(item).await?,
             Some(replicas) => self.acked(replicas).run(item).await,
         }
+    }
+
+    pub(crate) async fn mint(&self, item: MintItem) -> Result<MintReply, StoreError> {
+        self.mints.run(item).await
     }
 
     pub(crate) async fn release(&self, item: ReleaseItem) -> Result<Ownership, StoreError> {

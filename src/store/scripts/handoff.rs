@@ -27,8 +27,8 @@ static SHARDED: LazyLock<Lua> = LazyLock::new(|| {
 /// The answer to a hand-off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HandoffReply {
-    /// The lock passed to the new token, under this fence.
-    Passed { fence: u64 },
+    /// The lock passed to the new token, under this fence if one was minted with it.
+    Passed { fence: Option<u64> },
     /// It did not pass: the key was gone, or another token held it.
     Not(Ownership),
     /// It did not pass: a waiter had waited long, so the lock was released to the starving
@@ -39,15 +39,16 @@ pub(crate) enum HandoffReply {
 impl HandoffReply {
     pub(crate) fn from_code(code: i64) -> Result<Self, StoreError> {
         match u64::try_from(code) {
-            Ok(fence) if fence > 0 => Ok(Self::Passed { fence }),
+            Ok(fence) if fence > 0 => Ok(Self::Passed { fence: Some(fence) }),
             _ if code == -2 => Ok(Self::Reserved),
+            _ if code == -3 => Ok(Self::Passed { fence: None }),
             _ => Ownership::from_reply(code).map(Self::Not),
         }
     }
 }
 
-/// Passes the lock of `keys` from token `from` to token `to`, with `ttl`. Not batched: it
-/// only runs for a contended lock.
+/// Passes the lock of `keys` from token `from` to token `to`, with `ttl`, minting the new
+/// lease's fence if `mint`. Not batched: it only runs for a contended lock.
 pub(crate) async fn run<C: Conn>(
     conn: &C,
     publish: Publish,
@@ -55,18 +56,20 @@ pub(crate) async fn run<C: Conn>(
     from: &Token,
     to: &Token,
     ttl: Duration,
+    mint: bool,
 ) -> Result<HandoffReply, StoreError> {
     let script = match publish {
         Publish::Plain => &PLAIN,
         Publish::Sharded => &SHARDED,
     };
-    let mut cmd = script.call(2, 4, 320);
+    let mut cmd = script.call(2, 5, 320);
     cmd.arg(&keys.lock)
         .arg(&*keys.fence)
         .arg(from.as_str())
         .arg(to.as_str())
         .arg(millis(ttl))
-        .arg(&keys.channel);
+        .arg(&keys.channel)
+        .arg(if mint { "1" } else { "0" });
     let code: i64 = script.invoke(&cmd, conn).await?;
     HandoffReply::from_code(code)
 }

@@ -23,6 +23,7 @@ pub(crate) mod handoff;
 pub(crate) mod idempotency;
 pub(crate) mod leader;
 mod lua;
+pub(crate) mod mint;
 pub(crate) mod release;
 pub(crate) mod release_entries;
 pub(crate) mod release_writer;
@@ -35,7 +36,7 @@ use redis::Value;
 
 use redis::Cmd;
 
-pub(crate) use self::lua::{Conn, Lua};
+pub(crate) use self::lua::{Conn, Lua, Pipe};
 use self::release::ReleaseItem;
 use super::batch::Batch;
 use crate::error::StoreError;
@@ -142,6 +143,8 @@ impl Replicas {
     }
 }
 
+pub(crate) use crate::digits::decimal;
+
 /// Milliseconds for Redis, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -164,6 +167,10 @@ pub(crate) fn per_item(reply: Value, items: usize, script: &str) -> Result<Vec<V
 
 /// The per-item integers of a many-item script.
 pub(crate) fn codes(reply: Value, items: usize, script: &str) -> Result<Vec<i64>, StoreError> {
+    // One item (the common case): its bare integer, without a list around it first.
+    if let (Value::Int(code), 1) = (&reply, items) {
+        return Ok(vec![*code]);
+    }
     per_item(reply, items, script)?
         .into_iter()
         .map(|v| match v {

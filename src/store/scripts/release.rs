@@ -60,7 +60,11 @@ impl Calls for Releases {
 
     fn encode(&self, items: &[&ReleaseItem]) -> (&'static Lua, Cmd) {
         let script = script(self.publish);
-        let mut cmd = script.call(items.len(), 2 * items.len(), 128 * items.len());
+        let bytes = items
+            .iter()
+            .map(|i| i.keys.lock.len() + i.token.as_str().len() + i.keys.channel.len())
+            .sum();
+        let mut cmd = script.call(items.len(), 2 * items.len(), bytes);
         for item in items {
             cmd.arg(&item.keys.lock);
         }
@@ -71,6 +75,10 @@ impl Calls for Releases {
     }
 
     fn decode(&self, reply: Value, items: &[&ReleaseItem]) -> Result<Vec<Ownership>, StoreError> {
+        // One lock (the common case): a bare integer, read as it is.
+        if let (Value::Int(code), 1) = (&reply, items.len()) {
+            return Ok(vec![Ownership::from_reply(*code)?]);
+        }
         codes(reply, items.len(), "release")?
             .into_iter()
             .map(Ownership::from_reply)

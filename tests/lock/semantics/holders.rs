@@ -125,6 +125,8 @@ pub(super) async fn release_and_extend_after_expiry_touch_nothing(fx: Fixture) {
         .acquire()
         .await
         .expect("A acquires");
+    // Minted while held, and kept: asked again once lost, it answers the same.
+    let a_fence = a.fence().await.expect("fence");
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(a.is_lost(), "A is past its deadline");
     assert_eq!(a.lost_reason(), Some(LossReason::Expired));
@@ -136,7 +138,12 @@ pub(super) async fn release_and_extend_after_expiry_touch_nothing(fx: Fixture) {
         .acquire()
         .await
         .expect("B acquires after A expired");
-    assert!(b.fence() > a.fence());
+    assert!(b.fence().await.expect("fence") > a_fence);
+    assert_eq!(
+        a.fence().await.ok(),
+        Some(a_fence),
+        "a minted fence is kept"
+    );
     let before = fx.expiry(&key).await;
     assert!(before.exists(), "B's key exists");
 
@@ -290,7 +297,8 @@ pub(super) async fn fences_strictly_increase_in_grant_order(fx: Fixture) {
                     .await
                     .expect("acquire");
                 // Recorded while holding, so the order of the vector is the grant order.
-                grants.lock().expect("grants").push(lease.fence());
+                let fence = lease.fence().await.expect("fence");
+                grants.lock().expect("grants").push(fence);
                 lease.release().await.expect("release");
             }
         }));
@@ -316,8 +324,12 @@ pub(super) async fn fence_keeps_increasing_after_its_key_is_lost(fx: Fixture) {
     let mut last = 0;
     for _ in 0..5 {
         let lease = fx.client.lock("refenced").acquire().await.expect("acquire");
-        assert!(lease.fence() > last, "{} <= {last}", lease.fence());
-        last = lease.fence();
+        assert!(
+            lease.fence().await.expect("fence") > last,
+            "{} <= {last}",
+            lease.fence().await.expect("fence")
+        );
+        last = lease.fence().await.expect("fence");
         lease.release().await.expect("release");
         assert!(
             inspect

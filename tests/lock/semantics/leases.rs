@@ -240,12 +240,15 @@ pub(super) async fn reentrant_run_joins_the_outer_lease(fx: Fixture) {
             let inner = client
                 .lock("reentrant")
                 .reentrant(true)
-                .run(|inner| async move { inner.fence() })
+                .run(|inner| async move { inner.fence().await.expect("fence") })
                 .await
                 .expect("the nested run joins the outer lease");
             let current = distlock::current_lease().expect("inside a run");
-            assert_eq!(current.fence(), outer.fence());
-            (outer.fence(), inner)
+            assert_eq!(
+                current.fence().await.expect("fence"),
+                outer.fence().await.expect("fence")
+            );
+            (outer.fence().await.expect("fence"), inner)
         })
         .await
         .expect("outer run");

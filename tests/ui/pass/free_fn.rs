@@ -11,12 +11,14 @@ use distlock::{LockError, distributed_lock};
     watchdog = true,
     on_busy = wait,
     reentrant = false,
+    fenced = true,
 )]
 #[must_use = "the report is the point"]
 pub async fn build_report(day: u32) -> Result<String, LockError> {
     let lease = distlock::current_lease().expect("inside the lock");
     assert_eq!(lease.name(), format!("report:{day}"));
-    Ok(format!("day {day}, fence {}", lease.fence()))
+    // Minted with the grant (`fenced = true`): answered without a round trip.
+    Ok(format!("day {day}, fence {}", lease.fence().await?))
 }
 
 #[distributed_lock(key = "report:{day}", on_busy = error)]

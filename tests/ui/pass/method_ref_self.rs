@@ -13,7 +13,7 @@ impl Jobs {
     pub(crate) async fn run(&self, name: &str) -> Result<u64, LockError> {
         let lease = distlock::current_lease().expect("inside the lock");
         assert_eq!(lease.name(), format!("job:{}:{name}", self.shard));
-        Ok(lease.fence())
+        lease.fence().await
     }
 }
 

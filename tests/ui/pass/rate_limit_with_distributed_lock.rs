@@ -26,7 +26,10 @@ impl From<RateLimitError> for AppError {
 #[distributed_lock(key = "order:{id}", client = client, on_busy = error)]
 #[rate_limit(policy = "checkout: 1/min", key = "order:{id}", client = client)]
 async fn checkout(client: &Client, id: u64) -> Result<u64, AppError> {
-    Ok(distlock::current_lease().expect("inside the lock").fence())
+    Ok(distlock::current_lease()
+        .expect("inside the lock")
+        .fence()
+        .await?)
 }
 
 #[tokio::main(flavor = "current_thread")]
