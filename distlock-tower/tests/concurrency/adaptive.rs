@@ -18,8 +18,10 @@ use crate::support::fixture::connect;
 use crate::support::server::resource_conn;
 
 const ENTRY: &str = "adaptive::child_entry";
-/// The backend's latency when it is not past its knee.
-const BASE: Duration = Duration::from_millis(50);
+/// The backend's latency when it is not past its knee: long beside a loaded machine's
+/// scheduling delays, so that only the knee (not a busy CPU) moves the 90th percentile past
+/// the tolerance.
+const BASE: Duration = Duration::from_millis(100);
 /// How often each replica votes, and how often the shared limit may move.
 const WINDOW: Duration = Duration::from_millis(300);
 
@@ -40,7 +42,7 @@ async fn child_entry() {
         .initial(4)
         .bounds(1, 128)
         .window(WINDOW)
-        .tolerance(1.5)
+        .tolerance(2.0)
         .backoff(0.8)
         .step(1)
         .build()
