@@ -22,7 +22,12 @@
 //!   (`CLOCK_REALTIME` here, shifted by any clock jump the nemesis made), counting only the
 //!   requests whose server time is certain to fall where the bound needs it.
 //! * **Lost signals** fire no later than the key could expire: the last claim's end plus the
-//!   lease's `safety_margin` (unless the worker was paused meanwhile).
+//!   margin the guide promises (unless the worker was paused meanwhile), and fire at all: a
+//!   lease its worker still trusted, whose last claim ran out while its process went on
+//!   recording, had a lost signal that never fired.
+//!
+//! The margin is the documented one ([`promised_margin`]), not `distlock::safety_margin`: a
+//! library that widened its margin would loosen a check that took it from the library.
 //! * **Completions**: every invoked operation completed.
 //!
 //! What the README documents as *not* guaranteed is told apart, not hidden: an overlap or an
@@ -35,6 +40,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use super::record::Event;
+
+/// The safety margin the guide and `safety_margin`'s documentation promise for a ttl: 1% of
+/// it plus 2 ms for clock drift, plus ttl/20 (at most 50 ms) for a late runtime. Written
+/// here from the text, so that the checker holds the library to its documented bound.
+pub fn promised_margin(ttl: std::time::Duration) -> std::time::Duration {
+    ttl / 100
+        + std::time::Duration::from_millis(2)
+        + (ttl / 20).min(std::time::Duration::from_millis(50))
+}
+
+/// How long past its due time a process that kept running (and was not kept off the CPU)
+/// may go on recording before a lost signal that never fired is a violation: the timer
+/// wheel, the watcher's 10 ms claims, and the records themselves.
+const MISSING_SIGNAL_SLACK_NS: u64 = 200_000_000;
 
 /// Slack for a clock jump: how much longer than the jump an explained overlap may last
 /// (the jump applies between two time reads of the nemesis).
@@ -304,7 +323,7 @@ pub fn check(events: &[Event]) -> Report {
             "inv" if e.get("kind") == Some("extend") => {
                 let ttl = std::time::Duration::from_millis(e.num("ttl").unwrap_or(0));
                 let floor = e.mono
-                    + u64::try_from(ttl.saturating_sub(distlock::safety_margin(ttl)).as_nanos())
+                    + u64::try_from(ttl.saturating_sub(promised_margin(ttl)).as_nanos())
                         .unwrap_or(0);
                 let done = dones.get(&(e.process, e.op)).map_or(u64::MAX, |d| d.mono);
                 lease.cuts.push((e.mono, done, floor));
@@ -681,6 +700,7 @@ fn lost_signal(
     report: &mut Report,
 ) {
     let Some((at, reason)) = &lease.lost else {
+        never_lost(lease, faults, activity, report);
         return;
     };
     if reason == "released" {
@@ -690,10 +710,7 @@ fn lost_signal(
     let Some(&(made, deadline)) = lease.claims.iter().filter(|(s, _)| s <= at).max() else {
         return;
     };
-    let margin = u64::try_from(
-        distlock::safety_margin(std::time::Duration::from_millis(lease.ttl_at(made))).as_nanos(),
-    )
-    .unwrap_or(u64::MAX);
+    let margin = margin_ns(lease, made);
     if *at <= deadline + margin {
         return;
     }
@@ -765,6 +782,75 @@ fn lost_signal(
             to: *at,
             explained_by,
             size: late,
+        },
+    );
+}
+
+/// The promised margin of `lease`'s ttl at `at`, in ns.
+fn margin_ns(lease: &Lease, at: u64) -> u64 {
+    u64::try_from(promised_margin(std::time::Duration::from_millis(lease.ttl_at(at))).as_nanos())
+        .unwrap_or(u64::MAX)
+}
+
+/// A lease with no lost signal at all: a violation if its worker still trusted it (no `end`
+/// before the key could expire) and its process went on recording well past that moment,
+/// running (not paused, not kept off the CPU), so a timer that was due would have been heard.
+fn never_lost(
+    lease: &Lease,
+    faults: &[Fault],
+    activity: &BTreeMap<u32, Vec<(u64, Option<u64>)>>,
+    report: &mut Report,
+) {
+    let Some(&(made, deadline)) = lease.claims.iter().max() else {
+        return;
+    };
+    let due = deadline.saturating_add(margin_ns(lease, made));
+    if lease.end.is_some_and(|end| end <= due) {
+        return;
+    }
+    if faults.iter().any(|f| {
+        f.kind == "pause-worker"
+            && f.worker == Some(lease.process)
+            && f.start <= due + MISSING_SIGNAL_SLACK_NS
+            && due <= f.end
+    }) {
+        return;
+    }
+    let times: &[(u64, Option<u64>)] = activity.get(&lease.process).map_or(&[], Vec::as_slice);
+    let from = times.partition_point(|&(t, _)| t <= due);
+    let rd_at_due = times[..from].iter().rev().find_map(|&(_, rd)| rd);
+    // The first record of the process that came past the slack once the time it was kept off
+    // the CPU since the due time is taken off (records without `rd` count whole).
+    let heard = times[from..].iter().find(|&&(t, rd)| {
+        let withheld = match (rd_at_due, rd) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            _ => 0,
+        };
+        (t - due).saturating_sub(withheld) > MISSING_SIGNAL_SLACK_NS
+    });
+    let Some(&(seen, _)) = heard else {
+        return;
+    };
+    push(
+        report,
+        Finding {
+            rule: "lost never signalled",
+            what: format!(
+                "{} {}/{} ({}): its last claim ran out at {} and the key could expire by {}; \
+                 its worker still trusted it and recorded on at {}, and no lost signal fired",
+                lease.kind,
+                lease.process,
+                lease.op,
+                lease.domain,
+                ms(deadline),
+                ms(due),
+                ms(seen)
+            ),
+            ops: vec![lease.id()],
+            from: made,
+            to: seen,
+            explained_by: None,
+            size: seen - due,
         },
     );
 }
@@ -1317,6 +1403,8 @@ mod tests {
             )
             .ev(201, 1, 3, "ok", &[])
             .ev(202, 1, 0, "claim", &[("lease", "1"), ("valid", "90000000")])
+            // Its lost signal fires when the shortened lease runs out, as the library's does.
+            .ev(293, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
             .grant(2, 1, "a", 300, 350, 900, 11)
             .release(1, 2, 1, 600)
             .release(2, 2, 1, 1400)
@@ -1587,6 +1675,67 @@ mod tests {
             .release(1, 2, 1, 1001)
             .check();
         assert!(on_time.violations.is_empty(), "{:?}", on_time.violations);
+    }
+
+    #[test]
+    fn a_lost_signal_that_never_fires_fails() {
+        // ttl 1000 ms: due at 967 ms. The worker still trusts the lease (no `end`) and goes
+        // on recording at 1500 ms with no lost signal: a timer that never fired.
+        let silent = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(1500, 1, 0, "meta", &[("tick", "1")])
+            .check();
+        assert_eq!(rules(&silent), ["lost never signalled"]);
+        // The same with the signal: clean.
+        let signalled = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(910, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
+            .ev(1500, 1, 0, "meta", &[("tick", "1")])
+            .check();
+        assert!(
+            signalled.violations.is_empty(),
+            "{:?}",
+            signalled.violations
+        );
+        // Released before it ran out: nothing was owed.
+        let released = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .release(1, 2, 1, 300)
+            .ev(1500, 1, 0, "meta", &[("tick", "1")])
+            .check();
+        assert!(released.violations.is_empty(), "{:?}", released.violations);
+        // A process that recorded nothing after the due time (stopped, or the run ended)
+        // could not have been heard.
+        let quiet = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(1000, 1, 0, "meta", &[("tick", "1")])
+            .check();
+        assert!(quiet.violations.is_empty(), "{:?}", quiet.violations);
+        // Kept off the CPU from the due time to its next record: not heard yet.
+        let starved = H::default()
+            .grant(1, 1, "a", 0, 5, 900, 10)
+            .ev(960, 1, 0, "meta", &[("rd", "1000000")])
+            .ev(1500, 1, 0, "meta", &[("rd", "500000000")])
+            .check();
+        assert!(starved.violations.is_empty(), "{:?}", starved.violations);
+    }
+
+    #[test]
+    fn the_promised_margin_is_the_documented_one() {
+        // The guide: 1% + 2 ms for drift, plus ttl/20 up to 50 ms; 352 ms for 30 s, 62 ms
+        // for 1 s (safety_margin's own figures). The library's margin may only be as wide.
+        for (ttl_ms, promised_ms) in [(1_000, 62), (30_000, 352), (100, 8), (10, 2)] {
+            let ttl = std::time::Duration::from_millis(ttl_ms);
+            assert_eq!(
+                promised_margin(ttl).as_millis(),
+                promised_ms,
+                "ttl {ttl_ms} ms"
+            );
+            assert!(
+                distlock::safety_margin(ttl) <= promised_margin(ttl),
+                "ttl {ttl_ms} ms"
+            );
+        }
     }
 
     #[test]

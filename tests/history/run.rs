@@ -327,6 +327,7 @@ pub async fn run(backend: &str) {
         }
     }
     let kinds = servers.kinds();
+    let quorum = matches!(servers, Servers::Quorum(_));
     drop(proxies);
     drop(servers);
     crate::support::faketime::remove_dead_segments();
@@ -344,7 +345,14 @@ pub async fn run(backend: &str) {
             "history {backend}: fault kind {kind} was never injected"
         );
     }
-    probe_check(&events, &report);
+    did_work(backend, &events);
+    let probes = probe_check(&events, &report);
+    if quorum {
+        assert!(
+            probes > 0,
+            "history {backend}: no probe acquisition was recorded (TESTPLAN 13 ran nothing)"
+        );
+    }
     let keep = std::env::var_os("DISTLOCK_HISTORY_KEEP").is_some() || !report.violations.is_empty();
     if report.violations.is_empty() {
         if !keep {
@@ -807,7 +815,7 @@ async fn probe(
 /// TESTPLAN 13's pass criterion on the probes: with at least 3 of 5 nodes free every
 /// acquisition succeeds with validity in (0, ttl); otherwise every one fails. A node whose
 /// clock jumped ahead is not free: it does not vote.
-fn probe_check(events: &[record::Event], report: &checker::Report) {
+fn probe_check(events: &[record::Event], report: &checker::Report) -> usize {
     let mut done = std::collections::BTreeMap::new();
     for e in events
         .iter()
@@ -871,7 +879,62 @@ fn probe_check(events: &[record::Event], report: &checker::Report) {
             report.grants
         );
     }
+    probes
 }
+
+/// Every mix worker ran to its end (its `done` record: a worker that failed to start, or a
+/// child entry that libtest no longer finds, records nothing and exits 0) and did real work:
+/// at least [`MIN_GRANTS`] lock grants and [`MIN_CHECKS`] rate-limit checks each. A run whose
+/// workers did nothing has no history to find a violation in.
+fn did_work(backend: &str, events: &[record::Event]) {
+    let mix: std::collections::BTreeSet<u32> = events
+        .iter()
+        .filter(|e| e.tag == "meta" && e.get("role") == Some("mix"))
+        .map(|e| e.process)
+        .collect();
+    assert_eq!(
+        mix.len(),
+        WORKERS,
+        "history {backend}: {} of {WORKERS} mix workers recorded their start",
+        mix.len()
+    );
+    let mut kinds = std::collections::BTreeMap::new();
+    for e in events.iter().filter(|e| e.tag == "inv") {
+        kinds.insert((e.process, e.op), e.get("kind").unwrap_or(""));
+    }
+    for worker in &mix {
+        assert!(
+            events
+                .iter()
+                .any(|e| e.process == *worker && e.tag == "meta" && e.get("done") == Some("1")),
+            "history {backend}: worker {worker} never recorded that it finished"
+        );
+        let ok = |kind: &str| {
+            events
+                .iter()
+                .filter(|e| {
+                    e.process == *worker
+                        && e.tag == "ok"
+                        && kinds.get(&(e.process, e.op)) == Some(&kind)
+                })
+                .count()
+        };
+        // A quorum does not count: its workers make no rate-limit checks.
+        let min_checks = if backend == "quorum" { 0 } else { MIN_CHECKS };
+        let (grants, checks) = (ok("lock"), ok("rl"));
+        assert!(
+            grants >= MIN_GRANTS && checks >= min_checks,
+            "history {backend}: worker {worker} did too little to check: {grants} lock grants \
+             (at least {MIN_GRANTS}), {checks} rate-limit checks (at least {min_checks})"
+        );
+    }
+}
+
+/// The least each mix worker must do in a run for the run to count (a CI-length run does
+/// dozens of grants and hundreds of checks: 70 and 155 a worker on a primary, 40 grants on a
+/// quorum).
+const MIN_GRANTS: usize = 10;
+const MIN_CHECKS: usize = 20;
 
 /// TESTPLAN 16 at full scale: the parent holds the hot lock for 30 s while 4 processes × 125
 /// tasks wait on it; the attempts (SET calls) stay within 2× of what the waiting rule
