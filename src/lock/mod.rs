@@ -39,7 +39,7 @@ pub use self::timing::safety_margin;
 use self::wait::{Attempt, Claim};
 use crate::error::{InvalidName, LockError};
 use crate::keys::LockKeys;
-use crate::store::{Capability, Replicas, StoreKind, Waits};
+use crate::store::{Capability, Replicas, Waits};
 use crate::token::Token;
 
 /// The shortest lease ttl accepted.
@@ -417,10 +417,10 @@ impl Claim for LockClaim<'_> {
         self.from_handoff = false;
     }
 
-    /// On a Redlock quorum a waiter keeps its token across busy attempts (a straggling
-    /// node's grant from an earlier attempt is then still its own; see the quorum store).
+    /// Where the store asks for it (a Redlock quorum), a waiter keeps its token across busy
+    /// attempts: a straggling node's grant from an earlier attempt is then still its own.
     fn after_busy(&mut self) {
-        self.restamp = !self.from_handoff && self.client.store().kind() != StoreKind::Quorum;
+        self.restamp = !self.from_handoff && !self.client.store().waiter_keeps_token();
     }
 
     /// A releaser's word to this waiter (see `handoff.rs`): the lease if it was handed the

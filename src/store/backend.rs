@@ -42,6 +42,13 @@ pub(crate) trait Backend {
     /// Which kind of store this is.
     fn kind(&self) -> StoreKind;
 
+    /// Whether a waiter keeps its token across busy attempts: where a straggling answer
+    /// from an earlier attempt may still grant the key (a node of a quorum that answered
+    /// late), the waiter must recognise that grant as its own on the next attempt.
+    fn waiter_keeps_token(&self) -> bool {
+        false
+    }
+
     // ---- Lock operations: every backend has them. ----
 
     /// Takes the lock of `keys` for `token` if it is free; mints its fence with it if `mint`

@@ -190,6 +190,12 @@ impl Store {
         on_backend!(self.locks(), s => s.kind())
     }
 
+    /// Whether a lock's waiter keeps its token across busy attempts (see
+    /// [`Backend::waiter_keeps_token`]).
+    pub(crate) fn waiter_keeps_token(&self) -> bool {
+        on_backend!(self.locks(), s => s.waiter_keeps_token())
+    }
+
     /// Whether this store can serve `capability`, and if not, why.
     pub(crate) fn supports(&self, capability: Capability) -> Result<(), Unsupported> {
         let side = if capability.counts() {

@@ -861,6 +861,10 @@ impl Backend for QuorumStore {
         StoreKind::Quorum
     }
 
+    fn waiter_keeps_token(&self) -> bool {
+        true
+    }
+
     fn refuses(&self, capability: Capability) -> Option<&'static str> {
         Some(match capability {
             Capability::HolderSets => HOLDER_SETS_UNSUPPORTED,
