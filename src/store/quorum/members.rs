@@ -42,8 +42,8 @@ pub(super) async fn refuse_repeated_addresses(
         for (j, theirs) in resolved.iter().enumerate().skip(i + 1) {
             if let Some(shared) = mine.intersection(theirs).next() {
                 return Err(twice(
-                    &super::node_name(&nodes[i]),
-                    &super::node_name(&nodes[j]),
+                    &super::node::node_name(&nodes[i]),
+                    &super::node::node_name(&nodes[j]),
                     &format!("both lead to {}", describe(shared)),
                 ));
             }

@@ -48,29 +48,35 @@
 
 mod boot;
 mod clocks;
+mod majority;
 mod members;
+mod node;
 mod pubsub;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use self::boot::{Boot, LostCopy, NodeAcquire, NodeAcquires, Retaken};
+use self::boot::{Boot, LostCopy, NodeAcquire, Retaken};
+use self::majority::{Answer, majority_holder};
+use self::node::{
+    Identity, Node, compare_run_ids, connect_node, found_twin, lazy_node, node_name, refuse_twins,
+};
+pub(super) use self::node::{NodeState, lock_state};
 use self::pubsub::QuorumLink;
 use super::backend::Backend;
-use super::batch::{Batcher, batcher};
 use super::capability::{Capability, StoreKind};
-use super::connect::{RedisSettings, check_cluster_mode, probe};
+use super::connect::RedisSettings;
 use super::peek;
+use super::scripts;
 use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
 use super::scripts::leader::{self, Record};
-use super::scripts::mint::{MintItem, MintReply, Mints};
+use super::scripts::mint::{MintItem, MintReply};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{self, OnConn};
 use super::scripts::{Ownership, Publish, Replicas, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
@@ -105,90 +111,7 @@ struct Inner {
     longest_ttl_ms: AtomicU64,
 }
 
-/// One independent primary, with a batcher per kind: a plain primary has no slot rule, so
-/// the concurrent acquires (or releases) of many locks share one script call per node.
-struct Node {
-    /// `host:port`, for errors (never the password).
-    name: String,
-    conn: ConnectionManager,
-    state: Arc<Mutex<NodeState>>,
-    acquires: Batcher<NodeAcquires>,
-    /// The node's connection with its boot check, for what is not batched (re-taking lost
-    /// copies of leases).
-    checked: NodeAcquires,
-    releases: Batcher<OnConn<Releases, ConnectionManager>>,
-    mints: Batcher<OnConn<Mints, ConnectionManager>>,
-}
-
-pub(super) struct NodeState {
-    /// The boot value last seen on this node ("" before it ever answered).
-    boot: String,
-    /// Until when the node's votes do not count (it lost its data).
-    sits_out_until: Option<Instant>,
-    /// At connect: how long ago the node's boot value was seeded. A node that lost its data
-    /// shortly before this client came may have forgotten grants of other clients, so the
-    /// quarantine runs from the seeding (applied by the store, which knows the quarantine).
-    seeded_ago: Option<Duration>,
-    /// The server's `run_id` when last asked (`None`: not yet, or it does not say).
-    run_id: Option<String>,
-    /// Whether the node is known to be a server of its own (see `members.rs`).
-    identity: Identity,
-    /// Whether the node's clock was ahead of the others' at its last grant (see `clocks.rs`),
-    /// so that the warning is logged when that starts and the end when it ends.
-    clock_ahead: bool,
-}
-
-/// Whether a member is a server of its own, or another member under a second name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Identity {
-    /// Checked against every other member (at connect, or when it first answered).
-    Distinct,
-    /// Not checked yet: it could not be reached at connect. It does not vote.
-    Unchecked,
-    /// Another member (named here) under a second name. It never votes.
-    Twin { of: String },
-}
-
-pub(super) fn lock_state(state: &Mutex<NodeState>) -> std::sync::MutexGuard<'_, NodeState> {
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Node {
-    fn state(&self) -> std::sync::MutexGuard<'_, NodeState> {
-        lock_state(&self.state)
-    }
-
-    fn votes(&self, now: Instant) -> bool {
-        let state = self.state();
-        state.identity == Identity::Distinct
-            && state.sits_out_until.is_none_or(|until| until <= now)
-    }
-}
-
-/// What one node answered, or why it did not.
-enum Answer<T> {
-    Ok(T),
-    Failed(String),
-}
-
 impl QuorumStore {
-    /// `failures` back if at least a majority of the nodes answered a read, else
-    /// [`StoreError::NoQuorum`] naming them.
-    fn majority_answered(
-        &self,
-        failures: Vec<NodeFailure>,
-    ) -> Result<Vec<NodeFailure>, StoreError> {
-        let needed = self.inner.quorum;
-        if self.inner.nodes.len() - failures.len() < needed {
-            return Err(StoreError::NoQuorum {
-                nodes: self.inner.nodes.len(),
-                needed,
-                failures,
-            });
-        }
-        Ok(failures)
-    }
-
     /// Connects to every node (each must be a plain primary, not a cluster node): wrong
     /// credentials or an unsupported server anywhere fail at once; unreachable nodes are
     /// tolerated as long as a majority answers, and join when they come up (sitting out
@@ -437,120 +360,6 @@ impl QuorumStore {
 
     /// What a node's failure says: a timeout of its connection names the response timeout
     /// (the redis crate does not say which deadline passed).
-    fn node_failure(&self, err: StoreError) -> String {
-        err.with_deadline(self.inner.settings.response_timeout)
-            .to_string()
-    }
-
-    /// Runs `op` on every node at once, each bounded by `per_node`.
-    async fn on_every_node<'a, T, F, Fut>(&'a self, per_node: Duration, op: F) -> Vec<Answer<T>>
-    where
-        F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = Result<T, StoreError>> + 'a,
-    {
-        let calls = self.inner.nodes.iter().map(|node| {
-            let call = op(node);
-            async move {
-                match tokio::time::timeout(per_node, call).await {
-                    Ok(Ok(value)) => Answer::Ok(value),
-                    Ok(Err(err)) => Answer::Failed(self.node_failure(err)),
-                    Err(_) => Answer::Failed(format!("no answer within {per_node:?}")),
-                }
-            }
-        });
-        futures_util::future::join_all(calls).await
-    }
-
-    /// Runs `op` on every node at once, each bounded by `per_node`; once `settled` holds for
-    /// the answers so far (one per node that answered), the nodes still silent get `grace`
-    /// more, then count as failed.
-    async fn on_every_node_then_grace<'a, T, F, Fut>(
-        &'a self,
-        per_node: Duration,
-        grace: Duration,
-        settled: impl Fn(&[&T]) -> bool,
-        op: F,
-    ) -> Vec<Answer<T>>
-    where
-        F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = Result<T, StoreError>> + 'a,
-    {
-        use futures_util::StreamExt as _;
-        let mut pending: futures_util::stream::FuturesUnordered<_> = self
-            .inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let call = op(node);
-                async move { (i, tokio::time::timeout(per_node, call).await) }
-            })
-            .collect();
-        let mut answers: Vec<Option<Answer<T>>> = std::iter::repeat_with(|| None)
-            .take(self.inner.nodes.len())
-            .collect();
-        let mut cut_off: Option<Instant> = None;
-        loop {
-            let next = match cut_off {
-                None => pending.next().await,
-                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
-                    Ok(next) => next,
-                    Err(_) => break,
-                },
-            };
-            let Some((i, result)) = next else { break };
-            answers[i] = Some(match result {
-                Ok(Ok(value)) => Answer::Ok(value),
-                Ok(Err(err)) => Answer::Failed(self.node_failure(err)),
-                Err(_) => Answer::Failed(format!("no answer within {per_node:?}")),
-            });
-            if cut_off.is_none() {
-                let so_far: Vec<&T> = answers
-                    .iter()
-                    .filter_map(|a| match a {
-                        Some(Answer::Ok(value)) => Some(value),
-                        _ => None,
-                    })
-                    .collect();
-                if settled(&so_far) {
-                    cut_off = Some(Instant::now() + grace);
-                }
-            }
-        }
-        answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Answer::Failed(format!("no answer within {grace:?} of the outcome"))
-                })
-            })
-            .collect()
-    }
-
-    /// The nodes that did not answer, and why, for [`StoreError::NoQuorum`].
-    fn failures<T>(&self, answers: &[Answer<T>]) -> Vec<NodeFailure> {
-        self.inner
-            .nodes
-            .iter()
-            .zip(answers)
-            .filter_map(|(node, answer)| match answer {
-                Answer::Failed(error) => Some(NodeFailure {
-                    node: node.name.clone(),
-                    error: error.clone(),
-                }),
-                Answer::Ok(_) => None,
-            })
-            .collect()
-    }
-
-    fn no_quorum<T>(&self, answers: &[Answer<T>]) -> StoreError {
-        StoreError::NoQuorum {
-            nodes: self.inner.nodes.len(),
-            needed: self.inner.quorum,
-            failures: self.failures(answers),
-        }
-    }
-
     /// Heals the leases a renewal found held (feature audit L34): on every node that votes
     /// (its quarantine, if any, is over) and answered that a renewed lease's key was gone
     /// there, takes the key again for the lease's token, only if it is free
@@ -659,200 +468,6 @@ impl QuorumStore {
         if failed > 0 {
             tracing::debug!(lock = %keys.name, failed, "a failed quorum acquire could not be undone on every node; those copies expire with their ttl");
         }
-    }
-}
-
-/// A node's connection manager: as on a single primary, but a command on a node that is down
-/// fails at once instead of waiting for reconnect attempts (one reconnect per command): the
-/// other nodes decide meanwhile, and the node rejoins when it answers again.
-fn node_config(settings: &RedisSettings) -> redis::aio::ConnectionManagerConfig {
-    settings.manager_config().set_number_of_retries(0)
-}
-
-/// `host:port` of a node, for messages.
-fn node_name(info: &redis::ConnectionInfo) -> String {
-    info.addr().to_string()
-}
-
-/// At connect: refuses two members that keep one boot value (one server and database under
-/// two names, or a copy of one's data) or report one `run_id` (one server process).
-fn refuse_twins(nodes: &[Node]) -> Result<(), StoreError> {
-    let known = |value: &str| Some(value.to_owned()).filter(|v| !v.is_empty());
-    let boots: Vec<_> = nodes.iter().map(|n| known(&n.state().boot)).collect();
-    if let Some((i, j)) = members::first_shared(&boots) {
-        return Err(members::twice(
-            &nodes[i].name,
-            &nodes[j].name,
-            "they keep one boot value: one server and database, or a copy of one's data",
-        ));
-    }
-    let run_ids: Vec<_> = nodes.iter().map(|n| n.state().run_id.clone()).collect();
-    if let Some((i, j)) = members::first_shared(&run_ids) {
-        return Err(members::twice(
-            &nodes[i].name,
-            &nodes[j].name,
-            "they report one run_id: one server process",
-        ));
-    }
-    Ok(())
-}
-
-fn found_twin(node: &Node, of: &str) {
-    node.state().identity = Identity::Twin { of: of.to_owned() };
-    tracing::error!(node = %node.name, same_as = %of, "quorum member is another member under a second name: it never votes; configure distinct, independent primaries");
-}
-
-/// The background half of `QuorumStore::check_identity`: asks node `index` for its
-/// `run_id` until it answers (or says it will not), then compares it with the other members'
-/// (asked afresh, or as last known where they do not answer). Ends when the store is dropped.
-async fn compare_run_ids(inner: Weak<Inner>, index: usize) {
-    let mut pause = Duration::from_millis(50);
-    loop {
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        let limit = inner.settings.response_timeout;
-        let node = &inner.nodes[index];
-        let mine = tokio::time::timeout(limit, members::run_id(&mut node.conn.clone())).await;
-        match mine {
-            Ok(Ok(None)) => {
-                // It will not say (an ACL without INFO): its boot value differed, which is
-                // all that can be known.
-                node.state().identity = Identity::Distinct;
-                return;
-            }
-            Ok(Ok(Some(mine))) => {
-                for (j, other) in inner.nodes.iter().enumerate() {
-                    if j == index {
-                        continue;
-                    }
-                    let asked =
-                        tokio::time::timeout(limit, members::run_id(&mut other.conn.clone())).await;
-                    let theirs = match asked {
-                        Ok(Ok(Some(id))) => {
-                            other.state().run_id = Some(id.clone());
-                            Some(id)
-                        }
-                        _ => other.state().run_id.clone(),
-                    };
-                    if theirs.as_deref() == Some(mine.as_str()) {
-                        found_twin(node, &other.name);
-                        return;
-                    }
-                }
-                let mut state = node.state();
-                state.run_id = Some(mine);
-                state.identity = Identity::Distinct;
-                return;
-            }
-            Ok(Err(_)) | Err(_) => {}
-        }
-        drop(inner);
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// Connects to one node: probe (credentials, version, not a cluster node), the connection
-/// manager, and the node's boot value (seeded if missing).
-async fn connect_node(
-    info: &redis::ConnectionInfo,
-    settings: &RedisSettings,
-    boot_key: &str,
-) -> Result<Node, StoreError> {
-    let client = settings.client(info.clone())?;
-    let mut conn = probe(client.clone(), settings).await?;
-    check_cluster_mode(&mut conn, false).await?;
-    let seeded: (String, u64) = redis::Script::new(boot::SEED_BOOT)
-        .key(boot_key)
-        .arg(Token::generate().as_str())
-        .invoke_async(&mut conn)
-        .await?;
-    let boot = Boot::parse(&seeded.0, seeded.1);
-    let run_id = members::run_id(&mut conn).await?;
-    drop(conn);
-    let limit = settings.connect_timeout.saturating_mul(2);
-    let manager = tokio::time::timeout(
-        limit,
-        ConnectionManager::new_with_config(client, node_config(settings)),
-    )
-    .await
-    .map_err(|_| StoreError::Timeout { after: limit })??;
-    let node = node(info, manager, boot_key, boot, settings.response_timeout);
-    let mut state = node.state();
-    state.run_id = run_id;
-    state.identity = Identity::Distinct;
-    drop(state);
-    Ok(node)
-}
-
-/// A node that could not be reached at connect: it connects on first use, and sits out
-/// until its boot value is known.
-fn lazy_node(
-    info: &redis::ConnectionInfo,
-    settings: &RedisSettings,
-    boot_key: &str,
-) -> Result<Node, StoreError> {
-    let client = settings.client(info.clone())?;
-    let manager = ConnectionManager::new_lazy_with_config(client, node_config(settings))?;
-    let unknown = Boot {
-        value: String::new(),
-        age: Duration::ZERO,
-    };
-    Ok(node(
-        info,
-        manager,
-        boot_key,
-        unknown,
-        settings.response_timeout,
-    ))
-}
-
-/// A node over `conn`, last seen with `boot`; its batchers bound each call by `timeout`.
-fn node(
-    info: &redis::ConnectionInfo,
-    conn: ConnectionManager,
-    boot_key: &str,
-    boot: Boot,
-    timeout: Duration,
-) -> Node {
-    let state = Arc::new(Mutex::new(NodeState {
-        seeded_ago: (!boot.value.is_empty()).then_some(boot.age),
-        boot: boot.value,
-        sits_out_until: None,
-        run_id: None,
-        identity: Identity::Unchecked,
-        clock_ahead: false,
-    }));
-    let checked = NodeAcquires {
-        conn: conn.clone(),
-        boot_key: boot_key.into(),
-        state: state.clone(),
-    };
-    Node {
-        name: node_name(info),
-        acquires: batcher(checked.clone(), timeout),
-        checked,
-        releases: batcher(
-            OnConn {
-                calls: Releases {
-                    publish: Publish::Plain,
-                },
-                conn: conn.clone(),
-                publish: Publish::Plain,
-            },
-            timeout,
-        ),
-        mints: batcher(
-            OnConn {
-                calls: Mints,
-                conn: conn.clone(),
-                publish: Publish::Plain,
-            },
-            timeout,
-        ),
-        conn,
-        state,
     }
 }
 
@@ -1350,26 +965,6 @@ impl Backend for QuorumStore {
     async fn peek_live_entries(&self, _key: &str) -> Result<u64, StoreError> {
         Ok(0)
     }
-}
-
-/// The value a majority of nodes hold for the same lease (a waiter's mark aside), and how
-/// long that majority lasts: the `needed`-th longest of their ttls.
-fn majority_holder(seen: &[(String, Duration)], needed: usize) -> Option<(String, Duration)> {
-    // A lock key holds its holder's token, followed by a waiter's mark ('*' or '!') if any.
-    let lease = |value: &str| value.trim_end_matches(['*', '!']).to_owned();
-    for (value, _) in seen {
-        let token = lease(value);
-        let mut ttls: Vec<Duration> = seen
-            .iter()
-            .filter(|(v, _)| lease(v) == token)
-            .map(|(_, ttl)| *ttl)
-            .collect();
-        if ttls.len() >= needed {
-            ttls.sort_unstable_by(|a, b| b.cmp(a));
-            return Some((value.clone(), ttls[needed - 1]));
-        }
-    }
-    None
 }
 
 /// Why a quorum client refuses semaphores and read-write locks: majorities do not bound how
