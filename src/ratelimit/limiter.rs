@@ -29,7 +29,7 @@ use super::{Decision, Origin, Policy};
 use crate::core::Core;
 use crate::error::RateLimitError;
 use crate::keys::{LOCK_KEY_PART, rate_key_head};
-use crate::store::{MemoryStore, RateOp, RateRequest};
+use crate::store::{MemoryStore, RateOp, RateReply, RateRequest};
 
 mod asking;
 mod hybrid;
@@ -280,15 +280,33 @@ impl RateLimiter {
     /// [`Overloaded`](RateLimitError::Overloaded) when the store cannot answer within the
     /// deadline. A denial is `Ok` with `allowed == false`.
     pub async fn check_n(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
-        let timer = CheckTimer::start();
-        let result = self
-            .check_uncounted(subject, cost)
-            .await
-            .map(|d| granting(d, cost));
-        timer.done(self.policies[0].shared_name());
+        self.counted(cost, async {
+            self.check_uncounted(subject, cost)
+                .await
+                .map(|d| granting(d, cost))
+        })
+        .await
+    }
+
+    /// Times `check` and counts its decision (of `units`) in the metrics: the one wrapper of
+    /// every public check.
+    async fn counted(
+        &self,
+        units: u32,
+        check: impl Future<Output = Result<Decision, RateLimitError>>,
+    ) -> Result<Decision, RateLimitError> {
+        let result = self.timed(check).await;
         if let Ok(decision) = &result {
-            metrics::decided(decision, cost);
+            metrics::decided(decision, units);
         }
+        result
+    }
+
+    /// Times `check` in the metrics, counting no decision (for a caller that counts its own).
+    async fn timed<T>(&self, check: impl Future<Output = T>) -> T {
+        let timer = CheckTimer::start();
+        let result = check.await;
+        timer.done(self.policies[0].shared_name());
         result
     }
 
@@ -302,24 +320,51 @@ impl RateLimiter {
 
     /// A check against the store (or the deny cache), every time.
     async fn check_exact(&self, subject: &str, cost: u32) -> Result<Decision, RateLimitError> {
+        let step = Step {
+            cost: Some(cost),
+            cached_cost: cost,
+            op: self.check_op(cost),
+            unanswered_op: self.check_op(cost),
+        };
+        Ok(match self.pipeline(subject, step, |_| true).await? {
+            Piped::Cached(hit) | Piped::Unanswered(hit) => hit,
+            Piped::Answered(eff, reply) => self.decision(&eff, reply, Origin::Store),
+        })
+        .map(|decision| self.enforce(subject, decision))
+    }
+
+    /// The one pipeline of every check: the subject's own rates, its cost against them, the
+    /// deny cache (a hit answers if `take_hit` says so), the keys, one operation on the
+    /// store, and the outage policy when the store cannot answer. Shadow mode is the
+    /// caller's, as are the figures it makes of the store's reply.
+    pub(super) async fn pipeline(
+        &self,
+        subject: &str,
+        step: Step,
+        take_hit: impl FnOnce(&Decision) -> bool,
+    ) -> Result<Piped, RateLimitError> {
         let eff = self.effective(subject).await?;
-        validate_cost(&eff, cost)?;
+        if let Some(cost) = step.cost {
+            validate_cost(&eff, cost)?;
+        }
         // Invalid subjects are never cached, so the cache can be asked before the keys are
         // built: a hit costs no key, no round trip, and no allocation but the decision's.
         let cache = self.shared.deny_cache.as_ref();
-        if let Some(hit) =
-            cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
+        if let Some(hit) = cache
+            .and_then(|c| c.lookup_for(subject, step.cached_cost, Instant::now(), &eff.recovery))
+            .filter(take_hit)
         {
             // A hit is ready at once; spend tokio's cooperative budget so a caller hammering
             // a denied subject in a loop still lets the other tasks on its worker run.
             tokio::task::consume_budget().await;
-            return Ok(self.enforce(subject, hit));
+            return Ok(Piped::Cached(hit));
         }
         let keys = self.keys(subject)?;
-        let op = self.check_op(cost);
-        match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => Ok(self.enforce(subject, self.decision(&eff, reply, Origin::Store))),
-            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, op, unavailable),
+        match self.operate(subject, &keys, &eff, step.op).await {
+            Ok(reply) => Ok(Piped::Answered(eff, reply)),
+            Err(unavailable) => self
+                .on_unavailable(subject, &keys, &eff, step.unanswered_op, unavailable)
+                .map(Piped::Unanswered),
         }
     }
 
@@ -374,13 +419,8 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub async fn check_up_to(&self, subject: &str, n: u32) -> Result<Decision, RateLimitError> {
-        let timer = CheckTimer::start();
-        let result = self.check_up_to_uncounted(subject, n).await;
-        timer.done(self.policies[0].shared_name());
-        if let Ok(decision) = &result {
-            metrics::decided(decision, n);
-        }
-        result
+        self.counted(n, self.check_up_to_uncounted(subject, n))
+            .await
     }
 
     /// [`check_up_to`](Self::check_up_to), without its metrics.
@@ -393,20 +433,17 @@ impl RateLimiter {
         if n == 0 {
             return Err(RateLimitError::NoUnits);
         }
-        let eff = self.effective(subject).await?;
-        // A cached denial says one unit does not fit yet: nothing would be granted.
-        let cache = self.shared.deny_cache.as_ref();
-        if let Some(hit) =
-            cache.and_then(|c| c.lookup_for(subject, 0, Instant::now(), &eff.recovery))
-        {
-            tokio::task::consume_budget().await;
-            return Ok(self.enforce_up_to(subject, hit, n));
-        }
-        let keys = self.keys(subject)?;
+        // A cached denial says one unit does not fit yet (cost 0): nothing would be granted.
         let op = RateOp::CheckUpTo { max: n };
-        let decision = match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => self.decision(&eff, reply, Origin::Store),
-            Err(unavailable) => self.on_unavailable(subject, &keys, &eff, op, unavailable)?,
+        let step = Step {
+            cost: None,
+            cached_cost: 0,
+            op,
+            unanswered_op: op,
+        };
+        let decision = match self.pipeline(subject, step, |_| true).await? {
+            Piped::Cached(hit) | Piped::Unanswered(hit) => hit,
+            Piped::Answered(eff, reply) => self.decision(&eff, reply, Origin::Store),
         };
         Ok(self.enforce_up_to(subject, decision, n))
     }
@@ -529,6 +566,30 @@ impl RateLimiter {
             }
         }
     }
+}
+
+/// One run of the check [`pipeline`](RateLimiter::pipeline): what to check and ask.
+#[derive(Clone, Copy)]
+pub(super) struct Step {
+    /// The cost checked against the subject's policies before anything else (`None`: the
+    /// operation bounds itself, as a partial grant does).
+    pub(super) cost: Option<u32>,
+    /// The cost the deny cache is asked about.
+    pub(super) cached_cost: u32,
+    /// The store's operation.
+    pub(super) op: RateOp,
+    /// The operation the outage policy answers for when the store cannot.
+    pub(super) unanswered_op: RateOp,
+}
+
+/// What the check pipeline found.
+pub(super) enum Piped {
+    /// The deny cache's denial: no round trip.
+    Cached(Decision),
+    /// The store's reply, with the subject's policies it answered for.
+    Answered(Arc<Effective>, RateReply),
+    /// The outage policy's decision: the store could not answer.
+    Unanswered(Decision),
 }
 
 /// Refuses a cost above what one of the subject's policies allows at once.

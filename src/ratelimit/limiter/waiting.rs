@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{MAX_WAIT, RateLimiter, granting, validate_cost};
+use super::{MAX_WAIT, Piped, RateLimiter, Step, granting};
 use crate::error::RateLimitError;
 use crate::ratelimit::decision::Combine;
-use crate::ratelimit::metrics::{self, CheckTimer};
+use crate::ratelimit::metrics;
 use crate::ratelimit::reservation::{Reservation, Turn};
 use crate::ratelimit::{Decision, Origin};
 use crate::store::RateOp;
@@ -102,10 +102,8 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Reservation, RateLimitError> {
-        let timer = CheckTimer::start();
-        let result = self.reserve_uncounted(subject, cost, max_wait).await;
-        timer.done(self.policies[0].shared_name());
-        result
+        self.timed(self.reserve_uncounted(subject, cost, max_wait))
+            .await
     }
 
     async fn reserve_uncounted(
@@ -114,23 +112,6 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Reservation, RateLimitError> {
-        let eff = self.effective(subject).await?;
-        validate_cost(&eff, cost)?;
-        let cache = self.shared.deny_cache.as_ref();
-        if let Some(hit) =
-            cache.and_then(|c| c.lookup_for(subject, cost, Instant::now(), &eff.recovery))
-        {
-            // Others only move the turn later (or refund, which drops the entry): a cached
-            // wait longer than max_wait is refused without a round trip.
-            if hit.retry_after > max_wait || !self.fifo {
-                tokio::task::consume_budget().await;
-                return Ok(Reservation::refused(granting(
-                    self.enforce(subject, hit),
-                    cost,
-                )));
-            }
-        }
-        let keys = self.keys(subject)?;
         let max_wait_us = u64::try_from(max_wait.min(MAX_WAIT).as_micros()).unwrap_or(u64::MAX);
         // An any-of limiter has no turns to reserve: its reservations are checks.
         let op = if cost == 0 || max_wait.is_zero() || self.combine == Combine::Any {
@@ -138,8 +119,22 @@ impl RateLimiter {
         } else {
             RateOp::Reserve { cost, max_wait_us }
         };
-        match self.operate(subject, &keys, &eff, op).await {
-            Ok(reply) => {
+        let step = Step {
+            cost: Some(cost),
+            cached_cost: cost,
+            op,
+            unanswered_op: self.check_op(cost),
+        };
+        // Others only move the turn later (or refund, which drops the entry): a cached wait
+        // longer than max_wait is refused without a round trip.
+        let fifo = self.fifo;
+        let take_hit = |hit: &Decision| hit.retry_after > max_wait || !fifo;
+        match self.pipeline(subject, step, take_hit).await? {
+            Piped::Cached(hit) => Ok(Reservation::refused(granting(
+                self.enforce(subject, hit),
+                cost,
+            ))),
+            Piped::Answered(eff, reply) => {
                 let wait = Duration::from_micros(reply.wait_us);
                 let granted = reply.applied;
                 let decision = granting(
@@ -164,11 +159,8 @@ impl RateLimiter {
                     Ok(Reservation::refused(decision))
                 }
             }
-            Err(unavailable) => {
-                let decision = granting(
-                    self.on_unavailable(subject, &keys, &eff, self.check_op(cost), unavailable)?,
-                    cost,
-                );
+            Piped::Unanswered(decision) => {
+                let decision = granting(decision, cost);
                 Ok(if decision.allowed {
                     Reservation::granted(decision, Duration::ZERO, None)
                 } else {
