@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::error::InvalidName;
 use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
 use crate::store::{Capability, Replicas, Store, Unsupported};
@@ -31,6 +33,9 @@ struct Shared {
     /// `<prefix>:revoked` (an operator's force announces the key there), then the keyspace
     /// notifications of deletions, if the client watches them.
     revocation_channels: Vec<String>,
+    /// Cancelled when the client (any clone) is closed for shutdown: no new lease from then
+    /// on, and acquires that wait give up (see `Client::close`).
+    closing: CancellationToken,
 }
 
 /// Shown as the client it is the core of (what builders and limiters that hold it show).
@@ -64,7 +69,18 @@ impl Core {
                 .chain(deletions)
                 .collect(),
             prefix,
+            closing: CancellationToken::new(),
         }))
+    }
+
+    /// Cancelled once the client is closed for shutdown (see `Client::close`).
+    pub(crate) fn closing(&self) -> &CancellationToken {
+        &self.0.closing
+    }
+
+    /// Whether the client is closed for shutdown.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.closing.is_cancelled()
     }
 
     /// Where an operator's force announces the key it freed, for the holders' watchdogs.
