@@ -243,7 +243,7 @@ mod into_response {
                 }
                 Self::LeaseLost { .. } => "the lock was lost while handling this request\n",
                 Self::Store(_) => "lock store unavailable, try again later\n",
-                Self::ShuttingDown { .. } => "this server is shutting down, try again\n",
+                Self::ShuttingDown { .. } => "this server is shutting down; try again\n",
                 Self::InvalidName(_) => "this request's lock key is invalid\n",
                 _ => "lock error\n",
             };
