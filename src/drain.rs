@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use crate::Client;
-use crate::error::{LockError, LossReason, StoreError};
+use crate::error::{LockError, LossReason, RateLimitError, StoreError};
 use crate::lock::state::LeaseState;
 use crate::store::Ownership;
 
@@ -134,6 +134,13 @@ pub struct ShutdownReport {
     pub released: Vec<OwnLease>,
     /// The leases it could not give back before the deadline, or found no longer held.
     pub not_released: Vec<NotReleased>,
+    /// Units the client's hybrid rate limiters held in shares and gave back
+    /// ([`RateLimiter::return_shares`](crate::ratelimit::RateLimiter::return_shares)), so that
+    /// the other replicas can use them at once.
+    pub shares_returned: u64,
+    /// Why some shares could not be given back (one error per limiter that failed, the
+    /// deadline's as [`StoreError::Timeout`]); their units return as the policies refill.
+    pub share_errors: Vec<RateLimitError>,
     /// How long the drain took.
     pub took: Duration,
 }
@@ -142,7 +149,10 @@ impl ShutdownReport {
     /// Whether the drain found nothing to give back.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.released.is_empty() && self.not_released.is_empty()
+        self.released.is_empty()
+            && self.not_released.is_empty()
+            && self.shares_returned == 0
+            && self.share_errors.is_empty()
     }
 }
 
@@ -156,7 +166,8 @@ impl Client {
     /// (build another client).
     ///
     /// Rate limiters, Bloom filters and fenced resources keep working: a shutting-down
-    /// service still answers the requests it has. A client built with
+    /// service still answers the requests it has (a hybrid limiter leases no new share: what
+    /// its shares cannot answer is checked exactly). A client built with
     /// [`counting_on`](crate::ClientBuilder::counting_on) takes its semaphores and read-write
     /// locks on the other client: close (and shut down) that one too.
     ///
@@ -226,7 +237,9 @@ impl Client {
     /// [`LossReason::Shutdown`], so the work under it stops; then its release wakes the
     /// waiters of every other client at once (nothing is handed to this client's own
     /// waiters, which are giving up). An election's leader resigns this way: a campaigner
-    /// elsewhere takes over without waiting out the ttl. A lease whose
+    /// elsewhere takes over without waiting out the ttl. The client's hybrid rate limiters
+    /// give their unused shares back (and, from the close on, lease no new ones: checks a
+    /// share cannot answer are exact). A lease whose
     /// [`min_hold`](crate::LockBuilder::min_hold) (a job's `at_least`) has not passed is kept
     /// until it has, as its holder's release would.
     ///
@@ -272,8 +285,27 @@ impl Client {
             };
             (OwnLease::of(lease), outcome)
         });
+        let limiters = self.inner.hybrids.take();
+        let returns = limiters.iter().map(|limiter| async move {
+            match until {
+                Some(until) => tokio::time::timeout_at(until, limiter.return_shares())
+                    .await
+                    .unwrap_or_else(|_| Err(StoreError::Timeout { after: deadline }.into())),
+                None => limiter.return_shares().await,
+            }
+        });
+        let (released, returned) = tokio::join!(join_all(releases), join_all(returns));
         let mut report = ShutdownReport::default();
-        for (lease, outcome) in join_all(releases).await {
+        for result in returned {
+            match result {
+                Ok(units) => report.shares_returned += units,
+                Err(err) => {
+                    tracing::warn!(error = %err, "shutdown could not give back a hybrid rate limiter's shares; they return as the policy refills");
+                    report.share_errors.push(err);
+                }
+            }
+        }
+        for (lease, outcome) in released {
             let error = match outcome {
                 Ok(Ownership::Ours) => {
                     report.released.push(lease);
@@ -293,6 +325,7 @@ impl Client {
             tracing::info!(
                 released = report.released.len(),
                 not_released = report.not_released.len(),
+                shares_returned = report.shares_returned,
                 took_ms = u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
                 "client drained"
             );
