@@ -41,16 +41,6 @@ pub enum LeaseKind {
 }
 
 impl LeaseKind {
-    const ALL: [Self; 7] = [
-        Self::Lock,
-        Self::Permits,
-        Self::Read,
-        Self::Write,
-        Self::MultiLock,
-        Self::ElectionTerm,
-        Self::JobRun,
-    ];
-
     /// A short lowercase name, for logs: `lock`, `permits`, `read`, `write`, `multi_lock`,
     /// `election_term`, `job_run`.
     #[must_use]
@@ -66,16 +56,30 @@ impl LeaseKind {
         }
     }
 
+    /// The kind as a number, for a lease's atomic field ([`from_index`](Self::from_index)
+    /// reads it back).
     pub(crate) fn index(self) -> u8 {
-        // At most 7 kinds: the index always fits.
-        Self::ALL.iter().position(|&k| k == self).unwrap_or(0) as u8
+        match self {
+            Self::Lock => 0,
+            Self::Permits => 1,
+            Self::Read => 2,
+            Self::Write => 3,
+            Self::MultiLock => 4,
+            Self::ElectionTerm => 5,
+            Self::JobRun => 6,
+        }
     }
 
     pub(crate) fn from_index(index: u8) -> Self {
-        Self::ALL
-            .get(usize::from(index))
-            .copied()
-            .unwrap_or(Self::Lock)
+        match index {
+            1 => Self::Permits,
+            2 => Self::Read,
+            3 => Self::Write,
+            4 => Self::MultiLock,
+            5 => Self::ElectionTerm,
+            6 => Self::JobRun,
+            _ => Self::Lock,
+        }
     }
 }
 
@@ -331,5 +335,25 @@ impl Client {
             );
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LeaseKind;
+
+    #[test]
+    fn a_kind_survives_its_index() {
+        for kind in [
+            LeaseKind::Lock,
+            LeaseKind::Permits,
+            LeaseKind::Read,
+            LeaseKind::Write,
+            LeaseKind::MultiLock,
+            LeaseKind::ElectionTerm,
+            LeaseKind::JobRun,
+        ] {
+            assert_eq!(LeaseKind::from_index(kind.index()), kind);
+        }
     }
 }
