@@ -194,7 +194,10 @@ pub(crate) async fn acquire<C: Claim>(
     let outcome = if closing.is_cancelled() {
         None
     } else {
+        // Biased: an attempt answered on its first poll (the memory store) never registers
+        // with the token, so an open client pays nothing for it.
         tokio::select! {
+            biased;
             outcome = attempt_until(client, claim, wait, retry) => Some(outcome),
             () = closing.cancelled() => None,
         }
