@@ -325,6 +325,17 @@ impl Client {
             report.not_released.push(NotReleased { lease, error });
         }
         report.took = started.elapsed();
+        let counting = self.counting();
+        if !std::sync::Arc::ptr_eq(&counting.inner, &self.inner) {
+            let held = counting.own_leases().len();
+            if held > 0 {
+                tracing::warn!(
+                    held,
+                    "the client this one counts on (counting_on) still holds leases (semaphores, \
+                     read-write locks); shut it down too to give them back"
+                );
+            }
+        }
         if !report.is_empty() {
             tracing::info!(
                 released = report.released.len(),
