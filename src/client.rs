@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 
 use crate::bloom::BloomBuilder;
-use crate::core::Core;
+use crate::core::{Core, HybridRegistry};
 use crate::error::StoreError;
 use crate::fenced::{FencedError, FencedResource};
 use crate::idempotency::{Idempotency, IdempotencyError};
@@ -50,6 +50,8 @@ pub(crate) struct ClientInner {
     /// locks, Bloom filters; rate limits go there through the store), if not this one: see
     /// [`ClientBuilder::counting_on`].
     counting: Option<Client>,
+    /// The hybrid rate limiters built on this client, for [`Client::shutdown`].
+    pub(crate) hybrids: Arc<HybridRegistry>,
 }
 
 impl std::fmt::Debug for Client {
@@ -995,11 +997,20 @@ impl ClientBuilder {
             Some(db) if self.watch_deletions => vec![format!("__keyevent@{db}__:del")],
             _ => Vec::new(),
         };
-        let core = Core::new(store, self.prefix, self.replicas, identity, deletions);
+        let hybrids = Arc::new(HybridRegistry::default());
+        let core = Core::new(
+            store,
+            self.prefix,
+            self.replicas,
+            identity,
+            deletions,
+            Arc::downgrade(&hybrids),
+        );
         Client {
             inner: Arc::new(ClientInner {
                 locks: LockContext::new(core),
                 counting,
+                hybrids,
             }),
         }
     }

@@ -5,10 +5,14 @@
 //! and rate limiters, Bloom filters and fenced resources hold it as it is. None of them needs
 //! the client itself, so none of them imports it.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use crate::error::InvalidName;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{InvalidName, RateLimitError};
 use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
 use crate::store::{Capability, Replicas, Store, Unsupported};
 
@@ -31,6 +35,48 @@ struct Shared {
     /// `<prefix>:revoked` (an operator's force announces the key there), then the keyspace
     /// notifications of deletions, if the client watches them.
     revocation_channels: Vec<String>,
+    /// Cancelled when the client (any clone) is closed for shutdown: no new lease from then
+    /// on, and acquires that wait give up (see `Client::close`).
+    closing: CancellationToken,
+    /// The client's hybrid rate limiters, whose shares a shutdown gives back. Weak: the
+    /// registry's entries hold limiters, which hold this core, and the client owns the
+    /// registry.
+    hybrids: Weak<HybridRegistry>,
+}
+
+/// A rate limiter in hybrid mode, as the client's registry keeps it (the trait keeps the core
+/// from naming the rate limiter, which is built on it).
+pub(crate) trait HybridShares: Send + Sync {
+    /// Whether the registry's is the last handle on the limiter: its user dropped it, and
+    /// its shares went with it.
+    fn abandoned(&self) -> bool;
+
+    /// Gives back every unit the limiter holds in shares; answers how many.
+    fn return_shares(
+        &self,
+    ) -> Pin<Box<dyn Future<Output = Result<u64, RateLimitError>> + Send + '_>>;
+}
+
+/// The hybrid rate limiters a client built, for its shutdown to give their shares back.
+#[derive(Default)]
+pub(crate) struct HybridRegistry(Mutex<Vec<Box<dyn HybridShares>>>);
+
+impl HybridRegistry {
+    /// Keeps `limiter`, dropping the limiters their users have dropped.
+    fn register(&self, limiter: Box<dyn HybridShares>) {
+        let mut limiters = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        limiters.retain(|kept| !kept.abandoned());
+        limiters.push(limiter);
+    }
+
+    /// Takes every limiter still in use out of the registry.
+    pub(crate) fn take(&self) -> Vec<Box<dyn HybridShares>> {
+        let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner));
+        taken
+            .into_iter()
+            .filter(|limiter| !limiter.abandoned())
+            .collect()
+    }
 }
 
 /// Shown as the client it is the core of (what builders and limiters that hold it show).
@@ -51,6 +97,7 @@ impl Core {
         replicas: Option<Replicas>,
         identity: Arc<str>,
         deletions: Vec<String>,
+        hybrids: Weak<HybridRegistry>,
     ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let fences = store.fences(&prefix);
@@ -64,7 +111,26 @@ impl Core {
                 .chain(deletions)
                 .collect(),
             prefix,
+            closing: CancellationToken::new(),
+            hybrids,
         }))
+    }
+
+    /// Keeps a hybrid rate limiter for the client's shutdown (nothing if the client is gone).
+    pub(crate) fn register_hybrid(&self, limiter: Box<dyn HybridShares>) {
+        if let Some(registry) = self.0.hybrids.upgrade() {
+            registry.register(limiter);
+        }
+    }
+
+    /// Cancelled once the client is closed for shutdown (see `Client::close`).
+    pub(crate) fn closing(&self) -> &CancellationToken {
+        &self.0.closing
+    }
+
+    /// Whether the client is closed for shutdown.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.closing.is_cancelled()
     }
 
     /// Where an operator's force announces the key it freed, for the holders' watchdogs.

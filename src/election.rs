@@ -176,7 +176,8 @@ impl Election {
             let mut builder = LockBuilder::new(self.inner.client.clone(), self.name().to_owned())
                 .ttl(self.inner.ttl)
                 .wait_forever()
-                .fenced();
+                .fenced()
+                .listed_as(crate::drain::LeaseKind::ElectionTerm);
             // The lock names the candidate too (`Client::lock_state`), where the identity is
             // one a holder may carry; any other keeps the client's.
             if crate::holder::check_identity(&identity).is_ok() {

@@ -421,6 +421,19 @@ pub enum LockError {
          start-up, or pass `client = <expr>` to #[distributed_lock]"
     )]
     NoDefaultClient,
+    /// The client is shutting down ([`Client::close`](crate::Client::close) or
+    /// [`Client::shutdown`](crate::Client::shutdown) was called on it or on a clone): it grants
+    /// no new lease (lock, permit, read or write hold, multi-lock, campaign, job run), and
+    /// acquires that were waiting end with this error. Nothing was taken. Retry on another
+    /// instance, or on a client of your own if this one is being replaced.
+    #[error(
+        "`{name}` was not acquired: the client is shutting down and grants no new leases \
+         (retry on another instance)"
+    )]
+    ShuttingDown {
+        /// The name of what was asked for.
+        name: String,
+    },
 }
 
 /// Why a lease ended or can no longer be trusted.
@@ -435,6 +448,9 @@ pub enum LossReason {
     /// No renewal succeeded before the local safety deadline (acquire time + ttl − drift);
     /// the store may have let the key expire.
     Expired,
+    /// The client is shutting down ([`Client::shutdown`](crate::Client::shutdown)): the
+    /// lease was released for its holder, who should stop the work it guarded.
+    Shutdown,
 }
 
 impl fmt::Display for LossReason {
@@ -443,6 +459,7 @@ impl fmt::Display for LossReason {
             Self::Released => "released",
             Self::NotHeld => "the store no longer holds it for this owner",
             Self::Expired => "its ttl ran out before it could be renewed",
+            Self::Shutdown => "its client is shutting down and released it",
         })
     }
 }

@@ -13,6 +13,7 @@
 //! | [`LockError::Busy`] | `423 Locked` | the holder's remaining ttl |
 //! | [`LockError::Timeout`] | `423 Locked` | none (the wait does not say how long the holder has left) |
 //! | [`LockError::LeaseLost`] | `503 Service Unavailable` | 1 s |
+//! | [`LockError::ShuttingDown`] (this instance is draining) | `503 Service Unavailable` | 1 s |
 //! | [`LockError::Store`], [`RateLimitError::Store`], [`RateLimitError::Overloaded`] | `503 Service Unavailable` | 1 s |
 //! | [`RateLimitError::CircuitOpen`] | `503 Service Unavailable` | until the breaker's next probe, at least 1 s |
 //! | [`RateLimitError::Limited`] (a [`#[rate_limit]`](crate::rate_limit) call refused) | `429 Too Many Requests` | the error's `retry_after` |
@@ -38,6 +39,9 @@
 //! * **Every store failure is `503` with `Retry-After: 1`.** A store that failed or was too
 //!   slow usually answers again within moments; a lost lease is free again, or held by
 //!   whoever took it over (a retry then gets that holder's `423` and its ttl).
+//! * **A client shutting down is `503` with `Retry-After: 1`.** This instance is draining
+//!   ([`Client::shutdown`](crate::Client::shutdown)); another behind the same balancer takes
+//!   the retry.
 //! * **A stale fenced write is `409`**, without `Retry-After`: the request's lease ran out and
 //!   a newer holder has written since, so the work it did is void. The same request sent
 //!   again takes the lock anew and may well succeed; the client decides, as it does for any
@@ -141,7 +145,7 @@ impl LockError {
         match self {
             Self::Busy { retry_after, .. } => HttpStatus::new(423, Some(*retry_after)),
             Self::Timeout { .. } => HttpStatus::new(423, None),
-            Self::LeaseLost { .. } | Self::Store(_) => {
+            Self::LeaseLost { .. } | Self::Store(_) | Self::ShuttingDown { .. } => {
                 HttpStatus::new(503, Some(STORE_RETRY_AFTER))
             }
             Self::InvalidName(_) => HttpStatus::new(400, None),
@@ -239,6 +243,7 @@ mod into_response {
                 }
                 Self::LeaseLost { .. } => "the lock was lost while handling this request\n",
                 Self::Store(_) => "lock store unavailable, try again later\n",
+                Self::ShuttingDown { .. } => "this server is shutting down; try again\n",
                 Self::InvalidName(_) => "this request's lock key is invalid\n",
                 _ => "lock error\n",
             };

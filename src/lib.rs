@@ -48,6 +48,7 @@ mod client;
 pub mod config;
 mod core;
 mod digits;
+mod drain;
 mod drift;
 mod election;
 mod error;
@@ -75,6 +76,7 @@ pub use admin::{
     RwLockState,
 };
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
+pub use drain::{LeaseKind, NotReleased, OwnLease, ShutdownReport};
 pub use election::{Election, ElectionBuilder, Leader, Leadership, MAX_IDENTITY_LEN};
 pub use error::{
     BloomError, Cause, InvalidName, InvalidPolicy, LockError, LossReason, MIN_REDIS_VERSION,

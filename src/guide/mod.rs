@@ -4,7 +4,7 @@
 //! | page | what it covers |
 //! |---|---|
 //! | [`guarantees`] | what a lease and a rate limit promise, and where that ends: paused holders, failover, replica acknowledgement, outages, the in-memory store |
-//! | [`coordination`] | semaphores, read-write locks, multi-locks, scheduled-job locks, fenced writes and leader election |
+//! | [`coordination`] | semaphores, read-write locks, multi-locks, scheduled-job locks, fenced writes, leader election and a graceful drain on shutdown |
 //! | [`rate_limiting`] | limiters, the five algorithms and which to pick, reset / refund / penalize, the circuit breaker, waiting for a turn |
 //! | [`layers`] | `LockLayer`, `RateLimitLayer`, `ConcurrencyLimitLayer` and `IdempotencyLayer` in depth, key extractors and what a name may be, layer order, how do I... |
 //! | [`bloom_filters`] | sizing, sharding, the RedisBloom module |

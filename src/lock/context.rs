@@ -32,7 +32,11 @@ impl LockContext {
     /// The lock machinery of a client over `core`: a watchdog of its own (its task starts
     /// with the first lease) and an empty hand-off registry.
     pub(crate) fn new(core: Core) -> Self {
-        let watchdog = Watchdog::new(core.store().clone(), core.revocation_channels().to_vec());
+        let watchdog = Watchdog::new(
+            core.store().clone(),
+            core.revocation_channels().to_vec(),
+            core.closing().clone(),
+        );
         Self(Arc::new(Shared {
             core,
             watchdog,

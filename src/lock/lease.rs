@@ -269,7 +269,9 @@ impl LeaseHandle {
 pub struct Lease {
     handle: LeaseHandle,
     client: LockContext,
-    watch_id: u64,
+    /// `None`: granted as the client closed for shutdown, so never watched (see
+    /// [`Lease::granted`]).
+    watch_id: Option<u64>,
     done: bool,
 }
 
@@ -302,13 +304,40 @@ impl Lease {
         }
     }
 
-    /// Ends the lease locally: fires its signal and stops the watchdog for it.
-    fn finish(&mut self) -> Arc<LeaseState> {
+    /// [`new`](Self::new), or `Err(ShuttingDown)` if the client closed for shutdown before
+    /// the lease could be watched: the grant is then given back in the background (the drain
+    /// did not see it, so nobody else would).
+    pub(crate) fn granted(
+        client: LockContext,
+        shared: Arc<LeaseState>,
+        kind: Primitive,
+    ) -> Result<Self, LockError> {
+        let lease = Self::new(client, shared, kind);
+        if lease.watch_id.is_none() {
+            return Err(LockError::ShuttingDown {
+                name: lease.name().to_owned(),
+            });
+        }
+        Ok(lease)
+    }
+
+    /// Whether the client closed before this lease could be watched (see
+    /// [`granted`](Self::granted)).
+    pub(crate) fn refused(&self) -> bool {
+        self.watch_id.is_none()
+    }
+
+    /// Ends the lease locally: fires its signal and stops the watchdog for it. `None` when a
+    /// drain has already given the lease back for its holder (its reason is
+    /// [`LossReason::Shutdown`]): nothing is left to send.
+    fn finish(&mut self) -> Option<Arc<LeaseState>> {
         self.done = true;
         let shared = self.handle.shared.clone();
         shared.end(LossReason::Released);
-        self.client.watchdog().unwatch(self.watch_id);
-        shared
+        if let Some(id) = self.watch_id {
+            self.client.watchdog().unwatch(id);
+        }
+        (shared.end_reason() != Some(LossReason::Shutdown)).then_some(shared)
     }
 
     /// A cloneable view of this lease.
@@ -376,8 +405,13 @@ impl Lease {
     /// has not passed yet is not freed but left to expire when it has (its key's expiry is
     /// set to what remains), which counts as released. Bounded by the client's response
     /// timeout; stops the watchdog for this lease whatever the outcome.
+    ///
+    /// A lease that [`Client::shutdown`](crate::Client::shutdown) already gave back answers
+    /// `Released` without a round trip (the drain's report says what its release found).
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
-        let shared = self.finish();
+        let Some(shared) = self.finish() else {
+            return Ok(ReleaseOutcome::Released);
+        };
         let held = end(&self.client, &shared).await?;
         let outcome = ReleaseOutcome::from(held);
         if outcome != ReleaseOutcome::Released {
@@ -392,7 +426,9 @@ impl Drop for Lease {
         if self.done {
             return;
         }
-        let shared = self.finish();
+        let Some(shared) = self.finish() else {
+            return;
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -406,8 +442,12 @@ impl Drop for Lease {
 }
 
 /// Gives up a lease in the store: keeps it until its minimum hold has passed (setting its
-/// expiry to what remains), or hands it off, or releases it.
-async fn end(client: &LockContext, shared: &LeaseState) -> Result<Ownership, StoreError> {
+/// expiry to what remains), or hands it off, or releases it. A closed client hands nothing
+/// off: its waiters are giving up, and the lock should go to another client at once.
+pub(crate) async fn end(
+    client: &LockContext,
+    shared: &LeaseState,
+) -> Result<Ownership, StoreError> {
     let store = client.store();
     let keep = shared.timing().min_hold_left(Instant::now());
     if let Some(keep) = keep {
@@ -420,6 +460,7 @@ async fn end(client: &LockContext, shared: &LeaseState) -> Result<Ownership, Sto
     // a grant no replica acknowledged.
     if let Some(keys) = shared.lock_keys()
         && shared.replicas.is_none()
+        && !client.core().is_closed()
         && let Some(handed) = super::handoff::pass_on(
             client.handoffs(),
             store,

@@ -191,7 +191,7 @@ impl LeaseMetrics {
             ::metrics::histogram!(names::HOLD, "kind" => kind)
                 .record(since.elapsed().as_secs_f64());
             let reason = match reason {
-                LossReason::Released => return,
+                LossReason::Released | LossReason::Shutdown => return,
                 LossReason::NotHeld => "not_held",
                 LossReason::Expired => "expired",
             };

@@ -37,6 +37,7 @@ use self::options::{Options, lease_options};
 use self::state::{Grant, LeaseState, Terms};
 pub use self::timing::safety_margin;
 use self::wait::{Attempt, Claim};
+use crate::drain::LeaseKind;
 use crate::error::{InvalidName, LockError};
 use crate::keys::LockKeys;
 use crate::store::{Capability, Replicas, Waits};
@@ -62,6 +63,9 @@ pub struct LockBuilder {
     keys: Result<LockKeys, InvalidName>,
     options: Options,
     reentrant: bool,
+    /// What the lease is, as the client lists it: a lock, or an election's term or a job's
+    /// run built on one.
+    kind: LeaseKind,
 }
 
 impl LockBuilder {
@@ -73,7 +77,15 @@ impl LockBuilder {
             keys,
             options,
             reentrant: false,
+            kind: LeaseKind::Lock,
         }
+    }
+
+    /// Names the lease this builder grants as `kind` in the client's listing (elections and
+    /// jobs are locks underneath).
+    pub(crate) fn listed_as(mut self, kind: LeaseKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// Replica acknowledgement (a single primary with replicas, plain or behind Sentinel):
@@ -204,7 +216,9 @@ impl LockBuilder {
                 woken_by = how.woken_by,
                 "acquired"
             );
-            Ok(Lease::new(self.client.clone(), shared, Primitive::Lock))
+            let lease = Lease::granted(self.client.clone(), shared, Primitive::Lock)?;
+            lease.handle().shared.set_kind(self.kind);
+            Ok(lease)
         }
         .instrument(span)
         .await

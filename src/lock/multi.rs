@@ -21,6 +21,7 @@ use super::options::{Options, lease_options};
 use super::state::{Grant, LeaseState, Terms};
 use super::wait::{Attempt, Claim};
 use super::{Lease, LeaseHandle, ReleaseOutcome};
+use crate::drain::LeaseKind;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::store::{AllReply, Store, Waits};
@@ -118,6 +119,16 @@ impl MultiLockBuilder {
             busy: 0,
         };
         let (leases, how) = self.options.wait_for(&self.client, &mut claim).await?;
+        // Granted as the client closed: every part goes back (the refused ones by their
+        // drop, the others by a release), and nothing is held.
+        if let Some(refused) = leases.iter().find(|lease| lease.refused()) {
+            let name = refused.name().to_owned();
+            roll_back(leases).await;
+            return Err(LockError::ShuttingDown { name });
+        }
+        for lease in &leases {
+            lease.handle().shared.set_kind(LeaseKind::MultiLock);
+        }
         tracing::debug!(
             locks = leases.len(),
             attempts = how.attempts,

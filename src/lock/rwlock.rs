@@ -21,6 +21,7 @@ use super::options::{Options, lease_options};
 use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
 use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
+use crate::drain::LeaseKind;
 use crate::error::LockError;
 use crate::keys::RwKeys;
 use crate::store::{Side, Waits};
@@ -127,7 +128,12 @@ impl RwLockBuilder {
             woken_by = how.woken_by,
             "acquired"
         );
-        Ok(Lease::new(self.client.clone(), shared, claim.kind()))
+        let lease = Lease::granted(self.client.clone(), shared, claim.kind())?;
+        lease.handle().shared.set_kind(match side {
+            Side::Read => LeaseKind::Read,
+            Side::Write => LeaseKind::Write,
+        });
+        Ok(lease)
     }
 
     /// Takes a read hold, runs `body` while it is held, and releases it (as

@@ -19,6 +19,7 @@ use super::options::{Options, lease_options};
 use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
 use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
+use crate::drain::LeaseKind;
 use crate::error::LockError;
 use crate::keys::SetKeys;
 use crate::store::{PermitsItem, Waits};
@@ -144,11 +145,9 @@ impl SemaphoreBuilder {
             woken_by = how.woken_by,
             "permits acquired"
         );
-        Ok(Lease::new(
-            self.client.clone(),
-            shared,
-            Primitive::Semaphore,
-        ))
+        let lease = Lease::granted(self.client.clone(), shared, Primitive::Semaphore)?;
+        lease.handle().shared.set_kind(LeaseKind::Permits);
+        Ok(lease)
     }
 
     /// Takes one permit, runs `body` while it is held, and gives it back. As

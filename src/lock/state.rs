@@ -2,8 +2,9 @@
 //! watchdog: what it holds, under which token and fence, its timing, and its lost signal.
 //! Below the lease and the watchdog, so that both can take it without importing each other.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::hold::Hold;
 use super::metrics::LeaseMetrics;
 use super::timing::{OpGate, Timing};
+use crate::drain::LeaseKind;
 use crate::error::LossReason;
 use crate::keys::LockKeys;
 use crate::store::{Replicas, Store};
@@ -70,6 +72,12 @@ pub(crate) struct LeaseState {
     pub(super) ended: CancellationToken,
     pub(super) reason: OnceLock<LossReason>,
     pub(super) metrics: LeaseMetrics,
+    /// What the lease is, as [`Client::own_leases`](crate::Client::own_leases) names it
+    /// ([`LeaseKind`] as its index): set by whoever hands the lease out.
+    kind: AtomicU8,
+    /// When the grant was answered, on the wall clock (for listings only: the lease's timing
+    /// is on the monotonic clock).
+    pub(crate) granted_at: SystemTime,
 }
 
 impl LeaseState {
@@ -99,7 +107,24 @@ impl LeaseState {
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
             metrics: LeaseMetrics::new(),
+            kind: AtomicU8::new(LeaseKind::Lock.index()),
+            granted_at: SystemTime::now(),
         }
+    }
+
+    /// What the lease is, for listings.
+    pub(crate) fn kind(&self) -> LeaseKind {
+        LeaseKind::from_index(self.kind.load(Ordering::Relaxed))
+    }
+
+    /// Names what the lease is (an election's term, a job's run, a multi-lock's part).
+    pub(crate) fn set_kind(&self, kind: LeaseKind) {
+        self.kind.store(kind.index(), Ordering::Relaxed);
+    }
+
+    /// Why the lease ended, if it has.
+    pub(crate) fn end_reason(&self) -> Option<LossReason> {
+        self.reason.get().copied()
     }
 
     /// The lock's keys, for a lease that holds a lock key.
@@ -131,13 +156,14 @@ impl LeaseState {
 
     pub(crate) fn end(&self, reason: LossReason) {
         if self.reason.set(reason).is_ok() {
-            if reason != LossReason::Released {
+            if !matches!(reason, LossReason::Released | LossReason::Shutdown) {
                 tracing::warn!(lock = %self.hold.name(), fence = self.minted_fence(), %reason, "lease lost");
             }
             let event = match reason {
                 LossReason::Released => "released",
                 LossReason::NotHeld => "lost",
                 LossReason::Expired => "expired",
+                LossReason::Shutdown => "drained",
             };
             self.event(event);
             self.metrics.ended(reason);

@@ -179,13 +179,43 @@ impl Drop for WakeUp {
     }
 }
 
+/// Attempts `claim` until it is granted, it errs, the wait is over, or the client closes for
+/// shutdown (the loop is cancel-safe: a grant it made is given back).
+///
+/// # Errors
+/// [`LockError::ShuttingDown`] once the client is closed, and those of [`attempt_until`].
+pub(crate) async fn acquire<C: Claim>(
+    client: &LockContext,
+    claim: &mut C,
+    wait: Wait,
+    retry: &Retry,
+) -> Result<(C::Granted, Acquired), LockError> {
+    let closing = client.core().closing();
+    let outcome = if closing.is_cancelled() {
+        None
+    } else {
+        // Biased: an attempt answered on its first poll (the memory store) never registers
+        // with the token, so an open client pays nothing for it.
+        tokio::select! {
+            biased;
+            outcome = attempt_until(client, claim, wait, retry) => Some(outcome),
+            () = closing.cancelled() => None,
+        }
+    };
+    outcome.unwrap_or_else(|| {
+        Err(LockError::ShuttingDown {
+            name: claim.name().to_owned(),
+        })
+    })
+}
+
 /// Attempts `claim` until it is granted, it errs, or the wait is over.
 ///
 /// # Errors
 /// [`LockError::Busy`] (not waiting), [`LockError::Timeout`], and the attempt's own errors
 /// ([transient](crate::StoreError::is_transient) ones are retried within the wait, for at most
 /// `patience` of nothing but errors).
-pub(crate) async fn acquire<C: Claim>(
+async fn attempt_until<C: Claim>(
     client: &LockContext,
     claim: &mut C,
     wait: Wait,

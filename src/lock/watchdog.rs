@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::state::LeaseState;
 use super::timing::{Answer, ExpiryOp, OpKind};
@@ -55,6 +56,10 @@ struct Leases {
 
 struct Shared {
     store: Store,
+    /// The client's shutdown signal: once cancelled, no lease is added to the map (checked
+    /// under the map's lock, so a drain that takes the map after cancelling it sees every
+    /// lease that was added).
+    closing: CancellationToken,
     /// `<prefix>:revoked` (see the module docs).
     revocation_channels: Vec<String>,
     leases: Mutex<Leases>,
@@ -70,13 +75,18 @@ struct Shared {
 }
 
 impl Watchdog {
-    pub(crate) fn new(store: Store, revocation_channels: Vec<String>) -> Self {
+    pub(crate) fn new(
+        store: Store,
+        revocation_channels: Vec<String>,
+        closing: CancellationToken,
+    ) -> Self {
         // Registered now, so that an announcement that arrives before the listener runs is
         // kept for it (in memory it is delivered without a subscription).
         store.wakeups().revocations(&revocation_channels);
         Self {
             shared: Arc::new(Shared {
                 store,
+                closing,
                 revocation_channels,
                 leases: Mutex::new(Leases {
                     map: HashMap::with_hasher(BuildIdHasher),
@@ -93,8 +103,13 @@ impl Watchdog {
     }
 
     /// Starts watching a lease (renewing it if it renews; always enforcing its deadline).
-    /// Returns the id to [`unwatch`](Self::unwatch) it with.
-    pub(crate) fn watch(&self, lease: Arc<LeaseState>) -> u64 {
+    /// Returns the id to [`unwatch`](Self::unwatch) it with, or `None` if the client is
+    /// closed for shutdown: the lease is then not watched (nor listed, nor drained), and its
+    /// holder gives it back.
+    ///
+    /// Every lease of the client is here, whether it renews or not: the map is also the
+    /// client's list of its own leases ([`live`](Self::live), [`take_all`](Self::take_all)).
+    pub(crate) fn watch(&self, lease: Arc<LeaseState>) -> Option<u64> {
         let first_event = {
             let t = lease.timing();
             t.next_renew()
@@ -106,6 +121,9 @@ impl Watchdog {
         let runtime = tokio::runtime::Handle::try_current().ok();
         let start = {
             let mut leases = self.shared.lock_leases();
+            if self.shared.closing.is_cancelled() {
+                return None;
+            }
             leases.map.insert(id, lease);
             runtime.is_some() && !std::mem::replace(&mut leases.running, true)
         };
@@ -122,7 +140,29 @@ impl Watchdog {
         if next_wake.is_none_or(|wake| first_event < wake) {
             self.poke();
         }
-        id
+        Some(id)
+    }
+
+    /// The leases this client holds now (not ended), in no particular order.
+    pub(crate) fn live(&self) -> Vec<Arc<LeaseState>> {
+        self.shared
+            .lock_leases()
+            .map
+            .values()
+            .filter(|lease| !lease.is_ended())
+            .cloned()
+            .collect()
+    }
+
+    /// Takes every lease out of the watch (for a drain: the caller gives them back), and
+    /// returns those that had not ended. Call it once the shutdown signal is cancelled: no
+    /// lease is added after it.
+    pub(crate) fn take_all(&self) -> Vec<Arc<LeaseState>> {
+        let taken = std::mem::take(&mut self.shared.lock_leases().map);
+        taken
+            .into_values()
+            .filter(|lease| !lease.is_ended())
+            .collect()
     }
 
     /// Stops watching a lease that was released (O(1); the task need not wake up).

@@ -205,7 +205,7 @@ impl RateLimiter {
             });
         let max_in_flight = settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         let shared = Shared::new(&settings, max_in_flight, &policies);
-        Self {
+        let limiter = Self {
             client,
             key_heads,
             outage: settings.outage,
@@ -219,7 +219,11 @@ impl RateLimiter {
             policies,
             base,
             rates: settings.rates,
+        };
+        if limiter.shared.hybrid.is_some() {
+            limiter.client.register_hybrid(Box::new(limiter.clone()));
         }
+        limiter
     }
 
     /// The policies, in the order given.

@@ -1,5 +1,5 @@
 //! Lock events on the target `distlock::events` (the guide's operations page): a subscriber
-//! sees `acquired`, `released`, `lost`, `expired` and `forced`, each with the lock and the
+//! sees `acquired`, `released`, `lost`, `expired`, `forced` and `drained`, each with the lock and the
 //! holder's identity, the lease's events with its fence, and never a token.
 //!
 //! Captured on a current-thread runtime, where every task of the client (the watchdog, the
@@ -152,6 +152,23 @@ async fn lock_events_are_traced(fx: Fixture) {
     let lost = line_of(&text, "lost", "ev-forced");
     assert!(names_holder(&lost, "events-holder"), "{lost}");
     assert_eq!(fence_of(&lost), fence, "{lost}");
+    drop(lease);
+
+    // drained: the client's shutdown gave the lease back for its holder (last: it closes the
+    // client).
+    let lease = client
+        .lock("ev-drained")
+        .fenced()
+        .acquire()
+        .await
+        .expect("acquire");
+    let fence = lease.minted_fence().expect("an eager lease's fence");
+    let report = client.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(report.released.len(), 1, "{report:?}");
+    assert_eq!(lease.lost_reason(), Some(LossReason::Shutdown));
+    let line = line_of(&capture.text(), "drained", "ev-drained");
+    assert!(names_holder(&line, "events-holder"), "{line}");
+    assert_eq!(fence_of(&line), fence, "{line}");
     drop(lease);
 
     // Never a token, in any event.

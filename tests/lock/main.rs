@@ -10,6 +10,7 @@ mod traces;
 
 mod admin;
 mod batching;
+mod drain;
 mod election;
 mod events;
 mod existing;

@@ -22,6 +22,7 @@ on_both_stores!(
     a_caller_that_gives_up_mid_lease_loses_no_share,
     a_subjects_own_lower_rate_caps_its_lease,
     bad_settings_are_typed_errors_at_build,
+    a_client_shutdown_gives_shares_back_and_leases_no_more,
 );
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -119,6 +120,32 @@ async fn concurrent_checks_spend_the_limit_exactly(fx: Fixture) {
         (20..=40).contains(&calls),
         "20 leases of 50, plus the denials' few round trips (the deny cache answers the rest): {calls}"
     );
+}
+
+/// Issue 44: `Client::shutdown` gives back what the client's hybrid limiters hold in
+/// shares, and from then on they lease no new share: their checks are exact.
+async fn a_client_shutdown_gives_shares_back_and_leases_no_more(fx: Fixture) {
+    let policy = spent_once("h", 10);
+    let a = hybrid(&fx, policy, 5, HOUR);
+    assert!(a.check("s").await.expect("check").allowed);
+    let report = fx.client.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(report.shares_returned, 4, "{report:?}");
+    assert!(report.share_errors.is_empty(), "{report:?}");
+    for _ in 0..3 {
+        let d = a.check("s").await.expect("check");
+        assert_eq!(
+            (d.allowed, d.origin),
+            (true, Origin::Store),
+            "exact after the shutdown: {}",
+            brief(&d)
+        );
+    }
+    assert_eq!(
+        a.return_shares().await.expect("return"),
+        0,
+        "no share leased"
+    );
+    assert!(fx.client.shutdown(Duration::from_secs(10)).await.is_empty());
 }
 
 /// Two replicas lease 5 each of 10 and use 1 each: an exact limiter then has nothing. When

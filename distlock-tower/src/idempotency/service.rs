@@ -425,7 +425,7 @@ fn idempotency(reason: Reason, key: &str, err: Option<IdempotencyError>) -> Refu
         Reason::KeyReused => (StatusCode::UNPROCESSABLE_ENTITY, None),
         Reason::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, None),
         Reason::MissingScope | Reason::UnusableKey => (StatusCode::BAD_REQUEST, None),
-        Reason::StoreUnavailable => (
+        Reason::StoreUnavailable | Reason::ShuttingDown => (
             StatusCode::SERVICE_UNAVAILABLE,
             Some(Duration::from_secs(1)),
         ),
@@ -449,6 +449,10 @@ fn store_error(key: &str, err: IdempotencyError) -> Refusal {
             idempotency(Reason::StoreUnavailable, key, Some(err))
         }
         IdempotencyError::InvalidName(_) => idempotency(Reason::UnusableKey, key, Some(err)),
+        // The claim is a lease: a client that is shutting down takes no new one.
+        IdempotencyError::Lock(distlock::LockError::ShuttingDown { .. }) => {
+            idempotency(Reason::ShuttingDown, key, Some(err))
+        }
         other => internal(key, Some(other)),
     }
 }

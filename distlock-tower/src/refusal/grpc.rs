@@ -137,7 +137,9 @@ impl Grpc {
             Reason::AtCapacity if refusal.status() == StatusCode::TOO_MANY_REQUESTS => {
                 Code::ResourceExhausted
             }
-            Reason::AtCapacity | Reason::StoreUnavailable => Code::Unavailable,
+            Reason::AtCapacity | Reason::StoreUnavailable | Reason::ShuttingDown => {
+                Code::Unavailable
+            }
             Reason::LockBusy | Reason::LeaseLost | Reason::InFlight => Code::Aborted,
             Reason::MissingKey
             | Reason::InvalidKey(_)

@@ -97,6 +97,7 @@
 //! | concurrency limit full ([`Reason::AtCapacity`]) | `UNAVAILABLE` (`RESOURCE_EXHAUSTED` when the layer answers `429`) | the layer's `retry_after` |
 //! | store unavailable ([`Reason::StoreUnavailable`]) | `UNAVAILABLE` | 1 s |
 //! | lease lost ([`Reason::LeaseLost`]) | `ABORTED` | 1 s |
+//! | the client is shutting down ([`Reason::ShuttingDown`]) | `UNAVAILABLE` | 1 s |
 //! | idempotent request in flight ([`Reason::InFlight`]) | `ABORTED` | the layer's wait |
 //! | missing, invalid or unusable key, no scope ([`Reason::MissingScope`]) | `INVALID_ARGUMENT` | none |
 //! | cost or body too large ([`Reason::CostTooLarge`], [`Reason::BodyTooLarge`]) | `RESOURCE_EXHAUSTED` | none |
@@ -186,6 +187,9 @@ pub use rendered::Rendered;
 use crate::extract::InvalidKey;
 use crate::retry_after;
 
+/// What a refusal for [`Reason::ShuttingDown`] tells the client, whichever layer refused.
+const SHUTTING_DOWN: &str = "this server is shutting down; try again";
+
 /// Why a layer answered a request itself instead of calling the inner service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -242,6 +246,11 @@ pub enum Reason {
     /// [`IdempotencyLayer`](crate::IdempotencyLayer) keeps: it is not run again, and there is
     /// nothing to replay (`409`).
     ResponseNotKept,
+    /// The layer's client is shutting down ([`distlock::Client::close`] or
+    /// [`distlock::Client::shutdown`]): it takes no new lease, so this instance takes no new
+    /// request that needs one (`503` with `Retry-After: 1`, for another instance to take).
+    /// Requests already running finish under the leases they hold.
+    ShuttingDown,
 }
 
 impl Reason {
@@ -249,7 +258,7 @@ impl Reason {
     /// `lock-busy`, `at-capacity`, `missing-key`, `invalid-key`, `unusable-key`,
     /// `store-unavailable`, `lease-lost`, `cost-too-large`, `internal`, `in-flight`,
     /// `key-reused`, `body-too-large`, `missing-scope`, `outcome-unknown`,
-    /// `response-not-kept`.
+    /// `response-not-kept`, `shutting-down`.
     #[must_use]
     pub fn code(&self) -> &'static str {
         match self {
@@ -269,6 +278,7 @@ impl Reason {
             Self::MissingScope => "missing-scope",
             Self::OutcomeUnknown => "outcome-unknown",
             Self::ResponseNotKept => "response-not-kept",
+            Self::ShuttingDown => "shutting-down",
         }
     }
 }
@@ -440,7 +450,8 @@ impl Refusal {
             | LockError::Timeout { name, .. }
             | LockError::LeaseLost { name, .. }
             | LockError::MaxHoldReached { name }
-            | LockError::PermitsExceeded { name, .. } => Some(Arc::from(name.as_str())),
+            | LockError::PermitsExceeded { name, .. }
+            | LockError::ShuttingDown { name } => Some(Arc::from(name.as_str())),
             _ => None,
         };
         let mut refusal = Self::lock_error_by(err, StatusCode::LOCKED);
@@ -463,6 +474,7 @@ impl Refusal {
             LockError::InvalidName(_) => (Reason::UnusableKey, status_code(mapped.code)),
             LockError::Store(_) => (Reason::StoreUnavailable, status_code(mapped.code)),
             LockError::LeaseLost { .. } => (Reason::LeaseLost, status_code(mapped.code)),
+            LockError::ShuttingDown { .. } => (Reason::ShuttingDown, status_code(mapped.code)),
             _ => (Reason::Internal, status_code(mapped.code)),
         };
         let mut refusal = Self::new(RefusedBy::Lock, reason, status).with_error(err);
@@ -526,6 +538,11 @@ impl Refusal {
             LockError::InvalidName(_) => (Reason::UnusableKey, status_code(mapped.code), None),
             LockError::Store(_) => (
                 Reason::StoreUnavailable,
+                status_code(mapped.code),
+                mapped.retry_after,
+            ),
+            LockError::ShuttingDown { .. } => (
+                Reason::ShuttingDown,
                 status_code(mapped.code),
                 mapped.retry_after,
             ),
@@ -647,6 +664,7 @@ impl Refusal {
             }
             (Reason::StoreUnavailable, false) => "lock store unavailable, try again later".into(),
             (Reason::LeaseLost, _) => "the lock was lost while handling this request".into(),
+            (Reason::ShuttingDown, _) => SHUTTING_DOWN.into(),
             (Reason::CostTooLarge, _) => {
                 "this request costs more than the rate limit ever allows at once".into()
             }
@@ -681,6 +699,7 @@ impl Refusal {
             }
             Reason::UnusableKey => "this request's idempotency key is invalid".into(),
             Reason::StoreUnavailable => "idempotency store unavailable, try again later".into(),
+            Reason::ShuttingDown => SHUTTING_DOWN.into(),
             Reason::MissingScope => {
                 "this request does not say who sends it, so its idempotency key cannot be used"
                     .into()
@@ -716,6 +735,7 @@ impl Refusal {
             Reason::LeaseLost => {
                 "the request's place in the concurrency limit was lost while handling it".into()
             }
+            Reason::ShuttingDown => SHUTTING_DOWN.into(),
             Reason::TooManyRequests
             | Reason::LockBusy
             | Reason::CostTooLarge
@@ -1228,6 +1248,9 @@ mod tests {
             },
             || LockError::UnsupportedStore {
                 reason: "not on a quorum",
+            },
+            || LockError::ShuttingDown {
+                name: "order:42".to_owned(),
             },
         ];
         let runtime = tokio::runtime::Builder::new_current_thread()

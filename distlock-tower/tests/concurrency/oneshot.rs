@@ -22,6 +22,7 @@ on_both_stores!(
     keys_missing_invalid_and_per_client,
     a_streaming_body_keeps_its_permit_until_it_ends,
     refusals_can_be_problem_documents,
+    a_closed_client_refuses_new_requests_while_in_flight_ones_finish,
 );
 
 async fn fence(permit: HeldPermit) -> String {
@@ -304,4 +305,35 @@ async fn a_quorum_client_is_refused_at_build() {
         .await
         .expect("connect");
     assert!(ConcurrencyLimitLayer::new(single, Constant::from_static("exports"), 2).is_ok());
+}
+
+/// Issue 44: once the client is closed for shutdown, a new request is `503` with
+/// `Retry-After`, while one in flight (its body still being read) keeps its permit and
+/// finishes.
+async fn a_closed_client_refuses_new_requests_while_in_flight_ones_finish(fx: Fixture) {
+    let app = app(layer(&fx, 2));
+    let in_flight = call(&app, "/").await;
+    assert_eq!(in_flight.status(), StatusCode::OK);
+    fx.client.close();
+    let refused = call(&app, "/").await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let refusal = refused
+        .extensions()
+        .get::<Refusal>()
+        .expect("refusal")
+        .clone();
+    assert_eq!(refusal.reason(), &Reason::ShuttingDown);
+    assert_eq!(
+        text(refused).await,
+        "this server is shutting down; try again\n"
+    );
+    let permit = in_flight
+        .extensions()
+        .get::<HeldPermit>()
+        .expect("held permit")
+        .clone();
+    assert!(!permit.is_lost(), "the permit in flight is kept");
+    let fence: u64 = text(in_flight).await.parse().expect("fence");
+    assert!(fence > 0);
 }

@@ -309,6 +309,7 @@ async fn on_memory() {
     behaves(Client::in_memory()).await;
     a_dropped_request_still_finishes_and_is_stored(Client::in_memory()).await;
     a_lost_claim_stops_its_handler(Client::in_memory()).await;
+    a_closed_client_takes_no_new_key(Client::in_memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,12 +318,38 @@ async fn on_redis() {
     behaves(connect(&server.url()).await).await;
     a_dropped_request_still_finishes_and_is_stored(connect(&server.url()).await).await;
     a_lost_claim_stops_its_handler(connect(&server.url()).await).await;
+    a_closed_client_takes_no_new_key(connect(&server.url()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster() {
     behaves(shared_cluster_client("idempotency").await).await;
     a_lost_claim_stops_its_handler(shared_cluster_client("idempotency-lost").await).await;
+}
+
+/// Issue 44: once the client is closed for shutdown, a request with a new key (whose claim
+/// would be a new lease) is refused with `503` and `Retry-After`, not run; a finished key is
+/// still replayed (no lease needed).
+async fn a_closed_client_takes_no_new_key(client: Client) {
+    let runs = Arc::new(AtomicU64::new(0));
+    let app = app(client.clone(), "closing", runs.clone());
+    let (first, first_body) = send(&app, post_with("/orders", Some("k1"), "1 seat")).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    client.close();
+    let (refused, body) = send(&app, post_with("/orders", Some("k2"), "1 seat")).await;
+    assert_eq!(
+        refused.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(body, b"this server is shutting down; try again\n");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run");
+    let (again, again_body) = send(&app, post_with("/orders", Some("k1"), "1 seat")).await;
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again_body, first_body);
 }
 
 /// Two namespaces on one store keep their records apart.

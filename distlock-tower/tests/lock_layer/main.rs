@@ -12,6 +12,7 @@ mod common;
 
 mod app;
 mod composed;
+mod drain;
 mod faults;
 mod handler_errors;
 mod health;

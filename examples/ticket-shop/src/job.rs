@@ -85,6 +85,11 @@ pub async fn run_forever(state: AppState, schedule: Schedule) {
     loop {
         let leadership = match election.campaign(state.settings.replica.clone()).await {
             Ok(leadership) => leadership,
+            // The replica is draining (`Client::shutdown` in main): it leads no more.
+            Err(distlock::LockError::ShuttingDown { .. }) => {
+                tracing::info!(job = JOB_NAME, "shutting down: no longer campaigning");
+                return;
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "campaign failed; trying again");
                 tokio::time::sleep(Duration::from_secs(1)).await;

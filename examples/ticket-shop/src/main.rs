@@ -77,6 +77,8 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         ),
     };
 
+    // Kept for the drain at the end: the app's state owns the other handle.
+    let client = locks.clone();
     let mut settings = Settings::new(config.seats, config.replica.clone());
     settings.trusted_proxies = config.trusted_proxies.clone();
     settings.console_token = config.console_token.clone();
@@ -106,12 +108,46 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         listener,
         app(state).into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown({
+        let client = client.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: finishing the requests in flight");
+            // From here no new lease: a request that still comes in on an open connection
+            // is answered 503 with Retry-After by the layers, for another replica to take;
+            // those in flight finish under the leases they hold.
+            client.close();
+        }
+    })
     .await;
+    drain(&client).await;
     job.abort();
     served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How long the drain may take to give the replica's leases back; what it could not give
+/// back by then expires with its ttl. Well inside the 30 s a container gets between SIGTERM
+/// and SIGKILL by default (Docker, Kubernetes).
+const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Gives back every lease the replica still holds (the job's leadership, a run of the job),
+/// so that another replica takes over at once instead of after their ttl; logs what it did.
+async fn drain(client: &distlock::Client) {
+    let report = client.shutdown(DRAIN_DEADLINE).await;
+    for lease in &report.released {
+        tracing::info!(name = %lease.name, kind = %lease.kind, fence = lease.fence, "released on shutdown");
+    }
+    for failed in &report.not_released {
+        tracing::warn!(name = %failed.lease.name, kind = %failed.lease.kind, error = %failed.error, "not released on shutdown; it expires with its ttl");
+    }
+    tracing::info!(
+        released = report.released.len(),
+        not_released = report.not_released.len(),
+        took_ms = report.took.as_millis(),
+        "drained"
+    );
 }
 
 /// Ctrl-C, or SIGTERM (what `docker stop` and Kubernetes send).

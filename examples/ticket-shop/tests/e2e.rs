@@ -723,3 +723,65 @@ async fn a_lazy_replica_starts_before_redis_and_sells_once_it_answers() {
     let sold = sold.unwrap_or_else(|| panic!("no sale once ready:\n{}", replica.log_text()));
     assert_eq!(sold["buyer"], "ada");
 }
+
+/// Waits up to `within` for a line of `replica`'s log that contains `needle`, and returns it.
+fn wait_for_log(replica: &Replica, needle: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(line) = replica
+            .log
+            .lock()
+            .expect("log")
+            .iter()
+            .find(|line| line.contains(needle))
+        {
+            return line.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in {}'s log within {within:?}:\n{}",
+            replica.name,
+            replica.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 44: the replica that leads the job drains on SIGTERM (axum's graceful shutdown, then
+/// `Client::shutdown`): it resigns, logs what it gave back and exits cleanly, and the other
+/// replica leads well before the election's ttl (10 s) would have let it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_drains_on_sigterm_and_the_other_replica_leads_at_once() {
+    let server = RedisServer::start();
+    let mut first = Replica::start("drain-a", ("REDIS_URL", server.url()));
+    wait_for_log(&first, "leading:", Duration::from_secs(20));
+    let second = Replica::start("drain-b", ("REDIS_URL", server.url()));
+    // The second campaigns (and waits on the release channel) once it has started.
+    let http = reqwest::Client::new();
+    wait_healthy(&http, &second).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !second.log_text().contains("leading:"),
+        "the first replica leads until it stops"
+    );
+
+    let signalled = Instant::now();
+    let sent = Command::new("kill")
+        .args(["-TERM", &first.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "SIGTERM: {sent:?}");
+    wait_for_log(&second, "leading:", Duration::from_secs(20));
+    let took_over = signalled.elapsed();
+    let status = first.child.wait().expect("the first replica exits");
+    assert!(status.success(), "{status:?}\n{}", first.log_text());
+    let drained = wait_for_log(&first, "drained", Duration::from_secs(1));
+    let resigned = wait_for_log(&first, "released on shutdown", Duration::from_secs(1));
+    eprintln!("after SIGTERM the second replica led in {took_over:?}; {drained}");
+    assert!(resigned.contains("election_term"), "{resigned}");
+    assert!(drained.contains("not_released=0"), "{drained}");
+    assert!(
+        took_over < Duration::from_secs(5),
+        "led {took_over:?} after SIGTERM: the election's ttl is 10 s"
+    );
+}

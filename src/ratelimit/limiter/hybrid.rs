@@ -242,6 +242,7 @@ impl RateLimiter {
             // Never served from a share: a share could not hold it.
             return self.check_exact(subject, cost).await;
         }
+
         loop {
             let (gate, stale) = match shares.take(subject, cost, Instant::now()) {
                 Local::Granted(decision) => {
@@ -256,6 +257,11 @@ impl RateLimiter {
                 Local::Refill { gate, stale } => (gate, stale),
             };
             self.give_back(vec![(subject.into(), stale)]);
+            if self.client.is_closed() {
+                // The client is shutting down: what is left of its shares still serves, but
+                // it leases no new one (the drain gives them back); the check is exact.
+                return self.check_exact(subject, cost).await;
+            }
             // One lease in flight per subject: a check that finds another one leasing waits
             // for it, then takes from what it leased, or leases itself.
             let leasing = gate.lock_owned().await;
@@ -342,6 +348,9 @@ impl RateLimiter {
     /// Nothing for a limiter built without
     /// [`hybrid`](crate::ratelimit::RateLimiterBuilder::hybrid). Failures are those of
     /// [`refund`](Self::refund); the units of a failed refund are not kept.
+    ///
+    /// [`Client::shutdown`](crate::Client::shutdown) does this for every hybrid limiter of
+    /// the client, and a closed client's limiters lease no new share: their checks are exact.
     pub async fn return_shares(&self) -> Result<u64, RateLimitError> {
         let Some(shares) = self.shared.hybrid.as_ref() else {
             return Ok(0);
@@ -358,5 +367,19 @@ impl RateLimiter {
             }
         }
         failed.map_or(Ok(returned), Err)
+    }
+}
+
+impl crate::core::HybridShares for RateLimiter {
+    fn abandoned(&self) -> bool {
+        // The registry's clone is the only one left.
+        Arc::strong_count(&self.shared) == 1
+    }
+
+    fn return_shares(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, RateLimitError>> + Send + '_>>
+    {
+        Box::pin(RateLimiter::return_shares(self))
     }
 }
