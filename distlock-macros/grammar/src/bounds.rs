@@ -66,14 +66,6 @@ impl fmt::Display for OutOfRange {
 
 impl std::error::Error for OutOfRange {}
 
-/// `value` if it is within `min..=max`.
-fn within(value: Duration, min: Duration, max: Duration) -> Result<Duration, OutOfRange> {
-    if (min..=max).contains(&value) {
-        Ok(value)
-    } else {
-        Err(OutOfRange { value, min, max })
-    }
-}
 
 /// A lease ttl within [`MIN_TTL`]`..=`[`MAX_TTL`]: the one check of that bound, whichever
 /// door the ttl came through.
@@ -90,7 +82,14 @@ fn within(value: Duration, min: Duration, max: Duration) -> Result<Duration, Out
 /// # Errors
 /// [`OutOfRange`] with the ttl and the range.
 pub fn check_ttl(ttl: Duration) -> Result<Duration, OutOfRange> {
-    within(ttl, MIN_TTL, MAX_TTL)
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Ok(ttl);
+    }
+    Err(OutOfRange {
+        value: ttl,
+        min: MIN_TTL,
+        max: MAX_TTL,
+    })
 }
 
 /// A lockout's block or memory within [`MIN_LOCKOUT`]`..=`[`MAX_PERIOD`].
@@ -98,7 +97,14 @@ pub fn check_ttl(ttl: Duration) -> Result<Duration, OutOfRange> {
 /// # Errors
 /// [`OutOfRange`] with the length and the range.
 pub fn check_lockout(length: Duration) -> Result<Duration, OutOfRange> {
-    within(length, MIN_LOCKOUT, MAX_PERIOD)
+    if (MIN_LOCKOUT..=MAX_PERIOD).contains(&length) {
+        return Ok(length);
+    }
+    Err(OutOfRange {
+        value: length,
+        min: MIN_LOCKOUT,
+        max: MAX_PERIOD,
+    })
 }
 
 #[cfg(test)]

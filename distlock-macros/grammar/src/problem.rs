@@ -105,8 +105,11 @@ impl fmt::Display for Problem {
 /// A rate or policy that is well formed but cannot work: the checks of distlock's `Rate` and
 /// `Policy` constructors, which call [`check_rate`](crate::check_rate),
 /// [`check_burst`](crate::check_burst) and [`check_policy`](crate::check_policy) for them.
+///
+/// Not `#[non_exhaustive]`: distlock maps every refusal into its `InvalidPolicy`, and pins
+/// this crate's exact version, so a new refusal is a compile error there rather than a
+/// fallback.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Refusal {
     /// A count of zero would deny everything.
     ZeroCount,
