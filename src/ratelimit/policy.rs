@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use distlock_grammar::{MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN};
-use distlock_grammar::{Problem, check_policy, check_policy_name, parse_policy};
+use distlock_grammar::{Problem, check_policy, parse_policy};
 
 use super::rate::{RateProblem, refused};
 use super::{Lockout, Rate};
@@ -397,9 +397,10 @@ impl Policy {
 }
 
 /// `name` if it is 1 to 64 characters of `A-Z a-z 0-9 . _ -` (it goes into keys and HTTP
-/// headers).
+/// headers): a name read on its own, from a configuration table.
+#[cfg(feature = "serde")]
 fn checked_name(name: String) -> Result<String, InvalidPolicy> {
-    check_policy_name(&name).map_err(refused)?;
+    distlock_grammar::check_policy_name(&name).map_err(refused)?;
     Ok(name)
 }
 

@@ -66,7 +66,6 @@ impl fmt::Display for OutOfRange {
 
 impl std::error::Error for OutOfRange {}
 
-
 /// A lease ttl within [`MIN_TTL`]`..=`[`MAX_TTL`]: the one check of that bound, whichever
 /// door the ttl came through.
 ///
