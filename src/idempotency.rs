@@ -318,7 +318,7 @@ impl Idempotency {
     /// # Errors
     /// [`IdempotencyError::InvalidInput`] outside [`MIN_TTL`]`..=`[`MAX_TTL`].
     pub fn lease_ttl(mut self, ttl: Duration) -> Result<Self, IdempotencyError> {
-        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+        if distlock_grammar::check_ttl(ttl).is_err() {
             return Err(IdempotencyError::InvalidInput {
                 reason: format!("a lease ttl of {ttl:?} is outside {MIN_TTL:?}..={MAX_TTL:?}"),
             });

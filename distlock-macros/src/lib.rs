@@ -82,7 +82,7 @@ use proc_macro::TokenStream;
 /// | argument | default | meaning |
 /// |---|---|---|
 /// | `key = "..."` | required | the lock's name, a template (below) |
-/// | `ttl = "30s"` | `"30s"` | the lease's time to live, a humantime duration, 10ms to 7 days |
+/// | `ttl = "30s"` | `"30s"` | the lease's time to live, a duration (`"500ms"`, `"1m 30s"`), 10ms to 7 days |
 /// | `wait = "5s"` | `"0s"` | how long to wait for a held lock; `"0s"` tries once |
 /// | `client = <expr>` | the default client | an expression of type `&distlock::Client` |
 /// | `watchdog = bool` | `true` | renew the lease every ttl/3 while the body runs |

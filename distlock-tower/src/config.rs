@@ -584,7 +584,7 @@ mod text_duration {
     ) -> Result<S::Ok, S::Error> {
         match value {
             Some(d) if *d == Duration::MAX => serializer.serialize_str("forever"),
-            Some(d) => serializer.collect_str(&humantime::format_duration(*d)),
+            Some(d) => serializer.collect_str(&distlock_grammar::DurationText(*d)),
             None => serializer.serialize_none(),
         }
     }
@@ -597,12 +597,14 @@ mod text_duration {
         if text == "forever" {
             return Ok(Some(Duration::MAX));
         }
-        humantime::parse_duration(text).map(Some).map_err(|e| {
-            D::Error::custom(format_args!(
-                "invalid duration {text:?} ({e}); write a number and a unit, e.g. \"250ms\", \
+        distlock_grammar::parse_duration(text)
+            .map(Some)
+            .map_err(|e| {
+                D::Error::custom(format_args!(
+                    "invalid duration {text:?} ({e}); write a number and a unit, e.g. \"250ms\", \
                  \"2s\" or \"1h 30min\""
-            ))
-        })
+                ))
+            })
     }
 }
 

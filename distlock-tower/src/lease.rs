@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use distlock::{Client, Lease, LeaseHandle, MAX_TTL, MIN_TTL};
+use distlock::{Client, Lease, LeaseHandle};
 use http::{Request, Response};
 use http_body::Body;
 use tower::Service;
@@ -98,13 +98,11 @@ impl<K, X> LeaseOptions<K, X> {
 
     /// The first setting the runtime would refuse at every request.
     pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        if !(MIN_TTL..=MAX_TTL).contains(&self.ttl) {
-            return Err(ConfigError::TtlOutOfRange {
-                ttl: self.ttl,
-                min: MIN_TTL,
-                max: MAX_TTL,
-            });
-        }
+        distlock_grammar::check_ttl(self.ttl).map_err(|range| ConfigError::TtlOutOfRange {
+            ttl: range.value,
+            min: range.min,
+            max: range.max,
+        })?;
         if self.max_hold.is_some_and(|max_hold| max_hold.is_zero()) {
             return Err(ConfigError::ZeroMaxHold);
         }

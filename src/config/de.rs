@@ -368,7 +368,8 @@ where
     })
 }
 
-/// A duration as text: `"250ms"`, `"2s"`, `"1h 30min"` (humantime's units).
+/// A duration as text: `"250ms"`, `"2s"`, `"1h 30min"` (the grammar of
+/// [`distlock_grammar::parse_duration`]).
 impl FieldValue for Duration {
     fn read<'de, D: Deserializer<'de>>(path: &str, deserializer: D) -> Result<Self, D::Error> {
         text(
@@ -384,7 +385,7 @@ impl FieldValue for Duration {
 const DURATION_LOOKS_LIKE: &str = "a duration such as \"250ms\", \"2s\" or \"1h 30min\"";
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| {
+    distlock_grammar::parse_duration(text.trim()).map_err(|e| {
         format!(
             "invalid duration {text:?} ({e}); write a number and a unit, e.g. {DURATION_EXAMPLES}"
         )

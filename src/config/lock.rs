@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use distlock_grammar::MAX_BACKOFF;
 use serde::de::{Deserialize, Deserializer, MapAccess};
 
 use super::InvalidField;
@@ -96,9 +97,6 @@ impl BackoffConfig {
     }
 }
 
-/// The largest sleep [`LockBuilder::retry_backoff`] accepts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-
 impl LockConfig {
     /// `lock` with every option this configuration sets; the others keep what `lock` has.
     pub fn apply(&self, mut lock: LockBuilder) -> LockBuilder {
@@ -182,15 +180,14 @@ impl LockConfig {
 
 /// A ttl within [`MIN_TTL`] and [`MAX_TTL`].
 fn check_ttl(ttl: &Duration) -> Result<(), String> {
-    if (MIN_TTL..=MAX_TTL).contains(ttl) {
-        Ok(())
-    } else {
-        Err(format!(
+    match distlock_grammar::check_ttl(*ttl) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
             "{} is out of range: a ttl is {} to {}",
             Shown(*ttl),
             Shown(MIN_TTL),
             Shown(MAX_TTL)
-        ))
+        )),
     }
 }
 
@@ -221,7 +218,7 @@ struct Shown(Duration);
 
 impl std::fmt::Display for Shown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        humantime::format_duration(self.0).fmt(f)
+        distlock_grammar::DurationText(self.0).fmt(f)
     }
 }
 

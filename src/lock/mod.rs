@@ -43,12 +43,7 @@ use crate::keys::LockKeys;
 use crate::store::{Capability, Replicas, Waits};
 use crate::token::Token;
 
-/// The shortest lease ttl accepted.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest lease ttl accepted (a lease should be renewed, not set for ever).
-pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The default lease ttl.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+pub use distlock_grammar::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 
 /// Options for one lock acquisition. Start with [`Client::lock`](crate::Client::lock).
 ///

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use distlock_grammar::MAX_BACKOFF;
+
 use super::context::LockContext;
 use super::state::Terms;
 use super::wait::{self, Acquired, BACKOFF_MAX, BACKOFF_MIN, Claim, OUTAGE_PATIENCE, Retry, Wait};
@@ -145,9 +147,6 @@ impl Options {
     }
 }
 
-/// The largest sleep `retry_backoff` accepts between two attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-
 fn invalid(reason: String) -> LockError {
     LockError::InvalidConfig { reason }
 }
@@ -155,12 +154,11 @@ fn invalid(reason: String) -> LockError {
 /// Refuses a lease ttl outside [`MIN_TTL`]`..=`[`MAX_TTL`] (the builders' and `extend`'s
 /// bounds).
 pub(crate) fn check_ttl(ttl: Duration) -> Result<(), LockError> {
-    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
-        return Ok(());
-    }
-    Err(invalid(format!(
-        "ttl {ttl:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}"
-    )))
+    distlock_grammar::check_ttl(ttl).map(drop).map_err(|_| {
+        invalid(format!(
+            "ttl {ttl:?} is out of range: it must be between {MIN_TTL:?} and {MAX_TTL:?}"
+        ))
+    })
 }
 
 /// The setters every lease builder shares, documented once; each builder keeps its options

@@ -42,11 +42,8 @@ use self::hybrid::Shares;
 #[cfg(feature = "test-util")]
 pub use self::test_hooks::TestOp;
 
-/// The longest a reservation may wait for its turn (366 days, the longest period).
-pub const MAX_WAIT: Duration = super::MAX_PERIOD;
+pub use distlock_grammar::{MAX_POLICIES, MAX_WAIT};
 
-/// The most policies one limiter combines (one key each, in one script).
-pub const MAX_POLICIES: usize = 8;
 /// The default size of the local deny cache, in subjects.
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
 /// The default longest time the deny cache answers from one denial: how soon a

@@ -7,18 +7,13 @@ use std::time::Duration;
 use super::MAX_PERIOD;
 use super::rate::write_span;
 use crate::error::InvalidPolicy;
+pub use distlock_grammar::{MAX_LOCKOUT_STEPS, MIN_LOCKOUT};
 
 #[cfg(feature = "serde")]
 pub(crate) use self::serde_impl::LockoutSeed;
 
-/// The most steps a [`Lockout`] has (the last one repeats for every later breach).
-pub const MAX_LOCKOUT_STEPS: usize = 8;
-
 /// How long breaches are remembered when [`Lockout::remember_for`] is not called: a day.
 pub const DEFAULT_LOCKOUT_MEMORY: Duration = Duration::from_secs(24 * 3600);
-
-/// The shortest block or memory window a [`Lockout`] accepts.
-pub const MIN_LOCKOUT: Duration = Duration::from_millis(1);
 
 /// Blocks a subject once it exceeds a [`Policy`](super::Policy)'s limit, longer with every
 /// breach it makes while the earlier ones are remembered: the standard recipe for logins and
@@ -105,7 +100,6 @@ impl Lockout {
 
     /// Itself if usable; otherwise why not, for the policy named `policy`.
     pub(super) fn checked(self, policy: &str) -> Result<Self, InvalidPolicy> {
-        let range = MIN_LOCKOUT..=MAX_PERIOD;
         if self.steps.is_empty() {
             return Err(InvalidPolicy::NoLockoutSteps {
                 policy: policy.to_owned(),
@@ -119,7 +113,7 @@ impl Lockout {
             });
         }
         for (i, &length) in self.steps.iter().enumerate() {
-            if !range.contains(&length) {
+            if distlock_grammar::check_lockout(length).is_err() {
                 return Err(InvalidPolicy::LockoutStep {
                     policy: policy.to_owned(),
                     step: i + 1,
@@ -139,7 +133,7 @@ impl Lockout {
                 });
             }
         }
-        if !range.contains(&self.memory) {
+        if distlock_grammar::check_lockout(self.memory).is_err() {
             return Err(InvalidPolicy::LockoutMemory {
                 policy: policy.to_owned(),
                 memory: self.memory,
@@ -180,7 +174,7 @@ impl fmt::Display for Lockout {
 #[cfg(feature = "serde")]
 mod serde_impl {
     //! A lockout as a table: `{ steps = ["1m", "5m", "1h"], remember = "24h" }` (durations
-    //! as humantime text; `remember` optional). Errors name the field (`steps[1]`).
+    //! as duration text; `remember` optional). Errors name the field (`steps[1]`).
 
     use std::fmt;
     use std::time::Duration;
@@ -191,7 +185,7 @@ mod serde_impl {
 
     use super::Lockout;
 
-    /// A duration as text humantime parses back, in the units of a rate (`"1min"`, `"1d"`).
+    /// A duration as text the duration grammar parses back, in the units of a rate (`"1min"`, `"1d"`).
     struct Span(Duration);
 
     impl Serialize for Span {
@@ -338,7 +332,7 @@ mod serde_impl {
         }
     }
 
-    /// One duration, as humantime text, at the field named.
+    /// One duration, as duration text (`distlock_grammar::parse_duration`), at the field named.
     struct SpanSeed<'a>(&'a str);
 
     impl<'de> DeserializeSeed<'de> for SpanSeed<'_> {
@@ -357,7 +351,7 @@ mod serde_impl {
         }
 
         fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
-            humantime::parse_duration(text.trim()).map_err(|e| {
+            distlock_grammar::parse_duration(text.trim()).map_err(|e| {
                 E::custom(format_args!(
                     "field `{}`: invalid duration {text:?} ({e}); write {DURATION}",
                     self.0

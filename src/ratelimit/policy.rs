@@ -6,16 +6,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::rate::{RateProblem, parse_rate};
+pub use distlock_grammar::{MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN};
+use distlock_grammar::{Problem, check_policy, parse_policy};
+
+use super::rate::{RateProblem, refused};
 use super::{Lockout, Rate};
 use crate::error::InvalidPolicy;
 use crate::store::{LockoutParams, PolicyParams, ScriptAlgorithm};
-
-/// The most requests per window a sliding log accepts (it stores one entry per request).
-pub const MAX_LOG_LIMIT: u32 = 10_000;
-
-/// The longest policy name, in bytes.
-pub const MAX_POLICY_NAME_LEN: usize = 64;
 
 /// How a [`Policy`] counts. All five run as one atomic script with one round trip on Redis,
 /// read time from the server, and give every key a ttl.
@@ -79,21 +76,16 @@ impl Algorithm {
     /// Whether `burst` means anything to this algorithm (it does for GCRA and the token
     /// bucket; window algorithms allow `count` per window).
     fn has_burst(self) -> bool {
-        matches!(self, Self::Gcra | Self::TokenBucket)
+        distlock_grammar::Algorithm::from(self).has_burst()
     }
 
     /// The name in configuration: [`name`](Self::name) with `-` for spaces
     /// (`"token-bucket"`). [`FromStr`] also takes `_` or spaces and ignores case.
     fn config_name(self) -> &'static str {
-        match self {
-            Self::Gcra => "gcra",
-            Self::TokenBucket => "token-bucket",
-            Self::FixedWindow => "fixed-window",
-            Self::SlidingWindow => "sliding-window",
-            Self::SlidingLog => "sliding-log",
-        }
+        distlock_grammar::Algorithm::from(self).config_name()
     }
 
+    #[cfg(test)]
     const ALL: [Self; 5] = [
         Self::Gcra,
         Self::TokenBucket,
@@ -109,14 +101,38 @@ impl FromStr for Algorithm {
     /// `gcra`, `token-bucket`, `fixed-window`, `sliding-window` or `sliding-log`; `_` or a
     /// space may stand for `-`, and case does not matter (`"Token bucket"`).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let wanted = super::text::kebab(text);
-        Self::ALL
-            .into_iter()
-            .find(|algorithm| algorithm.config_name() == wanted)
+        distlock_grammar::Algorithm::from_name(text)
+            .map(Self::from)
             .ok_or_else(|| ParsePolicyError {
                 input: text.to_owned(),
                 problem: PolicyProblem::Algorithm(text.trim().to_owned()),
             })
+    }
+}
+
+/// The two enums name the same algorithms: the grammar's is what text and the macros name.
+impl From<distlock_grammar::Algorithm> for Algorithm {
+    fn from(algorithm: distlock_grammar::Algorithm) -> Self {
+        use distlock_grammar::Algorithm as Text;
+        match algorithm {
+            Text::Gcra => Self::Gcra,
+            Text::TokenBucket => Self::TokenBucket,
+            Text::FixedWindow => Self::FixedWindow,
+            Text::SlidingWindow => Self::SlidingWindow,
+            Text::SlidingLog => Self::SlidingLog,
+        }
+    }
+}
+
+impl From<Algorithm> for distlock_grammar::Algorithm {
+    fn from(algorithm: Algorithm) -> Self {
+        match algorithm {
+            Algorithm::Gcra => Self::Gcra,
+            Algorithm::TokenBucket => Self::TokenBucket,
+            Algorithm::FixedWindow => Self::FixedWindow,
+            Algorithm::SlidingWindow => Self::SlidingWindow,
+            Algorithm::SlidingLog => Self::SlidingLog,
+        }
     }
 }
 
@@ -232,22 +248,8 @@ impl Policy {
         algorithm: Algorithm,
         rate: Rate,
     ) -> Result<Self, InvalidPolicy> {
-        let name = checked_name(name.into())?;
-        if !algorithm.has_burst() && rate.capacity() != rate.count() {
-            return Err(InvalidPolicy::BurstNotSupported {
-                policy: name,
-                algorithm: algorithm.name(),
-                burst: rate.capacity(),
-                count: rate.count(),
-            });
-        }
-        if algorithm == Algorithm::SlidingLog && rate.count() > MAX_LOG_LIMIT {
-            return Err(InvalidPolicy::LogTooLarge {
-                policy: name,
-                limit: rate.count(),
-                max: MAX_LOG_LIMIT,
-            });
-        }
+        let name = name.into();
+        check_policy(&name, algorithm.into(), rate.text()).map_err(refused)?;
         Ok(Self {
             name: name.into(),
             algorithm,
@@ -395,12 +397,10 @@ impl Policy {
 }
 
 /// `name` if it is 1 to 64 characters of `A-Z a-z 0-9 . _ -` (it goes into keys and HTTP
-/// headers).
+/// headers): a name read on its own, from a configuration table.
+#[cfg(feature = "serde")]
 fn checked_name(name: String) -> Result<String, InvalidPolicy> {
-    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if name.is_empty() || name.len() > MAX_POLICY_NAME_LEN || !name.chars().all(valid_char) {
-        return Err(InvalidPolicy::Name { name });
-    }
+    distlock_grammar::check_policy_name(&name).map_err(refused)?;
     Ok(name)
 }
 
@@ -434,36 +434,24 @@ impl FromStr for Policy {
             input: text.to_owned(),
             problem,
         };
-        // Names, algorithms and rates have no `:`, so a colon too many is in the name.
-        let (name, spec) = text
-            .rsplit_once(':')
-            .ok_or_else(|| fail(PolicyProblem::NoName))?;
-        // The algorithm is the words before the rate: the first word that starts with a digit.
-        let rate_at = spec
-            .char_indices()
-            .find(|&(i, c)| {
-                c.is_ascii_digit()
-                    && spec[..i]
-                        .chars()
-                        .next_back()
-                        .is_none_or(char::is_whitespace)
-            })
-            .map_or(spec.len(), |(i, _)| i);
-        let (algorithm, rate) = spec.split_at(rate_at);
-        let algorithm = if algorithm.trim().is_empty() {
-            Algorithm::default()
-        } else {
-            algorithm
-                .parse()
-                .map_err(|e: ParsePolicyError| fail(e.problem))?
-        };
-        let rate = parse_rate(rate).map_err(|problem| {
-            fail(PolicyProblem::Rate {
-                rate: rate.trim().to_owned(),
-                problem,
+        let policy = parse_policy(text).map_err(|err| {
+            fail(match (err.problem, err.rate) {
+                (Problem::NoName, _) => PolicyProblem::NoName,
+                (Problem::Algorithm(found), _) => PolicyProblem::Algorithm(found),
+                (Problem::Refused(refusal), _) => PolicyProblem::Invalid(refused(refusal)),
+                (problem, rate) => PolicyProblem::Rate {
+                    rate: rate.map_or("", |rate| &text[rate]).to_owned(),
+                    problem: RateProblem::from(problem),
+                },
             })
         })?;
-        Self::new(name.trim(), algorithm, rate).map_err(|e| fail(PolicyProblem::Invalid(e)))
+        // Checked by the grammar as the constructors check it, so this cannot fail.
+        Self::new(
+            policy.name,
+            policy.algorithm.into(),
+            Rate::from_text(policy.rate),
+        )
+        .map_err(|e| fail(PolicyProblem::Invalid(e)))
     }
 }
 

@@ -5,15 +5,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::error::InvalidPolicy;
+pub use distlock_grammar::{MAX_PERIOD, MIN_PERIOD};
+use distlock_grammar::{PeriodText, Problem, RateText, Refusal};
 
-/// The shortest period a [`Rate`] accepts.
-pub const MIN_PERIOD: Duration = Duration::from_millis(1);
-/// The longest period a [`Rate`] accepts (366 days). Longer quotas belong in a database.
-pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
-/// The longest a burst may take to refill (twice [`MAX_PERIOD`]). State lives at most this
-/// long in the store, and every timestamp stays an exact integer in Redis' Lua numbers.
-const MAX_REFILL: Duration = Duration::from_secs(2 * 366 * 24 * 3600);
+use super::Algorithm;
+use crate::error::InvalidPolicy;
 
 /// A rate: `count` requests per `period`, of which up to `burst` may go at once.
 ///
@@ -114,44 +110,37 @@ impl Rate {
 
     /// `count` per `period`, burst `count`.
     pub fn per(count: u32, period: Duration) -> Result<Self, InvalidPolicy> {
-        if count == 0 {
-            return Err(InvalidPolicy::Zero { what: "count" });
-        }
-        if !(MIN_PERIOD..=MAX_PERIOD).contains(&period) {
-            return Err(InvalidPolicy::Period {
-                period,
-                min: MIN_PERIOD,
-                max: MAX_PERIOD,
-            });
-        }
-        if u128::from(count) > period.as_micros() {
-            return Err(InvalidPolicy::TooFast { count, period });
-        }
-        Self {
+        distlock_grammar::check_rate(count, period).map_err(refused)?;
+        Ok(Self {
             count,
             period,
             burst: count,
-        }
-        .checked()
+        })
     }
 
     /// Sets the burst: how many requests may go at once (the bucket's capacity). At least 1.
     pub fn burst(self, burst: u32) -> Result<Self, InvalidPolicy> {
-        if burst == 0 {
-            return Err(InvalidPolicy::Zero { what: "burst" });
-        }
-        Self { burst, ..self }.checked()
+        distlock_grammar::check_burst(self.count, self.period, burst).map_err(refused)?;
+        Ok(Self { burst, ..self })
     }
 
-    fn checked(self) -> Result<Self, InvalidPolicy> {
-        let refill = u128::from(self.burst) * u128::from(self.interval_us());
-        if refill > MAX_REFILL.as_micros() {
-            return Err(InvalidPolicy::BurstTooLong {
-                burst: self.burst,
-                max: MAX_REFILL,
-            });
+    /// The rate the grammar parsed (and checked as [`per`](Self::per) and
+    /// [`burst`](Self::burst) check).
+    pub(crate) fn from_text(rate: RateText) -> Self {
+        Self {
+            count: rate.count,
+            period: rate.period,
+            burst: rate.burst,
         }
-        Ok(self)
+    }
+
+    /// The rate as the grammar's plain data, for its policy checks.
+    pub(crate) fn text(self) -> RateText {
+        RateText {
+            count: self.count,
+            period: self.period,
+            burst: self.burst,
+        }
     }
 
     /// Requests per period.
@@ -185,62 +174,56 @@ impl Rate {
     }
 
     pub(crate) fn interval_us(&self) -> u64 {
-        self.period_us().div_ceil(u64::from(self.count))
+        distlock_grammar::interval_us(self.count, self.period)
     }
 }
 
-/// Units of the text form: accepted spellings (lowercase) and their length. The first
-/// spelling is the one a rate prints with; [`fmt::Display`] picks the largest unit that
-/// divides the period.
-const UNITS: &[(&[&str], Duration)] = &[
-    (&["d", "day", "days"], Duration::from_secs(24 * 3600)),
-    (
-        &["h", "hr", "hrs", "hour", "hours"],
-        Duration::from_secs(3600),
-    ),
-    (
-        &["min", "m", "mins", "minute", "minutes"],
-        Duration::from_secs(60),
-    ),
-    (
-        &["s", "sec", "secs", "second", "seconds"],
-        Duration::from_secs(1),
-    ),
-    (
-        &["ms", "msec", "millisecond", "milliseconds"],
-        Duration::from_millis(1),
-    ),
-    (
-        &["us", "\u{b5}s", "\u{3bc}s", "microsecond", "microseconds"],
-        Duration::from_micros(1),
-    ),
-    (
-        &["ns", "nanosecond", "nanoseconds"],
-        Duration::from_nanos(1),
-    ),
-];
-
-/// A duration as a whole number of the largest unit that divides it, and that unit's name.
-fn span_parts(span: Duration) -> (u128, &'static str) {
-    let nanos = span.as_nanos();
-    let (spellings, unit) = UNITS
-        .iter()
-        .find(|(_, unit)| nanos.is_multiple_of(unit.as_nanos()))
-        .unwrap_or(&UNITS[UNITS.len() - 1]);
-    (nanos / unit.as_nanos(), spellings[0])
+/// The constructors' refusal as the error they return: the one place a [`Refusal`] of the
+/// grammar becomes an [`InvalidPolicy`].
+pub(crate) fn refused(refusal: Refusal) -> InvalidPolicy {
+    match refusal {
+        Refusal::ZeroCount => InvalidPolicy::Zero { what: "count" },
+        Refusal::ZeroBurst => InvalidPolicy::Zero { what: "burst" },
+        Refusal::Period { period } => InvalidPolicy::Period {
+            period,
+            min: MIN_PERIOD,
+            max: MAX_PERIOD,
+        },
+        Refusal::TooFast { count, period } => InvalidPolicy::TooFast { count, period },
+        Refusal::BurstTooLong { burst } => InvalidPolicy::BurstTooLong {
+            burst,
+            max: distlock_grammar::MAX_REFILL,
+        },
+        Refusal::Name { name } => InvalidPolicy::Name { name },
+        Refusal::BurstNotSupported {
+            name,
+            algorithm,
+            burst,
+            count,
+        } => InvalidPolicy::BurstNotSupported {
+            policy: name,
+            algorithm: Algorithm::from(algorithm).name(),
+            burst,
+            count,
+        },
+        Refusal::LogTooLarge { name, count } => InvalidPolicy::LogTooLarge {
+            policy: name,
+            limit: count,
+            max: super::MAX_LOG_LIMIT,
+        },
+    }
 }
 
 /// Writes a duration as a rate writes its period: `1min`, `90s`, `1d` (exact: down to `ns`).
 pub(crate) fn write_span(f: &mut fmt::Formatter<'_>, span: Duration) -> fmt::Result {
-    let (n, name) = span_parts(span);
-    write!(f, "{n}{name}")
+    fmt::Display::fmt(&PeriodText(span), f)
 }
 
 impl fmt::Display for Rate {
     /// `count/unit`, `count per Nunit`, then ` burst b` when the burst differs from the count:
     /// text that [`FromStr`] parses back to an equal rate.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match span_parts(self.period) {
+        match PeriodText(self.period).parts() {
             (1, name) => write!(f, "{}/{name}", self.count)?,
             (n, name) => write!(f, "{} per {n}{name}", self.count)?,
         }
@@ -263,124 +246,12 @@ impl FromStr for Rate {
     }
 }
 
-/// Parses a whole rate; the error says what is wrong without repeating the text.
+/// Parses a whole rate (the grammar's); the error says what is wrong without repeating the
+/// text.
 pub(crate) fn parse_rate(text: &str) -> Result<Rate, RateProblem> {
-    let tokens = tokenize(text)?;
-    let mut tokens = tokens.iter().copied().peekable();
-    let count = match tokens.next() {
-        None => return Err(RateProblem::Empty),
-        Some(t) if t.kind == TokenKind::Number => number(t.text)?,
-        Some(t) => return Err(RateProblem::ExpectedCount(t.text.to_owned())),
-    };
-    match tokens.next() {
-        Some(t) if t.kind == TokenKind::Slash || t.is_word("per") => {}
-        None => return Err(RateProblem::NoPeriod),
-        Some(t) => return Err(RateProblem::ExpectedPer(t.text.to_owned())),
-    }
-    let multiple = match tokens.next_if(|t| t.kind == TokenKind::Number) {
-        Some(t) => number(t.text)?,
-        None => 1,
-    };
-    let unit = match tokens.next() {
-        Some(t) if t.kind == TokenKind::Word => unit(t.text)?,
-        None => return Err(RateProblem::NoUnit),
-        Some(t) => return Err(RateProblem::Unit(t.text.to_owned())),
-    };
-    // At most u32::MAX days: far from overflowing a Duration.
-    let mut rate = Rate::per(count, unit * multiple).map_err(RateProblem::Invalid)?;
-    if tokens.next_if(|t| t.is_word("burst")).is_some() {
-        rate = match tokens.next() {
-            Some(t) if t.kind == TokenKind::Number => {
-                rate.burst(number(t.text)?).map_err(RateProblem::Invalid)?
-            }
-            None => return Err(RateProblem::NoBurst),
-            Some(t) => return Err(RateProblem::ExpectedBurst(t.text.to_owned())),
-        };
-    }
-    match tokens.next() {
-        None => Ok(rate),
-        Some(t) => Err(RateProblem::Trailing(text[t.at..].trim_end().to_owned())),
-    }
-}
-
-/// One piece of a rate's text.
-#[derive(Debug, Clone, Copy)]
-struct Token<'a> {
-    kind: TokenKind,
-    text: &'a str,
-    /// Byte offset of `text` in the whole text.
-    at: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TokenKind {
-    /// Digits, perhaps with `_` between them.
-    Number,
-    /// Letters: a unit or a keyword.
-    Word,
-    /// `/`.
-    Slash,
-}
-
-impl Token<'_> {
-    fn is_word(self, keyword: &str) -> bool {
-        self.kind == TokenKind::Word && self.text.eq_ignore_ascii_case(keyword)
-    }
-}
-
-fn tokenize(text: &str) -> Result<Vec<Token<'_>>, RateProblem> {
-    let mut tokens = Vec::new();
-    let mut chars = text.char_indices().peekable();
-    while let Some((at, c)) = chars.next() {
-        let kind = if c.is_whitespace() {
-            continue;
-        } else if c.is_ascii_digit() {
-            TokenKind::Number
-        } else if c.is_alphabetic() {
-            TokenKind::Word
-        } else if c == '/' {
-            TokenKind::Slash
-        } else {
-            return Err(RateProblem::Character(c));
-        };
-        let mut end = at + c.len_utf8();
-        if kind != TokenKind::Slash {
-            let continues = |c: char| match kind {
-                TokenKind::Number => c.is_ascii_digit() || c == '_',
-                _ => c.is_alphabetic(),
-            };
-            while let Some((i, next)) = chars.next_if(|&(_, next)| continues(next)) {
-                end = i + next.len_utf8();
-            }
-        }
-        tokens.push(Token {
-            kind,
-            text: &text[at..end],
-            at,
-        });
-    }
-    Ok(tokens)
-}
-
-/// A count: digits with optional single `_` between them, up to `u32::MAX`. Zero is left to
-/// the constructors, which say which part may not be zero.
-fn number(digits: &str) -> Result<u32, RateProblem> {
-    if digits.ends_with('_') || digits.contains("__") {
-        return Err(RateProblem::Number(digits.to_owned()));
-    }
-    digits
-        .replace('_', "")
-        .parse()
-        .map_err(|_| RateProblem::Number(digits.to_owned()))
-}
-
-fn unit(word: &str) -> Result<Duration, RateProblem> {
-    let lower = word.to_lowercase();
-    UNITS
-        .iter()
-        .find(|(spellings, _)| spellings.contains(&lower.as_str()))
-        .map(|&(_, unit)| unit)
-        .ok_or_else(|| RateProblem::Unit(word.to_owned()))
+    distlock_grammar::parse_rate(text)
+        .map(Rate::from_text)
+        .map_err(|err| RateProblem::from(err.problem))
 }
 
 /// Why a text is not a [`Rate`]: what was wrong, and what the [text form](Rate#text-form)
@@ -427,63 +298,25 @@ impl std::error::Error for ParseRateError {}
 /// context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RateProblem {
-    Empty,
-    Character(char),
-    ExpectedCount(String),
-    Number(String),
-    NoPeriod,
-    ExpectedPer(String),
-    NoUnit,
-    Unit(String),
-    NoBurst,
-    ExpectedBurst(String),
-    Trailing(String),
+    /// Not a rate: the grammar's problem, which says what was expected.
+    Text(Problem),
+    /// Well formed, but refused as the constructors refuse it.
     Invalid(InvalidPolicy),
 }
 
-/// What a rate looks like, for messages.
-const EXAMPLES: &str = "\"100/s\", \"1000/h burst 50\", \"10 per 2s\"";
+impl From<Problem> for RateProblem {
+    fn from(problem: Problem) -> Self {
+        match problem {
+            Problem::Refused(refusal) => Self::Invalid(refused(refusal)),
+            problem => Self::Text(problem),
+        }
+    }
+}
 
 impl fmt::Display for RateProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Empty => write!(
-                f,
-                "it is empty; write `<count>/<period> [burst <n>]`, e.g. {EXAMPLES}"
-            ),
-            Self::Character(c) => write!(
-                f,
-                "unexpected {c:?}; a rate is `<count>/<period> [burst <n>]`, e.g. {EXAMPLES}"
-            ),
-            Self::ExpectedCount(found) => write!(
-                f,
-                "it starts with `{found}` instead of a count; write `<count>/<period>`, e.g. \
-                 {EXAMPLES}"
-            ),
-            Self::Number(found) => {
-                write!(f, "`{found}` is not a whole number from 0 to {}", u32::MAX)
-            }
-            Self::NoPeriod => write!(
-                f,
-                "no period; write `<count>/<period>` or `<count> per <period>`, e.g. {EXAMPLES}"
-            ),
-            Self::ExpectedPer(found) => {
-                write!(f, "expected `/` or `per` after the count, found `{found}`")
-            }
-            Self::NoUnit => write!(
-                f,
-                "the period has no unit; use ms, s, min, h or d (`10 per 2s`)"
-            ),
-            Self::Unit(found) => write!(f, "unknown unit `{found}`; use ms, s, min, h or d"),
-            Self::NoBurst => write!(f, "`burst` needs a number after it (`burst 20`)"),
-            Self::ExpectedBurst(found) => write!(
-                f,
-                "expected the burst's number after `burst`, found `{found}`"
-            ),
-            Self::Trailing(found) => write!(
-                f,
-                "unexpected `{found}` after the period; only `burst <n>` may follow"
-            ),
+            Self::Text(problem) => problem.fmt(f),
             Self::Invalid(invalid) => invalid.fmt(f),
         }
     }

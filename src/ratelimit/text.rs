@@ -1,15 +1,9 @@
 //! The text forms of the rate-limit settings: how a name is compared, and how a setting that
 //! is text in a configuration file deserialises.
 
-/// `text`'s words (split at white space, `-` and `_`) joined by `-`, in lower case: the form
-/// an algorithm or outage policy name is compared in (`"Token bucket"` is `token-bucket`).
-pub(super) fn kebab(text: &str) -> String {
-    let words: Vec<&str> = text
-        .split(|c: char| c.is_whitespace() || c == '-' || c == '_')
-        .filter(|word| !word.is_empty())
-        .collect();
-    words.join("-").to_ascii_lowercase()
-}
+// `text`'s words (split at white space, `-` and `_`) joined by `-`, in lower case: the form
+// an algorithm or outage policy name is compared in (`"Token bucket"` is `token-bucket`).
+pub(super) use distlock_grammar::kebab;
 
 #[cfg(feature = "serde")]
 pub(super) use parsed::deserialize_parsed;

@@ -549,12 +549,3 @@ async fn mut_self_method_runs_under_the_lock(store: Fixture) {
     fences.dedup();
     assert_eq!(fences.len(), 20, "every append had its own lease");
 }
-
-/// The macro rejects out-of-range ttls at compile time with its own copy of these bounds (a
-/// proc-macro crate cannot depend on the runtime's constants): change both together.
-#[test]
-fn compile_time_ttl_bounds_match_the_runtime() {
-    assert_eq!(distlock::MIN_TTL, Duration::from_millis(10));
-    assert_eq!(distlock::MAX_TTL, Duration::from_secs(7 * 24 * 3600));
-    assert_eq!(distlock::DEFAULT_TTL, Duration::from_secs(30));
-}

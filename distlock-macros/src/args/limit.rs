@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use distlock_grammar::{MAX_LOCKOUT_STEPS, MAX_POLICIES, MAX_WAIT, check_lockout};
 use proc_macro2::{Span, TokenStream};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, Lit, LitStr, UnOp};
@@ -31,19 +32,6 @@ pub(crate) const GRAMMAR: Grammar = Grammar {
     example,
     key_names: "rate-limit subject",
 };
-
-// Copies of the runtime's constants (a proc-macro crate cannot use them); the tests at the
-// end of this file check that they agree.
-/// The most policies one limiter combines (`distlock::ratelimit::MAX_POLICIES`).
-const MAX_POLICIES: usize = 8;
-/// The longest wait for a turn (`distlock::ratelimit::MAX_WAIT`, 366 days).
-const MAX_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
-/// The most blocks a lockout escalates through (`distlock::ratelimit::MAX_LOCKOUT_STEPS`).
-const MAX_LOCKOUT_STEPS: usize = 8;
-/// The shortest block or memory (`distlock::ratelimit::MIN_LOCKOUT`).
-const MIN_LOCKOUT: Duration = Duration::from_millis(1);
-/// The longest block or memory (`distlock::ratelimit::MAX_PERIOD`, 366 days).
-const MAX_LOCKOUT: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// What a call does when a policy denies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,13 +334,12 @@ fn parse_lockout(value: &Expr) -> syn::Result<Vec<Duration>> {
 /// A lockout's block or memory: 1 ms to 366 days.
 fn parse_lockout_length(value: &Expr, name: &str) -> syn::Result<Duration> {
     let length = parse_duration(&GRAMMAR, name, value)?;
-    if !(MIN_LOCKOUT..=MAX_LOCKOUT).contains(&length) {
-        return Err(syn::Error::new(
+    check_lockout(length).map_err(|_| {
+        syn::Error::new(
             value.span(),
             format!("`{name}` of {length:?} is out of range: it must be between 1ms and 366 days"),
-        ));
-    }
-    Ok(length)
+        )
+    })
 }
 
 /// `max_wait`: above zero, at most 366 days.
@@ -538,14 +525,5 @@ mod tests {
             first(quote!(policy = "a: 1/s", lockout_memory = "1h"))
                 .starts_with("`lockout_memory` has no effect without `lockout`")
         );
-    }
-
-    #[test]
-    fn constants_match_the_runtime() {
-        assert_eq!(MAX_POLICIES, distlock::ratelimit::MAX_POLICIES);
-        assert_eq!(MAX_WAIT, distlock::ratelimit::MAX_WAIT);
-        assert_eq!(MAX_LOCKOUT_STEPS, distlock::ratelimit::MAX_LOCKOUT_STEPS);
-        assert_eq!(MIN_LOCKOUT, distlock::ratelimit::MIN_LOCKOUT);
-        assert_eq!(MAX_LOCKOUT, distlock::ratelimit::MAX_PERIOD);
     }
 }

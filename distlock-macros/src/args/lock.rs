@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use distlock_grammar::{DEFAULT_TTL, DurationText, MAX_TTL, check_ttl};
 use proc_macro2::{Span, TokenStream};
 use syn::Expr;
 use syn::spanned::Spanned as _;
@@ -31,15 +32,6 @@ pub(crate) const GRAMMAR: Grammar = Grammar {
     example,
     key_names: "lock",
 };
-
-// Copies of the runtime's constants (a proc-macro crate cannot use them);
-// `tests/macro/semantics.rs` checks that they agree.
-/// The shortest ttl the runtime accepts (`distlock::MIN_TTL`).
-const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest ttl the runtime accepts (`distlock::MAX_TTL`).
-const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The default ttl (`distlock::DEFAULT_TTL`).
-const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 /// What a call does when the lock is held by someone else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,8 +122,8 @@ impl LockArgs {
                 format!(
                     "`min_hold` of {} is longer than `max_hold` of {}: the lock cannot be kept \
                      longer than it may be held",
-                    humantime::format_duration(min),
-                    humantime::format_duration(max)
+                    DurationText(min),
+                    DurationText(max)
                 ),
             ));
         }
@@ -180,12 +172,10 @@ fn example(name: &str) -> &'static str {
 
 fn parse_ttl(value: &Expr) -> syn::Result<Duration> {
     let ttl = parse_duration(&GRAMMAR, "ttl", value)?;
-    let out_of_range = if ttl < MIN_TTL {
-        "shorter than the 10ms minimum"
-    } else if ttl > MAX_TTL {
-        "longer than the 7 days maximum"
-    } else {
-        return Ok(ttl);
+    let out_of_range = match check_ttl(ttl) {
+        Ok(ttl) => return Ok(ttl),
+        Err(err) if err.is_below() => "shorter than the 10ms minimum",
+        Err(_) => "longer than the 7 days maximum",
     };
     Err(syn::Error::new(
         value.span(),
@@ -193,7 +183,7 @@ fn parse_ttl(value: &Expr) -> syn::Result<Duration> {
             "`ttl` of {} is {out_of_range}: the ttl must be between 10ms and 7 days (the \
              watchdog renews it while the body runs, so it only bounds how long a crashed \
              holder keeps the lock)",
-            humantime::format_duration(ttl)
+            DurationText(ttl)
         ),
     ))
 }
@@ -207,7 +197,7 @@ fn parse_min_hold(value: &Expr) -> syn::Result<Duration> {
             format!(
                 "`min_hold` of {} is longer than the 7 days maximum: the lock is kept by its \
                  key's expiry, which cannot be longer than the longest ttl",
-                humantime::format_duration(min)
+                DurationText(min)
             ),
         ));
     }

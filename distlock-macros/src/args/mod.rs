@@ -182,10 +182,11 @@ pub(crate) fn parse_key(grammar: &Grammar, value: &Expr) -> syn::Result<Key> {
     })
 }
 
-/// A humantime duration (`"30s"`, `"1m 30s"`, `"250ms"`); zero is allowed.
+/// A duration (`"30s"`, `"1m 30s"`, `"250ms"`: the grammar's, as in configuration); zero is
+/// allowed.
 pub(crate) fn parse_duration(grammar: &Grammar, name: &str, value: &Expr) -> syn::Result<Duration> {
     let lit = string_literal(grammar, name, value)?;
-    humantime::parse_duration(lit.value().trim()).map_err(|err| {
+    distlock_grammar::parse_duration(lit.value().trim()).map_err(|err| {
         syn::Error::new(
             lit.span(),
             format!(

@@ -42,7 +42,7 @@ use super::{
 };
 use crate::args::limit::{Cost, LimitArgs};
 use crate::item::{AnnotatedFn, Needs};
-use crate::policy::PolicyText;
+use crate::policy::{PolicyText, variant};
 
 /// What `#[rate_limit]` needs of the function.
 const NEEDS: Needs = Needs {
@@ -159,7 +159,7 @@ fn policy_spec(policy: &PolicyText, krate: &TokenStream) -> TokenStream {
         period,
         burst,
     } = policy;
-    let algorithm = format_ident!("{}", algorithm.variant());
+    let algorithm = format_ident!("{}", variant(*algorithm));
     let period = duration(*period, krate);
     quote! {
         #krate::__private::PolicySpec {

@@ -150,7 +150,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, Stri
         } else {
             Some(address("--http", &http)?)
         },
-        reload: humantime::parse_duration(&reload)
+        reload: distlock_grammar::parse_duration(&reload)
             .map_err(|e| format!("--reload {reload:?}: {e}"))?,
         settings,
         check,

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::idempotency::{DEFAULT_LEASE_TTL, Idempotency, MAX_RECORD_LEN, MAX_RECORD_TTL};
-use distlock::{Capability, Client, IdempotencyError, MAX_TTL, MIN_TTL};
+use distlock::{Capability, Client, IdempotencyError};
 use http::{HeaderName, Method, Request};
 
 use super::Idempotent;
@@ -363,7 +363,8 @@ impl<R> IdempotencyLayerBuilder<R> {
     /// [`scope_global`](Self::scope_global) was said,
     /// [`ConfigError::UnsupportedStore`] for a client whose locks go to a Redlock quorum,
     /// [`ConfigError::TtlOutOfRange`] for a lease ttl outside
-    /// [`MIN_TTL`]`..=`[`MAX_TTL`], [`ConfigError::InvalidHeaderName`], and
+    /// [`MIN_TTL`](distlock::MIN_TTL)`..=`[`MAX_TTL`](distlock::MAX_TTL),
+    /// [`ConfigError::InvalidHeaderName`], and
     /// [`ConfigError::InvalidSetting`] for a bad namespace, record ttl, `max_run`, body cap
     /// or stored header.
     pub fn build(self) -> Result<IdempotencyLayer<R>, ConfigError> {
@@ -371,13 +372,13 @@ impl<R> IdempotencyLayerBuilder<R> {
             return Err(ConfigError::NoScope);
         };
         self.client.supports(Capability::IdempotencyRecords)?;
-        if !(MIN_TTL..=MAX_TTL).contains(&self.lease_ttl) {
-            return Err(ConfigError::TtlOutOfRange {
-                ttl: self.lease_ttl,
-                min: MIN_TTL,
-                max: MAX_TTL,
-            });
-        }
+        distlock_grammar::check_ttl(self.lease_ttl).map_err(|range| {
+            ConfigError::TtlOutOfRange {
+                ttl: range.value,
+                min: range.min,
+                max: range.max,
+            }
+        })?;
         let invalid = |setting: &'static str, reason: String| {
             Err(ConfigError::InvalidSetting { setting, reason })
         };

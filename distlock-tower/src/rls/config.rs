@@ -529,7 +529,9 @@ fn limit(d: &YamlDescriptor, rl: &YamlRateLimit, full_key: &str) -> Result<Limit
         let steps = ext
             .lockout
             .iter()
-            .map(|s| humantime::parse_duration(s).map_err(|e| format!("lockout step {s:?}: {e}")))
+            .map(|s| {
+                distlock_grammar::parse_duration(s).map_err(|e| format!("lockout step {s:?}: {e}"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         first = first
             .with_lockout(Lockout::after_breach(steps))
