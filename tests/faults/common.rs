@@ -188,9 +188,12 @@ pub async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> Option<Duratio
 /// Acquires and releases a throw-away lock, so that every script is in the server's script
 /// cache (a later `EVALSHA` then runs at once instead of answering NOSCRIPT).
 pub async fn warm_up(client: &Client) {
+    // Eager, so that the acquire script is loaded (a lazy grant is a plain SET), then a lazy
+    // lease that mints, for the mint script.
     let lease = client
         .lock("warm-up")
         .ttl(Duration::from_secs(2))
+        .fenced()
         .acquire()
         .await
         .expect("warm-up acquire");
@@ -199,4 +202,12 @@ pub async fn warm_up(client: &Client) {
         .await
         .expect("warm-up extend");
     lease.release().await.expect("warm-up release");
+    let lazy = client
+        .lock("warm-up")
+        .ttl(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("warm-up acquire");
+    lazy.fence().await.expect("warm-up mint");
+    lazy.release().await.expect("warm-up release");
 }
