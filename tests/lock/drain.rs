@@ -81,9 +81,11 @@ async fn shutdown_refuses_lists_and_gives_back(fx: Fixture) {
             client
                 .job("drain:job")
                 .ttl(TTL)
-                .run(|lease| async move {
+                // A body that never ends by itself: only the drain can stop it (a body that
+                // awaited its own lost signal would race the run's stop and might finish).
+                .run(|_lease| async move {
                     let _ = job_started.send(());
-                    lease.lost().await;
+                    std::future::pending::<()>().await;
                 })
                 .await
         }

@@ -257,23 +257,24 @@ async fn a_node_that_restarts_empty_does_not_vote_for_a_second_holder() {
             .await
             .expect("granted on nodes 1-3")
     };
-    // The frozen nodes run the acquire's `SET NX` once they resume (a straggler's grant,
-    // which the lease does not count): take those copies away, so that the lease holds
-    // exactly the three it was granted on.
-    let key = a.__inspect().lock_key("restart").expect("name");
-    for node in &nodes[3..] {
-        let mut conn = node.conn().await;
-        let _: i64 = conn.del(&key).await.expect("DEL");
-    }
-    // Minted at once, while the lease holds its three copies.
+    // Minted at once, while the lease holds its copies.
     let first_fence = lease.fence().await.expect("fence");
-    assert_eq!(copies(&nodes, &a, "restart").await, 3);
     let renewals = a.__inspect().renewal_calls();
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.__inspect().renewal_calls() == renewals {
         assert!(Instant::now() < deadline, "the lease was never renewed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // The frozen nodes ran the acquire's `SET NX` once they resumed (a straggler's grant),
+    // and a renewal that finds a majority extends or heals the copies on them: take those
+    // copies away right after a renewal, so that the lease holds exactly the three it was
+    // granted on until its next renewal (which then finds too few to heal anything).
+    let key = a.__inspect().lock_key("restart").expect("name");
+    for node in &nodes[3..] {
+        let mut conn = node.conn().await;
+        let _: i64 = conn.del(&key).await.expect("DEL");
+    }
+    assert_eq!(copies(&nodes, &a, "restart").await, 3);
     nodes[2].restart();
     // A client that connects now has never seen node 3; it finds its boot value new.
     let c = quorum(&nodes, quarantine).await;
@@ -281,7 +282,12 @@ async fn a_node_that_restarts_empty_does_not_vote_for_a_second_holder() {
     // renewal finds only two copies, on nodes 1 and 2: not a majority, so it is reported
     // lost, which is Redlock's rule.)
     let mut tries = 0;
+    let lost_by = Instant::now() + TTL + Duration::from_secs(10);
     while !lease.is_lost() {
+        assert!(
+            Instant::now() < lost_by,
+            "the first lease, down to two copies, was never reported lost"
+        );
         tries += 1;
         for (who, client) in [("b", &b), ("c", &c)] {
             match client.lock("restart").ttl(TTL).acquire().await {
