@@ -549,7 +549,8 @@ async fn a_user_without_a_rule_gets_a_typed_no_permission_error() {
     let client = Client::connect(&servers.url())
         .await
         .expect("connect (the handshake needs no rule)");
-    match client.lock("noperm").acquire().await {
+    // An eager grant is a script (a lazy one is a plain SET, which this user may send).
+    match client.lock("noperm").fenced().acquire().await {
         Err(LockError::Store(StoreError::Refused {
             kind: RefusedKind::NoPermission,
             message,
