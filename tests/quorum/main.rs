@@ -268,7 +268,10 @@ async fn a_node_that_restarts_empty_does_not_vote_for_a_second_holder() {
     // The frozen nodes ran the acquire's `SET NX` once they resumed (a straggler's grant),
     // and a renewal that finds a majority extends or heals the copies on them: take those
     // copies away right after a renewal, so that the lease holds exactly the three it was
-    // granted on until its next renewal (which then finds too few to heal anything).
+    // granted on until its next renewal (which then finds too few to heal anything). The
+    // renewal is counted when sent: let it and its healing (bounded by the 50 ms per-node
+    // timeout) finish first, well before the next renewal 2 s on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let key = a.__inspect().lock_key("restart").expect("name");
     for node in &nodes[3..] {
         let mut conn = node.conn().await;
