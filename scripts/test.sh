@@ -263,6 +263,9 @@ if $check_only; then
   exit 0
 fi
 
+# One full run builds every test binary once: incremental caches would only double the
+# target directory (unless the caller chose otherwise).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo test --workspace --all-features "$@"
 # The core suites again, with the library logged in as an ACL user limited to the README's
 # rules (tests/support/server.rs, ACL_RUN_ENV): every lock, semaphore, read-write lock, job and
