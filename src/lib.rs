@@ -95,8 +95,8 @@ pub use lock::multi::{MAX_MULTI_LOCK, MultiHandle, MultiLease, MultiLockBuilder}
 pub use lock::rwlock::RwLockBuilder;
 pub use lock::semaphore::{MAX_PERMITS, SemaphoreBuilder};
 pub use lock::{
-    DEFAULT_TTL, Lease, LeaseHandle, LockBuilder, MAX_TTL, MIN_TTL, ReleaseOutcome, RunReport,
-    current_lease, safety_margin,
+    DEFAULT_TTL, InvalidOption, Lease, LeaseHandle, LockBuilder, LockOptions, MAX_TTL, MIN_TTL,
+    ReleaseOutcome, RunReport, current_lease, safety_margin,
 };
 pub use store::{Capability, StoreKind, Unsupported};
 

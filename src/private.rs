@@ -10,32 +10,11 @@ use std::time::Duration;
 use crate::client::ClientInner;
 use crate::client::{Client, default_client};
 use crate::error::{LockError, RateLimitError};
-use crate::lock::LockBuilder;
+use crate::lock::{LockBuilder, LockOptions};
 use crate::ratelimit::{Lockout, Policy, Rate, RateLimiter};
 
 pub use crate::ratelimit::Algorithm;
 pub use std::time::Duration as __Duration;
-
-/// The options of one `#[distributed_lock]`, fixed at compile time.
-#[derive(Debug, Clone, Copy)]
-pub struct LockSpec {
-    /// Lease ttl.
-    pub ttl: Duration,
-    /// How long to wait for a busy lock (`on_busy = wait`, with `wait = ...`).
-    pub wait: Duration,
-    /// `on_busy = error` or `skip`: do not wait for a busy lock, whatever `wait` says.
-    pub fail_if_busy: bool,
-    /// Renew while held.
-    pub watchdog: bool,
-    /// Join a lease on the same key held by an enclosing locked call in this task.
-    pub reentrant: bool,
-    /// Keep the lock at least this long after the grant (`LockBuilder::min_hold`).
-    pub min_hold: Option<Duration>,
-    /// Stop renewing after this long (`LockBuilder::max_hold`).
-    pub max_hold: Option<Duration>,
-    /// Mint the fence with the grant (`LockBuilder::fenced`).
-    pub fenced: bool,
-}
 
 /// Appends one placeholder value to a key, escaping `%` and `:` so that values cannot forge
 /// the template's separators: `"{a}:{b}"` with `a = "x:y", b = "z"` and with
@@ -72,15 +51,15 @@ pub fn push_key_part(key: &mut String, value: &dyn Display) {
 pub async fn run<T, E, Fut>(
     client: Option<Client>,
     key: String,
-    spec: LockSpec,
+    options: LockOptions,
     body: Fut,
 ) -> Result<T, E>
 where
     Fut: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    let builder = lock_builder(client.clone(), key.clone(), spec)?;
-    let once_more = || lock_builder(client, key, spec).map(|lock| lock.wait(Duration::ZERO));
+    let builder = lock_builder(client.clone(), key.clone(), options.clone())?;
+    let once_more = || lock_builder(client, key, options).map(|lock| lock.wait(Duration::ZERO));
     // The body runs under whichever attempt is granted; the first's closure is not called
     // when its wait times out, so the body is still here for the second.
     let mut body = Some(body);
@@ -116,7 +95,7 @@ where
 pub async fn run_or_skip<T, E, Fut>(
     client: Option<Client>,
     key: String,
-    spec: LockSpec,
+    options: LockOptions,
     body: Fut,
 ) -> Result<T, E>
 where
@@ -124,7 +103,7 @@ where
     E: From<LockError>,
     T: Skipped,
 {
-    match lock_builder(client, key, spec)?.run(|_lease| body).await {
+    match lock_builder(client, key, options)?.run(|_lease| body).await {
         Ok(result) => result,
         Err(LockError::Busy { name, retry_after }) => {
             tracing::debug!(
@@ -138,37 +117,17 @@ where
     }
 }
 
-/// The lock's builder with the spec's options, on `client` or the default client.
+/// The lock's builder with the macro's options, on `client` or the default client.
 fn lock_builder(
     client: Option<Client>,
     key: String,
-    spec: LockSpec,
+    options: LockOptions,
 ) -> Result<LockBuilder, LockError> {
     let client = match client {
         Some(client) => client,
         None => default_client().ok_or(LockError::NoDefaultClient)?,
     };
-    let wait = if spec.fail_if_busy {
-        Duration::ZERO
-    } else {
-        spec.wait
-    };
-    let mut lock = client
-        .lock(key)
-        .ttl(spec.ttl)
-        .wait(wait)
-        .watchdog(spec.watchdog)
-        .reentrant(spec.reentrant);
-    if let Some(min_hold) = spec.min_hold {
-        lock = lock.min_hold(min_hold);
-    }
-    if let Some(max_hold) = spec.max_hold {
-        lock = lock.max_hold(max_hold);
-    }
-    if spec.fenced {
-        lock = lock.fenced();
-    }
-    Ok(lock)
+    Ok(client.lock(key).options(options))
 }
 
 /// The `Ok` value of a call that `on_busy = skip` skipped: `()` for a function that returns

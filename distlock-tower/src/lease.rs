@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use distlock::{Client, Lease, LeaseHandle};
+use distlock::{Client, Lease, LeaseHandle, LockOptions};
 use http::{Request, Response};
 use http_body::Body;
 use tower::Service;
 
 use crate::config_error::ConfigError;
 use crate::extract::{ExtractKey, Extracted, MissingKey};
+use crate::holds::{HoldTimer, RecentHolds};
 use crate::lock::ResponseFuture;
 use crate::lock::body::{self, ResponseBody};
 use crate::readiness::InnerService;
@@ -47,10 +48,8 @@ pub(crate) struct LeaseOptions<K, X> {
     pub(crate) client: Client,
     /// Where a request's key comes from.
     pub(crate) extract: K,
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) watchdog: bool,
-    pub(crate) max_hold: Option<Duration>,
+    /// The lease's own options (ttl, wait, watchdog, maximum hold), checked by the runtime.
+    pub(crate) lease: LockOptions,
     pub(crate) missing_key: MissingKey,
     /// The name space of every name this layer takes (`<namespace>/<key>`).
     pub(crate) namespace: Arc<str>,
@@ -63,10 +62,7 @@ pub(crate) struct LeaseOptions<K, X> {
 impl<K, X: std::fmt::Debug> std::fmt::Debug for LeaseOptions<K, X> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseOptions")
-            .field("ttl", &self.ttl)
-            .field("wait", &self.wait)
-            .field("watchdog", &self.watchdog)
-            .field("max_hold", &self.max_hold)
+            .field("lease", &self.lease)
             .field("missing_key", &self.missing_key)
             .field("namespace", &self.namespace)
             .field("kind", &self.kind)
@@ -83,10 +79,11 @@ impl<K, X> LeaseOptions<K, X> {
             options: Self {
                 client,
                 extract,
-                ttl: distlock::DEFAULT_TTL,
-                wait: Duration::ZERO,
-                watchdog: true,
-                max_hold: Some(DEFAULT_MAX_HOLD),
+                // A request is answered `503` at the first store error rather than waiting
+                // out a failover.
+                lease: LockOptions::new()
+                    .max_hold(DEFAULT_MAX_HOLD)
+                    .store_patience(Duration::ZERO),
                 missing_key: MissingKey::default(),
                 namespace: Arc::from(DEFAULT_NAMESPACE),
                 kind,
@@ -98,15 +95,26 @@ impl<K, X> LeaseOptions<K, X> {
 
     /// The first setting the runtime would refuse at every request.
     pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        distlock_grammar::check_ttl(self.ttl).map_err(|range| ConfigError::TtlOutOfRange {
-            ttl: range.value,
-            min: range.min,
-            max: range.max,
-        })?;
-        if self.max_hold.is_some_and(|max_hold| max_hold.is_zero()) {
-            return Err(ConfigError::ZeroMaxHold);
-        }
+        self.lease
+            .check()
+            .map_err(|invalid| match invalid.field() {
+                "ttl" => ConfigError::TtlOutOfRange {
+                    ttl: self.lease.get_ttl(),
+                    min: distlock::MIN_TTL,
+                    max: distlock::MAX_TTL,
+                },
+                "max_hold" => ConfigError::ZeroMaxHold,
+                setting => ConfigError::InvalidSetting {
+                    setting,
+                    reason: invalid.reason().to_owned(),
+                },
+            })?;
         check_namespace(&self.namespace)
+    }
+
+    /// The lease's options for one attempt that waits up to `wait`.
+    pub(crate) fn lease_waiting(&self, wait: Duration) -> LockOptions {
+        self.lease.clone().wait(wait)
     }
 
     /// The name a request keyed `key` takes: `<namespace>/<key>`.
@@ -139,25 +147,6 @@ pub(crate) fn check_namespace(namespace: &str) -> Result<(), ConfigError> {
         reason: format!("{namespace:?} {reason}"),
     })
 }
-
-/// Sets the lease options on a runtime builder (`LockBuilder` or `SemaphoreBuilder`, which
-/// take the same setters), waiting up to `$wait`. A store that fails is answered with `503`
-/// at once, not retried for the wait.
-macro_rules! with_lease_options {
-    ($builder:expr, $options:expr, $wait:expr) => {{
-        let options = $options;
-        let builder = $builder
-            .ttl(options.ttl)
-            .wait($wait)
-            .store_patience(::std::time::Duration::ZERO)
-            .watchdog(options.watchdog);
-        match options.max_hold {
-            Some(max_hold) => builder.max_hold(max_hold),
-            None => builder,
-        }
-    }};
-}
-pub(crate) use with_lease_options;
 
 /// What a layer whose requests each hold a lease takes for a key, and how it tells about it
 /// (each layer's events keep their own target, fields and words): implemented by the lock
@@ -275,7 +264,7 @@ where
 {
     let mut inner = InnerService::Ready(readied);
     let grpc = is_grpc(request.headers());
-    if !config.options.wait.is_zero() {
+    if !config.options.lease.get_wait().is_zero() {
         inner.release_readiness();
     }
     // Never the key as it is: a request must not be able to name a lock the application or
@@ -339,69 +328,6 @@ where
         return Ok(response.map(ResponseBody::unlocked));
     }
     Ok(response.map(|b| ResponseBody::locked(b, lease, timer)))
-}
-
-/// How many of a layer's latest holds [`RecentHolds`] keeps.
-const RECENT_HOLDS: usize = 16;
-
-/// The durations of a layer's latest holds (from the grant to the release's start), kept
-/// without a lock: what a refused request is told to wait at most for a lease this layer's
-/// requests hold (see `LockLayerBuilder`'s `Retry-After`).
-#[derive(Debug, Default)]
-pub(crate) struct RecentHolds {
-    /// Microseconds plus one; 0 is an empty slot.
-    slots: [std::sync::atomic::AtomicU64; RECENT_HOLDS],
-    next: std::sync::atomic::AtomicUsize,
-}
-
-impl RecentHolds {
-    fn record(&self, held: Duration) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let at = self.next.fetch_add(1, Relaxed) % RECENT_HOLDS;
-        let micros = u64::try_from(held.as_micros()).unwrap_or(u64::MAX - 1);
-        self.slots[at].store(micros.saturating_add(1), Relaxed);
-    }
-
-    /// The longest of the latest holds, if any ended yet.
-    pub(crate) fn longest(&self) -> Option<Duration> {
-        let longest = self
-            .slots
-            .iter()
-            .map(|slot| slot.load(std::sync::atomic::Ordering::Relaxed))
-            .max()
-            .filter(|&m| m > 0)?;
-        Some(Duration::from_micros(longest - 1))
-    }
-}
-
-/// A hold in progress: its duration goes to the layer's [`RecentHolds`] when it is dropped
-/// (with the lease, when the response body ends or is dropped).
-pub(crate) struct HoldTimer {
-    started: std::time::Instant,
-    holds: Arc<RecentHolds>,
-}
-
-impl HoldTimer {
-    pub(crate) fn start(holds: &Arc<RecentHolds>) -> Self {
-        Self {
-            started: std::time::Instant::now(),
-            holds: Arc::clone(holds),
-        }
-    }
-}
-
-impl Drop for HoldTimer {
-    fn drop(&mut self) {
-        self.holds.record(self.started.elapsed());
-    }
-}
-
-impl std::fmt::Debug for HoldTimer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HoldTimer")
-            .field("started", &self.started)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The response for `refusal`, made by the layer's [`MakeRefusal`].

@@ -158,6 +158,7 @@ pub mod console;
 pub mod extract;
 #[cfg(feature = "axum")]
 pub mod health;
+mod holds;
 pub mod idempotency;
 mod lease;
 pub mod lock;

@@ -195,7 +195,7 @@ macro_rules! lease_option_setters {
             "mid-request keeps the ", $what, "."
         )]
         pub fn ttl(mut self, ttl: ::std::time::Duration) -> Self {
-            self.config.options.ttl = ttl;
+            self.config.options.lease = ::std::mem::take(&mut self.config.options.lease).ttl(ttl);
             self
         }
 
@@ -207,7 +207,7 @@ macro_rules! lease_option_setters {
             "any, still applies."
         )]
         pub fn wait(mut self, wait: ::std::time::Duration) -> Self {
-            self.config.options.wait = wait;
+            self.config.options.lease = ::std::mem::take(&mut self.config.options.lease).wait(wait);
             self
         }
 
@@ -217,7 +217,7 @@ macro_rules! lease_option_setters {
             "answered `503`."
         )]
         pub fn watchdog(mut self, on: bool) -> Self {
-            self.config.options.watchdog = on;
+            self.config.options.lease = ::std::mem::take(&mut self.config.options.lease).watchdog(on);
             self
         }
 
@@ -228,7 +228,8 @@ macro_rules! lease_option_setters {
             "the body then ends. Not zero (checked by `build`); `Duration::MAX` for no bound."
         )]
         pub fn max_hold(mut self, max_hold: ::std::time::Duration) -> Self {
-            self.config.options.max_hold = Some(max_hold);
+            self.config.options.lease =
+                ::std::mem::take(&mut self.config.options.lease).max_hold(max_hold);
             self
         }
 

@@ -3,14 +3,12 @@
 
 use std::time::Duration;
 
-use distlock_grammar::MAX_BACKOFF;
 use serde::de::{Deserialize, Deserializer, MapAccess};
 
-use super::InvalidField;
 use super::client::ReplicasConfig;
-use super::de::{OrForever, ReadTable, Table, above_zero, deserialize_table};
+use super::de::{OrForever, ReadTable, Table, deserialize_table};
 use crate::client::Client;
-use crate::lock::{LockBuilder, MAX_TTL, MIN_TTL};
+use crate::lock::{LockBuilder, LockOptions};
 
 /// A lock's options, each optional (unset: the [`LockBuilder`]'s default). Deserialises from
 /// a table whose fields are the builder's options; [`apply`](Self::apply) sets them on a
@@ -31,8 +29,10 @@ use crate::lock::{LockBuilder, MAX_TTL, MIN_TTL};
 /// | `fenced` | `true` or `false` (default): mint the fence with the grant | [`LockBuilder::fenced`] |
 ///
 /// The bounds that do not depend on the client's store are checked when the configuration is
-/// read, so a bad value stops the service at start-up rather than failing every acquire;
-/// whether the store can acknowledge replicas is the builder's to say, at `acquire`.
+/// read, by [`LockOptions::check`] (the one place they are checked), so a bad value stops the
+/// service at start-up rather than failing every acquire; whether the store can acknowledge
+/// replicas is the builder's to say, at `acquire`. [`options`](Self::options) gives the
+/// whole set as a [`LockOptions`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -141,85 +141,53 @@ impl LockConfig {
         self.apply(client.lock(name))
     }
 
-    /// The bounds [`LockBuilder::acquire`] checks that do not depend on the store, with the
-    /// same limits (the guide's [configuration](crate::guide::configuration#locks) table).
-    fn check(&self) -> Result<(), InvalidField> {
-        if let Some(ttl) = &self.ttl {
-            check_ttl(ttl).map_err(|reason| InvalidField::new("ttl", reason))?;
+    /// These options over the defaults: what [`LockBuilder::options`] takes, and what
+    /// [`LockOptions::check`] checks (as reading the configuration did).
+    pub fn options(&self) -> LockOptions {
+        let mut options = LockOptions::new();
+        if let Some(ttl) = self.ttl {
+            options = options.ttl(ttl);
         }
-        if let Some(max) = &self.max_hold {
-            above_zero(max).map_err(|reason| InvalidField::new("max_hold", reason))?;
+        if let Some(wait) = self.wait {
+            options = options.wait(wait);
         }
-        if let Some(min) = self.min_hold.filter(|min| !min.is_zero()) {
-            check_min_hold(&min).map_err(|reason| InvalidField::new("min_hold", reason))?;
-            if let Some(max) = self.max_hold
-                && min > max
-            {
-                return Err(InvalidField::new(
-                    "min_hold",
-                    format!("{} is longer than max_hold, {}", Shown(min), Shown(max)),
-                ));
-            }
+        if let Some(patience) = self.store_patience {
+            options = options.store_patience(patience);
         }
-        if let Some(replicas) = self.replicas.filter(|r| r.count > 0) {
-            let ttl = self.ttl.unwrap_or(crate::lock::DEFAULT_TTL);
-            if replicas.timeout >= ttl {
-                return Err(InvalidField::new(
-                    "replicas.timeout",
-                    format!(
-                        "{} is not below the ttl, {}",
-                        Shown(replicas.timeout),
-                        Shown(ttl)
-                    ),
-                ));
-            }
+        if let Some(on) = self.watchdog {
+            options = options.watchdog(on);
         }
-        Ok(())
+        if let Some(max_hold) = self.max_hold {
+            options = options.max_hold(max_hold);
+        }
+        if let Some(min_hold) = self.min_hold {
+            options = options.min_hold(min_hold);
+        }
+        if let Some(on) = self.reentrant {
+            options = options.reentrant(on);
+        }
+        if let Some(replicas) = self.replicas {
+            options = options.replicas(replicas.count, replicas.timeout);
+        }
+        if let Some(attempts) = self.max_attempts {
+            options = options.max_attempts(attempts);
+        }
+        if let Some(backoff) = self.retry_backoff {
+            options = options.retry_backoff(backoff.first, backoff.largest);
+        }
+        if let Some(on) = self.fenced {
+            options = options.fenced(on);
+        }
+        options
     }
 }
 
-/// A ttl within [`MIN_TTL`] and [`MAX_TTL`].
-fn check_ttl(ttl: &Duration) -> Result<(), String> {
-    match distlock_grammar::check_ttl(*ttl) {
-        Ok(_) => Ok(()),
-        Err(_) => Err(format!(
-            "{} is out of range: a ttl is {} to {}",
-            Shown(*ttl),
-            Shown(MIN_TTL),
-            Shown(MAX_TTL)
-        )),
-    }
-}
-
-/// `max_attempts`: 0 would never try.
-fn at_least_one(attempts: &u32) -> Result<(), String> {
-    if *attempts == 0 {
-        Err("0 would never try; 1 tries once".to_owned())
-    } else {
-        Ok(())
-    }
-}
-
-/// A `min_hold` no longer than [`MAX_TTL`].
-fn check_min_hold(min: &Duration) -> Result<(), String> {
-    if *min > MAX_TTL {
-        Err(format!(
-            "{} is longer than the longest ttl, {}",
-            Shown(*min),
-            Shown(MAX_TTL)
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-/// A duration as configuration writes it (`10ms`, `7days`).
-struct Shown(Duration);
-
-impl std::fmt::Display for Shown {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        distlock_grammar::DurationText(self.0).fmt(f)
-    }
+/// One option's value, checked by [`LockOptions::check`] alone (so the error points at the
+/// value); what depends on two fields is checked once the table is read.
+fn checked(options: LockOptions) -> Result<(), String> {
+    options
+        .check()
+        .map_err(|invalid| invalid.reason().to_owned())
 }
 
 impl<'de> Deserialize<'de> for LockConfig {
@@ -251,18 +219,30 @@ impl ReadTable for LockConfig {
         let mut config = Self::default();
         while let Some(key) = table.next_key(map)? {
             match key {
-                "ttl" => config.ttl = Some(table.value_checked(map, key, check_ttl)?),
+                "ttl" => {
+                    config.ttl = Some(table.value_checked(map, key, |ttl: &Duration| {
+                        checked(LockOptions::new().ttl(*ttl))
+                    })?);
+                }
                 "wait" => config.wait = Some(table.value::<OrForever, _>(map, key)?.0),
                 "store_patience" => config.store_patience = Some(table.value(map, key)?),
                 "watchdog" => config.watchdog = Some(table.value(map, key)?),
-                "max_hold" => config.max_hold = Some(table.value_checked(map, key, above_zero)?),
+                "max_hold" => {
+                    config.max_hold = Some(table.value_checked(map, key, |max: &Duration| {
+                        checked(LockOptions::new().max_hold(*max))
+                    })?);
+                }
                 "min_hold" => {
-                    config.min_hold = Some(table.value_checked(map, key, check_min_hold)?);
+                    config.min_hold = Some(table.value_checked(map, key, |min: &Duration| {
+                        checked(LockOptions::new().min_hold(*min))
+                    })?);
                 }
                 "reentrant" => config.reentrant = Some(table.value(map, key)?),
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 "max_attempts" => {
-                    config.max_attempts = Some(table.value_checked(map, key, at_least_one)?);
+                    config.max_attempts = Some(table.value_checked(map, key, |n: &u32| {
+                        checked(LockOptions::new().max_attempts(*n))
+                    })?);
                 }
                 "retry_backoff" => config.retry_backoff = Some(table.value(map, key)?),
                 "fenced" => config.fenced = Some(table.value(map, key)?),
@@ -270,6 +250,7 @@ impl ReadTable for LockConfig {
             }
         }
         config
+            .options()
             .check()
             .map_err(|invalid| table.error(invalid.field(), invalid.reason()))?;
         Ok(config)
@@ -294,27 +275,18 @@ impl ReadTable for BackoffConfig {
         let mut largest = None;
         while let Some(key) = table.next_key(map)? {
             match key {
-                "first" => first = Some(table.value_checked(map, key, above_zero)?),
+                "first" => first = Some(table.value::<Duration, _>(map, key)?),
                 "largest" => largest = Some(table.value::<Duration, _>(map, key)?),
                 _ => return Err(table.unhandled(key)),
             }
         }
-        let first: Duration = first.ok_or_else(|| table.missing("first"))?;
+        let first = first.ok_or_else(|| table.missing("first"))?;
         let largest = largest.ok_or_else(|| table.missing("largest"))?;
-        if largest > MAX_BACKOFF {
+        if let Err(invalid) = LockOptions::new().retry_backoff(first, largest).check() {
+            let field = invalid.field();
             return Err(table.error(
-                "largest",
-                format!("{} is longer than {}", Shown(largest), Shown(MAX_BACKOFF)),
-            ));
-        }
-        if first > largest {
-            return Err(table.error(
-                "first",
-                format!(
-                    "{} is longer than largest, {}",
-                    Shown(first),
-                    Shown(largest)
-                ),
+                field.strip_prefix("retry_backoff.").unwrap_or(field),
+                invalid.reason(),
             ));
         }
         Ok(Self { first, largest })

@@ -33,14 +33,15 @@ use self::handoff::Handed;
 use self::hold::{Hold, release_in_background};
 pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome};
 use self::metrics::Primitive;
-use self::options::{Options, lease_options};
+use self::options::lease_options;
+pub use self::options::{InvalidOption, LockOptions};
 use self::state::{Grant, LeaseState, Terms};
 pub use self::timing::safety_margin;
 use self::wait::{Attempt, Claim};
 use crate::drain::LeaseKind;
 use crate::error::{InvalidName, LockError};
 use crate::keys::LockKeys;
-use crate::store::{Capability, Replicas, Waits};
+use crate::store::{Capability, Waits};
 use crate::token::Token;
 
 pub use distlock_grammar::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
@@ -56,8 +57,7 @@ pub struct LockBuilder {
     client: LockContext,
     /// The lock's keys, built once with the builder (an invalid name fails `acquire`).
     keys: Result<LockKeys, InvalidName>,
-    options: Options,
-    reentrant: bool,
+    options: LockOptions,
     /// What the lease is, as the client lists it: a lock, or an election's term or a job's
     /// run built on one.
     kind: LeaseKind,
@@ -65,13 +65,11 @@ pub struct LockBuilder {
 
 impl LockBuilder {
     pub(crate) fn new(client: LockContext, name: String) -> Self {
-        let options = Options::new(client.core());
         let keys = client.core().lock_keys_of(name);
         Self {
             client,
             keys,
-            options,
-            reentrant: false,
+            options: LockOptions::new(),
             kind: LeaseKind::Lock,
         }
     }
@@ -94,11 +92,19 @@ impl LockBuilder {
     /// [replica acknowledgement](crate::guide::guarantees#replica-acknowledgement) for what
     /// this buys, what it costs and what it does not buy.
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
-        self.options.replicas = (count > 0).then_some(Replicas { count, timeout });
+        self.options = self.options.replicas(count, timeout);
         self
     }
 
-    lease_options!();
+    lease_options!(options);
+
+    /// Every option at once, as a service keeps them (from a configuration file's
+    /// [`LockConfig::options`](crate::config::LockConfig::options), say): replaces what
+    /// earlier setters set; later setters change single options again.
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
 
     /// Keeps the lock at least this long after it was granted, even once released: a
     /// release before then does not free the key but sets its expiry to what remains, and
@@ -109,7 +115,7 @@ impl LockBuilder {
     /// new expiry at their next attempt. At most [`MAX_TTL`], and not longer than
     /// [`max_hold`](Self::max_hold) (which wins); zero means none.
     pub fn min_hold(mut self, min_hold: Duration) -> Self {
-        self.options.min_hold = Some(min_hold);
+        self.options = self.options.min_hold(min_hold);
         self
     }
 
@@ -126,7 +132,7 @@ impl LockBuilder {
     /// ordered together: see the guide's
     /// [fencing tokens](crate::guide::guarantees#fencing-tokens).
     pub fn fenced(mut self) -> Self {
-        self.options.fenced = true;
+        self.options = self.options.fenced(true);
         self
     }
 
@@ -134,7 +140,7 @@ impl LockBuilder {
     /// same client, join that lease instead of waiting for it (default off here; on in
     /// `#[distributed_lock]`).
     pub fn reentrant(mut self, on: bool) -> Self {
-        self.reentrant = on;
+        self.options = self.options.reentrant(on);
         self
     }
 
@@ -192,7 +198,7 @@ impl LockBuilder {
     /// [`acquire`](Self::acquire) once the options are checked.
     async fn acquire_validated(self, keys: LockKeys, terms: Terms) -> Result<Lease, LockError> {
         let span = tracing::debug_span!("distlock.acquire", lock = %keys.name);
-        let identity = self.options.identity(self.client.core());
+        let identity = self.options.identity_on(self.client.core());
         async {
             let mut claim = LockClaim {
                 client: &self.client,
@@ -271,7 +277,7 @@ impl LockBuilder {
     {
         let (keys, terms) = self.validate()?;
         let client_id = self.client.core().id();
-        if self.reentrant
+        if self.options.reentrant
             && let Some(outer) = reentrant::find(client_id, &keys.lock)
         {
             outer.ensure_held()?;

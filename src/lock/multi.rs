@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::context::LockContext;
 use super::hold::{Hold, release_hold_in_background};
 use super::metrics::Primitive;
-use super::options::{Options, lease_options};
+use super::options::{LockOptions, lease_options};
 use super::state::{Grant, LeaseState, Terms};
 use super::wait::{Attempt, Claim};
 use super::{Lease, LeaseHandle, ReleaseOutcome};
@@ -62,14 +62,12 @@ pub const MAX_MULTI_LOCK: usize = 64;
 pub struct MultiLockBuilder {
     client: LockContext,
     names: Vec<String>,
-    options: Options,
+    options: LockOptions,
 }
 
 impl MultiLockBuilder {
     pub(crate) fn new(client: LockContext, names: Vec<String>) -> Self {
-        let mut options = Options::new(client.core());
-        // Replica acknowledgement is for single locks only.
-        options.replicas = None;
+        let options = LockOptions::new().shared_only();
         Self {
             client,
             names,
@@ -77,7 +75,7 @@ impl MultiLockBuilder {
         }
     }
 
-    lease_options!();
+    lease_options!(options);
 
     /// The locks' keys, sorted by key and without repeats.
     fn validate(&self) -> Result<(Vec<LockKeys>, Terms), LockError> {
@@ -111,7 +109,7 @@ impl MultiLockBuilder {
         let (keys, terms) = self.validate()?;
         let groups = self.client.store().groups(&keys);
         let mut claim = MultiClaim {
-            identity: self.options.identity(self.client.core()),
+            identity: self.options.identity_on(self.client.core()),
             client: &self.client,
             keys,
             groups,

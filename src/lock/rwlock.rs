@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::context::LockContext;
 use super::hold::Hold;
 use super::metrics::Primitive;
-use super::options::{Options, lease_options};
+use super::options::{LockOptions, lease_options};
 use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
 use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
@@ -61,14 +61,12 @@ use crate::token::Token;
 pub struct RwLockBuilder {
     client: LockContext,
     name: String,
-    options: Options,
+    options: LockOptions,
 }
 
 impl RwLockBuilder {
     pub(crate) fn new(client: LockContext, name: String) -> Self {
-        let mut options = Options::new(client.core());
-        // Replica acknowledgement is for locks only.
-        options.replicas = None;
+        let options = LockOptions::new().shared_only();
         Self {
             client,
             name,
@@ -76,7 +74,7 @@ impl RwLockBuilder {
         }
     }
 
-    lease_options!();
+    lease_options!(options);
 
     fn validate(&self) -> Result<(RwKeys, Terms), LockError> {
         let keys = self.client.core().rw_keys(&self.name)?;
@@ -108,7 +106,7 @@ impl RwLockBuilder {
 
     async fn take(self, side: Side) -> Result<Lease, LockError> {
         let (keys, terms) = self.validate()?;
-        let identity = self.options.identity(self.client.core());
+        let identity = self.options.identity_on(self.client.core());
         let mut claim = RwClaim {
             client: &self.client,
             keys,

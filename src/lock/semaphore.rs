@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::context::LockContext;
 use super::hold::Hold;
 use super::metrics::Primitive;
-use super::options::{Options, lease_options};
+use super::options::{LockOptions, lease_options};
 use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
 use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
@@ -60,23 +60,29 @@ pub struct SemaphoreBuilder {
     client: LockContext,
     name: String,
     permits: u32,
-    options: Options,
+    options: LockOptions,
 }
 
 impl SemaphoreBuilder {
     pub(crate) fn new(client: LockContext, name: String, permits: u32) -> Self {
-        let mut options = Options::new(client.core());
-        // Replica acknowledgement is for locks only.
-        options.replicas = None;
         Self {
             client,
             name,
             permits,
-            options,
+            options: LockOptions::new().shared_only(),
         }
     }
 
-    lease_options!();
+    lease_options!(options);
+
+    /// Every option a permit takes at once (see [`LockOptions`]): ttl, wait, watchdog,
+    /// maximum hold, store patience, attempts, backoff and identity. A lock's own options
+    /// (replica acknowledgement, minimum hold, reentrancy, an eager fence) do not apply to a
+    /// permit and are ignored. Replaces what earlier setters set.
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options.shared_only();
+        self
+    }
 
     fn validate(&self, count: u32) -> Result<(SetKeys, Terms), LockError> {
         let keys = self.client.core().semaphore_keys(&self.name)?;
@@ -125,7 +131,7 @@ impl SemaphoreBuilder {
     /// [`LockError::Timeout`], [`LockError::Store`] and [`LockError::InvalidName`].
     pub async fn acquire_n(self, count: u32) -> Result<Lease, LockError> {
         let (keys, terms) = self.validate(count)?;
-        let identity = self.options.identity(self.client.core());
+        let identity = self.options.identity_on(self.client.core());
         let mut claim = PermitsClaim {
             client: &self.client,
             keys,

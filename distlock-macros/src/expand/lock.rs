@@ -11,7 +11,8 @@
 //! ```text
 //! let __distlock_key: String = { "order:" + escaped `id` };
 //! let __distlock_client: Option<Client> = None;
-//! ::distlock::__private::run(__distlock_client, __distlock_key, LockSpec { ttl: 10s, .. },
+//! ::distlock::__private::run(__distlock_client, __distlock_key,
+//!     ::distlock::LockOptions::new().ttl(10s).wait(0s)...,
 //!     async move {
 //!         if false { return unreachable_output::<Result<Receipt, AppError>>(); }
 //!         BODY
@@ -78,32 +79,37 @@ fn generate(args: &LockArgs, func: &AnnotatedFn) -> TokenStream {
     )
 }
 
-/// The `LockSpec` literal.
+/// The lock's [`LockOptions`](https://docs.rs/distlock/latest/distlock/struct.LockOptions.html)
+/// value: every argument through the runtime's own setters (`on_busy = error` or `skip` do
+/// not wait, whatever `wait` says).
 fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
     let ttl = duration(args.ttl, krate);
-    let wait = duration(args.wait, krate);
-    let fail_if_busy = args.on_busy != OnBusy::Wait;
+    let wait = duration(
+        if args.on_busy == OnBusy::Wait {
+            args.wait
+        } else {
+            std::time::Duration::ZERO
+        },
+        krate,
+    );
     let (watchdog, reentrant, fenced) = (args.watchdog, args.reentrant, args.fenced);
-    let optional = |d: Option<std::time::Duration>| match d {
-        Some(d) => {
-            let d = duration(d, krate);
-            quote!(::core::option::Option::Some(#d))
-        }
-        None => quote!(::core::option::Option::None),
-    };
-    let min_hold = optional(args.min_hold);
-    let max_hold = optional(args.max_hold);
+    let min_hold = args.min_hold.map(|d| {
+        let d = duration(d, krate);
+        quote!(.min_hold(#d))
+    });
+    let max_hold = args.max_hold.map(|d| {
+        let d = duration(d, krate);
+        quote!(.max_hold(#d))
+    });
     quote! {
-        #krate::__private::LockSpec {
-            ttl: #ttl,
-            wait: #wait,
-            fail_if_busy: #fail_if_busy,
-            watchdog: #watchdog,
-            reentrant: #reentrant,
-            min_hold: #min_hold,
-            max_hold: #max_hold,
-            fenced: #fenced,
-        }
+        #krate::LockOptions::new()
+            .ttl(#ttl)
+            .wait(#wait)
+            .watchdog(#watchdog)
+            .reentrant(#reentrant)
+            #min_hold
+            #max_hold
+            .fenced(#fenced)
     }
 }
 
@@ -188,14 +194,17 @@ mod tests {
                 Ok(())
             }
         );
+        // `on_busy = error` and `skip` do not wait (a `wait` beside them is refused).
+        let no_wait = ". wait (:: distlock :: __private :: __Duration :: new (0u64 , 0u32))";
+        let two_s = ". wait (:: distlock :: __private :: __Duration :: new (2u64 , 0u32))";
         let skip = expand_ok(quote!(key = "k", on_busy = skip), item.clone());
         assert!(skip.contains("__private :: run_or_skip ("), "{skip}");
-        assert!(skip.contains("fail_if_busy : true"), "{skip}");
+        assert!(skip.contains(no_wait), "{skip}");
         let error = expand_ok(quote!(key = "k", on_busy = error), item.clone());
         assert!(error.contains("__private :: run ("), "{error}");
-        assert!(error.contains("fail_if_busy : true"), "{error}");
-        let wait = expand_ok(quote!(key = "k"), item);
-        assert!(wait.contains("fail_if_busy : false"), "{wait}");
+        assert!(error.contains(no_wait), "{error}");
+        let wait = expand_ok(quote!(key = "k", wait = "2s"), item);
+        assert!(wait.contains(two_s), "{wait}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::HeldPermit;
 use super::layer::{Config, Limiting};
 use super::{ResponseBody, ResponseFuture};
 use crate::extract::MissingKey;
-use crate::lease::{LeaseKind, LeaseOptions, with_lease_options};
+use crate::lease::{LeaseKind, LeaseOptions};
 use crate::refusal::{PlainText, Refusal, RefusedBy};
 
 /// Middleware that lets at most N requests per key be in flight across every replica, each
@@ -33,7 +33,7 @@ impl LeaseKind for Limiting {
         key: &str,
     ) -> Result<Lease, Refusal> {
         let semaphore = options.client.semaphore(key, options.kind.permits());
-        let semaphore = with_lease_options!(semaphore, options, options.wait);
+        let semaphore = semaphore.options(options.lease.clone());
         let acquired = semaphore.acquire().await;
         if let Some(adaptive) = &options.kind.adaptive
             && matches!(

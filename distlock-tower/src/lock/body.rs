@@ -9,7 +9,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::task::JoinHandle;
 
-use crate::lease::HoldTimer;
+use crate::holds::HoldTimer;
 
 pin_project! {
     /// Response body of [`Lock`](super::Lock): the inner service's body, owning the lease
@@ -256,7 +256,7 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
-    use crate::lease::RecentHolds;
+    use crate::holds::RecentHolds;
 
     /// A timer for a layer nobody asks about.
     fn timer() -> HoldTimer {

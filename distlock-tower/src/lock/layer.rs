@@ -196,7 +196,7 @@ mod tests {
                 builder()
                     .ttl(ttl)
                     .build()
-                    .map(|l| l.config.options.ttl)
+                    .map(|l| l.config.options.lease.get_ttl())
                     .ok(),
                 Some(ttl)
             );
@@ -207,11 +207,11 @@ mod tests {
         );
         let one = Duration::from_nanos(1);
         assert_eq!(
-            builder()
-                .max_hold(one)
-                .build()
-                .ok()
-                .and_then(|l| l.config.options.max_hold),
+            builder().max_hold(one).build().ok().and_then(|l| l
+                .config
+                .options
+                .lease
+                .get_max_hold()),
             Some(one)
         );
     }

@@ -6,7 +6,7 @@ use distlock::{Lease, LeaseHandle, LockError};
 use super::layer::{Config, Locking};
 use super::{HeldLock, ResponseBody, ResponseFuture};
 use crate::extract::MissingKey;
-use crate::lease::{LeaseKind, LeaseOptions, with_lease_options};
+use crate::lease::{LeaseKind, LeaseOptions};
 use crate::refusal::{PlainText, Refusal, RefusedBy};
 
 /// Middleware that runs each request under a distributed lock named by the request's key,
@@ -36,14 +36,17 @@ impl LeaseKind for Locking {
         key: &str,
     ) -> Result<Lease, Refusal> {
         let lock = |wait: Duration| {
-            let lock = with_lease_options!(options.client.lock(key), options, wait);
+            let lock = options
+                .client
+                .lock(key)
+                .options(options.lease_waiting(wait));
             if options.kind.fenced {
                 lock.fenced()
             } else {
                 lock
             }
         };
-        let result = match lock(options.wait).acquire().await {
+        let result = match lock(options.lease.get_wait()).acquire().await {
             // A timed-out wait does not say how long the holder has left; one more try does,
             // and takes the lock if it has just come free.
             Err(LockError::Timeout { .. }) => lock(Duration::ZERO).acquire().await,

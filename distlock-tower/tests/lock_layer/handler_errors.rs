@@ -212,9 +212,13 @@ async fn every_500_is_logged_once_at_error() {
         (
             "/job/rendered",
             500,
-            "min_hold 60s is longer than max_hold 1s",
+            "min_hold: 1m is longer than max_hold, 1s",
         ),
-        ("/job/plain", 500, "min_hold 60s is longer than max_hold 1s"),
+        (
+            "/job/plain",
+            500,
+            "min_hold: 1m is longer than max_hold, 1s",
+        ),
         ("/held", 500, "is the route behind a LockLayer?"),
         (
             "/permit",
