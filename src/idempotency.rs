@@ -263,6 +263,24 @@ impl Claim {
     }
 }
 
+// The constructor lives here, beside what it builds, so that the client does not import
+// this module (which holds a client): no circle.
+impl Client {
+    /// The idempotency keys of `namespace` (1 to 64 characters of `[A-Za-z0-9._-]`): run a
+    /// key's first request once and give its stored outcome to the duplicates. See
+    /// [`idempotency`](crate::idempotency).
+    ///
+    /// # Errors
+    /// [`IdempotencyError::UnsupportedStore`] when locks go to a Redlock quorum;
+    /// [`IdempotencyError::InvalidInput`] for a bad namespace.
+    pub fn idempotency(
+        &self,
+        namespace: impl Into<String>,
+    ) -> Result<Idempotency, IdempotencyError> {
+        Idempotency::new(self.clone(), namespace.into())
+    }
+}
+
 /// Idempotency keys of one namespace; from [`Client::idempotency`](crate::Client::idempotency).
 /// Cheap to clone.
 #[derive(Clone, Debug)]

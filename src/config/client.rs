@@ -479,7 +479,7 @@ impl ReadTable for ClientConfig {
                 }
                 "prefix" => {
                     config.prefix = Some(table.value_checked(map, key, |prefix: &String| {
-                        crate::client::check_prefix(prefix)
+                        crate::client::builder::check_prefix(prefix)
                     })?);
                 }
                 "response_timeout" => {
