@@ -177,7 +177,7 @@ impl Election {
                 .ttl(self.inner.ttl)
                 .wait_forever()
                 .fenced()
-                .listed_as(crate::drain::LeaseKind::ElectionTerm);
+                .listed_as(crate::lock::kind::LeaseKind::ElectionTerm);
             // The lock names the candidate too (`Client::lock_state`), where the identity is
             // one a holder may carry; any other keeps the client's.
             if crate::holder::check_identity(&identity).is_ok() {

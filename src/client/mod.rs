@@ -209,8 +209,8 @@ impl Client {
 
     /// Starts building the leader election `name` (the lock of the same name underneath);
     /// see the guide's [leader election](crate::guide::coordination#leader-election).
-    pub fn election(&self, name: impl Into<String>) -> crate::ElectionBuilder {
-        crate::ElectionBuilder::new(self.locks().clone(), name.into())
+    pub fn election(&self, name: impl Into<String>) -> crate::election::ElectionBuilder {
+        crate::election::ElectionBuilder::new(self.locks().clone(), name.into())
     }
 
     /// Starts a scheduled job's run under the lock `name` (the same lock as

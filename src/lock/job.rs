@@ -53,7 +53,7 @@ pub struct JobBuilder {
 impl JobBuilder {
     pub(crate) fn new(client: LockContext, name: String) -> Self {
         Self {
-            lock: LockBuilder::new(client, name).listed_as(crate::drain::LeaseKind::JobRun),
+            lock: LockBuilder::new(client, name).listed_as(crate::lock::kind::LeaseKind::JobRun),
         }
     }
 

@@ -16,12 +16,12 @@ use tokio::time::Instant;
 
 use super::context::LockContext;
 use super::hold::{Hold, release_hold_in_background};
+use super::kind::LeaseKind;
 use super::metrics::Primitive;
 use super::options::{LockOptions, lease_options};
 use super::state::{Grant, LeaseState, Terms};
 use super::wait::{Attempt, Claim};
 use super::{Lease, LeaseHandle, ReleaseOutcome};
-use crate::drain::LeaseKind;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::store::{AllReply, Store, Waits};

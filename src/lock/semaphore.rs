@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use super::context::LockContext;
 use super::hold::Hold;
+use super::kind::LeaseKind;
 use super::metrics::Primitive;
 use super::options::{LockOptions, lease_options};
 use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
 use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
-use crate::drain::LeaseKind;
 use crate::error::LockError;
 use crate::keys::SetKeys;
 use crate::store::{PermitsItem, Waits};

@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::hold::Hold;
+use super::kind::LeaseKind;
 use super::metrics::LeaseMetrics;
 use super::timing::{OpGate, Timing};
-use crate::drain::LeaseKind;
 use crate::error::LossReason;
 use crate::keys::LockKeys;
 use crate::store::{Replicas, Store};

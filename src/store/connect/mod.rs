@@ -323,7 +323,7 @@ pub(crate) async fn check_version<C: redis::aio::ConnectionLike + Send>(
 /// Whether `major.minor[.patch]` is at least [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION);
 /// an unparsable version is given the benefit of the doubt.
 fn version_supported(version: &str) -> bool {
-    match parse_version(crate::MIN_REDIS_VERSION) {
+    match parse_version(crate::error::MIN_REDIS_VERSION) {
         Some(need) => at_least(version, need),
         None => true,
     }
