@@ -53,7 +53,12 @@ quorum (only when named or with --quorum): quorum_lock_seq quorum_lock_parallel
 bloom (only when named): bloom_contains_many (Bloom filter lookups, 1000 items per call)
 rate-limit service (only when named): rls_one_descriptor rls_many_descriptors (Envoy's
   ShouldRateLimit over gRPC on loopback, 64 callers, one descriptor value or 1,000; raw is one
-  GCRA EVALSHA per request with no service in between)";
+  GCRA EVALSHA per request with no service in between)
+drain (only when named): a process holding --ops leases (100) and leading an election stops;
+  release_all_ms = until it gave them back, lock_ms (p50/p99) = until another process waiting
+  on one of the locks holds it, leader_ms = until that process leads (ttl 30 s, what they
+  would wait without a drain); raw tracks its keys, deletes them on stop, and its waiter
+  polls every millisecond";
 
 #[derive(Debug)]
 pub struct Args {

@@ -17,6 +17,7 @@ mod bloom;
 mod chart;
 mod cli;
 mod cluster;
+mod drain;
 mod layer;
 mod ratelimit;
 mod raw;

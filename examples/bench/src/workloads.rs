@@ -62,6 +62,9 @@ pub enum Workload {
     RlsOneDescriptor,
     /// The same, requests spread over 1,000 descriptors (only when named).
     RlsManyDescriptors,
+    /// A process holding 100 leases and leading stops: how long until it gave them back,
+    /// and until another process holds one of its locks and leads (only when named).
+    Drain,
 }
 
 impl Workload {
@@ -89,13 +92,14 @@ impl Workload {
     ];
 
     /// Run only when named (CI's smoke run counts the default set's lines).
-    pub const EXTRA: [Workload; 6] = [
+    pub const EXTRA: [Workload; 7] = [
         Self::SemaphoreUncontended,
         Self::SemaphoreContended,
         Self::BloomContainsMany,
         Self::RatelimitHybrid,
         Self::RlsOneDescriptor,
         Self::RlsManyDescriptors,
+        Self::Drain,
     ];
     /// Run only when named, or with `--quorum`. Locks only: a quorum client refuses rate limits.
     pub const QUORUM: [Workload; 2] = [Self::QuorumLockSeq, Self::QuorumLockParallel];
@@ -124,6 +128,7 @@ impl Workload {
             Self::RatelimitHybrid => "ratelimit_hybrid",
             Self::RlsOneDescriptor => "rls_one_descriptor",
             Self::RlsManyDescriptors => "rls_many_descriptors",
+            Self::Drain => "drain",
         }
     }
 
@@ -221,7 +226,8 @@ impl Workload {
             | Self::SemaphoreContended
             | Self::BloomContainsMany
             | Self::RlsOneDescriptor
-            | Self::RlsManyDescriptors => (1, Duration::from_secs(5), 0),
+            | Self::RlsManyDescriptors
+            | Self::Drain => (1, Duration::from_secs(5), 0),
         }
     }
 }
@@ -492,6 +498,7 @@ pub async fn run(
             return crate::watchdog::run(peer, targets.single()?, args, workload.shape()).await;
         }
         Workload::LayerOverhead => return crate::layer::run(peer, args).await,
+        Workload::Drain => return crate::drain::run(peer, targets.single()?, args).await,
         Workload::SemaphoreUncontended | Workload::SemaphoreContended => {
             return crate::semaphore::run(workload, peer, targets.single()?, args).await;
         }
