@@ -475,3 +475,98 @@ pub(crate) fn check_ttl(ttl: Duration) -> Result<(), InvalidOption> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(options: LockOptions) -> &'static str {
+        options.check().expect_err("refused").field()
+    }
+
+    #[test]
+    fn every_bound_is_refused_by_name_and_extremes_never_panic() {
+        let ms = Duration::from_millis;
+        assert!(LockOptions::new().check().is_ok());
+        for ttl in [MIN_TTL, MAX_TTL] {
+            assert!(LockOptions::new().ttl(ttl).check().is_ok(), "{ttl:?}");
+        }
+        for ttl in [
+            Duration::ZERO,
+            MIN_TTL - ms(1),
+            MAX_TTL + ms(1),
+            Duration::MAX,
+        ] {
+            assert_eq!(refused(LockOptions::new().ttl(ttl)), "ttl", "{ttl:?}");
+        }
+        assert_eq!(
+            refused(LockOptions::new().max_hold(Duration::ZERO)),
+            "max_hold"
+        );
+        assert!(LockOptions::new().max_hold(Duration::MAX).check().is_ok());
+        assert_eq!(
+            LockOptions::new().max_hold(Duration::MAX).get_max_hold(),
+            None
+        );
+        assert_eq!(
+            refused(LockOptions::new().min_hold(Duration::MAX)),
+            "min_hold"
+        );
+        assert_eq!(
+            refused(LockOptions::new().min_hold(ms(20)).max_hold(ms(10))),
+            "min_hold"
+        );
+        assert!(LockOptions::new().min_hold(Duration::ZERO).check().is_ok());
+        assert_eq!(refused(LockOptions::new().max_attempts(0)), "max_attempts");
+        assert!(LockOptions::new().max_attempts(u32::MAX).check().is_ok());
+        for ((first, largest), field) in [
+            ((Duration::ZERO, ms(1)), "retry_backoff.first"),
+            ((ms(2), ms(1)), "retry_backoff.first"),
+            ((ms(1), MAX_BACKOFF + ms(1)), "retry_backoff.largest"),
+            ((Duration::MAX, Duration::MAX), "retry_backoff.largest"),
+        ] {
+            assert_eq!(
+                refused(LockOptions::new().retry_backoff(first, largest)),
+                field
+            );
+        }
+        for timeout in [Duration::ZERO, DEFAULT_TTL, Duration::MAX] {
+            assert_eq!(
+                refused(LockOptions::new().replicas(u32::MAX, timeout)),
+                "replicas.timeout"
+            );
+        }
+        // Count 0 is "off", whatever the timeout.
+        assert!(
+            LockOptions::new()
+                .replicas(0, Duration::MAX)
+                .check()
+                .is_ok()
+        );
+        for identity in ["", "two words", "line\nbreak"] {
+            assert_eq!(refused(LockOptions::new().identity(identity)), "identity");
+        }
+        let long = "x".repeat(1 << 16);
+        assert_eq!(refused(LockOptions::new().identity(long)), "identity");
+    }
+
+    #[test]
+    fn the_builders_setters_and_the_values_agree() {
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .wait_forever()
+            .watchdog(false)
+            .min_hold(Duration::from_secs(1))
+            .fenced(true);
+        assert_eq!(options.get_ttl(), Duration::from_secs(10));
+        assert_eq!(options.get_wait(), Duration::MAX);
+        assert!(!options.get_watchdog());
+        assert_eq!(options.get_min_hold(), Some(Duration::from_secs(1)));
+        assert!(options.get_fenced());
+        // What a semaphore keeps of them.
+        let shared = options.clone().shared_only();
+        assert_eq!(shared.get_min_hold(), None);
+        assert!(!shared.get_fenced());
+        assert_eq!(shared.get_ttl(), options.get_ttl());
+    }
+}
