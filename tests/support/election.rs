@@ -39,3 +39,55 @@ pub fn follow(
     });
     rx
 }
+
+/// Waits (at most `within`) for the next leader `followed` sees, and checks that it is
+/// `identity` in `term`; `what` names the leader for the failure message.
+pub async fn expect_seen(
+    followed: &mut tokio::sync::mpsc::UnboundedReceiver<distlock::Leader>,
+    within: Duration,
+    (term, identity): (u64, &str),
+    what: &str,
+) {
+    let seen = tokio::time::timeout(within, followed.recv())
+        .await
+        .unwrap_or_else(|_| panic!("the follower saw {what}"))
+        .expect("never ends");
+    assert_eq!((seen.term, seen.identity.as_str()), (term, identity));
+}
+
+/// Hands election `name` over from `leader` to `campaigner` (an election of `client`), which
+/// campaigns as `identity`: once the campaigner waits on the lock, the leader resigns, and
+/// the campaigner must be elected at once (within 5 s, woken rather than polling) in a
+/// higher term. `label` names the run in the printed hand-over time.
+pub async fn hand_over(
+    leader: distlock::Leadership,
+    campaigner: &distlock::Election,
+    client: &distlock::Client,
+    name: &str,
+    identity: &'static str,
+    label: &str,
+) -> distlock::Leadership {
+    let waiting = tokio::spawn({
+        let campaigner = campaigner.clone();
+        async move {
+            let leadership = campaigner.campaign(identity).await.expect("campaign");
+            (Instant::now(), leadership)
+        }
+    });
+    until_a_campaigner_waits(client, name).await;
+    let resigned_at = Instant::now();
+    let first_term = leader.term();
+    leader.resign().await.expect("resign");
+    let (elected_at, next) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("elected after the resign")
+        .expect("campaigner");
+    let handover = elected_at - resigned_at;
+    println!(
+        "{label} hand-over: {:.1} ms",
+        handover.as_secs_f64() * 1000.0
+    );
+    assert!(handover < Duration::from_secs(5), "not woken: {handover:?}");
+    assert!(next.term() > first_term);
+    next
+}
