@@ -4,6 +4,9 @@
 //! SIGKILL failovers promote the replica without losing (replicated) keys, and no
 //! `redis-server` outlives the test process, however it ends.
 
+/// `#[distributed_lock]` on a cluster client (shared with the quorum suite).
+#[path = "../support/macro_lock.rs"]
+mod macro_lock;
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -2,6 +2,9 @@
 //! minority of nodes killed or frozen, a majority killed, a node that restarts empty while it
 //! holds a grant, a paused holder, processes, and the faces of the library on a quorum.
 
+/// `#[distributed_lock]` on a quorum client (shared with the Cluster suite).
+#[path = "../support/macro_lock.rs"]
+mod macro_lock;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -550,21 +553,6 @@ async fn waiters_are_woken_through_every_node() {
     lease.release().await.expect("release");
 }
 
-#[distlock::distributed_lock(key = "settle:{id}", client = client, ttl = "5s", wait = "5s")]
-async fn settle(
-    client: &Client,
-    id: u32,
-    counter: &std::sync::atomic::AtomicU64,
-) -> Result<u64, LockError> {
-    let seen = counter.load(Ordering::SeqCst);
-    tokio::task::yield_now().await;
-    counter.store(seen + 1, Ordering::SeqCst);
-    match distlock::current_lease() {
-        Some(lease) => lease.fence().await,
-        None => Ok(0),
-    }
-}
-
 /// The macro and the lock layer run unchanged on a quorum client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
@@ -577,21 +565,7 @@ async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
 
     let nodes = start_nodes();
     let client = quorum(&nodes, Duration::from_secs(30)).await;
-    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let tasks: Vec<_> = (0..4)
-        .map(|_| {
-            let (client, counter) = (client.clone(), counter.clone());
-            tokio::spawn(async move {
-                for _ in 0..15 {
-                    assert!(settle(&client, 1, &counter).await.expect("settle") > 0);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("task");
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 60);
+    macro_lock::the_macro_serialises_calls(&client, 4, 15).await;
 
     let app = Router::new()
         .route("/orders/{id}", axum::routing::post(|| async { "settled" }))
