@@ -33,6 +33,7 @@ pub mod node;
 pub mod process;
 pub mod proxy;
 pub mod sections;
+pub mod semaphore;
 pub mod sentinel;
 pub mod server;
 pub mod tls;
