@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::locks::{client, names_on_every_master};
 use crate::support::cluster::RedisCluster;
-use crate::support::election::{expect_seen, follow, hand_over};
+use crate::support::election::{a_leads, expect_seen, hand_over};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elections_on_every_master() {
@@ -15,18 +15,12 @@ async fn elections_on_every_master() {
     let a = client(cluster, "elected").await;
     let b = client(cluster, "elected").await;
     for name in names_on_every_master(cluster, &a, 1).await {
-        let ea = a.election(&name).ttl(TTL).build().expect("election");
-        let eb = b.election(&name).ttl(TTL).build().expect("election");
-        let mut followed = follow(&eb);
-        let within = eb.observe_bound() + Duration::from_secs(5);
-        assert_eq!(eb.leader().await.expect("leader"), None);
-        let first = ea.campaign("a").await.expect("campaign");
-        expect_seen(&mut followed, within, (first.term(), "a"), "the leader").await;
+        let (mut e, first) = a_leads(&a, &b, &name, TTL).await;
         let label = format!("cluster {name}");
-        let second = hand_over(first, &eb, &b, &name, "b", &label).await;
+        let second = hand_over(first, &e.eb, &b, &name, "b", &label).await;
         expect_seen(
-            &mut followed,
-            within,
+            &mut e.followed,
+            e.within,
             (second.term(), "b"),
             "the new leader",
         )
@@ -34,7 +28,7 @@ async fn elections_on_every_master() {
 
         // Taken from under the leader: its record stays, and is never named.
         assert!(a.force_unlock(&name).await.expect("force_unlock"));
-        assert_eq!(ea.leader().await.expect("leader"), None);
+        assert_eq!(e.ea.leader().await.expect("leader"), None);
         drop(second);
     }
 }

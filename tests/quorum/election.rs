@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{quorum, start_nodes};
-use crate::support::election::{expect_seen, follow, hand_over};
+use crate::support::election::{a_leads, expect_seen, hand_over};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_election_on_a_quorum_survives_a_minority_down() {
@@ -13,23 +13,18 @@ async fn an_election_on_a_quorum_survives_a_minority_down() {
     let mut nodes = start_nodes();
     let a = quorum(&nodes, Duration::from_secs(1)).await;
     let b = quorum(&nodes, Duration::from_secs(1)).await;
-    let ea = a.election("leader").ttl(TTL).build().expect("election");
-    let eb = b.election("leader").ttl(TTL).build().expect("election");
-    let mut followed = follow(&eb);
-    let first = ea.campaign("a").await.expect("campaign");
-    let within = eb.observe_bound() + Duration::from_secs(5);
-    expect_seen(&mut followed, within, (first.term(), "a"), "the leader").await;
+    let (mut e, first) = a_leads(&a, &b, "leader", TTL).await;
 
     // Two of five nodes down: the leader is still named.
     nodes[0].kill();
     nodes[1].kill();
-    let named = eb.leader().await.expect("leader").expect("a leader");
+    let named = e.eb.leader().await.expect("leader").expect("a leader");
     assert_eq!(named.identity, "a");
 
-    let second = hand_over(first, &eb, &b, "leader", "b", "quorum").await;
+    let second = hand_over(first, &e.eb, &b, "leader", "b", "quorum").await;
     expect_seen(
-        &mut followed,
-        within,
+        &mut e.followed,
+        e.within,
         (second.term(), "b"),
         "the new leader",
     )
@@ -37,6 +32,6 @@ async fn an_election_on_a_quorum_survives_a_minority_down() {
 
     // Taken from under the leader: never named again.
     assert!(a.force_unlock("leader").await.expect("force_unlock"));
-    assert_eq!(ea.leader().await.expect("leader"), None);
+    assert_eq!(e.ea.leader().await.expect("leader"), None);
     drop(second);
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use distlock::Client;
 use distlock::ratelimit::{Policy, Rate};
 
-use crate::support::election::{expect_seen, follow, hand_over};
+use crate::support::election::{a_leads, expect_seen, hand_over};
 use crate::support::sentinel::SentinelSetup;
 
 async fn client(setup: &SentinelSetup) -> Client {
@@ -224,16 +224,11 @@ async fn an_election_carries_on_through_a_failover() {
     let setup = SentinelSetup::start();
     let a = client(&setup).await;
     let b = client(&setup).await;
-    let ea = a.election("leader").ttl(TTL).build().expect("election");
-    let eb = b.election("leader").ttl(TTL).build().expect("election");
-    let within = eb.observe_bound() + Duration::from_secs(5);
-    let mut followed = follow(&eb);
-    let first = ea.campaign("a").await.expect("campaign");
-    expect_seen(&mut followed, within, (first.term(), "a"), "the leader").await;
-    let second = hand_over(first, &eb, &b, "leader", "b", "sentinel").await;
+    let (mut e, first) = a_leads(&a, &b, "leader", TTL).await;
+    let second = hand_over(first, &e.eb, &b, "leader", "b", "sentinel").await;
     expect_seen(
-        &mut followed,
-        within,
+        &mut e.followed,
+        e.within,
         (second.term(), "b"),
         "the new leader",
     )
@@ -244,7 +239,7 @@ async fn an_election_carries_on_through_a_failover() {
     let promotion = setup.failover().await;
     println!("failover settled after {:?}", promotion.settled_after);
     until_served(&a, Duration::from_secs(20)).await;
-    let third = tokio::time::timeout(Duration::from_secs(30), ea.campaign("c"))
+    let third = tokio::time::timeout(Duration::from_secs(30), e.ea.campaign("c"))
         .await
         .expect("elected on the promoted primary")
         .expect("campaign");
@@ -253,8 +248,8 @@ async fn an_election_carries_on_through_a_failover() {
         "terms keep increasing across the failover"
     );
     expect_seen(
-        &mut followed,
-        within,
+        &mut e.followed,
+        e.within,
         (third.term(), "c"),
         "the leader on the promoted primary",
     )

@@ -91,3 +91,38 @@ pub async fn hand_over(
     assert!(next.term() > first_term);
     next
 }
+
+/// One election seen from two clients: `a`'s leads, `b`'s follows.
+pub struct Contest {
+    pub ea: distlock::Election,
+    pub eb: distlock::Election,
+    /// What `eb` has seen, since before anyone led.
+    pub followed: tokio::sync::mpsc::UnboundedReceiver<distlock::Leader>,
+    /// How long the follower may take to see a new leader.
+    pub within: Duration,
+}
+
+/// Builds election `name` (lease `ttl`) on `a` and on `b`, following `b`'s from the start;
+/// checks that no one leads yet, then `a`'s campaigns as `a` and the follower must see it.
+/// Returns the elections and `a`'s leadership.
+pub async fn a_leads(
+    a: &distlock::Client,
+    b: &distlock::Client,
+    name: &str,
+    ttl: Duration,
+) -> (Contest, distlock::Leadership) {
+    let ea = a.election(name).ttl(ttl).build().expect("election");
+    let eb = b.election(name).ttl(ttl).build().expect("election");
+    let mut followed = follow(&eb);
+    let within = eb.observe_bound() + Duration::from_secs(5);
+    assert_eq!(eb.leader().await.expect("leader"), None);
+    let first = ea.campaign("a").await.expect("campaign");
+    expect_seen(&mut followed, within, (first.term(), "a"), "the leader").await;
+    let contest = Contest {
+        ea,
+        eb,
+        followed,
+        within,
+    };
+    (contest, first)
+}
