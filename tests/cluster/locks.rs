@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use distlock::{Client, LockError, ReleaseOutcome};
 use rand::Rng as _;
 
-use crate::support::child::{self, run_children_to_done, say};
+use crate::support::child::{self, run_children_to_done};
 use crate::support::cluster::{RedisCluster, slot_of};
 use crate::support::sections::{
     assert_sections_ran_alone, bump_counter_and_leave, enter_section, write_fenced,
@@ -340,10 +340,7 @@ async fn child_exclusion(client: Client, nodes: &[&str]) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    say("DONE");
+    child::finish_tasks(tasks).await;
 }
 
 /// TESTPLAN 12 with processes: 4 OS processes × 4 tasks on names spread over every master:

@@ -86,10 +86,7 @@ async fn child_exclusion(client: Client, url: &str) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    say("DONE");
+    child::finish_tasks(tasks).await;
 }
 
 /// Takes a lease and holds it until killed.
@@ -345,10 +342,7 @@ async fn child_permits(client: Client, url: &str) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    say("DONE");
+    child::finish_tasks(tasks).await;
 }
 
 /// Takes 3 of 5 permits and holds them until killed.

@@ -400,10 +400,7 @@ async fn child_exclusion(client: Client, resource: &str) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    say("DONE");
+    child::finish_tasks(tasks).await;
 }
 
 /// Takes a lease, writes to the fenced resource every 20 ms until it finds the lease lost.

@@ -35,6 +35,14 @@ pub fn say(line: &str) {
     let _ = out.flush();
 }
 
+/// In a child: waits for `tasks` to end (a panic in one fails the child), then reports `DONE`.
+pub async fn finish_tasks(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for task in tasks {
+        task.await.expect("task");
+    }
+    say("DONE");
+}
+
 /// Runs `count` children of this binary's `entry` test in `role` against `url` to the end:
 /// waits up to `within` for each one's `DONE` report, then up to 10 s for each to exit
 /// successfully; a child that does not fails the test with why (see [`ChildProcess`]).
