@@ -65,6 +65,21 @@ pub async fn grpc_channel(addr: SocketAddr) -> tonic::transport::Channel {
         .expect("connects")
 }
 
+/// Checks that `response` is a layer's refusal because its client is closed for shutdown:
+/// `503`, `Retry-After: 1`, and the `Refusal` extension says `ShuttingDown`.
+pub fn assert_refused_for_shutdown<B>(response: &Response<B>) {
+    assert_eq!(response.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(response, "retry-after"), Some("1"));
+    let refusal = response
+        .extensions()
+        .get::<distlock_tower::refusal::Refusal>()
+        .expect("refusal");
+    assert_eq!(
+        refusal.reason(),
+        &distlock_tower::refusal::Reason::ShuttingDown
+    );
+}
+
 /// An HTTP client with its own connection pool (no proxy, 30 s timeout).
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
