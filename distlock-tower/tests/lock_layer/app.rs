@@ -36,6 +36,37 @@ pub struct Seen {
     pub cancelled: AtomicBool,
 }
 
+impl Seen {
+    /// The check after `requests` ran at once on `/count/1`, each answering its status and
+    /// body: every one `200` with a fence of its own, no two handlers inside together, and
+    /// no lost update.
+    pub async fn assert_ran_one_at_a_time(
+        &self,
+        requests: Vec<tokio::task::JoinHandle<(StatusCode, String)>>,
+    ) {
+        let count = requests.len();
+        let mut fences = Vec::new();
+        for request in requests {
+            let (status, body) = request.await.expect("request task");
+            assert_eq!(status, StatusCode::OK, "{body}");
+            fences.push(body.parse::<u64>().expect("fence"));
+        }
+        fences.sort_unstable();
+        fences.dedup();
+        assert_eq!(fences.len(), count, "each request had a lease of its own");
+        assert_eq!(
+            self.overlaps.load(Ordering::SeqCst),
+            0,
+            "two handlers overlapped"
+        );
+        assert_eq!(
+            self.counter.load(Ordering::SeqCst),
+            count as u64,
+            "lost updates"
+        );
+    }
+}
+
 pub type Shared = Arc<Seen>;
 
 /// The routes, all keyed `order:<segment 1>`:
