@@ -58,6 +58,45 @@ pub fn run_children_to_done(entry: &str, role: &str, url: &str, count: usize, wi
     }
 }
 
+/// Starts this test binary again to run only its ignored test `entry` (e.g.
+/// `processes::child_entry`), with `env` set and stdout and stderr piped. Returns the child
+/// and the lines it reports (those that hold `mark`, from there on, without it), read by a
+/// thread of their own.
+pub fn spawn_self(
+    entry: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+    mark: &'static str,
+) -> (Child, mpsc::Receiver<String>) {
+    let exe = std::env::current_exe().expect("path of this test binary");
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            entry,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn a child test process");
+    let stdout = child.stdout.take().expect("child stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // libtest may have printed `test ... ` on the same line before ours.
+            if let Some(at) = line.find(mark)
+                && tx.send(line[at + mark.len()..].to_owned()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    (child, lines)
+}
+
 /// A child process running this test binary's `entry` test in `role`; killed on drop.
 pub struct ChildProcess {
     /// In a mutex so that `&self` methods can ask whether it has exited.
@@ -74,34 +113,12 @@ pub struct ChildProcess {
 impl ChildProcess {
     /// `entry` is the entry test's full path in this binary, e.g. `processes::child_entry`.
     pub fn spawn(entry: &str, role: &str, url: &str) -> Self {
-        let exe = std::env::current_exe().expect("path of this test binary");
-        let mut child = Command::new(exe)
-            .args([
-                "--exact",
-                entry,
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE_VAR, role)
-            .env(URL_VAR, url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn a child test process");
+        let (mut child, lines) = spawn_self(
+            entry,
+            &[(ROLE_VAR, role.as_ref()), (URL_VAR, url.as_ref())],
+            MARK,
+        );
         let pid = child.id();
-        let stdout = child.stdout.take().expect("child stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest may have printed `test ... ` on the same line before ours.
-                if let Some(at) = line.find(MARK)
-                    && tx.send(line[at + MARK.len()..].to_owned()).is_err()
-                {
-                    return;
-                }
-            }
-        });
         let stderr = child.stderr.take().expect("child stderr");
         let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
         let stderr_reader = std::thread::spawn({
