@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::locks::{client, names_on_every_master};
 use crate::support::cluster::RedisCluster;
-use crate::support::election::{a_leads, expect_seen, hand_over};
+use crate::support::election::a_leads;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elections_on_every_master() {
@@ -17,14 +17,7 @@ async fn elections_on_every_master() {
     for name in names_on_every_master(cluster, &a, 1).await {
         let (mut e, first) = a_leads(&a, &b, &name, TTL).await;
         let label = format!("cluster {name}");
-        let second = hand_over(first, &e.eb, &b, &name, "b", &label).await;
-        expect_seen(
-            &mut e.followed,
-            e.within,
-            (second.term(), "b"),
-            "the new leader",
-        )
-        .await;
+        let second = e.hand_over_to_b(first, &b, &name, &label).await;
 
         // Taken from under the leader: its record stays, and is never named.
         assert!(a.force_unlock(&name).await.expect("force_unlock"));

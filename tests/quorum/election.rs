@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{quorum, start_nodes};
-use crate::support::election::{a_leads, expect_seen, hand_over};
+use crate::support::election::a_leads;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_election_on_a_quorum_survives_a_minority_down() {
@@ -21,14 +21,7 @@ async fn an_election_on_a_quorum_survives_a_minority_down() {
     let named = e.eb.leader().await.expect("leader").expect("a leader");
     assert_eq!(named.identity, "a");
 
-    let second = hand_over(first, &e.eb, &b, "leader", "b", "quorum").await;
-    expect_seen(
-        &mut e.followed,
-        e.within,
-        (second.term(), "b"),
-        "the new leader",
-    )
-    .await;
+    let second = e.hand_over_to_b(first, &b, "leader", "quorum").await;
 
     // Taken from under the leader: never named again.
     assert!(a.force_unlock("leader").await.expect("force_unlock"));

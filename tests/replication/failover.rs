@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use distlock::Client;
 use distlock::ratelimit::{Policy, Rate};
 
-use crate::support::election::{a_leads, expect_seen, hand_over};
+use crate::support::election::{a_leads, expect_seen};
 use crate::support::sentinel::SentinelSetup;
 
 async fn client(setup: &SentinelSetup) -> Client {
@@ -225,14 +225,7 @@ async fn an_election_carries_on_through_a_failover() {
     let a = client(&setup).await;
     let b = client(&setup).await;
     let (mut e, first) = a_leads(&a, &b, "leader", TTL).await;
-    let second = hand_over(first, &e.eb, &b, "leader", "b", "sentinel").await;
-    expect_seen(
-        &mut e.followed,
-        e.within,
-        (second.term(), "b"),
-        "the new leader",
-    )
-    .await;
+    let second = e.hand_over_to_b(first, &b, "leader", "sentinel").await;
     let second_term = second.term();
     second.resign().await.expect("resign");
 

@@ -102,6 +102,23 @@ pub struct Contest {
     pub within: Duration,
 }
 
+impl Contest {
+    /// Hands election `name` over from `leader` to `eb` (an election of client `b`),
+    /// campaigning as `b` (see [`hand_over`]); the follower must then see `b` in its term.
+    pub async fn hand_over_to_b(
+        &mut self,
+        leader: distlock::Leadership,
+        b: &distlock::Client,
+        name: &str,
+        label: &str,
+    ) -> distlock::Leadership {
+        let next = hand_over(leader, &self.eb, b, name, "b", label).await;
+        let seen = (next.term(), "b");
+        expect_seen(&mut self.followed, self.within, seen, "the new leader").await;
+        next
+    }
+}
+
 /// Builds election `name` (lease `ttl`) on `a` and on `b`, following `b`'s from the start;
 /// checks that no one leads yet, then `a`'s campaigns as `a` and the follower must see it.
 /// Returns the elections and `a`'s leadership.
