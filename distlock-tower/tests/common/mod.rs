@@ -80,6 +80,20 @@ pub fn assert_refused_for_shutdown<B>(response: &Response<B>) {
     );
 }
 
+/// One app for each missing-key setting a layer can have, by name: the default (`None`),
+/// `reject` and `allow`, each made by `app`.
+pub fn per_missing_key_setting<M, A>(
+    reject: M,
+    allow: M,
+    app: impl Fn(Option<M>) -> A,
+) -> [(&'static str, A); 3] {
+    [
+        ("default", app(None)),
+        ("reject", app(Some(reject))),
+        ("allow", app(Some(allow))),
+    ]
+}
+
 /// An HTTP client with its own connection pool (no proxy, 30 s timeout).
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
