@@ -10,7 +10,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use distlock::ratelimit::{Policy, Rate};
-use distlock::{Client, LockError, distributed_lock};
 use distlock_tower::extract::{Header, PathSegment, Prefixed};
 use distlock_tower::lock::LockLayer;
 use distlock_tower::rate_limit::RateLimitLayer;
@@ -18,6 +17,8 @@ use http::{Request, StatusCode};
 use tower::ServiceExt as _;
 
 use crate::locks::client;
+use crate::macro_lock::the_macro_serialises_calls;
+use crate::support::bloom::add_and_count_false_positives;
 use crate::support::cluster::{RedisCluster, slot_of};
 
 /// TESTPLAN 19: 150 callers at one instant against a budget of 100: exactly 100 pass, and
@@ -66,37 +67,12 @@ async fn exactly_the_limit_passes_on_a_cluster() {
     assert_eq!(peek.policies[1].remaining, 10_000 - 100);
 }
 
-#[distributed_lock(key = "settle:{id}", client = client, ttl = "5s", wait = "5s")]
-async fn settle(client: &Client, id: u32, counter: &AtomicU64) -> Result<u64, LockError> {
-    let seen = counter.load(Ordering::SeqCst);
-    tokio::task::yield_now().await;
-    counter.store(seen + 1, Ordering::SeqCst);
-    match distlock::current_lease() {
-        Some(lease) => lease.fence().await,
-        None => Ok(0),
-    }
-}
-
 /// The macro runs unchanged on a cluster client: concurrent calls on one key are serialised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_macro_runs_on_a_cluster() {
     let cluster = RedisCluster::shared();
     let client = client(cluster, "macro").await;
-    let counter = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let (client, counter) = (client.clone(), counter.clone());
-            tokio::spawn(async move {
-                for _ in 0..20 {
-                    assert!(settle(&client, 1, &counter).await.expect("settle") > 0);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("task");
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 160);
+    the_macro_serialises_calls(&client, 8, 20).await;
 }
 
 /// Both layers run unchanged on a cluster client. The policy's burst is 2 and it refills one
@@ -173,24 +149,8 @@ async fn a_sharded_bloom_filter_spreads_over_the_slots() {
         .collect();
     assert!(slots.len() >= 10, "shards share slots: {slots:?}");
     let items: Vec<String> = (0..50_000).map(|i| format!("member:{i}")).collect();
-    filter.add_many(&items).await.expect("add");
-    assert!(
-        filter
-            .contains_many(&items)
-            .await
-            .expect("contains")
-            .iter()
-            .all(|b| *b),
-        "no false negatives across slots"
-    );
     let absent: Vec<String> = (0..50_000).map(|i| format!("stranger:{i}")).collect();
-    let fp = filter
-        .contains_many(&absent)
-        .await
-        .expect("contains")
-        .iter()
-        .filter(|b| **b)
-        .count();
+    let fp = add_and_count_false_positives(&filter, &items, &absent).await;
     assert!(fp < 50_000 * 15 / 1000, "{fp} false positives of 50 000");
     let count = filter.count().await.expect("count");
     assert!((48_500..=51_500).contains(&count), "count {count}");

@@ -4,6 +4,9 @@
 //! SIGKILL failovers promote the replica without losing (replicated) keys, and no
 //! `redis-server` outlives the test process, however it ends.
 
+/// `#[distributed_lock]` on a cluster client (shared with the quorum suite).
+#[path = "../support/macro_lock.rs"]
+mod macro_lock;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -17,9 +20,9 @@ mod topology;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -30,6 +33,7 @@ use redis::AsyncCommands as _;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
+use support::child::spawn_self;
 use support::cluster::{
     ClusterNode, RedisCluster, Role, SLOTS, hash_tag_for_slot, key_in_slot, slot_of,
     temp_dir_prefix,
@@ -561,35 +565,12 @@ struct SelfChild {
 
 impl SelfChild {
     fn spawn(mode: &str, path: Option<&OsString>) -> Self {
-        let exe = std::env::current_exe().expect("path of this test binary");
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "--exact",
-            CHILD_ENTRY,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_MODE_VAR, mode)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        let mut env = vec![(CHILD_MODE_VAR, mode.as_ref())];
         if let Some(path) = path {
-            cmd.env("PATH", path);
+            env.push(("PATH", path.as_os_str()));
         }
-        let mut child = cmd.spawn().expect("spawn a child test process");
-        let stdout = child.stdout.take().expect("child stdout");
+        let (mut child, lines) = spawn_self(CHILD_ENTRY, &env, MARK);
         let mut stderr = child.stderr.take().expect("child stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(at) = line.find(MARK)
-                    && tx.send(line[at + MARK.len()..].to_owned()).is_err()
-                {
-                    return;
-                }
-            }
-        });
         let stderr = std::thread::spawn(move || {
             let mut text = String::new();
             let _ = stderr.read_to_string(&mut text);

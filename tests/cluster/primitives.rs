@@ -4,13 +4,14 @@
 //! leaving nothing behind.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use distlock::{LockError, ReleaseOutcome};
+use distlock::LockError;
 
 use crate::locks::{client, names_on_every_master};
 use crate::support::cluster::{RedisCluster, slot_of};
+use crate::support::semaphore::{Workload, most_inside};
 
 /// 12 tasks over two clients on a semaphore of 3, for names on every master: never more than
 /// 3 inside; every key of the semaphore in the name's slot.
@@ -25,37 +26,25 @@ async fn semaphores_on_every_master_never_exceed_their_permits() {
         let lock_slot = slot_of(a.__inspect().lock_key(name).expect("key"));
         assert_eq!(slot_of(&key), lock_slot, "{name}");
     }
-    let mut tasks = Vec::new();
-    let most = Arc::new(AtomicI64::new(0));
-    for name in names.clone() {
-        let inside = Arc::new(AtomicI64::new(0));
-        for task in 0..12 {
-            let client = if task % 2 == 0 { a.clone() } else { b.clone() };
-            let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..8 {
-                    let lease = client
-                        .semaphore(&name, 3)
-                        .wait(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .expect("acquire");
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(rand::random_range(0..4))).await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    assert_eq!(
-                        lease.release().await.expect("release"),
-                        ReleaseOutcome::Released
-                    );
-                }
-            }));
-        }
+    // Every name's tasks at once.
+    let runs: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let work = Workload {
+                name: name.clone(),
+                permits: 3,
+                tasks: 12,
+                rounds: 8,
+                ttl: None,
+                max_hold: Duration::from_millis(4),
+            };
+            tokio::spawn(most_inside(a.clone(), b.clone(), work))
+        })
+        .collect();
+    let mut most = 0;
+    for run in runs {
+        most = most.max(run.await.expect("run"));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    let most = most.load(Ordering::SeqCst);
     assert!(
         most <= 3,
         "{most} inside a semaphore of 3\n{}",

@@ -1326,6 +1326,19 @@ mod tests {
                 .ev(at + 1, p, op, "ok", &[("outcome", "released")])
         }
 
+        /// Lease `lease`'s extend to `ttl` ms (operation `op`), invoked at `at`; its answer is
+        /// the test's to add.
+        fn extend(self, p: u32, op: u64, lease: u64, at: u64, ttl: u64) -> Self {
+            let (lease, ttl) = (lease.to_string(), ttl.to_string());
+            self.ev(
+                at,
+                p,
+                op,
+                "inv",
+                &[("kind", "extend"), ("lease", &lease), ("ttl", &ttl)],
+            )
+        }
+
         fn fault(self, id: u64, start: u64, end: u64, kind: &str, extra: &[(&str, &str)]) -> Self {
             let mut pairs = vec![("kind", kind), ("phase", "start")];
             pairs.extend_from_slice(extra);
@@ -1394,13 +1407,7 @@ mod tests {
         // A shortens its lease with extend at 200 ms (to 100 ms); B is granted at 350 ms.
         let r = H::default()
             .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(
-                200,
-                1,
-                3,
-                "inv",
-                &[("kind", "extend"), ("lease", "1"), ("ttl", "100")],
-            )
+            .extend(1, 3, 1, 200, 100)
             .ev(201, 1, 3, "ok", &[])
             .ev(202, 1, 0, "claim", &[("lease", "1"), ("valid", "90000000")])
             // Its lost signal fires when the shortened lease runs out, as the library's does.
@@ -1418,13 +1425,7 @@ mod tests {
         // showing the old deadline) is cut at 200 + 100 - 8 = 292 ms... so B at 350 ms is fine,
         let ok = H::default()
             .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(
-                200,
-                1,
-                3,
-                "inv",
-                &[("kind", "extend"), ("lease", "1"), ("ttl", "100")],
-            )
+            .extend(1, 3, 1, 200, 100)
             .ev(
                 300,
                 1,
@@ -1441,13 +1442,7 @@ mod tests {
         // ...but B at 280 ms is inside what the extend still promised.
         let bad = H::default()
             .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(
-                200,
-                1,
-                3,
-                "inv",
-                &[("kind", "extend"), ("lease", "1"), ("ttl", "100")],
-            )
+            .extend(1, 3, 1, 200, 100)
             .ev(400, 1, 3, "ok", &[])
             .grant(2, 1, "a", 270, 280, 900, 11)
             .release(1, 2, 1, 600)

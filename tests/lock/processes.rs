@@ -10,7 +10,7 @@ use redis::Script;
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess, run_children_to_done, say};
 use crate::support::fixture::connect;
-use crate::support::sections::{bump_counter_and_leave, enter_section};
+use crate::support::sections::{assert_sections_ran_alone, bump_counter_and_leave, enter_section};
 use crate::support::server::{resource_conn, until_subscribed};
 
 /// A fenced resource: a Redis key that accepts a write only with a fence above the last one.
@@ -86,10 +86,7 @@ async fn child_exclusion(client: Client, url: &str) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    say("DONE");
+    child::finish_tasks(tasks).await;
 }
 
 /// Takes a lease and holds it until killed.
@@ -208,19 +205,8 @@ async fn mutual_exclusion_across_4_processes() {
         Duration::from_secs(240),
     );
     let mut conn = server.conn().await;
-    use redis::AsyncCommands;
-    let counter: i64 = conn.get("counter").await.expect("counter");
-    let violations: Option<i64> = conn.get("violations").await.expect("violations");
-    assert_eq!(
-        violations.unwrap_or(0),
-        0,
-        "two holders were inside at once"
-    );
-    assert_eq!(
-        counter,
-        (4 * PROCESS_TASKS * PROCESS_SECTIONS) as i64,
-        "lost updates"
-    );
+    let sections = 4 * PROCESS_TASKS * PROCESS_SECTIONS;
+    assert_sections_ran_alone(&mut conn, &[String::new()], sections, false, "").await;
 }
 
 /// TESTPLAN 8: the holder process is SIGKILLed: its key is gone within the ttl and a waiter
@@ -356,10 +342,7 @@ async fn child_permits(client: Client, url: &str) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    say("DONE");
+    child::finish_tasks(tasks).await;
 }
 
 /// Takes 3 of 5 permits and holds them until killed.

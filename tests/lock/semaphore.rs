@@ -2,13 +2,14 @@
 //! holder dies or is late, waiting with wake-ups, typed errors for impossible requests.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use distlock::{LockError, LossReason, MAX_PERMITS, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::support::fixture::{Fixture, on_both_stores};
+use crate::support::semaphore::{Workload, most_inside};
 
 on_both_stores!(
     thirty_two_tasks_never_exceed_five_holders,
@@ -29,43 +30,16 @@ on_both_stores!(
 /// taking and giving back a permit 20 times; an occupancy counter never exceeds 5, and reaches
 /// 5 (the permits are used, not just respected).
 async fn thirty_two_tasks_never_exceed_five_holders(fx: Fixture) {
-    const TASKS: usize = 32;
-    const ROUNDS: usize = 20;
-    let inside = Arc::new(AtomicU32::new(0));
-    let most = Arc::new(AtomicU32::new(0));
     let other = fx.another_client().await;
-    let mut tasks = Vec::new();
-    for task in 0..TASKS {
-        let client = if task % 2 == 0 {
-            fx.client.clone()
-        } else {
-            other.clone()
-        };
-        let (inside, most) = (inside.clone(), most.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..ROUNDS {
-                let lease = client
-                    .semaphore("exports", 5)
-                    .ttl(Duration::from_secs(5))
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                    .expect("acquire a permit");
-                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_micros(rand::random_range(0..3000))).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                assert_eq!(
-                    lease.release().await.expect("release"),
-                    ReleaseOutcome::Released
-                );
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    let most = most.load(Ordering::SeqCst);
+    let work = Workload {
+        name: "exports".into(),
+        permits: 5,
+        tasks: 32,
+        rounds: 20,
+        ttl: Some(Duration::from_secs(5)),
+        max_hold: Duration::from_micros(3000),
+    };
+    let most = most_inside(fx.client.clone(), other, work).await;
     assert!(most <= 5, "{most} holders at once on a semaphore of 5");
     assert_eq!(most, 5, "the five permits were never all in use");
     let key = fx.client.__inspect().semaphore_key("exports").expect("key");

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use distlock::{Client, LockError, distributed_lock};
-use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
 
 use crate::support::RedisServer;
 use crate::support::child::{self, run_children_to_done};
 use crate::support::fixture::connect;
+use crate::support::sections::{assert_sections_ran_alone, bump_counter_and_leave, enter_section};
 use crate::support::server::resource_conn;
 
 const PROCESSES: usize = 2;
@@ -21,18 +21,8 @@ const SECTIONS: usize = 250;
 /// One critical section: occupancy goes 0 → 1 → 0 around a non-atomic GET / SET of the counter.
 #[distributed_lock(key = "processes", client = client, ttl = "5s", wait = "60s")]
 async fn section(client: &Client, conn: &mut MultiplexedConnection) -> Result<(), LockError> {
-    let inside: i64 = conn.incr("occupancy", 1).await.expect("incr");
-    if inside != 1 {
-        let _: i64 = conn.incr("violations", 1).await.expect("incr");
-    }
-    let seen: i64 = conn
-        .get::<_, Option<i64>>("counter")
-        .await
-        .expect("get")
-        .unwrap_or(0);
-    tokio::time::sleep(Duration::from_micros(rand::random_range(0..1000))).await;
-    let () = conn.set("counter", seen + 1).await.expect("set");
-    let _: i64 = conn.decr("occupancy", 1).await.expect("decr");
+    enter_section(conn, "").await;
+    bump_counter_and_leave(conn, "", 1000).await;
     Ok(())
 }
 
@@ -76,18 +66,7 @@ async fn locked_fn_never_overlaps_across_processes() {
         Duration::from_secs(240),
     );
     let mut conn = server.conn().await;
-    let counter: i64 = conn.get("counter").await.expect("counter");
-    let violations: Option<i64> = conn.get("violations").await.expect("violations");
-    assert_eq!(
-        violations.unwrap_or(0),
-        0,
-        "two holders were inside at once\n{}",
-        server.log()
-    );
-    assert_eq!(
-        counter,
-        (PROCESSES * TASKS * SECTIONS) as i64,
-        "lost updates\n{}",
-        server.log()
-    );
+    let sections = PROCESSES * TASKS * SECTIONS;
+    let log = format!("\n{}", server.log());
+    assert_sections_ran_alone(&mut conn, &[String::new()], sections, false, &log).await;
 }

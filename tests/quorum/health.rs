@@ -6,6 +6,7 @@ use std::time::Duration;
 use distlock::Client;
 
 use super::support::RedisServer;
+use super::support::fixture::connect_with_timeout;
 use super::{quorum, start_nodes};
 
 fn down(health: &distlock::Health) -> Vec<String> {
@@ -55,11 +56,7 @@ async fn ping_names_the_quorum_nodes_down_and_needs_a_majority_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ping_on_a_primary_follows_it_down_and_memory_is_always_ready() {
     let mut server = RedisServer::start();
-    let client = Client::builder()
-        .response_timeout(Duration::from_millis(500))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let client = connect_with_timeout(&server.url(), Duration::from_millis(500)).await;
     let health = client.ping().await;
     assert!(health.ready, "{health:?}");
     assert_eq!(health.store, "redis");

@@ -2,6 +2,9 @@
 //! minority of nodes killed or frozen, a majority killed, a node that restarts empty while it
 //! holds a grant, a paused holder, processes, and the faces of the library on a quorum.
 
+/// `#[distributed_lock]` on a quorum client (shared with the Cluster suite).
+#[path = "../support/macro_lock.rs"]
+mod macro_lock;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -16,7 +19,9 @@ use redis::AsyncCommands as _;
 use support::RedisServer;
 use support::child::{self, ChildProcess, run_children_to_done, say};
 use support::lateness::LatenessProbe;
-use support::sections::{bump_counter_and_leave, enter_section, write_fenced};
+use support::sections::{
+    assert_sections_ran_alone, bump_counter_and_leave, enter_section, write_fenced,
+};
 use support::server::resource_conn;
 
 mod capabilities;
@@ -395,10 +400,7 @@ async fn child_exclusion(client: Client, resource: &str) {
             }
         }));
     }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    say("DONE");
+    child::finish_tasks(tasks).await;
 }
 
 /// Takes a lease, writes to the fenced resource every 20 ms until it finds the lease lost.
@@ -452,16 +454,7 @@ async fn mutual_exclusion_across_4_processes() {
     let all = all.join(",");
     run_children_to_done(ENTRY, "exclusion", &all, 4, Duration::from_secs(240));
     let mut conn = resource.conn().await;
-    let violations: Option<i64> = conn.get("violations").await.expect("GET");
-    let fence_violations: Option<i64> = conn.get("fence-violations").await.expect("GET");
-    let counter: i64 = conn.get("counter").await.expect("GET");
-    assert_eq!(
-        violations.unwrap_or(0),
-        0,
-        "two holders were inside at once"
-    );
-    assert_eq!(fence_violations.unwrap_or(0), 0, "a fence did not increase");
-    assert_eq!(counter, 4 * 4 * 100, "lost updates");
+    assert_sections_ran_alone(&mut conn, &[String::new()], 4 * 4 * 100, true, "").await;
 }
 
 /// A holder process paused past its ttl (SIGSTOP): a second holder gets the lock with a
@@ -550,21 +543,6 @@ async fn waiters_are_woken_through_every_node() {
     lease.release().await.expect("release");
 }
 
-#[distlock::distributed_lock(key = "settle:{id}", client = client, ttl = "5s", wait = "5s")]
-async fn settle(
-    client: &Client,
-    id: u32,
-    counter: &std::sync::atomic::AtomicU64,
-) -> Result<u64, LockError> {
-    let seen = counter.load(Ordering::SeqCst);
-    tokio::task::yield_now().await;
-    counter.store(seen + 1, Ordering::SeqCst);
-    match distlock::current_lease() {
-        Some(lease) => lease.fence().await,
-        None => Ok(0),
-    }
-}
-
 /// The macro and the lock layer run unchanged on a quorum client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
@@ -577,21 +555,7 @@ async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
 
     let nodes = start_nodes();
     let client = quorum(&nodes, Duration::from_secs(30)).await;
-    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let tasks: Vec<_> = (0..4)
-        .map(|_| {
-            let (client, counter) = (client.clone(), counter.clone());
-            tokio::spawn(async move {
-                for _ in 0..15 {
-                    assert!(settle(&client, 1, &counter).await.expect("settle") > 0);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("task");
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 60);
+    macro_lock::the_macro_serialises_calls(&client, 4, 15).await;
 
     let app = Router::new()
         .route("/orders/{id}", axum::routing::post(|| async { "settled" }))

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use distlock::Client;
 use distlock::ratelimit::{Policy, Rate};
 
-use crate::support::election::{follow, until_a_campaigner_waits};
+use crate::support::election::{a_leads, expect_seen};
 use crate::support::sentinel::SentinelSetup;
 
 async fn client(setup: &SentinelSetup) -> Client {
@@ -224,50 +224,15 @@ async fn an_election_carries_on_through_a_failover() {
     let setup = SentinelSetup::start();
     let a = client(&setup).await;
     let b = client(&setup).await;
-    let ea = a.election("leader").ttl(TTL).build().expect("election");
-    let eb = b.election("leader").ttl(TTL).build().expect("election");
-    let within = eb.observe_bound() + Duration::from_secs(5);
-    let mut followed = follow(&eb);
-    let first = ea.campaign("a").await.expect("campaign");
-    let seen = tokio::time::timeout(within, followed.recv())
-        .await
-        .expect("the follower saw the leader")
-        .expect("never ends");
-    assert_eq!((seen.term, seen.identity.as_str()), (first.term(), "a"));
-
-    let waiting = tokio::spawn({
-        let eb = eb.clone();
-        async move {
-            let leadership = eb.campaign("b").await.expect("campaign");
-            (Instant::now(), leadership)
-        }
-    });
-    until_a_campaigner_waits(&b, "leader").await;
-    let resigned_at = Instant::now();
-    let first_term = first.term();
-    first.resign().await.expect("resign");
-    let (elected_at, second) = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("elected after the resign")
-        .expect("campaigner");
-    println!(
-        "sentinel hand-over: {:.1} ms",
-        (elected_at - resigned_at).as_secs_f64() * 1000.0
-    );
-    assert!(elected_at - resigned_at < Duration::from_secs(5));
-    assert!(second.term() > first_term);
-    let seen = tokio::time::timeout(within, followed.recv())
-        .await
-        .expect("the follower saw the new leader")
-        .expect("never ends");
-    assert_eq!(seen.identity, "b");
+    let (mut e, first) = a_leads(&a, &b, "leader", TTL).await;
+    let second = e.hand_over_to_b(first, &b, "leader", "sentinel").await;
     let second_term = second.term();
     second.resign().await.expect("resign");
 
     let promotion = setup.failover().await;
     println!("failover settled after {:?}", promotion.settled_after);
     until_served(&a, Duration::from_secs(20)).await;
-    let third = tokio::time::timeout(Duration::from_secs(30), ea.campaign("c"))
+    let third = tokio::time::timeout(Duration::from_secs(30), e.ea.campaign("c"))
         .await
         .expect("elected on the promoted primary")
         .expect("campaign");
@@ -275,10 +240,12 @@ async fn an_election_carries_on_through_a_failover() {
         third.term() > second_term,
         "terms keep increasing across the failover"
     );
-    let seen = tokio::time::timeout(within, followed.recv())
-        .await
-        .expect("the follower saw the leader on the promoted primary")
-        .expect("never ends");
-    assert_eq!((seen.term, seen.identity.as_str()), (third.term(), "c"));
+    expect_seen(
+        &mut e.followed,
+        e.within,
+        (third.term(), "c"),
+        "the leader on the promoted primary",
+    )
+    .await;
     third.resign().await.expect("resign");
 }

@@ -35,6 +35,14 @@ pub fn say(line: &str) {
     let _ = out.flush();
 }
 
+/// In a child: waits for `tasks` to end (a panic in one fails the child), then reports `DONE`.
+pub async fn finish_tasks(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for task in tasks {
+        task.await.expect("task");
+    }
+    say("DONE");
+}
+
 /// Runs `count` children of this binary's `entry` test in `role` against `url` to the end:
 /// waits up to `within` for each one's `DONE` report, then up to 10 s for each to exit
 /// successfully; a child that does not fails the test with why (see [`ChildProcess`]).
@@ -48,6 +56,45 @@ pub fn run_children_to_done(entry: &str, role: &str, url: &str, count: usize, wi
     for child in children {
         child.wait_success(Duration::from_secs(10));
     }
+}
+
+/// Starts this test binary again to run only its ignored test `entry` (e.g.
+/// `processes::child_entry`), with `env` set and stdout and stderr piped. Returns the child
+/// and the lines it reports (those that hold `mark`, from there on, without it), read by a
+/// thread of their own.
+pub fn spawn_self(
+    entry: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+    mark: &'static str,
+) -> (Child, mpsc::Receiver<String>) {
+    let exe = std::env::current_exe().expect("path of this test binary");
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            entry,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn a child test process");
+    let stdout = child.stdout.take().expect("child stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // libtest may have printed `test ... ` on the same line before ours.
+            if let Some(at) = line.find(mark)
+                && tx.send(line[at + mark.len()..].to_owned()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    (child, lines)
 }
 
 /// A child process running this test binary's `entry` test in `role`; killed on drop.
@@ -66,34 +113,12 @@ pub struct ChildProcess {
 impl ChildProcess {
     /// `entry` is the entry test's full path in this binary, e.g. `processes::child_entry`.
     pub fn spawn(entry: &str, role: &str, url: &str) -> Self {
-        let exe = std::env::current_exe().expect("path of this test binary");
-        let mut child = Command::new(exe)
-            .args([
-                "--exact",
-                entry,
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE_VAR, role)
-            .env(URL_VAR, url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn a child test process");
+        let (mut child, lines) = spawn_self(
+            entry,
+            &[(ROLE_VAR, role.as_ref()), (URL_VAR, url.as_ref())],
+            MARK,
+        );
         let pid = child.id();
-        let stdout = child.stdout.take().expect("child stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest may have printed `test ... ` on the same line before ours.
-                if let Some(at) = line.find(MARK)
-                    && tx.send(line[at + MARK.len()..].to_owned()).is_err()
-                {
-                    return;
-                }
-            }
-        });
         let stderr = child.stderr.take().expect("child stderr");
         let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
         let stderr_reader = std::thread::spawn({

@@ -1203,14 +1203,7 @@ impl RedisCluster {
                 );
             }
         }
-        let promoted_after = began.elapsed();
-        self.wait_settled().await;
-        Promotion {
-            old_master,
-            new_master: replica,
-            promoted_after,
-            settled_after: began.elapsed(),
-        }
+        self.settle_promotion(old_master, replica, began).await
     }
 
     /// SIGKILLs `master` and waits for its replica's automatic promotion
@@ -1241,14 +1234,7 @@ impl RedisCluster {
                 self.describe().await
             );
         }
-        let promoted_after = began.elapsed();
-        self.wait_settled().await;
-        Promotion {
-            old_master,
-            new_master: replica,
-            promoted_after,
-            settled_after: began.elapsed(),
-        }
+        self.settle_promotion(old_master, replica, began).await
     }
 
     /// Starts `node` again (same ports, dir, `nodes.conf` and id; empty data
@@ -1306,6 +1292,24 @@ impl RedisCluster {
     pub fn cont_node(&self, node: &ClusterNode) {
         self.assert_not_shared("cont_node");
         node.cont_process();
+    }
+
+    /// Once `replica` calls itself master in `old_master`'s place (the failover began at
+    /// `began`): waits for the cluster to settle and says how long each step took.
+    async fn settle_promotion<'a>(
+        &'a self,
+        old_master: &'a ClusterNode,
+        replica: &'a ClusterNode,
+        began: Instant,
+    ) -> Promotion<'a> {
+        let promoted_after = began.elapsed();
+        self.wait_settled().await;
+        Promotion {
+            old_master,
+            new_master: replica,
+            promoted_after,
+            settled_after: began.elapsed(),
+        }
     }
 
     /// The replica that a failover of `master` promotes (its only one).

@@ -205,8 +205,14 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A client of the test server with a roomy response timeout.
 pub async fn connect(url: &str) -> Client {
+    connect_with_timeout(url, RESPONSE_TIMEOUT).await
+}
+
+/// A client of the test server that gives up on a command after `timeout` (for tests of a
+/// store that stops answering).
+pub async fn connect_with_timeout(url: &str, timeout: Duration) -> Client {
     Client::builder()
-        .response_timeout(RESPONSE_TIMEOUT)
+        .response_timeout(timeout)
         .connect(url)
         .await
         .expect("connect to the test redis-server")

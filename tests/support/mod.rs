@@ -20,6 +20,7 @@
 //! tests fail (panic) with instructions instead of silently skipping.
 #![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod bloom;
 pub mod child;
 pub mod cluster;
 pub mod election;
@@ -32,6 +33,7 @@ pub mod node;
 pub mod process;
 pub mod proxy;
 pub mod sections;
+pub mod semaphore;
 pub mod sentinel;
 pub mod server;
 pub mod tls;

@@ -52,3 +52,32 @@ pub async fn bump_counter_and_leave<C: ConnectionLike + Send + Sync>(
     let _: () = conn.set(&counter, seen + 1).await.expect("set");
     let _: i64 = conn.decr(format!("occupancy{tag}"), 1).await.expect("decr");
 }
+
+/// The parent's check once every section has run: never two holders inside at once, no
+/// fenced write refused (when `fenced`: the sections wrote fences), and no lost update: the
+/// `counter{tag}` of `tags` add up to `sections`. `context` ends each failure message (a
+/// server log, say).
+pub async fn assert_sections_ran_alone<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    tags: &[String],
+    sections: usize,
+    fenced: bool,
+    context: &str,
+) {
+    let violations: Option<i64> = conn.get("violations").await.expect("GET");
+    assert_eq!(
+        violations.unwrap_or(0),
+        0,
+        "two holders were inside at once{context}"
+    );
+    if fenced {
+        let refused: Option<i64> = conn.get("fence-violations").await.expect("GET");
+        assert_eq!(refused.unwrap_or(0), 0, "a fence did not increase{context}");
+    }
+    let mut total = 0;
+    for tag in tags {
+        let counter: Option<i64> = conn.get(format!("counter{tag}")).await.expect("GET");
+        total += counter.unwrap_or(0);
+    }
+    assert_eq!(total, sections as i64, "lost updates{context}");
+}

@@ -1,6 +1,10 @@
-//! Helpers both HTTP layers' tests use (`lock_layer`, `rate_limit`): a response's body and
-//! headers, an HTTP client for the tests over real TCP, and requests with a malformed key.
+//! Helpers the tower crate's test binaries share (`lock_layer`, `rate_limit`, `grpc`, `rls`):
+//! a response's body and headers, a server and an HTTP client for the tests over real TCP,
+//! requests with a malformed key, and a gRPC channel.
+// Each binary uses only some of them.
+#![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -29,6 +33,65 @@ pub fn retry_after<B>(response: &Response<B>) -> u64 {
         .expect("Retry-After is set")
         .parse()
         .expect("whole seconds")
+}
+
+/// Serves `app` on 127.0.0.1 on a free port, with the peer's address in `ConnectInfo`; the
+/// server stops with the test's runtime.
+pub async fn serve(app: axum::Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("bound address");
+    let task = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .expect("server runs");
+    });
+    (addr, task)
+}
+
+/// A gRPC channel to the server at `addr`, on its own HTTP/2 connection (10 s to connect,
+/// 30 s a call).
+pub async fn grpc_channel(addr: SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("valid URI")
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .expect("connects")
+}
+
+/// Checks that `response` is a layer's refusal because its client is closed for shutdown:
+/// `503`, `Retry-After: 1`, and the `Refusal` extension says `ShuttingDown`.
+pub fn assert_refused_for_shutdown<B>(response: &Response<B>) {
+    assert_eq!(response.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(response, "retry-after"), Some("1"));
+    let refusal = response
+        .extensions()
+        .get::<distlock_tower::refusal::Refusal>()
+        .expect("refusal");
+    assert_eq!(
+        refusal.reason(),
+        &distlock_tower::refusal::Reason::ShuttingDown
+    );
+}
+
+/// One app for each missing-key setting a layer can have, by name: the default (`None`),
+/// `reject` and `allow`, each made by `app`.
+pub fn per_missing_key_setting<M, A>(
+    reject: M,
+    allow: M,
+    app: impl Fn(Option<M>) -> A,
+) -> [(&'static str, A); 3] {
+    [
+        ("default", app(None)),
+        ("reject", app(Some(reject))),
+        ("allow", app(Some(allow))),
+    ]
 }
 
 /// An HTTP client with its own connection pool (no proxy, 30 s timeout).

@@ -5,6 +5,9 @@
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod adaptive;
 mod oneshot;
 mod processes;

@@ -14,6 +14,7 @@ use distlock_tower::refusal::{ProblemDetails, Reason, Refusal, RefusedBy};
 use http::{Request, Response, StatusCode};
 use tower::ServiceExt;
 
+use crate::common::assert_refused_for_shutdown;
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
@@ -316,14 +317,7 @@ async fn a_closed_client_refuses_new_requests_while_in_flight_ones_finish(fx: Fi
     assert_eq!(in_flight.status(), StatusCode::OK);
     fx.client.close();
     let refused = call(&app, "/").await;
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(refused.headers()["retry-after"], "1");
-    let refusal = refused
-        .extensions()
-        .get::<Refusal>()
-        .expect("refusal")
-        .clone();
-    assert_eq!(refusal.reason(), &Reason::ShuttingDown);
+    assert_refused_for_shutdown(&refused);
     assert_eq!(
         text(refused).await,
         "this server is shutting down; try again\n"

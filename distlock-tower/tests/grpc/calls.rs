@@ -22,7 +22,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_types::StatusExt as _;
 use tower::ServiceExt as _;
 
-use crate::common::http_client;
+use crate::common::{grpc_channel, http_client};
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
@@ -84,14 +84,7 @@ macro_rules! serve_grpc {
 
 /// A tonic client of the health service at `addr`, on its own HTTP/2 connection.
 async fn client(addr: SocketAddr) -> HealthClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("valid URI")
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(30))
-        .connect()
-        .await
-        .expect("connects");
-    HealthClient::new(channel)
+    HealthClient::new(grpc_channel(addr).await)
 }
 
 /// `Health/Check` of the whole server, with `value` in the metadata `name`.

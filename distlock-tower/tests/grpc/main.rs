@@ -15,7 +15,6 @@
 mod support;
 
 #[path = "../common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 mod calls;

@@ -1,7 +1,6 @@
 //! The test fixture (a client on one of the two stores) and an axum app whose handlers record
 //! what they saw: fences, hold intervals, overlaps.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,12 +14,11 @@ use distlock_tower::extract::{PathSegment, Prefixed};
 use distlock_tower::lock::{HeldLock, LockLayer, LockLayerBuilder};
 use distlock_tower::refusal::MakeRefusal;
 use http::{Request, Response, StatusCode};
-use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
 pub const TTL: Duration = Duration::from_secs(5);
 
-pub(crate) use crate::common::{http_client, retry_after, text};
+pub(crate) use crate::common::{http_client, retry_after, serve, text};
 pub(crate) use crate::support::fixture::{Fixture, on_both_stores};
 
 /// What the handlers saw.
@@ -36,6 +34,37 @@ pub struct Seen {
     pub calls: AtomicUsize,
     /// Set when a handler future was dropped before it finished.
     pub cancelled: AtomicBool,
+}
+
+impl Seen {
+    /// The check after `requests` ran at once on `/count/1`, each answering its status and
+    /// body: every one `200` with a fence of its own, no two handlers inside together, and
+    /// no lost update.
+    pub async fn assert_ran_one_at_a_time(
+        &self,
+        requests: Vec<tokio::task::JoinHandle<(StatusCode, String)>>,
+    ) {
+        let count = requests.len();
+        let mut fences = Vec::new();
+        for request in requests {
+            let (status, body) = request.await.expect("request task");
+            assert_eq!(status, StatusCode::OK, "{body}");
+            fences.push(body.parse::<u64>().expect("fence"));
+        }
+        fences.sort_unstable();
+        fences.dedup();
+        assert_eq!(fences.len(), count, "each request had a lease of its own");
+        assert_eq!(
+            self.overlaps.load(Ordering::SeqCst),
+            0,
+            "two handlers overlapped"
+        );
+        assert_eq!(
+            self.counter.load(Ordering::SeqCst),
+            count as u64,
+            "lost updates"
+        );
+    }
 }
 
 pub type Shared = Arc<Seen>;
@@ -151,18 +180,6 @@ pub async fn call(app: &Router, uri: &str) -> Response<Body> {
         )
         .await
         .expect("axum services are infallible")
-}
-
-/// Serves `app` on 127.0.0.1 on a free port; the server stops with the test's runtime.
-pub async fn serve(app: Router) -> (SocketAddr, JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a loopback port");
-    let addr = listener.local_addr().expect("bound address");
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).await.expect("server runs");
-    });
-    (addr, task)
 }
 
 /// `GET url` with `http`, expecting an answer (of any status).

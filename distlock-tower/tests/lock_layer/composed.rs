@@ -41,14 +41,7 @@ async fn a_request_waiting_for_its_lock_holds_no_readiness_of_the_inner_service(
         // Each route's service built once, as `into_make_service` does for a served app;
         // without it axum layers a handler anew per request, each with its own limit.
         .with_state(());
-    // Held elsewhere (another replica, a background job).
-    let holder = fx
-        .another_client()
-        .await
-        .lock("http/a")
-        .acquire()
-        .await
-        .expect("lock a is free");
+    let holder = hold_a(&fx).await;
 
     let waiting = tokio::spawn({
         let app = app.clone();
@@ -70,12 +63,7 @@ async fn a_request_waiting_for_its_lock_holds_no_readiness_of_the_inner_service(
     assert_eq!(text(other).await, "http/b");
     assert!(!waiting.is_finished(), "still waiting for `a`");
 
-    holder.release().await.expect("release");
-    let (status, body) = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("woken by the release")
-        .expect("request task");
-    assert_eq!((status, body.as_str()), (StatusCode::OK, "http/a"));
+    release_wakes_a(holder, waiting).await;
 }
 
 /// One service instance driven with `ready().await` then `call` in a loop, the calls running
@@ -96,13 +84,7 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
                 .map_or_else(String::new, |l| l.name().to_owned());
             Ok::<_, Infallible>(Response::new(Body::from(name)))
         });
-    let holder = fx
-        .another_client()
-        .await
-        .lock("http/a")
-        .acquire()
-        .await
-        .expect("lock a is free");
+    let holder = hold_a(&fx).await;
     let mut tasks = Vec::new();
     for key in ["a", "b", "c"] {
         let ready = tokio::time::timeout(Duration::from_millis(500), service.ready())
@@ -132,8 +114,28 @@ async fn one_instance_driven_with_ready_and_call_in_a_loop(fx: Fixture) {
         assert_eq!((status, body), (StatusCode::OK, format!("http/{key}")));
     }
     assert!(!a.is_finished(), "`a` still waits for its lock");
+    release_wakes_a(holder, a).await;
+}
+
+/// Takes lock `http/a` on another client of the store: held elsewhere (another replica, a
+/// background job).
+async fn hold_a(fx: &Fixture) -> distlock::Lease {
+    fx.another_client()
+        .await
+        .lock("http/a")
+        .acquire()
+        .await
+        .expect("lock a is free")
+}
+
+/// Releases `holder`; the request `waiting` for lock `a` must then be woken (within 3 s) and
+/// served under it.
+async fn release_wakes_a(
+    holder: distlock::Lease,
+    waiting: tokio::task::JoinHandle<(StatusCode, String)>,
+) {
     holder.release().await.expect("release");
-    let (status, body) = tokio::time::timeout(Duration::from_secs(3), a)
+    let (status, body) = tokio::time::timeout(Duration::from_secs(3), waiting)
         .await
         .expect("woken by the release")
         .expect("request task");

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use distlock_tower::refusal::{Reason, Refusal};
 use http::StatusCode;
 
-use crate::app::{Fixture, Seen, app, call, layer, on_both_stores, retry_after, text};
+use crate::app::{Fixture, Seen, app, call, layer, on_both_stores, text};
+use crate::common::assert_refused_for_shutdown;
 
 on_both_stores!(a_closed_client_refuses_new_requests_while_in_flight_ones_finish);
 
@@ -34,14 +34,7 @@ async fn a_closed_client_refuses_new_requests_while_in_flight_ones_finish(fx: Fi
 
     fx.client.close();
     let refused = call(&app, "/orders/2").await;
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(retry_after(&refused), 1);
-    let refusal = refused
-        .extensions()
-        .get::<Refusal>()
-        .expect("refusal")
-        .clone();
-    assert_eq!(refusal.reason(), &Reason::ShuttingDown);
+    assert_refused_for_shutdown(&refused);
     assert!(text(refused).await.contains("shutting down"));
     assert_eq!(
         seen.calls.load(Ordering::SeqCst),

@@ -8,15 +8,12 @@ use http::StatusCode;
 
 use crate::app::{Fixture, Seen, app, call, http_client, layer, retry_after, serve, text};
 use crate::support::RedisServer;
+use crate::support::fixture::connect_with_timeout;
 
 /// A fixture whose client gives up on a command after `timeout`.
 async fn fixture_with_timeout(timeout: Duration) -> Fixture {
     let server = RedisServer::start();
-    let client = Client::builder()
-        .response_timeout(timeout)
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let client = connect_with_timeout(&server.url(), timeout).await;
     Fixture::with_client(client, server)
 }
 

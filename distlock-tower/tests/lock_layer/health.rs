@@ -9,15 +9,12 @@ use http::StatusCode;
 
 use crate::app::{http_client, serve};
 use crate::support::RedisServer;
+use crate::support::fixture::connect_with_timeout;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_answers_200_while_the_store_answers_and_503_after() {
     let mut server = RedisServer::start();
-    let client = Client::builder()
-        .response_timeout(Duration::from_millis(500))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let client = connect_with_timeout(&server.url(), Duration::from_millis(500)).await;
     let app = Router::new().route("/ready", distlock_tower::health::readiness(client));
     let (addr, _task) = serve(app).await;
     let http = http_client();

@@ -14,7 +14,7 @@ use http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use crate::app::{Fixture, on_both_stores, text};
-use crate::common::malformed_key_requests;
+use crate::common::{malformed_key_requests, per_missing_key_setting};
 
 on_both_stores!(malformed_key_headers_are_400_whatever_the_missing_key_setting);
 
@@ -32,20 +32,13 @@ async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixt
             )
             .route_layer(layer)
     };
-    let layer = |missing: Option<MissingKey>| {
+    let apps = per_missing_key_setting(MissingKey::Reject, MissingKey::Allow, |missing| {
         let builder = LockLayer::builder(fx.client.clone(), Header::from_static("x-lock"));
-        match missing {
-            Some(missing) => builder.on_missing_key(missing),
-            None => builder,
-        }
-        .build()
-        .expect("valid settings")
-    };
-    let apps: [(&str, Router); 3] = [
-        ("default", app(layer(None))),
-        ("reject", app(layer(Some(MissingKey::Reject)))),
-        ("allow", app(layer(Some(MissingKey::Allow)))),
-    ];
+        let layer = missing
+            .into_iter()
+            .fold(builder, |b, m| b.on_missing_key(m));
+        app(layer.build().expect("valid settings"))
+    });
     for (setting, app) in &apps {
         for (what, request) in malformed_key_requests("x-lock", b"k", b"j") {
             let response = app.clone().oneshot(request).await.expect("infallible");

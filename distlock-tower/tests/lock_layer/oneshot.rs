@@ -329,21 +329,7 @@ async fn hundred_concurrent_requests_run_one_at_a_time(fx: Fixture) {
             })
         })
         .collect();
-    let mut fences = Vec::new();
-    for task in tasks {
-        let (status, body) = task.await.expect("request task");
-        assert_eq!(status, StatusCode::OK, "{body}");
-        fences.push(body.parse::<u64>().expect("fence"));
-    }
-    fences.sort_unstable();
-    fences.dedup();
-    assert_eq!(fences.len(), 100, "each request had a lease of its own");
-    assert_eq!(
-        seen.overlaps.load(Ordering::SeqCst),
-        0,
-        "two handlers overlapped"
-    );
-    assert_eq!(seen.counter.load(Ordering::SeqCst), 100, "lost updates");
+    seen.assert_ran_one_at_a_time(tasks).await;
     eprintln!("100 serialized requests in {:?}", started.elapsed());
 }
 

@@ -1,7 +1,6 @@
 //! The layer over real TCP: `axum::serve` on 127.0.0.1 and an HTTP client, on both stores.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
@@ -111,21 +110,7 @@ async fn hundred_concurrent_clients_run_one_at_a_time(fx: Fixture) {
             })
         })
         .collect();
-    let mut fences = Vec::new();
-    for task in tasks {
-        let (status, body) = task.await.expect("request task");
-        assert_eq!(status, StatusCode::OK, "{body}");
-        fences.push(body.parse::<u64>().expect("fence"));
-    }
-    fences.sort_unstable();
-    fences.dedup();
-    assert_eq!(fences.len(), 100);
-    assert_eq!(
-        seen.overlaps.load(Ordering::SeqCst),
-        0,
-        "two handlers overlapped"
-    );
-    assert_eq!(seen.counter.load(Ordering::SeqCst), 100, "lost updates");
+    seen.assert_ran_one_at_a_time(tasks).await;
     eprintln!(
         "100 serialized requests over TCP in {:?}",
         started.elapsed()

@@ -10,10 +10,9 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use distlock::ratelimit::{Policy, Rate, RateLimiter};
 use http::{Request, Response};
-use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
-pub(crate) use crate::common::{header, http_client, retry_after, text};
+pub(crate) use crate::common::{header, http_client, retry_after, serve, text};
 pub(crate) use crate::support::fixture::{Fixture, on_both_stores};
 
 /// The peer address of the requests the tests send as one client.
@@ -109,21 +108,4 @@ pub fn fields<B>(response: &Response<B>) -> (Vec<FieldItem>, Vec<FieldItem>) {
         parse_field(header(response, "ratelimit-policy").expect("RateLimit-Policy is set")),
         parse_field(header(response, "ratelimit").expect("RateLimit is set")),
     )
-}
-
-/// Serves `app` on 127.0.0.1 with the peer address in `ConnectInfo`.
-pub async fn serve(app: Router) -> (SocketAddr, JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a loopback port");
-    let addr = listener.local_addr().expect("bound address");
-    let task = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .expect("server runs");
-    });
-    (addr, task)
 }

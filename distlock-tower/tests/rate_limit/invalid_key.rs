@@ -2,33 +2,25 @@
 //! non-text key header is `400` under every missing-key setting, and no request passes
 //! unmetered by malforming its key.
 
-use axum::Router;
 use axum::body::Body;
 use distlock_tower::extract::Header;
 use distlock_tower::rate_limit::{MissingKey, RateLimitLayer};
 use http::{Request, StatusCode};
 
 use crate::app::{Fixture, call, gcra_limiter, header, on_both_stores, routes, text};
-use crate::common::malformed_key_requests;
+use crate::common::{malformed_key_requests, per_missing_key_setting};
 
 on_both_stores!(malformed_key_headers_are_400_whatever_the_missing_key_setting);
 
 async fn malformed_key_headers_are_400_whatever_the_missing_key_setting(fx: Fixture) {
     let limiter = gcra_limiter(&fx, "api", 60, 1);
-    let layer = |missing: Option<MissingKey>| {
+    let apps = per_missing_key_setting(MissingKey::Reject, MissingKey::Allow, |missing| {
         let builder = RateLimitLayer::builder(limiter.clone(), Header::from_static("x-api-key"));
-        match missing {
-            Some(missing) => builder.on_missing_key(missing),
-            None => builder,
-        }
-        .build()
-        .expect("valid settings")
-    };
-    let apps: [(&str, Router); 3] = [
-        ("default", routes().layer(layer(None))),
-        ("reject", routes().layer(layer(Some(MissingKey::Reject)))),
-        ("allow", routes().layer(layer(Some(MissingKey::Allow)))),
-    ];
+        let layer = missing
+            .into_iter()
+            .fold(builder, |b, m| b.on_missing_key(m));
+        routes().layer(layer.build().expect("valid settings"))
+    });
     for (setting, app) in &apps {
         // Many times over a budget of 1: none passes, metered or not.
         for round in 0..3 {

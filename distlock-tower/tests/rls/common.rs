@@ -1,7 +1,6 @@
 //! Serving a `RateLimitServer` on a loopback port and calling it as Envoy does.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use distlock_tower::rls::{RateLimitServer, RlsConfig, Settings};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -41,14 +40,7 @@ pub async fn serve(server: RateLimitServer) -> Served {
 
 /// A client of the service at `addr`, on its own HTTP/2 connection.
 pub async fn connect(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("valid URI")
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(30))
-        .connect()
-        .await
-        .expect("connects");
-    RateLimitServiceClient::new(channel)
+    RateLimitServiceClient::new(crate::shared::grpc_channel(addr).await)
 }
 
 /// A service answering the YAML `config` (one domain) on `store`.
