@@ -175,26 +175,24 @@ impl Store {
 
     /// The backend that serves locks.
     fn locks(&self) -> Backing<'_> {
-        let mut store = self;
-        loop {
-            match store {
-                Self::Scripted(s) => return Backing::Scripted(s),
-                Self::Quorum(s) => return Backing::Quorum(s),
-                Self::Memory(s) => return Backing::Memory(s),
-                Self::Split(split) => store = &split.locks,
-            }
-        }
+        self.side(|split| &split.locks)
     }
 
     /// The backend that serves counting primitives: rate limits, Bloom filters, holder sets.
     fn counting(&self) -> Backing<'_> {
+        self.side(|split| &split.counting)
+    }
+
+    /// The backend of one side: this store's, or through a split, the store `pick` takes
+    /// of it (itself perhaps split).
+    fn side(&self, pick: fn(&Split) -> &Store) -> Backing<'_> {
         let mut store = self;
         loop {
             match store {
                 Self::Scripted(s) => return Backing::Scripted(s),
                 Self::Quorum(s) => return Backing::Quorum(s),
                 Self::Memory(s) => return Backing::Memory(s),
-                Self::Split(split) => store = &split.counting,
+                Self::Split(split) => store = pick(split),
             }
         }
     }
