@@ -135,6 +135,34 @@ macro_rules! bounded_on {
     }};
 }
 
+/// `Store` methods that forward one [`Backend`] operation to the backend of the side that
+/// serves it (`locks` or `counting`), one line each: `how side => fn op(args) -> T;`, the
+/// backend's method `op` without `&self`, and, for an async one, without `Result`'s error.
+///
+/// - `sync`: asks the backend at once (`T` as it is);
+/// - `bounded`: async, within the side's operation timeout (see [`bounded`]);
+/// - `unbounded`: async, as the backend runs it (the test hooks).
+///
+/// An operation whose `Store` method does more than that (another side, another deadline,
+/// another name) is written by hand instead.
+macro_rules! forward {
+    ($($(#[$doc:meta])* $how:ident $side:ident => fn $op:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(forward!(@$how [$(#[$doc])*] $side $op [$($arg: $ty),*] [$($arg),*] $ret);)*
+    };
+    (@sync [$($doc:tt)*] $side:ident $op:ident [$($param:tt)*] [$($arg:ident),*] $ret:ty) => {
+        $($doc)* pub(crate) fn $op(&self, $($param)*) -> $ret {
+            on_backend!(self.$side(), s => s.$op($($arg),*))
+        }
+    };
+    (@bounded $($rest:tt)*) => { forward!(@async bounded_on $($rest)*); };
+    (@unbounded $($rest:tt)*) => { forward!(@async on_backend $($rest)*); };
+    (@async $on:ident [$($doc:tt)*] $side:ident $op:ident [$($param:tt)*] [$($arg:ident),*] $ret:ty) => {
+        $($doc)* pub(crate) async fn $op(&self, $($param)*) -> Result<$ret, StoreError> {
+            $on!(self.$side(), s => s.$op($($arg),*).await)
+        }
+    };
+}
+
 impl Store {
     /// Locks on `self`, counting primitives (rate limits, Bloom filters, holder sets) on
     /// `counting`.
@@ -147,26 +175,24 @@ impl Store {
 
     /// The backend that serves locks.
     fn locks(&self) -> Backing<'_> {
-        let mut store = self;
-        loop {
-            match store {
-                Self::Scripted(s) => return Backing::Scripted(s),
-                Self::Quorum(s) => return Backing::Quorum(s),
-                Self::Memory(s) => return Backing::Memory(s),
-                Self::Split(split) => store = &split.locks,
-            }
-        }
+        self.side(|split| &split.locks)
     }
 
     /// The backend that serves counting primitives: rate limits, Bloom filters, holder sets.
     fn counting(&self) -> Backing<'_> {
+        self.side(|split| &split.counting)
+    }
+
+    /// The backend of one side: this store's, or through a split, the store `pick` takes
+    /// of it (itself perhaps split).
+    fn side(&self, pick: fn(&Split) -> &Store) -> Backing<'_> {
         let mut store = self;
         loop {
             match store {
                 Self::Scripted(s) => return Backing::Scripted(s),
                 Self::Quorum(s) => return Backing::Quorum(s),
                 Self::Memory(s) => return Backing::Memory(s),
-                Self::Split(split) => store = &split.counting,
+                Self::Split(split) => store = pick(split),
             }
         }
     }
@@ -180,20 +206,75 @@ impl Store {
         }
     }
 
+    forward! {
+        /// The kind of the store locks go to.
+        sync locks => fn kind() -> StoreKind;
+        /// Whether a lock's waiter keeps its token across busy attempts (see
+        /// [`Backend::waiter_keeps_token`]).
+        sync locks => fn waiter_keeps_token() -> bool;
+        /// Where the locks of key prefix `prefix` mint their fences.
+        sync locks => fn fences(prefix: &str) -> Fences;
+        /// The wake-up registry of the store locks go to.
+        sync locks => fn wakeups() -> &Arc<Wakeups>;
+        /// The deadline for one operation on the store locks go to.
+        sync locks => fn op_timeout() -> Duration;
+        /// Whether a waiter marks the lock it waits for in the store.
+        sync locks => fn waiters_mark_locks() -> bool;
+
+        /// Takes a lock, minting its fence with the grant if `mint` (an eager lease).
+        bounded locks => fn acquire(keys: &LockKeys, token: &Token, ttl: Duration, waits: Waits, replicas: Option<Replicas>, mint: bool) -> AcquireReply;
+        /// Mints the fence of the lease `token` holds on the lock of `keys`, if the store still
+        /// holds it for that token.
+        bounded locks => fn mint(keys: &LockKeys, token: &Token) -> MintReply;
+        bounded locks => fn release(keys: &LockKeys, token: &Token) -> Ownership;
+        /// Takes back the mark a waiter that waited long left on a lock, when it gives up and
+        /// no other waiter of this client starves on it (`unmark.lua`).
+        bounded locks => fn unmark(keys: &LockKeys) -> ();
+        /// Renews leases of locks (and, on a store that is not split, of holder sets).
+        bounded locks => fn renew(items: &[RenewItem<'_>]) -> Vec<Ownership>;
+        /// Passes a held lock from token `from` to token `to`, with a new ttl, and a fence if
+        /// `mint`. Only on a store that supports [`Capability::HandOff`].
+        bounded locks => fn handoff(keys: &LockKeys, from: &Token, to: &Token, ttl: Duration, mint: bool) -> HandoffReply;
+        /// Takes the locks of one group (see [`groups`](Self::groups)) all or nothing.
+        bounded locks => fn acquire_all(keys: &[&LockKeys], tokens: &[Token], ttl: Duration, waits: Waits) -> AllReply;
+        /// One read or store of an idempotency record, on the store locks go to (the record
+        /// is stored only while its claim, a lock, is held there). Bounded by its operation
+        /// timeout. Only on a store that supports [`Capability::IdempotencyRecords`].
+        bounded locks => fn idempotency(call: &RecordCall<'_>) -> RecordReply;
+        /// A lock key's value and remaining ttl, if it exists (on a quorum, what a majority
+        /// of the nodes hold), for the operators' view of a lock.
+        bounded locks => fn lock_value(key: &str) -> Option<(String, Duration)>;
+        /// Writes an election's leader record if `token` holds its lock (see `leader.lua`).
+        bounded locks => fn leader_put(keys: &LockKeys, record_key: &str, token: &Token, record: &Record, ttl: Duration) -> bool;
+        /// An election's leader record, if the lease that wrote it holds the lock now.
+        bounded locks => fn leader_read(keys: &LockKeys, record_key: &str) -> Option<Record>;
+        /// Deletes an election's leader record if `token`'s lease wrote it.
+        bounded locks => fn leader_drop(keys: &LockKeys, record_key: &str, token: &Token) -> bool;
+
+        /// One fenced write or read, on the store counting primitives go to (bounded by its
+        /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
+        bounded counting => fn fenced(call: &FencedCall<'_>) -> FencedReply;
+        /// One vote on a shared concurrency limit, on the store counting primitives go to
+        /// (where the semaphores it bounds live). Bounded by its operation timeout.
+        bounded counting => fn adaptive(call: &AdaptiveCall<'_>) -> u32;
+        bounded counting => fn acquire_permits(item: &PermitsItem<'_>) -> AcquireReply;
+        bounded counting => fn acquire_rw(side: Side, keys: &RwKeys, token: &Token, ttl: Duration, waits: Waits) -> AcquireReply;
+        bounded counting => fn release_writer(keys: &RwKeys, token: &Token) -> Ownership;
+        bounded counting => fn release_entries(keys: &SetKeys, token: &Token, count: u32) -> Ownership;
+        /// One Bloom filter operation, bounded by the operation timeout.
+        bounded counting => fn bloom(native: bool, op: BloomOp, shape: &BloomShape, shards: &[ShardCall]) -> Vec<ShardReply>;
+        /// Whether the store has the RedisBloom module.
+        bounded counting => fn bloom_module() -> bool;
+        /// The live holders of a holder set (a semaphore's, a read-write lock's readers), on
+        /// the store counting primitives go to.
+        bounded counting => fn set_holders(key: &str) -> Vec<SetHolder>;
+    }
+
+    // ---- Written by hand: each does more than forward. ----
+
     /// The kind of the store counting primitives go to.
     pub(crate) fn counting_kind(&self) -> StoreKind {
         on_backend!(self.counting(), s => s.kind())
-    }
-
-    /// The kind of the store locks go to.
-    pub(crate) fn kind(&self) -> StoreKind {
-        on_backend!(self.locks(), s => s.kind())
-    }
-
-    /// Whether a lock's waiter keeps its token across busy attempts (see
-    /// [`Backend::waiter_keeps_token`]).
-    pub(crate) fn waiter_keeps_token(&self) -> bool {
-        on_backend!(self.locks(), s => s.waiter_keeps_token())
     }
 
     /// Whether this store can serve `capability`, and if not, why.
@@ -206,83 +287,6 @@ impl Store {
         on_backend!(side, s => s.supports(capability))
     }
 
-    /// Where the locks of key prefix `prefix` mint their fences.
-    pub(crate) fn fences(&self, prefix: &str) -> Fences {
-        on_backend!(self.locks(), s => s.fences(prefix))
-    }
-
-    /// Takes a lock, minting its fence with the grant if `mint` (an eager lease).
-    pub(crate) async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-        mint: bool,
-    ) -> Result<AcquireReply, StoreError> {
-        bounded_on!(self.locks(), s => s.acquire(keys, token, ttl, waits, replicas, mint).await)
-    }
-
-    /// Mints the fence of the lease `token` holds on the lock of `keys`, if the store still
-    /// holds it for that token.
-    pub(crate) async fn mint(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-    ) -> Result<MintReply, StoreError> {
-        bounded_on!(self.locks(), s => s.mint(keys, token).await)
-    }
-
-    pub(crate) async fn release(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        bounded_on!(self.locks(), s => s.release(keys, token).await)
-    }
-
-    /// Takes back the mark a waiter that waited long left on a lock, when it gives up and no
-    /// other waiter of this client starves on it (`unmark.lua`).
-    pub(crate) async fn unmark(&self, keys: &LockKeys) -> Result<(), StoreError> {
-        bounded_on!(self.locks(), s => s.unmark(keys).await)
-    }
-
-    /// Passes a held lock from token `from` to token `to`, with a new ttl, and a fence if
-    /// `mint`. Only on a store that supports [`Capability::HandOff`].
-    pub(crate) async fn handoff(
-        &self,
-        keys: &LockKeys,
-        from: &Token,
-        to: &Token,
-        ttl: Duration,
-        mint: bool,
-    ) -> Result<HandoffReply, StoreError> {
-        bounded_on!(self.locks(), s => s.handoff(keys, from, to, ttl, mint).await)
-    }
-
-    /// One fenced write or read, on the store counting primitives go to (bounded by its
-    /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
-    pub(crate) async fn fenced(&self, call: &FencedCall<'_>) -> Result<FencedReply, StoreError> {
-        bounded_on!(self.counting(), s => s.fenced(call).await)
-    }
-
-    /// One vote on a shared concurrency limit, on the store counting primitives go to (where
-    /// the semaphores it bounds live). Bounded by its operation timeout.
-    pub(crate) async fn adaptive(&self, call: &AdaptiveCall<'_>) -> Result<u32, StoreError> {
-        bounded_on!(self.counting(), s => s.adaptive(call).await)
-    }
-
-    /// One read or store of an idempotency record, on the store locks go to (the record is
-    /// stored only while its claim, a lock, is held there). Bounded by its operation timeout.
-    /// Only on a store that supports [`Capability::IdempotencyRecords`].
-    pub(crate) async fn idempotency(
-        &self,
-        call: &RecordCall<'_>,
-    ) -> Result<RecordReply, StoreError> {
-        bounded_on!(self.locks(), s => s.idempotency(call).await)
-    }
-
     /// Splits the locks of a multi-lock into the groups that can each be taken in one call,
     /// all or nothing: every lock on a single primary or in memory; one group per hash slot
     /// on a cluster; one lock per group on a quorum (each is a Redlock acquire of its own).
@@ -290,60 +294,6 @@ impl Store {
     /// locks' order.
     pub(crate) fn groups(&self, keys: &[LockKeys]) -> Vec<Vec<usize>> {
         on_backend!(self.locks(), s => s.lock_groups(keys))
-    }
-
-    /// Takes the locks of one group (see [`groups`](Self::groups)) all or nothing.
-    pub(crate) async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        bounded_on!(self.locks(), s => s.acquire_all(keys, tokens, ttl, waits).await)
-    }
-
-    pub(crate) async fn acquire_permits(
-        &self,
-        item: &PermitsItem<'_>,
-    ) -> Result<AcquireReply, StoreError> {
-        bounded_on!(self.counting(), s => s.acquire_permits(item).await)
-    }
-
-    pub(crate) async fn acquire_rw(
-        &self,
-        rw: Side,
-        keys: &RwKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        bounded_on!(self.counting(), s => s.acquire_rw(rw, keys, token, ttl, waits).await)
-    }
-
-    pub(crate) async fn release_writer(
-        &self,
-        keys: &RwKeys,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        bounded_on!(self.counting(), s => s.release_writer(keys, token).await)
-    }
-
-    pub(crate) async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        count: u32,
-    ) -> Result<Ownership, StoreError> {
-        bounded_on!(self.counting(), s => s.release_entries(keys, token, count).await)
-    }
-
-    /// Renews leases of locks (and, on a store that is not split, of holder sets).
-    pub(crate) async fn renew(
-        &self,
-        items: &[RenewItem<'_>],
-    ) -> Result<Vec<Ownership>, StoreError> {
-        bounded_on!(self.locks(), s => s.renew(items).await)
     }
 
     /// Runs one rate-limit check atomically (one script on Redis). Bounded by the limiter's
@@ -361,41 +311,6 @@ impl Store {
         now_us: u64,
     ) -> Result<RateReply, StoreError> {
         on_backend!(self.counting(), s => s.rate_limit_at(req, now_us).await.map_err(|e| e.with_deadline(s.op_timeout())))
-    }
-
-    /// One Bloom filter operation, bounded by the operation timeout.
-    pub(crate) async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        bounded_on!(self.counting(), s => s.bloom(native, op, shape, shards).await)
-    }
-
-    /// Whether the store has the RedisBloom module.
-    pub(crate) async fn bloom_module(&self) -> Result<bool, StoreError> {
-        bounded_on!(self.counting(), s => s.bloom_module().await)
-    }
-
-    /// The wake-up registry of the store locks go to.
-    pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
-        on_backend!(self.locks(), s => s.wakeups())
-    }
-
-    /// The deadline for one operation on the store locks go to.
-    pub(crate) fn op_timeout(&self) -> Duration {
-        on_backend!(self.locks(), s => s.op_timeout())
-    }
-
-    /// A lock key's value and remaining ttl, if it exists (on a quorum, what a majority of
-    /// the nodes hold), for the operators' view of a lock.
-    pub(crate) async fn lock_value(
-        &self,
-        key: &str,
-    ) -> Result<Option<(String, Duration)>, StoreError> {
-        bounded_on!(self.locks(), s => s.lock_value(key).await)
     }
 
     /// The keys of the lock side `walk` looks for, by `SCAN` on every node, for the
@@ -427,12 +342,6 @@ impl Store {
         }
     }
 
-    /// The live holders of a holder set (a semaphore's, a read-write lock's readers), on the
-    /// store counting primitives go to.
-    pub(crate) async fn set_holders(&self, key: &str) -> Result<Vec<SetHolder>, StoreError> {
-        bounded_on!(self.counting(), s => s.set_holders(key).await)
-    }
-
     /// A read-write lock's writer key: its value and remaining ttl, on the store counting
     /// primitives go to.
     pub(crate) async fn writer_value(
@@ -440,42 +349,6 @@ impl Store {
         key: &str,
     ) -> Result<Option<(String, Duration)>, StoreError> {
         bounded_on!(self.counting(), s => s.lock_value(key).await)
-    }
-
-    /// Writes an election's leader record if `token` holds its lock (see `leader.lua`).
-    pub(crate) async fn leader_put(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-        record: &Record,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        bounded_on!(self.locks(), s => s.leader_put(keys, record_key, token, record, ttl).await)
-    }
-
-    /// An election's leader record, if the lease that wrote it holds the lock now.
-    pub(crate) async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError> {
-        bounded_on!(self.locks(), s => s.leader_read(keys, record_key).await)
-    }
-
-    /// Deletes an election's leader record if `token`'s lease wrote it.
-    pub(crate) async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError> {
-        bounded_on!(self.locks(), s => s.leader_drop(keys, record_key, token).await)
-    }
-
-    /// Whether a waiter marks the lock it waits for in the store.
-    pub(crate) fn waiters_mark_locks(&self) -> bool {
-        on_backend!(self.locks(), s => s.waiters_mark_locks())
     }
 }
 
@@ -509,28 +382,16 @@ fn bounded_by<T>(
 /// Test hooks: reads and writes of raw keys, the same way on every backend.
 #[cfg(feature = "test-util")]
 impl Store {
-    /// The value of a string key (on a quorum, the first node that has it).
-    pub(crate) async fn peek_get(&self, key: &str) -> Result<Option<String>, StoreError> {
-        on_backend!(self.locks(), s => s.peek_get(key).await)
-    }
-
-    /// A key's remaining ttl (on a quorum, the longest of the nodes that have it).
-    pub(crate) async fn peek_pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
-        on_backend!(self.locks(), s => s.peek_pttl(key).await)
-    }
-
-    /// Deletes a key behind every holder's back (on a quorum, on every node that answers).
-    pub(crate) async fn peek_delete(&self, key: &str) -> Result<bool, StoreError> {
-        on_backend!(self.locks(), s => s.peek_delete(key).await)
-    }
-
-    /// Live keys under `prefix` (on a quorum, those of every node that answers).
-    pub(crate) async fn peek_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        on_backend!(self.locks(), s => s.peek_keys(prefix).await)
-    }
-
-    /// How many live entries the holder set `key` has.
-    pub(crate) async fn peek_live_entries(&self, key: &str) -> Result<u64, StoreError> {
-        on_backend!(self.counting(), s => s.peek_live_entries(key).await)
+    forward! {
+        /// The value of a string key (on a quorum, the first node that has it).
+        unbounded locks => fn peek_get(key: &str) -> Option<String>;
+        /// A key's remaining ttl (on a quorum, the longest of the nodes that have it).
+        unbounded locks => fn peek_pttl(key: &str) -> Option<Duration>;
+        /// Deletes a key behind every holder's back (on a quorum, on every node that answers).
+        unbounded locks => fn peek_delete(key: &str) -> bool;
+        /// Live keys under `prefix` (on a quorum, those of every node that answers).
+        unbounded locks => fn peek_keys(prefix: &str) -> Vec<String>;
+        /// How many live entries the holder set `key` has.
+        unbounded counting => fn peek_live_entries(key: &str) -> u64;
     }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Value};
 
 use super::{RedisSettings, check_cluster_mode, probe};
 use crate::error::StoreError;
@@ -73,17 +73,12 @@ impl ConnectionLike for LazyConn {
         }
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
+    req_packed_commands!(self, pipeline, offset, count => {
         match self.refused() {
             Some(err) => Box::pin(async move { Err(err) }),
             None => self.manager.req_packed_commands(pipeline, offset, count),
         }
-    }
+    });
 
     fn get_db(&self) -> i64 {
         self.manager.get_db()

@@ -4,6 +4,23 @@
 //! the cluster client's settings, following a Sentinel-managed primary ([`sentinel`]), and
 //! starting without the server ([`lazy`]).
 
+/// Writes `ConnectionLike::req_packed_commands` (commands `offset..offset + count` of a
+/// pipeline) around `body`, with the names it binds: the signature the redis trait asks of
+/// every connection of ours, spelled once.
+macro_rules! req_packed_commands {
+    ($self:ident, $pipeline:ident, $offset:ident, $count:ident => $body:expr) => {
+        fn req_packed_commands<'a>(
+            &'a mut $self,
+            $pipeline: &'a ::redis::Pipeline,
+            $offset: usize,
+            $count: usize,
+        ) -> ::redis::RedisFuture<'a, Vec<::redis::Value>> {
+            $body
+        }
+    };
+}
+pub(crate) use req_packed_commands;
+
 mod lazy;
 mod sentinel;
 

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
+use redis::{Cmd, ConnectionAddr, ErrorKind, RedisFuture, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::{RedisSettings, check_cluster_mode, probe};
@@ -65,18 +65,13 @@ impl ConnectionLike for PrimaryConn {
         }
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
+    req_packed_commands!(self, pipeline, offset, count => {
         match self {
             Self::Fixed(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Following(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Lazy(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
-    }
+    });
 
     fn get_db(&self) -> i64 {
         match self {
@@ -583,12 +578,7 @@ impl ConnectionLike for FollowingConn {
         })
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
+    req_packed_commands!(self, pipeline, offset, count => {
         Box::pin(async move {
             let mut conn = self.current();
             let result = conn.req_packed_commands(pipeline, offset, count).await;
@@ -600,7 +590,7 @@ impl ConnectionLike for FollowingConn {
                 other => other,
             }
         })
-    }
+    });
 
     fn get_db(&self) -> i64 {
         self.current().get_db()

@@ -251,24 +251,14 @@ pub(super) fn node(
         name: node_name(info),
         acquires: batcher(checked.clone(), timeout),
         checked,
-        releases: batcher(
-            OnConn {
-                calls: Releases {
-                    publish: Publish::Plain,
-                },
-                conn: conn.clone(),
+        releases: OnConn::plain(
+            Releases {
                 publish: Publish::Plain,
             },
+            conn.clone(),
             timeout,
         ),
-        mints: batcher(
-            OnConn {
-                calls: Mints,
-                conn: conn.clone(),
-                publish: Publish::Plain,
-            },
-            timeout,
-        ),
+        mints: OnConn::plain(Mints, conn.clone(), timeout),
         conn,
         state,
     }

@@ -14,10 +14,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, RedisFuture, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::store::connect::PrimaryConn;
+use crate::store::connect::{PrimaryConn, req_packed_commands};
 
 /// How many lanes a primary gets: replica-acknowledged writes in flight at once (each lane
 /// carries batches of many).
@@ -121,17 +121,12 @@ impl ConnectionLike for Lanes {
         })
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
+    req_packed_commands!(self, pipeline, offset, count => {
         Box::pin(async move {
             let mut lane = self.take().await;
             lane.conn.req_packed_commands(pipeline, offset, count).await
         })
-    }
+    });
 
     fn get_db(&self) -> i64 {
         self.inner.shared.get_db()

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, RedisFuture, Value};
 
 pub(crate) use self::by_slot::BySlot;
 pub(crate) use self::lanes::LANES;
@@ -36,7 +36,7 @@ pub(crate) use self::shards::masters;
 pub(crate) use self::single::Single;
 use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
-use super::connect::{PrimaryConn, RedisSettings};
+use super::connect::{PrimaryConn, RedisSettings, req_packed_commands};
 use super::peek::{self, KeyScan, SetHolder};
 use super::ratelimit::script::RateItem;
 use super::ratelimit::{RateReply, RateRequest};
@@ -541,17 +541,12 @@ impl ConnectionLike for RouteConn {
         }
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
+    req_packed_commands!(self, pipeline, offset, count => {
         match self {
             Self::Primary(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
-    }
+    });
 
     fn get_db(&self) -> i64 {
         match self {

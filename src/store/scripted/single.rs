@@ -46,32 +46,15 @@ impl Single {
                 },
                 timeout,
             ),
-            mints: batcher(
-                OnConn {
-                    calls: Mints,
-                    conn: conn.clone(),
+            mints: OnConn::plain(Mints, conn.clone(), timeout),
+            releases: OnConn::plain(
+                Releases {
                     publish: Publish::Plain,
                 },
+                conn.clone(),
                 timeout,
             ),
-            releases: batcher(
-                OnConn {
-                    calls: Releases {
-                        publish: Publish::Plain,
-                    },
-                    conn: conn.clone(),
-                    publish: Publish::Plain,
-                },
-                timeout,
-            ),
-            rates: batcher(
-                OnConn {
-                    calls: Rates,
-                    conn: conn.clone(),
-                    publish: Publish::Plain,
-                },
-                timeout,
-            ),
+            rates: OnConn::plain(Rates, conn.clone(), timeout),
             lanes: Lanes::new(lanes, conn.clone()),
             acked: Mutex::new(Vec::new()),
             conn,

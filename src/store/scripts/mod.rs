@@ -38,7 +38,7 @@ use redis::Cmd;
 
 pub(crate) use self::lua::{Conn, Lua, Pipe};
 use self::release::ReleaseItem;
-use super::batch::Batch;
+use super::batch::{Batch, Batcher, batcher};
 use crate::error::StoreError;
 
 /// A script that carries many items per call. It writes one call for any of its items (all
@@ -74,6 +74,21 @@ pub(crate) struct OnConn<K, C> {
     pub(crate) calls: K,
     pub(crate) conn: C,
     pub(crate) publish: Publish,
+}
+
+impl<K: Calls, C: Conn> OnConn<K, C> {
+    /// `calls` batched on `conn` (a primary, or a node of a quorum), a grant whose caller is
+    /// gone released with a plain publish: the one way both build their batchers.
+    pub(crate) fn plain(calls: K, conn: C, timeout: Duration) -> Batcher<Self> {
+        batcher(
+            Self {
+                calls,
+                conn,
+                publish: Publish::Plain,
+            },
+            timeout,
+        )
+    }
 }
 
 impl<K: Calls, C: Conn> Batch for OnConn<K, C> {
