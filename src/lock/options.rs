@@ -208,10 +208,13 @@ impl InvalidOption {
     }
 }
 
-impl From<InvalidOption> for LockError {
-    fn from(invalid: InvalidOption) -> Self {
+impl InvalidOption {
+    /// As the builders report it: [`LockError::InvalidConfig`]. (Not a `From` impl: it would
+    /// join the list of conversions the compiler suggests for every `LockError`, as in the
+    /// macros' compile errors.)
+    pub(crate) fn lock_error(self) -> LockError {
         LockError::InvalidConfig {
-            reason: invalid.to_string(),
+            reason: self.to_string(),
         }
     }
 }
@@ -424,7 +427,7 @@ impl LockOptions {
 
     /// [`check`](Self::check), then what the client's store can do: the terms of a lease.
     pub(crate) fn validate(&self, client: &Core) -> Result<Terms, LockError> {
-        self.check()?;
+        self.check().map_err(InvalidOption::lock_error)?;
         let replicas = match self.replicas {
             ReplicaChoice::Client => client.default_replicas(),
             ReplicaChoice::Off => None,
