@@ -99,41 +99,9 @@ impl BackoffConfig {
 
 impl LockConfig {
     /// `lock` with every option this configuration sets; the others keep what `lock` has.
-    pub fn apply(&self, mut lock: LockBuilder) -> LockBuilder {
-        if let Some(ttl) = self.ttl {
-            lock = lock.ttl(ttl);
-        }
-        if let Some(wait) = self.wait {
-            lock = lock.wait(wait);
-        }
-        if let Some(patience) = self.store_patience {
-            lock = lock.store_patience(patience);
-        }
-        if let Some(on) = self.watchdog {
-            lock = lock.watchdog(on);
-        }
-        if let Some(max_hold) = self.max_hold {
-            lock = lock.max_hold(max_hold);
-        }
-        if let Some(min_hold) = self.min_hold {
-            lock = lock.min_hold(min_hold);
-        }
-        if let Some(on) = self.reentrant {
-            lock = lock.reentrant(on);
-        }
-        if let Some(replicas) = self.replicas {
-            lock = lock.replicas(replicas.count, replicas.timeout);
-        }
-        if let Some(attempts) = self.max_attempts {
-            lock = lock.max_attempts(attempts);
-        }
-        if let Some(backoff) = self.retry_backoff {
-            lock = lock.retry_backoff(backoff.first, backoff.largest);
-        }
-        if self.fenced == Some(true) {
-            lock = lock.fenced();
-        }
-        lock
+    pub fn apply(&self, lock: LockBuilder) -> LockBuilder {
+        let options = self.onto(lock.current_options().clone());
+        lock.options(options)
     }
 
     /// The lock `name` of `client` with these options: `self.apply(client.lock(name))`.
@@ -144,7 +112,11 @@ impl LockConfig {
     /// These options over the defaults: what [`LockBuilder::options`] takes, and what
     /// [`LockOptions::check`] checks (as reading the configuration did).
     pub fn options(&self) -> LockOptions {
-        let mut options = LockOptions::new();
+        self.onto(LockOptions::new())
+    }
+
+    /// `options` with every option this configuration sets.
+    fn onto(&self, mut options: LockOptions) -> LockOptions {
         if let Some(ttl) = self.ttl {
             options = options.ttl(ttl);
         }

@@ -99,6 +99,11 @@ impl LockBuilder {
 
     lease_options!(options);
 
+    /// The options set so far (for `LockConfig::apply`, which changes only those it sets).
+    pub(crate) fn current_options(&self) -> &LockOptions {
+        &self.options
+    }
+
     /// Every option at once, as a service keeps them (from a configuration file's
     /// [`LockConfig::options`](crate::config::LockConfig::options), say): replaces what
     /// earlier setters set; later setters change single options again.
