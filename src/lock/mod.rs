@@ -100,6 +100,7 @@ impl LockBuilder {
     lease_options!(options);
 
     /// The options set so far (for `LockConfig::apply`, which changes only those it sets).
+    #[cfg(feature = "serde")]
     pub(crate) fn current_options(&self) -> &LockOptions {
         &self.options
     }
