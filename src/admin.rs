@@ -152,6 +152,25 @@ impl Client {
         })
     }
 
+    /// How many waiters queue for fair lock `name` ([`LockBuilder::fair`](crate::LockBuilder::fair)):
+    /// those that hold a place (a waiter that vanished keeps its place until its claim runs
+    /// out, within 3 s). A read, for operators and dashboards; 0 for a lock nobody waits for
+    /// fairly.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidName`]; [`LockError::UnsupportedStore`] on a Redlock quorum (it
+    /// has no fair locks); [`LockError::Store`] when the store did not answer.
+    pub async fn fair_queue_len(&self, name: &str) -> Result<u64, LockError> {
+        let keys = self.core().lock_keys(name)?;
+        self.core()
+            .supports(Capability::FairQueues)
+            .map_err(|refused| LockError::UnsupportedStore {
+                reason: refused.reason,
+            })?;
+        let keys = crate::keys::FairKeys::of(self.core().prefix(), keys);
+        Ok(crate::lock::fair::queued(self.store(), &keys).await?)
+    }
+
     /// The locks of this client's prefix that are held now, up to `max` of them (at most
     /// [`MAX_LISTED_LOCKS`]), by name, each with its [`lock_state`](Self::lock_state): for
     /// operators' consoles and scripts (who holds what, since when, for how much longer).

@@ -364,6 +364,36 @@ impl RwKeys {
     }
 }
 
+/// The keys of a fair lock: the lock's own ([`LockKeys`]: a fair lock's key is the lock of its
+/// name, so it is renewed, released, listed and forced as any lock), and its queue,
+/// `<prefix>:fair-queue:{<name>}` (waiters by arrival), and `<prefix>:fair-claims:{<name>}`
+/// (when each waiter's place runs out), in the lock's slot.
+#[derive(Clone, Debug)]
+pub(crate) struct FairKeys {
+    pub(crate) lock: LockKeys,
+    pub(crate) queue: Arc<str>,
+    pub(crate) claims: Arc<str>,
+}
+
+impl FairKeys {
+    /// The queue keys of lock `lock` (whose keys were made under `prefix`).
+    pub(crate) fn of(prefix: &str, lock: LockKeys) -> Self {
+        // `<prefix>:lock:{<tag>}`: the tag as the lock key spells it.
+        let tag = lock
+            .lock
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix(":lock:{"))
+            .and_then(|rest| rest.strip_suffix('}'))
+            .unwrap_or_default()
+            .to_owned();
+        Self {
+            queue: tagged(prefix, "fair-queue", &tag).into(),
+            claims: tagged(prefix, "fair-claims", &tag).into(),
+            lock,
+        }
+    }
+}
+
 /// The keys of a fenced resource (`Client::fenced`): `<prefix>:fenced-guard:{<resource>}`, a
 /// string holding the highest fence a write to the resource was accepted with, and
 /// `<prefix>:fenced:{<resource>}`, a hash holding the resource's values. The resource is the
@@ -653,6 +683,22 @@ mod tests {
         }
         assert!(SetKeys::semaphore("p", &fences, "").is_err());
         assert!(RwKeys::new("p", &fences, &"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn a_fair_locks_queue_shares_the_locks_slot() {
+        let fences = Fences::per_slot("p");
+        for name in ["exports", "a{b}c", "%7B", "x:y", "}"] {
+            let lock = LockKeys::new("p", &fences, name).expect("valid name");
+            let fair = FairKeys::of("p", lock.clone());
+            let tag = hash_tag(&lock.lock);
+            assert!(!tag.is_empty());
+            for key in [&*fair.queue, &*fair.claims, &*fair.lock.fence] {
+                assert_eq!(slot_of(key), slot_of(&lock.lock), "{key}");
+            }
+            assert_eq!(fair.queue.as_ref(), format!("p:fair-queue:{{{tag}}}"));
+            assert_eq!(fair.claims.as_ref(), format!("p:fair-claims:{{{tag}}}"));
+        }
     }
 
     #[test]

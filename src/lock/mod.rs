@@ -6,6 +6,7 @@
 //! wake-ups are the same for all of them.
 
 pub(crate) mod context;
+pub(crate) mod fair;
 pub(crate) mod handoff;
 pub(crate) mod hold;
 pub(crate) mod job;
@@ -143,6 +144,45 @@ impl LockBuilder {
         self
     }
 
+    /// A fair lock: granted in the order its waiters arrived, across processes, as Redisson's
+    /// `RFairLock`. Each waiter holds a place in a queue kept beside the lock, and the lock
+    /// goes only to the first in line (an acquire that does not wait is refused while anyone
+    /// queues). A waiter keeps its place by asking again at least every second; one that
+    /// vanished (killed, cut off) is skipped once its place runs out, within 3 s, and one that
+    /// gives up (its wait ran out, its future was dropped) leaves at once. The lease is a
+    /// lock's: the same watchdog, lost signal, fence and release.
+    ///
+    /// Every acquirer of the name must ask for it fair: a plain acquire of the same name
+    /// takes the lock whenever it is free, queue or not. A fair acquire costs a script call
+    /// where a plain one is a `SET` (see the benchmarks), and a release wakes every waiter of
+    /// this client to let the first in line through. Not on a Redlock quorum
+    /// ([`LockError::UnsupportedStore`]): its nodes would each order the waiters differently.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let held = client.lock("payouts").fair().acquire().await?;
+    /// let first = tokio::spawn({
+    ///     let client = client.clone();
+    ///     async move { client.lock("payouts").fair().wait(Duration::from_secs(5)).acquire().await }
+    /// });
+    /// while client.fair_queue_len("payouts").await? < 1 {
+    ///     tokio::task::yield_now().await;
+    /// }
+    /// // Someone queues: even with the lock free, a newcomer that does not wait is refused.
+    /// held.release().await?;
+    /// assert!(client.lock("payouts").fair().acquire().await.is_err());
+    /// first.await.expect("task")?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair(mut self) -> Self {
+        self.options = self.options.fair(true);
+        self
+    }
+
     /// For [`run`](Self::run): if this task is already inside a `run` on the same lock of the
     /// same client, join that lease instead of waiting for it (default off here; on in
     /// `#[distributed_lock]`).
@@ -206,6 +246,12 @@ impl LockBuilder {
     async fn acquire_validated(self, keys: LockKeys, terms: Terms) -> Result<Lease, LockError> {
         let span = tracing::debug_span!("distlock.acquire", lock = %keys.name);
         let identity = self.options.identity_on(self.client.core());
+        if self.options.fair {
+            return self
+                .acquire_fair(keys, terms, identity)
+                .instrument(span)
+                .await;
+        }
         async {
             let mut claim = LockClaim {
                 client: &self.client,
@@ -230,6 +276,31 @@ impl LockBuilder {
         }
         .instrument(span)
         .await
+    }
+
+    /// A fair lock's acquire (see [`fair`](Self::fair)).
+    async fn acquire_fair(
+        self,
+        keys: LockKeys,
+        terms: Terms,
+        identity: Arc<str>,
+    ) -> Result<Lease, LockError> {
+        let keys = fair::keys_of(&self.client, keys);
+        let joins = !self.options.wait.is_zero();
+        let mut claim = fair::FairClaim::new(&self.client, keys, terms, identity, joins);
+        let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
+        drop(claim);
+        tracing::debug!(
+            fair = true,
+            fence = shared.minted_fence(),
+            attempts = how.attempts,
+            waited_ms = how.waited_ms(),
+            woken_by = how.woken_by,
+            "acquired"
+        );
+        let lease = Lease::granted(self.client.clone(), shared, Primitive::Lock)?;
+        lease.handle().shared.set_kind(self.kind);
+        Ok(lease)
     }
 
     /// Acquires the lock, runs `body` while it is held, and releases it.

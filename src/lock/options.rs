@@ -167,6 +167,8 @@ pub struct LockOptions {
     /// For a lock's `run`: join a lease on the same lock held by an enclosing `run` of this
     /// task.
     pub(crate) reentrant: bool,
+    /// Grant a lock in its waiters' order of arrival (a fair lock).
+    pub(crate) fair: bool,
 }
 
 /// Whether a lease asks replicas to acknowledge its writes.
@@ -241,6 +243,7 @@ impl LockOptions {
             identity: None,
             fenced: false,
             reentrant: false,
+            fair: false,
         }
     }
 
@@ -274,6 +277,19 @@ impl LockOptions {
     pub fn reentrant(mut self, on: bool) -> Self {
         self.reentrant = on;
         self
+    }
+
+    /// As [`LockBuilder::fair`](crate::LockBuilder::fair) when `on`: the lock is granted in
+    /// its waiters' order of arrival.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
+    /// Whether the lock is granted in its waiters' order of arrival.
+    #[must_use]
+    pub fn get_fair(&self) -> bool {
+        self.fair
     }
 
     /// The ttl.
@@ -404,6 +420,7 @@ impl LockOptions {
         self.min_hold = None;
         self.reentrant = false;
         self.fenced = false;
+        self.fair = false;
         self
     }
 
@@ -433,6 +450,13 @@ impl LockOptions {
             ReplicaChoice::Off => None,
             ReplicaChoice::Ask(r) => Some(r),
         };
+        if self.fair
+            && let Err(refused) = client.supports(Capability::FairQueues)
+        {
+            return Err(LockError::UnsupportedStore {
+                reason: refused.reason,
+            });
+        }
         if let Some(r) = replicas {
             // The client's own choice, checked against this lease's ttl.
             if r.timeout.is_zero() || r.timeout >= self.ttl {
@@ -560,16 +584,19 @@ mod tests {
             .wait_forever()
             .watchdog(false)
             .min_hold(Duration::from_secs(1))
-            .fenced(true);
+            .fenced(true)
+            .fair(true);
         assert_eq!(options.get_ttl(), Duration::from_secs(10));
         assert_eq!(options.get_wait(), Duration::MAX);
         assert!(!options.get_watchdog());
         assert_eq!(options.get_min_hold(), Some(Duration::from_secs(1)));
         assert!(options.get_fenced());
+        assert!(options.get_fair());
         // What a semaphore keeps of them.
         let shared = options.clone().shared_only();
         assert_eq!(shared.get_min_hold(), None);
         assert!(!shared.get_fenced());
+        assert!(!shared.get_fair());
         assert_eq!(shared.get_ttl(), options.get_ttl());
     }
 }

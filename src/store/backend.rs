@@ -20,6 +20,7 @@ use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::acquire_rw::Side;
 use super::scripts::adaptive::AdaptiveCall;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::fair::{FairCall, FairReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::idempotency::{RecordCall, RecordReply};
@@ -274,6 +275,13 @@ pub(crate) trait Backend {
     async fn idempotency(&self, call: &RecordCall<'_>) -> Result<RecordReply, StoreError> {
         let _ = call;
         Err(self.lacks(Capability::IdempotencyRecords))
+    }
+
+    /// One call on a fair lock's queue (`fair.lua`: take in arrival order, leave, count),
+    /// beside the lock's key. Only on a backend with [`Capability::FairQueues`].
+    async fn fair(&self, call: &FairCall<'_>) -> Result<FairReply, StoreError> {
+        let _ = call;
+        Err(self.lacks(Capability::FairQueues))
     }
 
     // ---- Elections: a leader record beside a lock key (`leader.lua`). ----

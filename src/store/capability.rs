@@ -53,6 +53,7 @@ capabilities! {
     /// | [`HandOff`](Self::HandOff) | yes | yes | no | no |
     /// | [`FencedWrites`](Self::FencedWrites) | yes | yes | no | yes |
     /// | [`IdempotencyRecords`](Self::IdempotencyRecords) | yes | yes | no | yes |
+    /// | [`FairQueues`](Self::FairQueues) | yes | yes | no | yes |
     ///
     /// A client made with [`ClientBuilder::counting_on`](crate::ClientBuilder::counting_on)
     /// answers for holder sets, rate limits, Bloom filters and fenced writes with the store they
@@ -87,6 +88,9 @@ capabilities! {
         /// Idempotency records ([`Client::idempotency`](crate::Client::idempotency)): a stored
         /// response kept beside the lock that claims its key, on the store locks go to.
         IdempotencyRecords => "idempotency records",
+        /// Fair locks ([`LockBuilder::fair`](crate::LockBuilder::fair)): a queue of waiters kept
+        /// beside the lock, on the store locks go to.
+        FairQueues => "fair lock queues",
     }
 }
 

@@ -63,6 +63,7 @@ pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
 pub(crate) use self::scripts::adaptive::{AdaptiveCall, Vote};
 pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
+pub(crate) use self::scripts::fair::{FAIR_CLAIM, FairCall, FairReply};
 pub(crate) use self::scripts::fenced::{
     Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
 };
@@ -241,6 +242,9 @@ impl Store {
         /// is stored only while its claim, a lock, is held there). Bounded by its operation
         /// timeout. Only on a store that supports [`Capability::IdempotencyRecords`].
         bounded locks => fn idempotency(call: &RecordCall<'_>) -> RecordReply;
+        /// One call on a fair lock's queue (`fair.lua`), on the store locks go to (the queue
+        /// sits beside its lock). Only on a store that supports [`Capability::FairQueues`].
+        bounded locks => fn fair(call: &FairCall<'_>) -> FairReply;
         /// A lock key's value and remaining ttl, if it exists (on a quorum, what a majority
         /// of the nodes hold), for the operators' view of a lock.
         bounded locks => fn lock_value(key: &str) -> Option<(String, Duration)>;

@@ -14,6 +14,7 @@ mod drain;
 mod election;
 mod events;
 mod existing;
+mod fair;
 mod fairness;
 mod fences;
 mod handoff;

@@ -36,7 +36,7 @@ async fn fenced_write(conn: &mut redis::aio::MultiplexedConnection, fence: u64) 
 }
 
 /// This binary's entry test for child processes.
-const ENTRY: &str = "processes::child_entry";
+pub(crate) const ENTRY: &str = "processes::child_entry";
 
 /// Entry point of the child processes; does nothing unless the parent set a role.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,6 +56,10 @@ async fn child_entry() {
         "permits-late" => child_permits_late(client).await,
         "job" => child_job(client, &url).await,
         "job-crash" => child_job_crash(client, &url).await,
+        "fair-one" => super::fair::child_fair_one(client).await,
+        other if other.starts_with("fair-waiters-") => {
+            super::fair::child_fair_waiters(client, &url, &other["fair-waiters-".len()..]).await;
+        }
         other => panic!("unknown child role {other}"),
     }
 }

@@ -22,6 +22,7 @@ use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::ratelimit::{self, State as RateState};
 use super::scripts::adaptive::{self, AdaptiveCall};
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::fair::{FAIR_CLAIM, FairCall, FairReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::scripts::leader::Record;
@@ -31,7 +32,7 @@ use super::{
     Replicas, Side, Waits, Wakeups,
 };
 use crate::error::StoreError;
-use crate::keys::{LockKeys, RwKeys, SetKeys};
+use crate::keys::{FairKeys, LockKeys, RwKeys, SetKeys};
 use crate::token::Token;
 
 /// Expired entries are swept every this many writes, so abandoned keys do not pile up.
@@ -109,7 +110,41 @@ struct State {
     /// `adaptive_origin`.
     adaptive: HashMap<String, AdaptiveState>,
     adaptive_origin: Option<Instant>,
+    /// Fair locks' queues (`fair.lua`), by queue key.
+    fair: HashMap<String, FairQueue>,
     writes: u64,
+}
+
+/// A fair lock's queue: waiters by arrival number, and when each one's place runs out.
+#[derive(Default)]
+struct FairQueue {
+    next: u64,
+    order: std::collections::BTreeMap<u64, String>,
+    places: HashMap<String, (u64, Instant)>,
+}
+
+impl FairQueue {
+    /// Drops the waiters whose place ran out.
+    fn prune(&mut self, now: Instant) {
+        let order = &mut self.order;
+        self.places.retain(|_, (number, until)| {
+            let live = *until > now;
+            if !live {
+                order.remove(number);
+            }
+            live
+        });
+    }
+
+    fn first(&self) -> Option<&str> {
+        self.order.values().next().map(String::as_str)
+    }
+
+    fn remove(&mut self, waiter: &str) {
+        if let Some((number, _)) = self.places.remove(waiter) {
+            self.order.remove(&number);
+        }
+    }
 }
 
 /// A shared concurrency limit's state: the limit, the windows it last rose and fell in, and
@@ -430,6 +465,91 @@ impl MemoryStore {
         AcquireReply::Granted { fence: Some(fence) }
     }
 
+    /// As `fair.lua`.
+    fn fair_call(&self, call: &FairCall<'_>) -> FairReply {
+        let (mut state, now) = self.state_now();
+        let keys = match call {
+            FairCall::Take { keys, .. }
+            | FairCall::Leave { keys, .. }
+            | FairCall::Count { keys } => *keys,
+        };
+        let mut queue = state.fair.remove(&*keys.queue).unwrap_or_default();
+        queue.prune(now);
+        let reply = match *call {
+            FairCall::Count { .. } => FairReply::Count(queue.places.len() as u64),
+            FairCall::Leave { waiter, .. } => {
+                let was_first = queue.first() == Some(waiter);
+                queue.remove(waiter);
+                if was_first
+                    && state.get(&keys.lock.lock, now).is_none()
+                    && !queue.places.is_empty()
+                {
+                    self.wakeups.wake_one(&keys.lock.channel, false);
+                }
+                FairReply::Left
+            }
+            FairCall::Take {
+                token,
+                ttl,
+                waiter,
+                joins,
+                mint,
+                ..
+            } => FairReply::Take(Self::fair_take(
+                &mut state, &mut queue, keys, token, ttl, waiter, joins, mint, now,
+            )),
+        };
+        if !queue.places.is_empty() {
+            state.fair.insert(keys.queue.to_string(), queue);
+        }
+        reply
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fair_take(
+        state: &mut State,
+        queue: &mut FairQueue,
+        keys: &FairKeys,
+        token: &Token,
+        ttl: Duration,
+        waiter: &str,
+        joins: bool,
+        mint: bool,
+        now: Instant,
+    ) -> AcquireReply {
+        let held = state.held(&keys.lock.lock, token, now);
+        let turn = queue.first().is_none_or(|first| first == waiter);
+        if held == Ownership::Ours || (held == Ownership::Expired && turn) {
+            state.set(&keys.lock.lock, token.as_str().to_owned(), ttl, now);
+            queue.remove(waiter);
+            let fence = mint.then(|| state.mint(&keys.lock.fence, now));
+            return AcquireReply::Granted { fence };
+        }
+        let wait = match state.pttl(&keys.lock.lock, now) {
+            Some(pttl) => pttl,
+            None => queue
+                .first()
+                .and_then(|first| queue.places.get(first))
+                .map_or(Duration::ZERO, |(_, until)| {
+                    until.saturating_duration_since(now)
+                }),
+        };
+        if joins {
+            let number = match queue.places.get(waiter) {
+                Some((number, _)) => *number,
+                None => {
+                    queue.next += 1;
+                    queue.order.insert(queue.next, waiter.to_owned());
+                    queue.next
+                }
+            };
+            queue
+                .places
+                .insert(waiter.to_owned(), (number, now + FAIR_CLAIM));
+        }
+        AcquireReply::Busy { pttl: Some(wait) }
+    }
+
     /// As `release_writer.lua`: wakes a local writer and a local reader.
     fn free_writer(&self, keys: &RwKeys, token: &Token) -> Ownership {
         let (mut state, now) = self.state_now();
@@ -713,6 +833,16 @@ impl Backend for MemoryStore {
         waits: Waits,
     ) -> Result<AcquireReply, StoreError> {
         Ok(self.take_rw(side, keys, token, ttl, waits))
+    }
+
+    async fn fair(&self, call: &FairCall<'_>) -> Result<FairReply, StoreError> {
+        if let FairCall::Take {
+            replicas: Some(_), ..
+        } = call
+        {
+            return Err(self.lacks(Capability::ReplicaAcknowledgement));
+        }
+        Ok(self.fair_call(call))
     }
 
     async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Ownership, StoreError> {

@@ -490,6 +490,7 @@ impl Backend for QuorumStore {
             Capability::HandOff => HAND_OFF_UNSUPPORTED,
             Capability::FencedWrites => crate::store::scripts::fenced::UNSUPPORTED,
             Capability::IdempotencyRecords => crate::store::scripts::idempotency::UNSUPPORTED,
+            Capability::FairQueues => crate::store::scripts::fair::UNSUPPORTED,
         })
     }
 

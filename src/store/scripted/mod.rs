@@ -47,6 +47,7 @@ use super::scripts::acquire_rw::{self, Side};
 use super::scripts::adaptive::{self, AdaptiveCall};
 use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
+use super::scripts::fair::{self, FairCall, FairReply};
 use super::scripts::fenced::{self, FencedCall, FencedReply};
 use super::scripts::handoff::{self, HandoffReply};
 use super::scripts::idempotency::{self, RecordCall, RecordReply};
@@ -310,6 +311,12 @@ impl Backend for ScriptedStore {
         waits: Waits,
     ) -> Result<AcquireReply, StoreError> {
         acquire_rw::run(&self.conn(), side, keys, token, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn fair(&self, call: &FairCall<'_>) -> Result<FairReply, StoreError> {
+        fair::run(&self.conn(), self.publish(), call)
             .await
             .map_err(|e| self.deadline(e))
     }

@@ -18,6 +18,7 @@ pub(crate) mod acquire_rw;
 pub(crate) mod adaptive;
 pub(crate) mod bloom;
 pub(crate) mod bloom_native;
+pub(crate) mod fair;
 pub(crate) mod fenced;
 pub(crate) mod handoff;
 pub(crate) mod idempotency;
