@@ -444,6 +444,10 @@ lease_layer_config! {
         /// first asks); see [`LockLayerBuilder::fenced`](crate::lock::LockLayerBuilder::fenced).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub fenced: Option<bool>,
+        /// Let requests waiting for one key in in arrival order (default `false`); see
+        /// [`LockLayerBuilder::fair`](crate::lock::LockLayerBuilder::fair).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub fair: Option<bool>,
     }
 }
 
@@ -459,6 +463,9 @@ impl LockLayerConfig {
         }
         if let Some(on) = self.fenced {
             builder = builder.fenced(on);
+        }
+        if let Some(on) = self.fair {
+            builder = builder.fair(on);
         }
         builder.build()
     }
@@ -695,10 +702,12 @@ mod tests {
             on_missing_key = "allow"
             busy_status = "conflict"
             fenced = true
+            fair = true
             "#,
         )
         .unwrap();
         assert_eq!(lock.fenced, Some(true));
+        assert_eq!(lock.fair, Some(true));
         assert_eq!(
             lock.key,
             KeyConfig::ClientIp {

@@ -27,6 +27,7 @@ use crate::lock::{LockBuilder, LockOptions};
 /// | `max_attempts` | at least 1 | [`LockBuilder::max_attempts`] |
 /// | `retry_backoff` | `{ first = "5ms", largest = "500ms" }`: `first` above zero and at most `largest`, `largest` at most 60 s | [`LockBuilder::retry_backoff`] |
 /// | `fenced` | `true` or `false` (default): mint the fence with the grant | [`LockBuilder::fenced`] |
+/// | `fair` | `true` or `false` (default): grant in arrival order | [`LockBuilder::fair`] |
 ///
 /// The bounds that do not depend on the client's store are checked when the configuration is
 /// read, by [`LockOptions::check`] (the one place they are checked), so a bad value stops the
@@ -75,6 +76,8 @@ pub struct LockConfig {
     pub retry_backoff: Option<BackoffConfig>,
     /// [`LockBuilder::fenced`] when `true`.
     pub fenced: Option<bool>,
+    /// [`LockBuilder::fair`] when `true`.
+    pub fair: Option<bool>,
 }
 
 /// The sleeps between attempts that no release wakes: `{ first = "5ms", largest = "500ms" }`;
@@ -150,6 +153,9 @@ impl LockConfig {
         if let Some(on) = self.fenced {
             options = options.fenced(on);
         }
+        if let Some(on) = self.fair {
+            options = options.fair(on);
+        }
         options
     }
 }
@@ -182,6 +188,7 @@ impl ReadTable for LockConfig {
         "max_attempts",
         "retry_backoff",
         "fenced",
+        "fair",
     ];
 
     fn read_fields<'de, A: MapAccess<'de>>(
@@ -218,6 +225,7 @@ impl ReadTable for LockConfig {
                 }
                 "retry_backoff" => config.retry_backoff = Some(table.value(map, key)?),
                 "fenced" => config.fenced = Some(table.value(map, key)?),
+                "fair" => config.fair = Some(table.value(map, key)?),
                 _ => return Err(table.unhandled(key)),
             }
         }

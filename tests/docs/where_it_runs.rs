@@ -116,7 +116,7 @@ fn readme_table() -> Vec<(String, [Cell; 4])> {
 /// not know fails it: add a row to the README and its probe below.
 fn readme_row(capability: Capability) -> Option<&'static str> {
     match capability {
-        Capability::HolderSets => Some(SEMAPHORES),
+        Capability::HolderSets | Capability::FairQueues => Some(SEMAPHORES),
         Capability::RateLimits => Some(RATE_LIMITS),
         Capability::BloomFilters => Some(BLOOM),
         Capability::ReplicaAcknowledgement => Some(REPLICAS),
@@ -132,7 +132,8 @@ fn readme_row(capability: Capability) -> Option<&'static str> {
 }
 
 const LOCKS: &str = "locks, multi-locks, jobs, the macro, `LockLayer`";
-const SEMAPHORES: &str = "semaphores, read-write locks, `ConcurrencyLimitLayer`, adaptive limits";
+const SEMAPHORES: &str =
+    "semaphores, read-write locks, fair locks, `ConcurrencyLimitLayer`, adaptive limits";
 const RATE_LIMITS: &str = "rate limits, `RateLimitLayer`, `#[rate_limit]`, `distlock-rls`";
 const BLOOM: &str = "Bloom filters";
 const FENCED: &str = "fenced writes";
@@ -180,6 +181,8 @@ async fn probe(row: &str, client: &Client) -> Found {
             found.push(outcome(permit.map(drop)));
             let read = client.rw_lock("docs:rw").read().await;
             found.push(outcome(read.map(drop)));
+            let fair = client.lock("docs:fair").fair().acquire().await;
+            found.push(outcome(fair.map(drop)));
             let layer =
                 ConcurrencyLimitLayer::new(client.clone(), Constant::from_static("docs:cl"), 2);
             found.push(layer_outcome(layer.map(drop)));

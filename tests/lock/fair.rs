@@ -372,3 +372,56 @@ async fn a_killed_waiter_is_skipped_within_its_claim() {
     );
     lease.release().await.expect("release");
 }
+
+#[distlock::distributed_lock(key = "fair:macro", fair = true, wait = "30s", client = client)]
+async fn fairly_locked(client: &Client) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// `#[distributed_lock(fair = true)]` and `LockLayer::builder(..).fair(true)` wait in the
+/// queue (a plain waiter would not be counted there).
+async fn the_macro_and_the_layer_queue_fairly(f: Fixture) {
+    use distlock_tower::extract::Constant;
+    use distlock_tower::lock::LockLayer;
+    use tower::{Layer as _, ServiceExt as _};
+
+    let client = &f.client;
+    let held = client
+        .lock("fair:macro")
+        .fair()
+        .acquire()
+        .await
+        .expect("holder");
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { fairly_locked(&client).await }
+    });
+    until_queued(client, "fair:macro", 1).await;
+    held.release().await.expect("release");
+    call.await
+        .expect("task")
+        .expect("the macro's call runs in its turn");
+
+    let layer = LockLayer::builder(client.clone(), Constant::from_static("fair-route"))
+        .namespace("fairhttp")
+        .fair(true)
+        .wait(Duration::from_secs(30))
+        .build()
+        .expect("a fair lock layer");
+    let held = client
+        .lock("fairhttp/fair-route")
+        .fair()
+        .acquire()
+        .await
+        .expect("holder");
+    let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let request = tokio::spawn(service.oneshot(http::Request::new(String::new())));
+    until_queued(client, "fairhttp/fair-route", 1).await;
+    held.release().await.expect("release");
+    let response = request.await.expect("task").expect("infallible");
+    assert_eq!(response.status(), http::StatusCode::OK);
+}
+
+on_both_stores!(the_macro_and_the_layer_queue_fairly);

@@ -25,10 +25,11 @@ pub(crate) const GRAMMAR: Grammar = Grammar {
         "min_hold",
         "max_hold",
         "fenced",
+        "fair",
         "crate",
     ],
     accepted: "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant`, \
-               `min_hold`, `max_hold`, `fenced` and `crate`",
+               `min_hold`, `max_hold`, `fenced`, `fair` and `crate`",
     example,
     key_names: "lock",
 };
@@ -60,6 +61,8 @@ pub(crate) struct LockArgs {
     pub(crate) max_hold: Option<Duration>,
     /// `fenced = true`: mint the lease's fence with the grant (an eager lease).
     pub(crate) fenced: bool,
+    /// `fair = true`: grant the lock in its waiters' order of arrival.
+    pub(crate) fair: bool,
     /// `crate = "path"`; `None` means `::distlock`.
     pub(crate) krate: Option<syn::Path>,
 }
@@ -80,6 +83,7 @@ impl LockArgs {
         let mut min_hold: Option<(Duration, Span)> = None;
         let mut max_hold: Option<Duration> = None;
         let mut fenced = None;
+        let mut fair = None;
         let mut krate = None;
 
         let seen = walk(raw, g, &mut errors, |label, name, value| match label {
@@ -96,6 +100,7 @@ impl LockArgs {
             "min_hold" => parse_min_hold(&value).map(|d| min_hold = Some((d, value.span()))),
             "max_hold" => parse_max_hold(&value).map(|d| max_hold = Some(d)),
             "fenced" => parse_bool(g, "fenced", &value).map(|b| fenced = Some(b)),
+            "fair" => parse_bool(g, "fair", &value).map(|b| fair = Some(b)),
             _ => parse_crate(g, &value).map(|p| krate = Some(p)),
         });
 
@@ -148,6 +153,7 @@ impl LockArgs {
             min_hold: min_hold.map(|(d, _)| d).filter(|d| !d.is_zero()),
             max_hold,
             fenced: fenced.unwrap_or(false),
+            fair: fair.unwrap_or(false),
             krate,
         })
     }
@@ -166,6 +172,7 @@ fn example(name: &str) -> &'static str {
         "min_hold" => "`min_hold = \"800ms\"`",
         "max_hold" => "`max_hold = \"10m\"`",
         "fenced" => "`fenced = true` or `fenced = false`",
+        "fair" => "`fair = true` or `fair = false`",
         _ => "`crate = \"::distlock\"`",
     }
 }
@@ -255,6 +262,7 @@ mod tests {
         assert_eq!(args.wait, Duration::ZERO);
         assert!(args.watchdog && args.reentrant);
         assert!(!args.fenced, "lazy by default");
+        assert!(!args.fair, "not fair by default");
         assert_eq!(args.on_busy, OnBusy::Wait);
         assert!(args.client.is_none() && args.krate.is_none());
     }
@@ -272,10 +280,11 @@ mod tests {
             min_hold = "800ms",
             max_hold = "1m",
             fenced = true,
+            fair = true,
             crate = "::locks",
         ))
         .unwrap();
-        assert!(args.fenced);
+        assert!(args.fenced && args.fair);
         assert_eq!(args.min_hold, Some(Duration::from_millis(800)));
         assert_eq!(args.max_hold, Some(Duration::from_secs(60)));
         assert_eq!(args.ttl, Duration::from_secs(90));

@@ -92,7 +92,8 @@ fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         },
         krate,
     );
-    let (watchdog, reentrant, fenced) = (args.watchdog, args.reentrant, args.fenced);
+    let (watchdog, reentrant, fenced, fair) =
+        (args.watchdog, args.reentrant, args.fenced, args.fair);
     let min_hold = args.min_hold.map(|d| {
         let d = duration(d, krate);
         quote!(.min_hold(#d))
@@ -110,6 +111,7 @@ fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             #min_hold
             #max_hold
             .fenced(#fenced)
+            .fair(#fair)
     }
 }
 

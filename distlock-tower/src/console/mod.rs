@@ -31,7 +31,7 @@
 //! | `GET /` | the page (`text/html`; the script and style sheet are `console.js`, `console.css`) |
 //! | `GET /api/overview` | `{"identity","prefix","mutations","health":{"ready","store","nodes":[..]},"limiters":[{"name","policies","shadow","breaker"}]}` |
 //! | `GET /api/locks?limit=N` | `{"complete","locks":[{"name","state","remaining_ttl_ms","waiters","holder","since_ms"}]}` (N ≤ 1,000, default 200) |
-//! | `GET /api/locks/{name}` | one lock, `"state":"free"` if nobody holds it |
+//! | `GET /api/locks/{name}` | one lock, `"state":"free"` if nobody holds it, and `"fair_queue"`: how many wait for it as a [fair lock](distlock::LockBuilder::fair) (`null` on a Redlock quorum) |
 //! | `POST /api/locks/{name}/force-unlock` | `{"forced":true}` if a lease held it ([`Client::force_unlock`]) |
 //! | `GET /api/rate-limits/{limiter}/{subject}` | what a request would get now, consuming nothing |
 //! | `POST /api/rate-limits/{limiter}/{subject}/reset` | the subject's state after a reset |
@@ -379,6 +379,16 @@ impl Console {
                             Ok(state) => {
                                 let mut body = String::new();
                                 push_lock(&mut body, &name, &state);
+                                // How many wait for it fairly (null where the store keeps no
+                                // fair queues, a Redlock quorum).
+                                let queued = console.client.fair_queue_len(&name).await;
+                                body.pop();
+                                match queued {
+                                    Ok(queued) => {
+                                        let _ = write!(body, ",\"fair_queue\":{queued}}}");
+                                    }
+                                    Err(_) => body.push_str(",\"fair_queue\":null}"),
+                                }
                                 Ok(json(StatusCode::OK, body))
                             }
                             Err(err) => Err(err.into_response()),

@@ -34,8 +34,6 @@ pub(crate) type Config<K, R> = LeaseConfig<K, Locking, R>;
 #[derive(Clone, Debug)]
 pub(crate) struct Locking {
     pub(crate) busy_status: BusyStatus,
-    /// Each request's lease mints its fence with the grant (`LockBuilder::fenced`).
-    pub(crate) fenced: bool,
 }
 
 /// Applies the [`Lock`] middleware: each request takes a lock named by its key, held until
@@ -101,7 +99,6 @@ impl<K> LockLayer<K> {
     pub fn builder(client: Client, extract: K) -> LockLayerBuilder<K> {
         let locking = Locking {
             busy_status: BusyStatus::default(),
-            fenced: false,
         };
         LockLayerBuilder {
             config: LeaseOptions::defaults(client, extract, locking),
@@ -138,7 +135,18 @@ impl<K, R> LockLayerBuilder<K, R> {
     /// its lock costs the store a plain `SET NX PX`, where an eager grant is a script that
     /// also reads the server's clock and writes the fence key.
     pub fn fenced(mut self, on: bool) -> Self {
-        self.config.options.kind.fenced = on;
+        self.config.options.lease = self.config.options.lease.fenced(on);
+        self
+    }
+
+    /// Requests waiting for one key are let in in the order they arrived, across every
+    /// replica of the service (a fair lock: see
+    /// [`LockBuilder::fair`](distlock::LockBuilder::fair)). Only with a
+    /// [`wait`](Self::wait): a request that does not wait is refused while others queue.
+    /// Every route locking the same names must say it too. Not on a Redlock quorum, where
+    /// each request is refused with `503` (see the lock's documentation).
+    pub fn fair(mut self, on: bool) -> Self {
+        self.config.options.lease = self.config.options.lease.fair(on);
         self
     }
 
@@ -235,6 +243,7 @@ mod tests {
                     .watchdog(false)
                     .busy_status(BusyStatus::Conflict)
                     .fenced(true)
+                    .fair(true)
                     .build()
                     .is_ok()
             });

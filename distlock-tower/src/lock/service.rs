@@ -36,15 +36,10 @@ impl LeaseKind for Locking {
         key: &str,
     ) -> Result<Lease, Refusal> {
         let lock = |wait: Duration| {
-            let lock = options
+            options
                 .client
                 .lock(key)
-                .options(options.lease_waiting(wait));
-            if options.kind.fenced {
-                lock.fenced()
-            } else {
-                lock
-            }
+                .options(options.lease_waiting(wait))
         };
         let result = match lock(options.lease.get_wait()).acquire().await {
             // A timed-out wait does not say how long the holder has left; one more try does,

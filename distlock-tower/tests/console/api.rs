@@ -86,6 +86,43 @@ async fn with_public_reads_it_lists_and_reads_but_changes_nothing(fx: Fixture) {
     )
     .await;
     assert_eq!(one["holder"], "api-holder");
+    assert_eq!(one["fair_queue"], 0, "nobody waits fairly: {one}");
+    // A fair waiter behind a fair holder is counted.
+    let fair_holder = fx
+        .client
+        .lock("fair-row")
+        .fair()
+        .acquire()
+        .await
+        .expect("fair holder");
+    let waiter = tokio::spawn({
+        let client = fx.client.clone();
+        async move {
+            client
+                .lock("fair-row")
+                .fair()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    let queued_by = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let row = json(&app, "GET", "/api/locks/fair-row", &[], StatusCode::OK).await;
+        if row["fair_queue"] == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < queued_by, "never queued: {row}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    fair_holder.release().await.expect("release");
+    waiter
+        .await
+        .expect("task")
+        .expect("the waiter is granted")
+        .release()
+        .await
+        .expect("release");
     let free = json(
         &app,
         "GET",
