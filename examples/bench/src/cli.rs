@@ -44,6 +44,8 @@ cluster (only when named or with --cluster): cluster_lock_parallel cluster_ratel
   lock_uncontended_parallel_fenced on a cluster; these and their single-primary counterparts
   also report the server's cost per operation: server_us_per_op, server_cpu_us_per_op,
   items_per_script_call)
+fair (only when named): lock_contended_fair (lock_contended with fair locks, granted in
+  arrival order; raw polls as in lock_contended: it has no fair lock)
 semaphores (only when named): semaphore_uncontended (32 tasks, semaphores of their own)
   semaphore_contended (16 tasks on one semaphore of 4 permits, 2000 sections; p50/p99 = wait)
 quorum (only when named or with --quorum): quorum_lock_seq quorum_lock_parallel

@@ -31,6 +31,9 @@ pub enum Workload {
     /// `lock_uncontended_parallel` with eager leases.
     LockUncontendedParallelFenced,
     LockContended,
+    /// `lock_contended` with fair locks (`.fair()`: granted in arrival order; only when
+    /// named). Raw has no fair lock: its peer polls as in `lock_contended`.
+    LockContendedFair,
     WatchdogScale,
     RatelimitSeq,
     RatelimitParallel,
@@ -92,7 +95,7 @@ impl Workload {
     ];
 
     /// Run only when named (CI's smoke run counts the default set's lines).
-    pub const EXTRA: [Workload; 7] = [
+    pub const EXTRA: [Workload; 8] = [
         Self::SemaphoreUncontended,
         Self::SemaphoreContended,
         Self::BloomContainsMany,
@@ -100,6 +103,7 @@ impl Workload {
         Self::RlsOneDescriptor,
         Self::RlsManyDescriptors,
         Self::Drain,
+        Self::LockContendedFair,
     ];
     /// Run only when named, or with `--quorum`. Locks only: a quorum client refuses rate limits.
     pub const QUORUM: [Workload; 2] = [Self::QuorumLockSeq, Self::QuorumLockParallel];
@@ -111,6 +115,7 @@ impl Workload {
             Self::LockUncontendedSeqFenced => "lock_uncontended_seq_fenced",
             Self::LockUncontendedParallelFenced => "lock_uncontended_parallel_fenced",
             Self::LockContended => "lock_contended",
+            Self::LockContendedFair => "lock_contended_fair",
             Self::WatchdogScale => "watchdog_scale",
             Self::RatelimitSeq => "ratelimit_seq",
             Self::RatelimitParallel => "ratelimit_parallel",
@@ -211,7 +216,7 @@ impl Workload {
             | Self::ClusterLockParallelFenced
             | Self::QuorumLockParallel => (32, Duration::from_secs(5), 300_000),
             // A fixed count of sections: the time budget is only a safety stop.
-            Self::LockContended => (8, Duration::from_secs(120), 2_000),
+            Self::LockContended | Self::LockContendedFair => (8, Duration::from_secs(120), 2_000),
             // 10 000 leases held for 15 s (the hold, not an op count, is the budget).
             Self::WatchdogScale => (1, Duration::from_secs(15), 10_000),
             // Shaped by their own modules.
@@ -308,10 +313,12 @@ pub async fn distlock_client(
 /// The thing under test: distlock's client, or the hand-written baseline's connection.
 #[derive(Clone)]
 enum Locker {
-    /// A distlock client; `fenced`: eager leases (the grant mints the fence).
+    /// A distlock client; `fenced`: eager leases (the grant mints the fence); `fair`: fair
+    /// locks.
     Distlock {
         client: distlock::Client,
         fenced: bool,
+        fair: bool,
     },
     Raw(MultiplexedConnection),
     RawCluster(ClusterConnection),
@@ -325,6 +332,7 @@ impl Locker {
             Peer::Distlock => Self::Distlock {
                 client: distlock_client(workload, targets).await?,
                 fenced: workload.is_fenced(),
+                fair: workload == Workload::LockContendedFair,
             },
             Peer::Raw if workload.is_quorum() => {
                 let mut nodes = Vec::new();
@@ -369,7 +377,7 @@ impl Locker {
     /// Acquire (no waiting) and release one lock.
     async fn cycle(&mut self, key: &str) -> Result<(), String> {
         match self {
-            Self::Distlock { client, fenced } => {
+            Self::Distlock { client, fenced, .. } => {
                 let lock = client.lock(key).ttl(LOCK_TTL);
                 let lock = if *fenced { lock.fenced() } else { lock };
                 let lease = lock.acquire().await.map_err(|e| e.to_string())?;
@@ -397,11 +405,9 @@ impl Locker {
     ) -> Result<Duration, String> {
         let start = Instant::now();
         match self {
-            Self::Distlock { client, .. } => {
-                let lease = client
-                    .lock(key)
-                    .ttl(LOCK_TTL)
-                    .wait_forever()
+            Self::Distlock { client, fair, .. } => {
+                let lock = client.lock(key).ttl(LOCK_TTL).wait_forever();
+                let lease = if *fair { lock.fair() } else { lock }
                     .acquire()
                     .await
                     .map_err(|e| e.to_string())?;
@@ -526,7 +532,9 @@ pub async fn run(
     // flushed under it would look restarted and sit out of majorities for the quarantine.
     let locker = Locker::connect(peer, workload, targets).await?;
     let mut admin = match workload {
-        Workload::LockContended => Some(raw::connect(targets.single()?).await?),
+        Workload::LockContended | Workload::LockContendedFair => {
+            Some(raw::connect(targets.single()?).await?)
+        }
         _ => None,
     };
     let run_id = rand::random::<u32>();
@@ -577,7 +585,8 @@ pub async fn run(
                         };
                         locker.cycle(&key).await.map(|()| start.elapsed())
                     }
-                    Workload::LockContended => match counter.as_mut() {
+                    Workload::LockContended | Workload::LockContendedFair => match counter.as_mut()
+                    {
                         Some(counter) => locker.section("bench:hot", counter).await,
                         None => Err("no counter connection".to_owned()),
                     },
