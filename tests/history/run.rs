@@ -27,7 +27,7 @@ use crate::support::netns::Lab;
 use crate::support::process::{TiedChild, spawn_tied};
 use crate::support::sentinel::SentinelSetup;
 use crate::worker::{
-    HOT, LOCKS, MAX_HOLD_MS, MAX_TTL_MS, PLAN_VAR, Plan, RW_LOCKS, SEMAPHORES, SUBJECTS,
+    FAIR_LOCK, HOT, LOCKS, MAX_HOLD_MS, MAX_TTL_MS, PLAN_VAR, Plan, RW_LOCKS, SEMAPHORES, SUBJECTS,
 };
 
 /// Worker processes of the random mix.
@@ -685,6 +685,7 @@ impl Nemesis<'_> {
             (Servers::Cluster(c), "migrate-slot") => {
                 let tags: Vec<&str> = LOCKS
                     .iter()
+                    .chain(&[FAIR_LOCK])
                     .chain(RW_LOCKS)
                     .chain(SUBJECTS)
                     .copied()

@@ -4,7 +4,8 @@
 //! Each worker runs `tasks` concurrent tasks on one client. A task picks, at random: a lock
 //! acquire (without waiting, or waiting, sometimes dropped mid-wait; eager or lazy about its
 //! fence), semaphore permits, a read or write lock, or a rate-limit check under one of five
-//! algorithms. A grant is held for a random time, asked every 10 ms how long it is still
+//! algorithms; off a quorum, a quarter of the lock acquires are of a fair lock (`F0`, always
+//! fair). A grant is held for a random time, asked every 10 ms how long it is still
 //! valid (a `claim`), sometimes extended, then released or dropped; its lost signal is
 //! recorded when it fires. A lazy lock lease mints its fence at a random moment of its hold,
 //! or late (after the worker stopped trusting it), or never.
@@ -26,6 +27,8 @@ pub const PLAN_VAR: &str = "DISTLOCK_HISTORY_PLAN";
 
 /// Lock names (few, so that workers contend).
 pub const LOCKS: &[&str] = &["L0", "L1", "L2"];
+/// A fair lock's name: every acquire of it is fair (off a quorum, which has no fair locks).
+pub const FAIR_LOCK: &str = "F0";
 /// Semaphores and their sizes.
 pub const SEMAPHORES: &[(&str, u32)] = &[("S0", 2), ("S1", 3)];
 /// Read-write locks.
@@ -349,8 +352,10 @@ async fn step(
         .then(|| Duration::from_millis(rng.random_range(1..wait_ms)));
     // A lock's lease is eager (minted with the grant) a third of the time.
     let fenced = kind == "lock" && rng.random_range(0..3) == 0;
+    let fair = kind == "lock" && backend != "quorum" && rng.random_range(0..4) == 0;
     let op = rec.next_op();
     let (name, mut pairs) = match kind {
+        "lock" if fair => (FAIR_LOCK.to_owned(), vec![("fair", "1".to_owned())]),
         "lock" => (LOCKS[rng.random_range(0..LOCKS.len())].to_owned(), vec![]),
         "sem" => {
             let (name, size) = SEMAPHORES[rng.random_range(0..SEMAPHORES.len())];
@@ -375,6 +380,7 @@ async fn step(
         match kind {
             "lock" => {
                 let lock = client.lock(&name).ttl(ttl).wait(wait).watchdog(watchdog);
+                let lock = if fair { lock.fair() } else { lock };
                 if fenced {
                     lock.fenced().acquire().await
                 } else {
