@@ -43,6 +43,12 @@ pub(crate) struct FairClaim<'a> {
     joins: bool,
     /// It holds a place in the queue (to give up if it is not granted).
     queued: bool,
+    /// How many waiters queued ahead of it at its last attempt, less the releases it has
+    /// been woken by since: it asks again on a release only once at most one is ahead.
+    ahead: u64,
+    /// When it last asked the store (it asks again within [`KEEP_PLACE`] whatever the
+    /// releases).
+    asked: Option<tokio::time::Instant>,
     /// The last attempt was answered busy: the next one takes a fresh token.
     restamp: bool,
 }
@@ -64,6 +70,8 @@ impl<'a> FairClaim<'a> {
             waiter: format!("{:032x}", rand::random::<u128>()).into(),
             joins,
             queued: false,
+            ahead: 0,
+            asked: None,
             restamp: false,
         }
     }
@@ -99,15 +107,21 @@ impl Claim for FairClaim<'_> {
             replicas: terms.replicas,
         };
         let hold = Hold::Key(keys.lock.clone());
+        let ahead = std::sync::atomic::AtomicU64::new(0);
+        self.asked = Some(tokio::time::Instant::now());
         let attempt = wait::settle(store, hold, &self.token, terms, || async {
             match store.fair(&call).await? {
-                FairReply::Take(reply) => Ok(reply),
+                FairReply::Take { reply, ahead: n } => {
+                    ahead.store(n, std::sync::atomic::Ordering::Relaxed);
+                    Ok(reply)
+                }
                 other => Err(StoreError::Protocol {
                     message: format!("a fair lock's take answered {other:?}"),
                 }),
             }
         })
         .await?;
+        self.ahead = ahead.into_inner();
         Ok(match attempt {
             Attempt::Granted(granted) => {
                 self.queued = false;
@@ -126,6 +140,19 @@ impl Claim for FairClaim<'_> {
     /// Every local waiter is woken by a release: the one first in line may be any of them.
     fn shared(&self) -> bool {
         true
+    }
+
+    /// A release moves the queue on by one: a waiter with more than one ahead of it counts
+    /// the release and sleeps on, without a round trip (it still asks within [`KEEP_PLACE`],
+    /// which also corrects its count when a waiter ahead of it left without a release).
+    fn pass_release(&mut self) -> Option<Attempt<Arc<LeaseState>>> {
+        let asked = self.asked?;
+        let since = asked.elapsed();
+        if !self.queued || self.ahead <= 1 || since >= KEEP_PLACE {
+            return None;
+        }
+        self.ahead -= 1;
+        Some(Attempt::Busy(Some(KEEP_PLACE - since)))
     }
 
     fn fresh_token(&mut self) {

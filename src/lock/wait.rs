@@ -146,6 +146,13 @@ pub(crate) trait Claim {
     /// one must not ask with the same token (it could be released under it).
     fn fresh_token(&mut self) {}
 
+    /// Woken by a release: an answer without asking the store (`Some`, taken as the
+    /// attempt's), or `None` to attempt. A fair lock's waiter far back in its queue counts the
+    /// release instead of asking, since only the first in line can take what it freed.
+    fn pass_release(&mut self) -> Option<Attempt<Self::Granted>> {
+        None
+    }
+
     /// Called after an attempt the store answered "busy" (and no hand-off arrived): nothing
     /// was granted under the token. A claim's next attempt may then take a fresh one, minted
     /// as it is sent, so that the granted token says when that attempt was made (see
@@ -241,6 +248,8 @@ async fn attempt_until<C: Claim>(
     let mut woken_by = "start";
     // The release wake-up this waiter took, if its next attempt has not answered yet.
     let mut wake_up: Option<WakeUp> = None;
+    // The last sleep was ended by a release's wake-up.
+    let mut by_release = false;
     // This waiter's place in its client's queue for a hand-off (see `handoff.rs`).
     let mut ticket: Option<Ticket> = None;
     // Set once this waiter has waited long: releases reserved for such waiters wake it.
@@ -303,7 +312,20 @@ async fn attempt_until<C: Claim>(
                 armed: true,
             });
         }
-        let attempt = match claim.attempt(waits).await {
+        let passed = if std::mem::take(&mut by_release) {
+            claim.pass_release()
+        } else {
+            None
+        };
+        let attempt = match passed {
+            // Not a try: `max_attempts` counts round trips.
+            Some(passed) => {
+                attempts -= 1;
+                Ok(passed)
+            }
+            None => claim.attempt(waits).await,
+        };
+        let attempt = match attempt {
             Ok(attempt) => {
                 failing_since = None;
                 attempt
@@ -467,6 +489,7 @@ async fn attempt_until<C: Claim>(
             }
             () = released => {
                 wake_up = notify.as_ref().map(|n| WakeUp(Some(n.clone())));
+                by_release = true;
                 "release"
             }
             () = tokio::time::sleep(sleep) => "timer",

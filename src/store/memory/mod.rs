@@ -495,9 +495,18 @@ impl MemoryStore {
                 joins,
                 mint,
                 ..
-            } => FairReply::Take(Self::fair_take(
-                &mut state, &mut queue, keys, token, ttl, waiter, joins, mint, now,
-            )),
+            } => {
+                let reply = Self::fair_take(
+                    &mut state, &mut queue, keys, token, ttl, waiter, joins, mint, now,
+                );
+                let ahead = match (reply, queue.places.get(waiter)) {
+                    (AcquireReply::Busy { .. }, Some((number, _))) => {
+                        queue.order.range(..*number).count() as u64
+                    }
+                    _ => 0,
+                };
+                FairReply::Take { reply, ahead }
+            }
         };
         if !queue.places.is_empty() {
             state.fair.insert(keys.queue.to_string(), queue);

@@ -12,7 +12,9 @@
 -- take   ARGV[2] token (never ends in '*' or '!'), ARGV[3] ttl ms (> 0), ARGV[4] waiter id,
 --        ARGV[5] '1' if the caller waits (it joins the queue when busy), '0' if it tries
 --        once, ARGV[6] '1' to mint the grant's fence, ARGV[7] claim ms (> 0)
---        Reply  fence > 0   granted, fence minted; 0: granted, fence left for later (also
+--        Reply  {code, ahead}: `ahead` is how many waiters queue ahead of the caller (after
+--               a busy answer to a waiter; 0 otherwise), and `code`:
+--               fence > 0   granted, fence minted; 0: granted, fence left for later (also
 --                           when the lock already holds the token: a retried grant)
 --               -(wait + 2) busy: the lock is held for `wait` ms, or free while another
 --                           waiter's turn lasts `wait` ms more (−1: no expiry)
@@ -64,9 +66,9 @@ local function granted()
   redis.call('ZREM', queue, waiter)
   redis.call('ZREM', claims, waiter)
   if mint_now == '1' then
-    return mint(KEYS[4], 1)
+    return {mint(KEYS[4], 1), 0}
   end
-  return 0
+  return {0, 0}
 end
 
 local holder = redis.call('GET', lock)
@@ -102,5 +104,6 @@ if joins == '1' then
       redis.call('APPEND', lock, '*')
     end
   end
+  return {-wait - 2, redis.call('ZRANK', queue, waiter)}
 end
-return -wait - 2
+return {-wait - 2, 0}

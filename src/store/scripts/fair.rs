@@ -63,8 +63,8 @@ pub(crate) enum FairCall<'a> {
 /// What a [`FairCall`] answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FairReply {
-    /// A take's answer.
-    Take(AcquireReply),
+    /// A take's answer, and how many waiters queue ahead of a waiter it answered busy.
+    Take { reply: AcquireReply, ahead: u64 },
     /// A waiter left.
     Left,
     /// How many waiters queue.
@@ -113,21 +113,22 @@ pub(crate) async fn run<C: Conn>(
                 .arg(if mint { "1" } else { "0" })
                 .arg(millis(FAIR_CLAIM));
             let Some(wanted) = replicas else {
-                let code: i64 = script.invoke(&cmd, conn).await?;
-                return Ok(FairReply::Take(AcquireReply::from_acquire_code(code)));
+                let (code, ahead): (i64, u64) = script.invoke(&cmd, conn).await?;
+                let reply = AcquireReply::from_acquire_code(code);
+                return Ok(FairReply::Take { reply, ahead });
             };
-            let (code, acked): (i64, u32) = script.invoke_then_wait(&cmd, wanted, conn).await?;
-            Ok(FairReply::Take(
-                match AcquireReply::from_acquire_code(code) {
-                    AcquireReply::Granted { .. } if acked < wanted.count => {
-                        AcquireReply::Unreplicated {
-                            acked,
-                            wanted: wanted.count,
-                        }
+            let ((code, ahead), acked): ((i64, u64), u32) =
+                script.invoke_then_wait(&cmd, wanted, conn).await?;
+            let reply = match AcquireReply::from_acquire_code(code) {
+                AcquireReply::Granted { .. } if acked < wanted.count => {
+                    AcquireReply::Unreplicated {
+                        acked,
+                        wanted: wanted.count,
                     }
-                    reply => reply,
-                },
-            ))
+                }
+                reply => reply,
+            };
+            Ok(FairReply::Take { reply, ahead })
         }
         FairCall::Leave { waiter, .. } => {
             cmd.arg("leave").arg(waiter).arg(&keys.lock.channel);
