@@ -34,16 +34,44 @@ async fn until_queued(client: &Client, name: &str, count: u64) {
     }
 }
 
+/// A fair lease on `name`, taken without waiting.
+async fn fair_holder(client: &Client, name: &str) -> distlock::Lease {
+    client
+        .lock(name)
+        .fair()
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("a fair holder of {name}: {e}"))
+}
+
+/// A task that waits up to `wait` for fair lock `name`.
+fn fair_waiter(
+    client: &Client,
+    name: &'static str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<distlock::Lease, LockError>> {
+    let client = client.clone();
+    tokio::spawn(async move { client.lock(name).fair().wait(wait).acquire().await })
+}
+
+/// Waits until nobody queues for `name`, which must happen before the place of a waiter that
+/// left at `left` (and asked last at most KEEP_PLACE before) would have run out.
+async fn until_left(client: &Client, name: &str, left: Instant) {
+    let by_claim = left + CLAIM - KEEP_PLACE;
+    while client.fair_queue_len(name).await.expect("len") > 0 {
+        assert!(
+            Instant::now() < by_claim,
+            "a waiter of {name} kept its place after it left"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Ten waiters of one process, started one after the other while the lock is held, get it in
 /// the order they started.
 async fn granted_in_arrival_order(f: Fixture) {
     let client = &f.client;
-    let held = client
-        .lock("fair:order")
-        .fair()
-        .acquire()
-        .await
-        .expect("first holder");
+    let held = fair_holder(client, "fair:order").await;
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..10u64 {
@@ -73,23 +101,8 @@ async fn granted_in_arrival_order(f: Fixture) {
 /// nobody queueing it takes the lock as a plain acquire would.
 async fn a_newcomer_never_jumps_the_queue(f: Fixture) {
     let client = &f.client;
-    let held = client
-        .lock("fair:jump")
-        .fair()
-        .acquire()
-        .await
-        .expect("first holder");
-    let waiter = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("fair:jump")
-                .fair()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        }
-    });
+    let held = fair_holder(client, "fair:jump").await;
+    let waiter = fair_waiter(client, "fair:jump", Duration::from_secs(30));
     until_queued(client, "fair:jump", 1).await;
     assert!(matches!(
         client.lock("fair:jump").fair().acquire().await,
@@ -116,12 +129,7 @@ async fn a_newcomer_never_jumps_the_queue(f: Fixture) {
 /// the lock is free for the next acquire.
 async fn a_waiter_that_gives_up_leaves_at_once(f: Fixture) {
     let client = &f.client;
-    let held = client
-        .lock("fair:leave")
-        .fair()
-        .acquire()
-        .await
-        .expect("first holder");
+    let held = fair_holder(client, "fair:leave").await;
     let gave_up = client
         .lock("fair:leave")
         .fair()
@@ -132,16 +140,7 @@ async fn a_waiter_that_gives_up_leaves_at_once(f: Fixture) {
         matches!(gave_up, Err(LockError::Timeout { .. })),
         "{gave_up:?}"
     );
-    let timed_out = Instant::now();
-    // It asked last at most KEEP_PLACE ago; its place would run out CLAIM after that.
-    let by_claim = timed_out + CLAIM - KEEP_PLACE;
-    while client.fair_queue_len("fair:leave").await.expect("len") > 0 {
-        assert!(
-            Instant::now() < by_claim,
-            "the waiter kept its place after giving up"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_left(client, "fair:leave", Instant::now()).await;
     held.release().await.expect("release");
     let next = client
         .lock("fair:leave")
@@ -155,33 +154,11 @@ async fn a_waiter_that_gives_up_leaves_at_once(f: Fixture) {
 /// A dropped acquire future leaves its place too.
 async fn a_dropped_waiter_leaves_its_place(f: Fixture) {
     let client = &f.client;
-    let held = client
-        .lock("fair:drop")
-        .fair()
-        .acquire()
-        .await
-        .expect("first holder");
-    let waiter = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("fair:drop")
-                .fair()
-                .wait_forever()
-                .acquire()
-                .await
-        }
-    });
+    let held = fair_holder(client, "fair:drop").await;
+    let waiter = fair_waiter(client, "fair:drop", Duration::MAX);
     until_queued(client, "fair:drop", 1).await;
     waiter.abort();
-    let aborted = Instant::now();
-    while client.fair_queue_len("fair:drop").await.expect("len") > 0 {
-        assert!(
-            aborted.elapsed() < CLAIM - KEEP_PLACE,
-            "the dropped waiter kept its place"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_left(client, "fair:drop", Instant::now()).await;
     held.release().await.expect("release");
 }
 
@@ -262,12 +239,7 @@ async fn waiters_of_three_processes_are_granted_in_arrival_order() {
         .collect();
     let client = connect(&url).await;
     let mut conn = server.conn().await;
-    let held = client
-        .lock("fair:processes")
-        .fair()
-        .acquire()
-        .await
-        .expect("first holder");
+    let held = fair_holder(&client, "fair:processes").await;
     let mut left = [PER_CHILD; CHILDREN as usize];
     for turn in 0..CHILDREN * PER_CHILD {
         let mut pick = rand::random_range(0..CHILDREN as usize);
@@ -313,12 +285,7 @@ pub(crate) async fn child_fair_one(client: Client) {
 async fn a_killed_waiter_is_skipped_within_its_claim() {
     let server = RedisServer::start();
     let client = connect(&server.url()).await;
-    let held = client
-        .lock("fair:killed")
-        .fair()
-        .acquire()
-        .await
-        .expect("first holder");
+    let held = fair_holder(&client, "fair:killed").await;
     let child = ChildProcess::spawn(super::processes::ENTRY, "fair-one", &server.url());
     child.expect_line("STARTED", Duration::from_secs(30));
     until_queued(&client, "fair:killed", 1).await;
@@ -386,12 +353,7 @@ async fn the_macro_and_the_layer_queue_fairly(f: Fixture) {
     use tower::{Layer as _, ServiceExt as _};
 
     let client = &f.client;
-    let held = client
-        .lock("fair:macro")
-        .fair()
-        .acquire()
-        .await
-        .expect("holder");
+    let held = fair_holder(client, "fair:macro").await;
     let call = tokio::spawn({
         let client = client.clone();
         async move { fairly_locked(&client).await }
@@ -408,12 +370,7 @@ async fn the_macro_and_the_layer_queue_fairly(f: Fixture) {
         .wait(Duration::from_secs(30))
         .build()
         .expect("a fair lock layer");
-    let held = client
-        .lock("fairhttp/fair-route")
-        .fair()
-        .acquire()
-        .await
-        .expect("holder");
+    let held = fair_holder(client, "fairhttp/fair-route").await;
     let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
         Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
     }));
