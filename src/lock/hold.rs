@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use crate::error::StoreError;
-use crate::keys::{LockKeys, RwKeys, SetKeys};
+use crate::keys::{LockKeys, PathKeys, RwKeys, SetKeys};
+use crate::mode::HierarchyMode;
 use crate::store::{Ownership, RenewItem, Replicas, Store};
 use crate::token::Token;
 
@@ -21,6 +22,9 @@ pub(crate) enum Hold {
     /// `count` entries of a holder set: permits of a semaphore, or a reader of a read-write
     /// lock (one entry).
     Entries { keys: SetKeys, count: u32 },
+    /// A hierarchical lock's path taken in `mode`: one entry `<token>:1` in a holder set of
+    /// every level (the intention mode's above, `mode`'s on the last level).
+    Path { keys: PathKeys, mode: HierarchyMode },
 }
 
 impl Hold {
@@ -30,6 +34,7 @@ impl Hold {
             Self::Key(keys) => &keys.name,
             Self::Writer(keys) => &keys.writer.name,
             Self::Entries { keys, .. } => &keys.name,
+            Self::Path { keys, .. } => &keys.name,
         }
     }
 
@@ -39,6 +44,10 @@ impl Hold {
             Self::Key(keys) => &keys.lock,
             Self::Writer(keys) => &keys.writer.lock,
             Self::Entries { keys, .. } => &keys.set,
+            Self::Path { keys, mode } => keys
+                .levels
+                .last()
+                .map_or("", |level| level.holders_of(*mode)),
         }
     }
 
@@ -63,28 +72,58 @@ impl Hold {
                 .await?
                 .iter()
                 .any(|h| h.token == token.as_str())),
+            Self::Path { .. } => Ok(store
+                .set_holders(self.key())
+                .await?
+                .iter()
+                .any(|h| h.token == token.as_str())),
         }
     }
 
-    /// The renewal of this hold with `token`, asking for `ttl`.
-    pub(crate) fn renewal<'a>(
+    /// Appends the renewals of this hold with `token`, asking for `ttl`, to `items`: one for
+    /// most holds, one per level for a path. Returns how many it appended (see
+    /// [`held_after`]).
+    pub(crate) fn push_renewals<'a>(
+        &'a self,
+        items: &mut Vec<RenewItem<'a>>,
+        token: &'a Token,
+        ttl: Duration,
+        replicas: Option<Replicas>,
+    ) -> usize {
+        let mut push = |key: &'a str, entries: u32| {
+            items.push(RenewItem {
+                key,
+                token,
+                ttl,
+                entries,
+                replicas,
+            });
+        };
+        match self {
+            Self::Key(keys) => push(&keys.lock, 0),
+            Self::Writer(keys) => push(&keys.writer.lock, 0),
+            Self::Entries { keys, count } => push(&keys.set, *count),
+            Self::Path { keys, mode } => {
+                let levels = keys.levels.len();
+                for (i, level) in keys.levels.iter().enumerate() {
+                    push(level.holders_of(mode.on_level(i, levels)), 1);
+                }
+                return levels;
+            }
+        }
+        1
+    }
+
+    /// The renewals of this hold alone (see [`push_renewals`](Self::push_renewals)).
+    pub(crate) fn renewals<'a>(
         &'a self,
         token: &'a Token,
         ttl: Duration,
         replicas: Option<Replicas>,
-    ) -> RenewItem<'a> {
-        let (key, entries) = match self {
-            Self::Key(keys) => (keys.lock.as_str(), 0),
-            Self::Writer(keys) => (keys.writer.lock.as_str(), 0),
-            Self::Entries { keys, count } => (keys.set.as_str(), *count),
-        };
-        RenewItem {
-            key,
-            token,
-            ttl,
-            entries,
-            replicas,
-        }
+    ) -> Vec<RenewItem<'a>> {
+        let mut items = Vec::with_capacity(1);
+        self.push_renewals(&mut items, token, ttl, replicas);
+        items
     }
 
     /// Gives the hold of `token` back: deletes the lock key, or removes the entries; wakes
@@ -98,8 +137,32 @@ impl Hold {
             Self::Key(keys) => store.release(keys, token).await,
             Self::Writer(keys) => store.release_writer(keys, token).await,
             Self::Entries { keys, count } => store.release_entries(keys, token, *count).await,
+            Self::Path { keys, mode } => store.release_path(keys, *mode, token).await,
         }
     }
+}
+
+/// What renewals answered per hold, given how many items each hold pushed (`spans`, from
+/// [`Hold::push_renewals`]): a hold is ours only if every one of its items was; else another
+/// token's if any was, else expired. `None` if the answers do not add up to the spans.
+pub(crate) fn held_after(spans: &[usize], answers: &[Ownership]) -> Option<Vec<Ownership>> {
+    if spans.iter().sum::<usize>() != answers.len() {
+        return None;
+    }
+    let mut rest = answers;
+    let mut held = Vec::with_capacity(spans.len());
+    for &span in spans {
+        let (mine, after) = rest.split_at(span);
+        rest = after;
+        held.push(if mine.iter().all(|a| *a == Ownership::Ours) {
+            Ownership::Ours
+        } else if mine.contains(&Ownership::Theirs) {
+            Ownership::Theirs
+        } else {
+            Ownership::Expired
+        });
+    }
+    Some(held)
 }
 
 /// Best-effort release of a lock on the current runtime, bounded by the response timeout.

@@ -7,6 +7,7 @@
 
 pub(crate) mod context;
 pub(crate) mod handoff;
+pub(crate) mod hierarchy;
 pub(crate) mod hold;
 pub(crate) mod job;
 pub(crate) mod kind;

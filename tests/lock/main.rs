@@ -17,6 +17,7 @@ mod existing;
 mod fairness;
 mod fences;
 mod handoff;
+mod hierarchy;
 mod holders;
 mod job;
 mod multi;
