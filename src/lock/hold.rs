@@ -182,3 +182,21 @@ pub(crate) fn release_hold_in_background(store: Store, hold: Hold, token: Token)
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::held_after;
+    use crate::store::Ownership::{Expired, Ours, Theirs};
+
+    #[test]
+    fn a_hold_is_ours_only_if_every_one_of_its_renewals_was() {
+        // A lock, a path of three levels with one gone, a path of two, a lock of another.
+        let answers = [Ours, Ours, Expired, Ours, Ours, Ours, Theirs];
+        assert_eq!(
+            held_after(&[1, 3, 2, 1], &answers),
+            Some(vec![Ours, Expired, Ours, Theirs])
+        );
+        assert_eq!(held_after(&[1, 3], &answers), None, "answers left over");
+        assert_eq!(held_after(&[8], &answers), None, "answers missing");
+    }
+}

@@ -20,7 +20,11 @@ on_both_stores!(
     a_path_is_a_lease_like_every_other,
     bad_paths_are_refused_with_a_typed_error,
 );
-on_both_stores!(paused_memory: a_table_writer_behind_a_stream_of_readers_gets_in_within_a_bound);
+on_both_stores!(
+    paused_memory: a_table_writer_behind_a_stream_of_readers_gets_in_within_a_bound,
+    a_vanished_waiters_mark_goes_with_its_wait_plus_the_claim,
+    the_watchdog_renews_every_level,
+);
 
 /// 8 random sequences of 250 tries and releases over `a`, `a/b`, `a/c`, `a/b/x`, `a/b/y`,
 /// `a/c/z`, each step held against the reference.
@@ -186,4 +190,113 @@ async fn bad_paths_are_refused_with_a_typed_error(fx: Fixture) {
         .await
         .expect("8 levels");
     deep.release().await.expect("release");
+}
+
+/// A waiter for the table that gives up (its wait runs out behind a reader without a
+/// watchdog) leaves its mark: new readers are refused meanwhile, but only until the reader's
+/// ttl plus the claim time (250 ms) has passed since the waiter's last attempt, then they get
+/// in.
+async fn a_vanished_waiters_mark_goes_with_its_wait_plus_the_claim(fx: Fixture) {
+    const TTL: Duration = Duration::from_millis(400);
+    const CLAIM: Duration = Duration::from_millis(250);
+    let reader = fx
+        .client
+        .hierarchy_lock("gone/t")
+        .ttl(TTL)
+        .watchdog(false)
+        .shared()
+        .await
+        .expect("reader");
+    let other = fx.another_client().await;
+    let waited = other
+        .hierarchy_lock("gone/t")
+        .wait(Duration::from_millis(100))
+        .exclusive()
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    let gave_up = tokio::time::Instant::now();
+    // The mark keeps a new reader out although only a reader holds the table.
+    let refused = fx.client.hierarchy_lock("gone/t").shared().await;
+    assert!(
+        matches!(refused, Err(LockError::Busy { .. })),
+        "{refused:?}"
+    );
+    std::mem::forget(reader);
+    let late = fx
+        .client
+        .hierarchy_lock("gone/t")
+        .wait(Duration::from_secs(10))
+        .shared()
+        .await
+        .expect("a reader gets in once the mark is gone");
+    let after = gave_up.elapsed();
+    // The mark was set for at most the reader's remaining ttl plus the claim time; the late
+    // reader slept what the mark had left plus its jitter. Where nothing runs late only: on
+    // the real clock nothing bounds a busy machine's delays.
+    if fx.paused() {
+        assert!(
+            after <= TTL + CLAIM + Duration::from_millis(100),
+            "{after:?}"
+        );
+    }
+    let keys = fx
+        .client
+        .__inspect()
+        .hierarchy_keys("gone/t")
+        .expect("keys");
+    assert_eq!(
+        fx.client.__inspect().pttl(&keys[1][4]).await.expect("pttl"),
+        None
+    );
+    late.release().await.expect("release");
+}
+
+/// A path held three ttls by the watchdog alone stays held on every level: a table X is
+/// still refused, the lease never lost. Then one level taken away behind its back makes the
+/// next renewal lose the whole lease.
+async fn the_watchdog_renews_every_level(fx: Fixture) {
+    let row = fx
+        .client
+        .hierarchy_lock("dog/t/1")
+        .ttl(Duration::from_millis(600))
+        .exclusive()
+        .await
+        .expect("row");
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(
+        !row.handle().is_lost(),
+        "lost: {:?}",
+        row.handle().lost_reason()
+    );
+    for path in ["dog", "dog/t", "dog/t/1"] {
+        assert!(
+            matches!(
+                fx.client.hierarchy_lock(path).exclusive().await,
+                Err(LockError::Busy { .. })
+            ),
+            "{path} was not kept"
+        );
+    }
+    let keys = fx
+        .client
+        .__inspect()
+        .hierarchy_keys("dog/t/1")
+        .expect("keys");
+    // The root's IX set: the row holds IX there.
+    assert!(
+        fx.client
+            .__inspect()
+            .delete(&keys[0][1])
+            .await
+            .expect("delete")
+    );
+    let err = row
+        .extend(Duration::from_secs(5))
+        .await
+        .expect_err("one level gone: the lease is lost");
+    assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
+    assert!(row.handle().is_lost());
 }
