@@ -1,8 +1,8 @@
 //! Redis-backed coordination for async Rust services that run as several replicas:
 //! distributed locks as leases (a watchdog renews them, a lost signal fires before the store
 //! could let them expire, every grant carries a strictly increasing fencing token), the
-//! primitives built on the same leases (semaphores, read-write locks, multi-locks,
-//! scheduled-job locks), distributed rate limiting ([`ratelimit`]), Bloom filters ([`bloom`]),
+//! primitives built on the same leases (semaphores, read-write and hierarchical locks,
+//! multi-locks, scheduled-job locks), distributed rate limiting ([`ratelimit`]), Bloom filters ([`bloom`]),
 //! and `#[distributed_lock]` for async functions. Tower layers for axum are the companion crate
 //! `distlock-tower`.
 //!
@@ -29,7 +29,7 @@
 //! ```
 //!
 //! Start with [`Client`]: [`Client::lock`], [`Client::semaphore`], [`Client::rw_lock`],
-//! [`Client::multi_lock`], [`Client::job`], [`Client::election`], [`Client::rate_limiter`] and
+//! [`Client::hierarchy_lock`], [`Client::multi_lock`], [`Client::job`], [`Client::election`], [`Client::rate_limiter`] and
 //! [`Client::bloom_filter`] each return a builder. The [`guide`] has the rest: what the
 //! guarantees are and where they end, every primitive in depth, the layers, the configuration
 //! reference, Redis Cluster, Redlock, Sentinel, TLS and ACL users, and operations (metrics,
