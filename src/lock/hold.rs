@@ -1,5 +1,5 @@
-//! What a lease holds in the store (a lock key, a writer's key, entries of a holder set), what
-//! its renewals and its release send, and giving back a hold nobody will use. Below every
+//! What a lease holds in the store (a lock key, a writer's key, entries of a holder set, an
+//! entry on every level of a hierarchical lock's path), what its renewals and its release send, and giving back a hold nobody will use. Below every
 //! other part of a lease: it needs the store, never the lease or the client.
 
 use std::time::Duration;
