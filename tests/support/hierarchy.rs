@@ -303,11 +303,17 @@ pub async fn a_table_writer_behind_readers(
             }
         }));
     }
+    // Let the stream run, then start only once readers are inside: a loaded machine (or a
+    // cluster client's first round trips) can leave a moment without one.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        inside.load(Ordering::SeqCst) > 0,
-        "the readers do not hold the table"
-    );
+    let ready = Instant::now();
+    while inside.load(Ordering::SeqCst) == 0 {
+        assert!(
+            ready.elapsed() < Duration::from_secs(10),
+            "the readers do not hold the table"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let mut waits = Vec::new();
     for _ in 0..5 {
         let started = Instant::now();
