@@ -14,6 +14,7 @@ use crate::error::{LockError, StoreError};
 use crate::holder::{Holder, parse_token};
 use crate::idempotency::CLAIM_NAME_PREFIX;
 use crate::keys::{LockKeys, lock_key_start, lock_name};
+use crate::mode::HierarchyMode;
 use crate::store::{Capability, KeyWalk, Ownership, SCAN_COUNT};
 use crate::token::Token;
 
@@ -65,6 +66,19 @@ pub struct RwLockState {
     pub writer: Option<HolderState>,
     /// The readers, longest-lived first.
     pub readers: Vec<HolderState>,
+}
+
+/// One holder of a level of a hierarchical lock, as [`Client::hierarchy_lock_state`] reads
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HierarchyHolder {
+    /// The level's path (the path asked about).
+    pub path: String,
+    /// The mode it holds the level in: an intention mode when its own path goes below.
+    pub mode: HierarchyMode,
+    /// Its lease (`permits` is 1).
+    pub state: HolderState,
 }
 
 /// The most locks one [`Client::held_locks`] call lists.
@@ -361,6 +375,47 @@ impl Client {
             });
         let readers = self.set_state(&keys.readers.set).await?;
         Ok(RwLockState { writer, readers })
+    }
+
+    /// Who holds level `path` of a hierarchical lock now, in which mode: the holders of the
+    /// level itself and those of paths below it (in an intention mode), by mode (IS, IX, S,
+    /// X), longest-lived first within a mode. A read for operators, like
+    /// [`lock_state`](Self::lock_state).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use distlock::HierarchyMode;
+    ///
+    /// let client = distlock::Client::in_memory();
+    /// let _row = client.hierarchy_lock("db/orders/42").exclusive().await?;
+    /// let table = client.hierarchy_lock_state("db/orders").await?;
+    /// assert_eq!(table.len(), 1);
+    /// assert_eq!(table[0].mode, HierarchyMode::IntentExclusive);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`semaphore_state`](Self::semaphore_state).
+    pub async fn hierarchy_lock_state(
+        &self,
+        path: &str,
+    ) -> Result<Vec<HierarchyHolder>, LockError> {
+        self.holder_sets()?;
+        let keys = self.core().path_keys(path)?;
+        let mut holders = Vec::new();
+        if let Some(level) = keys.levels.last() {
+            for mode in HierarchyMode::ALL {
+                for state in self.set_state(level.holders_of(mode)).await? {
+                    holders.push(HierarchyHolder {
+                        path: level.path.clone(),
+                        mode,
+                        state,
+                    });
+                }
+            }
+        }
+        Ok(holders)
     }
 
     /// Frees read-write lock `name`: its writer and every reader, as their own releases would

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{InvalidName, RateLimitError};
-use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
+use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys};
 use crate::store::{Capability, Replicas, Store, Unsupported};
 
 /// A client's store and what names its keys. Cheap to clone: clones share one store.
@@ -194,5 +194,9 @@ impl Core {
     /// The keys of read-write lock `name`.
     pub(crate) fn rw_keys(&self, name: &str) -> Result<RwKeys, InvalidName> {
         RwKeys::new(&self.0.prefix, &self.0.fences, name)
+    }
+
+    pub(crate) fn path_keys(&self, path: &str) -> Result<PathKeys, InvalidName> {
+        PathKeys::new(&self.0.prefix, &self.0.fences, path)
     }
 }

@@ -295,6 +295,7 @@ mod tests {
             LeaseKind::MultiLock,
             LeaseKind::ElectionTerm,
             LeaseKind::JobRun,
+            LeaseKind::Hierarchy,
         ] {
             assert_eq!(LeaseKind::from_index(kind.index()), kind);
         }

@@ -479,6 +479,22 @@ pub enum InvalidName {
         /// The limit.
         max: usize,
     },
+    /// A level of a hierarchical lock's path is empty (`a//b`, or a path that starts or
+    /// ends with `/`).
+    #[error("invalid path: level {level} is empty (levels are separated by '/')")]
+    EmptyLevel {
+        /// Which level, counting from 1 at the root.
+        level: usize,
+    },
+    /// A hierarchical lock's path has more levels than
+    /// [`MAX_HIERARCHY_LEVELS`](crate::MAX_HIERARCHY_LEVELS).
+    #[error("invalid path: it has {levels} levels, the limit is {max}")]
+    TooManyLevels {
+        /// The path's levels.
+        levels: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Errors of a rate-limit check. A denied request is *not* an error: it is an `Ok`

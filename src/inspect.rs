@@ -46,6 +46,20 @@ impl Inspector<'_> {
         ))
     }
 
+    /// The keys of each level of hierarchical lock path `path`, top-down: the holder sets of
+    /// IS, IX, S and X, then the intent mark.
+    pub fn hierarchy_keys(&self, path: &str) -> Result<Vec<[String; 5]>, InvalidName> {
+        let keys = self.client.core().path_keys(path)?;
+        Ok(keys
+            .levels
+            .iter()
+            .map(|level| {
+                let [is, ix, s, x] = level.holders.clone();
+                [is, ix, s, x, level.intent.clone()]
+            })
+            .collect())
+    }
+
     /// How many live (unexpired) entries the holder set `key` has: the permits held.
     pub async fn live_entries(&self, key: &str) -> Result<u64, StoreError> {
         self.client.store().peek_live_entries(key).await

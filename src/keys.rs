@@ -13,6 +13,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::error::InvalidName;
+use crate::mode::HierarchyMode;
 
 /// Hash slots of a Redis Cluster.
 pub(crate) const SLOTS: u16 = 16384;
@@ -394,6 +395,106 @@ impl FairKeys {
     }
 }
 
+/// The most levels a hierarchical lock's path may have (`db/orders/42` has three).
+pub const MAX_HIERARCHY_LEVELS: usize = 8;
+
+/// The keys of a **hierarchical lock**'s path, one [`LevelKeys`] per level, top-down. The hash
+/// tag is the root level's name, so every key of one hierarchy (every path under one root) is
+/// in one slot: a path is taken in one script on a Cluster too, and a whole hierarchy lives
+/// on one Cluster node. A level's keys are `<prefix>:hier-<what>:{<root>}/<level 2>/...`:
+/// the path after the tag spells the level, each name encoded like a lock name.
+#[derive(Clone, Debug)]
+pub(crate) struct PathKeys(Arc<Path>);
+
+#[derive(Debug)]
+pub(crate) struct Path {
+    /// The path as the user gave it.
+    pub(crate) name: String,
+    /// Top-down: the root first, the path's own level last.
+    pub(crate) levels: Vec<LevelKeys>,
+    /// The one channel every waiter of the hierarchy listens on, and a release publishes to
+    /// when a level it held was waited for.
+    pub(crate) channel: String,
+    /// The fence key grants mint from (the root's slot's).
+    pub(crate) fence: Arc<str>,
+}
+
+/// The keys of one level of a hierarchy.
+#[derive(Debug)]
+pub(crate) struct LevelKeys {
+    /// The level's path (`db/orders` for the second level of `db/orders/42`).
+    pub(crate) path: String,
+    /// One holder set per mode, in the order of [`HierarchyMode::ALL`]: one entry
+    /// `<token>:1` per holder of the level in that mode.
+    pub(crate) holders: [String; 4],
+    /// The mark of a waiter kept out of this level by incompatible holders:
+    /// `<mode index><waiter>`; new arrivals incompatible with that mode are refused while
+    /// it exists, so a stream of holders cannot starve the waiter.
+    pub(crate) intent: String,
+    /// Exists while a waiter listens for a release of this level's holders.
+    pub(crate) waited: String,
+}
+
+impl LevelKeys {
+    /// The holder set of `mode` on this level.
+    pub(crate) fn holders_of(&self, mode: HierarchyMode) -> &str {
+        &self.holders[mode.index()]
+    }
+}
+
+impl std::ops::Deref for PathKeys {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl PathKeys {
+    /// The keys of `path` (`/`-separated level names, none empty, at most
+    /// [`MAX_HIERARCHY_LEVELS`]).
+    pub(crate) fn new(prefix: &str, fences: &Fences, path: &str) -> Result<Self, InvalidName> {
+        check_name(path)?;
+        let names: Vec<&str> = path.split('/').collect();
+        if names.len() > MAX_HIERARCHY_LEVELS {
+            return Err(InvalidName::TooManyLevels {
+                levels: names.len(),
+                max: MAX_HIERARCHY_LEVELS,
+            });
+        }
+        if let Some(empty) = names.iter().position(|n| n.is_empty()) {
+            return Err(InvalidName::EmptyLevel { level: empty + 1 });
+        }
+        let mut root = String::with_capacity(names[0].len());
+        push_encoded(&mut root, names[0]);
+        let mut tail = String::new();
+        let mut levels = Vec::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            if i > 0 {
+                tail.push('/');
+                push_encoded(&mut tail, name);
+            }
+            let key = |what: &str| {
+                let mut key = tagged(prefix, what, &root);
+                key.push_str(&tail);
+                key
+            };
+            levels.push(LevelKeys {
+                path: names[..=i].join("/"),
+                holders: [key("hier-is"), key("hier-ix"), key("hier-s"), key("hier-x")],
+                intent: key("hier-intent"),
+                waited: key("hier-waited"),
+            });
+        }
+        Ok(Self(Arc::new(Path {
+            name: path.to_owned(),
+            levels,
+            channel: tagged(prefix, "hier-released", &root),
+            fence: fences.for_tag(&root),
+        })))
+    }
+}
+
 /// The keys of a fenced resource (`Client::fenced`): `<prefix>:fenced-guard:{<resource>}`, a
 /// string holding the highest fence a write to the resource was accepted with, and
 /// `<prefix>:fenced:{<resource>}`, a hash holding the resource's values. The resource is the
@@ -699,6 +800,53 @@ mod tests {
             assert_eq!(fair.queue.as_ref(), format!("p:fair-queue:{{{tag}}}"));
             assert_eq!(fair.claims.as_ref(), format!("p:fair-claims:{{{tag}}}"));
         }
+    }
+
+    #[test]
+    fn a_hierarchys_keys_share_the_roots_slot_and_levels_never_collide() {
+        let fences = Fences::per_slot("p");
+        let a = PathKeys::new("p", &fences, "db/orders/42").expect("valid path");
+        assert_eq!(a.levels.len(), 3);
+        assert_eq!(a.levels[1].path, "db/orders");
+        assert_eq!(a.levels[2].holders[3], "p:hier-x:{db}/orders/42");
+        let mut seen = std::collections::HashSet::new();
+        for path in [
+            "db",
+            "db/orders",
+            "db/orders/42",
+            "db/or{d}ers/4%2",
+            "db/x:y/z",
+        ] {
+            let keys = PathKeys::new("p", &fences, path).expect("valid path");
+            assert_eq!(slot_of(&keys.fence), slot_of(&keys.channel));
+            for level in &keys.levels {
+                for key in level.holders.iter().chain([&level.intent, &level.waited]) {
+                    assert_eq!(hash_tag(key), "db", "{key}");
+                    seen.insert((key.clone(), level.path.clone()));
+                }
+            }
+        }
+        // One key per (level, role), whichever path it was reached from.
+        let keys: std::collections::HashSet<_> = seen.iter().map(|(k, _)| k).collect();
+        let paths: std::collections::HashSet<_> = seen.iter().map(|(_, p)| p).collect();
+        assert_eq!(keys.len(), paths.len() * 6);
+        for (path, err) in [
+            ("", InvalidName::Empty),
+            ("a//b", InvalidName::EmptyLevel { level: 2 }),
+            ("/a", InvalidName::EmptyLevel { level: 1 }),
+            ("a/", InvalidName::EmptyLevel { level: 2 }),
+            (
+                "a/b/c/d/e/f/g/h/i",
+                InvalidName::TooManyLevels { levels: 9, max: 8 },
+            ),
+        ] {
+            assert_eq!(
+                PathKeys::new("p", &fences, path).map(|_| ()),
+                Err(err),
+                "{path:?}"
+            );
+        }
+        assert!(PathKeys::new("p", &fences, "a/b/c/d/e/f/g/h").is_ok());
     }
 
     #[test]

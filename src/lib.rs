@@ -1,8 +1,8 @@
 //! Redis-backed coordination for async Rust services that run as several replicas:
 //! distributed locks as leases (a watchdog renews them, a lost signal fires before the store
 //! could let them expire, every grant carries a strictly increasing fencing token), the
-//! primitives built on the same leases (semaphores, read-write locks, multi-locks,
-//! scheduled-job locks), distributed rate limiting ([`ratelimit`]), Bloom filters ([`bloom`]),
+//! primitives built on the same leases (semaphores, read-write and hierarchical locks,
+//! multi-locks, scheduled-job locks), distributed rate limiting ([`ratelimit`]), Bloom filters ([`bloom`]),
 //! and `#[distributed_lock]` for async functions. Tower layers for axum are the companion crate
 //! `distlock-tower`.
 //!
@@ -29,7 +29,7 @@
 //! ```
 //!
 //! Start with [`Client`]: [`Client::lock`], [`Client::semaphore`], [`Client::rw_lock`],
-//! [`Client::multi_lock`], [`Client::job`], [`Client::election`], [`Client::rate_limiter`] and
+//! [`Client::hierarchy_lock`], [`Client::multi_lock`], [`Client::job`], [`Client::election`], [`Client::rate_limiter`] and
 //! [`Client::bloom_filter`] each return a builder. The [`guide`] has the rest: what the
 //! guarantees are and where they end, every primitive in depth, the layers, the configuration
 //! reference, Redis Cluster, Redlock, Sentinel, TLS and ACL users, and operations (metrics,
@@ -65,6 +65,7 @@ mod lock;
 pub mod logging;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod mode;
 pub mod ratelimit;
 mod store;
 mod token;
@@ -72,8 +73,8 @@ mod token;
 #[cfg(feature = "metrics")]
 pub use crate::metrics::describe_metrics;
 pub use admin::{
-    DEFAULT_KEY_BUDGET, HolderState, LockEntry, LockListing, LockState, MAX_LISTED_LOCKS,
-    RwLockState,
+    DEFAULT_KEY_BUDGET, HierarchyHolder, HolderState, LockEntry, LockListing, LockState,
+    MAX_LISTED_LOCKS, RwLockState,
 };
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX, default_client, set_default_client};
 pub use drain::{LeaseKind, NotReleased, OwnLease, ShutdownReport};
@@ -89,7 +90,8 @@ pub use idempotency::{Idempotency, IdempotencyError};
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub use inspect::Inspector;
-pub use keys::MAX_NAME_LEN;
+pub use keys::{MAX_HIERARCHY_LEVELS, MAX_NAME_LEN};
+pub use lock::hierarchy::HierarchyLockBuilder;
 pub use lock::job::JobBuilder;
 pub use lock::multi::{MAX_MULTI_LOCK, MultiHandle, MultiLease, MultiLockBuilder};
 pub use lock::rwlock::RwLockBuilder;
@@ -98,6 +100,7 @@ pub use lock::{
     DEFAULT_TTL, InvalidOption, Lease, LeaseHandle, LockBuilder, LockOptions, MAX_TTL, MIN_TTL,
     ReleaseOutcome, RunReport, current_lease, safety_margin,
 };
+pub use mode::HierarchyMode;
 pub use store::{Capability, StoreKind, Unsupported};
 
 #[doc(hidden)]

@@ -9,6 +9,7 @@ use crate::error::StoreError;
 use crate::fenced::{FencedError, FencedResource};
 use crate::lock::LockBuilder;
 use crate::lock::context::LockContext;
+use crate::lock::hierarchy::HierarchyLockBuilder;
 use crate::lock::job::JobBuilder;
 use crate::lock::multi::MultiLockBuilder;
 use crate::lock::rwlock::RwLockBuilder;
@@ -192,6 +193,17 @@ impl Client {
     /// store).
     pub fn rw_lock(&self, name: impl Into<String>) -> RwLockBuilder {
         RwLockBuilder::new(self.counting().locks().clone(), name.into())
+    }
+
+    /// Starts taking the hierarchical lock `path` (`/`-separated levels, e.g. `db/orders/42`):
+    /// a mode (IS, IX, S, X) on its last level and the intention mode on every level above,
+    /// all at once, as a [`Lease`](crate::Lease). Many holders of rows run together while one
+    /// holder of the table in X excludes them all; a waiter keeps new incompatible holders
+    /// out, so it is not starved. The root level is the hash tag: on a Redis Cluster a whole
+    /// hierarchy lives on one node. Not on a Redlock quorum (but on a quorum client's
+    /// [`counting_on`](ClientBuilder::counting_on) store).
+    pub fn hierarchy_lock(&self, path: impl Into<String>) -> HierarchyLockBuilder {
+        HierarchyLockBuilder::new(self.counting().locks().clone(), path.into())
     }
 
     /// Starts taking the locks `names` all or nothing (the same locks as

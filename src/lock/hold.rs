@@ -1,11 +1,12 @@
-//! What a lease holds in the store (a lock key, a writer's key, entries of a holder set), what
-//! its renewals and its release send, and giving back a hold nobody will use. Below every
+//! What a lease holds in the store (a lock key, a writer's key, entries of a holder set, an
+//! entry on every level of a hierarchical lock's path), what its renewals and its release send, and giving back a hold nobody will use. Below every
 //! other part of a lease: it needs the store, never the lease or the client.
 
 use std::time::Duration;
 
 use crate::error::StoreError;
-use crate::keys::{LockKeys, RwKeys, SetKeys};
+use crate::keys::{LockKeys, PathKeys, RwKeys, SetKeys};
+use crate::mode::HierarchyMode;
 use crate::store::{Ownership, RenewItem, Replicas, Store};
 use crate::token::Token;
 
@@ -21,6 +22,9 @@ pub(crate) enum Hold {
     /// `count` entries of a holder set: permits of a semaphore, or a reader of a read-write
     /// lock (one entry).
     Entries { keys: SetKeys, count: u32 },
+    /// A hierarchical lock's path taken in `mode`: one entry `<token>:1` in a holder set of
+    /// every level (the intention mode's above, `mode`'s on the last level).
+    Path { keys: PathKeys, mode: HierarchyMode },
 }
 
 impl Hold {
@@ -30,6 +34,7 @@ impl Hold {
             Self::Key(keys) => &keys.name,
             Self::Writer(keys) => &keys.writer.name,
             Self::Entries { keys, .. } => &keys.name,
+            Self::Path { keys, .. } => &keys.name,
         }
     }
 
@@ -39,6 +44,10 @@ impl Hold {
             Self::Key(keys) => &keys.lock,
             Self::Writer(keys) => &keys.writer.lock,
             Self::Entries { keys, .. } => &keys.set,
+            Self::Path { keys, mode } => keys
+                .levels
+                .last()
+                .map_or("", |level| level.holders_of(*mode)),
         }
     }
 
@@ -63,28 +72,58 @@ impl Hold {
                 .await?
                 .iter()
                 .any(|h| h.token == token.as_str())),
+            Self::Path { .. } => Ok(store
+                .set_holders(self.key())
+                .await?
+                .iter()
+                .any(|h| h.token == token.as_str())),
         }
     }
 
-    /// The renewal of this hold with `token`, asking for `ttl`.
-    pub(crate) fn renewal<'a>(
+    /// Appends the renewals of this hold with `token`, asking for `ttl`, to `items`: one for
+    /// most holds, one per level for a path. Returns how many it appended (see
+    /// [`held_after`]).
+    pub(crate) fn push_renewals<'a>(
+        &'a self,
+        items: &mut Vec<RenewItem<'a>>,
+        token: &'a Token,
+        ttl: Duration,
+        replicas: Option<Replicas>,
+    ) -> usize {
+        let mut push = |key: &'a str, entries: u32| {
+            items.push(RenewItem {
+                key,
+                token,
+                ttl,
+                entries,
+                replicas,
+            });
+        };
+        match self {
+            Self::Key(keys) => push(&keys.lock, 0),
+            Self::Writer(keys) => push(&keys.writer.lock, 0),
+            Self::Entries { keys, count } => push(&keys.set, *count),
+            Self::Path { keys, mode } => {
+                let levels = keys.levels.len();
+                for (i, level) in keys.levels.iter().enumerate() {
+                    push(level.holders_of(mode.on_level(i, levels)), 1);
+                }
+                return levels;
+            }
+        }
+        1
+    }
+
+    /// The renewals of this hold alone (see [`push_renewals`](Self::push_renewals)).
+    pub(crate) fn renewals<'a>(
         &'a self,
         token: &'a Token,
         ttl: Duration,
         replicas: Option<Replicas>,
-    ) -> RenewItem<'a> {
-        let (key, entries) = match self {
-            Self::Key(keys) => (keys.lock.as_str(), 0),
-            Self::Writer(keys) => (keys.writer.lock.as_str(), 0),
-            Self::Entries { keys, count } => (keys.set.as_str(), *count),
-        };
-        RenewItem {
-            key,
-            token,
-            ttl,
-            entries,
-            replicas,
-        }
+    ) -> Vec<RenewItem<'a>> {
+        let mut items = Vec::with_capacity(1);
+        self.push_renewals(&mut items, token, ttl, replicas);
+        items
     }
 
     /// Gives the hold of `token` back: deletes the lock key, or removes the entries; wakes
@@ -98,8 +137,32 @@ impl Hold {
             Self::Key(keys) => store.release(keys, token).await,
             Self::Writer(keys) => store.release_writer(keys, token).await,
             Self::Entries { keys, count } => store.release_entries(keys, token, *count).await,
+            Self::Path { keys, mode } => store.release_path(keys, *mode, token).await,
         }
     }
+}
+
+/// What renewals answered per hold, given how many items each hold pushed (`spans`, from
+/// [`Hold::push_renewals`]): a hold is ours only if every one of its items was; else another
+/// token's if any was, else expired. `None` if the answers do not add up to the spans.
+pub(crate) fn held_after(spans: &[usize], answers: &[Ownership]) -> Option<Vec<Ownership>> {
+    if spans.iter().sum::<usize>() != answers.len() {
+        return None;
+    }
+    let mut rest = answers;
+    let mut held = Vec::with_capacity(spans.len());
+    for &span in spans {
+        let (mine, after) = rest.split_at(span);
+        rest = after;
+        held.push(if mine.iter().all(|a| *a == Ownership::Ours) {
+            Ownership::Ours
+        } else if mine.contains(&Ownership::Theirs) {
+            Ownership::Theirs
+        } else {
+            Ownership::Expired
+        });
+    }
+    Some(held)
 }
 
 /// Best-effort release of a lock on the current runtime, bounded by the response timeout.
@@ -118,4 +181,22 @@ pub(crate) fn release_hold_in_background(store: Store, hold: Hold, token: Token)
             tracing::debug!(lock = %hold.name(), error = %err, "background release failed; the key expires after its ttl");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_after;
+    use crate::store::Ownership::{Expired, Ours, Theirs};
+
+    #[test]
+    fn a_hold_is_ours_only_if_every_one_of_its_renewals_was() {
+        // A lock, a path of three levels with one gone, a path of two, a lock of another.
+        let answers = [Ours, Ours, Expired, Ours, Ours, Ours, Theirs];
+        assert_eq!(
+            held_after(&[1, 3, 2, 1], &answers),
+            Some(vec![Ours, Expired, Ours, Theirs])
+        );
+        assert_eq!(held_after(&[1, 3], &answers), None, "answers left over");
+        assert_eq!(held_after(&[8], &answers), None, "answers missing");
+    }
 }

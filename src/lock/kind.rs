@@ -1,5 +1,5 @@
 //! [`LeaseKind`]: what a lease is (a lock, permits, a read or write hold, one lock of a
-//! multi-lock, an election's term, a job's run), as the lease keeps it and the client's drain
+//! multi-lock, an election's term, a job's run, a hierarchical lock's path), as the lease keeps it and the client's drain
 //! lists it. Here, with the leases, so that the lock module does not import the drain (which
 //! imports the client).
 
@@ -21,11 +21,14 @@ pub enum LeaseKind {
     ElectionTerm,
     /// A scheduled job's run ([`Client::job`](crate::Client::job)).
     JobRun,
+    /// A hierarchical lock's path, in any mode
+    /// ([`Client::hierarchy_lock`](crate::Client::hierarchy_lock)).
+    Hierarchy,
 }
 
 impl LeaseKind {
     /// A short lowercase name, for logs: `lock`, `permits`, `read`, `write`, `multi_lock`,
-    /// `election_term`, `job_run`.
+    /// `election_term`, `job_run`, `hierarchy`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -36,6 +39,7 @@ impl LeaseKind {
             Self::MultiLock => "multi_lock",
             Self::ElectionTerm => "election_term",
             Self::JobRun => "job_run",
+            Self::Hierarchy => "hierarchy",
         }
     }
 
@@ -50,6 +54,7 @@ impl LeaseKind {
             Self::MultiLock => 4,
             Self::ElectionTerm => 5,
             Self::JobRun => 6,
+            Self::Hierarchy => 7,
         }
     }
 
@@ -61,6 +66,7 @@ impl LeaseKind {
             4 => Self::MultiLock,
             5 => Self::ElectionTerm,
             6 => Self::JobRun,
+            7 => Self::Hierarchy,
             _ => Self::Lock,
         }
     }

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::context::LockContext;
+use super::hold::held_after;
 use super::metrics::Primitive;
 use super::options::check_ttl;
 use super::state::LeaseState;
@@ -376,11 +377,15 @@ impl Lease {
                 name: shared.hold.name().to_owned(),
             });
         };
-        let item = shared
+        let items = shared
             .hold
-            .renewal(&shared.token, op.ttl(), shared.replicas);
-        let result = match store.renew(&[item]).await {
-            Ok(held) if held.as_slice() == [Ownership::Ours] => {
+            .renewals(&shared.token, op.ttl(), shared.replicas);
+        let renewed = store
+            .renew(&items)
+            .await
+            .map(|answers| held_after(&[items.len()], &answers));
+        let result = match renewed {
+            Ok(Some(held)) if held.as_slice() == [Ownership::Ours] => {
                 op.finish(Answer::Held);
                 Ok(())
             }
@@ -451,9 +456,12 @@ pub(crate) async fn end(
     let store = client.store();
     let keep = shared.timing().min_hold_left(Instant::now());
     if let Some(keep) = keep {
-        let item = shared.hold.renewal(&shared.token, keep, None);
-        let held = store.renew(&[item]).await?;
-        return Ok(held.first().copied().unwrap_or(Ownership::Expired));
+        let items = shared.hold.renewals(&shared.token, keep, None);
+        let answers = store.renew(&items).await?;
+        let held = held_after(&[items.len()], &answers);
+        return Ok(held
+            .and_then(|held| held.first().copied())
+            .unwrap_or(Ownership::Expired));
     }
     // Only a lock key can pass to a waiter (waiters queue for locks only). A lease that needs
     // replica acknowledgement is released the ordinary way: a hand-off would give the waiter

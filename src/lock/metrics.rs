@@ -78,6 +78,7 @@ pub(crate) enum Primitive {
     Read,
     Write,
     Multi,
+    Hierarchy,
 }
 
 #[cfg(feature = "metrics")]
@@ -89,6 +90,7 @@ impl Primitive {
             Self::Read => "read",
             Self::Write => "write",
             Self::Multi => "multi",
+            Self::Hierarchy => "hierarchy",
         }
     }
 }

@@ -8,6 +8,7 @@
 pub(crate) mod context;
 pub(crate) mod fair;
 pub(crate) mod handoff;
+pub(crate) mod hierarchy;
 pub(crate) mod hold;
 pub(crate) mod job;
 pub(crate) mod kind;

@@ -131,7 +131,7 @@ impl LeaseState {
     pub(crate) fn lock_keys(&self) -> Option<&LockKeys> {
         match &self.hold {
             Hold::Key(keys) => Some(keys),
-            Hold::Writer(_) | Hold::Entries { .. } => None,
+            Hold::Writer(_) | Hold::Entries { .. } | Hold::Path { .. } => None,
         }
     }
 

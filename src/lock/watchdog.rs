@@ -30,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::hold::held_after;
 use super::state::LeaseState;
 use super::timing::{Answer, ExpiryOp, OpKind};
 use crate::error::LossReason;
@@ -377,13 +378,30 @@ async fn renew(shared: Arc<Shared>, due: Vec<Due>) {
     let Some(deadline) = deadline else {
         return;
     };
-    let items: Vec<RenewItem<'_>> = ops
+    let mut items: Vec<RenewItem<'_>> = Vec::with_capacity(ops.len());
+    let spans: Vec<usize> = ops
         .iter()
-        .map(|(lease, op)| lease.hold.renewal(&lease.token, op.ttl(), lease.replicas))
+        .map(|(lease, op)| {
+            lease
+                .hold
+                .push_renewals(&mut items, &lease.token, op.ttl(), lease.replicas)
+        })
         .collect();
     shared.renewal_calls.fetch_add(1, Ordering::Relaxed);
     let reply = tokio::time::timeout_at(deadline, shared.store.renew(&items)).await;
     drop(items);
+    // One answer per lease (a path's lease renews one entry per level).
+    let reply = reply.map(|r| {
+        r.and_then(|answers| {
+            held_after(&spans, &answers).ok_or_else(|| StoreError::Protocol {
+                message: format!(
+                    "renew answered {} items for {}",
+                    answers.len(),
+                    spans.iter().sum::<usize>()
+                ),
+            })
+        })
+    });
     match reply {
         Ok(Ok(replies)) if replies.len() == ops.len() => {
             for ((lease, op), held) in ops.into_iter().zip(replies) {

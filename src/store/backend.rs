@@ -32,7 +32,8 @@ use super::scripts::renew::RenewItem;
 use super::scripts::{Ownership, Replicas};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
+use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys};
+use crate::mode::HierarchyMode;
 use crate::token::Token;
 
 /// One backend. Batching is the backend's business, per connection target (the one primary,
@@ -215,6 +216,34 @@ pub(crate) trait Backend {
         count: u32,
     ) -> Result<Ownership, StoreError> {
         let _ = (keys, token, count);
+        Err(self.lacks(Capability::HolderSets))
+    }
+
+    /// Takes a hierarchical lock's path in `mode` (intention modes above, `mode` on the last
+    /// level), all levels or none, in one call; mints the grant's fence. `waiter` is the same
+    /// across one waiter's attempts (its intent marks are its own).
+    async fn acquire_path(
+        &self,
+        keys: &PathKeys,
+        mode: HierarchyMode,
+        token: &Token,
+        waiter: &str,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        let _ = (keys, mode, token, waiter, ttl, waits);
+        Err(self.lacks(Capability::HolderSets))
+    }
+
+    /// Gives back every level's entry of a hierarchical lock's lease, waking the
+    /// hierarchy's waiters.
+    async fn release_path(
+        &self,
+        keys: &PathKeys,
+        mode: HierarchyMode,
+        token: &Token,
+    ) -> Result<Ownership, StoreError> {
+        let _ = (keys, mode, token);
         Err(self.lacks(Capability::HolderSets))
     }
 

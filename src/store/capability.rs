@@ -69,9 +69,9 @@ capabilities! {
     /// println!("{refused}"); // what is missing, and what to use instead
     /// ```
     pub enum Capability {
-        /// Sets of holders counted on one store: semaphores, read-write locks, and
-        /// `distlock-tower`'s concurrency layer.
-        HolderSets => "holder sets (semaphores, read-write locks)",
+        /// Sets of holders counted on one store: semaphores, read-write locks, hierarchical
+        /// locks, and `distlock-tower`'s concurrency layer.
+        HolderSets => "holder sets (semaphores, read-write locks, hierarchical locks)",
         /// Rate limiters.
         RateLimits => "rate limits",
         /// Bloom filters.

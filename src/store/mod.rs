@@ -76,7 +76,8 @@ pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Ownership, Replicas};
 pub(crate) use self::wakeups::{Subscription, Wakeups};
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, RwKeys, SetKeys};
+use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys};
+use crate::mode::HierarchyMode;
 use crate::token::Token;
 
 /// A backend: the scripted one (a single Redis primary, plain or behind Sentinel, or a Redis
@@ -265,6 +266,10 @@ impl Store {
         bounded counting => fn acquire_rw(side: Side, keys: &RwKeys, token: &Token, ttl: Duration, waits: Waits) -> AcquireReply;
         bounded counting => fn release_writer(keys: &RwKeys, token: &Token) -> Ownership;
         bounded counting => fn release_entries(keys: &SetKeys, token: &Token, count: u32) -> Ownership;
+        /// Takes a hierarchical lock's path, all levels or none (`acquire_path.lua`).
+        bounded counting => fn acquire_path(keys: &PathKeys, mode: HierarchyMode, token: &Token, waiter: &str, ttl: Duration, waits: Waits) -> AcquireReply;
+        /// Gives back a hierarchical lock's path (`release_path.lua`).
+        bounded counting => fn release_path(keys: &PathKeys, mode: HierarchyMode, token: &Token) -> Ownership;
         /// One Bloom filter operation, bounded by the operation timeout.
         bounded counting => fn bloom(native: bool, op: BloomOp, shape: &BloomShape, shards: &[ShardCall]) -> Vec<ShardReply>;
         /// Whether the store has the RedisBloom module.

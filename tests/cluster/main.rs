@@ -14,6 +14,7 @@ mod support;
 mod election;
 mod faces;
 mod health;
+mod hierarchy;
 mod locks;
 mod primitives;
 mod topology;

@@ -133,7 +133,7 @@ fn readme_row(capability: Capability) -> Option<&'static str> {
 
 const LOCKS: &str = "locks, multi-locks, jobs, the macro, `LockLayer`";
 const SEMAPHORES: &str =
-    "semaphores, read-write locks, fair locks, `ConcurrencyLimitLayer`, adaptive limits";
+    "semaphores, read-write, hierarchical and fair locks, `ConcurrencyLimitLayer`, adaptive limits";
 const RATE_LIMITS: &str = "rate limits, `RateLimitLayer`, `#[rate_limit]`, `distlock-rls`";
 const BLOOM: &str = "Bloom filters";
 const FENCED: &str = "fenced writes";
@@ -183,6 +183,8 @@ async fn probe(row: &str, client: &Client) -> Found {
             found.push(outcome(read.map(drop)));
             let fair = client.lock("docs:fair").fair().acquire().await;
             found.push(outcome(fair.map(drop)));
+            let path = client.hierarchy_lock("docs/hier/1").exclusive().await;
+            found.push(outcome(path.map(drop)));
             let layer =
                 ConcurrencyLimitLayer::new(client.clone(), Constant::from_static("docs:cl"), 2);
             found.push(layer_outcome(layer.map(drop)));

@@ -18,6 +18,7 @@ mod fair;
 mod fairness;
 mod fences;
 mod handoff;
+mod hierarchy;
 mod holders;
 mod job;
 mod multi;

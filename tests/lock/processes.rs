@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock::{Client, LockError, ReleaseOutcome};
+use distlock::{Client, HierarchyMode, LockError, ReleaseOutcome};
 use redis::Script;
 
 use crate::support::RedisServer;
@@ -60,6 +60,7 @@ async fn child_entry() {
         other if other.starts_with("fair-waiters-") => {
             super::fair::child_fair_waiters(client, &url, &other["fair-waiters-".len()..]).await;
         }
+        "hierarchy" => child_hierarchy(client, &url).await,
         other => panic!("unknown child role {other}"),
     }
 }
@@ -655,4 +656,140 @@ async fn a_crash_right_after_the_body_keeps_at_least() {
             .expect("run"),
         Some(1)
     );
+}
+
+/// Who is inside the table `db/t` and its rows, kept on the server so that every process
+/// sees every other: `enter` counts a violation when the entrant is incompatible with someone
+/// inside (a table X with anyone, a table S with a table X or any row, a row X with a table
+/// holder or an X on the same row).
+static OCCUPANCY: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
+    Script::new(
+        r"
+        local h, op, kind, row = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+        local function get(f) return tonumber(redis.call('HGET', h, f) or '0') end
+        if op == 'leave' then
+          if kind == 'r' then
+            redis.call('HINCRBY', h, 'row:' .. row, -1)
+            redis.call('HINCRBY', h, 'rows', -1)
+          else
+            redis.call('HINCRBY', h, kind, -1)
+          end
+          return 1
+        end
+        local tx, ts, rows = get('tx'), get('ts'), get('rows')
+        local clash
+        if kind == 'tx' then clash = tx + ts + rows > 0
+        elseif kind == 'ts' then clash = tx + rows > 0
+        else clash = tx + ts + get('row:' .. row) > 0 end
+        if clash then redis.call('HINCRBY', h, 'violations', 1) end
+        redis.call('HINCRBY', h, 'sections', 1)
+        if kind == 'r' then
+          redis.call('HINCRBY', h, 'row:' .. row, 1)
+          local n = redis.call('HINCRBY', h, 'rows', 1)
+          if n > get('most_rows') then redis.call('HSET', h, 'most_rows', n) end
+        else
+          redis.call('HINCRBY', h, kind, 1)
+          redis.call('HINCRBY', h, 'table_sections', 1)
+        end
+        return 1
+        ",
+    )
+});
+
+const HIERARCHY_ROW_TASKS: usize = 2;
+const HIERARCHY_ROW_SECTIONS: usize = 300;
+const HIERARCHY_TABLE_SECTIONS: usize = 100;
+
+/// 2 tasks taking X on random rows of `db/t` (300 sections each) and one taking S or X on
+/// the table (100 sections), each section recorded on the server.
+async fn child_hierarchy(client: Client, url: &str) {
+    let mut tasks = Vec::new();
+    for task in 0..=HIERARCHY_ROW_TASKS {
+        let client = client.clone();
+        let mut conn = resource_conn(url).await;
+        let table = task == HIERARCHY_ROW_TASKS;
+        tasks.push(tokio::spawn(async move {
+            let sections = if table {
+                HIERARCHY_TABLE_SECTIONS
+            } else {
+                HIERARCHY_ROW_SECTIONS
+            };
+            for _ in 0..sections {
+                let row = rand::random_range(0..8u32);
+                let (path, mode, kind) = if !table {
+                    (format!("db/t/{row}"), HierarchyMode::Exclusive, "r")
+                } else if rand::random_bool(0.5) {
+                    ("db/t".to_owned(), HierarchyMode::Shared, "ts")
+                } else {
+                    ("db/t".to_owned(), HierarchyMode::Exclusive, "tx")
+                };
+                let lease = client
+                    .hierarchy_lock(path)
+                    .wait(Duration::from_secs(60))
+                    .lock(mode)
+                    .await
+                    .expect("lock");
+                for op in ["enter", "leave"] {
+                    let _: i64 = OCCUPANCY
+                        .key("hier-occupancy")
+                        .arg(op)
+                        .arg(kind)
+                        .arg(row)
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("record the section");
+                    if op == "enter" {
+                        tokio::time::sleep(Duration::from_micros(rand::random_range(0..1000)))
+                            .await;
+                    }
+                }
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+            }
+        }));
+    }
+    child::finish_tasks(tasks).await;
+}
+
+/// TESTPLAN 62 (processes): 4 OS processes mix row holders (X on `db/t/<row>`) and table
+/// holders (S and X on `db/t`) over 2,800 critical sections: no table holder overlaps a row
+/// holder or a table writer, no two holders of one row overlap; rows do overlap each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hierarchy_rows_and_tables_across_4_processes() {
+    let server = RedisServer::start();
+    run_children_to_done(
+        ENTRY,
+        "hierarchy",
+        &server.url(),
+        4,
+        Duration::from_secs(240),
+    );
+    let mut conn = resource_conn(&server.url()).await;
+    let counts: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg("hier-occupancy")
+        .query_async(&mut conn)
+        .await
+        .expect("occupancy");
+    let count = |field: &str| counts.get(field).copied().unwrap_or(0);
+    let rows = 4 * HIERARCHY_ROW_TASKS * HIERARCHY_ROW_SECTIONS;
+    let tables = 4 * HIERARCHY_TABLE_SECTIONS;
+    assert_eq!(
+        count("sections"),
+        i64::try_from(rows + tables).expect("small"),
+        "{counts:?}"
+    );
+    assert_eq!(
+        count("table_sections"),
+        i64::try_from(tables).expect("small"),
+        "{counts:?}"
+    );
+    assert_eq!(
+        count("violations"),
+        0,
+        "incompatible holders overlapped: {counts:?}"
+    );
+    assert!(count("most_rows") > 1, "rows never overlapped: {counts:?}");
+    eprintln!("hierarchy sections across 4 processes: {counts:?}");
 }

@@ -637,3 +637,129 @@ async fn a_lazy_grant_mints_nothing_until_its_holder_asks() {
     assert_eq!(get(&mut conn, "p:fence").await, Some(again));
     assert!(mint(&mut conn, LOCK, "b").await > again);
 }
+
+const ACQUIRE_PATH: &str = concat!(
+    include_str!("../../src/store/scripts/fence.lua"),
+    include_str!("../../src/store/scripts/holders.lua"),
+    include_str!("../../src/store/scripts/acquire_path.lua")
+);
+const RELEASE_PATH: &str = concat!(
+    "local PUBLISH = 'PUBLISH'\n",
+    include_str!("../../src/store/scripts/holders.lua"),
+    include_str!("../../src/store/scripts/release_path.lua")
+);
+
+/// The keys of level `tail` (`""` for the root `r`, `"/t"` for `r/t`): the holder sets of
+/// IS, IX, S, X, the intent mark, the waited mark.
+fn level(tail: &str) -> [String; 6] {
+    ["is", "ix", "s", "x", "intent", "waited"].map(|what| format!("p:hier-{what}:{{r}}{tail}"))
+}
+
+/// `acquire_path.lua` on the levels `tails` with `modes` (1 IS .. 4 X, one per level).
+async fn take_path(
+    conn: &mut MultiplexedConnection,
+    tails: &[&str],
+    modes: &[u8],
+    token: &str,
+    waits: &str,
+    waiter: &str,
+) -> i64 {
+    let script = redis::Script::new(ACQUIRE_PATH);
+    let mut call = script.prepare_invoke();
+    for tail in tails {
+        for key in level(tail) {
+            call.key(key);
+        }
+    }
+    call.key("p:fence");
+    call.arg(token).arg(30_000).arg(waits).arg(waiter);
+    for mode in modes {
+        call.arg(*mode);
+    }
+    call.invoke_async(conn).await.expect("acquire_path")
+}
+
+/// `release_path.lua` for `token` on the levels `(tail, index of the mode's set)`.
+async fn release_path(
+    conn: &mut MultiplexedConnection,
+    token: &str,
+    held: &[(&str, usize)],
+) -> i64 {
+    let script = redis::Script::new(RELEASE_PATH);
+    let mut call = script.prepare_invoke();
+    for (tail, set) in held {
+        let keys = level(tail);
+        call.key(keys[*set].clone()).key(keys[5].clone());
+    }
+    call.arg(token).arg(CHANNEL);
+    call.invoke_async(conn).await.expect("release_path")
+}
+
+/// `acquire_path.lua` and `release_path.lua` called directly: a retried grant (same token)
+/// is granted again with a higher fence; a waiter kept out by a holder marks the level with
+/// its mode and waiter id for the holder's ttl plus 250 ms, which keeps out a newcomer the
+/// holder alone would let in but never the waiter itself (with a new token); a level the mark
+/// is not on is free; the release publishes because the level was waited for, and a second
+/// release finds nothing.
+#[tokio::test]
+async fn a_paths_scripts_mark_waiters_and_publish_for_them() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(CHANNEL).await.expect("subscribe");
+    let mut messages = pubsub.into_on_message();
+    let path = ["", "/t"];
+    // S on r/t: IS on r.
+    let first = take_path(&mut conn, &path, &[1, 3], "a", "0", "wa").await;
+    assert!(first > 0, "{first}");
+    let again = take_path(&mut conn, &path, &[1, 3], "a", "0", "wa").await;
+    assert!(again > first, "a retried grant: {again} after {first}");
+    // X on r/t, waiting: busy for the reader's ttl, the level marked X by "wb".
+    let busy = take_path(&mut conn, &path, &[2, 4], "b1", "1", "wb").await;
+    assert!((-30_001..=-29_000).contains(&busy), "{busy}");
+    let intent = &level("/t")[4];
+    let got: Option<String> = redis::cmd("GET")
+        .arg(intent)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    assert_eq!(got.as_deref(), Some("4wb"));
+    let left = pttl(&mut conn, intent).await;
+    assert!((29_000..=30_250).contains(&left), "{left}");
+    assert!(
+        pttl(&mut conn, &level("/t")[5]).await > 29_000,
+        "waited mark"
+    );
+    // Another reader of r/t would share it with "a", but the mark keeps it out.
+    assert!(take_path(&mut conn, &path, &[1, 3], "c", "0", "wc").await < 0);
+    // IS on the root alone: the mark is on r/t only.
+    let root = take_path(&mut conn, &[""], &[1], "d", "0", "wd").await;
+    assert!(root > again, "{root}");
+    // The waiter itself, with a new token: kept out by "a", not by its own mark.
+    let retry = take_path(&mut conn, &path, &[2, 4], "b2", "1", "wb").await;
+    assert!((-30_001..=-29_000).contains(&retry), "{retry}");
+
+    assert_eq!(release_path(&mut conn, "d", &[("", 0)]).await, 1);
+    assert!(
+        !published(&mut conn, &mut messages).await,
+        "nobody waited for the root"
+    );
+    assert_eq!(release_path(&mut conn, "a", &[("", 0), ("/t", 2)]).await, 1);
+    assert!(
+        published(&mut conn, &mut messages).await,
+        "r/t was waited for"
+    );
+    assert_eq!(
+        release_path(&mut conn, "a", &[("", 0), ("/t", 2)]).await,
+        0,
+        "released twice"
+    );
+    // Free now: the waiter gets in, and its mark goes with the grant.
+    assert!(take_path(&mut conn, &path, &[2, 4], "b3", "1", "wb").await > root);
+    assert_eq!(
+        pttl(&mut conn, intent).await,
+        -2,
+        "the mark outlived its waiter's grant"
+    );
+}

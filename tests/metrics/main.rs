@@ -210,8 +210,13 @@ async fn each_kind_is_counted_and_a_dropped_lease_leaves_the_gauge() {
         .acquire()
         .await
         .expect("multi");
+    let path = client
+        .hierarchy_lock("m/h/1")
+        .exclusive()
+        .await
+        .expect("path");
     let held = read();
-    for kind in ["semaphore", "read", "multi"] {
+    for kind in ["semaphore", "read", "multi", "hierarchy"] {
         assert_eq!(
             held.counter(ACQUIRED, &kinds(kind)),
             before.counter(ACQUIRED, &kinds(kind)) + 1,
@@ -224,12 +229,14 @@ async fn each_kind_is_counted_and_a_dropped_lease_leaves_the_gauge() {
     assert_eq!(held_delta(&held, "semaphore"), 1.0);
     assert_eq!(held_delta(&held, "read"), 1.0);
     assert_eq!(held_delta(&held, "lock"), 2.0);
+    assert_eq!(held_delta(&held, "hierarchy"), 1.0);
 
     drop(permit);
     drop(reader);
     drop(both);
+    drop(path);
     let after = read();
-    for kind in ["semaphore", "read", "lock"] {
+    for kind in ["semaphore", "read", "lock", "hierarchy"] {
         assert_eq!(
             held_delta(&after, kind),
             0.0,

@@ -89,6 +89,14 @@ async fn locks_on_the_quorum_counting_on_the_primary() {
         "the one permit is held"
     );
     let read = client.rw_lock("doc").read().await.expect("read");
+    let row = client
+        .hierarchy_lock("db/orders/1")
+        .exclusive()
+        .await
+        .expect("a hierarchical lock on a quorum client that counts on a primary");
+    row.extend(std::time::Duration::from_secs(20))
+        .await
+        .expect("renewed where it was taken");
     let filter = client
         .bloom_filter("seen")
         .expected_items(100)
@@ -99,7 +107,7 @@ async fn locks_on_the_quorum_counting_on_the_primary() {
     assert!(filter.contains("a").await.expect("contains"));
 
     let on_primary = keys_on(&primary, "split").await;
-    for kind in [":rl:", ":sem:", ":rw", ":bloom"] {
+    for kind in [":rl:", ":sem:", ":rw", ":bloom", ":hier-"] {
         assert!(
             on_primary.iter().any(|k| k.contains(kind)),
             "no {kind} key on the primary: {on_primary:?}"
@@ -108,9 +116,10 @@ async fn locks_on_the_quorum_counting_on_the_primary() {
     for node in &nodes {
         let on_node = keys_on(node, "split").await;
         assert!(
-            on_node
-                .iter()
-                .all(|k| !(k.contains(":rl:") || k.contains(":sem:") || k.contains(":bloom"))),
+            on_node.iter().all(|k| !(k.contains(":rl:")
+                || k.contains(":sem:")
+                || k.contains(":bloom")
+                || k.contains(":hier-"))),
             "a counting key on a quorum node: {on_node:?}"
         );
     }

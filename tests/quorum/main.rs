@@ -583,7 +583,7 @@ async fn the_macro_and_the_lock_layer_run_on_a_quorum() {
     held.release().await.expect("release");
 }
 
-/// Semaphores and read-write locks are refused on a quorum with a typed error (majorities do
+/// Semaphores, read-write and hierarchical locks are refused on a quorum with a typed error (majorities do
 /// not bound how many hold at once), without a round trip; a multi-lock takes its locks one
 /// Redlock acquire at a time, all or nothing; a job keeps `at_least` on a majority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,6 +606,12 @@ async fn the_primitives_on_a_quorum() {
         .write()
         .await
         .expect_err("no rw locks");
+    assert!(matches!(err, LockError::UnsupportedStore { .. }), "{err}");
+    let err = client
+        .hierarchy_lock("db/orders/42")
+        .exclusive()
+        .await
+        .expect_err("no hierarchical locks");
     assert!(matches!(err, LockError::UnsupportedStore { .. }), "{err}");
     let keys = client.__inspect().keys().await.expect("keys");
     assert!(

@@ -27,6 +27,7 @@ pub mod election;
 pub mod faketime;
 pub mod files;
 pub mod fixture;
+pub mod hierarchy;
 pub mod lateness;
 pub mod netns;
 pub mod node;

@@ -32,6 +32,7 @@
 //! | `GET /api/overview` | `{"identity","prefix","mutations","health":{"ready","store","nodes":[..]},"limiters":[{"name","policies","shadow","breaker"}]}` |
 //! | `GET /api/locks?limit=N` | `{"complete","locks":[{"name","state","remaining_ttl_ms","waiters","holder","since_ms"}]}` (N ≤ 1,000, default 200) |
 //! | `GET /api/locks/{name}` | one lock, `"state":"free"` if nobody holds it, and `"fair_queue"`: how many wait for it as a [fair lock](distlock::LockBuilder::fair) (`null` on a Redlock quorum) |
+//! | `GET /api/hierarchy/{path}` | `{"path","holders":[{"mode","remaining_ttl_ms","holder","since_ms"}]}`: a hierarchical lock level's holders, mode `IS`, `IX`, `S` or `X` ([`Client::hierarchy_lock_state`]) |
 //! | `POST /api/locks/{name}/force-unlock` | `{"forced":true}` if a lease held it ([`Client::force_unlock`]) |
 //! | `GET /api/rate-limits/{limiter}/{subject}` | what a request would get now, consuming nothing |
 //! | `POST /api/rate-limits/{limiter}/{subject}/reset` | the subject's state after a reset |
@@ -79,7 +80,7 @@ use axum::extract::{OriginalUri, Path};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use distlock::ratelimit::{Decision, RateLimiter};
-use distlock::{Client, LockListing, LockState, MAX_LISTED_LOCKS};
+use distlock::{Client, HierarchyHolder, LockListing, LockState, MAX_LISTED_LOCKS};
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode, header};
 
@@ -283,7 +284,11 @@ impl Console {
         S: Clone + Send + Sync + 'static,
     {
         let console = Arc::new(self);
-        let (script, style) = (Arc::clone(&console), Arc::clone(&console));
+        let (script, style, levels) = (
+            Arc::clone(&console),
+            Arc::clone(&console),
+            Arc::clone(&console),
+        );
         let (page, overview, list, one, force, peek, reset) = (
             Arc::clone(&console),
             Arc::clone(&console),
@@ -391,6 +396,19 @@ impl Console {
                                 }
                                 Ok(json(StatusCode::OK, body))
                             }
+                            Err(err) => Err(err.into_response()),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/api/hierarchy/{path}",
+                get(move |Path(path): Path<String>, parts: Parts| {
+                    let console = Arc::clone(&levels);
+                    async move {
+                        console.guard(&parts, Action::Read)?;
+                        match console.client.hierarchy_lock_state(&path).await {
+                            Ok(holders) => Ok(json(StatusCode::OK, level_json(&path, &holders))),
                             Err(err) => Err(err.into_response()),
                         }
                     }
@@ -661,6 +679,38 @@ fn push_lock(body: &mut String, name: &str, state: &LockState) {
             ",\"state\":\"free\",\"remaining_ttl_ms\":null,\"waiters\":false,\"holder\":null,\"since_ms\":null}",
         ),
     }
+}
+
+/// A hierarchical lock level's holders as JSON.
+fn level_json(path: &str, holders: &[HierarchyHolder]) -> String {
+    let mut body = String::with_capacity(64 + 128 * holders.len());
+    body.push_str("{\"path\":");
+    push_json_string(&mut body, path);
+    body.push_str(",\"holders\":[");
+    for (i, h) in holders.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        let _ = write!(
+            body,
+            "{{\"mode\":\"{}\",\"remaining_ttl_ms\":{},\"holder\":",
+            h.mode,
+            millis(h.state.remaining_ttl)
+        );
+        match &h.state.holder {
+            Some(holder) => {
+                push_json_string(&mut body, &holder.identity);
+                let since = holder
+                    .since
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis());
+                let _ = write!(body, ",\"since_ms\":{since}}}");
+            }
+            None => body.push_str("null,\"since_ms\":null}"),
+        }
+    }
+    body.push_str("]}");
+    body
 }
 
 /// A rate-limit decision as JSON.

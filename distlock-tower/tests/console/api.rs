@@ -13,6 +13,7 @@ use crate::mounted::{MOUNT, app, body_of, send};
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
+    it_lists_a_hierarchy_levels_holders,
     with_public_reads_it_lists_and_reads_but_changes_nothing,
     with_a_hook_it_forces_a_lock_and_resets_a_subject,
     a_refusing_hook_refuses_reads_too,
@@ -369,4 +370,55 @@ fn limiter_names_are_checked() {
             .rate_limiter("login.v2-eu_1", limiter())
             .is_ok()
     );
+}
+
+/// A hierarchy level's holders, with their modes: a row's holder is IX on the table, a
+/// table reader S; a bad path is a 4xx, not a panic.
+async fn it_lists_a_hierarchy_levels_holders(fx: Fixture) {
+    let other = fx.another_client().await;
+    let _row = other
+        .hierarchy_lock("db/orders/42")
+        .identity("row-holder")
+        .exclusive()
+        .await
+        .expect("row");
+    let _readers = other
+        .hierarchy_lock("db/orders")
+        .identity("table-reader")
+        .intent_shared()
+        .await
+        .expect("table IS");
+    let app = app(Console::new(fx.client.clone()).public_reads());
+    let level = json(
+        &app,
+        "GET",
+        &format!("/api/hierarchy/{}", encoded("db/orders")),
+        &[],
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(level["path"], "db/orders");
+    let holders = level["holders"].as_array().expect("a list");
+    let modes: Vec<(&str, &str)> = holders
+        .iter()
+        .map(|h| {
+            (
+                h["mode"].as_str().expect("mode"),
+                h["holder"].as_str().expect("holder"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        modes,
+        [("IS", "table-reader"), ("IX", "row-holder")],
+        "{level}"
+    );
+    let bad = send(
+        &app,
+        "GET",
+        &format!("/api/hierarchy/{}", encoded("a//b")),
+        &[],
+    )
+    .await;
+    assert!(bad.status().is_client_error(), "{}", bad.status());
 }

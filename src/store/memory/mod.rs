@@ -32,7 +32,8 @@ use super::{
     Replicas, Side, Waits, Wakeups,
 };
 use crate::error::StoreError;
-use crate::keys::{FairKeys, LockKeys, RwKeys, SetKeys};
+use crate::keys::{FairKeys, LockKeys, PathKeys, RwKeys, SetKeys};
+use crate::mode::HierarchyMode;
 use crate::token::Token;
 
 /// Expired entries are swept every this many writes, so abandoned keys do not pile up.
@@ -559,6 +560,102 @@ impl MemoryStore {
         AcquireReply::Busy { pttl: Some(wait) }
     }
 
+    /// As `acquire_path.lua`: every level checked top-down against its holders and its
+    /// intent mark, then every level taken. The waited marks are not needed here (a release
+    /// always wakes the local waiters).
+    fn take_path(
+        &self,
+        keys: &PathKeys,
+        mode: HierarchyMode,
+        token: &Token,
+        waiter: &str,
+        ttl: Duration,
+        waits: Waits,
+    ) -> AcquireReply {
+        let (mut state, now) = self.state_now();
+        let levels = keys.levels.len();
+        let mode_on = |i: usize| mode.on_level(i, levels);
+        let held = keys
+            .levels
+            .last()
+            .is_some_and(|last| state.holds_entries(last.holders_of(mode), token, now));
+        if !held {
+            for (i, level) in keys.levels.iter().enumerate() {
+                let wanted = mode_on(i);
+                let latest = HierarchyMode::ALL
+                    .into_iter()
+                    .filter(|other| !other.compatible_with(wanted))
+                    .filter_map(|other| state.latest_expiry(level.holders_of(other), now))
+                    .max();
+                let intent = state
+                    .get(&level.intent, now)
+                    .map(|v| (v.data.clone(), v.expires_at));
+                let foreign = intent
+                    .as_ref()
+                    .and_then(|(data, at)| Some((data.split_at_checked(1)?, *at)))
+                    .filter(|((_, owner), _)| *owner != waiter);
+                if let Some(latest) = latest {
+                    let wait = latest.saturating_duration_since(now);
+                    if waits != Waits::No && foreign.is_none() {
+                        let mark = format!("{}{waiter}", wanted.index() + 1);
+                        state.set(&level.intent, mark, wait + CLAIM, now);
+                    }
+                    return AcquireReply::Busy { pttl: Some(wait) };
+                }
+                if let Some(((index, _), at)) = foreign {
+                    let marked = index
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|i| HierarchyMode::ALL.get(i.wrapping_sub(1)).copied());
+                    if marked.is_some_and(|m| !m.compatible_with(wanted)) {
+                        return AcquireReply::Busy {
+                            pttl: Some(at.saturating_duration_since(now)),
+                        };
+                    }
+                }
+            }
+        }
+        for (i, level) in keys.levels.iter().enumerate() {
+            state.put_entries(level.holders_of(mode_on(i)), token, 1, ttl, now);
+            let ours = state
+                .get(&level.intent, now)
+                .is_some_and(|v| v.data.get(1..) == Some(waiter));
+            if ours {
+                state.values.remove(&level.intent);
+            }
+        }
+        let fence = state.mint(&keys.fence, now);
+        AcquireReply::Granted { fence: Some(fence) }
+    }
+
+    /// As `release_path.lua`; wakes the hierarchy's local waiters.
+    fn free_path(&self, keys: &PathKeys, mode: HierarchyMode, token: &Token) -> Ownership {
+        let (mut state, now) = self.state_now();
+        let levels = keys.levels.len();
+        let live = keys.levels.last().is_some_and(|last| {
+            state.holds_entries(
+                last.holders_of(mode.on_level(levels - 1, levels)),
+                token,
+                now,
+            )
+        });
+        for (i, level) in keys.levels.iter().enumerate() {
+            let set = level.holders_of(mode.on_level(i, levels));
+            if let Some(holders) = state.sets.get_mut(set) {
+                holders.remove(token.as_str());
+                if holders.is_empty() {
+                    state.sets.remove(set);
+                }
+            }
+        }
+        drop(state);
+        if !live {
+            return Ownership::Expired;
+        }
+        self.wakeups.wake_one(&keys.channel, false);
+        Ownership::Ours
+    }
+
     /// As `release_writer.lua`: wakes a local writer and a local reader.
     fn free_writer(&self, keys: &RwKeys, token: &Token) -> Ownership {
         let (mut state, now) = self.state_now();
@@ -856,6 +953,27 @@ impl Backend for MemoryStore {
 
     async fn release_writer(&self, keys: &RwKeys, token: &Token) -> Result<Ownership, StoreError> {
         Ok(self.free_writer(keys, token))
+    }
+
+    async fn acquire_path(
+        &self,
+        keys: &PathKeys,
+        mode: HierarchyMode,
+        token: &Token,
+        waiter: &str,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        Ok(self.take_path(keys, mode, token, waiter, ttl, waits))
+    }
+
+    async fn release_path(
+        &self,
+        keys: &PathKeys,
+        mode: HierarchyMode,
+        token: &Token,
+    ) -> Result<Ownership, StoreError> {
+        Ok(self.free_path(keys, mode, token))
     }
 
     async fn release_entries(

@@ -968,11 +968,11 @@ impl Backend for QuorumStore {
     }
 }
 
-/// Why a quorum client refuses semaphores and read-write locks: majorities do not bound how
+/// Why a quorum client refuses semaphores, read-write and hierarchical locks: majorities do not bound how
 /// many hold at once. With 3 nodes and 2 permits, holders on nodes {1, 2}, {2, 3} and {1, 3}
 /// each have a majority while no node counts more than 2: three hold 2 permits.
-pub(crate) const HOLDER_SETS_UNSUPPORTED: &str = "semaphores and read-write locks need one \
-    store that counts their holders (on a Redlock quorum, majorities of independent primaries \
+pub(crate) const HOLDER_SETS_UNSUPPORTED: &str = "semaphores, read-write locks and hierarchical \
+    locks need one store that counts their holders (on a Redlock quorum, majorities of independent primaries \
     do not bound how many hold at once): keep the quorum for locks and build its client with \
     ClientBuilder::counting_on(<a client of a single primary or a Cluster>) (`counting_on` in \
     a configuration file's [client]), or connect a single primary (Client::connect) or a \

@@ -56,11 +56,13 @@ use super::scripts::mint::{MintItem, MintReply};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
 use super::scripts::{
-    Ownership, Publish, Replicas, millis, release_entries, release_writer, unmark,
+    Ownership, Publish, Replicas, acquire_path, millis, release_entries, release_path,
+    release_writer, unmark,
 };
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, RwKeys, SetKeys, slot_of};
+use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys, slot_of};
+use crate::mode::HierarchyMode;
 use crate::token::Token;
 
 /// How a scripted store reaches its keys.
@@ -334,6 +336,33 @@ impl Backend for ScriptedStore {
         count: u32,
     ) -> Result<Ownership, StoreError> {
         release_entries::run(&self.conn(), self.publish(), keys, token, count)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    /// One script over every key of the path: they share the root's hash tag, so a cluster
+    /// connection routes it to the node of that slot.
+    async fn acquire_path(
+        &self,
+        keys: &PathKeys,
+        mode: HierarchyMode,
+        token: &Token,
+        waiter: &str,
+        ttl: Duration,
+        waits: Waits,
+    ) -> Result<AcquireReply, StoreError> {
+        acquire_path::run(&self.conn(), keys, mode, token, waiter, ttl, waits)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn release_path(
+        &self,
+        keys: &PathKeys,
+        mode: HierarchyMode,
+        token: &Token,
+    ) -> Result<Ownership, StoreError> {
+        release_path::run(&self.conn(), self.publish(), keys, mode, token)
             .await
             .map_err(|e| self.deadline(e))
     }

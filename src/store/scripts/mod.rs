@@ -13,6 +13,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod acquire_all;
+pub(crate) mod acquire_path;
 pub(crate) mod acquire_permits;
 pub(crate) mod acquire_rw;
 pub(crate) mod adaptive;
@@ -27,6 +28,7 @@ mod lua;
 pub(crate) mod mint;
 pub(crate) mod release;
 pub(crate) mod release_entries;
+pub(crate) mod release_path;
 pub(crate) mod release_writer;
 pub(crate) mod renew;
 pub(crate) mod unmark;
