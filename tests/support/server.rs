@@ -754,6 +754,16 @@ fn acl_run() -> bool {
     std::env::var_os(ACL_RUN_ENV).is_some()
 }
 
+/// [`LIBRARY_ACL_RULES`], [`LIBRARY_ACL_OPTIONAL_RULES`] and [`handshake_acl_rules`], owned:
+/// the library's part of every ACL user the tests make.
+fn library_rules() -> impl Iterator<Item = String> {
+    LIBRARY_ACL_RULES
+        .iter()
+        .chain(LIBRARY_ACL_OPTIONAL_RULES)
+        .chain(handshake_acl_rules())
+        .map(|r| (*r).to_owned())
+}
+
 /// The ACL run's user: the library's rules ([`LIBRARY_ACL_RULES`], the optional ones and
 /// [`handshake_acl_rules`]) on
 /// every key and channel (the tests use many prefixes; key patterns are tested apart, in
@@ -768,13 +778,7 @@ pub fn acl_run_rules() -> Vec<String> {
         "~*".to_owned(),
         "&*".to_owned(),
     ];
-    rules.extend(
-        LIBRARY_ACL_RULES
-            .iter()
-            .chain(LIBRARY_ACL_OPTIONAL_RULES)
-            .chain(handshake_acl_rules())
-            .map(|r| (*r).to_owned()),
-    );
+    rules.extend(library_rules());
     rules.extend(["+select".to_owned(), "+keys".to_owned(), "+scan".to_owned()]);
     rules
 }
@@ -792,13 +796,7 @@ pub fn library_acl_rules(password: &str, prefix: &str) -> Vec<String> {
         format!("~{prefix}:*"),
         format!("&{prefix}:*"),
     ];
-    rules.extend(
-        LIBRARY_ACL_RULES
-            .iter()
-            .chain(LIBRARY_ACL_OPTIONAL_RULES)
-            .chain(handshake_acl_rules())
-            .map(|r| (*r).to_owned()),
-    );
+    rules.extend(library_rules());
     rules
 }
 
