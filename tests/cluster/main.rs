@@ -422,33 +422,27 @@ async fn assert_keys(conn: &mut impl redis::aio::ConnectionLike, keys: &[String]
     }
 }
 
-/// A shard of the shared cluster with 100 keys written to one of its slots and checked
-/// through a cluster connection.
-struct KeyedShard<'a> {
-    master: &'a ClusterNode,
-    replica: &'a ClusterNode,
-    slot: u16,
-    keys: Vec<String>,
-    conn: ClusterConnection,
-}
-
-impl<'a> KeyedShard<'a> {
-    /// Shard `index` (by slot order), its keys in the slot `offset` past its first.
-    async fn with_keys(cluster: &'a RedisCluster, index: usize, offset: u16) -> Self {
-        let master = cluster.masters().await[index];
-        let replica = cluster.replicas_of(master).await[0];
-        let slot = *cluster.shards().await[index].slots[0].start() + offset;
-        let keys = write_keys(cluster, slot, 100).await;
-        let mut conn = cluster_conn(cluster).await;
-        assert_keys(&mut conn, &keys).await;
-        Self {
-            master,
-            replica,
-            slot,
-            keys,
-            conn,
-        }
-    }
+/// Shard `index` of the shared cluster (by slot order) with 100 keys written to the slot
+/// `offset` past its first and checked through a cluster connection: its master, that
+/// master's replica, the slot, the keys and the connection.
+async fn keyed_shard(
+    cluster: &RedisCluster,
+    index: usize,
+    offset: u16,
+) -> (
+    &ClusterNode,
+    &ClusterNode,
+    u16,
+    Vec<String>,
+    ClusterConnection,
+) {
+    let master = cluster.masters().await[index];
+    let replica = cluster.replicas_of(master).await[0];
+    let slot = *cluster.shards().await[index].slots[0].start() + offset;
+    let keys = write_keys(cluster, slot, 100).await;
+    let mut conn = cluster_conn(cluster).await;
+    assert_keys(&mut conn, &keys).await;
+    (master, replica, slot, keys, conn)
 }
 
 /// The ids of the replicas of `node`.
@@ -464,13 +458,7 @@ async fn follower_ids<'a>(cluster: &'a RedisCluster, node: &ClusterNode) -> Vec<
 #[tokio::test]
 async fn graceful_failover_promotes_the_replica_and_keeps_keys() {
     let cluster = RedisCluster::start();
-    let KeyedShard {
-        master,
-        replica,
-        slot,
-        keys,
-        mut conn,
-    } = KeyedShard::with_keys(&cluster, 1, 3).await;
+    let (master, replica, slot, keys, mut conn) = keyed_shard(&cluster, 1, 3).await;
 
     let promotion = cluster.failover(master).await;
     eprintln!(
@@ -495,13 +483,7 @@ async fn graceful_failover_promotes_the_replica_and_keeps_keys() {
 #[tokio::test]
 async fn sigkill_failover_promotes_the_replica_and_keeps_replicated_keys() {
     let cluster = RedisCluster::start();
-    let KeyedShard {
-        master,
-        replica,
-        slot,
-        keys,
-        mut conn,
-    } = KeyedShard::with_keys(&cluster, 2, 11).await;
+    let (master, replica, slot, keys, mut conn) = keyed_shard(&cluster, 2, 11).await;
     cluster.wait_replication_synced().await;
 
     let promotion = cluster.kill_master(master).await;
