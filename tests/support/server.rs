@@ -45,6 +45,23 @@ const PORT_ATTEMPTS: usize = 5;
 /// Options the harness sets itself; overriding them would break it.
 const RESERVED_OPTIONS: &[&str] = &["port", "bind", "dir", "logfile", "daemonize"];
 
+/// Config directive `name` without its leading dashes, checked for every set-up's
+/// `config(name, values)`: not empty, and not one of `reserved` (lower case), the directives
+/// `harness` sets itself.
+///
+/// # Panics
+///
+/// If it is empty or reserved.
+pub fn directive_name<'a>(name: &'a str, reserved: &[&str], harness: &str) -> &'a str {
+    let name = name.trim_start_matches('-');
+    assert!(!name.is_empty(), "config directive name must not be empty");
+    assert!(
+        !reserved.contains(&name.to_ascii_lowercase().as_str()),
+        "{name} is set by the {harness} and cannot be overridden"
+    );
+    name
+}
+
 /// Line redis-server logs once its listening sockets are bound.
 const READY_LINE: &str = "Ready to accept connections";
 
@@ -79,15 +96,7 @@ impl RedisServerBuilder {
     /// If `name` is empty or one the harness controls itself (`port`, `bind`,
     /// `dir`, `logfile`, `daemonize`).
     pub fn config(mut self, name: &str, values: &[&str]) -> Self {
-        let name = name.trim_start_matches('-');
-        assert!(
-            !name.is_empty(),
-            "redis-server option name must not be empty"
-        );
-        assert!(
-            !RESERVED_OPTIONS.contains(&name.to_ascii_lowercase().as_str()),
-            "--{name} is set by the harness and cannot be overridden"
-        );
+        let name = directive_name(name, RESERVED_OPTIONS, "harness");
         self.args.push(format!("--{name}"));
         self.args.extend(values.iter().map(|v| (*v).to_owned()));
         self
