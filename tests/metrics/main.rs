@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::support::RedisServer;
 use crate::support::fixture::Fixture;
+use crate::support::server::short_client;
 
 /// What the recorder has been given since it was installed. The debugging recorder's
 /// snapshots drain it (counters and gauges back to 0, histograms emptied), so the readings
@@ -573,26 +574,6 @@ async fn lockout_denials_are_counted_as_locked_out() {
         ("denied", "store", 0),
     ];
     assert_decisions(&before, &after, p, &expected);
-}
-
-/// A client whose first connection is retried a few times (a loaded machine), with short
-/// timeouts so that an outage is found quickly.
-async fn short_client(url: &str) -> Client {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match Client::builder()
-            .response_timeout(Duration::from_millis(300))
-            .connect_timeout(Duration::from_millis(300))
-            .reconnect_retries(1)
-            .connect(url)
-            .await
-        {
-            Ok(client) => return client,
-            Err(e) if attempt < 5 && e.is_transient() => {}
-            Err(e) => panic!("connect to {url}: {e}"),
-        }
-    }
 }
 
 /// Redis, killed: the local fallback's and failing open's decisions are counted with their

@@ -716,6 +716,30 @@ pub fn resource_url(url: &str) -> String {
     url.replacen(&user, "", 1)
 }
 
+/// A library client of `url` with short timeouts (300 ms to answer and to connect, one
+/// reconnect), so that an outage is found quickly. Its first connection is retried a few
+/// times: on a loaded machine the handshake of a healthy server can take longer than 300 ms,
+/// and the tests that use it are about outages that come after the connect.
+pub async fn short_client(url: &str) -> distlock::Client {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match distlock::Client::builder()
+            .response_timeout(Duration::from_millis(300))
+            .connect_timeout(Duration::from_millis(300))
+            .reconnect_retries(1)
+            .connect(url)
+            .await
+        {
+            Ok(client) => return client,
+            Err(e) if attempt < 5 && e.is_transient() => {
+                eprintln!("connect to {url}, attempt {attempt}: {e}; retrying");
+            }
+            Err(e) => panic!("connect to {url}: {e}"),
+        }
+    }
+}
+
 /// A connection to the data a test guards ([`resource_url`] of `url`), with the roomy timeouts
 /// of [`RedisServer::conn`]. redis-rs's default response timeout (500 ms) is shorter than a
 /// busy machine can delay an answer, which made children die on a plain `INCR`.
