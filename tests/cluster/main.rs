@@ -423,15 +423,43 @@ async fn assert_keys(conn: &mut impl redis::aio::ConnectionLike, keys: &[String]
     }
 }
 
+/// Shard `index` of the shared cluster (by slot order) with 100 keys written to the slot
+/// `offset` past its first and checked through a cluster connection: its master, that
+/// master's replica, the slot, the keys and the connection.
+async fn keyed_shard(
+    cluster: &RedisCluster,
+    index: usize,
+    offset: u16,
+) -> (
+    &ClusterNode,
+    &ClusterNode,
+    u16,
+    Vec<String>,
+    ClusterConnection,
+) {
+    let master = cluster.masters().await[index];
+    let replica = cluster.replicas_of(master).await[0];
+    let slot = *cluster.shards().await[index].slots[0].start() + offset;
+    let keys = write_keys(cluster, slot, 100).await;
+    let mut conn = cluster_conn(cluster).await;
+    assert_keys(&mut conn, &keys).await;
+    (master, replica, slot, keys, conn)
+}
+
+/// The ids of the replicas of `node`.
+async fn follower_ids<'a>(cluster: &'a RedisCluster, node: &ClusterNode) -> Vec<&'a str> {
+    cluster
+        .replicas_of(node)
+        .await
+        .into_iter()
+        .map(|n| n.id())
+        .collect()
+}
+
 #[tokio::test]
 async fn graceful_failover_promotes_the_replica_and_keeps_keys() {
     let cluster = RedisCluster::start();
-    let master = cluster.masters().await[1];
-    let replica = cluster.replicas_of(master).await[0];
-    let slot = *cluster.shards().await[1].slots[0].start() + 3;
-    let keys = write_keys(&cluster, slot, 100).await;
-    let mut conn = cluster_conn(&cluster).await;
-    assert_keys(&mut conn, &keys).await;
+    let (master, replica, slot, keys, mut conn) = keyed_shard(&cluster, 1, 3).await;
 
     let promotion = cluster.failover(master).await;
     eprintln!(
@@ -443,13 +471,7 @@ async fn graceful_failover_promotes_the_replica_and_keeps_keys() {
     assert_eq!(replica.role().await, Role::Master);
     assert_eq!(master.role().await, Role::Replica);
     assert_eq!(cluster.master_of_slot(slot).await.id(), replica.id());
-    let followers: Vec<&str> = cluster
-        .replicas_of(replica)
-        .await
-        .iter()
-        .map(|n| n.id())
-        .collect();
-    assert_eq!(followers, [master.id()]);
+    assert_eq!(follower_ids(&cluster, replica).await, [master.id()]);
     assert_eq!(cluster.masters().await.len(), 3);
     for (port, info) in cluster.cluster_info().await {
         assert!(info.is_ok(), "node {port}:\n{info}");
@@ -462,12 +484,7 @@ async fn graceful_failover_promotes_the_replica_and_keeps_keys() {
 #[tokio::test]
 async fn sigkill_failover_promotes_the_replica_and_keeps_replicated_keys() {
     let cluster = RedisCluster::start();
-    let master = cluster.masters().await[2];
-    let replica = cluster.replicas_of(master).await[0];
-    let slot = *cluster.shards().await[2].slots[0].start() + 11;
-    let keys = write_keys(&cluster, slot, 100).await;
-    let mut conn = cluster_conn(&cluster).await;
-    assert_keys(&mut conn, &keys).await;
+    let (master, replica, slot, keys, mut conn) = keyed_shard(&cluster, 2, 11).await;
     cluster.wait_replication_synced().await;
 
     let promotion = cluster.kill_master(master).await;
@@ -500,13 +517,7 @@ async fn sigkill_failover_promotes_the_replica_and_keeps_replicated_keys() {
     );
     assert!(master.is_running());
     assert_eq!(master.role().await, Role::Replica);
-    let followers: Vec<&str> = cluster
-        .replicas_of(replica)
-        .await
-        .iter()
-        .map(|n| n.id())
-        .collect();
-    assert_eq!(followers, [master.id()]);
+    assert_eq!(follower_ids(&cluster, replica).await, [master.id()]);
     cluster.wait_replication_synced().await;
     let mut on_replica = master.conn().await;
     let () = redis::cmd("READONLY")

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::ratelimit::{Policy, Rate};
-use distlock::{Client, ReleaseOutcome};
+use distlock::{Client, Lease, ReleaseOutcome};
 
 use crate::locks::client;
 use crate::support::cluster::{RedisCluster, slot_of};
@@ -36,6 +36,18 @@ async fn names_on_one_master(
     slots.sort_unstable();
     slots.dedup();
     (names, slots)
+}
+
+/// Lock `name` of `client`, held for 10 s, with the fence it minted while held.
+async fn fenced_lease(client: &Client, name: &str) -> (Lease, u64) {
+    let lease = client
+        .lock(name)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire");
+    let fence = lease.fence().await.expect("fence");
+    (lease, fence)
 }
 
 /// TESTPLAN 32: while 8 tasks lock names in slots being migrated (holding, waiting, releasing)
@@ -218,14 +230,7 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
     // Each lease mints its fence lazily, at once, while it holds its lock.
     let mut leases = Vec::new();
     for name in &names[..4] {
-        let lease = a
-            .lock(name)
-            .ttl(Duration::from_secs(10))
-            .acquire()
-            .await
-            .expect("acquire");
-        let fence = lease.fence().await.expect("fence");
-        leases.push((lease, fence));
+        leases.push(fenced_lease(&a, name).await);
     }
     cluster.wait_replication_synced().await;
     cluster.stop_node(replica);
@@ -240,14 +245,7 @@ async fn a_killed_master_keeps_leases_valid_or_reported_lost() {
         .await
         .expect("CLIENT KILL TYPE replica");
     for name in &names[4..] {
-        let lease = a
-            .lock(name)
-            .ttl(Duration::from_secs(10))
-            .acquire()
-            .await
-            .expect("acquire");
-        let fence = lease.fence().await.expect("fence");
-        leases.push((lease, fence));
+        leases.push(fenced_lease(&a, name).await);
     }
     let killed_at = Instant::now();
     cluster.kill_node(master);

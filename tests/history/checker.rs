@@ -1351,10 +1351,64 @@ mod tests {
             )
         }
 
+        /// Process 1's lock grant of `a` (operation 1): invoked at 0, granted at 5 ms, valid
+        /// 900 ms, fence 10: the first holder of most histories here.
+        fn first_holder(self) -> Self {
+            self.grant(1, 1, "a", 0, 5, 900, 10)
+        }
+
+        /// Process `p`'s grant (operation 1) invoked at `at` with `inv`, answered 1 ms later
+        /// with a fence of `at + 1`, valid 500 ms.
+        fn held(self, p: u32, at: u64, inv: &[(&str, &str)]) -> Self {
+            self.ev(at, p, 1, "inv", inv).ev(
+                at + 1,
+                p,
+                1,
+                "ok",
+                &[("fence", &(at + 1).to_string()), ("valid", "500000000")],
+            )
+        }
+
+        /// Process 2's grant of `a` (operation 1, valid 900 ms, fence 11) invoked at `inv`
+        /// and granted at `ok`; process 1 releases its lease at `first_released`, process 2
+        /// at `second_released`; the history checked.
+        fn second_holder(
+            self,
+            inv: u64,
+            ok: u64,
+            first_released: u64,
+            second_released: u64,
+        ) -> Report {
+            self.grant(2, 1, "a", inv, ok, 900, 11)
+                .release(1, 2, 1, first_released)
+                .release(2, 2, 1, second_released)
+                .check()
+        }
+
+        /// Process 1's lost signal for its lease 1 at `at`, for `reason`.
+        fn lost(self, at: u64, reason: &str) -> Self {
+            self.ev(at, 1, 0, "lost", &[("lease", "1"), ("reason", reason)])
+        }
+
+        /// A record of process 1 at `at` that says nothing but that it ran.
+        fn tick(self, at: u64) -> Self {
+            self.ev(at, 1, 0, "meta", &[("tick", "1")])
+        }
+
+        /// Process 1's claim at `at` that its lease 1 is valid `valid_ns` more.
+        fn claim(self, at: u64, valid_ns: &str) -> Self {
+            self.ev(at, 1, 0, "claim", &[("lease", "1"), ("valid", valid_ns)])
+        }
+
         fn check(mut self) -> Report {
             self.0.sort_by_key(|e| e.mono);
             check(&self.0)
         }
+    }
+
+    #[track_caller]
+    fn assert_clean(r: &Report) {
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
     }
 
     fn rules(r: &Report) -> Vec<&'static str> {
@@ -1364,28 +1418,22 @@ mod tests {
     #[test]
     fn a_clean_handover_passes() {
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .release(1, 2, 1, 300)
             .grant(2, 1, "a", 100, 302, 900, 11)
             .release(2, 2, 1, 600)
             .check();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_clean(&r);
         assert_eq!(r.grants, 2);
     }
 
     #[test]
     fn two_holders_at_once_fail_mutual_exclusion() {
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .grant(2, 1, "a", 100, 400, 900, 11)
-            .release(1, 2, 1, 500)
-            .release(2, 2, 1, 600)
-            .check();
+            .first_holder()
+            .second_holder(100, 400, 500, 600);
         assert_eq!(rules(&r), ["mutual exclusion"]);
-        let text = excerpt(
-            &H::default().grant(1, 1, "a", 0, 5, 900, 10).0,
-            &r.violations[0],
-        );
+        let text = excerpt(&H::default().first_holder().0, &r.violations[0]);
         assert!(text.contains(" inv "), "{text}");
     }
 
@@ -1394,11 +1442,8 @@ mod tests {
         // Granted for 100 ms, then told valid for 800 ms more; the second grant lands inside.
         let r = H::default()
             .grant(1, 1, "a", 0, 5, 100, 10)
-            .ev(50, 1, 0, "claim", &[("lease", "1"), ("valid", "800000000")])
-            .grant(2, 1, "a", 100, 400, 900, 11)
-            .release(1, 2, 1, 500)
-            .release(2, 2, 1, 1400)
-            .check();
+            .claim(50, "800000000")
+            .second_holder(100, 400, 500, 1400);
         assert_eq!(rules(&r), ["mutual exclusion"]);
     }
 
@@ -1406,17 +1451,14 @@ mod tests {
     fn an_extend_cuts_earlier_claims() {
         // A shortens its lease with extend at 200 ms (to 100 ms); B is granted at 350 ms.
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .extend(1, 3, 1, 200, 100)
             .ev(201, 1, 3, "ok", &[])
-            .ev(202, 1, 0, "claim", &[("lease", "1"), ("valid", "90000000")])
+            .claim(202, "90000000")
             // Its lost signal fires when the shortened lease runs out, as the library's does.
-            .ev(293, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
-            .grant(2, 1, "a", 300, 350, 900, 11)
-            .release(1, 2, 1, 600)
-            .release(2, 2, 1, 1400)
-            .check();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+            .lost(293, "expired")
+            .second_holder(300, 350, 600, 1400);
+        assert_clean(&r);
     }
 
     #[test]
@@ -1424,49 +1466,38 @@ mod tests {
         // Extend to 100 ms invoked at 200 ms, completed at 400 ms; a claim at 300 ms (still
         // showing the old deadline) is cut at 200 + 100 - 8 = 292 ms... so B at 350 ms is fine,
         let ok = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .extend(1, 3, 1, 200, 100)
-            .ev(
-                300,
-                1,
-                0,
-                "claim",
-                &[("lease", "1"), ("valid", "600000000")],
-            )
+            .claim(300, "600000000")
             .ev(400, 1, 3, "ok", &[])
-            .grant(2, 1, "a", 340, 350, 900, 11)
-            .release(1, 2, 1, 600)
-            .release(2, 2, 1, 1400)
-            .check();
-        assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+            .second_holder(340, 350, 600, 1400);
+        assert_clean(&ok);
         // ...but B at 280 ms is inside what the extend still promised.
         let bad = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .extend(1, 3, 1, 200, 100)
             .ev(400, 1, 3, "ok", &[])
-            .grant(2, 1, "a", 270, 280, 900, 11)
-            .release(1, 2, 1, 600)
-            .release(2, 2, 1, 1400)
-            .check();
+            .second_holder(270, 280, 600, 1400);
         assert_eq!(rules(&bad), ["mutual exclusion"]);
     }
 
     #[test]
     fn a_fence_going_down_fails() {
-        let r = H::default()
-            .grant(1, 1, "a", 0, 5, 100, 20)
-            .release(1, 2, 1, 50)
-            .grant(2, 1, "a", 60, 70, 100, 19)
-            .release(2, 2, 1, 90)
-            .check();
-        assert_eq!(rules(&r), ["fence order"]);
-        let r = H::default()
-            .grant(1, 1, "a", 0, 5, 100, 20)
-            .release(1, 2, 1, 50)
-            .grant(2, 1, "a", 60, 70, 100, 20)
-            .release(2, 2, 1, 90)
-            .check();
-        assert_eq!(rules(&r), ["fence order", "fence order"], "equal fences");
+        // A holds with fence 20 until 50 ms; B's fence, granted at 70 ms, must be above it.
+        let after_20 = |fence: u64| {
+            H::default()
+                .grant(1, 1, "a", 0, 5, 100, 20)
+                .release(1, 2, 1, 50)
+                .grant(2, 1, "a", 60, 70, 100, fence)
+                .release(2, 2, 1, 90)
+                .check()
+        };
+        assert_eq!(rules(&after_20(19)), ["fence order"]);
+        assert_eq!(
+            rules(&after_20(20)),
+            ["fence order", "fence order"],
+            "equal fences"
+        );
     }
 
     #[test]
@@ -1486,7 +1517,7 @@ mod tests {
             .mint(4, 3, 1, 600, None)
             .release(4, 2, 1, 700)
             .check();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_clean(&r);
         assert_eq!(r.grants, 4);
     }
 
@@ -1512,51 +1543,42 @@ mod tests {
     /// A still gets a fence afterwards, above B's. Both rules reject it.
     #[test]
     fn a_fence_minted_after_a_later_grant_fails() {
-        let r = H::default()
-            .lazy_grant(1, 1, "a", 0, 5, 100)
-            .lazy_grant(2, 1, "a", 200, 210, 100)
-            .mint(2, 3, 1, 220, Some(30))
-            .release(2, 2, 1, 290)
-            .mint(1, 3, 1, 300, Some(31))
-            .release(1, 2, 1, 310)
-            .check();
+        // A (lazy) is granted for 100 ms; B is granted at 210 ms.
+        let lost_to_b = || {
+            H::default()
+                .lazy_grant(1, 1, "a", 0, 5, 100)
+                .lazy_grant(2, 1, "a", 200, 210, 100)
+        };
+        // B releases at 290 ms; A mints 31 at 300 ms and releases.
+        let a_mints_late = |h: H| {
+            h.release(2, 2, 1, 290)
+                .mint(1, 3, 1, 300, Some(31))
+                .release(1, 2, 1, 310)
+                .check()
+        };
+        let r = a_mints_late(lost_to_b().mint(2, 3, 1, 220, Some(30)));
         assert_eq!(rules(&r), ["fence order", "fence after loss"]);
         // Without B's mint there is nothing to order, but A's late mint is still refused.
-        let r = H::default()
-            .lazy_grant(1, 1, "a", 0, 5, 100)
-            .lazy_grant(2, 1, "a", 200, 210, 100)
-            .release(2, 2, 1, 290)
-            .mint(1, 3, 1, 300, Some(31))
-            .release(1, 2, 1, 310)
-            .check();
+        let r = a_mints_late(lost_to_b());
         assert_eq!(rules(&r), ["fence after loss"]);
         // A failover that loses writes explains it (a documented consequence).
-        let r = H::default()
-            .fault(
-                9,
-                150,
-                180,
-                "failover",
-                &[("lossy", "1"), ("target", "primary")],
-            )
-            .lazy_grant(1, 1, "a", 0, 5, 100)
-            .lazy_grant(2, 1, "a", 200, 210, 100)
-            .release(2, 2, 1, 290)
-            .mint(1, 3, 1, 300, Some(31))
-            .release(1, 2, 1, 310)
-            .check();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        let r = a_mints_late(lost_to_b().fault(
+            9,
+            150,
+            180,
+            "failover",
+            &[("lossy", "1"), ("target", "primary")],
+        ));
+        assert_clean(&r);
         assert_eq!(r.documented.len(), 1, "{:?}", r.documented);
     }
 
     #[test]
     fn more_permits_than_the_size_fail() {
         let sem = |h: H, p: u32, at: u64, n: &str| {
-            h.ev(
-                at,
+            h.held(
                 p,
-                1,
-                "inv",
+                at,
                 &[
                     ("kind", "sem"),
                     ("name", "s"),
@@ -1565,16 +1587,9 @@ mod tests {
                     ("ttl", "1000"),
                 ],
             )
-            .ev(
-                at + 1,
-                p,
-                1,
-                "ok",
-                &[("fence", &(at + 1).to_string()), ("valid", "500000000")],
-            )
         };
         let ok = sem(sem(H::default(), 1, 0, "2"), 2, 10, "1").check();
-        assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+        assert_clean(&ok);
         let bad = sem(sem(H::default(), 1, 0, "2"), 2, 10, "2").check();
         assert_eq!(rules(&bad), ["permits"]);
     }
@@ -1582,23 +1597,10 @@ mod tests {
     #[test]
     fn a_reader_inside_with_a_writer_fails() {
         let rw = |h: H, p: u32, at: u64, kind: &str| {
-            h.ev(
-                at,
-                p,
-                1,
-                "inv",
-                &[("kind", kind), ("name", "r"), ("ttl", "1000")],
-            )
-            .ev(
-                at + 1,
-                p,
-                1,
-                "ok",
-                &[("fence", &(at + 1).to_string()), ("valid", "500000000")],
-            )
+            h.held(p, at, &[("kind", kind), ("name", "r"), ("ttl", "1000")])
         };
         let readers = rw(rw(H::default(), 1, 0, "read"), 2, 10, "read").check();
-        assert!(readers.violations.is_empty(), "{:?}", readers.violations);
+        assert_clean(&readers);
         let bad = rw(rw(H::default(), 1, 0, "write"), 2, 10, "read").check();
         assert_eq!(rules(&bad), ["read-write"]);
         let bad = rw(rw(H::default(), 1, 0, "read"), 2, 10, "write").check();
@@ -1634,19 +1636,19 @@ mod tests {
     fn a_rate_limit_over_its_budget_fails() {
         // GCRA, burst 3, one per 100 ms: 3 at once, then one per 100 ms is within budget.
         let ok = checks("gcra", "3", "100000", &[0, 0, 0, 100, 200, 300]);
-        assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+        assert_clean(&ok);
         let bad = checks("gcra", "3", "100000", &[0, 0, 0, 50]);
         assert_eq!(rules(&bad), ["rate budget"]);
         // Sliding log, 2 per 100 ms.
         let ok = checks("sliding-log", "2", "100000", &[0, 1, 101, 102]);
-        assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+        assert_clean(&ok);
         let bad = checks("sliding-log", "2", "100000", &[0, 50, 99]);
         assert_eq!(rules(&bad), ["rate budget"]);
         // Fixed window, 2 per second, on real time (whole seconds here).
         let bad = checks("fixed-window", "2", "1000000", &[100, 200, 300]);
         assert_eq!(rules(&bad), ["rate budget"]);
         let ok = checks("fixed-window", "2", "1000000", &[100, 200, 1100]);
-        assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+        assert_clean(&ok);
         // Sliding window counter, 2 per second: 2 late in one window, 1 early in the next.
         let bad = checks("sliding-window", "2", "1000000", &[900, 950, 1050]);
         assert_eq!(rules(&bad), ["rate budget"]);
@@ -1658,61 +1660,51 @@ mod tests {
         // 1100 ms is late, and the process was running from 970 ms on (more than the 50 ms
         // runtime allowance before the signal).
         let late = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(970, 1, 0, "meta", &[("tick", "1")])
-            .ev(1100, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
+            .first_holder()
+            .tick(970)
+            .lost(1100, "expired")
             .release(1, 2, 1, 1001)
             .check();
         assert_eq!(rules(&late), ["lost in time"]);
         let on_time = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(910, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
+            .first_holder()
+            .lost(910, "expired")
             .release(1, 2, 1, 1001)
             .check();
-        assert!(on_time.violations.is_empty(), "{:?}", on_time.violations);
+        assert_clean(&on_time);
     }
 
     #[test]
     fn a_lost_signal_that_never_fires_fails() {
         // ttl 1000 ms: due at 967 ms. The worker still trusts the lease (no `end`) and goes
         // on recording at 1500 ms with no lost signal: a timer that never fired.
-        let silent = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(1500, 1, 0, "meta", &[("tick", "1")])
-            .check();
+        let silent = H::default().first_holder().tick(1500).check();
         assert_eq!(rules(&silent), ["lost never signalled"]);
         // The same with the signal: clean.
         let signalled = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(910, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
-            .ev(1500, 1, 0, "meta", &[("tick", "1")])
+            .first_holder()
+            .lost(910, "expired")
+            .tick(1500)
             .check();
-        assert!(
-            signalled.violations.is_empty(),
-            "{:?}",
-            signalled.violations
-        );
+        assert_clean(&signalled);
         // Released before it ran out: nothing was owed.
         let released = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .release(1, 2, 1, 300)
-            .ev(1500, 1, 0, "meta", &[("tick", "1")])
+            .tick(1500)
             .check();
-        assert!(released.violations.is_empty(), "{:?}", released.violations);
+        assert_clean(&released);
         // A process that recorded nothing after the due time (stopped, or the run ended)
         // could not have been heard.
-        let quiet = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(1000, 1, 0, "meta", &[("tick", "1")])
-            .check();
-        assert!(quiet.violations.is_empty(), "{:?}", quiet.violations);
+        let quiet = H::default().first_holder().tick(1000).check();
+        assert_clean(&quiet);
         // Kept off the CPU from the due time to its next record: not heard yet.
         let starved = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .ev(960, 1, 0, "meta", &[("rd", "1000000")])
             .ev(1500, 1, 0, "meta", &[("rd", "500000000")])
             .check();
-        assert!(starved.violations.is_empty(), "{:?}", starved.violations);
+        assert_clean(&starved);
     }
 
     #[test]
@@ -1737,18 +1729,12 @@ mod tests {
     fn a_late_lost_signal_of_a_silent_process_is_starvation() {
         // Nothing recorded by process 1 between 100 ms and the signal at 1000 ms.
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(
-                100,
-                1,
-                0,
-                "claim",
-                &[("lease", "1"), ("valid", "800000000")],
-            )
-            .ev(1000, 1, 0, "lost", &[("lease", "1"), ("reason", "expired")])
+            .first_holder()
+            .claim(100, "800000000")
+            .lost(1000, "expired")
             .release(1, 2, 1, 1001)
             .check();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_clean(&r);
         assert_eq!(r.documented.len(), 1);
         assert!(
             r.documented[0]
@@ -1764,7 +1750,7 @@ mod tests {
         // Due at 967 ms; the signal at 1100 ms is 133 ms late.
         let run = |rd_at_signal: &str| {
             H::default()
-                .grant(1, 1, "a", 0, 5, 900, 10)
+                .first_holder()
                 .ev(960, 1, 0, "meta", &[("rd", "1000000")])
                 .ev(
                     1100,
@@ -1778,7 +1764,7 @@ mod tests {
         };
         // Kept off the CPU 125 ms of those: 8 ms of its own, within the 20 ms.
         let starved = run("126000000");
-        assert!(starved.violations.is_empty(), "{:?}", starved.violations);
+        assert_clean(&starved);
         // Kept off the CPU 10 ms: 123 ms late on its own.
         assert_eq!(rules(&run("11000000")), ["lost in time"]);
     }
@@ -1786,8 +1772,8 @@ mod tests {
     #[test]
     fn a_key_gone_before_its_promise_fails() {
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
-            .ev(300, 1, 0, "lost", &[("lease", "1"), ("reason", "not-held")])
+            .first_holder()
+            .lost(300, "not-held")
             .release(1, 2, 1, 301)
             .check();
         assert_eq!(rules(&r), ["promise kept"]);
@@ -1804,23 +1790,17 @@ mod tests {
     #[test]
     fn an_overlap_after_a_lossy_failover_is_documented_not_hidden() {
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .fault(1, 100, 200, "kill-primary", &[("lossy", "1")])
-            .grant(2, 1, "a", 150, 250, 900, 11)
-            .release(1, 2, 1, 500)
-            .release(2, 2, 1, 600)
-            .check();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+            .second_holder(150, 250, 500, 600);
+        assert_clean(&r);
         assert_eq!(r.documented.len(), 1);
         assert_eq!(r.documented[0].rule, "mutual exclusion");
         // The same overlap after a fault that loses nothing is a violation.
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .fault(1, 100, 200, "pause-primary", &[])
-            .grant(2, 1, "a", 150, 250, 900, 11)
-            .release(1, 2, 1, 500)
-            .release(2, 2, 1, 600)
-            .check();
+            .second_holder(150, 250, 500, 600);
         assert_eq!(rules(&r), ["mutual exclusion"]);
     }
 
@@ -1828,12 +1808,9 @@ mod tests {
     fn a_clock_jump_explains_only_an_overlap_within_its_size() {
         let jumped = |jump_ms: &str| {
             H::default()
-                .grant(1, 1, "a", 0, 5, 900, 10)
+                .first_holder()
                 .fault(1, 100, 101, "clock-jump", &[("jump_ns", jump_ms)])
-                .grant(2, 1, "a", 150, 250, 900, 11)
-                .release(1, 2, 1, 800)
-                .release(2, 2, 1, 900)
-                .check()
+                .second_holder(150, 250, 800, 900)
         };
         // Overlap 250..800 = 550 ms.
         assert!(jumped("600000000").violations.is_empty());
@@ -1843,7 +1820,7 @@ mod tests {
     #[test]
     fn figures_name_every_fault_kind() {
         let r = H::default()
-            .grant(1, 1, "a", 0, 5, 900, 10)
+            .first_holder()
             .fault(1, 100, 400, "pause-worker", &[("target", "worker1")])
             .release(1, 2, 1, 500)
             .check();

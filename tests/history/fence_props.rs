@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use distlock::{Client, Lease, LeaseHandle, LockError};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 use crate::support::RedisServer;
 
@@ -188,21 +188,13 @@ struct Counts {
 }
 
 fn run_cases(client: &Client, cases: u32) {
-    let rt = tokio::runtime::Handle::current();
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let case = AtomicU64::new(0);
     let counts = Counts::default();
-    let result = runner.run(&prop::collection::vec(step(), 1..40), |steps| {
-        let n = case.fetch_add(1, Ordering::Relaxed);
-        tokio::task::block_in_place(|| rt.block_on(one_case(client, n, &steps, &counts)))
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    let counted = &counts;
+    crate::props::run_numbered_cases(
+        cases,
+        &prop::collection::vec(step(), 1..40),
+        |n, steps| async move { one_case(client, n, &steps, counted).await },
+    );
     let (minted, refused) = (
         counts.minted.load(Ordering::Relaxed),
         counts.refused.load(Ordering::Relaxed),

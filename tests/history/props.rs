@@ -9,6 +9,7 @@
 //! `test-util` hook), so the sequences cover idle gaps, bursts at one instant and window
 //! boundaries without sleeping.
 
+use std::future::Future;
 use std::time::Duration;
 
 use distlock::Client;
@@ -138,21 +139,37 @@ async fn one_case(
     Ok(())
 }
 
-fn run_cases(client: &Client, cases: u32) {
+/// Runs `cases` proptest cases drawn from `strategy` (no failure persistence), each as
+/// `case(number, value)` on the current tokio runtime, and panics with the first failure (as
+/// proptest shrank it).
+pub(crate) fn run_numbered_cases<S, F, Fut>(cases: u32, strategy: &S, case: F)
+where
+    S: Strategy,
+    F: Fn(u64, S::Value) -> Fut,
+    Fut: Future<Output = Result<(), TestCaseError>>,
+{
     let rt = tokio::runtime::Handle::current();
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
         ..Config::default()
     });
-    let case = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&(policy(), steps()), |(policy, steps)| {
-        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tokio::task::block_in_place(|| rt.block_on(one_case(client, n, &policy, &steps)))
+    let number = std::sync::atomic::AtomicU64::new(0);
+    let result = runner.run(strategy, |value| {
+        let n = number.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tokio::task::block_in_place(|| rt.block_on(case(n, value)))
     });
     if let Err(e) = result {
         panic!("{e}");
     }
+}
+
+fn run_cases(client: &Client, cases: u32) {
+    run_numbered_cases(
+        cases,
+        &(policy(), steps()),
+        |n, (policy, steps)| async move { one_case(client, n, &policy, &steps).await },
+    );
 }
 
 /// The in-memory store's decision functions against the model and the budget.

@@ -77,7 +77,8 @@ impl Servers {
     /// The fault kinds the nemesis injects on this backend.
     fn kinds(&self) -> &'static [&'static str] {
         match self {
-            Self::Primary(_) => &[
+            // A quorum takes the single primary's faults, on its nodes.
+            Self::Primary(_) | Self::Quorum(_) => &[
                 "pause-worker",
                 "partition",
                 "delay",
@@ -103,15 +104,6 @@ impl Servers {
                 "failover",
                 "migrate-slot",
                 "isolate-master",
-            ],
-            Self::Quorum(_) => &[
-                "pause-worker",
-                "partition",
-                "delay",
-                "pause-server",
-                "crash-restart",
-                "crash-restart-empty",
-                "clock-jump",
             ],
         }
     }
@@ -455,6 +447,23 @@ impl Nemesis<'_> {
         Duration::from_millis(self.rng.random_range(lo..hi))
     }
 
+    /// Fault `kind` on `target`: the server process paused (`stop`, SIGSTOP) for `length`,
+    /// then resumed (`cont`).
+    async fn pause(
+        &mut self,
+        kind: &str,
+        target: &str,
+        length: Duration,
+        stop: impl FnOnce(),
+        cont: impl FnOnce(),
+    ) {
+        let id = self.start(kind, target, &[]);
+        stop();
+        tokio::time::sleep(length).await;
+        cont();
+        self.end(id, kind);
+    }
+
     #[allow(clippy::too_many_lines)]
     async fn inject(&mut self, kind: &str) {
         let lossy = ("lossy", "1".to_owned());
@@ -547,20 +556,20 @@ impl Nemesis<'_> {
             }
             (Servers::Primary(s), "pause-server") => {
                 let length = self.ms(300, 1500);
-                let id = self.start(kind, "primary", &[]);
-                s.stop_process();
-                tokio::time::sleep(length).await;
-                s.cont_process();
-                self.end(id, kind);
+                self.pause(
+                    kind,
+                    "primary",
+                    length,
+                    || s.stop_process(),
+                    || s.cont_process(),
+                )
+                .await;
             }
             (Servers::Quorum(nodes), "pause-server") => {
                 let node = &nodes[self.rng.random_range(0..nodes.len())];
                 let length = self.ms(300, 1500);
-                let id = self.start(kind, node.name(), &[]);
-                node.stop_process();
-                tokio::time::sleep(length).await;
-                node.cont_process();
-                self.end(id, kind);
+                let (stop, cont) = (|| node.stop_process(), || node.cont_process());
+                self.pause(kind, node.name(), length, stop, cont).await;
             }
             (Servers::Primary(s), "crash-restart" | "crash-restart-empty") => {
                 let keep = kind == "crash-restart";
@@ -608,11 +617,9 @@ impl Nemesis<'_> {
                 // Shorter than down-after-milliseconds: no failover.
                 let primary = s.primary().await;
                 let length = self.ms(200, 600);
-                let id = self.start(kind, "sentinel-primary", &[]);
-                primary.stop_process();
-                tokio::time::sleep(length).await;
-                primary.cont_process();
-                self.end(id, kind);
+                let (stop, cont) = (|| primary.stop_process(), || primary.cont_process());
+                self.pause(kind, "sentinel-primary", length, stop, cont)
+                    .await;
             }
             (Servers::Sentinel(s), "pause-primary-long") => {
                 let primary = s.primary().await;

@@ -98,14 +98,6 @@ async fn concurrent_acquires_and_releases_share_calls_and_keep_their_answers() {
         calls < ops,
         "{calls} script calls for {ops} operations: nothing was batched"
     );
-    let left: Vec<String> = fx
-        .client
-        .__inspect()
-        .keys()
-        .await
-        .expect("keys")
-        .into_iter()
-        .filter(|k| k.contains(":lock:"))
-        .collect();
+    let left = crate::semantics::lock_keys_left(&fx.client).await;
     assert!(left.is_empty(), "locks left behind: {left:?}");
 }

@@ -5,7 +5,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use distlock::{Client, Holder, LockError, LockState, StoreError};
+use distlock::{
+    Client, Holder, Lease, LeaseHandle, LockError, LockState, RwLockBuilder, StoreError,
+};
 use tokio::time::Instant;
 
 use crate::support::fixture::{Fixture, on_both_stores};
@@ -33,6 +35,54 @@ async fn holder_of(client: &Client, name: &str) -> Holder {
 fn within(since: SystemTime, before: SystemTime, after: SystemTime) -> bool {
     let ms = Duration::from_millis(1);
     since + ms >= before && since <= after + ms
+}
+
+/// A task in which `client` waits up to `wait` for lock `name` as `identity`.
+fn spawn_waiter(
+    client: Client,
+    name: &'static str,
+    identity: &'static str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<Lease, LockError>> {
+    tokio::spawn(async move {
+        client
+            .lock(name)
+            .identity(identity)
+            .wait(wait)
+            .acquire()
+            .await
+    })
+}
+
+/// Releases `first` and returns the lease its `waiter` then gets.
+async fn release_to(
+    first: Lease,
+    waiter: tokio::task::JoinHandle<Result<Lease, LockError>>,
+) -> Lease {
+    first.release().await.expect("release");
+    waiter
+        .await
+        .expect("waiter task")
+        .expect("the waiter gets it")
+}
+
+/// Waits until every one of `handles` is told its lease is lost, each by `deadline`
+/// (panicking with `what` otherwise).
+async fn told_before_first_renewal(
+    handles: impl IntoIterator<Item = LeaseHandle>,
+    deadline: Instant,
+    what: &str,
+) {
+    for handle in handles {
+        tokio::time::timeout_at(deadline, handle.lost())
+            .await
+            .expect(what);
+    }
+}
+
+/// Read-write lock `doc` as `identity`, with `ttl`.
+fn doc_as(fx: &Fixture, identity: &str, ttl: Duration) -> RwLockBuilder {
+    fx.client.rw_lock("doc").identity(identity).ttl(ttl)
 }
 
 async fn lock_state_names_the_builder_identity_and_the_grant_time(fx: Fixture) {
@@ -83,22 +133,11 @@ async fn lock_state_names_the_builder_identity_and_the_grant_time(fx: Fixture) {
 async fn a_waiter_that_waited_is_named_from_its_granted_attempt(fx: Fixture) {
     let first = fx.client.lock("waited").acquire().await.expect("acquire");
     let other = fx.another_client().await;
-    let waiter = tokio::spawn(async move {
-        other
-            .lock("waited")
-            .identity("patient")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+    let waiter = spawn_waiter(other, "waited", "patient", Duration::from_secs(20));
     // Hold it a while, so that the waiter's first attempt is long past when it gets it.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let released_at = SystemTime::now();
-    first.release().await.expect("release");
-    let lease = waiter
-        .await
-        .expect("waiter task")
-        .expect("the waiter gets it");
+    let lease = release_to(first, waiter).await;
     let holder = holder_of(&fx.client, "waited").await;
     assert_eq!(holder.identity, "patient");
     // Named from the attempt that was granted (or the hand-off), not from when it began
@@ -124,14 +163,7 @@ async fn a_hand_off_carries_the_waiters_identity() {
         .await
         .expect("acquire");
     let client = fx.client.clone();
-    let waiter = tokio::spawn(async move {
-        client
-            .lock("handed")
-            .identity("receiver")
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-    });
+    let waiter = spawn_waiter(client, "handed", "receiver", Duration::from_secs(30));
     // Queued for a hand-off once it has found the lock busy twice.
     let deadline = Instant::now() + Duration::from_secs(20);
     while fx.client.__inspect().queued_for_handoff() == 0 {
@@ -141,25 +173,24 @@ async fn a_hand_off_carries_the_waiters_identity() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    first.release().await.expect("release");
-    let lease = waiter
-        .await
-        .expect("waiter task")
-        .expect("the waiter gets it");
+    let lease = release_to(first, waiter).await;
     let holder = holder_of(&fx.client, "handed").await;
     assert_eq!(holder.identity, "receiver");
     lease.release().await.expect("release");
 }
 
+/// Whether `semaphore_state` shows no holder of semaphore `pool`.
+async fn pool_is_free(fx: &Fixture) -> bool {
+    fx.client
+        .semaphore_state("pool")
+        .await
+        .expect("state")
+        .is_empty()
+}
+
 async fn semaphore_state_lists_each_lease_and_the_force_frees_and_tells_them(fx: Fixture) {
     const TTL: Duration = Duration::from_secs(30);
-    assert!(
-        fx.client
-            .semaphore_state("pool")
-            .await
-            .expect("state")
-            .is_empty()
-    );
+    assert!(pool_is_free(&fx).await);
     let asked_at = Instant::now();
     let two = fx
         .client
@@ -199,18 +230,13 @@ async fn semaphore_state_lists_each_lease_and_the_force_frees_and_tells_them(fx:
             .expect("force"),
         2
     );
-    assert!(
-        fx.client
-            .semaphore_state("pool")
-            .await
-            .expect("state")
-            .is_empty()
-    );
-    for handle in [lost_two, lost_one] {
-        tokio::time::timeout_at(asked_at + TTL / 3, handle.lost())
-            .await
-            .expect("a forced permit holder is told before its first renewal");
-    }
+    assert!(pool_is_free(&fx).await);
+    told_before_first_renewal(
+        [lost_two, lost_one],
+        asked_at + TTL / 3,
+        "a forced permit holder is told before its first renewal",
+    )
+    .await;
     // All five permits are free again.
     let all = fx
         .client
@@ -237,22 +263,8 @@ async fn rw_lock_state_shows_writer_and_readers_and_the_force_frees_and_tells_th
     let state = fx.client.rw_lock_state("doc").await.expect("state");
     assert!(state.writer.is_none() && state.readers.is_empty());
     let asked_at = Instant::now();
-    let r1 = fx
-        .client
-        .rw_lock("doc")
-        .identity("reader-a")
-        .ttl(TTL)
-        .read()
-        .await
-        .expect("read");
-    let r2 = fx
-        .client
-        .rw_lock("doc")
-        .identity("reader-b")
-        .ttl(TTL)
-        .read()
-        .await
-        .expect("read");
+    let r1 = doc_as(&fx, "reader-a", TTL).read().await.expect("read");
+    let r2 = doc_as(&fx, "reader-b", TTL).read().await.expect("read");
     let state = fx.client.rw_lock_state("doc").await.expect("state");
     assert!(state.writer.is_none());
     let mut readers: Vec<&str> = state
@@ -268,16 +280,13 @@ async fn rw_lock_state_shows_writer_and_readers_and_the_force_frees_and_tells_th
         fx.client.force_unlock_rw_lock("doc").await.expect("force"),
         2
     );
-    for handle in handles {
-        tokio::time::timeout_at(asked_at + TTL / 3, handle.lost())
-            .await
-            .expect("a forced reader is told before its first renewal");
-    }
-    let writer = fx
-        .client
-        .rw_lock("doc")
-        .identity("editor")
-        .ttl(TTL)
+    told_before_first_renewal(
+        handles,
+        asked_at + TTL / 3,
+        "a forced reader is told before its first renewal",
+    )
+    .await;
+    let writer = doc_as(&fx, "editor", TTL)
         .write()
         .await
         .expect("write after the force");

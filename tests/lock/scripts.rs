@@ -285,13 +285,26 @@ async fn a_call_failing_part_way_never_lowers_the_fence_key() {
 }
 
 async fn release(conn: &mut MultiplexedConnection, lock: &str, token: &str, channel: &str) -> i64 {
-    redis::Script::new(RELEASE)
-        .key(lock)
-        .arg(token)
-        .arg(channel)
-        .invoke_async(conn)
-        .await
-        .expect("release")
+    eval(conn, RELEASE, &[lock], &[token, channel], "release").await
+}
+
+/// Runs `script` on `conn` with `keys` and `args`, panicking with `what` if it errs.
+async fn eval<T: redis::FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    script: &str,
+    keys: &[&str],
+    args: &[&str],
+    what: &str,
+) -> T {
+    let script = redis::Script::new(script);
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    for arg in args {
+        call.arg(*arg);
+    }
+    call.invoke_async(conn).await.expect(what)
 }
 
 async fn value(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
@@ -314,24 +327,29 @@ async fn published(
         .query_async(conn)
         .await
         .expect("PUBLISH");
-    let mut next = async || -> String {
-        tokio::time::timeout(Duration::from_secs(5), messages.next())
-            .await
-            .expect("a message in time")
-            .expect("subscription open")
-            .get_payload()
-            .expect("payload")
-    };
-    let first = next().await;
+    let first = next_message(messages).await;
     if first == "marker" {
         return false;
     }
-    assert_eq!((first.as_str(), next().await.as_str()), ("", "marker"));
+    assert_eq!(
+        (first.as_str(), next_message(messages).await.as_str()),
+        ("", "marker")
+    );
     true
 }
 
 const LOCK: &str = "p:lock:{m}";
 const CHANNEL: &str = "p:released:{m}";
+
+/// The messages on `CHANNEL` of `server`, subscribed to before this returns.
+async fn subscribed(
+    server: &RedisServer,
+) -> impl futures_util::Stream<Item = redis::Msg> + Unpin + use<> {
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(CHANNEL).await.expect("subscribe");
+    pubsub.into_on_message()
+}
 
 /// A release publishes a wake-up only when a listening waiter marked the lock (or a waiter
 /// was granted it while others of its client still wait). A marked lock is still its
@@ -340,10 +358,7 @@ const CHANNEL: &str = "p:released:{m}";
 async fn a_release_publishes_only_for_a_lock_a_waiter_marked() {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
-    let client = redis::Client::open(server.url()).expect("client");
-    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
-    pubsub.subscribe(CHANNEL).await.expect("subscribe");
-    let mut messages = pubsub.into_on_message();
+    let mut messages = subscribed(&server).await;
     // Nobody waited: no message.
     assert!(acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0] > 0);
     assert_eq!(release(&mut conn, LOCK, "h", CHANNEL).await, 1);
@@ -368,13 +383,7 @@ async fn a_release_publishes_only_for_a_lock_a_waiter_marked() {
     assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
     let again = acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0];
     assert!(again > first, "the retried grant on a marked lock: {again}");
-    let renewed: Vec<i64> = redis::Script::new(RENEW)
-        .key(LOCK)
-        .arg("h")
-        .arg(40_000)
-        .invoke_async(&mut conn)
-        .await
-        .expect("renew");
+    let renewed: Vec<i64> = eval(&mut conn, RENEW, &[LOCK], &["h", "40000"], "renew").await;
     assert_eq!(renewed, [1]);
     assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h*"));
     assert_eq!(
@@ -412,17 +421,8 @@ async fn handoff_minting(
     to: &str,
     mint: &str,
 ) -> i64 {
-    redis::Script::new(HANDOFF)
-        .key(lock)
-        .key("p:fence")
-        .arg(from)
-        .arg(to)
-        .arg(20_000)
-        .arg(CHANNEL)
-        .arg(mint)
-        .invoke_async(conn)
-        .await
-        .expect("handoff")
+    let args = [from, to, "20000", CHANNEL, mint];
+    eval(conn, HANDOFF, &[lock, "p:fence"], &args, "handoff").await
 }
 
 /// A hand-off passes the lock only from its holder (marked or not), to the new token with
@@ -446,11 +446,7 @@ async fn a_handoff_passes_the_lock_only_from_its_holder() {
     let second = handoff(&mut conn, lock, "h", "w").await;
     assert!(second > first, "fence {second} after {first}");
     assert_eq!(value(&mut conn, lock).await.as_deref(), Some("w"));
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(lock)
-        .query_async(&mut conn)
-        .await
-        .expect("PTTL");
+    let pttl = pttl(&mut conn, lock).await;
     assert!((19_000..=20_000).contains(&pttl), "ttl {pttl}");
     assert_eq!(get(&mut conn, "p:fence").await, Some(second));
 
@@ -489,10 +485,7 @@ async fn next_message(
 async fn a_starving_waiter_is_served_before_the_releaser() {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
-    let client = redis::Client::open(server.url()).expect("client");
-    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
-    pubsub.subscribe(CHANNEL).await.expect("subscribe");
-    let mut messages = pubsub.into_on_message();
+    let mut messages = subscribed(&server).await;
 
     let first = acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0];
     assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1").await[0] < 0);
@@ -507,13 +500,7 @@ async fn a_starving_waiter_is_served_before_the_releaser() {
     assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "s", 30_000)], "3").await[0] < 0);
     assert!(acquire_as(&mut conn, &[(LOCK, "p:fence", "w", 30_000)], "1").await[0] < 0);
     assert_eq!(value(&mut conn, LOCK).await.as_deref(), Some("h!"));
-    let renewed: Vec<i64> = redis::Script::new(RENEW)
-        .key(LOCK)
-        .arg("h")
-        .arg(40_000)
-        .invoke_async(&mut conn)
-        .await
-        .expect("renew");
+    let renewed: Vec<i64> = eval(&mut conn, RENEW, &[LOCK], &["h", "40000"], "renew").await;
     assert_eq!(renewed, [1]);
     let again = acquire(&mut conn, &[(LOCK, "p:fence", "h", 30_000)]).await[0];
     assert!(again > first);
@@ -553,11 +540,7 @@ async fn a_starving_waiter_is_served_before_the_releaser() {
 }
 
 async fn unmark(conn: &mut MultiplexedConnection, lock: &str) -> i64 {
-    redis::Script::new(UNMARK)
-        .key(lock)
-        .invoke_async(conn)
-        .await
-        .expect("unmark")
+    eval(conn, UNMARK, &[lock], &[], "unmark").await
 }
 
 /// A starving waiter that gives up takes its mark back: 'T!' becomes 'T*' (the ttl kept), a
@@ -589,13 +572,7 @@ async fn unmark_takes_a_starving_mark_back() {
 }
 
 async fn mint(conn: &mut MultiplexedConnection, lock: &str, token: &str) -> i64 {
-    redis::Script::new(MINT)
-        .key(lock)
-        .key("p:fence")
-        .arg(token)
-        .invoke_async(conn)
-        .await
-        .expect("mint")
+    eval(conn, MINT, &[lock, "p:fence"], &[token], "mint").await
 }
 
 /// A lazy grant (`'0'`) answers 0 and leaves the fence key alone; `mint.lua` then mints for

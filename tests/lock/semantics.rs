@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distlock::ReleaseOutcome;
+use distlock::{Client, Lease, ReleaseOutcome};
 
 use crate::support::fixture::on_both_stores;
 
@@ -59,6 +59,24 @@ on_both_stores!(
     max_hold_bounds_the_hold,
 );
 
+/// Lock `name` of `client`, acquired with `ttl`.
+async fn acquire_with_ttl(client: &Client, name: &str, ttl: Duration) -> Lease {
+    client.lock(name).ttl(ttl).acquire().await.expect("acquire")
+}
+
+/// The names of the lock keys left in `client`'s store (a test that released or outlived all
+/// its leases expects none).
+pub(crate) async fn lock_keys_left(client: &Client) -> Vec<String> {
+    client
+        .__inspect()
+        .keys()
+        .await
+        .expect("keys")
+        .into_iter()
+        .filter(|k| k.contains(":lock:"))
+        .collect()
+}
+
 /// A service that takes and releases one lease at a time leaves the watchdog with nothing to
 /// watch at every look; a new lease that is not due before the watchdog's next look must not
 /// wake it (a wake-up per lease is a task switch and a scan on the hot path). One runtime
@@ -67,16 +85,11 @@ on_both_stores!(
 #[tokio::test]
 async fn one_lease_at_a_time_does_not_wake_the_watchdog_each_time() {
     const LEASES: u64 = 200;
-    let client = distlock::Client::in_memory();
+    let client = Client::in_memory();
     let inspect = client.__inspect();
     // A short lease starts the task, which looks again at its renewal time (ttl/3) and then
     // finds nothing to watch: the idle state every later lease arrives in.
-    let lease = client
-        .lock("seq")
-        .ttl(Duration::from_millis(60))
-        .acquire()
-        .await
-        .expect("acquire");
+    let lease = acquire_with_ttl(&client, "seq", Duration::from_millis(60)).await;
     lease.release().await.expect("release");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = inspect.watchdog_scans();
@@ -97,14 +110,9 @@ async fn one_lease_at_a_time_does_not_wake_the_watchdog_each_time() {
 /// renewed. On a paused clock, so the 30 s idle spell costs nothing.
 #[tokio::test(start_paused = true)]
 async fn a_lease_after_the_watchdog_went_idle_is_still_renewed() {
-    let client = distlock::Client::in_memory();
+    let client = Client::in_memory();
     let inspect = client.__inspect();
-    let lease = client
-        .lock("idle")
-        .ttl(Duration::from_secs(3))
-        .acquire()
-        .await
-        .expect("acquire");
+    let lease = acquire_with_ttl(&client, "idle", Duration::from_secs(3)).await;
     lease.release().await.expect("release");
     // Long enough for the task to find nothing to watch for its whole idle allowance.
     tokio::time::sleep(Duration::from_secs(120)).await;
@@ -117,12 +125,7 @@ async fn a_lease_after_the_watchdog_went_idle_is_still_renewed() {
     );
 
     let renewals = inspect.renewal_calls();
-    let lease = client
-        .lock("idle")
-        .ttl(Duration::from_secs(3))
-        .acquire()
-        .await
-        .expect("acquire");
+    let lease = acquire_with_ttl(&client, "idle", Duration::from_secs(3)).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(
         !lease.is_lost(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock::{LockError, LossReason, MAX_PERMITS, ReleaseOutcome};
+use distlock::{Client, Lease, LockError, LossReason, MAX_PERMITS, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::support::fixture::{Fixture, on_both_stores};
@@ -42,42 +42,27 @@ async fn thirty_two_tasks_never_exceed_five_holders(fx: Fixture) {
     let most = most_inside(fx.client.clone(), other, work).await;
     assert!(most <= 5, "{most} holders at once on a semaphore of 5");
     assert_eq!(most, 5, "the five permits were never all in use");
-    let key = fx.client.__inspect().semaphore_key("exports").expect("key");
-    assert_eq!(
-        fx.client
-            .__inspect()
-            .live_entries(&key)
-            .await
-            .expect("count"),
-        0
-    );
+    assert_eq!(live_entries(&fx, "exports").await, 0);
+}
+
+/// How many entries (permits held) semaphore `name`'s set has.
+async fn live_entries(fx: &Fixture, name: &str) -> u64 {
+    let inspect = fx.client.__inspect();
+    let key = inspect.semaphore_key(name).expect("key");
+    inspect.live_entries(&key).await.expect("count")
 }
 
 async fn acquire_n_takes_its_permits_together(fx: Fixture) {
     let inspect = fx.client.__inspect();
     let key = inspect.semaphore_key("batch").expect("key");
-    let three = fx
-        .client
-        .semaphore("batch", 5)
-        .acquire_n(3)
-        .await
-        .expect("3 of 5");
+    let batch = || fx.client.semaphore("batch", 5);
+    let three = batch().acquire_n(3).await.expect("3 of 5");
     assert_eq!(inspect.live_entries(&key).await.expect("count"), 3);
     // 3 + 3 > 5: all or nothing, so nothing is taken.
-    let err = fx
-        .client
-        .semaphore("batch", 5)
-        .acquire_n(3)
-        .await
-        .expect_err("3 more do not fit");
+    let err = batch().acquire_n(3).await.expect_err("3 more do not fit");
     assert!(matches!(err, LockError::Busy { .. }), "{err}");
     assert_eq!(inspect.live_entries(&key).await.expect("count"), 3);
-    let two = fx
-        .client
-        .semaphore("batch", 5)
-        .acquire_n(2)
-        .await
-        .expect("2 more fit");
+    let two = batch().acquire_n(2).await.expect("2 more fit");
     assert_eq!(inspect.live_entries(&key).await.expect("count"), 5);
     three.extend(Duration::from_secs(60)).await.expect("extend");
     assert_eq!(
@@ -198,6 +183,17 @@ async fn a_dead_holders_permits_come_back_within_its_ttl(fx: Fixture) {
     lease.release().await.expect("release");
 }
 
+/// The one permit of semaphore `name` (a limit of 1), held by `client` with `ttl` (panics
+/// with `what` if it is not granted).
+async fn held_alone(client: &Client, name: &str, ttl: Duration, what: &str) -> Lease {
+    client
+        .semaphore(name, 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect(what)
+}
+
 /// A holder past its ttl sees its loss, and its late release frees nothing of the holders that
 /// took the permits since.
 async fn a_late_release_frees_nothing_of_others(fx: Fixture) {
@@ -213,12 +209,13 @@ async fn a_late_release_frees_nothing_of_others(fx: Fixture) {
     assert!(late.is_lost());
     assert_eq!(late.lost_reason(), Some(LossReason::Expired));
     let other = fx.another_client().await;
-    let now_held = other
-        .semaphore("late", 1)
-        .ttl(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("the permit is free again");
+    let now_held = held_alone(
+        &other,
+        "late",
+        Duration::from_secs(10),
+        "the permit is free again",
+    )
+    .await;
     let err = late
         .extend(Duration::from_secs(10))
         .await
@@ -228,13 +225,8 @@ async fn a_late_release_frees_nothing_of_others(fx: Fixture) {
         late.release().await.expect("release"),
         ReleaseOutcome::AlreadyExpired
     );
-    let key = fx.client.__inspect().semaphore_key("late").expect("key");
     assert_eq!(
-        fx.client
-            .__inspect()
-            .live_entries(&key)
-            .await
-            .expect("count"),
+        live_entries(&fx, "late").await,
         1,
         "the late release took the new holder's permit"
     );
@@ -286,13 +278,7 @@ async fn lowering_permits_never_exceeds_the_new_limit(fx: Fixture) {
 
 /// A waiter is woken by the release, not at the holder's ttl.
 async fn a_release_wakes_a_waiter_at_once(fx: Fixture) {
-    let holder = fx
-        .client
-        .semaphore("wake", 1)
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .expect("acquire");
+    let holder = held_alone(&fx.client, "wake", Duration::from_secs(30), "acquire").await;
     let other = fx.another_client().await;
     let waiter = tokio::spawn(async move {
         let lease = other
@@ -330,13 +316,7 @@ async fn a_release_wakes_a_waiter_at_once(fx: Fixture) {
 /// delays a timer by less than that cannot fail it (a 300 ms ttl did, at load 11).
 async fn the_watchdog_keeps_permits_and_loss_is_signalled(fx: Fixture) {
     const TTL: Duration = Duration::from_secs(1);
-    let lease = fx
-        .client
-        .semaphore("renewed", 1)
-        .ttl(TTL)
-        .acquire()
-        .await
-        .expect("acquire");
+    let lease = held_alone(&fx.client, "renewed", TTL, "acquire").await;
     // Eight waits of 0.4 ttl: more than three ttls in all, so only renewals explain a lease
     // still held at the end.
     for _ in 0..8 {

@@ -228,29 +228,36 @@ async fn extend_respects_max_hold(fx: Fixture) {
 /// TESTPLAN 28: a body that ran to completion returns its value even if the release then
 /// finds the key gone (deleted between the two); `run_reporting` says what it found.
 async fn finished_body_returns_its_value_whatever_the_release_finds(fx: Fixture) {
-    let key = fx.lock_key("finished");
-    let inspect = fx.client.clone();
+    // Deletes the lock's key behind its holder's back, when the body awaits it.
+    let delete_key = || {
+        let (key, inspect) = (fx.lock_key("finished"), fx.client.clone());
+        async move { assert!(inspect.__inspect().delete(&key).await.expect("delete")) }
+    };
     let value = fx
         .client
         .lock("finished")
-        .run(|_lease| async move {
-            assert!(inspect.__inspect().delete(&key).await.expect("delete"));
-            "committed"
+        .run(|_lease| {
+            let delete = delete_key();
+            async move {
+                delete.await;
+                "committed"
+            }
         })
         .await
         .expect("the body finished: its value comes back");
     assert_eq!(value, "committed");
 
-    let key = fx.lock_key("finished");
-    let inspect = fx.client.clone();
     let report = fx
         .client
         .lock("finished")
-        .run_reporting(|lease| async move {
-            // Minted while the lock is held (once the key is gone, no fence is minted).
-            let fence = lease.fence().await.expect("fence");
-            assert!(inspect.__inspect().delete(&key).await.expect("delete"));
-            fence
+        .run_reporting(|lease| {
+            let delete = delete_key();
+            async move {
+                // Minted while the lock is held (once the key is gone, no fence is minted).
+                let fence = lease.fence().await.expect("fence");
+                delete.await;
+                fence
+            }
         })
         .await
         .expect("finished");

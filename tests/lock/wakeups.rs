@@ -80,6 +80,35 @@ async fn release_and_time(
     got - released
 }
 
+/// Releases `holder` and asserts that `waiter` got the lock within [`WOKEN_WITHIN`] after it
+/// (`who` names the waiter in the message).
+async fn assert_woken_within(
+    holder: distlock::Lease,
+    waiter: tokio::task::JoinHandle<(distlock::Lease, Instant)>,
+    who: &str,
+) {
+    let took = release_and_time(holder, waiter).await;
+    assert!(
+        took < WOKEN_WITHIN,
+        "{who} got the lock {took:?} after the release"
+    );
+}
+
+/// Lock `name`, held by the fixture's client for [`HOLDER_TTL`].
+async fn hold(fx: &Fixture, name: &str) -> distlock::Lease {
+    fx.client
+        .lock(name)
+        .ttl(HOLDER_TTL)
+        .acquire()
+        .await
+        .expect("holder")
+}
+
+/// The release channel of lock `name`.
+fn channel_of(fx: &Fixture, name: &str) -> String {
+    fx.client.__inspect().release_channel(name).expect("name")
+}
+
 /// Waits (bounded) until the server shows a subscriber on `channel`.
 async fn until_subscribed(fx: &Fixture, channel: &str, what: &str) {
     let deadline = Instant::now() + SUBSCRIBED_WITHIN;
@@ -99,16 +128,10 @@ async fn until_subscribed(fx: &Fixture, channel: &str, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_waiter_cancelled_mid_subscribe_leaves_no_one_deaf() {
     let fx = Fixture::redis().await;
-    let channel = fx.client.__inspect().release_channel("deaf").expect("name");
+    let channel = channel_of(&fx, "deaf");
     for polls in 1..=8 {
         let waiters = fx.another_client().await;
-        let holder = fx
-            .client
-            .lock("deaf")
-            .ttl(HOLDER_TTL)
-            .acquire()
-            .await
-            .expect("holder");
+        let holder = hold(&fx, "deaf").await;
         let mut first = Box::pin(waiters.lock("deaf").wait(Duration::from_secs(30)).acquire());
         for _ in 0..polls {
             let _ =
@@ -125,12 +148,12 @@ async fn a_first_waiter_cancelled_mid_subscribe_leaves_no_one_deaf() {
         )
         .await;
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let took = release_and_time(holder, second).await;
-        assert!(
-            took < WOKEN_WITHIN,
-            "after {polls} polls of a cancelled first waiter, the second waiter got the lock \
-             {took:?} after the release"
-        );
+        assert_woken_within(
+            holder,
+            second,
+            &format!("after {polls} polls of a cancelled first waiter, the second waiter"),
+        )
+        .await;
     }
 }
 
@@ -142,18 +165,8 @@ async fn a_leave_never_overtakes_the_next_join() {
     const ROUNDS: usize = 200;
     let fx = Fixture::redis().await;
     let waiters = fx.another_client().await;
-    let channel = fx
-        .client
-        .__inspect()
-        .release_channel("overtake")
-        .expect("name");
-    let holder = fx
-        .client
-        .lock("overtake")
-        .ttl(HOLDER_TTL)
-        .acquire()
-        .await
-        .expect("holder");
+    let channel = channel_of(&fx, "overtake");
+    let holder = hold(&fx, "overtake").await;
     for round in 0..ROUNDS {
         let leaving = spawn_waiter(&waiters, "overtake");
         until_subscribed(&fx, &channel, &format!("round {round}, first waiter")).await;
@@ -174,11 +187,7 @@ async fn a_leave_never_overtakes_the_next_join() {
     let waiter = spawn_waiter(&waiters, "overtake");
     until_subscribed(&fx, &channel, "last waiter").await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let took = release_and_time(holder, waiter).await;
-    assert!(
-        took < WOKEN_WITHIN,
-        "the last waiter got the lock {took:?} after the release"
-    );
+    assert_woken_within(holder, waiter, "the last waiter").await;
 }
 
 /// TESTPLAN 27: tasks churn waiters on one name (join, leave, cancellation at every poll
@@ -192,18 +201,8 @@ async fn churning_waiters_never_unsubscribe_a_listener() {
     const MIN_CHURN: u32 = 100;
     let fx = Fixture::redis().await;
     let waiters = fx.another_client().await;
-    let channel = fx
-        .client
-        .__inspect()
-        .release_channel("churn")
-        .expect("name");
-    let holder = fx
-        .client
-        .lock("churn")
-        .ttl(HOLDER_TTL)
-        .acquire()
-        .await
-        .expect("holder");
+    let channel = channel_of(&fx, "churn");
+    let holder = hold(&fx, "churn").await;
     let listener = spawn_waiter(&waiters, "churn");
     until_subscribed(&fx, &channel, "the listener").await;
 
@@ -258,11 +257,7 @@ async fn churning_waiters_never_unsubscribe_a_listener() {
         churner.await.expect("churner");
     }
 
-    let took = release_and_time(holder, listener).await;
-    assert!(
-        took < WOKEN_WITHIN,
-        "the listener got the lock {took:?} after the release"
-    );
+    assert_woken_within(holder, listener, "the listener").await;
     assert_eq!(
         waiters.__inspect().waiting_channels(),
         0,
@@ -278,19 +273,9 @@ async fn churning_waiters_never_unsubscribe_a_listener() {
     }
 
     // A fresh waiter after all that is still heard.
-    let holder = fx
-        .client
-        .lock("churn")
-        .ttl(HOLDER_TTL)
-        .acquire()
-        .await
-        .expect("holder");
+    let holder = hold(&fx, "churn").await;
     let waiter = spawn_waiter(&waiters, "churn");
     until_subscribed(&fx, &channel, "the fresh waiter").await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let took = release_and_time(holder, waiter).await;
-    assert!(
-        took < WOKEN_WITHIN,
-        "the fresh waiter got the lock {took:?} after the release"
-    );
+    assert_woken_within(holder, waiter, "the fresh waiter").await;
 }

@@ -14,13 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use distlock::ratelimit::{Lockout, Origin, Outage, Policy, Rate};
+use distlock::ratelimit::{Decision, Lockout, Origin, Outage, Policy, Rate, RateLimiter};
 use distlock::{Client, LockError, LossReason, RateLimitError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tokio::time::Instant;
 
 use crate::support::RedisServer;
 use crate::support::fixture::Fixture;
+use crate::support::server::short_client;
 
 /// What the recorder has been given since it was installed. The debugging recorder's
 /// snapshots drain it (counters and gauges back to 0, histograms emptied), so the readings
@@ -377,6 +378,16 @@ async fn a_lease_whose_key_was_deleted_is_counted_as_not_held() {
     drop(lease);
 }
 
+/// A task in which `client` waits up to `wait` for lock `name`.
+fn spawn_waiter(
+    client: &Client,
+    name: &'static str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<distlock::Lease, LockError>> {
+    let client = client.clone();
+    tokio::spawn(async move { client.lock(name).wait(wait).acquire().await })
+}
+
 /// A waiter is counted while it waits for a busy lock, and no longer once its future is
 /// dropped; a waiter that gets the lock stops counting too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,16 +396,7 @@ async fn the_waiters_gauge_follows_a_waiter_until_it_is_cancelled() {
     let client = Client::in_memory();
     let lease = client.lock("m:wait").acquire().await.expect("acquire");
     let before = read();
-    let waiter = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("m:wait")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_waiter(&client, "m:wait", Duration::from_secs(30));
     let base = before.gauge(WAITERS, LOCK);
     until("the waiter to be counted", |t| {
         t.gauge(WAITERS, LOCK) == base + 1.0
@@ -405,16 +407,7 @@ async fn the_waiters_gauge_follows_a_waiter_until_it_is_cancelled() {
     assert_eq!(read().gauge(WAITERS, LOCK), base);
 
     // One that is granted the lock after waiting.
-    let waiter = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("m:wait")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_waiter(&client, "m:wait", Duration::from_secs(30));
     until("the second waiter to be counted", |t| {
         t.gauge(WAITERS, LOCK) == base + 1.0
     })
@@ -442,16 +435,7 @@ async fn a_hand_off_is_counted() {
         .acquire()
         .await
         .expect("acquire");
-    let waiter = tokio::spawn({
-        let client = fx.client.clone();
-        async move {
-            client
-                .lock("m:handoff")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_waiter(&fx.client, "m:handoff", Duration::from_secs(20));
     let deadline = Instant::now() + Duration::from_secs(5);
     while fx.client.__inspect().queued_for_handoff() == 0 {
         assert!(Instant::now() < deadline, "the waiter never queued");
@@ -479,6 +463,29 @@ fn decisions(t: &Totals, policy: &str, outcome: &str, origin: &str) -> u64 {
     )
 }
 
+/// Asserts that from `before` to `after`, `policy`'s decisions by (outcome, origin) grew by
+/// the counts in `expected`.
+#[track_caller]
+fn assert_decisions(before: &Totals, after: &Totals, policy: &str, expected: &[(&str, &str, u64)]) {
+    for &(outcome, origin, count) in expected {
+        assert_eq!(
+            decisions(after, policy, outcome, origin) - decisions(before, policy, outcome, origin),
+            count,
+            "{outcome} by {origin}: {:?}",
+            after.all(DECISIONS)
+        );
+    }
+}
+
+/// `n` checks of `user:1` on `limiter`, one after the other, each decision as `seen` sees it.
+async fn checks<T>(limiter: &RateLimiter, n: usize, seen: impl Fn(Decision) -> T) -> Vec<T> {
+    let mut decisions = Vec::new();
+    for _ in 0..n {
+        decisions.push(seen(limiter.check("user:1").await.expect("check")));
+    }
+    decisions
+}
+
 /// Allowed and denied decisions are counted under their policy and origin (the store, then
 /// the deny cache); a peek is not a decision; every check is timed under the policy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -491,11 +498,7 @@ async fn rate_limit_decisions_are_counted_by_policy_outcome_and_origin() {
         .build()
         .expect("valid limiter");
     let before = read();
-    let mut origins = Vec::new();
-    for _ in 0..4 {
-        let d = limiter.check("user:1").await.expect("check");
-        origins.push((d.allowed, d.origin));
-    }
+    let origins = checks(&limiter, 4, |d| (d.allowed, d.origin)).await;
     assert_eq!(
         origins,
         [
@@ -507,10 +510,12 @@ async fn rate_limit_decisions_are_counted_by_policy_outcome_and_origin() {
     );
     limiter.peek("user:1").await.expect("peek");
     let after = read();
-    let delta = |o, g| decisions(&after, p, o, g) - decisions(&before, p, o, g);
-    assert_eq!(delta("allowed", "store"), 2, "{:?}", after.all(DECISIONS));
-    assert_eq!(delta("denied", "store"), 1);
-    assert_eq!(delta("denied", "deny_cache"), 1);
+    let expected = [
+        ("allowed", "store", 2),
+        ("denied", "store", 1),
+        ("denied", "deny_cache", 1),
+    ];
+    assert_decisions(&before, &after, p, &expected);
     let policy = [("policy", p)];
     assert_eq!(
         after.samples(CHECK, &policy).len(),
@@ -539,10 +544,12 @@ async fn shadow_mode_counts_shadow_denials() {
     assert!(first.allowed && !first.shadowed);
     assert!(second.allowed && second.shadowed);
     let after = read();
-    let delta = |o, g| decisions(&after, p, o, g) - decisions(&before, p, o, g);
-    assert_eq!(delta("allowed", "store"), 1, "{:?}", after.all(DECISIONS));
-    assert_eq!(delta("shadow_denied", "store"), 1);
-    assert_eq!(delta("denied", "store"), 0);
+    let expected = [
+        ("allowed", "store", 1),
+        ("shadow_denied", "store", 1),
+        ("denied", "store", 0),
+    ];
+    assert_decisions(&before, &after, p, &expected);
 }
 
 /// A lockout's denials are counted as `locked_out`, apart from the policy's plain denials:
@@ -562,40 +569,18 @@ async fn lockout_denials_are_counted_as_locked_out() {
         .build()
         .expect("valid limiter");
     let before = read();
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        let d = limiter.check("user:1").await.expect("check");
-        seen.push((d.allowed, d.locked_out));
-    }
+    let seen = checks(&limiter, 4, |d| (d.allowed, d.locked_out)).await;
     assert_eq!(
         seen,
         [(true, false), (true, false), (false, true), (false, true)]
     );
     let after = read();
-    let delta = |o, g| decisions(&after, p, o, g) - decisions(&before, p, o, g);
-    assert_eq!(delta("allowed", "store"), 2, "{:?}", after.all(DECISIONS));
-    assert_eq!(delta("locked_out", "store"), 2);
-    assert_eq!(delta("denied", "store"), 0);
-}
-
-/// A client whose first connection is retried a few times (a loaded machine), with short
-/// timeouts so that an outage is found quickly.
-async fn short_client(url: &str) -> Client {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match Client::builder()
-            .response_timeout(Duration::from_millis(300))
-            .connect_timeout(Duration::from_millis(300))
-            .reconnect_retries(1)
-            .connect(url)
-            .await
-        {
-            Ok(client) => return client,
-            Err(e) if attempt < 5 && e.is_transient() => {}
-            Err(e) => panic!("connect to {url}: {e}"),
-        }
-    }
+    let expected = [
+        ("allowed", "store", 2),
+        ("locked_out", "store", 2),
+        ("denied", "store", 0),
+    ];
+    assert_decisions(&before, &after, p, &expected);
 }
 
 /// Redis, killed: the local fallback's and failing open's decisions are counted with their

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::ratelimit::{Policy, Rate};
-use distlock::{Client, LockError, RateLimitError, ReleaseOutcome, StoreError};
+use distlock::{Client, Lease, LockError, RateLimitError, ReleaseOutcome, StoreError};
 use redis::AsyncCommands as _;
 
 use support::RedisServer;
@@ -61,6 +61,17 @@ async fn quorum(nodes: &[RedisServer], quarantine: Duration) -> Client {
         .connect_quorum(urls(nodes))
         .await
         .unwrap_or_else(|e| panic!("connect_quorum: {e}"))
+}
+
+/// Lock `name` of `client`, acquired with `ttl` without waiting; panics with `what` if it is
+/// not granted.
+async fn held_for(client: &Client, name: &str, ttl: Duration, what: &str) -> Lease {
+    client.lock(name).ttl(ttl).acquire().await.expect(what)
+}
+
+/// Lock `name` of `client`, waited for up to `wait`; panics with `what` if it is not granted.
+async fn waited_for(client: &Client, name: &str, wait: Duration, what: &str) -> Lease {
+    client.lock(name).wait(wait).acquire().await.expect(what)
 }
 
 /// How many nodes hold lock `name` right now (any holder).
@@ -323,12 +334,13 @@ async fn a_node_that_restarts_empty_does_not_vote_for_a_second_holder() {
     ));
     lease.release().await.expect("release");
     // Free on 1, 2, 4 and 5: a majority without node 3.
-    let second = b
-        .lock("restart")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await
-        .expect("granted once the first is released");
+    let second = waited_for(
+        &b,
+        "restart",
+        Duration::from_secs(5),
+        "granted once the first is released",
+    )
+    .await;
     assert!(second.fence().await.expect("fence") > first_fence);
     second.release().await.expect("release");
 }
@@ -373,12 +385,8 @@ async fn child_exclusion(client: Client, resource: &str) {
         tasks.push(tokio::spawn(async move {
             let fenced = redis::Script::new(FENCED_WRITE);
             for _ in 0..100 {
-                let lease = client
-                    .lock("processes")
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                    .expect("acquire");
+                let lease =
+                    waited_for(&client, "processes", Duration::from_secs(60), "acquire").await;
                 enter_section(&mut conn, "").await;
                 write_fenced(
                     &mut conn,
@@ -407,30 +415,24 @@ async fn child_exclusion(client: Client, resource: &str) {
 async fn child_fenced(client: Client, resource: &str) {
     let mut conn = resource_conn(resource).await;
     let fenced = redis::Script::new(FENCED_WRITE);
+    // The resource's answer to a write under the lease's fence (1: accepted).
+    let write = async |conn: &mut redis::aio::MultiplexedConnection, lease: &Lease| -> i64 {
+        fenced
+            .key("paused-resource")
+            .arg(lease.fence().await.expect("fence"))
+            .invoke_async(conn)
+            .await
+            .expect("write")
+    };
     // Renewed every 700 ms through the quorum; long enough that a busy machine does not lose
     // it before the parent freezes this process.
-    let lease = client
-        .lock("paused")
-        .ttl(Duration::from_secs(2))
-        .acquire()
-        .await
-        .expect("acquire");
-    let accepted: i64 = fenced
-        .key("paused-resource")
-        .arg(lease.fence().await.expect("fence"))
-        .invoke_async(&mut conn)
-        .await
-        .expect("write");
+    let lease = held_for(&client, "paused", Duration::from_secs(2), "acquire").await;
+    let accepted = write(&mut conn, &lease).await;
     assert_eq!(accepted, 1);
     say(&format!("ACQUIRED {}", lease.fence().await.expect("fence")));
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let accepted: i64 = fenced
-            .key("paused-resource")
-            .arg(lease.fence().await.expect("fence"))
-            .invoke_async(&mut conn)
-            .await
-            .expect("write");
+        let accepted = write(&mut conn, &lease).await;
         if lease.is_lost() {
             say(&format!("LOST accepted={}", accepted == 1));
             break;
@@ -471,12 +473,13 @@ async fn a_paused_holder_is_fenced_off() {
     child.signal(libc::SIGSTOP);
     let client = quorum(&nodes, Duration::from_secs(30)).await;
     // The paused holder's 2 s ttl runs out; the wait only outlasts a busy machine.
-    let second = client
-        .lock("paused")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("granted once the paused holder's ttl ran out");
+    let second = waited_for(
+        &client,
+        "paused",
+        Duration::from_secs(10),
+        "granted once the paused holder's ttl ran out",
+    )
+    .await;
     assert!(
         second.fence().await.expect("fence") > first,
         "fence {} after {first}",
@@ -510,22 +513,12 @@ async fn waiters_are_woken_through_every_node() {
     // round trip or two; 5 s tells the two apart with room for a busy machine.
     const HOLDER_TTL: Duration = Duration::from_secs(60);
     const WOKEN_WITHIN: Duration = Duration::from_secs(5);
-    let holder = a
-        .lock("woken")
-        .ttl(HOLDER_TTL)
-        .acquire()
-        .await
-        .expect("acquire");
+    let holder = held_for(&a, "woken", HOLDER_TTL, "acquire").await;
     let done = Arc::new(AtomicBool::new(false));
     let waiter = tokio::spawn({
         let done = done.clone();
         async move {
-            let lease = b
-                .lock("woken")
-                .wait(HOLDER_TTL)
-                .acquire()
-                .await
-                .expect("waiter");
+            let lease = waited_for(&b, "woken", HOLDER_TTL, "waiter").await;
             done.store(true, Ordering::SeqCst);
             (Instant::now(), lease)
         }
@@ -674,12 +667,7 @@ async fn the_primitives_on_a_quorum() {
 async fn lock_state_and_force_unlock_on_a_quorum() {
     let mut nodes = start_nodes();
     let client = quorum(&nodes, Duration::from_secs(30)).await;
-    let lease = client
-        .lock("operated")
-        .ttl(Duration::from_secs(5))
-        .acquire()
-        .await
-        .expect("acquire");
+    let lease = held_for(&client, "operated", Duration::from_secs(5), "acquire").await;
     match client.lock_state("operated").await.expect("lock_state") {
         distlock::LockState::Held {
             remaining_ttl,

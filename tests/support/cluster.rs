@@ -209,16 +209,8 @@ impl RedisClusterBuilder {
     ///
     /// If `name` is empty or an option the harness controls.
     pub fn config(mut self, name: &str, values: &[&str]) -> Self {
-        let name = name.trim_start_matches('-');
-        assert!(
-            !name.is_empty(),
-            "redis-server option name must not be empty"
-        );
+        let name = super::server::directive_name(name, RESERVED_OPTIONS, "cluster harness");
         let lower = name.to_ascii_lowercase();
-        assert!(
-            !RESERVED_OPTIONS.contains(&lower.as_str()),
-            "--{name} is set by the cluster harness and cannot be overridden"
-        );
         assert!(
             !matches!(lower.as_str(), "requirepass" | "masterauth" | "masteruser"),
             "--{name}: the cluster harness does not support password-protected nodes \

@@ -269,6 +269,14 @@ impl Lab {
         cmd
     }
 
+    /// Runs `nft args` inside client namespace `k` (its own `PREFIX` table), panicking if
+    /// it fails.
+    fn nft_inside(&self, k: usize, args: &[&str]) {
+        let mut all = vec!["netns", "exec", self.netns(k), "nft"];
+        all.extend_from_slice(args);
+        must("ip", &all, None);
+    }
+
     /// Cuts client `k` off from `ports` on 127.0.0.1, both ways, until [`heal`](Self::heal).
     pub fn block(&self, k: usize, ports: &[u16]) {
         if ports.is_empty() {
@@ -294,13 +302,9 @@ impl Lab {
             ],
             None,
         );
-        must(
-            "ip",
+        self.nft_inside(
+            k,
             &[
-                "netns",
-                "exec",
-                self.netns(k),
-                "nft",
                 "add",
                 "rule",
                 "ip",
@@ -311,7 +315,6 @@ impl Lab {
                 &format!("{{ {set} }}"),
                 "drop",
             ],
-            None,
         );
         // `nft` accepting the rules is not the partition: a connection from inside must now
         // get silence. (A port nothing listens on answers with a reset, which the rules drop
@@ -364,21 +367,7 @@ impl Lab {
             &["flush", "chain", "ip", &self.table, &format!("block{k}")],
             None,
         );
-        must(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                self.netns(k),
-                "nft",
-                "flush",
-                "chain",
-                "ip",
-                PREFIX,
-                "block",
-            ],
-            None,
-        );
+        self.nft_inside(k, &["flush", "chain", "ip", PREFIX, "block"]);
     }
 
     /// Cuts server processes off from each other, both ways, until

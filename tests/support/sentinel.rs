@@ -584,12 +584,7 @@ impl SentinelSetupBuilder {
     /// If `name` is empty or a directive the harness controls (ports, dirs, replication,
     /// passwords: the sentinels and the replica connect without credentials).
     pub fn config(mut self, name: &str, values: &[&str]) -> Self {
-        let name = name.trim_start_matches('-');
-        assert!(!name.is_empty(), "directive name must not be empty");
-        assert!(
-            !RESERVED_OPTIONS.contains(&name.to_ascii_lowercase().as_str()),
-            "{name} is set by the sentinel harness and cannot be overridden"
-        );
+        let name = super::server::directive_name(name, RESERVED_OPTIONS, "sentinel harness");
         self.data_config.push((
             name.to_owned(),
             values.iter().map(|v| (*v).to_owned()).collect(),

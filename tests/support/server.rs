@@ -45,6 +45,23 @@ const PORT_ATTEMPTS: usize = 5;
 /// Options the harness sets itself; overriding them would break it.
 const RESERVED_OPTIONS: &[&str] = &["port", "bind", "dir", "logfile", "daemonize"];
 
+/// Config directive `name` without its leading dashes, checked for every set-up's
+/// `config(name, values)`: not empty, and not one of `reserved` (lower case), the directives
+/// `harness` sets itself.
+///
+/// # Panics
+///
+/// If it is empty or reserved.
+pub fn directive_name<'a>(name: &'a str, reserved: &[&str], harness: &str) -> &'a str {
+    let name = name.trim_start_matches('-');
+    assert!(!name.is_empty(), "config directive name must not be empty");
+    assert!(
+        !reserved.contains(&name.to_ascii_lowercase().as_str()),
+        "{name} is set by the {harness} and cannot be overridden"
+    );
+    name
+}
+
 /// Line redis-server logs once its listening sockets are bound.
 const READY_LINE: &str = "Ready to accept connections";
 
@@ -79,15 +96,7 @@ impl RedisServerBuilder {
     /// If `name` is empty or one the harness controls itself (`port`, `bind`,
     /// `dir`, `logfile`, `daemonize`).
     pub fn config(mut self, name: &str, values: &[&str]) -> Self {
-        let name = name.trim_start_matches('-');
-        assert!(
-            !name.is_empty(),
-            "redis-server option name must not be empty"
-        );
-        assert!(
-            !RESERVED_OPTIONS.contains(&name.to_ascii_lowercase().as_str()),
-            "--{name} is set by the harness and cannot be overridden"
-        );
+        let name = directive_name(name, RESERVED_OPTIONS, "harness");
         self.args.push(format!("--{name}"));
         self.args.extend(values.iter().map(|v| (*v).to_owned()));
         self
@@ -707,6 +716,30 @@ pub fn resource_url(url: &str) -> String {
     url.replacen(&user, "", 1)
 }
 
+/// A library client of `url` with short timeouts (300 ms to answer and to connect, one
+/// reconnect), so that an outage is found quickly. Its first connection is retried a few
+/// times: on a loaded machine the handshake of a healthy server can take longer than 300 ms,
+/// and the tests that use it are about outages that come after the connect.
+pub async fn short_client(url: &str) -> distlock::Client {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match distlock::Client::builder()
+            .response_timeout(Duration::from_millis(300))
+            .connect_timeout(Duration::from_millis(300))
+            .reconnect_retries(1)
+            .connect(url)
+            .await
+        {
+            Ok(client) => return client,
+            Err(e) if attempt < 5 && e.is_transient() => {
+                eprintln!("connect to {url}, attempt {attempt}: {e}; retrying");
+            }
+            Err(e) => panic!("connect to {url}: {e}"),
+        }
+    }
+}
+
 /// A connection to the data a test guards ([`resource_url`] of `url`), with the roomy timeouts
 /// of [`RedisServer::conn`]. redis-rs's default response timeout (500 ms) is shorter than a
 /// busy machine can delay an answer, which made children die on a plain `INCR`.
@@ -754,6 +787,16 @@ fn acl_run() -> bool {
     std::env::var_os(ACL_RUN_ENV).is_some()
 }
 
+/// [`LIBRARY_ACL_RULES`], [`LIBRARY_ACL_OPTIONAL_RULES`] and [`handshake_acl_rules`], owned:
+/// the library's part of every ACL user the tests make.
+fn library_rules() -> impl Iterator<Item = String> {
+    LIBRARY_ACL_RULES
+        .iter()
+        .chain(LIBRARY_ACL_OPTIONAL_RULES)
+        .chain(handshake_acl_rules())
+        .map(|r| (*r).to_owned())
+}
+
 /// The ACL run's user: the library's rules ([`LIBRARY_ACL_RULES`], the optional ones and
 /// [`handshake_acl_rules`]) on
 /// every key and channel (the tests use many prefixes; key patterns are tested apart, in
@@ -768,13 +811,7 @@ pub fn acl_run_rules() -> Vec<String> {
         "~*".to_owned(),
         "&*".to_owned(),
     ];
-    rules.extend(
-        LIBRARY_ACL_RULES
-            .iter()
-            .chain(LIBRARY_ACL_OPTIONAL_RULES)
-            .chain(handshake_acl_rules())
-            .map(|r| (*r).to_owned()),
-    );
+    rules.extend(library_rules());
     rules.extend(["+select".to_owned(), "+keys".to_owned(), "+scan".to_owned()]);
     rules
 }
@@ -792,13 +829,7 @@ pub fn library_acl_rules(password: &str, prefix: &str) -> Vec<String> {
         format!("~{prefix}:*"),
         format!("&{prefix}:*"),
     ];
-    rules.extend(
-        LIBRARY_ACL_RULES
-            .iter()
-            .chain(LIBRARY_ACL_OPTIONAL_RULES)
-            .chain(handshake_acl_rules())
-            .map(|r| (*r).to_owned()),
-    );
+    rules.extend(library_rules());
     rules
 }
 

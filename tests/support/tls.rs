@@ -367,8 +367,7 @@ impl TlsServerBuilder {
     /// Adds a config directive, e.g. `.config("user", &["locker", "on", ">pw", "~*",
     /// "+@all"])`. Each value is quoted as one argument.
     pub fn config(mut self, name: &str, values: &[&str]) -> Self {
-        let name = name.trim_start_matches('-');
-        assert!(!name.is_empty(), "directive name must not be empty");
+        let name = super::server::directive_name(name, &[], "TLS harness");
         self.config.push((
             name.to_owned(),
             values.iter().map(|v| (*v).to_owned()).collect(),

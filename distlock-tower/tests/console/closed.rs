@@ -29,6 +29,15 @@ fn limiter(client: &distlock::Client) -> distlock::ratelimit::RateLimiter {
         .expect("limiter")
 }
 
+/// Lock `orders/42`, held by the fixture's client: what a stranger must not see or force.
+async fn hold_order_42(fx: &Fixture) -> distlock::Lease {
+    fx.client
+        .lock("orders/42")
+        .acquire()
+        .await
+        .expect("acquire")
+}
+
 /// Every route a stranger could try, reads first.
 const EVERY_ROUTE: [(&str, &str); 8] = [
     ("GET", ""),
@@ -67,12 +76,7 @@ async fn without_a_hook_every_route_is_forbidden(fx: Fixture) {
 }
 
 async fn public_reads_is_a_choice_made_by_name(fx: Fixture) {
-    let _lease = fx
-        .client
-        .lock("orders/42")
-        .acquire()
-        .await
-        .expect("acquire");
+    let _lease = hold_order_42(&fx).await;
     let app = app(Console::new(fx.client.clone()).public_reads());
     let listing = send(&app, "GET", "/api/locks", &[]).await;
     assert_eq!(listing.status(), StatusCode::OK);
@@ -89,12 +93,7 @@ async fn public_reads_is_a_choice_made_by_name(fx: Fixture) {
 }
 
 async fn a_cross_site_post_is_refused_whatever_the_hook_says(fx: Fixture) {
-    let lease = fx
-        .client
-        .lock("orders/42")
-        .acquire()
-        .await
-        .expect("acquire");
+    let lease = hold_order_42(&fx).await;
     let app = app(Console::new(fx.client.clone()).authorize(|_, _| true));
     let path = "/api/locks/orders%2F42/force-unlock";
     let marked = ("x-distlock-console", "1");
@@ -139,12 +138,7 @@ async fn idempotency_claims_never_appear_in_a_listing(fx: Fixture) {
     else {
         panic!("a new key runs");
     };
-    let _lease = fx
-        .client
-        .lock("orders/42")
-        .acquire()
-        .await
-        .expect("acquire");
+    let _lease = hold_order_42(&fx).await;
     let app = app(Console::new(fx.client.clone()).authorize(|_, _| true));
     let listing = body_of(send(&app, "GET", "/api/locks", &[]).await).await;
     assert!(listing.contains("orders/42"), "{listing}");

@@ -93,6 +93,22 @@ async fn send(app: &Router, request: Request<Body>) -> (Response<()>, Vec<u8>) {
     (Response::from_parts(parts, ()), body.to_vec())
 }
 
+/// Sends a `pay-1` charge to `app` in a task of its own and returns that task once the
+/// handler has started (`started` counts the handler's starts).
+async fn charge_until_started(
+    app: &Router,
+    started: &AtomicU64,
+) -> tokio::task::JoinHandle<(Response<()>, Vec<u8>)> {
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, post_with("/charge", Some("pay-1"), "10")).await }
+    });
+    while started.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    first
+}
+
 async fn behaves(client: Client) {
     let runs = Arc::new(AtomicU64::new(0));
     let app = app(client, "oneshot", runs.clone());
@@ -209,13 +225,7 @@ async fn a_dropped_request_still_finishes_and_is_stored(client: Client) {
             .build()
             .expect("valid settings"),
     );
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, post_with("/charge", Some("pay-1"), "10")).await }
-    });
-    while started.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let first = charge_until_started(&app, &started).await;
     // The client goes away: its request's future is dropped mid-handler.
     first.abort();
     let (retry, body) = send(&app, post_with("/charge", Some("pay-1"), "10")).await;
@@ -272,13 +282,7 @@ async fn a_lost_claim_stops_its_handler(client: Client) {
             .build()
             .expect("valid settings"),
     );
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, post_with("/charge", Some("pay-1"), "10")).await }
-    });
-    while started.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let first = charge_until_started(&app, &started).await;
     let name = names.lock().expect("names")[0].clone();
     assert!(name.starts_with("idempotency/lost/"), "{name}");
     assert!(fences.lock().expect("fences")[0] > 0);

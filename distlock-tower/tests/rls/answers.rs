@@ -9,9 +9,13 @@ use std::time::Duration;
 
 use distlock::Client;
 use distlock_tower::rls::Settings;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::transport::Channel;
 
 use crate::common::{ask, ask_one, descriptor, header, ok, oks, serve, server};
 use crate::support::RedisServer;
@@ -67,6 +71,14 @@ descriptors:
     rate_limit: { unit: day, requests_per_unit: 200 }
     distlock: { algorithm: gcra, burst: 200 }
 "#;
+
+/// The answer to `descriptors` in domain `edge`, one hit each.
+async fn edge(
+    c: &mut RateLimitServiceClient<Channel>,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> RateLimitResponse {
+    ask(c, "edge", descriptors, 0).await.expect("answer")
+}
 
 async fn every_feature(store: Client) {
     let served = serve(server(store, CONFIG, Settings::default())).await;
@@ -129,86 +141,44 @@ async fn every_feature(store: Client) {
         .expect("answer");
     assert!(ok(&r), "the descriptor's 2, not the request's 9");
     assert_eq!(r.statuses[0].limit_remaining, 0);
-    let r = ask(
-        &mut c,
-        "edge",
-        vec![descriptor(&[("database", "users")])],
-        0,
-    )
-    .await
-    .expect("answer");
+    let r = edge(&mut c, vec![descriptor(&[("database", "users")])]).await;
     assert!(!ok(&r));
     // is_negative_hits gives hits back.
     own.is_negative_hits = true;
-    let r = ask(&mut c, "edge", vec![own], 0).await.expect("answer");
+    let r = edge(&mut c, vec![own]).await;
     assert!(ok(&r));
-    let r = ask(
-        &mut c,
-        "edge",
-        vec![descriptor(&[("database", "users")])],
-        0,
-    )
-    .await
-    .expect("answer");
+    let r = edge(&mut c, vec![descriptor(&[("database", "users")])]).await;
     assert!(ok(&r), "two hits were given back");
 
     // A prefix: `/api/*` takes `/api/v1/orders`.
     let api = [("path", "/api/v1/orders")];
-    assert!(ok(&ask(&mut c, "edge", vec![descriptor(&api)], 0)
-        .await
-        .expect("answer")));
-    assert!(!ok(&ask(&mut c, "edge", vec![descriptor(&api)], 0)
-        .await
-        .expect("answer")));
+    assert!(ok(&edge(&mut c, vec![descriptor(&api)]).await));
+    assert!(!ok(&edge(&mut c, vec![descriptor(&api)]).await));
 
     // Unlimited: OK, the largest remaining; 0 per unit: never.
     for _ in 0..5 {
-        let r = ask(
-            &mut c,
-            "edge",
-            vec![descriptor(&[("generic_key", "free")])],
-            0,
-        )
-        .await
-        .expect("answer");
+        let r = edge(&mut c, vec![descriptor(&[("generic_key", "free")])]).await;
         assert!(ok(&r));
         assert_eq!(r.statuses[0].limit_remaining, u32::MAX);
     }
-    let closed = ask(
-        &mut c,
-        "edge",
-        vec![descriptor(&[("generic_key", "closed")])],
-        0,
-    )
-    .await
-    .expect("answer");
+    let closed = edge(&mut c, vec![descriptor(&[("generic_key", "closed")])]).await;
     assert!(!ok(&closed));
 
     // Shadow mode: over the limit, still OK.
     for _ in 0..3 {
-        let r = ask(
-            &mut c,
-            "edge",
-            vec![descriptor(&[("generic_key", "trial")])],
-            0,
-        )
-        .await
-        .expect("answer");
+        let r = edge(&mut c, vec![descriptor(&[("generic_key", "trial")])]).await;
         assert!(ok(&r), "shadow mode never refuses: {r:?}");
     }
 
     // Two descriptors: OVER_LIMIT if either is; each has its status.
-    let both = ask(
+    let both = edge(
         &mut c,
-        "edge",
         vec![
             descriptor(&[("generic_key", "free")]),
             descriptor(&[("generic_key", "closed")]),
         ],
-        0,
     )
-    .await
-    .expect("answer");
+    .await;
     assert!(!ok(&both));
     assert_eq!(both.statuses.len(), 2);
     assert_eq!(both.statuses[0].code, Code::Ok as i32);
@@ -217,14 +187,11 @@ async fn every_feature(store: Client) {
     // `replaces`: with the tenant's limit matched too, `login` does not apply.
     let login = [("remote_address", "10.0.0.33"), ("path", "/login")];
     for _ in 0..4 {
-        let r = ask(
+        let r = edge(
             &mut c,
-            "edge",
             vec![descriptor(&login), descriptor(&[("tenant", "acme")])],
-            0,
         )
-        .await
-        .expect("answer");
+        .await;
         assert!(ok(&r), "login (2 a day) is replaced: {r:?}");
     }
 
@@ -235,40 +202,25 @@ async fn every_feature(store: Client) {
         unit: 4,
     });
     for expected in [true, true, false] {
-        let r = ask(&mut c, "edge", vec![own.clone()], 0)
-            .await
-            .expect("answer");
+        let r = edge(&mut c, vec![own.clone()]).await;
         assert_eq!(ok(&r), expected);
     }
 
     // Extensions: GCRA with a burst of 4, and a second rate of 6 a day: all must allow.
     for expected in [true, true, true, true, false] {
-        let r = ask(&mut c, "edge", vec![descriptor(&[("api_key", "k1")])], 0)
-            .await
-            .expect("answer");
+        let r = edge(&mut c, vec![descriptor(&[("api_key", "k1")])]).await;
         assert_eq!(ok(&r), expected, "burst of 4: {r:?}");
     }
     // Any of two rates: 1 a day, then the second's 2.
     for expected in [true, true, true, false] {
-        let r = ask(&mut c, "edge", vec![descriptor(&[("either", "e")])], 0)
-            .await
-            .expect("answer");
+        let r = edge(&mut c, vec![descriptor(&[("either", "e")])]).await;
         assert_eq!(ok(&r), expected);
     }
     // A lockout: the breach blocks for an hour; `duration_until_reset` says so.
     for _ in 0..2 {
-        assert!(ok(&ask(
-            &mut c,
-            "edge",
-            vec![descriptor(&[("otp", "u")])],
-            0
-        )
-        .await
-        .expect("answer")));
+        assert!(ok(&edge(&mut c, vec![descriptor(&[("otp", "u")])]).await));
     }
-    let breach = ask(&mut c, "edge", vec![descriptor(&[("otp", "u")])], 0)
-        .await
-        .expect("answer");
+    let breach = edge(&mut c, vec![descriptor(&[("otp", "u")])]).await;
     assert!(!ok(&breach));
     let until = breach.statuses[0]
         .duration_until_reset
@@ -278,17 +230,14 @@ async fn every_feature(store: Client) {
 
     // The headers tell of the visible limit with the fewest left; a hidden one is never in
     // them, nor named in its status.
-    let r = ask(
+    let r = edge(
         &mut c,
-        "edge",
         vec![
             descriptor(&[("internal", "i")]),
             descriptor(&[("remote_address", "10.0.0.77")]),
         ],
-        0,
     )
-    .await
-    .expect("answer");
+    .await;
     assert!(ok(&r));
     assert_eq!(header(&r, "x-ratelimit-limit"), Some("3, 3;w=86400"));
     assert_eq!(header(&r, "x-ratelimit-remaining"), Some("2"));
@@ -301,9 +250,7 @@ async fn every_feature(store: Client) {
         r.statuses[0].current_limit.as_ref().expect("limit").name,
         ""
     );
-    let hidden_only = ask(&mut c, "edge", vec![descriptor(&[("internal", "j")])], 0)
-        .await
-        .expect("answer");
+    let hidden_only = edge(&mut c, vec![descriptor(&[("internal", "j")])]).await;
     assert!(hidden_only.response_headers_to_add.is_empty());
 
     // Bad requests are INVALID_ARGUMENT.
@@ -328,9 +275,7 @@ async fn exact_totals(store: Client) {
             tokio::spawn(async move {
                 let mut passed = 0;
                 for _ in 0..10 {
-                    let r = ask(&mut c, "edge", vec![descriptor(&[("totals", "t")])], 0)
-                        .await
-                        .expect("answer");
+                    let r = edge(&mut c, vec![descriptor(&[("totals", "t")])]).await;
                     passed += u32::from(ok(&r));
                 }
                 passed
@@ -378,7 +323,7 @@ async fn a_cluster_answers_several_descriptors_at_once() {
         .map(|i| descriptor(&[("remote_address", &format!("10.1.0.{i}"))]))
         .collect();
     let started = std::time::Instant::now();
-    let r = ask(&mut c, "edge", descriptors, 0).await.expect("answer");
+    let r = edge(&mut c, descriptors).await;
     assert!(ok(&r));
     assert_eq!(r.statuses.len(), 20);
     assert!(r.statuses.iter().all(|s| s.limit_remaining == 2));

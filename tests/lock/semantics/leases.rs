@@ -81,13 +81,7 @@ pub(super) async fn cancellation_and_drop_leave_nothing_behind(fx: Fixture) {
     // Every lock key is gone within one ttl (released in the background or expired).
     tokio::time::sleep(TTL + Duration::from_millis(100)).await;
     let inspect = fx.client.__inspect();
-    let lock_keys: Vec<String> = inspect
-        .keys()
-        .await
-        .expect("keys")
-        .into_iter()
-        .filter(|k| k.contains(":lock:"))
-        .collect();
+    let lock_keys = super::lock_keys_left(&fx.client).await;
     assert!(lock_keys.is_empty(), "lock keys left behind: {lock_keys:?}");
     assert_eq!(
         inspect.watched_leases(),
