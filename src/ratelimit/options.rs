@@ -447,7 +447,7 @@ impl LimiterOptions {
         if self.deadline.is_some_and(|d| d.is_zero()) {
             return refuse("deadline", "zero; a check needs at least 1ms".to_owned());
         }
-        if self.max_wait > MAX_WAIT && self.max_wait != Duration::MAX {
+        if distlock_grammar::check_max_wait(self.max_wait).is_err() {
             return refuse(
                 "max_wait",
                 format!(
