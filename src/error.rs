@@ -739,6 +739,12 @@ pub enum InvalidPolicy {
         "a hybrid limiter cannot combine its policies as any-of: shares are leased with partial grants, which any-of does not make"
     )]
     HybridAnyOf,
+    /// An option of the limiter out of its bounds, named
+    /// ([`LimiterOptions::check`](crate::ratelimit::LimiterOptions::check)): a zero deadline,
+    /// `max_in_flight` 0, ... (the bounds with a variant of their own, such as
+    /// [`LogRetention`](Self::LogRetention), are reported as it).
+    #[error(transparent)]
+    LimiterOption(crate::lock::InvalidOption),
     /// A [`Lockout`](crate::ratelimit::Lockout) without steps.
     #[error(
         "invalid lockout of policy `{policy}`: it needs at least one step (the first block's \

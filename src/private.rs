@@ -11,7 +11,7 @@ use crate::client::ClientInner;
 use crate::client::{Client, default_client};
 use crate::error::{LockError, RateLimitError};
 use crate::lock::{LockBuilder, LockOptions};
-use crate::ratelimit::{Lockout, Policy, Rate, RateLimiter};
+use crate::ratelimit::{LimiterOptions, Lockout, Policy, Rate, RateLimiter};
 
 pub use crate::ratelimit::Algorithm;
 pub use std::time::Duration as __Duration;
@@ -201,6 +201,18 @@ pub struct LockoutSpec {
     pub memory: Option<Duration>,
 }
 
+impl LimitSpec {
+    /// The limiter's options these arguments set (the macro checked them when the function
+    /// compiled; `build` checks them again, as every door's).
+    fn options(&self) -> LimiterOptions {
+        let options = LimiterOptions::new();
+        match self.max_wait {
+            Some(max_wait) => options.max_wait(max_wait),
+            None => options,
+        }
+    }
+}
+
 impl LockoutSpec {
     fn lockout(&self) -> Lockout {
         let lockout = Lockout::after_breach(self.steps.iter().copied());
@@ -316,11 +328,10 @@ impl RateLimitSite {
                 }
             })
             .collect::<Result<Vec<_>, RateLimitError>>()?;
-        let mut builder = client.rate_limiter_all(policies);
-        if let Some(max_wait) = self.spec.max_wait {
-            builder = builder.max_wait(max_wait);
-        }
-        builder.build()
+        client
+            .rate_limiter_all(policies)
+            .options(self.spec.options())
+            .build()
     }
 
     /// Checks (or, with `max_wait`, waits for) a call of `cost` units on `subject`: `Ok` if it

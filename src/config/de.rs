@@ -301,6 +301,16 @@ where
     }
 }
 
+/// One option's value, checked alone by its option type's `check` ([`LockOptions::check`],
+/// [`LimiterOptions::check`]) so that the error points at the value; what depends on two
+/// fields is checked once the table is read.
+///
+/// [`LockOptions::check`]: crate::LockOptions::check
+/// [`LimiterOptions::check`]: crate::ratelimit::LimiterOptions::check
+pub(crate) fn checked(check: Result<(), crate::InvalidOption>) -> Result<(), String> {
+    check.map_err(|invalid| invalid.reason().to_owned())
+}
+
 /// A duration that must be above zero.
 pub(crate) fn above_zero(duration: &Duration) -> Result<(), String> {
     if duration.is_zero() {

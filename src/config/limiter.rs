@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::de::{
-    FieldValue, OrForever, ReadTable, Table, above_zero, deserialize_table, invalid, note, parsed,
+    FieldValue, OrForever, ReadTable, Table, checked, deserialize_table, invalid, note, parsed,
     reading,
 };
 use super::{FieldErrorKind, InvalidField};
@@ -15,7 +15,8 @@ use crate::client::Client;
 use crate::error::{InvalidPolicy, RateLimitError};
 use crate::ratelimit::{
     CircuitBreaker, DEFAULT_BREAKER_MAX_OPEN, DEFAULT_BREAKER_OPEN, DEFAULT_RATE_CACHE_SUBJECTS,
-    DEFAULT_RATE_CACHE_TTL, MAX_POLICIES, Outage, Policy, RateLimiter, RateLimiterBuilder,
+    DEFAULT_RATE_CACHE_TTL, LimiterOptions, MAX_POLICIES, Outage, Policy, RateLimiter,
+    RateLimiterBuilder,
 };
 
 /// A rate limiter's policies and options, each option optional (unset: the
@@ -35,10 +36,14 @@ use crate::ratelimit::{
 /// | `circuit_breaker` | `false` (none), `true` (the default one), or `{ trip_after = 3, open_for = "100ms", max_open = "500ms" }` | [`circuit_breaker`](RateLimiterBuilder::circuit_breaker) |
 /// | `rate_cache` | `{ ttl = "60s", subjects = 10000 }`, either optional | [`rate_cache`](RateLimiterBuilder::rate_cache) |
 ///
-/// What the builder refuses (no policy, more than eight, one name twice, a store that cannot
-/// count) is refused by [`build`](Self::build) with the builder's error; the circuit breaker's
-/// bounds, and a lockout's (the [`InvalidPolicy`] of [`Policy::with_lockout`], as the
-/// policy's error), are checked when the configuration is read.
+/// The options map into a [`LimiterOptions`] ([`options`](Self::options)), whose
+/// [`check`](LimiterOptions::check) (the one place their bounds are checked) runs when the
+/// configuration is read, so a bad value stops the service at start-up and names its field
+/// as the builder would. More than eight policies or one name twice are refused when it is
+/// read too; a store that cannot count, by [`build`](Self::build) with the builder's error.
+/// The circuit breaker's bounds, and a lockout's (the [`InvalidPolicy`] of
+/// [`Policy::with_lockout`], as the policy's error), are checked when the configuration is
+/// read.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -146,38 +151,50 @@ impl LimiterConfig {
     /// [`RateLimitError::InvalidPolicy`] for a circuit breaker out of bounds (what parsing
     /// refuses, for a configuration built in code).
     pub fn builder(&self, client: &Client) -> Result<RateLimiterBuilder, RateLimitError> {
-        let mut builder = client.rate_limiter_all(self.policies.iter().cloned());
+        Ok(client
+            .rate_limiter_all(self.policies.iter().cloned())
+            .options(self.options()?))
+    }
+
+    /// These options over the defaults: what [`RateLimiterBuilder::options`] takes, and what
+    /// [`LimiterOptions::check`] checks (as reading the configuration did).
+    ///
+    /// # Errors
+    /// [`InvalidPolicy::CircuitBreaker`] for a circuit breaker out of bounds (what parsing
+    /// refuses, for a configuration built in code).
+    pub fn options(&self) -> Result<LimiterOptions, InvalidPolicy> {
+        let mut options = LimiterOptions::new();
         if let Some(outage) = self.outage {
-            builder = builder.on_outage(outage);
+            options = options.on_outage(outage);
         }
         if let Some(deadline) = self.deadline {
-            builder = builder.deadline(deadline);
+            options = options.deadline(deadline);
         }
         if let Some(subjects) = self.deny_cache {
-            builder = builder.deny_cache(subjects);
+            options = options.deny_cache(subjects);
         }
         if let Some(age) = self.deny_cache_max_age {
-            builder = builder.deny_cache_max_age(age);
+            options = options.deny_cache_max_age(age);
         }
         if let Some(checks) = self.max_in_flight {
-            builder = builder.max_in_flight(checks);
+            options = options.max_in_flight(checks);
         }
         if let Some(shadow) = self.shadow {
-            builder = builder.shadow(shadow);
+            options = options.shadow(shadow);
         }
         if let Some(max_wait) = self.max_wait {
-            builder = builder.max_wait(max_wait);
+            options = options.max_wait(max_wait);
         }
         if let Some(breaker) = self.circuit_breaker {
-            builder = builder.circuit_breaker(breaker.breaker()?);
+            options = options.circuit_breaker(breaker.breaker()?);
         }
         if let Some(cache) = self.rate_cache {
-            builder = builder.rate_cache(
+            options = options.rate_cache(
                 cache.ttl.unwrap_or(DEFAULT_RATE_CACHE_TTL),
                 cache.subjects.unwrap_or(DEFAULT_RATE_CACHE_SUBJECTS),
             );
         }
-        Ok(builder)
+        Ok(options)
     }
 
     /// The limiter on `client`: `self.builder(client)?.build()`.
@@ -265,23 +282,26 @@ pub(super) fn read_limiter<'de, A: MapAccess<'de>>(
             "outage" => config.outage = Some(table.value::<OutageField, _>(map, key)?.0),
             "deadline" => {
                 config.deadline = Some(table.value_checked(map, key, |d: &Duration| {
-                    above_zero(d).map_err(|_| "zero; a check needs at least 1ms".to_owned())
+                    checked(LimiterOptions::new().deadline(*d).check())
                 })?);
             }
             "deny_cache" => config.deny_cache = Some(table.value(map, key)?),
             "deny_cache_max_age" => config.deny_cache_max_age = Some(table.value(map, key)?),
             "max_in_flight" => {
-                config.max_in_flight =
-                    Some(
-                        table.value_checked(map, key, |&checks: &usize| match checks {
-                            0 => Err("zero; at least one check must be able to wait on the store"
-                                .to_owned()),
-                            _ => Ok(()),
-                        })?,
-                    );
+                config.max_in_flight = Some(table.value_checked(map, key, |n: &usize| {
+                    checked(LimiterOptions::new().max_in_flight(*n).check())
+                })?);
             }
             "shadow" => config.shadow = Some(table.value(map, key)?),
-            "max_wait" => config.max_wait = Some(table.value::<OrForever, _>(map, key)?.0),
+            "max_wait" => {
+                config.max_wait = Some(
+                    table
+                        .value_checked(map, key, |wait: &OrForever| {
+                            checked(LimiterOptions::new().max_wait(wait.0).check())
+                        })?
+                        .0,
+                );
+            }
             "circuit_breaker" => config.circuit_breaker = Some(table.value(map, key)?),
             "rate_cache" => config.rate_cache = Some(table.value(map, key)?),
             _ => return Err(table.unhandled(key)),
@@ -295,9 +315,9 @@ pub(super) fn read_limiter<'de, A: MapAccess<'de>>(
 }
 
 impl LimiterConfig {
-    /// What the builder would refuse, or quietly raise, that does not depend on the store:
-    /// more than [`MAX_POLICIES`] policies or a name twice, a zero deadline, `max_in_flight`
-    /// or rate cache, a circuit breaker out of bounds.
+    /// What the builder would refuse that does not depend on the store: more than
+    /// [`MAX_POLICIES`] policies or a name twice, a circuit breaker out of bounds, and
+    /// whatever [`LimiterOptions::check`] refuses.
     fn check(&self) -> Result<(), InvalidField> {
         if self.policies.len() > MAX_POLICIES {
             return Err(InvalidField::new(
@@ -319,33 +339,12 @@ impl LimiterConfig {
                 ));
             }
         }
-        if self.deadline.is_some_and(|d| d.is_zero()) {
-            return Err(InvalidField::new(
-                "deadline",
-                "zero; a check needs at least 1ms",
-            ));
-        }
-        if self.max_in_flight == Some(0) {
-            return Err(InvalidField::new(
-                "max_in_flight",
-                "zero; at least one check must be able to wait on the store",
-            ));
-        }
-        if self
-            .rate_cache
-            .is_some_and(|cache| cache.subjects == Some(0))
-        {
-            return Err(InvalidField::new(
-                "rate_cache.subjects",
-                "zero; the cache holds at least one subject",
-            ));
-        }
-        if let Some(breaker) = self.circuit_breaker {
-            breaker
-                .breaker()
-                .map_err(|e| InvalidField::new("circuit_breaker", e.to_string()))?;
-        }
-        Ok(())
+        let options = self
+            .options()
+            .map_err(|e| InvalidField::new("circuit_breaker", e.to_string()))?;
+        options
+            .check()
+            .map_err(|invalid| InvalidField::new(invalid.field(), invalid.reason()))
     }
 }
 
@@ -572,15 +571,10 @@ impl ReadTable for RateCacheConfig {
             match key {
                 "ttl" => cache.ttl = Some(table.value(map, key)?),
                 "subjects" => {
-                    cache.subjects =
-                        Some(table.value_checked(
-                            map,
-                            key,
-                            |&subjects: &usize| match subjects {
-                                0 => Err("zero; the cache holds at least one subject".to_owned()),
-                                _ => Ok(()),
-                            },
-                        )?);
+                    cache.subjects = Some(table.value_checked(map, key, |n: &usize| {
+                        let options = LimiterOptions::new().rate_cache(DEFAULT_RATE_CACHE_TTL, *n);
+                        checked(options.check())
+                    })?);
                 }
                 _ => return Err(table.unhandled(key)),
             }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::de::{Deserialize, Deserializer, MapAccess};
 
 use super::client::ReplicasConfig;
-use super::de::{OrForever, ReadTable, Table, deserialize_table};
+use super::de::{OrForever, ReadTable, Table, checked, deserialize_table};
 use crate::client::Client;
 use crate::lock::{LockBuilder, LockOptions};
 
@@ -160,14 +160,6 @@ impl LockConfig {
     }
 }
 
-/// One option's value, checked by [`LockOptions::check`] alone (so the error points at the
-/// value); what depends on two fields is checked once the table is read.
-fn checked(options: LockOptions) -> Result<(), String> {
-    options
-        .check()
-        .map_err(|invalid| invalid.reason().to_owned())
-}
-
 impl<'de> Deserialize<'de> for LockConfig {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserialize_table(deserializer)
@@ -200,7 +192,7 @@ impl ReadTable for LockConfig {
             match key {
                 "ttl" => {
                     config.ttl = Some(table.value_checked(map, key, |ttl: &Duration| {
-                        checked(LockOptions::new().ttl(*ttl))
+                        checked(LockOptions::new().ttl(*ttl).check())
                     })?);
                 }
                 "wait" => config.wait = Some(table.value::<OrForever, _>(map, key)?.0),
@@ -208,19 +200,19 @@ impl ReadTable for LockConfig {
                 "watchdog" => config.watchdog = Some(table.value(map, key)?),
                 "max_hold" => {
                     config.max_hold = Some(table.value_checked(map, key, |max: &Duration| {
-                        checked(LockOptions::new().max_hold(*max))
+                        checked(LockOptions::new().max_hold(*max).check())
                     })?);
                 }
                 "min_hold" => {
                     config.min_hold = Some(table.value_checked(map, key, |min: &Duration| {
-                        checked(LockOptions::new().min_hold(*min))
+                        checked(LockOptions::new().min_hold(*min).check())
                     })?);
                 }
                 "reentrant" => config.reentrant = Some(table.value(map, key)?),
                 "replicas" => config.replicas = Some(table.value(map, key)?),
                 "max_attempts" => {
                     config.max_attempts = Some(table.value_checked(map, key, |n: &u32| {
-                        checked(LockOptions::new().max_attempts(*n))
+                        checked(LockOptions::new().max_attempts(*n).check())
                     })?);
                 }
                 "retry_backoff" => config.retry_backoff = Some(table.value(map, key)?),

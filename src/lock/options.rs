@@ -180,9 +180,11 @@ pub(crate) enum ReplicaChoice {
     Ask(Replicas),
 }
 
-/// A lock option that no store accepts: which one, and why. Returned by
-/// [`LockOptions::check`]; the configuration loader and the tower layers report it under
-/// their own error types, naming the same field.
+/// A lock's or a rate limiter's option that no store accepts: which one, and why. Returned
+/// by [`LockOptions::check`] and
+/// [`LimiterOptions::check`](crate::ratelimit::LimiterOptions::check); the configuration
+/// loader and the tower layers report it under their own error types, naming the same
+/// field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]
 pub struct InvalidOption {
@@ -191,7 +193,7 @@ pub struct InvalidOption {
 }
 
 impl InvalidOption {
-    fn new(field: &'static str, reason: String) -> Self {
+    pub(crate) fn new(field: &'static str, reason: String) -> Self {
         Self { field, reason }
     }
 

@@ -140,6 +140,12 @@ impl CircuitBreaker {
         }
     }
 
+    /// Whether `other` is this breaker (a clone of it, sharing its state), not merely one
+    /// with the same settings.
+    pub(crate) fn is_same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.phase, &other.phase)
+    }
+
     /// Opens after `failures` failures in a row (at least 1).
     pub fn trip_after(mut self, failures: u32) -> Result<Self, InvalidPolicy> {
         if failures == 0 {

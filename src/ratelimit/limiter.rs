@@ -200,7 +200,8 @@ impl RateLimiter {
                     super::Algorithm::Gcra | super::Algorithm::TokenBucket
                 ) && p.lockout().is_none()
             });
-        let max_in_flight = settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
+        // At least 1: `LimiterOptions::check` refuses 0.
+        let max_in_flight = settings.max_in_flight.min(Semaphore::MAX_PERMITS);
         let shared = Shared::new(&settings, max_in_flight, &policies);
         let limiter = Self {
             client,

@@ -38,6 +38,7 @@ mod deny_cache;
 mod limiter;
 mod lockout;
 pub(crate) mod metrics;
+mod options;
 mod outage;
 mod policy;
 mod rate;
@@ -58,6 +59,7 @@ pub use self::limiter::{
     MAX_POLICIES, MAX_WAIT, RateLimiter,
 };
 pub use self::lockout::{DEFAULT_LOCKOUT_MEMORY, Lockout, MAX_LOCKOUT_STEPS, MIN_LOCKOUT};
+pub use self::options::LimiterOptions;
 pub use self::outage::{Outage, ParseOutageError};
 pub use self::policy::ParsePolicyError;
 pub use self::policy::{Algorithm, MAX_LOG_LIMIT, MAX_POLICY_NAME_LEN, Policy};

@@ -20,6 +20,9 @@ pub const DEFAULT_RATE_CACHE_TTL: Duration = Duration::from_secs(60);
 pub const DEFAULT_RATE_CACHE_SUBJECTS: usize = 10_000;
 /// How long a failed lookup's fallback is kept before the lookup is tried again.
 const FAILED_LOOKUP_KEPT: Duration = Duration::from_secs(1);
+/// The longest looked-up rates are kept, whatever the cache's ttl (a point in time must
+/// exist that far ahead: `Duration::MAX` would overflow one).
+const MAX_KEPT: Duration = super::MAX_PERIOD;
 
 /// What a [`RateLookup`] can fail with.
 pub type LookupError = Box<dyn std::error::Error + Send + Sync>;
@@ -146,7 +149,7 @@ impl RateTable {
         Self {
             lookup,
             ttl,
-            capacity: capacity.max(1),
+            capacity,
             slots: Mutex::new(HashMap::new()),
         }
     }
@@ -200,7 +203,7 @@ impl RateTable {
                     Err(_) => failed(format!("no answer within {deadline:?}")),
                     Ok(Err(err)) => failed(err.to_string()),
                     Ok(Ok(rates)) => match apply(base, &rates) {
-                        Ok(effective) => (effective, Instant::now() + self.ttl),
+                        Ok(effective) => (effective, Instant::now() + self.ttl.min(MAX_KEPT)),
                         Err(why) => failed(why),
                     },
                 }

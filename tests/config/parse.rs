@@ -994,3 +994,54 @@ fn counting_on_reads_and_is_refused_where_it_cannot_count() {
         "client.counting_on.prefx",
     );
 }
+
+/// A limiter option out of its bounds is refused by every door under the same name: the
+/// builder (`LimiterOptions::check` through `build`), `LimiterOptions` itself, and a
+/// configuration file's limiter table, when it is read.
+#[test]
+fn every_door_refuses_a_limiter_option_by_the_same_name() {
+    use distlock::ratelimit::{LimiterOptions, Policy, Rate};
+    use distlock::{InvalidPolicy, RateLimitError};
+
+    let client = distlock::Client::in_memory();
+    let policy = Policy::gcra("api", Rate::per_second(100).expect("rate")).expect("policy");
+    type Set = fn(LimiterOptions) -> LimiterOptions;
+    let cases: [(&str, &str, Set); 4] = [
+        ("deadline = \"0s\"", "deadline", |o| {
+            o.deadline(Duration::ZERO)
+        }),
+        ("max_in_flight = 0", "max_in_flight", |o| o.max_in_flight(0)),
+        (
+            "rate_cache = { subjects = 0 }",
+            "rate_cache.subjects",
+            |o| o.rate_cache(Duration::from_secs(60), 0),
+        ),
+        ("max_wait = \"400days\"", "max_wait", |o| {
+            o.max_wait(Duration::from_secs(400 * 86_400))
+        }),
+    ];
+    for (line, field, set) in cases {
+        let options = set(LimiterOptions::new());
+        assert_eq!(options.check().map_err(|e| e.field()), Err(field));
+        let built = client.rate_limiter(policy.clone()).options(options).build();
+        match built {
+            Err(RateLimitError::InvalidPolicy(InvalidPolicy::LimiterOption(invalid))) => {
+                assert_eq!(invalid.field(), field);
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+        field_error(
+            &format!("{MEMORY}[limiters.api]\npolicies = \"100/s\"\n{line}"),
+            Kind::InvalidValue,
+            &format!("limiters.api.{field}"),
+        );
+    }
+    // "forever" is the one wait longer than MAX_WAIT taken, in both doors.
+    let config = Config::from_toml_str(&format!(
+        "{MEMORY}[limiters.api]\npolicies = \"100/s\"\nmax_wait = \"forever\""
+    ))
+    .expect("forever");
+    let options = config.limiters["api"].options().expect("options");
+    assert_eq!(options.get_max_wait(), Duration::MAX);
+    assert!(options.check().is_ok());
+}

@@ -205,7 +205,7 @@ async fn extreme_values_that_parse_also_run() {
         "[client]\nurl = {:?}\nreconnect_retries = 18446744073709551615\n\
          [lock]\nttl = \"7d\"\nwait = \"100000000d\"\nstore_patience = \"100000000d\"\n\
          max_hold = \"100000000d\"\nmin_hold = \"0s\"\n\
-         [limiters.api]\npolicies = \"1/366d\"\nmax_wait = \"100000000d\"\n\
+         [limiters.api]\npolicies = \"1/366d\"\nmax_wait = \"forever\"\n\
          deadline = \"100000000d\"\ndeny_cache = 18446744073709551615\n\
          max_in_flight = 18446744073709551615\n",
         server.url()

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock::ratelimit::{Algorithm, Policy, Rate};
+use distlock::ratelimit::{Algorithm, Policy, Rate, RateLimiter};
 use distlock::{Client, InvalidPolicy, RateLimitError, StoreError};
 
 use crate::support::RedisServer;
@@ -101,13 +101,17 @@ async fn limiter_settings_at_their_bounds(fx: Fixture) {
     // (at ten per second, a loaded run refilled one before the thirteenth check).
     let policy = Policy::gcra("bounds", Rate::per_hour(10).expect("rate")).expect("policy");
     for deadline in durations() {
-        // Zero is raised to 1 ms; MAX means the client's own response timeout bounds it.
-        let limiter = fx
+        // Zero is refused, by name; MAX means the client's own response timeout bounds it.
+        let built = fx
             .client
             .rate_limiter(policy.clone())
             .deadline(deadline)
-            .build()
-            .expect("valid limiter");
+            .build();
+        if deadline.is_zero() {
+            assert_refused(built, "deadline");
+            continue;
+        }
+        let limiter = built.expect("valid limiter");
         match limiter.check("deadline").await {
             Ok(_) => {}
             // A deadline of a millisecond or so may pass on a busy machine: a typed answer.
@@ -137,7 +141,14 @@ async fn limiter_settings_at_their_bounds(fx: Fixture) {
                 .allowed
         );
     }
-    for checks in [0, 1, usize::MAX / 8, usize::MAX] {
+    assert_refused(
+        fx.client
+            .rate_limiter(policy.clone())
+            .max_in_flight(0)
+            .build(),
+        "max_in_flight",
+    );
+    for checks in [1, usize::MAX / 8, usize::MAX] {
         let limiter = fx
             .client
             .rate_limiter(policy.clone())
@@ -237,5 +248,15 @@ async fn client_settings_at_their_bounds() {
             .expect("connect");
         let lease = client.lock("retries").acquire().await.expect("acquire");
         lease.release().await.expect("release");
+    }
+}
+
+/// `built` was refused for the option `field`, by `LimiterOptions::check`.
+fn assert_refused(built: Result<RateLimiter, RateLimitError>, field: &str) {
+    match built {
+        Err(RateLimitError::InvalidPolicy(InvalidPolicy::LimiterOption(invalid))) => {
+            assert_eq!(invalid.field(), field, "{invalid}");
+        }
+        other => panic!("{field}: expected a refusal, got {other:?}"),
     }
 }

@@ -91,6 +91,23 @@ pub fn check_ttl(ttl: Duration) -> Result<Duration, OutOfRange> {
     })
 }
 
+/// A rate-limited call's longest wait: at most [`MAX_WAIT`], or `Duration::MAX` (as long as
+/// it takes, up to [`MAX_WAIT`]). The one check of that bound, whichever door the wait came
+/// through.
+///
+/// # Errors
+/// [`OutOfRange`] with the wait and `0..=MAX_WAIT`.
+pub fn check_max_wait(wait: Duration) -> Result<Duration, OutOfRange> {
+    if wait <= MAX_WAIT || wait == Duration::MAX {
+        return Ok(wait);
+    }
+    Err(OutOfRange {
+        value: wait,
+        min: Duration::ZERO,
+        max: MAX_WAIT,
+    })
+}
+
 /// A lockout's block or memory within [`MIN_LOCKOUT`]`..=`[`MAX_PERIOD`].
 ///
 /// # Errors
@@ -111,6 +128,15 @@ mod tests {
     use super::*;
 
     const NS: Duration = Duration::from_nanos(1);
+
+    #[test]
+    fn a_wait_is_at_most_max_wait_or_forever() {
+        for wait in [Duration::ZERO, MAX_WAIT, Duration::MAX] {
+            assert_eq!(check_max_wait(wait), Ok(wait));
+        }
+        assert!(check_max_wait(MAX_WAIT + NS).is_err());
+        assert!(check_max_wait(Duration::MAX - NS).is_err());
+    }
 
     #[test]
     fn ttl_bounds_are_inclusive() {

@@ -35,7 +35,7 @@ pub mod rate;
 pub use bounds::{
     DEFAULT_TTL, MAX_BACKOFF, MAX_LOCKOUT_STEPS, MAX_LOG_LIMIT, MAX_PERIOD, MAX_POLICIES,
     MAX_POLICY_NAME_LEN, MAX_REFILL, MAX_TTL, MAX_WAIT, MIN_LOCKOUT, MIN_PERIOD, MIN_TTL,
-    OutOfRange, check_lockout, check_ttl,
+    OutOfRange, check_lockout, check_max_wait, check_ttl,
 };
 pub use duration::{DurationError, DurationText, parse_duration};
 pub use policy::{Algorithm, PolicyText, check_policy, check_policy_name, kebab, parse_policy};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock_grammar::{MAX_LOCKOUT_STEPS, MAX_POLICIES, MAX_WAIT, check_lockout};
+use distlock_grammar::{MAX_LOCKOUT_STEPS, MAX_POLICIES, check_lockout, check_max_wait};
 use proc_macro2::{Span, TokenStream};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, Lit, LitStr, UnOp};
@@ -342,7 +342,9 @@ fn parse_lockout_length(value: &Expr, name: &str) -> syn::Result<Duration> {
     })
 }
 
-/// `max_wait`: above zero, at most 366 days.
+/// `max_wait`: above zero, at most 366 days (the bound `LimiterOptions::check` holds too, from
+/// the same grammar crate; zero is this attribute's own rule: it would make
+/// `on_limit = wait` fail at once).
 fn parse_max_wait(value: &Expr) -> syn::Result<Duration> {
     let wait = parse_duration(&GRAMMAR, "max_wait", value)?;
     if wait.is_zero() {
@@ -352,7 +354,7 @@ fn parse_max_wait(value: &Expr) -> syn::Result<Duration> {
              duration above zero",
         ));
     }
-    if wait > MAX_WAIT {
+    if check_max_wait(wait).is_err() {
         let text = string_literal(&GRAMMAR, "max_wait", value)?.value();
         return Err(syn::Error::new(
             value.span(),

@@ -104,3 +104,52 @@ async fn a_lock_layer_from_toml_locks_its_path_key_and_answers_its_status(fx: Fi
     held.release().await.expect("release");
     assert_eq!(status(42).await, StatusCode::OK);
 }
+
+/// A rate-limit layer holds a built limiter, so its doors take a limiter's options where the
+/// limiter is made, and refuse a bad one there, under the option's name: in code, through
+/// `RateLimiterBuilder` (`LimiterOptions::check`); in a service's file, where its limiter
+/// table is read beside the layer's.
+#[test]
+fn a_limiter_option_is_refused_by_name_at_either_door_of_a_layer() {
+    use distlock::ratelimit::{LimiterOptions, Policy, Rate};
+    use distlock::{InvalidPolicy, RateLimitError};
+
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct ServiceFile {
+        distlock: distlock::config::Config,
+        layers: std::collections::HashMap<String, RateLimitLayerConfig>,
+    }
+
+    let client = distlock::Client::in_memory();
+    let policy = Policy::gcra("api", Rate::per_second(10).expect("rate")).expect("policy");
+    for (line, field, options) in [
+        (
+            "deadline = \"0s\"",
+            "deadline",
+            LimiterOptions::new().deadline(Duration::ZERO),
+        ),
+        (
+            "max_in_flight = 0",
+            "max_in_flight",
+            LimiterOptions::new().max_in_flight(0),
+        ),
+    ] {
+        match client.rate_limiter(policy.clone()).options(options).build() {
+            Err(RateLimitError::InvalidPolicy(InvalidPolicy::LimiterOption(invalid))) => {
+                assert_eq!(invalid.field(), field);
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+        let text = format!(
+            "[distlock.client]\nmemory = true\n[distlock.limiters.api]\npolicies = \"10/s\"\n\
+             {line}\n[layers.api]\nkey = {{ from = \"header\", name = \"x-api-key\" }}\n"
+        );
+        let err = toml::from_str::<ServiceFile>(&text)
+            .err()
+            .expect("refused")
+            .message()
+            .to_owned();
+        assert!(err.contains(&format!("limiters.api.{field}`")), "{err}");
+    }
+}
