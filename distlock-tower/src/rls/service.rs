@@ -761,9 +761,8 @@ fn limiter(
             builder.on_outage(Outage::FailClosed)
         }
     };
-    if settings.deny_cache > 0 {
-        builder = builder.deny_cache(settings.deny_cache);
-    }
+    // Always set: 0 means none here, where the limiter's own default is a cache.
+    builder = builder.deny_cache(settings.deny_cache);
     if let Some((share, sync)) = settings.hybrid {
         builder = builder.hybrid(share, sync);
     }

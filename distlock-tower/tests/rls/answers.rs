@@ -289,6 +289,35 @@ async fn exact_totals(store: Client) {
     assert_eq!(passed, 200, "exactly the limit passed");
 }
 
+/// `Settings::deny_cache` is 0 (none) by default: every check asks the store, so a subject the
+/// store forgot (here: flushed) passes at once, not answered from a cache of its denials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_every_check_asks_the_store() {
+    let redis = RedisServer::start();
+    let served = serve(server(
+        connect(&redis.url()).await,
+        CONFIG,
+        Settings::default(),
+    ))
+    .await;
+    let mut c = served.client.clone();
+    let api = [("path", "/api/orders")];
+    assert!(
+        ok(&ask_one(&mut c, "edge", &api).await),
+        "the first of the day"
+    );
+    assert!(!ok(&ask_one(&mut c, "edge", &api).await), "the second");
+    let mut conn = redis.conn().await;
+    let () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("flush");
+    assert!(
+        ok(&ask_one(&mut c, "edge", &api).await),
+        "answered from a local cache of denials after the store forgot them"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis() {
     let redis = RedisServer::start();
