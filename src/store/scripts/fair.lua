@@ -104,6 +104,8 @@ if joins == '1' then
       redis.call('APPEND', lock, '*')
     end
   end
-  return {-wait - 2, redis.call('ZRANK', queue, waiter)}
+  -- How many arrived before it (ZCOUNT, not ZRANK: the ACL rules users already grant).
+  local number = redis.call('ZSCORE', queue, waiter)
+  return {-wait - 2, redis.call('ZCOUNT', queue, '-inf', '(' .. number)}
 end
 return {-wait - 2, 0}
