@@ -262,7 +262,7 @@ exclusions() {
         echo "SKIP tls::distlock_connects_to_a_cluster_over_tls|$cluster_reason"
         ;;
       fenced | history) echo "SKIP cluster|$cluster_reason" ;;
-      ratelimit | ratelimit-acl | http-rate-limit) echo "SKIP on_a_cluster|$cluster_reason" ;;
+      lock | lock-acl | ratelimit | ratelimit-acl | http-rate-limit) echo "SKIP on_a_cluster|$cluster_reason" ;;
     esac
   fi
   return 0
