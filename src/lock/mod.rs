@@ -263,17 +263,8 @@ impl LockBuilder {
                 keys,
                 terms,
             };
-            let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
-            tracing::debug!(
-                fence = shared.minted_fence(),
-                attempts = how.attempts,
-                waited_ms = how.waited_ms(),
-                woken_by = how.woken_by,
-                "acquired"
-            );
-            let lease = Lease::granted(self.client.clone(), shared, Primitive::Lock)?;
-            lease.handle().shared.set_kind(self.kind);
-            Ok(lease)
+            let granted = self.options.wait_for(&self.client, &mut claim).await?;
+            self.lease_of(granted, false)
         }
         .instrument(span)
         .await
@@ -289,10 +280,19 @@ impl LockBuilder {
         let keys = fair::keys_of(&self.client, keys);
         let joins = !self.options.wait.is_zero();
         let mut claim = fair::FairClaim::new(&self.client, keys, terms, identity, joins);
-        let (shared, how) = self.options.wait_for(&self.client, &mut claim).await?;
+        let granted = self.options.wait_for(&self.client, &mut claim).await?;
         drop(claim);
+        self.lease_of(granted, true)
+    }
+
+    /// The lease of a grant the acquire loop reached, listed as this builder's kind.
+    fn lease_of(
+        &self,
+        (shared, how): (Arc<LeaseState>, wait::Acquired),
+        fair: bool,
+    ) -> Result<Lease, LockError> {
         tracing::debug!(
-            fair = true,
+            fair,
             fence = shared.minted_fence(),
             attempts = how.attempts,
             waited_ms = how.waited_ms(),

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::common::{brief, policy};
 use crate::support::lateness::{LatenessProbe, Mark};
+use crate::support::server::short_client;
 use crate::support::{Proxy, RedisServer};
 
 /// Allowed on top of a deadline for the work around it (spawning the check, building the
@@ -26,29 +27,6 @@ const DEADLINE: Duration = Duration::from_millis(150);
 /// machine, hundreds of milliseconds on a starved one: the README's limits).
 fn within_deadline(took: Duration, probe: &LatenessProbe, mark: Mark) -> bool {
     took <= DEADLINE + SLACK + probe.since(mark)
-}
-
-/// A client with short timeouts. Its first connection is retried a few times: on a loaded
-/// machine the handshake of a healthy server can take longer than 300 ms, and these tests are
-/// about outages that come after the connect.
-async fn short_client(url: &str) -> Client {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match Client::builder()
-            .response_timeout(Duration::from_millis(300))
-            .connect_timeout(Duration::from_millis(300))
-            .reconnect_retries(1)
-            .connect(url)
-            .await
-        {
-            Ok(client) => return client,
-            Err(e) if attempt < 5 && e.is_transient() => {
-                eprintln!("connect to {url}, attempt {attempt}: {e}; retrying");
-            }
-            Err(e) => panic!("connect to {url}: {e}"),
-        }
-    }
 }
 
 fn limiter(client: &Client, outage: Outage) -> RateLimiter {
