@@ -403,6 +403,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// A duration, or `"forever"` for [`Duration::MAX`] (what the builders take as no bound).
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct OrForever(pub(crate) Duration);
 
 impl FieldValue for OrForever {

@@ -397,7 +397,8 @@ mod loader {
     ///     ])
     ///     .load()?;
     /// assert!(matches!(&config.client.store, StoreConfig::Redis(url) if url == "redis://cache:6379/"));
-    /// assert_eq!(config.lock.ttl, Some(std::time::Duration::from_secs(30)));
+    /// assert!(config.lock.sets("ttl"));
+    /// assert_eq!(config.lock.options().get_ttl(), std::time::Duration::from_secs(30));
     /// # Ok(()) }
     /// ```
     #[derive(Debug, Clone, Default)]

@@ -6,13 +6,21 @@ use std::time::Duration;
 use serde::de::{Deserialize, Deserializer, MapAccess};
 
 use super::client::ReplicasConfig;
-use super::de::{OrForever, ReadTable, Table, checked, deserialize_table};
+use distlock_grammar::{LOCK_OPTIONS, OptionKind, lock_option};
+
+use super::de::{FieldValue, OrForever, ReadTable, Table, checked, deserialize_table};
 use crate::client::Client;
-use crate::lock::{LockBuilder, LockOptions};
+use crate::lock::{LockBuilder, LockOptions, OptionValue};
 
 /// A lock's options, each optional (unset: the [`LockBuilder`]'s default). Deserialises from
 /// a table whose fields are the builder's options; [`apply`](Self::apply) sets them on a
-/// builder.
+/// builder, [`options`](Self::options) gives them as a [`LockOptions`] (read a value with its
+/// getter, `config.options().get_ttl()`), and [`sets`](Self::sets) says which it sets.
+///
+/// The fields are read from the table of lock options the macro also reads
+/// ([`distlock_grammar::LOCK_OPTIONS`]), so an option added to [`LockOptions`] and to that
+/// table is a field here without code of its own; `replicas` and `retry_backoff`, whose values
+/// are tables, are read here.
 ///
 /// | field | value | builder option |
 /// |---|---|---|
@@ -52,32 +60,14 @@ use crate::lock::{LockBuilder, LockOptions};
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
 pub struct LockConfig {
-    /// [`LockBuilder::ttl`].
-    pub ttl: Option<Duration>,
-    /// [`LockBuilder::wait`]; [`Duration::MAX`] (`"forever"`) waits as long as it takes.
-    pub wait: Option<Duration>,
-    /// [`LockBuilder::store_patience`].
-    pub store_patience: Option<Duration>,
-    /// [`LockBuilder::watchdog`].
-    pub watchdog: Option<bool>,
-    /// [`LockBuilder::max_hold`].
-    pub max_hold: Option<Duration>,
-    /// [`LockBuilder::min_hold`].
-    pub min_hold: Option<Duration>,
-    /// [`LockBuilder::reentrant`].
-    pub reentrant: Option<bool>,
+    /// The options of the table of lock options ([`distlock_grammar::LOCK_OPTIONS`]) this
+    /// configuration sets, in the order they were read (each name once).
+    set: Vec<(&'static str, OptionValue)>,
     /// [`LockBuilder::replicas`]; unset: the client's.
-    pub replicas: Option<ReplicasConfig>,
-    /// [`LockBuilder::max_attempts`].
-    pub max_attempts: Option<u32>,
+    replicas: Option<ReplicasConfig>,
     /// [`LockBuilder::retry_backoff`].
-    pub retry_backoff: Option<BackoffConfig>,
-    /// [`LockBuilder::fenced`] when `true`.
-    pub fenced: Option<bool>,
-    /// [`LockBuilder::fair`] when `true`.
-    pub fair: Option<bool>,
+    retry_backoff: Option<BackoffConfig>,
 }
 
 /// The sleeps between attempts that no release wakes: `{ first = "5ms", largest = "500ms" }`;
@@ -118,43 +108,27 @@ impl LockConfig {
         self.onto(LockOptions::new())
     }
 
+    /// Whether this configuration sets the option `field` (a field of its table: `"ttl"`,
+    /// `"replicas"`, ...); the others keep the builder's value.
+    #[must_use]
+    pub fn sets(&self, field: &str) -> bool {
+        match field {
+            "replicas" => self.replicas.is_some(),
+            "retry_backoff" => self.retry_backoff.is_some(),
+            _ => self.set.iter().any(|(name, _)| *name == field),
+        }
+    }
+
     /// `options` with every option this configuration sets.
     fn onto(&self, mut options: LockOptions) -> LockOptions {
-        if let Some(ttl) = self.ttl {
-            options = options.ttl(ttl);
-        }
-        if let Some(wait) = self.wait {
-            options = options.wait(wait);
-        }
-        if let Some(patience) = self.store_patience {
-            options = options.store_patience(patience);
-        }
-        if let Some(on) = self.watchdog {
-            options = options.watchdog(on);
-        }
-        if let Some(max_hold) = self.max_hold {
-            options = options.max_hold(max_hold);
-        }
-        if let Some(min_hold) = self.min_hold {
-            options = options.min_hold(min_hold);
-        }
-        if let Some(on) = self.reentrant {
-            options = options.reentrant(on);
+        for &(name, value) in &self.set {
+            options = options.clone().with_named(name, value).unwrap_or(options);
         }
         if let Some(replicas) = self.replicas {
             options = options.replicas(replicas.count, replicas.timeout);
         }
-        if let Some(attempts) = self.max_attempts {
-            options = options.max_attempts(attempts);
-        }
         if let Some(backoff) = self.retry_backoff {
             options = options.retry_backoff(backoff.first, backoff.largest);
-        }
-        if let Some(on) = self.fenced {
-            options = options.fenced(on);
-        }
-        if let Some(on) = self.fair {
-            options = options.fair(on);
         }
         options
     }
@@ -166,22 +140,22 @@ impl<'de> Deserialize<'de> for LockConfig {
     }
 }
 
+/// The table's fields: every option of [`LOCK_OPTIONS`], then those whose value is a table.
+const FIELDS: [&str; LOCK_OPTIONS.len() + 2] = {
+    let mut fields = [""; LOCK_OPTIONS.len() + 2];
+    let mut i = 0;
+    while i < LOCK_OPTIONS.len() {
+        fields[i] = LOCK_OPTIONS[i].name;
+        i += 1;
+    }
+    fields[i] = "replicas";
+    fields[i + 1] = "retry_backoff";
+    fields
+};
+
 impl ReadTable for LockConfig {
     const WHAT: &'static str = "lock options";
-    const FIELDS: &'static [&'static str] = &[
-        "ttl",
-        "wait",
-        "store_patience",
-        "watchdog",
-        "max_hold",
-        "min_hold",
-        "reentrant",
-        "replicas",
-        "max_attempts",
-        "retry_backoff",
-        "fenced",
-        "fair",
-    ];
+    const FIELDS: &'static [&'static str] = &FIELDS;
 
     fn read_fields<'de, A: MapAccess<'de>>(
         table: &mut Table<'_>,
@@ -190,35 +164,22 @@ impl ReadTable for LockConfig {
         let mut config = Self::default();
         while let Some(key) = table.next_key(map)? {
             match key {
-                "ttl" => {
-                    config.ttl = Some(table.value_checked(map, key, |ttl: &Duration| {
-                        checked(LockOptions::new().ttl(*ttl).check())
-                    })?);
-                }
-                "wait" => config.wait = Some(table.value::<OrForever, _>(map, key)?.0),
-                "store_patience" => config.store_patience = Some(table.value(map, key)?),
-                "watchdog" => config.watchdog = Some(table.value(map, key)?),
-                "max_hold" => {
-                    config.max_hold = Some(table.value_checked(map, key, |max: &Duration| {
-                        checked(LockOptions::new().max_hold(*max).check())
-                    })?);
-                }
-                "min_hold" => {
-                    config.min_hold = Some(table.value_checked(map, key, |min: &Duration| {
-                        checked(LockOptions::new().min_hold(*min).check())
-                    })?);
-                }
-                "reentrant" => config.reentrant = Some(table.value(map, key)?),
                 "replicas" => config.replicas = Some(table.value(map, key)?),
-                "max_attempts" => {
-                    config.max_attempts = Some(table.value_checked(map, key, |n: &u32| {
-                        checked(LockOptions::new().max_attempts(*n).check())
-                    })?);
-                }
                 "retry_backoff" => config.retry_backoff = Some(table.value(map, key)?),
-                "fenced" => config.fenced = Some(table.value(map, key)?),
-                "fair" => config.fair = Some(table.value(map, key)?),
-                _ => return Err(table.unhandled(key)),
+                _ => {
+                    let Some(option) = lock_option(key) else {
+                        return Err(table.unhandled(key));
+                    };
+                    let value = match option.kind {
+                        OptionKind::Flag => read_option::<bool, _>(table, map, option.name)?,
+                        OptionKind::DurationOrForever => {
+                            read_option::<OrForever, _>(table, map, option.name)?
+                        }
+                        OptionKind::Count => read_option::<u32, _>(table, map, option.name)?,
+                        _ => read_option::<Duration, _>(table, map, option.name)?,
+                    };
+                    config.set.push((option.name, value));
+                }
             }
         }
         config
@@ -226,6 +187,50 @@ impl ReadTable for LockConfig {
             .check()
             .map_err(|invalid| table.error(invalid.field(), invalid.reason()))?;
         Ok(config)
+    }
+}
+
+/// The value of the lock option `name`, refused if [`LockOptions::check`] refuses it alone.
+fn read_option<'de, T, A>(
+    table: &Table<'_>,
+    map: &mut A,
+    name: &'static str,
+) -> Result<OptionValue, A::Error>
+where
+    T: FieldValue + Copy + Into<OptionValue>,
+    A: MapAccess<'de>,
+{
+    let set = |value: T| LockOptions::new().with_named(name, value.into());
+    let value = table.value_checked(map, name, |value: &T| match set(*value) {
+        Some(options) => checked(options.check()),
+        None => Err(format!(
+            "is not a value of `{name}` (a distlock bug; please report it)"
+        )),
+    })?;
+    Ok(value.into())
+}
+
+impl From<bool> for OptionValue {
+    fn from(on: bool) -> Self {
+        Self::Flag(on)
+    }
+}
+
+impl From<Duration> for OptionValue {
+    fn from(duration: Duration) -> Self {
+        Self::Duration(duration)
+    }
+}
+
+impl From<OrForever> for OptionValue {
+    fn from(duration: OrForever) -> Self {
+        Self::Duration(duration.0)
+    }
+}
+
+impl From<u32> for OptionValue {
+    fn from(count: u32) -> Self {
+        Self::Count(count)
     }
 }
 

@@ -171,6 +171,19 @@ pub struct LockOptions {
     pub(crate) fair: bool,
 }
 
+/// The value of an option of the table of lock options ([`distlock_grammar::LOCK_OPTIONS`]),
+/// as a front door that reads options by name has read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OptionValue {
+    /// [`OptionKind::Flag`](distlock_grammar::OptionKind::Flag).
+    Flag(bool),
+    /// [`OptionKind::Duration`](distlock_grammar::OptionKind::Duration) and
+    /// [`DurationOrForever`](distlock_grammar::OptionKind::DurationOrForever).
+    Duration(Duration),
+    /// [`OptionKind::Count`](distlock_grammar::OptionKind::Count).
+    Count(u32),
+}
+
 /// Whether a lease asks replicas to acknowledge its writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReplicaChoice {
@@ -328,6 +341,51 @@ impl LockOptions {
     #[must_use]
     pub fn get_fenced(&self) -> bool {
         self.fenced
+    }
+
+    /// How long a waiting acquire retries transient store errors.
+    #[must_use]
+    pub fn get_store_patience(&self) -> Duration {
+        self.store_patience
+    }
+
+    /// Whether a lock's `run` joins a lease held by an enclosing `run` of the same task.
+    #[must_use]
+    pub fn get_reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// The first and the largest sleep between attempts that no release wakes.
+    #[must_use]
+    pub fn get_retry_backoff(&self) -> (Duration, Duration) {
+        self.backoff
+    }
+
+    /// The most attempts within the wait, if bounded.
+    #[must_use]
+    pub fn get_max_attempts(&self) -> Option<u32> {
+        self.max_attempts
+    }
+
+    /// Sets the option `name` of the table of lock options
+    /// ([`distlock_grammar::LOCK_OPTIONS`], which the configuration file and the macro read
+    /// by name) to `value`: the one place a name meets its setter. `None` for a name the
+    /// table does not have or a value of another kind.
+    pub(crate) fn with_named(self, name: &str, value: OptionValue) -> Option<Self> {
+        use OptionValue::{Count, Duration as D, Flag};
+        Some(match (name, value) {
+            ("ttl", D(ttl)) => self.ttl(ttl),
+            ("wait", D(wait)) => self.wait(wait),
+            ("store_patience", D(patience)) => self.store_patience(patience),
+            ("watchdog", Flag(on)) => self.watchdog(on),
+            ("max_hold", D(max)) => self.max_hold(max),
+            ("min_hold", D(min)) => self.min_hold(min),
+            ("reentrant", Flag(on)) => self.reentrant(on),
+            ("max_attempts", Count(n)) => self.max_attempts(n),
+            ("fenced", Flag(on)) => self.fenced(on),
+            ("fair", Flag(on)) => self.fair(on),
+            _ => return None,
+        })
     }
 
     /// Checks every option that does not depend on the store against its bounds: the one
@@ -577,6 +635,28 @@ mod tests {
         }
         let long = "x".repeat(1 << 16);
         assert_eq!(refused(LockOptions::new().identity(long)), "identity");
+    }
+
+    #[test]
+    fn every_option_of_the_table_has_its_setter() {
+        use distlock_grammar::{LOCK_OPTIONS, OptionKind};
+        let set = |name, value| LockOptions::new().with_named(name, value);
+        for option in LOCK_OPTIONS {
+            // Two values of its kind, which must give two different option sets.
+            let (a, b) = match option.kind {
+                OptionKind::Flag => (OptionValue::Flag(true), OptionValue::Flag(false)),
+                OptionKind::Count => (OptionValue::Count(7), OptionValue::Count(8)),
+                _ => (
+                    OptionValue::Duration(Duration::from_millis(1234)),
+                    OptionValue::Duration(Duration::from_millis(2345)),
+                ),
+            };
+            let (a, b) = (set(option.name, a), set(option.name, b));
+            assert!(a.is_some(), "{} has no setter", option.name);
+            assert_ne!(a, b, "{} is not set by its value", option.name);
+        }
+        assert_eq!(set("tll", OptionValue::Flag(true)), None);
+        assert_eq!(set("ttl", OptionValue::Flag(true)), None);
     }
 
     #[test]

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
+use distlock::LockOptions;
 use distlock::config::{Config, ConfigError, FieldErrorKind as Kind, Origin, StoreConfig};
+
+use crate::lock_set;
 
 const FILE: &str = "[client]\ncluster = [\"redis://a:7000/\"]\nprefix = \"shop\"\n\n[lock]\nttl = \"10s\"\n\n[limiters.api-v2]\npolicies = \"100/s\"\n";
 
@@ -32,8 +35,14 @@ fn overrides_set_fields_at_their_path() {
         ("APP_HOME", "nonsense"),
     ])
     .expect("overrides");
-    assert_eq!(config.lock.ttl, Some(Duration::from_secs(30)));
-    assert_eq!(config.lock.watchdog, Some(false));
+    assert_eq!(
+        lock_set(&config, "ttl", LockOptions::get_ttl),
+        Some(Duration::from_secs(30))
+    );
+    assert_eq!(
+        lock_set(&config, "watchdog", LockOptions::get_watchdog),
+        Some(false)
+    );
     assert_eq!(config.client.prefix.as_deref(), Some("123"));
     assert_eq!(config.client.reconnect_retries, Some(7));
     assert!(
@@ -148,7 +157,10 @@ fn overrides_apply_inside_a_section() {
         .env_vars("APP", [("APP__LOCK__TTL", "3s")])
         .load()
         .expect("section");
-    assert_eq!(config.lock.ttl, Some(Duration::from_secs(3)));
+    assert_eq!(
+        lock_set(&config, "ttl", LockOptions::get_ttl),
+        Some(Duration::from_secs(3))
+    );
     let err = Config::loader()
         .toml("[distlock.client]\nmemory = true")
         .section("distlock")
@@ -197,7 +209,10 @@ fn unrelated_variables_under_the_prefix_change_nothing() {
         .env_vars("DISTLOCK", vars)
         .load()
         .expect("one override");
-    assert_eq!(config.lock.ttl, Some(Duration::from_secs(30)));
+    assert_eq!(
+        lock_set(&config, "ttl", LockOptions::get_ttl),
+        Some(Duration::from_secs(30))
+    );
 }
 
 /// The spelling before the namespace had its double underscore (`APP_LOCK__TTL`) is refused

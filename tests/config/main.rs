@@ -16,6 +16,7 @@ mod env;
 mod parse;
 mod servers;
 
+use distlock::LockOptions;
 use distlock::config::{Config, ConfigError, FieldErrorKind};
 
 /// The path of the example configuration in the repository.
@@ -44,4 +45,10 @@ fn syntax_error(text: &str) -> String {
         Err(err @ ConfigError::Syntax { .. }) => err.to_string(),
         other => panic!("expected a syntax error, got {other:?}"),
     }
+}
+
+/// What the configuration's `[lock]` table sets `field` to (`None`: not set), read through
+/// the options it gives.
+fn lock_set<T>(config: &Config, field: &str, get: impl FnOnce(&LockOptions) -> T) -> Option<T> {
+    config.lock.sets(field).then(|| get(&config.lock.options()))
 }

@@ -8,7 +8,9 @@ use distlock::config::{
 };
 use distlock::ratelimit::{Algorithm, Outage};
 
-use crate::{EXAMPLE, field_error, syntax_error};
+use distlock::LockOptions;
+
+use crate::{EXAMPLE, field_error, lock_set, syntax_error};
 
 const MEMORY: &str = "[client]\nmemory = true\n";
 
@@ -23,9 +25,18 @@ fn the_example_file_reads_as_documented() {
         config.client.response_timeout,
         Some(Duration::from_millis(500))
     );
-    assert_eq!(config.lock.ttl, Some(Duration::from_secs(30)));
-    assert_eq!(config.lock.wait, Some(Duration::from_secs(5)));
-    assert_eq!(config.lock.max_hold, Some(Duration::from_secs(600)));
+    assert_eq!(
+        lock_set(&config, "ttl", LockOptions::get_ttl),
+        Some(Duration::from_secs(30))
+    );
+    assert_eq!(
+        lock_set(&config, "wait", LockOptions::get_wait),
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(
+        lock_set(&config, "max_hold", LockOptions::get_max_hold).flatten(),
+        Some(Duration::from_secs(600))
+    );
 
     let names: Vec<&str> = config.limiters.keys().map(String::as_str).collect();
     assert_eq!(names, ["api", "login"]);
@@ -215,7 +226,10 @@ fn zero_durations_are_refused_where_they_cannot_work() {
          deny_cache_max_age = \"0s\"\nmax_wait = \"0s\""
     ))
     .expect("zero where zero means off");
-    assert_eq!(config.lock.wait, Some(Duration::ZERO));
+    assert_eq!(
+        lock_set(&config, "wait", LockOptions::get_wait),
+        Some(Duration::ZERO)
+    );
     assert_eq!(config.limiters["api"].deny_cache, Some(0));
     assert_eq!(
         config.limiters["api"].deny_cache_max_age,
@@ -622,7 +636,10 @@ fn a_section_of_a_larger_file() {
         .section("distlock")
         .load()
         .expect("the section");
-    assert_eq!(config.lock.ttl, Some(Duration::from_secs(9)));
+    assert_eq!(
+        lock_set(&config, "ttl", LockOptions::get_ttl),
+        Some(Duration::from_secs(9))
+    );
     let err = Config::loader()
         .toml("[app]\nport = 1")
         .section("distlock")
@@ -777,10 +794,13 @@ fn retry_knobs_read_and_their_bounds_are_refused() {
         "{MEMORY}[lock]\nmax_attempts = 3\nretry_backoff = {{ first = \"10ms\", largest = \"2s\" }}"
     ))
     .expect("retry knobs");
-    assert_eq!(config.lock.max_attempts, Some(3));
-    let backoff = config.lock.retry_backoff.expect("retry_backoff");
     assert_eq!(
-        (backoff.first, backoff.largest),
+        lock_set(&config, "max_attempts", LockOptions::get_max_attempts).flatten(),
+        Some(3)
+    );
+    let backoff = lock_set(&config, "retry_backoff", LockOptions::get_retry_backoff);
+    assert_eq!(
+        backoff.expect("retry_backoff"),
         (Duration::from_millis(10), Duration::from_secs(2))
     );
     for (text, field) in [

@@ -28,6 +28,7 @@
 
 pub mod bounds;
 pub mod duration;
+pub mod options;
 pub mod policy;
 mod problem;
 pub mod rate;
@@ -38,6 +39,7 @@ pub use bounds::{
     OutOfRange, check_lockout, check_max_wait, check_ttl,
 };
 pub use duration::{DurationError, DurationText, parse_duration};
+pub use options::{LOCK_OPTIONS, LockOptionSpec, OptionKind, lock_option};
 pub use policy::{Algorithm, PolicyText, check_policy, check_policy_name, kebab, parse_policy};
 pub use problem::{ParseError, Problem, Refusal};
 pub use rate::{PeriodText, RateText, check_burst, check_rate, interval_us, parse_rate};
