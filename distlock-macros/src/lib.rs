@@ -83,17 +83,23 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `key = "..."` | required | the lock's name, a template (below) |
 /// | `ttl = "30s"` | `"30s"` | the lease's time to live, a duration (`"500ms"`, `"1m 30s"`), 10ms to 7 days |
-/// | `wait = "5s"` | `"0s"` | how long to wait for a held lock; `"0s"` tries once |
+/// | `wait = "5s"` | `"0s"` | how long to wait for a held lock; `"0s"` tries once, `"forever"` waits as long as it takes |
+/// | `store_patience = "10s"` | `"30s"` | how long a waiting call retries transient store errors (a failover) within its wait |
 /// | `client = <expr>` | the default client | an expression of type `&distlock::Client` |
 /// | `watchdog = bool` | `true` | renew the lease every ttl/3 while the body runs |
 /// | `on_busy = wait \| error \| skip` | `wait` | `error`: fail at once with `LockError::Busy`; `skip`: return at once without running (below) |
 /// | `reentrant = bool` | `true` | a nested locked call on the same key in the same task joins the held lease |
 /// | `min_hold = "800ms"` | none | keep the lock at least this long after it was granted, even once the function returned (its key's expiry is set to what remains), like ShedLock's `lockAtLeastFor`; up to 7 days, not above `max_hold` |
 /// | `max_hold = "10m"` | none | stop renewing after this long: a function still running then loses the lock and is dropped; above zero |
+/// | `max_attempts = 3` | unbounded | at most this many tries within the wait; at least 1 (checked when the lock is taken) |
 /// | `fenced = bool` | `false` | mint the lease's fence with the grant (an eager lease), for a body that always writes under it; otherwise `fence()` mints it on first use (below) |
+/// | `fair = bool` | `false` | grant the lock in its waiters' order of arrival, across processes (a fair lock); every acquirer of the key must ask for it |
 /// | `crate = "path"` | `"::distlock"` | the path of the `distlock` crate, if it is renamed |
 ///
-/// Durations are checked when the function is compiled: `ttl = "30x"` or `ttl = "1ms"` is a
+/// Every argument but `key`, `client`, `on_busy` and `crate` is a lock option read from the
+/// table the configuration file also reads (`distlock_grammar::LOCK_OPTIONS`) and set through
+/// `LockOptions`' setter of the same name, so a lock option added to the runtime is an
+/// argument here without code of its own. Durations are checked when the function is compiled: `ttl = "30x"` or `ttl = "1ms"` is a
 /// compile error, as are unknown and repeated arguments, and `wait` together with
 /// `on_busy = error` or `on_busy = skip`. `on_busy` also takes its value as a string
 /// (`on_busy = "skip"`).

@@ -210,27 +210,9 @@ where
     Ok(value.into())
 }
 
-impl From<bool> for OptionValue {
-    fn from(on: bool) -> Self {
-        Self::Flag(on)
-    }
-}
-
-impl From<Duration> for OptionValue {
-    fn from(duration: Duration) -> Self {
-        Self::Duration(duration)
-    }
-}
-
 impl From<OrForever> for OptionValue {
     fn from(duration: OrForever) -> Self {
         Self::Duration(duration.0)
-    }
-}
-
-impl From<u32> for OptionValue {
-    fn from(count: u32) -> Self {
-        Self::Count(count)
     }
 }
 

@@ -37,6 +37,7 @@ use self::hold::{Hold, release_in_background};
 use self::kind::LeaseKind;
 pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome};
 use self::metrics::Primitive;
+#[cfg(feature = "serde")]
 pub(crate) use self::options::OptionValue;
 use self::options::lease_options;
 pub use self::options::{InvalidOption, LockOptions};

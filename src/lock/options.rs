@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+#[cfg(any(feature = "serde", test))]
+pub(crate) use distlock_grammar::OptionValue;
 use distlock_grammar::{DurationText as T, MAX_BACKOFF};
 
 use super::context::LockContext;
@@ -169,19 +171,6 @@ pub struct LockOptions {
     pub(crate) reentrant: bool,
     /// Grant a lock in its waiters' order of arrival (a fair lock).
     pub(crate) fair: bool,
-}
-
-/// The value of an option of the table of lock options ([`distlock_grammar::LOCK_OPTIONS`]),
-/// as a front door that reads options by name has read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OptionValue {
-    /// [`OptionKind::Flag`](distlock_grammar::OptionKind::Flag).
-    Flag(bool),
-    /// [`OptionKind::Duration`](distlock_grammar::OptionKind::Duration) and
-    /// [`DurationOrForever`](distlock_grammar::OptionKind::DurationOrForever).
-    Duration(Duration),
-    /// [`OptionKind::Count`](distlock_grammar::OptionKind::Count).
-    Count(u32),
 }
 
 /// Whether a lease asks replicas to acknowledge its writes.
@@ -371,6 +360,7 @@ impl LockOptions {
     /// ([`distlock_grammar::LOCK_OPTIONS`], which the configuration file and the macro read
     /// by name) to `value`: the one place a name meets its setter. `None` for a name the
     /// table does not have or a value of another kind.
+    #[cfg(any(feature = "serde", test))]
     pub(crate) fn with_named(self, name: &str, value: OptionValue) -> Option<Self> {
         use OptionValue::{Count, Duration as D, Flag};
         Some(match (name, value) {

@@ -24,7 +24,8 @@
 //! assert_eq!(check_ttl(ttl), Ok(Duration::from_secs(90)));
 //! ```
 //!
-//! The grammars are in the modules' docs: [`rate`], [`policy`], [`duration`].
+//! The grammars are in the modules' docs: [`rate`], [`policy`], [`duration`]; the lock
+//! options every door reads by name are in [`options`].
 
 pub mod bounds;
 pub mod duration;
@@ -39,7 +40,7 @@ pub use bounds::{
     OutOfRange, check_lockout, check_max_wait, check_ttl,
 };
 pub use duration::{DurationError, DurationText, parse_duration};
-pub use options::{LOCK_OPTIONS, LockOptionSpec, OptionKind, lock_option};
+pub use options::{LOCK_OPTIONS, LockOptionSpec, OptionKind, OptionValue, lock_option};
 pub use policy::{Algorithm, PolicyText, check_policy, check_policy_name, kebab, parse_policy};
 pub use problem::{ParseError, Problem, Refusal};
 pub use rate::{PeriodText, RateText, check_burst, check_rate, interval_us, parse_rate};

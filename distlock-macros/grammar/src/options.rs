@@ -6,6 +6,8 @@
 //! Options whose value is a small table (`replicas`, `retry_backoff`) are not in it: each
 //! door that takes them reads them itself.
 
+use std::time::Duration;
+
 /// How an option's value is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -32,6 +34,35 @@ pub struct LockOptionSpec {
     pub kind: OptionKind,
     /// How the macro's argument is written, for its "needs a value" errors.
     pub example: &'static str,
+}
+
+/// A value of a lock option, as a front door that reads options by name has read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionValue {
+    /// Of an [`OptionKind::Flag`] option.
+    Flag(bool),
+    /// Of an [`OptionKind::Duration`] or [`OptionKind::DurationOrForever`] option.
+    Duration(Duration),
+    /// Of an [`OptionKind::Count`] option.
+    Count(u32),
+}
+
+impl From<bool> for OptionValue {
+    fn from(on: bool) -> Self {
+        Self::Flag(on)
+    }
+}
+
+impl From<Duration> for OptionValue {
+    fn from(duration: Duration) -> Self {
+        Self::Duration(duration)
+    }
+}
+
+impl From<u32> for OptionValue {
+    fn from(count: u32) -> Self {
+        Self::Count(count)
+    }
 }
 
 const fn option(name: &'static str, kind: OptionKind, example: &'static str) -> LockOptionSpec {

@@ -27,8 +27,7 @@ pub(crate) const GRAMMAR: Grammar = Grammar {
         "client",
         "crate",
     ],
-    accepted: "`policy`, `key`, `cost`, `on_limit`, `max_wait`, `lockout`, `lockout_memory`, \
-               `client` and `crate`",
+    options: &[],
     example,
     key_names: "rate-limit subject",
 };

@@ -1,35 +1,25 @@
-//! The arguments of `#[distributed_lock]`.
+//! The arguments of `#[distributed_lock]`: its own (`key`, `client`, `on_busy`, `crate`)
+//! and every lock option of the grammar crate's table, read by the kind of its value.
 
 use std::time::Duration;
 
-use distlock_grammar::{DEFAULT_TTL, DurationText, MAX_TTL, check_ttl};
+use distlock_grammar::{
+    DurationText, LOCK_OPTIONS, LockOptionSpec, MAX_TTL, OptionKind, OptionValue, check_ttl,
+};
 use proc_macro2::{Span, TokenStream};
-use syn::Expr;
 use syn::spanned::Spanned as _;
+use syn::{Expr, ExprLit, Lit};
 
 use super::{
-    Grammar, Key, parse_bool, parse_choice, parse_crate, parse_duration, parse_key, parse_raw, walk,
+    Grammar, Key, parse_bool, parse_choice, parse_crate, parse_duration, parse_key, parse_raw,
+    unwrap_group, walk,
 };
 use crate::errors::Errors;
 
-/// What `#[distributed_lock]` accepts.
+/// What `#[distributed_lock]` accepts: its own arguments, and after `key` every lock option.
 pub(crate) const GRAMMAR: Grammar = Grammar {
-    names: &[
-        "key",
-        "ttl",
-        "wait",
-        "client",
-        "watchdog",
-        "on_busy",
-        "reentrant",
-        "min_hold",
-        "max_hold",
-        "fenced",
-        "fair",
-        "crate",
-    ],
-    accepted: "`key`, `ttl`, `wait`, `client`, `watchdog`, `on_busy`, `reentrant`, \
-               `min_hold`, `max_hold`, `fenced`, `fair` and `crate`",
+    names: &["key", "client", "on_busy", "crate"],
+    options: LOCK_OPTIONS,
     example,
     key_names: "lock",
 };
@@ -45,24 +35,15 @@ pub(crate) enum OnBusy {
     Skip,
 }
 
-/// The arguments, checked and with defaults filled in.
+/// The arguments, checked.
 pub(crate) struct LockArgs {
     pub(crate) key: Key,
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
     /// `client = <expr>`: an expression of type `&distlock::Client`.
     pub(crate) client: Option<Expr>,
-    pub(crate) watchdog: bool,
     pub(crate) on_busy: OnBusy,
-    pub(crate) reentrant: bool,
-    /// `min_hold = "800ms"`: keep the lock at least this long after it was granted.
-    pub(crate) min_hold: Option<Duration>,
-    /// `max_hold = "10m"`: stop renewing after this long.
-    pub(crate) max_hold: Option<Duration>,
-    /// `fenced = true`: mint the lease's fence with the grant (an eager lease).
-    pub(crate) fenced: bool,
-    /// `fair = true`: grant the lock in its waiters' order of arrival.
-    pub(crate) fair: bool,
+    /// The lock options given, in the order written; the others keep `LockOptions`'
+    /// defaults, except `reentrant`, which the macro turns on.
+    pub(crate) options: Vec<(&'static LockOptionSpec, OptionValue)>,
     /// `crate = "path"`; `None` means `::distlock`.
     pub(crate) krate: Option<syn::Path>,
 }
@@ -74,38 +55,44 @@ impl LockArgs {
         let g = &GRAMMAR;
         let mut errors = Errors::default();
         let mut key = None;
-        let mut ttl = None;
-        let mut wait: Option<(Duration, Span)> = None;
         let mut client = None;
-        let mut watchdog = None;
         let mut on_busy: Option<(OnBusy, Span)> = None;
-        let mut reentrant = None;
-        let mut min_hold: Option<(Duration, Span)> = None;
-        let mut max_hold: Option<Duration> = None;
-        let mut fenced = None;
-        let mut fair = None;
         let mut krate = None;
+        let mut options = Vec::new();
+        let mut spans = Vec::new();
 
         let seen = walk(raw, g, &mut errors, |label, name, value| match label {
             "key" => parse_key(g, &value).map(|k| key = Some(k)),
-            "ttl" => parse_ttl(&value).map(|d| ttl = Some(d)),
-            "wait" => parse_duration(g, "wait", &value).map(|d| wait = Some((d, name.span()))),
             "client" => {
                 client = Some(value);
                 Ok(())
             }
-            "watchdog" => parse_bool(g, "watchdog", &value).map(|b| watchdog = Some(b)),
-            "reentrant" => parse_bool(g, "reentrant", &value).map(|b| reentrant = Some(b)),
             "on_busy" => parse_on_busy(&value).map(|b| on_busy = Some((b, value.span()))),
-            "min_hold" => parse_min_hold(&value).map(|d| min_hold = Some((d, value.span()))),
-            "max_hold" => parse_max_hold(&value).map(|d| max_hold = Some(d)),
-            "fenced" => parse_bool(g, "fenced", &value).map(|b| fenced = Some(b)),
-            "fair" => parse_bool(g, "fair", &value).map(|b| fair = Some(b)),
-            _ => parse_crate(g, &value).map(|p| krate = Some(p)),
+            "crate" => parse_crate(g, &value).map(|p| krate = Some(p)),
+            _ => {
+                let Some(option) = g.option(label) else {
+                    return Ok(());
+                };
+                let parsed = parse_option(option, &value)?;
+                options.push((option, parsed));
+                spans.push((option.name, name.span(), value.span()));
+                Ok(())
+            }
         });
+        let duration = |name: &str| {
+            options
+                .iter()
+                .zip(&spans)
+                .find_map(|((option, value), (_, name_span, span))| match value {
+                    OptionValue::Duration(d) if option.name == name => {
+                        Some((*d, *name_span, *span))
+                    }
+                    _ => None,
+                })
+        };
 
-        if let (Some((mode @ (OnBusy::Error | OnBusy::Skip), _)), Some((_, wait_span))) =
-            (on_busy, wait)
+        if let (Some((mode @ (OnBusy::Error | OnBusy::Skip), _)), Some((_, wait_span, _))) =
+            (on_busy, duration("wait"))
         {
             let (mode, what) = match mode {
                 OnBusy::Skip => ("skip", "returns at once without running the function"),
@@ -119,7 +106,8 @@ impl LockArgs {
                 ),
             ));
         }
-        if let (Some((min, min_span)), Some(max)) = (min_hold, max_hold)
+        if let (Some((min, _, min_span)), Some((max, _, _))) =
+            (duration("min_hold"), duration("max_hold"))
             && min > max
         {
             errors.push(syn::Error::new(
@@ -144,43 +132,84 @@ impl LockArgs {
         let key = key.ok_or_else(|| syn::Error::new(Span::call_site(), "invalid `key`"))?;
         Ok(Self {
             key,
-            ttl: ttl.unwrap_or(DEFAULT_TTL),
-            wait: wait.map_or(Duration::ZERO, |(d, _)| d),
             client,
-            watchdog: watchdog.unwrap_or(true),
             on_busy: on_busy.map_or(OnBusy::Wait, |(b, _)| b),
-            reentrant: reentrant.unwrap_or(true),
-            min_hold: min_hold.map(|(d, _)| d).filter(|d| !d.is_zero()),
-            max_hold,
-            fenced: fenced.unwrap_or(false),
-            fair: fair.unwrap_or(false),
+            options,
             krate,
         })
     }
+
+    /// The value given for the lock option `name`, if any.
+    #[cfg(test)]
+    pub(crate) fn option(&self, name: &str) -> Option<OptionValue> {
+        self.options
+            .iter()
+            .find(|(option, _)| option.name == name)
+            .map(|(_, value)| *value)
+    }
 }
 
-/// How an argument is written, for "needs a value" errors.
+/// How one of the attribute's own arguments is written, for "needs a value" errors.
 fn example(name: &str) -> &'static str {
     match name {
         "key" => "`key = \"order:{order_id}\"`",
-        "ttl" => "`ttl = \"30s\"`",
-        "wait" => "`wait = \"5s\"`",
         "client" => "`client = &self.locks` (an expression of type `&distlock::Client`)",
-        "watchdog" => "`watchdog = true` or `watchdog = false`",
-        "reentrant" => "`reentrant = true` or `reentrant = false`",
         "on_busy" => "`on_busy = wait`, `on_busy = error` or `on_busy = skip`",
-        "min_hold" => "`min_hold = \"800ms\"`",
-        "max_hold" => "`max_hold = \"10m\"`",
-        "fenced" => "`fenced = true` or `fenced = false`",
-        "fair" => "`fair = true` or `fair = false`",
         _ => "`crate = \"::distlock\"`",
     }
 }
 
-fn parse_ttl(value: &Expr) -> syn::Result<Duration> {
-    let ttl = parse_duration(&GRAMMAR, "ttl", value)?;
+/// A lock option's value, read as its kind says, and checked where the compiler can say
+/// more than the runtime would (the ttl's range, `min_hold` and `max_hold`).
+fn parse_option(option: &LockOptionSpec, value: &Expr) -> syn::Result<OptionValue> {
+    let name = option.name;
+    Ok(match option.kind {
+        OptionKind::Flag => OptionValue::Flag(parse_bool(&GRAMMAR, name, value)?),
+        OptionKind::Count => OptionValue::Count(parse_count(option, value)?),
+        kind => {
+            let forever = kind == OptionKind::DurationOrForever && is_forever(value);
+            let d = if forever {
+                Duration::MAX
+            } else {
+                parse_duration(&GRAMMAR, name, value)?
+            };
+            match name {
+                "ttl" => check_lock_ttl(d, value)?,
+                "min_hold" => check_min_hold(d, value)?,
+                "max_hold" => check_max_hold(d, value)?,
+                _ => {}
+            }
+            OptionValue::Duration(d)
+        }
+    })
+}
+
+/// `"forever"`.
+fn is_forever(value: &Expr) -> bool {
+    matches!(unwrap_group(value), Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) if s.value().trim() == "forever")
+}
+
+/// A whole number from 0 to `u32::MAX`, written as an integer literal.
+fn parse_count(option: &LockOptionSpec, value: &Expr) -> syn::Result<u32> {
+    match unwrap_group(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(n), ..
+        }) => n.base10_parse::<u32>().map_err(|_| {
+            syn::Error::new(
+                n.span(),
+                format!("`{}` is a whole number from 0 to {}", option.name, u32::MAX),
+            )
+        }),
+        _ => Err(syn::Error::new(
+            value.span(),
+            format!("expected {}", option.example),
+        )),
+    }
+}
+
+fn check_lock_ttl(ttl: Duration, value: &Expr) -> syn::Result<()> {
     let out_of_range = match check_ttl(ttl) {
-        Ok(ttl) => return Ok(ttl),
+        Ok(_) => return Ok(()),
         Err(err) if err.is_below() => "shorter than the 10ms minimum",
         Err(_) => "longer than the 7 days maximum",
     };
@@ -196,8 +225,7 @@ fn parse_ttl(value: &Expr) -> syn::Result<Duration> {
 }
 
 /// `min_hold`: a duration up to the longest ttl; zero means none.
-fn parse_min_hold(value: &Expr) -> syn::Result<Duration> {
-    let min = parse_duration(&GRAMMAR, "min_hold", value)?;
+fn check_min_hold(min: Duration, value: &Expr) -> syn::Result<()> {
     if min > MAX_TTL {
         return Err(syn::Error::new(
             value.span(),
@@ -208,12 +236,11 @@ fn parse_min_hold(value: &Expr) -> syn::Result<Duration> {
             ),
         ));
     }
-    Ok(min)
+    Ok(())
 }
 
 /// `max_hold`: a duration above zero.
-fn parse_max_hold(value: &Expr) -> syn::Result<Duration> {
-    let max = parse_duration(&GRAMMAR, "max_hold", value)?;
+fn check_max_hold(max: Duration, value: &Expr) -> syn::Result<()> {
     if max.is_zero() {
         return Err(syn::Error::new(
             value.span(),
@@ -221,7 +248,7 @@ fn parse_max_hold(value: &Expr) -> syn::Result<Duration> {
              leave it out for no limit",
         ));
     }
-    Ok(max)
+    Ok(())
 }
 
 fn parse_on_busy(value: &Expr) -> syn::Result<OnBusy> {
@@ -258,11 +285,10 @@ mod tests {
     #[test]
     fn defaults() {
         let args = parse(quote!(key = "jobs")).unwrap();
-        assert_eq!(args.ttl, Duration::from_secs(30));
-        assert_eq!(args.wait, Duration::ZERO);
-        assert!(args.watchdog && args.reentrant);
-        assert!(!args.fenced, "lazy by default");
-        assert!(!args.fair, "not fair by default");
+        assert!(
+            args.options.is_empty(),
+            "LockOptions' defaults (and the expansion's)"
+        );
         assert_eq!(args.on_busy, OnBusy::Wait);
         assert!(args.client.is_none() && args.krate.is_none());
     }
@@ -281,15 +307,28 @@ mod tests {
             max_hold = "1m",
             fenced = true,
             fair = true,
+            store_patience = "2s",
+            max_attempts = 3,
             crate = "::locks",
         ))
         .unwrap();
-        assert!(args.fenced && args.fair);
-        assert_eq!(args.min_hold, Some(Duration::from_millis(800)));
-        assert_eq!(args.max_hold, Some(Duration::from_secs(60)));
-        assert_eq!(args.ttl, Duration::from_secs(90));
-        assert_eq!(args.wait, Duration::from_millis(250));
-        assert!(!args.watchdog && !args.reentrant);
+        let d = |d| Some(OptionValue::Duration(d));
+        let flag = |on| Some(OptionValue::Flag(on));
+        assert_eq!(
+            (args.option("fenced"), args.option("fair")),
+            (flag(true), flag(true))
+        );
+        assert_eq!(args.option("min_hold"), d(Duration::from_millis(800)));
+        assert_eq!(args.option("max_hold"), d(Duration::from_secs(60)));
+        assert_eq!(args.option("ttl"), d(Duration::from_secs(90)));
+        assert_eq!(args.option("wait"), d(Duration::from_millis(250)));
+        assert_eq!(args.option("store_patience"), d(Duration::from_secs(2)));
+        assert_eq!(args.option("max_attempts"), Some(OptionValue::Count(3)));
+        assert_eq!(args.option("watchdog"), flag(false));
+        assert_eq!(args.option("reentrant"), flag(false));
+        assert_eq!(args.options.len(), 10, "every option of the table");
+        let forever = parse(quote!(key = "k", wait = "forever")).unwrap();
+        assert_eq!(forever.option("wait"), d(Duration::MAX));
         assert_eq!(args.on_busy, OnBusy::Wait);
         assert!(args.client.is_some());
         let krate = args.krate.unwrap();
@@ -351,7 +390,23 @@ mod tests {
         assert!(messages(quote!(key = "a", min_hold = "8days"))[0].contains("7 days maximum"));
         assert!(messages(quote!(key = "a", max_hold = "0s"))[0].contains("`max_hold` of 0s"));
         let args = parse(quote!(key = "a", min_hold = "0s")).unwrap();
-        assert_eq!(args.min_hold, None, "zero is no minimum");
+        assert_eq!(
+            args.option("min_hold"),
+            Some(OptionValue::Duration(Duration::ZERO)),
+            "zero, which the runtime takes as no minimum"
+        );
+        assert!(
+            messages(quote!(key = "a", max_attempts = "3"))[0]
+                .contains("expected `max_attempts = 3`")
+        );
+        assert!(
+            messages(quote!(key = "a", max_attempts = 5000000000))[0]
+                .contains("whole number from 0")
+        );
+        assert!(
+            messages(quote!(key = "a", ttl = "forever"))[0]
+                .starts_with("invalid `ttl` \"forever\"")
+        );
         assert!(messages(quote!("order:{id}"))[0].contains("give the key as `key = \"...\"`"));
         assert!(messages(quote!(key "a"))[0].contains("expected `,` between arguments"));
         assert!(messages(quote!(key = "a", 5))[0].contains("expected an argument name"));

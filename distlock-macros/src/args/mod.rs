@@ -11,6 +11,7 @@ pub(crate) mod lock;
 
 use std::time::Duration;
 
+use distlock_grammar::LockOptionSpec;
 use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt as _;
 use syn::parse::{ParseStream, Parser as _};
@@ -22,14 +23,60 @@ use crate::template::{self, Part};
 
 /// What an attribute accepts, for its messages.
 pub(crate) struct Grammar {
-    /// Every argument it accepts, in the order its docs list them.
+    /// The attribute's own arguments, in the order its docs list them.
     pub(crate) names: &'static [&'static str],
-    /// [`names`](Self::names) for error messages: "`key`, `ttl` and `crate`".
-    pub(crate) accepted: &'static str,
-    /// How an argument is written, for "needs a value" and "takes a string literal" errors.
+    /// The lock options it takes from the grammar crate's table (none for `#[rate_limit]`),
+    /// listed after its first own argument.
+    pub(crate) options: &'static [LockOptionSpec],
+    /// How one of its own arguments is written, for "needs a value" and "takes a string
+    /// literal" errors (the options' come from the table).
     pub(crate) example: fn(&str) -> &'static str,
     /// What the key names: "lock", "rate-limit subject".
     pub(crate) key_names: &'static str,
+}
+
+impl Grammar {
+    /// Whether `name` is an argument of the attribute.
+    fn accepts(&self, name: &str) -> bool {
+        self.names.contains(&name) || self.option(name).is_some()
+    }
+
+    /// The lock option `name`, if the attribute takes it.
+    pub(crate) fn option(&self, name: &str) -> Option<&'static LockOptionSpec> {
+        self.options.iter().find(|option| option.name == name)
+    }
+
+    /// Every argument for error messages, in the order the docs list them: "`key`, `ttl`
+    /// and `crate`".
+    pub(crate) fn accepted(&self) -> String {
+        let (first, rest) = self.names.split_at(self.names.len().min(1));
+        let all: Vec<&str> = first
+            .iter()
+            .copied()
+            .chain(self.options.iter().map(|option| option.name))
+            .chain(rest.iter().copied())
+            .collect();
+        let mut text = String::new();
+        for (i, name) in all.iter().enumerate() {
+            match i {
+                0 => {}
+                _ if i + 1 == all.len() => text.push_str(" and "),
+                _ => text.push_str(", "),
+            }
+            text.push('`');
+            text.push_str(name);
+            text.push('`');
+        }
+        text
+    }
+
+    /// How the argument `name` is written.
+    pub(crate) fn example_of(&self, name: &str) -> &'static str {
+        match self.option(name) {
+            Some(option) => option.example,
+            None => (self.example)(name),
+        }
+    }
 }
 
 /// One `name = value` (or a bare `name`) as written.
@@ -54,7 +101,7 @@ pub(crate) fn parse_raw(tokens: TokenStream, grammar: &Grammar) -> syn::Result<V
                     err.span(),
                     format!(
                         "expected an argument name: one of {}, written `name = value`",
-                        grammar.accepted
+                        grammar.accepted()
                     ),
                 )
             })?;
@@ -90,7 +137,7 @@ pub(crate) fn walk(
     let mut seen: Vec<String> = Vec::new();
     for RawArg { name, value } in raw {
         let label = name.unraw().to_string();
-        if !grammar.names.contains(&label.as_str()) {
+        if !grammar.accepts(&label) {
             errors.push(unknown(grammar, &name, &label));
             continue;
         }
@@ -105,7 +152,7 @@ pub(crate) fn walk(
         let Some(value) = value else {
             errors.push(syn::Error::new(
                 name.span(),
-                format!("`{label}` needs a value: {}", (grammar.example)(&label)),
+                format!("`{label}` needs a value: {}", grammar.example_of(&label)),
             ));
             continue;
         };
@@ -121,7 +168,7 @@ pub(crate) fn unknown(grammar: &Grammar, name: &Ident, label: &str) -> syn::Erro
         name.span(),
         format!(
             "unknown argument `{label}`; accepted arguments: {}",
-            grammar.accepted
+            grammar.accepted()
         ),
     )
 }
@@ -146,7 +193,7 @@ pub(crate) fn string_literal<'a>(
             value.span(),
             format!(
                 "`{name}` takes a string literal: {}",
-                (grammar.example)(name)
+                grammar.example_of(name)
             ),
         )),
     }
@@ -171,7 +218,7 @@ pub(crate) fn parse_key(grammar: &Grammar, value: &Expr) -> syn::Result<Key> {
             format!(
                 "`key` is empty: give the {} a name, e.g. {}",
                 grammar.key_names,
-                (grammar.example)("key")
+                grammar.example_of("key")
             ),
         ));
     }
@@ -205,7 +252,7 @@ pub(crate) fn parse_bool(grammar: &Grammar, name: &str, value: &Expr) -> syn::Re
         }) => Ok(b.value),
         _ => Err(syn::Error::new(
             value.span(),
-            format!("expected {}", (grammar.example)(name)),
+            format!("expected {}", grammar.example_of(name)),
         )),
     }
 }

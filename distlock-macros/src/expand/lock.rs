@@ -22,7 +22,8 @@
 //! With `on_busy = skip` the call is to `run_or_skip`, which needs the `Ok` type to have a
 //! "did not run" value (`()` or `Option<T>`); the type checker says so at the return type.
 
-use proc_macro2::TokenStream;
+use distlock_grammar::OptionValue;
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 
 use super::{
@@ -80,39 +81,24 @@ fn generate(args: &LockArgs, func: &AnnotatedFn) -> TokenStream {
 }
 
 /// The lock's [`LockOptions`](https://docs.rs/distlock/latest/distlock/struct.LockOptions.html)
-/// value: every argument through the runtime's own setters (`on_busy = error` or `skip` do
-/// not wait, whatever `wait` says).
+/// value: reentrant (the macro's default), then every option given through the runtime's
+/// setter of the same name (`on_busy = error` or `skip` do not wait).
 fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
-    let ttl = duration(args.ttl, krate);
-    let wait = duration(
-        if args.on_busy == OnBusy::Wait {
-            args.wait
-        } else {
-            std::time::Duration::ZERO
-        },
-        krate,
-    );
-    let (watchdog, reentrant, fenced, fair) =
-        (args.watchdog, args.reentrant, args.fenced, args.fair);
-    let min_hold = args.min_hold.map(|d| {
-        let d = duration(d, krate);
-        quote!(.min_hold(#d))
-    });
-    let max_hold = args.max_hold.map(|d| {
-        let d = duration(d, krate);
-        quote!(.max_hold(#d))
-    });
-    quote! {
-        #krate::LockOptions::new()
-            .ttl(#ttl)
-            .wait(#wait)
-            .watchdog(#watchdog)
-            .reentrant(#reentrant)
-            #min_hold
-            #max_hold
-            .fenced(#fenced)
-            .fair(#fair)
+    let mut spec = quote!(#krate::LockOptions::new().reentrant(true));
+    if args.on_busy != OnBusy::Wait {
+        let zero = duration(std::time::Duration::ZERO, krate);
+        spec.extend(quote!(.wait(#zero)));
     }
+    for (option, value) in &args.options {
+        let setter = Ident::new(option.name, Span::call_site());
+        let value = match *value {
+            OptionValue::Flag(on) => quote!(#on),
+            OptionValue::Duration(d) => duration(d, krate),
+            OptionValue::Count(n) => quote!(#n),
+        };
+        spec.extend(quote!(.#setter(#value)));
+    }
+    spec
 }
 
 #[cfg(test)]
