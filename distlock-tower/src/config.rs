@@ -448,6 +448,11 @@ lease_layer_config! {
         /// [`LockLayerBuilder::fair`](crate::lock::LockLayerBuilder::fair).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub fair: Option<bool>,
+        /// Any other lock option, as a `[lock]` table of distlock's configuration reads them
+        /// (`lock = { min_hold = "500ms", max_attempts = 3 }`), applied over the fields above
+        /// ([`LockLayerBuilder::lock_options`](crate::lock::LockLayerBuilder::lock_options)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub lock: Option<distlock::config::LockConfig>,
     }
 }
 
@@ -466,6 +471,9 @@ impl LockLayerConfig {
         }
         if let Some(on) = self.fair {
             builder = builder.fair(on);
+        }
+        if let Some(lock) = &self.lock {
+            builder = builder.lock_options(|options| lock.over(options));
         }
         builder.build()
     }
@@ -703,11 +711,15 @@ mod tests {
             busy_status = "conflict"
             fenced = true
             fair = true
+            lock = { min_hold = "500ms", max_attempts = 3, retry_backoff = { first = "5ms", largest = "1s" } }
             "#,
         )
         .unwrap();
         assert_eq!(lock.fenced, Some(true));
         assert_eq!(lock.fair, Some(true));
+        let options = lock.lock.as_ref().expect("lock options").options();
+        assert_eq!(options.get_min_hold(), Some(Duration::from_millis(500)));
+        assert_eq!(options.get_max_attempts(), Some(3));
         assert_eq!(
             lock.key,
             KeyConfig::ClientIp {

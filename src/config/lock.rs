@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use serde::de::{Deserialize, Deserializer, MapAccess};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::client::ReplicasConfig;
-use distlock_grammar::{LOCK_OPTIONS, OptionKind, lock_option};
+use distlock_grammar::{DurationText, LOCK_OPTIONS, OptionKind, lock_option};
 
 use super::de::{FieldValue, OrForever, ReadTable, Table, checked, deserialize_table};
 use crate::client::Client;
@@ -119,6 +120,13 @@ impl LockConfig {
         }
     }
 
+    /// `options` with every option this configuration sets; the others keep their value
+    /// (what [`apply`](Self::apply) does to a builder's, for a value of your own: a layer's
+    /// lease options, say).
+    pub fn over(&self, options: LockOptions) -> LockOptions {
+        self.onto(options)
+    }
+
     /// `options` with every option this configuration sets.
     fn onto(&self, mut options: LockOptions) -> LockOptions {
         for &(name, value) in &self.set {
@@ -131,6 +139,62 @@ impl LockConfig {
             options = options.retry_backoff(backoff.first, backoff.largest);
         }
         options
+    }
+}
+
+/// Writes the options it sets as the table it reads (durations as text, `"forever"` for
+/// [`Duration::MAX`]), so a configuration survives a round trip.
+impl Serialize for LockConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let tables =
+            usize::from(self.replicas.is_some()) + usize::from(self.retry_backoff.is_some());
+        let mut map = serializer.serialize_map(Some(self.set.len() + tables))?;
+        for (name, value) in &self.set {
+            match *value {
+                OptionValue::Flag(on) => map.serialize_entry(name, &on)?,
+                OptionValue::Count(n) => map.serialize_entry(name, &n)?,
+                OptionValue::Duration(d) => map.serialize_entry(name, &Text(d))?,
+            }
+        }
+        if let Some(replicas) = &self.replicas {
+            map.serialize_entry("replicas", replicas)?;
+        }
+        if let Some(backoff) = &self.retry_backoff {
+            map.serialize_entry("retry_backoff", backoff)?;
+        }
+        map.end()
+    }
+}
+
+/// A duration as a configuration writes it: text the reader parses, `"forever"` for
+/// [`Duration::MAX`].
+struct Text(Duration);
+
+impl Serialize for Text {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0 == Duration::MAX {
+            serializer.serialize_str("forever")
+        } else {
+            serializer.collect_str(&DurationText(self.0))
+        }
+    }
+}
+
+impl Serialize for ReplicasConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("count", &self.count)?;
+        map.serialize_entry("timeout", &Text(self.timeout))?;
+        map.end()
+    }
+}
+
+impl Serialize for BackoffConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("first", &Text(self.first))?;
+        map.serialize_entry("largest", &Text(self.largest))?;
+        map.end()
     }
 }
 
@@ -249,5 +313,35 @@ impl ReadTable for BackoffConfig {
             ));
         }
         Ok(Self { first, largest })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_survives_a_round_trip() {
+        let text = "ttl = \"1m 30s\"\nwait = \"forever\"\nstore_patience = \"1234ms\"\n\
+                    watchdog = false\nmax_hold = \"2h\"\nmin_hold = \"1s\"\nreentrant = true\n\
+                    max_attempts = 3\nfenced = true\nfair = true\n\
+                    replicas = { count = 1, timeout = \"50ms\" }\n\
+                    retry_backoff = { first = \"5ms\", largest = \"1s\" }\n";
+        let config: LockConfig = toml::from_str(text).expect("every option");
+        assert_eq!(
+            config.set.len(),
+            LOCK_OPTIONS.len(),
+            "every option of the table"
+        );
+        let written = toml::to_string(&config).expect("written");
+        let again: LockConfig = toml::from_str(&written).expect(&written);
+        assert_eq!(again, config, "{written}");
+        assert_eq!(again.options(), config.options());
+        assert_eq!(config.options().get_wait(), Duration::MAX);
+        assert!(
+            config.sets("retry_backoff")
+                && config.sets("fair")
+                && !LockConfig::default().sets("ttl")
+        );
     }
 }

@@ -150,6 +150,29 @@ impl<K, R> LockLayerBuilder<K, R> {
         self
     }
 
+    /// Changes every request's lock options with `change`, starting from the layer's (its
+    /// ttl, wait, watchdog and [`DEFAULT_MAX_HOLD`](crate::DEFAULT_MAX_HOLD) as set so far,
+    /// and no patience with store errors, so a request is answered `503` at the first):
+    /// any [`LockOptions`](distlock::LockOptions) setter, including those this builder has
+    /// no setter of its own for (`min_hold`, `max_attempts`, `retry_backoff`, `replicas`,
+    /// `identity`...). `build` checks the result as it checks every setting.
+    ///
+    /// ```
+    /// # use distlock_tower::{LockLayer, extract::PathSegment};
+    /// # let client = distlock::Client::in_memory();
+    /// let layer = LockLayer::builder(client, PathSegment(1))
+    ///     .lock_options(|options| options.min_hold(std::time::Duration::from_millis(500)))
+    ///     .build()
+    ///     .expect("valid");
+    /// ```
+    pub fn lock_options(
+        mut self,
+        change: impl FnOnce(distlock::LockOptions) -> distlock::LockOptions,
+    ) -> Self {
+        self.config.options.lease = change(std::mem::take(&mut self.config.options.lease));
+        self
+    }
+
     /// The layer, or the first setting it could not work with:
     /// [`ConfigError::TtlOutOfRange`] for a ttl outside
     /// [`MIN_TTL`](distlock::MIN_TTL)`..=`[`MAX_TTL`](distlock::MAX_TTL),
@@ -222,6 +245,33 @@ mod tests {
                 .get_max_hold()),
             Some(one)
         );
+    }
+
+    /// `lock_options` starts from the layer's options and `build` checks what it sets as
+    /// every other setting, naming the option.
+    #[test]
+    fn lock_options_change_the_layers_and_are_checked() {
+        let second = Duration::from_secs(1);
+        let layer = builder()
+            .ttl(MAX_TTL)
+            .lock_options(|options| options.min_hold(second).max_attempts(2))
+            .build()
+            .expect("valid");
+        let lease = &layer.config.options.lease;
+        assert_eq!(lease.get_min_hold(), Some(second));
+        assert_eq!(lease.get_max_attempts(), Some(2));
+        assert_eq!(lease.get_ttl(), MAX_TTL, "the setting before it is kept");
+        assert_eq!(
+            lease.get_max_hold(),
+            Some(crate::DEFAULT_MAX_HOLD),
+            "the layer's default is kept"
+        );
+        match builder().lock_options(|o| o.max_attempts(0)).build().err() {
+            Some(ConfigError::InvalidSetting { setting, .. }) => {
+                assert_eq!(setting, "max_attempts");
+            }
+            other => panic!("expected max_attempts to be refused, got {other:?}"),
+        }
     }
 
     /// Every value a configuration file can hold is answered, never a panic: the checked
