@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use distlock::ratelimit::{MAX_PERIOD, Origin, Outage, Policy, Rate, RateLimiter, SubjectRates};
 use distlock::{InvalidPolicy, RateLimitError};
 
-use crate::common::brief;
+use crate::common::{allowed_of, brief};
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess};
 use crate::support::fixture::{Fixture, connect, on_both_stores, shared_cluster_client};
@@ -99,15 +99,7 @@ async fn concurrent_checks_spend_the_limit_exactly(fx: Fixture) {
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let limiter = limiter.clone();
-            tokio::spawn(async move {
-                let mut passed = 0u32;
-                for _ in 0..200 {
-                    if limiter.check("s").await.expect("check").allowed {
-                        passed += 1;
-                    }
-                }
-                passed
-            })
+            tokio::spawn(async move { allowed_of(&limiter, "s", 200).await })
         })
         .collect();
     let mut passed = 0;
@@ -166,13 +158,7 @@ async fn unused_units_go_back_when_asked(fx: Fixture) {
     assert!(!d.allowed, "the replicas hold the rest: {}", brief(&d));
     assert_eq!(a.return_shares().await.expect("return"), 4);
     assert_eq!(a.return_shares().await.expect("return"), 0, "nothing twice");
-    let mut passed = 0;
-    for _ in 0..6 {
-        if exact.check("s").await.expect("check").allowed {
-            passed += 1;
-        }
-    }
-    assert_eq!(passed, 4);
+    assert_eq!(allowed_of(&exact, "s", 6).await, 4);
     // B still answers from its own share.
     let d = b.check("s").await.expect("check");
     assert_eq!(
@@ -285,13 +271,7 @@ async fn a_subjects_own_lower_rate_caps_its_lease(fx: Fixture) {
         Err(RateLimitError::CostTooLarge { capacity: 5, .. })
     ));
     assert_eq!(limiter.__store_calls(), 0, "refused before any lease");
-    let mut passed = 0;
-    for _ in 0..8 {
-        if limiter.check("free").await.expect("check").allowed {
-            passed += 1;
-        }
-    }
-    assert_eq!(passed, 5);
+    assert_eq!(allowed_of(&limiter, "free", 8).await, 5);
     let other = limiter.check("paid").await.expect("check");
     assert_eq!(
         (other.allowed, other.remaining),

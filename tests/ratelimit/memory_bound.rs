@@ -31,6 +31,16 @@ async fn memory_usage(conn: &mut MultiplexedConnection, key: &str) -> Option<u64
         .expect("MEMORY USAGE")
 }
 
+/// `algorithm`'s limiter of `count` per `period`, with the deny cache off so that every check
+/// reaches the server.
+fn uncached(client: &Client, algorithm: Algorithm, count: u32, period: Duration) -> RateLimiter {
+    client
+        .rate_limiter(policy(algorithm, count, period))
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter")
+}
+
 async fn hammer(limiter: &RateLimiter, subject: &str, for_how_long: Duration) {
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..4)
@@ -61,11 +71,7 @@ async fn one_key_hammered_stays_the_same_size() {
     let client = connect(&server.url()).await;
     let mut conn = server.conn().await;
     for algorithm in ALGORITHMS {
-        let limiter = client
-            .rate_limiter(policy(algorithm, 50, Duration::from_millis(500)))
-            .deny_cache(0)
-            .build()
-            .expect("valid limiter");
+        let limiter = uncached(&client, algorithm, 50, Duration::from_millis(500));
         let key = limiter.__keys("hot").expect("keys").remove(0);
         let sampling = {
             let limiter = limiter.clone();
@@ -202,11 +208,7 @@ async fn denied_requests_are_not_stored() {
         // An hour's window: a fixed window is aligned to the epoch, and with 30 s the 200
         // denied checks crossed a window's end about once in 300 runs (the next window then
         // allowed one, which is no stored denial).
-        let limiter = client
-            .rate_limiter(policy(algorithm, 5, Duration::from_secs(3600)))
-            .deny_cache(0)
-            .build()
-            .expect("valid limiter");
+        let limiter = uncached(&client, algorithm, 5, Duration::from_secs(3600));
         for _ in 0..5 {
             assert!(limiter.check("full").await.expect("check").allowed);
         }
