@@ -44,6 +44,17 @@ fn hybrid(fx: &Fixture, policy: Policy, share: u32, sync: Duration) -> RateLimit
         .expect("hybrid limiter")
 }
 
+/// One check of `s` on `limiter`: allowed, and answered by `origin`.
+async fn allowed_by(limiter: &RateLimiter, origin: Origin, what: &str) {
+    let d = limiter.check("s").await.expect("check");
+    assert_eq!(
+        (d.allowed, d.origin),
+        (true, origin),
+        "{what}: {}",
+        brief(&d)
+    );
+}
+
 /// 100 an hour, shares of 10: the 100 checks make 10 round trips (one per share) and 90 are
 /// answered locally; the figures count the share's units; the 101st is denied by the store.
 async fn checks_are_answered_from_the_share(fx: Fixture) {
@@ -124,13 +135,7 @@ async fn a_client_shutdown_gives_shares_back_and_leases_no_more(fx: Fixture) {
     assert_eq!(report.shares_returned, 4, "{report:?}");
     assert!(report.share_errors.is_empty(), "{report:?}");
     for _ in 0..3 {
-        let d = a.check("s").await.expect("check");
-        assert_eq!(
-            (d.allowed, d.origin),
-            (true, Origin::Store),
-            "exact after the shutdown: {}",
-            brief(&d)
-        );
+        allowed_by(&a, Origin::Store, "exact after the shutdown").await;
     }
     assert_eq!(
         a.return_shares().await.expect("return"),
@@ -160,13 +165,7 @@ async fn unused_units_go_back_when_asked(fx: Fixture) {
     assert_eq!(a.return_shares().await.expect("return"), 0, "nothing twice");
     assert_eq!(allowed_of(&exact, "s", 6).await, 4);
     // B still answers from its own share.
-    let d = b.check("s").await.expect("check");
-    assert_eq!(
-        (d.allowed, d.origin),
-        (true, Origin::LocalShare),
-        "{}",
-        brief(&d)
-    );
+    allowed_by(&b, Origin::LocalShare, "B").await;
     // An exact limiter has no shares to give back.
     assert_eq!(exact.return_shares().await.expect("return"), 0);
 }
@@ -186,13 +185,7 @@ async fn a_stale_share_goes_back_at_the_next_check(fx: Fixture) {
     assert_eq!(a.check("s").await.expect("check").origin, Origin::Store); // leases 5, holds 4
     tokio::time::sleep(sync * 2).await;
     // Stale: not answered locally; 4 go back and a new share of 5 is leased.
-    let d = a.check("s").await.expect("check");
-    assert_eq!(
-        (d.allowed, d.origin),
-        (true, Origin::Store),
-        "{}",
-        brief(&d)
-    );
+    allowed_by(&a, Origin::Store, "stale").await;
     // 10 − 5 + 4 − 5 = 4 left for others, once the give-back (in the background) has landed.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -372,13 +365,7 @@ async fn outages_answer_the_leases() {
     }
     assert_eq!(seen, [true, true, true, false, false]);
     for _ in 0..5 {
-        let d = open.check("s").await.expect("fail open never errs");
-        assert_eq!(
-            (d.allowed, d.origin),
-            (true, Origin::FailOpen),
-            "{}",
-            brief(&d)
-        );
+        allowed_by(&open, Origin::FailOpen, "fail open").await;
     }
     // Only the store's units go back: "warm" holds one (a round trip, which fails now), the
     // fallback's and the failed-open checks none.
