@@ -31,6 +31,14 @@ async fn memory_usage(conn: &mut MultiplexedConnection, key: &str) -> Option<u64
         .expect("MEMORY USAGE")
 }
 
+/// A fresh server, a client of it and a connection to inspect it.
+async fn a_server() -> (RedisServer, Client, MultiplexedConnection) {
+    let server = RedisServer::start();
+    let client = connect(&server.url()).await;
+    let conn = server.conn().await;
+    (server, client, conn)
+}
+
 /// `algorithm`'s limiter of `count` per `period`, with the deny cache off so that every check
 /// reaches the server.
 fn uncached(client: &Client, algorithm: Algorithm, count: u32, period: Duration) -> RateLimiter {
@@ -67,9 +75,7 @@ async fn hammer(limiter: &RateLimiter, subject: &str, for_how_long: Duration) {
 /// the sliding log never holds more than its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_hammered_stays_the_same_size() {
-    let server = RedisServer::start();
-    let client = connect(&server.url()).await;
-    let mut conn = server.conn().await;
+    let (_server, client, mut conn) = a_server().await;
     for algorithm in ALGORITHMS {
         let limiter = uncached(&client, algorithm, 50, Duration::from_millis(500));
         let key = limiter.__keys("hot").expect("keys").remove(0);
@@ -126,8 +132,7 @@ async fn one_key_hammered_stays_the_same_size() {
 /// gone: they expire at their window's end, which may fall inside the test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_one_of_many_keys_has_a_ttl() {
-    let server = RedisServer::start();
-    let client: Client = connect(&server.url()).await;
+    let (_server, client, mut conn) = a_server().await;
     let limiters: Arc<Vec<RateLimiter>> = Arc::new(
         ALGORITHMS
             .iter()
@@ -156,7 +161,6 @@ async fn every_one_of_many_keys_has_a_ttl() {
         task.await.expect("worker");
     }
 
-    let mut conn = server.conn().await;
     let mut cursor: u64 = 0;
     let mut seen = 0usize;
     let mut fixed = 0usize;
@@ -201,9 +205,7 @@ async fn every_one_of_many_keys_has_a_ttl() {
 /// and its ttl is not extended, on every algorithm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denied_requests_are_not_stored() {
-    let server = RedisServer::start();
-    let client = connect(&server.url()).await;
-    let mut conn = server.conn().await;
+    let (_server, client, mut conn) = a_server().await;
     for algorithm in ALGORITHMS {
         // An hour's window: a fixed window is aligned to the epoch, and with 30 s the 200
         // denied checks crossed a window's end about once in 300 runs (the next window then

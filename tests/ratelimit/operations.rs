@@ -180,19 +180,10 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
         );
     }
     // GCRA: upgraded from the slow rate, the used units drain at the fast pace.
-    let fast = at_rate(
-        &fx,
-        "upgrade",
-        Algorithm::Gcra,
-        10,
-        Duration::from_millis(100),
-    );
-    let slow = at_rate(
-        &fx,
-        "upgrade",
-        Algorithm::Gcra,
-        10,
-        Duration::from_secs(600),
+    let upgrade = |period| at_rate(&fx, "upgrade", Algorithm::Gcra, 10, period);
+    let (fast, slow) = (
+        upgrade(Duration::from_millis(100)),
+        upgrade(Duration::from_secs(600)),
     );
     for _ in 0..10 {
         assert!(slow.check("upgraded").await.expect("check").allowed);
