@@ -236,12 +236,7 @@ pub async fn mixed_workload(
                     Entrant::Row(rand::random_range(0..6))
                 };
                 let (path, mode) = path_of(&root, who);
-                let lease = client
-                    .hierarchy_lock(path)
-                    .wait(Duration::from_secs(60))
-                    .lock(mode)
-                    .await
-                    .expect("lock");
+                let lease = take(&client, path, mode).await;
                 occupancy.enter(who);
                 tokio::time::sleep(Duration::from_micros(rand::random_range(0..1500))).await;
                 occupancy.leave(who);
@@ -255,6 +250,16 @@ pub async fn mixed_workload(
     for task in tasks {
         task.await.expect("task");
     }
+}
+
+/// `mode` on `path`, as an entrant of a workload takes it: waiting up to 60 s in line.
+pub async fn take(client: &Client, path: String, mode: HierarchyMode) -> Lease {
+    client
+        .hierarchy_lock(path)
+        .wait(Duration::from_secs(60))
+        .lock(mode)
+        .await
+        .expect("lock")
 }
 
 /// 6 readers keep `<root>/t` read-held without a gap (S on the table and IS-backed S on rows,
