@@ -44,6 +44,15 @@ fn hybrid(fx: &Fixture, policy: Policy, share: u32, sync: Duration) -> RateLimit
         .expect("hybrid limiter")
 }
 
+/// An exact limiter of `policy` beside the hybrid ones: every check asks the store.
+fn exact(fx: &Fixture, policy: Policy) -> RateLimiter {
+    fx.client
+        .rate_limiter(policy)
+        .deny_cache(0)
+        .build()
+        .expect("limiter")
+}
+
 /// One check of `s` on `limiter`: allowed, and answered by `origin`.
 async fn allowed_by(limiter: &RateLimiter, origin: Origin, what: &str) {
     let d = limiter.check("s").await.expect("check");
@@ -151,12 +160,7 @@ async fn unused_units_go_back_when_asked(fx: Fixture) {
     let policy = spent_once("h", 10);
     let a = hybrid(&fx, policy.clone(), 5, HOUR);
     let b = hybrid(&fx, policy.clone(), 5, HOUR);
-    let exact = fx
-        .client
-        .rate_limiter(policy)
-        .deny_cache(0)
-        .build()
-        .expect("limiter");
+    let exact = exact(&fx, policy);
     assert!(a.check("s").await.expect("check").allowed);
     assert!(b.check("s").await.expect("check").allowed);
     let d = exact.check("s").await.expect("check");
@@ -176,12 +180,7 @@ async fn a_stale_share_goes_back_at_the_next_check(fx: Fixture) {
     let policy = spent_once("h", 10);
     let sync = Duration::from_millis(100);
     let a = hybrid(&fx, policy.clone(), 5, sync);
-    let exact = fx
-        .client
-        .rate_limiter(policy)
-        .deny_cache(0)
-        .build()
-        .expect("limiter");
+    let exact = exact(&fx, policy);
     assert_eq!(a.check("s").await.expect("check").origin, Origin::Store); // leases 5, holds 4
     tokio::time::sleep(sync * 2).await;
     // Stale: not answered locally; 4 go back and a new share of 5 is leased.

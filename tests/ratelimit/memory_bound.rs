@@ -31,6 +31,15 @@ async fn memory_usage(conn: &mut MultiplexedConnection, key: &str) -> Option<u64
         .expect("MEMORY USAGE")
 }
 
+/// How many entries a sliding log's `key` holds (`ZCARD`).
+async fn log_size(conn: &mut MultiplexedConnection, key: &str) -> u64 {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("ZCARD")
+}
+
 /// A fresh server, a client of it and a connection to inspect it.
 async fn a_server() -> (RedisServer, Client, MultiplexedConnection) {
     let server = RedisServer::start();
@@ -91,12 +100,7 @@ async fn one_key_hammered_stays_the_same_size() {
                 sizes.push(size);
             }
             if algorithm == Algorithm::SlidingLog {
-                let card: u64 = redis::cmd("ZCARD")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("ZCARD");
-                cards.push(card);
+                cards.push(log_size(&mut conn, &key).await);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -249,11 +253,7 @@ async fn denied_requests_are_not_stored() {
             "{algorithm}: a denied request extended the ttl"
         );
         if algorithm == Algorithm::SlidingLog {
-            let card: u64 = redis::cmd("ZCARD")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .expect("ZCARD");
+            let card = log_size(&mut conn, &key).await;
             assert_eq!(card, 5, "only the allowed requests are in the log");
         }
     }
