@@ -261,27 +261,11 @@ async fn no_retry_storm_on_a_hot_key() {
             .expect("every waiter gets the lock in turn")
             .expect("waiter task");
     }
-    let mut conn = fx.server.as_ref().expect("redis").conn().await;
-    // The unsubscribes are sent at once; the deadline only outlasts a busy machine.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .query_async(&mut conn)
-            .await
-            .expect("PUBSUB");
-        // A client that held leases keeps listening for operators' forces on
-        // `<prefix>:revoked` while its watchdog runs (it idles 30 s before it stops).
-        channels.retain(|channel| !channel.ends_with(":revoked"));
-        if channels.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "subscriptions left: {channels:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    fx.server
+        .as_ref()
+        .expect("redis")
+        .until_no_subscriptions()
+        .await;
 }
 
 /// A waiter that waited long enough to mark the lock for itself and then times out (or is

@@ -10,6 +10,7 @@ use redis::Script;
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess, run_children_to_done, say};
 use crate::support::fixture::connect;
+use crate::support::hierarchy;
 use crate::support::sections::{assert_sections_ran_alone, bump_counter_and_leave, enter_section};
 use crate::support::server::{resource_conn, until_subscribed};
 
@@ -723,12 +724,7 @@ async fn child_hierarchy(client: Client, url: &str) {
                 } else {
                     ("db/t".to_owned(), HierarchyMode::Exclusive, "tx")
                 };
-                let lease = client
-                    .hierarchy_lock(path)
-                    .wait(Duration::from_secs(60))
-                    .lock(mode)
-                    .await
-                    .expect("lock");
+                let lease = hierarchy::take(&client, path, mode).await;
                 for op in ["enter", "leave"] {
                     let _: i64 = OCCUPANCY
                         .key("hier-occupancy")

@@ -3,13 +3,14 @@
 //! sides.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::Duration;
 
 use distlock::{LockError, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::support::fixture::{Fixture, on_both_stores};
+use crate::support::readers::ReaderStream;
 
 on_both_stores!(
     readers_overlap_and_a_writer_overlaps_nobody,
@@ -106,74 +107,31 @@ async fn a_writer_behind_a_stream_of_readers_gets_in_within_a_bound(fx: Fixture)
     } else {
         Duration::from_secs(5)
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer_in = Arc::new(AtomicBool::new(false));
-    let overlap = Arc::new(AtomicBool::new(false));
-    let readers_inside = Arc::new(AtomicI64::new(0));
     let mut readers = Vec::new();
-    for task in 0..6 {
+    for _ in 0..6 {
         let client = fx.another_client().await;
-        let (stop, writer_in, overlap, readers_inside) = (
-            stop.clone(),
-            writer_in.clone(),
-            overlap.clone(),
-            readers_inside.clone(),
-        );
-        readers.push(tokio::spawn(async move {
-            // Staggered, so that some reader is always inside.
-            tokio::time::sleep(Duration::from_millis(7 * task)).await;
-            while !stop.load(Ordering::SeqCst) {
-                let Ok(lease) = client
+        readers.push(move || {
+            let client = client.clone();
+            async move {
+                client
                     .rw_lock("stream")
                     .wait(Duration::from_secs(10))
                     .read()
                     .await
-                else {
-                    continue;
-                };
-                readers_inside.fetch_add(1, Ordering::SeqCst);
-                if writer_in.load(Ordering::SeqCst) {
-                    overlap.store(true, Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_millis(40)).await;
-                readers_inside.fetch_sub(1, Ordering::SeqCst);
-                let _ = lease.release().await;
             }
-        }));
+        });
     }
+    let stream = ReaderStream::start(readers);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        readers_inside.load(Ordering::SeqCst) > 0,
-        "the readers do not hold the lock"
-    );
-    let mut waits = Vec::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        let lease = fx
-            .client
-            .rw_lock("stream")
-            .wait(Duration::from_secs(10))
-            .write()
-            .await
-            .expect("the writer gets in");
-        waits.push(started.elapsed());
-        writer_in.store(true, Ordering::SeqCst);
-        if readers_inside.load(Ordering::SeqCst) > 0 {
-            overlap.store(true, Ordering::SeqCst);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        writer_in.store(false, Ordering::SeqCst);
-        lease.release().await.expect("release");
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    for reader in readers {
-        reader.await.expect("reader");
-    }
-    assert!(
-        !overlap.load(Ordering::SeqCst),
-        "a reader overlapped the writer"
-    );
+    assert!(stream.inside() > 0, "the readers do not hold the lock");
+    let waits = stream
+        .writer_waits("the writer", || {
+            fx.client
+                .rw_lock("stream")
+                .wait(Duration::from_secs(10))
+                .write()
+        })
+        .await;
     let longest = waits.iter().max().copied().unwrap_or_default();
     eprintln!("writer waits behind a stream of 6 readers (40 ms holds): {waits:?}");
     assert!(

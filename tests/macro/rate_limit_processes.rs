@@ -47,18 +47,28 @@ async fn paced(client: &Client, conn: &mut MultiplexedConnection) -> Result<(), 
     Ok(())
 }
 
+/// `n` connections to `redis`, one per task.
+async fn connections(redis: &redis::Client, n: usize) -> Vec<MultiplexedConnection> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(
+            redis
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connection"),
+        );
+    }
+    conns
+}
+
 /// What a child runs: `TASKS` tasks × `CALLS` calls of [`limited`], then `PACED_TASKS` tasks
 /// × `PACED_CALLS` calls of [`paced`]. Reports how many calls were limited.
 async fn run_calls(url: &str) -> usize {
     let redis = redis::Client::open(url).expect("url");
     let client = connect(url).await;
     let mut tasks = Vec::new();
-    for _ in 0..TASKS {
+    for mut conn in connections(&redis, TASKS).await {
         let client = client.clone();
-        let mut conn = redis
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connection");
         tasks.push(tokio::spawn(async move {
             let mut denied = 0;
             for _ in 0..CALLS {
@@ -76,12 +86,8 @@ async fn run_calls(url: &str) -> usize {
         denied += task.await.expect("task");
     }
     let mut tasks = Vec::new();
-    for _ in 0..PACED_TASKS {
+    for mut conn in connections(&redis, PACED_TASKS).await {
         let client = client.clone();
-        let mut conn = redis
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connection");
         tasks.push(tokio::spawn(async move {
             for _ in 0..PACED_CALLS {
                 paced(&client, &mut conn).await.expect("waits for its turn");

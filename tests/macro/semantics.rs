@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::support::RedisServer;
 use crate::support::fixture::{Fixture, connect, on_both_stores};
 use crate::support::lateness::LatenessProbe;
+use crate::support::theft::{lost_at_a_renewal, steal_once_entered};
 
 on_both_stores!(
     spawned_task_does_not_inherit_the_lease,
@@ -214,6 +215,18 @@ async fn spawned_task_does_not_inherit_the_lease(store: Fixture) {
 
 // --- lease loss -------------------------------------------------------------------------------
 
+/// The body of [`long_job`] and [`job_while_server_dies`]: says it is in, works 10 s (far
+/// longer than the tests let it), then marks itself finished.
+async fn ten_seconds_of_work(
+    entered: oneshot::Sender<()>,
+    finished: Arc<AtomicBool>,
+) -> Result<(), LockError> {
+    let _ = entered.send(());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    finished.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
 // Renewed every second; the lease's deadline is ~1.9 s past a renewal, so only a renewal can
 // end it early (`NotHeld`) unless a busy machine starves the watchdog that long.
 #[distributed_lock(key = "stolen", client = client, ttl = "3s")]
@@ -222,10 +235,7 @@ async fn long_job(
     entered: oneshot::Sender<()>,
     finished: Arc<AtomicBool>,
 ) -> Result<(), LockError> {
-    let _ = entered.send(());
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    finished.store(true, Ordering::SeqCst);
-    Ok(())
+    ten_seconds_of_work(entered, finished).await
 }
 
 #[distributed_lock(key = "settled:{id}", client = client)]
@@ -250,29 +260,14 @@ async fn deleted_key_ends_the_body_with_lease_lost(store: Fixture) {
     let key = store.lock_key("stolen");
     let thief = store.another_client().await;
     let probe = (!store.paused()).then(LatenessProbe::start);
-    let (entered_tx, entered) = oneshot::channel();
-    let steal = tokio::spawn(async move {
-        entered.await.expect("the body started");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        assert!(thief.__inspect().delete(&key).await.expect("delete"));
-        Instant::now()
-    });
+    let (entered_tx, steal) = steal_once_entered(thief, key);
     let finished = Arc::new(AtomicBool::new(false));
     let mark = probe.as_ref().map(LatenessProbe::mark);
     let result = long_job(&store.client, entered_tx, finished.clone()).await;
     let ended = Instant::now();
     let stolen_at = steal.await.expect("thief");
-    assert!(
-        matches!(
-            result,
-            Err(LockError::LeaseLost {
-                reason: LossReason::NotHeld,
-                ..
-            })
-        ),
-        "{result:?}\n{}",
-        store.log()
-    );
+    // `NotHeld`: a renewal found the key gone (the deadline would say `Expired`).
+    assert!(lost_at_a_renewal(&result), "{result:?}\n{}", store.log());
     assert!(!finished.load(Ordering::SeqCst), "the body ran to the end");
     // `NotHeld` says a renewal found it: at the next renewal, within ttl/3 of the theft (1 ms:
     // tokio's timer resolution). On the real clock, that plus the renewal's round trip and how
@@ -295,10 +290,7 @@ async fn job_while_server_dies(
     entered: oneshot::Sender<()>,
     finished: Arc<AtomicBool>,
 ) -> Result<(), LockError> {
-    let _ = entered.send(());
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    finished.store(true, Ordering::SeqCst);
-    Ok(())
+    ten_seconds_of_work(entered, finished).await
 }
 
 /// TESTPLAN 7 through the macro: the server is killed mid-hold; the body is dropped at the

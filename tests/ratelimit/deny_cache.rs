@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use distlock::ratelimit::{Algorithm, Decision, Origin, Policy, RateLimiter};
 
-use crate::common::{ALGORITHMS, brief, policy};
+use crate::common::{ALGORITHMS, brief, here_and_elsewhere, policy};
 use crate::support::fixture::{Fixture, on_both_stores};
 
 on_both_stores!(
@@ -187,18 +187,7 @@ fn store_name(fx: &Fixture) -> &'static str {
 async fn a_reset_through_another_replica_is_seen_within_the_max_age(fx: Fixture) {
     const MAX_AGE: Duration = Duration::from_millis(300);
     let policy = "login: 1 per 10min".parse::<Policy>().expect("policy");
-    let here = fx
-        .client
-        .rate_limiter(policy.clone())
-        .deny_cache_max_age(MAX_AGE)
-        .build()
-        .expect("limiter");
-    let elsewhere = fx
-        .another_client()
-        .await
-        .rate_limiter(policy)
-        .build()
-        .expect("limiter");
+    let (here, elsewhere) = here_and_elsewhere(&fx, policy, MAX_AGE).await;
     assert!(here.check("alice").await.expect("check").allowed);
     let denied = here.check("alice").await.expect("check");
     assert!(

@@ -24,6 +24,14 @@ const LIMIT: u32 = 100;
 const PERIOD: Duration = Duration::from_secs(10);
 const TASKS: usize = 150;
 
+/// `algorithm`'s limiter of `LIMIT` per `PERIOD` (burst = `LIMIT`).
+fn limiter(fx: &Fixture, algorithm: Algorithm) -> RateLimiter {
+    fx.client
+        .rate_limiter(policy(algorithm, LIMIT, PERIOD))
+        .build()
+        .expect("valid limiter")
+}
+
 /// Fires `TASKS` checks at once from as many tasks; `at` injects one instant for all.
 async fn fire(limiter: &RateLimiter, subject: &str, at: Option<u64>) -> usize {
     let barrier = Arc::new(Barrier::new(TASKS));
@@ -51,11 +59,7 @@ async fn fire(limiter: &RateLimiter, subject: &str, at: Option<u64>) -> usize {
 
 async fn exactly_100_of_150_at_one_instant(fx: Fixture) {
     for algorithm in ALGORITHMS {
-        let limiter = fx
-            .client
-            .rate_limiter(policy(algorithm, LIMIT, PERIOD))
-            .build()
-            .expect("valid limiter");
+        let limiter = limiter(&fx, algorithm);
         let allowed = fire(&limiter, "instant", Some(EPOCH_US + 123_456)).await;
         assert_eq!(allowed, 100, "{algorithm}");
     }
@@ -66,11 +70,7 @@ async fn exactly_100_of_150_at_one_instant(fx: Fixture) {
 /// window may roll over: each count must lie between 100 and the bound for the time taken.
 async fn exactly_100_of_150_in_real_time(fx: Fixture) {
     for algorithm in ALGORITHMS {
-        let limiter = fx
-            .client
-            .rate_limiter(policy(algorithm, LIMIT, PERIOD))
-            .build()
-            .expect("valid limiter");
+        let limiter = limiter(&fx, algorithm);
         let start = Instant::now();
         let allowed = fire(&limiter, "real-time", None).await;
         let span = start.elapsed();
@@ -118,11 +118,7 @@ async fn boundary_bursts_stay_within_the_documented_bound(fx: Fixture) {
         PERIOD - Duration::from_micros(1),
     ];
     for algorithm in ALGORITHMS {
-        let limiter = fx
-            .client
-            .rate_limiter(policy(algorithm, LIMIT, PERIOD))
-            .build()
-            .expect("valid limiter");
+        let limiter = limiter(&fx, algorithm);
         for (n, span) in spans.into_iter().enumerate() {
             let subject = format!("boundary:{n}");
             let start = boundary - 1;

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use distlock::ratelimit::{MAX_PERIOD, Origin, Outage, Policy, Rate, RateLimiter, SubjectRates};
 use distlock::{InvalidPolicy, RateLimitError};
 
-use crate::common::brief;
+use crate::common::{allowed_of, brief};
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess};
 use crate::support::fixture::{Fixture, connect, on_both_stores, shared_cluster_client};
@@ -42,6 +42,26 @@ fn hybrid(fx: &Fixture, policy: Policy, share: u32, sync: Duration) -> RateLimit
         .hybrid(share, sync)
         .build()
         .expect("hybrid limiter")
+}
+
+/// An exact limiter of `policy` beside the hybrid ones: every check asks the store.
+fn exact(fx: &Fixture, policy: Policy) -> RateLimiter {
+    fx.client
+        .rate_limiter(policy)
+        .deny_cache(0)
+        .build()
+        .expect("limiter")
+}
+
+/// One check of `s` on `limiter`: allowed, and answered by `origin`.
+async fn allowed_by(limiter: &RateLimiter, origin: Origin, what: &str) {
+    let d = limiter.check("s").await.expect("check");
+    assert_eq!(
+        (d.allowed, d.origin),
+        (true, origin),
+        "{what}: {}",
+        brief(&d)
+    );
 }
 
 /// 100 an hour, shares of 10: the 100 checks make 10 round trips (one per share) and 90 are
@@ -99,15 +119,7 @@ async fn concurrent_checks_spend_the_limit_exactly(fx: Fixture) {
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let limiter = limiter.clone();
-            tokio::spawn(async move {
-                let mut passed = 0u32;
-                for _ in 0..200 {
-                    if limiter.check("s").await.expect("check").allowed {
-                        passed += 1;
-                    }
-                }
-                passed
-            })
+            tokio::spawn(async move { allowed_of(&limiter, "s", 200).await })
         })
         .collect();
     let mut passed = 0;
@@ -132,13 +144,7 @@ async fn a_client_shutdown_gives_shares_back_and_leases_no_more(fx: Fixture) {
     assert_eq!(report.shares_returned, 4, "{report:?}");
     assert!(report.share_errors.is_empty(), "{report:?}");
     for _ in 0..3 {
-        let d = a.check("s").await.expect("check");
-        assert_eq!(
-            (d.allowed, d.origin),
-            (true, Origin::Store),
-            "exact after the shutdown: {}",
-            brief(&d)
-        );
+        allowed_by(&a, Origin::Store, "exact after the shutdown").await;
     }
     assert_eq!(
         a.return_shares().await.expect("return"),
@@ -154,33 +160,16 @@ async fn unused_units_go_back_when_asked(fx: Fixture) {
     let policy = spent_once("h", 10);
     let a = hybrid(&fx, policy.clone(), 5, HOUR);
     let b = hybrid(&fx, policy.clone(), 5, HOUR);
-    let exact = fx
-        .client
-        .rate_limiter(policy)
-        .deny_cache(0)
-        .build()
-        .expect("limiter");
+    let exact = exact(&fx, policy);
     assert!(a.check("s").await.expect("check").allowed);
     assert!(b.check("s").await.expect("check").allowed);
     let d = exact.check("s").await.expect("check");
     assert!(!d.allowed, "the replicas hold the rest: {}", brief(&d));
     assert_eq!(a.return_shares().await.expect("return"), 4);
     assert_eq!(a.return_shares().await.expect("return"), 0, "nothing twice");
-    let mut passed = 0;
-    for _ in 0..6 {
-        if exact.check("s").await.expect("check").allowed {
-            passed += 1;
-        }
-    }
-    assert_eq!(passed, 4);
+    assert_eq!(allowed_of(&exact, "s", 6).await, 4);
     // B still answers from its own share.
-    let d = b.check("s").await.expect("check");
-    assert_eq!(
-        (d.allowed, d.origin),
-        (true, Origin::LocalShare),
-        "{}",
-        brief(&d)
-    );
+    allowed_by(&b, Origin::LocalShare, "B").await;
     // An exact limiter has no shares to give back.
     assert_eq!(exact.return_shares().await.expect("return"), 0);
 }
@@ -191,22 +180,11 @@ async fn a_stale_share_goes_back_at_the_next_check(fx: Fixture) {
     let policy = spent_once("h", 10);
     let sync = Duration::from_millis(100);
     let a = hybrid(&fx, policy.clone(), 5, sync);
-    let exact = fx
-        .client
-        .rate_limiter(policy)
-        .deny_cache(0)
-        .build()
-        .expect("limiter");
+    let exact = exact(&fx, policy);
     assert_eq!(a.check("s").await.expect("check").origin, Origin::Store); // leases 5, holds 4
     tokio::time::sleep(sync * 2).await;
     // Stale: not answered locally; 4 go back and a new share of 5 is leased.
-    let d = a.check("s").await.expect("check");
-    assert_eq!(
-        (d.allowed, d.origin),
-        (true, Origin::Store),
-        "{}",
-        brief(&d)
-    );
+    allowed_by(&a, Origin::Store, "stale").await;
     // 10 − 5 + 4 − 5 = 4 left for others, once the give-back (in the background) has landed.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -285,13 +263,7 @@ async fn a_subjects_own_lower_rate_caps_its_lease(fx: Fixture) {
         Err(RateLimitError::CostTooLarge { capacity: 5, .. })
     ));
     assert_eq!(limiter.__store_calls(), 0, "refused before any lease");
-    let mut passed = 0;
-    for _ in 0..8 {
-        if limiter.check("free").await.expect("check").allowed {
-            passed += 1;
-        }
-    }
-    assert_eq!(passed, 5);
+    assert_eq!(allowed_of(&limiter, "free", 8).await, 5);
     let other = limiter.check("paid").await.expect("check");
     assert_eq!(
         (other.allowed, other.remaining),
@@ -392,13 +364,7 @@ async fn outages_answer_the_leases() {
     }
     assert_eq!(seen, [true, true, true, false, false]);
     for _ in 0..5 {
-        let d = open.check("s").await.expect("fail open never errs");
-        assert_eq!(
-            (d.allowed, d.origin),
-            (true, Origin::FailOpen),
-            "{}",
-            brief(&d)
-        );
+        allowed_by(&open, Origin::FailOpen, "fail open").await;
     }
     // Only the store's units go back: "warm" holds one (a round trip, which fails now), the
     // fallback's and the failed-open checks none.

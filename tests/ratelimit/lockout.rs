@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use distlock::ratelimit::{__TestOp as Op, Decision, Lockout, Origin, Policy, Rate, RateLimiter};
 
-use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
+use crate::common::{ALGORITHMS, EPOCH_US, brief, here_and_elsewhere, policy};
 use crate::support::RedisServer;
 use crate::support::child::{self, ChildProcess};
 use crate::support::fixture::{Fixture, connect, on_both_stores, shared_cluster_client};
@@ -283,18 +283,7 @@ async fn a_cached_lockout_is_cleared_by_reset(fx: Fixture) {
         .expect("policy")
         .with_lockout(Lockout::after_breach([10 * MINUTE]))
         .expect("lockout");
-    let here = fx
-        .client
-        .rate_limiter(otp.clone())
-        .deny_cache_max_age(MAX_AGE)
-        .build()
-        .expect("limiter");
-    let elsewhere = fx
-        .another_client()
-        .await
-        .rate_limiter(otp)
-        .build()
-        .expect("limiter");
+    let (here, elsewhere) = here_and_elsewhere(&fx, otp, MAX_AGE).await;
     // The first round uses the one attempt; the second starts with the one the first round's
     // last check took.
     assert!(here.check("alice").await.expect("check").allowed);

@@ -31,6 +31,33 @@ async fn memory_usage(conn: &mut MultiplexedConnection, key: &str) -> Option<u64
         .expect("MEMORY USAGE")
 }
 
+/// How many entries a sliding log's `key` holds (`ZCARD`).
+async fn log_size(conn: &mut MultiplexedConnection, key: &str) -> u64 {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("ZCARD")
+}
+
+/// A fresh server, a client of it and a connection to inspect it.
+async fn a_server() -> (RedisServer, Client, MultiplexedConnection) {
+    let server = RedisServer::start();
+    let client = connect(&server.url()).await;
+    let conn = server.conn().await;
+    (server, client, conn)
+}
+
+/// `algorithm`'s limiter of `count` per `period`, with the deny cache off so that every check
+/// reaches the server.
+fn uncached(client: &Client, algorithm: Algorithm, count: u32, period: Duration) -> RateLimiter {
+    client
+        .rate_limiter(policy(algorithm, count, period))
+        .deny_cache(0)
+        .build()
+        .expect("valid limiter")
+}
+
 async fn hammer(limiter: &RateLimiter, subject: &str, for_how_long: Duration) {
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..4)
@@ -57,15 +84,9 @@ async fn hammer(limiter: &RateLimiter, subject: &str, for_how_long: Duration) {
 /// the sliding log never holds more than its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_hammered_stays_the_same_size() {
-    let server = RedisServer::start();
-    let client = connect(&server.url()).await;
-    let mut conn = server.conn().await;
+    let (_server, client, mut conn) = a_server().await;
     for algorithm in ALGORITHMS {
-        let limiter = client
-            .rate_limiter(policy(algorithm, 50, Duration::from_millis(500)))
-            .deny_cache(0)
-            .build()
-            .expect("valid limiter");
+        let limiter = uncached(&client, algorithm, 50, Duration::from_millis(500));
         let key = limiter.__keys("hot").expect("keys").remove(0);
         let sampling = {
             let limiter = limiter.clone();
@@ -79,12 +100,7 @@ async fn one_key_hammered_stays_the_same_size() {
                 sizes.push(size);
             }
             if algorithm == Algorithm::SlidingLog {
-                let card: u64 = redis::cmd("ZCARD")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("ZCARD");
-                cards.push(card);
+                cards.push(log_size(&mut conn, &key).await);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -120,8 +136,7 @@ async fn one_key_hammered_stays_the_same_size() {
 /// gone: they expire at their window's end, which may fall inside the test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_one_of_many_keys_has_a_ttl() {
-    let server = RedisServer::start();
-    let client: Client = connect(&server.url()).await;
+    let (_server, client, mut conn) = a_server().await;
     let limiters: Arc<Vec<RateLimiter>> = Arc::new(
         ALGORITHMS
             .iter()
@@ -150,7 +165,6 @@ async fn every_one_of_many_keys_has_a_ttl() {
         task.await.expect("worker");
     }
 
-    let mut conn = server.conn().await;
     let mut cursor: u64 = 0;
     let mut seen = 0usize;
     let mut fixed = 0usize;
@@ -195,18 +209,12 @@ async fn every_one_of_many_keys_has_a_ttl() {
 /// and its ttl is not extended, on every algorithm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denied_requests_are_not_stored() {
-    let server = RedisServer::start();
-    let client = connect(&server.url()).await;
-    let mut conn = server.conn().await;
+    let (_server, client, mut conn) = a_server().await;
     for algorithm in ALGORITHMS {
         // An hour's window: a fixed window is aligned to the epoch, and with 30 s the 200
         // denied checks crossed a window's end about once in 300 runs (the next window then
         // allowed one, which is no stored denial).
-        let limiter = client
-            .rate_limiter(policy(algorithm, 5, Duration::from_secs(3600)))
-            .deny_cache(0)
-            .build()
-            .expect("valid limiter");
+        let limiter = uncached(&client, algorithm, 5, Duration::from_secs(3600));
         for _ in 0..5 {
             assert!(limiter.check("full").await.expect("check").allowed);
         }
@@ -245,11 +253,7 @@ async fn denied_requests_are_not_stored() {
             "{algorithm}: a denied request extended the ttl"
         );
         if algorithm == Algorithm::SlidingLog {
-            let card: u64 = redis::cmd("ZCARD")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .expect("ZCARD");
+            let card = log_size(&mut conn, &key).await;
             assert_eq!(card, 5, "only the allowed requests are in the log");
         }
     }

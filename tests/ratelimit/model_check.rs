@@ -12,7 +12,7 @@ use distlock::ratelimit::{Algorithm, Lockout, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::common::{ALGORITHMS, EPOCH_US, us};
+use crate::common::{ALGORITHMS, CHECK_GAPS, OPERATION_GAPS, gap, random_cost, trace_start, us};
 use crate::model::{Models, paired};
 use crate::support::fixture::{Fixture, on_both_stores};
 
@@ -28,6 +28,32 @@ pub(crate) fn random_policy(rng: &mut StdRng, algorithm: Algorithm, name: &str) 
         rate = rate.burst(rng.random_range(1..=12)).expect("valid burst");
     }
     Policy::new(name, algorithm, rate).expect("valid policy")
+}
+
+/// Two or three policies of random algorithms, named `p0`, `p1`..., a third with a lockout
+/// ([`maybe_lockout`]).
+pub(crate) fn random_policies(rng: &mut StdRng) -> Vec<Policy> {
+    random_policies_of(rng, |rng| ALGORITHMS[rng.random_range(0..ALGORITHMS.len())])
+}
+
+/// As [`random_policies`], each of the algorithm `pick` draws.
+fn random_policies_of(rng: &mut StdRng, pick: impl Fn(&mut StdRng) -> Algorithm) -> Vec<Policy> {
+    let n = rng.random_range(2..=3);
+    (0..n)
+        .map(|i| {
+            let algorithm = pick(rng);
+            let policy = random_policy(rng, algorithm, &format!("p{i}"));
+            maybe_lockout(rng, policy)
+        })
+        .collect()
+}
+
+/// The model of a trace on `policies`, the largest unit among them and the smallest limit.
+fn model_of(policies: &[Policy]) -> (Models, i64, u32) {
+    let models = Models::of(policies);
+    let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);
+    let min_limit = policies.iter().map(Policy::limit).min().unwrap_or(1);
+    (models, unit, min_limit)
 }
 
 /// `policy`, with a random lockout one time in three: one to three growing steps and a
@@ -83,24 +109,12 @@ async fn run_trace(fx: &Fixture, rng: &mut StdRng, seed: u64, trace: usize, poli
         .rate_limiter_all(policies.clone())
         .build()
         .expect("valid policies");
-    let mut models = Models::of(&policies);
-    let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);
-    let min_limit = policies.iter().map(Policy::limit).min().unwrap_or(1);
-    // Start just before a multiple of the largest unit, so the first steps cross a boundary.
-    let mut now = i64::try_from(EPOCH_US).expect("fits") / unit * unit - rng.random_range(0..unit);
+    let (mut models, unit, min_limit) = model_of(&policies);
+    let mut now = trace_start(rng, unit);
     let subject = format!("trace:{seed}:{trace}");
     for step in 0..STEPS {
-        now += match rng.random_range(0..100) {
-            0..30 => 0,
-            30..70 => rng.random_range(0..unit / 4 + 1),
-            70..92 => rng.random_range(0..2 * unit),
-            _ => rng.random_range(0..10 * unit),
-        };
-        let cost = match rng.random_range(0..10) {
-            0 => 0,
-            1..7 => 1,
-            _ => rng.random_range(1..=min_limit),
-        };
+        now += gap(rng, unit, &CHECK_GAPS);
+        let cost = random_cost(rng, min_limit);
         let expected = models.check(now, i64::from(cost));
         let decision = limiter
             .__check_at(&subject, cost, u64::try_from(now).expect("positive"))
@@ -141,14 +155,7 @@ async fn mixed_policies_match_the_model(fx: Fixture) {
     let seed: u64 = rand::random();
     let mut rng = StdRng::seed_from_u64(seed);
     for trace in 0..MIXED_TRACES {
-        let n = rng.random_range(2..=3);
-        let policies = (0..n)
-            .map(|i| {
-                let algorithm = ALGORITHMS[rng.random_range(0..ALGORITHMS.len())];
-                let policy = random_policy(&mut rng, algorithm, &format!("p{i}"));
-                maybe_lockout(&mut rng, policy)
-            })
-            .collect();
+        let policies = random_policies(&mut rng);
         run_trace(&fx, &mut rng, seed, 100 + trace, policies).await;
     }
 }
@@ -169,10 +176,8 @@ async fn run_any_trace(
         .rate_limiter_any(policies.clone())
         .build()
         .expect("valid policies");
-    let mut models = Models::of(&policies);
-    let unit = models.0.iter().map(|m| m.policy.unit).max().unwrap_or(1);
-    let min_limit = policies.iter().map(Policy::limit).min().unwrap_or(1);
-    let mut now = i64::try_from(EPOCH_US).expect("fits") / unit * unit - rng.random_range(0..unit);
+    let (mut models, unit, min_limit) = model_of(&policies);
+    let mut now = trace_start(rng, unit);
     let subject = format!("any:{seed}:{trace}");
     let (mut later, mut denied) = (0, 0);
     // After the random steps, checks of 1 at one instant, one more than the policies hold
@@ -184,13 +189,9 @@ async fn run_any_trace(
             .sum::<usize>()
         + 1;
     for step in 0..drain {
-        now += match rng.random_range(0..100) {
-            _ if step >= STEPS => 0,
-            0..30 => 0,
-            30..70 => rng.random_range(0..unit / 4 + 1),
-            70..92 => rng.random_range(0..2 * unit),
-            _ => rng.random_range(0..10 * unit),
-        };
+        if step < STEPS {
+            now += gap(rng, unit, &CHECK_GAPS);
+        }
         let at = u64::try_from(now).expect("positive");
         let context = format!("seed {seed} trace {trace} step {step} at {now} on {policies:?}");
         if step < STEPS && rng.random_range(0..40) == 0 {
@@ -204,11 +205,10 @@ async fn run_any_trace(
             }
             continue;
         }
-        let cost = match rng.random_range(0..10) {
-            _ if step >= STEPS => 1,
-            0 => 0,
-            1..7 => 1,
-            _ => rng.random_range(1..=min_limit),
+        let cost = if step < STEPS {
+            random_cost(rng, min_limit)
+        } else {
+            1
         };
         let (want_charged, expected) = models.check_any(now, i64::from(cost));
         let (d, applied, _) = limiter
@@ -273,14 +273,7 @@ async fn any_of_matches_the_model(fx: Fixture) {
     let mut rng = StdRng::seed_from_u64(seed);
     let (mut later, mut denied) = (0, 0);
     for trace in 0..MIXED_TRACES {
-        let n = rng.random_range(2..=3);
-        let policies = (0..n)
-            .map(|i| {
-                let algorithm = ALGORITHMS[rng.random_range(0..ALGORITHMS.len())];
-                let policy = random_policy(&mut rng, algorithm, &format!("p{i}"));
-                maybe_lockout(&mut rng, policy)
-            })
-            .collect();
+        let policies = random_policies(&mut rng);
         let (l, d) = run_any_trace(&fx, &mut rng, seed, 300 + trace, policies).await;
         later += l;
         denied += d;
@@ -333,23 +326,14 @@ async fn run_extended_trace(
         .1
         .iter()
         .all(|p| matches!(p.algorithm(), Algorithm::Gcra | Algorithm::TokenBucket));
-    let mut now = i64::try_from(EPOCH_US).expect("fits") / unit * unit - rng.random_range(0..unit);
+    let mut now = trace_start(rng, unit);
     let subject = format!("ops:{seed}:{trace}");
     for step_no in 0..STEPS {
-        now += match rng.random_range(0..100) {
-            0..30 => 0,
-            30..75 => rng.random_range(0..unit / 4 + 1),
-            75..95 => rng.random_range(0..2 * unit),
-            _ => rng.random_range(0..6 * unit),
-        };
+        now += gap(rng, unit, &OPERATION_GAPS);
         let policies = &limiters[current].1;
         let min_limit = policies.iter().map(Policy::limit).min().unwrap_or(1);
         let step = match rng.random_range(0..100) {
-            0..50 => Step::Check(match rng.random_range(0..10) {
-                0 => 0,
-                1..7 => 1,
-                _ => rng.random_range(1..=min_limit),
-            }),
+            0..50 => Step::Check(random_cost(rng, min_limit)),
             50..55 => Step::UpTo(rng.random_range(1..=min_limit + 3)),
             55..65 => Step::Refund(rng.random_range(0..=min_limit + 2)),
             65..75 => Step::Penalize(rng.random_range(0..=min_limit + 2)),
@@ -466,18 +450,13 @@ async fn operations_and_rate_changes_match_the_model(fx: Fixture) {
     }
     for trace in 0..MIXED_TRACES {
         let family = rng.random_range(0..2) == 0;
-        let n = rng.random_range(2..=3);
-        let policies: Vec<Policy> = (0..n)
-            .map(|i| {
-                let algorithm = if family {
-                    [Algorithm::Gcra, Algorithm::TokenBucket][rng.random_range(0..2)]
-                } else {
-                    ALGORITHMS[rng.random_range(0..ALGORITHMS.len())]
-                };
-                let policy = random_policy(&mut rng, algorithm, &format!("p{i}"));
-                maybe_lockout(&mut rng, policy)
-            })
-            .collect();
+        let policies = random_policies_of(&mut rng, |rng| {
+            if family {
+                [Algorithm::Gcra, Algorithm::TokenBucket][rng.random_range(0..2)]
+            } else {
+                ALGORITHMS[rng.random_range(0..ALGORITHMS.len())]
+            }
+        });
         let limiter = fx
             .client
             .rate_limiter_all(policies.clone())

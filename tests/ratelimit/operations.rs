@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::ratelimit::{Algorithm, CircuitBreaker, Origin, Outage, Policy, Rate, SubjectRates};
+use distlock::ratelimit::{
+    Algorithm, CircuitBreaker, Origin, Outage, Policy, Rate, RateLimiter, SubjectRates,
+};
 use distlock::{Client, RateLimitError};
 use tokio::time::Instant;
 
-use crate::common::{ALGORITHMS, EPOCH_US, brief, policy};
+use crate::common::{ALGORITHMS, EPOCH_US, allowed_of, brief, policy};
 use crate::support::fixture::{Fixture, on_both_stores};
 use crate::support::{Proxy, RedisServer};
 
@@ -127,35 +129,29 @@ async fn several_policies_move_together(fx: Fixture) {
     assert_eq!(after.policies[1].remaining, 3);
 }
 
+/// A limiter of one policy `name`: `count` per `period` by `algorithm`.
+fn at_rate(
+    fx: &Fixture,
+    name: &str,
+    algorithm: Algorithm,
+    count: u32,
+    period: Duration,
+) -> RateLimiter {
+    let rate = Rate::per(count, period).expect("rate");
+    let policy = Policy::new(name, algorithm, rate).expect("policy");
+    fx.client
+        .rate_limiter(policy)
+        .build()
+        .expect("valid limiter")
+}
+
 /// A subject that used its whole burst at one rate has used it at the next: moving to a
 /// slower rate (same burst) hands out nothing, moving to a faster one keeps the units used
 /// and lets them drain at the new pace.
 async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
     for algorithm in ALGORITHMS {
-        let fast = fx
-            .client
-            .rate_limiter(
-                Policy::new(
-                    "plan",
-                    algorithm,
-                    Rate::per(10, Duration::from_secs(1)).expect("rate"),
-                )
-                .expect("policy"),
-            )
-            .build()
-            .expect("valid limiter");
-        let slow = fx
-            .client
-            .rate_limiter(
-                Policy::new(
-                    "plan",
-                    algorithm,
-                    Rate::per(10, Duration::from_secs(600)).expect("rate"),
-                )
-                .expect("policy"),
-            )
-            .build()
-            .expect("valid limiter");
+        let fast = at_rate(&fx, "plan", algorithm, 10, Duration::from_secs(1));
+        let slow = at_rate(&fx, "plan", algorithm, 10, Duration::from_secs(600));
         let subject = format!("plan:{}", algorithm.name());
         // The windows are aligned to the Unix epoch: start the ten checks just after a
         // boundary, so they all fall in one fast window (ten checks that straddled one would
@@ -169,11 +165,7 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
                 + Duration::from_millis(5),
         )
         .await;
-        let mut passed = 0;
-        for _ in 0..10 {
-            passed += usize::from(fast.check(&subject).await.expect("check").allowed);
-        }
-        assert_eq!(passed, 10, "{algorithm:?}");
+        assert_eq!(allowed_of(&fast, &subject, 10).await, 10, "{algorithm:?}");
         // Downgraded at once: nothing more for a long while.
         let d = slow.check(&subject).await.expect("check");
         assert!(
@@ -188,28 +180,11 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
         );
     }
     // GCRA: upgraded from the slow rate, the used units drain at the fast pace.
-    let fast = fx
-        .client
-        .rate_limiter(
-            Policy::gcra(
-                "upgrade",
-                Rate::per(10, Duration::from_millis(100)).expect("rate"),
-            )
-            .expect("policy"),
-        )
-        .build()
-        .expect("valid limiter");
-    let slow = fx
-        .client
-        .rate_limiter(
-            Policy::gcra(
-                "upgrade",
-                Rate::per(10, Duration::from_secs(600)).expect("rate"),
-            )
-            .expect("policy"),
-        )
-        .build()
-        .expect("valid limiter");
+    let upgrade = |period| at_rate(&fx, "upgrade", Algorithm::Gcra, 10, period);
+    let (fast, slow) = (
+        upgrade(Duration::from_millis(100)),
+        upgrade(Duration::from_secs(600)),
+    );
     for _ in 0..10 {
         assert!(slow.check("upgraded").await.expect("check").allowed);
     }
@@ -221,19 +196,19 @@ async fn a_rate_change_keeps_what_was_used(fx: Fixture) {
     );
 }
 
+/// A GCRA policy `name` of `per_second` per second, burst 1: one turn at a time.
+fn one_at_a_time(name: &str, per_second: u32) -> Policy {
+    let rate = Rate::per_second(per_second).expect("rate");
+    Policy::gcra(name, rate.burst(1).expect("burst")).expect("policy")
+}
+
 /// 50/s, burst 1: 12 tasks acquire at once; each waits its turn, so the k-th pass comes no
 /// sooner than k turns of 20 ms after the start (a late wake-up on a loaded machine is no
 /// failure; the two-process test in `tests/waiting` measures the spacing).
 async fn acquire_lets_waiters_through_no_faster_than_the_rate(fx: Fixture) {
     let limiter = fx
         .client
-        .rate_limiter(
-            Policy::gcra(
-                "worker",
-                Rate::per_second(50).expect("rate").burst(1).expect("burst"),
-            )
-            .expect("policy"),
-        )
+        .rate_limiter(one_at_a_time("worker", 50))
         .build()
         .expect("valid limiter");
     let passes = Arc::new(Mutex::new(Vec::new()));
@@ -279,13 +254,7 @@ async fn a_cancelled_reservation_gives_its_turn_back(fx: Fixture) {
     const TICK: Duration = Duration::from_millis(1);
     let limiter = fx
         .client
-        .rate_limiter(
-            Policy::gcra(
-                "cancel",
-                Rate::per_second(2).expect("rate").burst(1).expect("burst"),
-            )
-            .expect("policy"),
-        )
+        .rate_limiter(one_at_a_time("cancel", 2))
         .build()
         .expect("valid limiter");
     let first_sent = Instant::now();
@@ -339,13 +308,7 @@ async fn a_cancelled_reservation_gives_its_turn_back(fx: Fixture) {
 async fn a_turn_past_max_wait_is_refused_at_once(fx: Fixture) {
     let limiter = fx
         .client
-        .rate_limiter(
-            Policy::gcra(
-                "bounded",
-                Rate::per_second(2).expect("rate").burst(1).expect("burst"),
-            )
-            .expect("policy"),
-        )
+        .rate_limiter(one_at_a_time("bounded", 2))
         .max_wait(Duration::from_millis(100))
         .build()
         .expect("valid limiter");

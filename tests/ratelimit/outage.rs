@@ -86,6 +86,14 @@ async fn checks_in_time(
     }
 }
 
+/// A first check, while the store is up: the store answers it.
+async fn answered_by_the_store(limiter: &RateLimiter) {
+    assert_eq!(
+        limiter.check("warm").await.expect("check").origin,
+        Origin::Store
+    );
+}
+
 fn is_unavailable(err: &RateLimitError) -> bool {
     matches!(
         err,
@@ -140,33 +148,27 @@ async fn fail_open_passes_then_the_store_counts_again() {
     let proxy = Proxy::start(server.addr()).await;
     let client = short_client(&proxy.url()).await;
     let limiter = limiter(&client, Outage::FailOpen);
-    assert_eq!(
-        limiter.check("warm").await.expect("check").origin,
-        Origin::Store
-    );
+    answered_by_the_store(&limiter).await;
     let probe = LatenessProbe::start();
 
-    proxy.delay(Duration::from_secs(1));
-    checks_in_time(&limiter, &probe, "slow", |result| {
-        let d = result.expect("fail open never errs");
-        assert!(
-            d.allowed && d.origin == Origin::FailOpen,
-            "slow: {}",
-            brief(&d)
-        );
-    })
-    .await;
-    proxy.pass();
-    server.kill();
-    checks_in_time(&limiter, &probe, "killed", |result| {
-        let d = result.expect("fail open never errs");
-        assert!(
-            d.allowed && d.origin == Origin::FailOpen,
-            "killed: {}",
-            brief(&d)
-        );
-    })
-    .await;
+    for fault in ["slow", "killed"] {
+        match fault {
+            "slow" => proxy.delay(Duration::from_secs(1)),
+            _ => {
+                proxy.pass();
+                server.kill();
+            }
+        }
+        checks_in_time(&limiter, &probe, fault, |result| {
+            let d = result.expect("fail open never errs");
+            assert!(
+                d.allowed && d.origin == Origin::FailOpen,
+                "{fault}: {}",
+                brief(&d)
+            );
+        })
+        .await;
+    }
 
     server.restart();
     let back = Instant::now();
@@ -195,10 +197,7 @@ async fn local_fallback_enforces_the_policy_per_process() {
     let mut server = RedisServer::start();
     let client = short_client(&server.url()).await;
     let limiter = limiter(&client, Outage::LocalFallback);
-    assert_eq!(
-        limiter.check("warm").await.expect("check").origin,
-        Origin::Store
-    );
+    answered_by_the_store(&limiter).await;
     server.kill();
     let probe = LatenessProbe::start();
     let mut seen = Vec::new();
@@ -230,10 +229,7 @@ async fn back_on_the_store_within_a_second_of_a_restart() {
         .deny_cache(0)
         .build()
         .expect("valid limiter");
-    assert_eq!(
-        limiter.check("warm").await.expect("check").origin,
-        Origin::Store
-    );
+    answered_by_the_store(&limiter).await;
     server.kill();
     // Fail for a while, so the client is deep in its reconnect attempts.
     let down = Instant::now();
@@ -331,10 +327,7 @@ async fn an_outage_is_logged_once_when_it_starts_and_once_when_it_ends() {
         .circuit_breaker(None)
         .build()
         .expect("valid limiter");
-    assert_eq!(
-        limiter.check("warm").await.expect("check").origin,
-        Origin::Store
-    );
+    answered_by_the_store(&limiter).await;
     server.kill();
     const REFUSED: usize = 25;
     for _ in 0..REFUSED {

@@ -12,7 +12,7 @@ use distlock::ratelimit::{__TestOp as Op, Algorithm, Decision, Policy, RateLimit
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::common::{ALGORITHMS, EPOCH_US, us};
+use crate::common::{ALGORITHMS, OPERATION_GAPS, gap, random_cost, trace_start, us};
 use crate::model::ModelPolicy;
 use crate::model_check::{random_lockout, random_policy};
 use crate::support::fixture::Fixture;
@@ -90,24 +90,15 @@ async fn run_trace(rng: &mut StdRng, seed: u64, trace: usize, rates: &[Rate]) {
         .map(|p| ModelPolicy::of(p).unit)
         .max()
         .unwrap_or(1);
-    let mut now = i64::try_from(EPOCH_US).expect("fits") / unit * unit - rng.random_range(0..unit);
+    let mut now = trace_start(rng, unit);
     let subject = format!("agree:{seed}:{trace}");
     let mut current = 0;
     for step in 0..STEPS {
-        now += match rng.random_range(0..100) {
-            0..30 => 0,
-            30..75 => rng.random_range(0..unit / 4 + 1),
-            75..95 => rng.random_range(0..2 * unit),
-            _ => rng.random_range(0..6 * unit),
-        };
+        now += gap(rng, unit, &OPERATION_GAPS);
         let rate = &rates[current];
         let min_limit = rate.policies.iter().map(Policy::limit).min().unwrap_or(1);
         let op = match rng.random_range(0..100) {
-            0..50 => Op::Check(match rng.random_range(0..10) {
-                0 => 0,
-                1..7 => 1,
-                _ => rng.random_range(1..=min_limit),
-            }),
+            0..50 => Op::Check(random_cost(rng, min_limit)),
             50..60 => Op::Refund(rng.random_range(0..=min_limit + 2)),
             60..70 => Op::Penalize(rng.random_range(0..=min_limit + 2)),
             70..73 => Op::Reset,

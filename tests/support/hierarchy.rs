@@ -4,7 +4,7 @@
 //! table behind a stream of readers.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +12,8 @@ use distlock::{Client, HierarchyMode, Lease, LockError, ReleaseOutcome};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
+
+use super::readers::ReaderStream;
 
 /// The reference: a grant of `mode` on `path` is compatible iff, on every level of the path,
 /// the mode it takes there (the intention mode above the last level) is compatible with the
@@ -234,12 +236,7 @@ pub async fn mixed_workload(
                     Entrant::Row(rand::random_range(0..6))
                 };
                 let (path, mode) = path_of(&root, who);
-                let lease = client
-                    .hierarchy_lock(path)
-                    .wait(Duration::from_secs(60))
-                    .lock(mode)
-                    .await
-                    .expect("lock");
+                let lease = take(&client, path, mode).await;
                 occupancy.enter(who);
                 tokio::time::sleep(Duration::from_micros(rand::random_range(0..1500))).await;
                 occupancy.leave(who);
@@ -255,6 +252,16 @@ pub async fn mixed_workload(
     }
 }
 
+/// `mode` on `path`, as an entrant of a workload takes it: waiting up to 60 s in line.
+pub async fn take(client: &Client, path: String, mode: HierarchyMode) -> Lease {
+    client
+        .hierarchy_lock(path)
+        .wait(Duration::from_secs(60))
+        .lock(mode)
+        .await
+        .expect("lock")
+}
+
 /// 6 readers keep `<root>/t` read-held without a gap (S on the table and IS-backed S on rows,
 /// each 40 ms, back at once); an X waiter for the table that starts meanwhile gets in within
 /// `bound`: the readers already in finish, no new one starts. Returns the waits.
@@ -264,83 +271,43 @@ pub async fn a_table_writer_behind_readers(
     root: &str,
     bound: Duration,
 ) -> Vec<Duration> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer_in = Arc::new(AtomicBool::new(false));
-    let overlap = Arc::new(AtomicBool::new(false));
-    let inside = Arc::new(AtomicU32::new(0));
-    let mut tasks = Vec::new();
-    for task in 0..6u32 {
+    let stream = ReaderStream::start((0..6u32).map(|task| {
         let client = readers[task as usize % readers.len()].clone();
-        let (stop, writer_in, overlap, inside) = (
-            stop.clone(),
-            writer_in.clone(),
-            overlap.clone(),
-            inside.clone(),
-        );
         let path = if task % 2 == 0 {
             format!("{root}/t")
         } else {
             format!("{root}/t/{task}")
         };
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(7 * u64::from(task))).await;
-            while !stop.load(Ordering::SeqCst) {
-                let Ok(lease) = client
+        move || {
+            let (client, path) = (client.clone(), path.clone());
+            async move {
+                client
                     .hierarchy_lock(path.as_str())
                     .wait(Duration::from_secs(10))
                     .shared()
                     .await
-                else {
-                    continue;
-                };
-                inside.fetch_add(1, Ordering::SeqCst);
-                if writer_in.load(Ordering::SeqCst) {
-                    overlap.store(true, Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_millis(40)).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                let _ = lease.release().await;
             }
-        }));
-    }
+        }
+    }));
     // Let the stream run, then start only once readers are inside: a loaded machine (or a
     // cluster client's first round trips) can leave a moment without one.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ready = Instant::now();
-    while inside.load(Ordering::SeqCst) == 0 {
+    while stream.inside() == 0 {
         assert!(
             ready.elapsed() < Duration::from_secs(10),
             "the readers do not hold the table"
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let mut waits = Vec::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        let lease = writer
-            .hierarchy_lock(format!("{root}/t"))
-            .wait(Duration::from_secs(10))
-            .exclusive()
-            .await
-            .expect("the writer gets in");
-        waits.push(started.elapsed());
-        writer_in.store(true, Ordering::SeqCst);
-        if inside.load(Ordering::SeqCst) > 0 {
-            overlap.store(true, Ordering::SeqCst);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        writer_in.store(false, Ordering::SeqCst);
-        lease.release().await.expect("release");
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    for task in tasks {
-        task.await.expect("reader");
-    }
-    assert!(
-        !overlap.load(Ordering::SeqCst),
-        "a reader overlapped the table's writer"
-    );
+    let waits = stream
+        .writer_waits("the table's writer", || {
+            writer
+                .hierarchy_lock(format!("{root}/t"))
+                .wait(Duration::from_secs(10))
+                .exclusive()
+        })
+        .await;
     let longest = waits.iter().max().copied().unwrap_or_default();
     assert!(
         longest < bound,

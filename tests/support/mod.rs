@@ -33,10 +33,12 @@ pub mod netns;
 pub mod node;
 pub mod process;
 pub mod proxy;
+pub mod readers;
 pub mod sections;
 pub mod semaphore;
 pub mod sentinel;
 pub mod server;
+pub mod theft;
 pub mod tls;
 
 pub use proxy::{Proxy, ProxyMode};

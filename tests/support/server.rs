@@ -348,6 +348,35 @@ impl RedisServer {
         })
     }
 
+    /// Waits (bounded by 10 s, which only outlasts a busy machine: clients send their
+    /// unsubscribes at once) until the server has no pub/sub channel left but the
+    /// `<prefix>:revoked` ones: a client that held leases keeps listening there for
+    /// operators' forces while its watchdog runs (it idles 30 s before it stops).
+    ///
+    /// # Panics
+    ///
+    /// On timeout, with the channels left.
+    pub async fn until_no_subscriptions(&self) {
+        let mut conn = self.conn().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .query_async(&mut conn)
+                .await
+                .expect("PUBSUB");
+            channels.retain(|channel| !channel.ends_with(":revoked"));
+            if channels.is_empty() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "server still has subscriptions: {channels:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits (bounded by 10 s) until at least `count` replicas are online on this primary
     /// (`INFO replication`: `slaveN:...,state=online`, e.g. after starting one with
     /// [`RedisServerBuilder::replica_of`]).

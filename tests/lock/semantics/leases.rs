@@ -12,6 +12,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::support::fixture::Fixture;
+use crate::support::theft::{lost_at_a_renewal, steal_once_entered};
 
 /// TESTPLAN 5: acquire futures dropped at random points, leases dropped without release and
 /// panics in 1% of critical sections; afterwards no lock keys, no renewals, no watched leases
@@ -286,13 +287,7 @@ pub(super) async fn run_ends_the_body_when_the_lease_is_lost(fx: Fixture) {
     let thief = fx.another_client().await;
     let finished = Arc::new(AtomicBool::new(false));
     let flag = finished.clone();
-    let (entered_tx, entered) = tokio::sync::oneshot::channel();
-    let steal = tokio::spawn(async move {
-        entered.await.expect("the body started");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        assert!(thief.__inspect().delete(&key).await.expect("delete"));
-        Instant::now()
-    });
+    let (entered_tx, steal) = steal_once_entered(thief, key);
     let result = fx
         .client
         .lock("stolen")
@@ -305,17 +300,7 @@ pub(super) async fn run_ends_the_body_when_the_lease_is_lost(fx: Fixture) {
         .await;
     let ended = Instant::now();
     let stolen_at = steal.await.expect("thief");
-    // `NotHeld`: a renewal found the key gone (the deadline would say `Expired`).
-    assert!(
-        matches!(
-            result,
-            Err(LockError::LeaseLost {
-                reason: LossReason::NotHeld,
-                ..
-            })
-        ),
-        "{result:?}"
-    );
+    assert!(lost_at_a_renewal(&result), "{result:?}");
     assert!(
         !finished.load(Ordering::SeqCst),
         "the body ran to completion"

@@ -98,27 +98,7 @@ pub(super) async fn many_waiters_leave_no_subscription_behind(fx: Fixture) {
         );
     }
     if let Some(server) = &fx.server {
-        let mut conn = server.conn().await;
-        // The unsubscribes are sent at once; the deadline only outlasts a busy machine.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut channels: Vec<String> = redis::cmd("PUBSUB")
-                .arg("CHANNELS")
-                .query_async(&mut conn)
-                .await
-                .expect("pubsub");
-            // A client that held leases keeps listening for operators' forces on
-            // `<prefix>:revoked` while its watchdog runs (it idles 30 s before it stops).
-            channels.retain(|channel| !channel.ends_with(":revoked"));
-            if channels.is_empty() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server still has subscriptions: {channels:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        server.until_no_subscriptions().await;
     }
 }
 
