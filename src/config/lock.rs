@@ -234,13 +234,16 @@ impl ReadTable for LockConfig {
                     let Some(option) = lock_option(key) else {
                         return Err(table.unhandled(key));
                     };
+                    let name = option.name;
                     let value = match option.kind {
-                        OptionKind::Flag => read_option::<bool, _>(table, map, option.name)?,
+                        OptionKind::Flag => read_option(table, map, name, OptionValue::Flag)?,
                         OptionKind::DurationOrForever => {
-                            read_option::<OrForever, _>(table, map, option.name)?
+                            read_option(table, map, name, |d: OrForever| {
+                                OptionValue::Duration(d.0)
+                            })?
                         }
-                        OptionKind::Count => read_option::<u32, _>(table, map, option.name)?,
-                        _ => read_option::<Duration, _>(table, map, option.name)?,
+                        OptionKind::Count => read_option(table, map, name, OptionValue::Count)?,
+                        _ => read_option(table, map, name, OptionValue::Duration)?,
                     };
                     config.set.push((option.name, value));
                 }
@@ -259,25 +262,20 @@ fn read_option<'de, T, A>(
     table: &Table<'_>,
     map: &mut A,
     name: &'static str,
+    value_of: impl Fn(T) -> OptionValue,
 ) -> Result<OptionValue, A::Error>
 where
-    T: FieldValue + Copy + Into<OptionValue>,
+    T: FieldValue + Copy,
     A: MapAccess<'de>,
 {
-    let set = |value: T| LockOptions::new().with_named(name, value.into());
+    let set = |value: T| LockOptions::new().with_named(name, value_of(value));
     let value = table.value_checked(map, name, |value: &T| match set(*value) {
         Some(options) => checked(options.check()),
         None => Err(format!(
             "is not a value of `{name}` (a distlock bug; please report it)"
         )),
     })?;
-    Ok(value.into())
-}
-
-impl From<OrForever> for OptionValue {
-    fn from(duration: OrForever) -> Self {
-        Self::Duration(duration.0)
-    }
+    Ok(value_of(value))
 }
 
 impl<'de> Deserialize<'de> for BackoffConfig {

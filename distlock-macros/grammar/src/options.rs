@@ -47,24 +47,6 @@ pub enum OptionValue {
     Count(u32),
 }
 
-impl From<bool> for OptionValue {
-    fn from(on: bool) -> Self {
-        Self::Flag(on)
-    }
-}
-
-impl From<Duration> for OptionValue {
-    fn from(duration: Duration) -> Self {
-        Self::Duration(duration)
-    }
-}
-
-impl From<u32> for OptionValue {
-    fn from(count: u32) -> Self {
-        Self::Count(count)
-    }
-}
-
 const fn option(name: &'static str, kind: OptionKind, example: &'static str) -> LockOptionSpec {
     LockOptionSpec {
         name,
