@@ -57,34 +57,25 @@ const fn option(name: &'static str, kind: OptionKind, example: &'static str) -> 
 
 /// Every lock option that takes one plain value, in the order the documentation lists
 /// them.
-pub const LOCK_OPTIONS: &[LockOptionSpec] = &[
-    option("ttl", OptionKind::Duration, "`ttl = \"30s\"`"),
-    option("wait", OptionKind::DurationOrForever, "`wait = \"5s\"`"),
-    option(
-        "store_patience",
-        OptionKind::Duration,
-        "`store_patience = \"10s\"`",
-    ),
-    option(
-        "watchdog",
-        OptionKind::Flag,
-        "`watchdog = true` or `watchdog = false`",
-    ),
-    option("max_hold", OptionKind::Duration, "`max_hold = \"10m\"`"),
-    option("min_hold", OptionKind::Duration, "`min_hold = \"800ms\"`"),
-    option(
-        "reentrant",
-        OptionKind::Flag,
-        "`reentrant = true` or `reentrant = false`",
-    ),
-    option("max_attempts", OptionKind::Count, "`max_attempts = 3`"),
-    option(
-        "fenced",
-        OptionKind::Flag,
-        "`fenced = true` or `fenced = false`",
-    ),
-    option("fair", OptionKind::Flag, "`fair = true` or `fair = false`"),
-];
+pub const LOCK_OPTIONS: &[LockOptionSpec] = {
+    use OptionKind::{Count, Duration as D, DurationOrForever as Forever, Flag};
+    &[
+        option("ttl", D, "`ttl = \"30s\"`"),
+        option("wait", Forever, "`wait = \"5s\"`"),
+        option("store_patience", D, "`store_patience = \"10s\"`"),
+        option("watchdog", Flag, "`watchdog = true` or `watchdog = false`"),
+        option("max_hold", D, "`max_hold = \"10m\"`"),
+        option("min_hold", D, "`min_hold = \"800ms\"`"),
+        option(
+            "reentrant",
+            Flag,
+            "`reentrant = true` or `reentrant = false`",
+        ),
+        option("max_attempts", Count, "`max_attempts = 3`"),
+        option("fenced", Flag, "`fenced = true` or `fenced = false`"),
+        option("fair", Flag, "`fair = true` or `fair = false`"),
+    ]
+};
 
 /// The option named `name`, if the table has it.
 #[must_use]

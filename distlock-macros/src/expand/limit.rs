@@ -37,29 +37,35 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
 use super::{
-    Locals, body_block, client_expr, duration, krate, or_item_with_errors, output_span,
-    parse_annotated, render_key, respan, with_body,
+    Attribute, Locals, body_block, client_expr, duration, krate, output_span, render_key, respan,
+    with_body,
 };
+use crate::args::Key;
 use crate::args::limit::{Cost, LimitArgs};
 use crate::item::{AnnotatedFn, Needs};
 use crate::policy::{PolicyText, variant};
 
-/// What `#[rate_limit]` needs of the function.
-const NEEDS: Needs = Needs {
-    attribute: "#[rate_limit]",
-    why_async: "a limited call may wait for its turn, and the check is a round trip to the store",
-    error: "distlock::RateLimitError",
-    why_result: "a limited call fails (and so can the check)",
+/// `#[rate_limit]`: what it needs of the function, how it reads its arguments, and what it
+/// generates.
+const ATTRIBUTE: Attribute<LimitArgs> = Attribute {
+    needs: Needs {
+        attribute: "#[rate_limit]",
+        why_async: "a limited call may wait for its turn, and the check is a round trip to the store",
+        error: "distlock::RateLimitError",
+        why_result: "a limited call fails (and so can the check)",
+    },
+    parse: LimitArgs::parse,
+    key,
+    generate,
 };
+
+fn key(args: &LimitArgs) -> Option<&Key> {
+    args.key.as_ref()
+}
 
 /// Expands the attribute; on error, the item unchanged and the errors.
 pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
-    or_item_with_errors(args, item, expand)
-}
-
-fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let (args, func) = parse_annotated(args, item, &NEEDS, LimitArgs::parse, |a| a.key.as_ref())?;
-    Ok(generate(&args, &func))
+    ATTRIBUTE.expand_or_keep(args, item)
 }
 
 fn generate(args: &LimitArgs, func: &AnnotatedFn) -> TokenStream {
@@ -179,11 +185,11 @@ mod tests {
     use super::*;
 
     fn expand_ok(args: TokenStream, item: TokenStream) -> String {
-        super::super::testing::expanded(expand, args, item)
+        super::super::testing::expanded(|a, i| ATTRIBUTE.expand(a, i), args, item)
     }
 
     fn expand_err(args: TokenStream, item: TokenStream) -> Vec<String> {
-        super::super::testing::refused(expand, args, item)
+        super::super::testing::refused(|a, i| ATTRIBUTE.expand(a, i), args, item)
     }
 
     #[test]

@@ -27,28 +27,34 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 
 use super::{
-    Locals, body_block, client_expr, duration, krate, or_item_with_errors, output_span,
-    parse_annotated, render_key, respan, with_body,
+    Attribute, Locals, body_block, client_expr, duration, krate, output_span, render_key, respan,
+    with_body,
 };
+use crate::args::Key;
 use crate::args::lock::{LockArgs, OnBusy};
 use crate::item::{AnnotatedFn, Needs};
 
-/// What `#[distributed_lock]` needs of the function.
-const NEEDS: Needs = Needs {
-    attribute: "#[distributed_lock]",
-    why_async: "the lock is held across the body's awaits",
-    error: "distlock::LockError",
-    why_result: "taking the lock can fail",
+/// `#[distributed_lock]`: what it needs of the function, how it reads its arguments, and
+/// what it generates.
+const ATTRIBUTE: Attribute<LockArgs> = Attribute {
+    needs: Needs {
+        attribute: "#[distributed_lock]",
+        why_async: "the lock is held across the body's awaits",
+        error: "distlock::LockError",
+        why_result: "taking the lock can fail",
+    },
+    parse: LockArgs::parse,
+    key,
+    generate,
 };
+
+fn key(args: &LockArgs) -> Option<&Key> {
+    Some(&args.key)
+}
 
 /// Expands the attribute; on error, the item unchanged and the errors.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    or_item_with_errors(args, item, expand)
-}
-
-fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let (args, func) = parse_annotated(args, item, &NEEDS, LockArgs::parse, |a| Some(&a.key))?;
-    Ok(generate(&args, &func))
+    ATTRIBUTE.expand_or_keep(args, item)
 }
 
 fn generate(args: &LockArgs, func: &AnnotatedFn) -> TokenStream {
@@ -108,11 +114,11 @@ mod tests {
     use super::*;
 
     fn expand_ok(args: TokenStream, item: TokenStream) -> String {
-        super::super::testing::expanded(expand, args, item)
+        super::super::testing::expanded(|a, i| ATTRIBUTE.expand(a, i), args, item)
     }
 
     fn expand_err(args: TokenStream, item: TokenStream) -> Vec<String> {
-        super::super::testing::refused(expand, args, item)
+        super::super::testing::refused(|a, i| ATTRIBUTE.expand(a, i), args, item)
     }
 
     #[test]

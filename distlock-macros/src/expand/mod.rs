@@ -34,19 +34,32 @@ use crate::errors::Errors;
 use crate::item::{AnnotatedFn, Needs};
 use crate::template::{Part, Placeholder};
 
-/// Runs `expand`; on any error, emits the item unchanged followed by the errors, so the rest
-/// of the crate (and an IDE) still sees the function.
-pub(crate) fn or_item_with_errors(
-    args: TokenStream,
-    item: TokenStream,
-    expand: fn(TokenStream, TokenStream) -> syn::Result<TokenStream>,
-) -> TokenStream {
-    match expand(args, item.clone()) {
-        Ok(tokens) => tokens,
-        Err(err) => {
-            let errors = err.into_compile_error();
-            quote!(#item #errors)
+/// One attribute: what it needs of the function, how its arguments are read, where its key
+/// is among them, and what it generates. Both attributes expand through it.
+pub(crate) struct Attribute<A: 'static> {
+    pub(crate) needs: Needs,
+    pub(crate) parse: fn(TokenStream) -> syn::Result<A>,
+    pub(crate) key: fn(&A) -> Option<&Key>,
+    pub(crate) generate: fn(&A, &AnnotatedFn) -> TokenStream,
+}
+
+impl<A> Attribute<A> {
+    /// The function with its new body; on any error, the item unchanged followed by the
+    /// errors, so the rest of the crate (and an IDE) still sees the function.
+    pub(crate) fn expand_or_keep(&self, args: TokenStream, item: TokenStream) -> TokenStream {
+        match self.expand(args, item.clone()) {
+            Ok(tokens) => tokens,
+            Err(err) => {
+                let errors = err.into_compile_error();
+                quote!(#item #errors)
+            }
         }
+    }
+
+    /// The function with its new body, or every error found.
+    pub(crate) fn expand(&self, args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+        let (args, func) = parse_annotated(args, item, &self.needs, self.parse, self.key)?;
+        Ok((self.generate)(&args, &func))
     }
 }
 
