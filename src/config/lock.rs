@@ -129,8 +129,11 @@ impl LockConfig {
 
     /// `options` with every option this configuration sets.
     fn onto(&self, mut options: LockOptions) -> LockOptions {
-        for &(name, value) in &self.set {
-            options = options.clone().with_named(name, value).unwrap_or(options);
+        for (name, value) in &self.set {
+            options = options
+                .clone()
+                .with_named(name, value.clone())
+                .unwrap_or(options);
         }
         if let Some(replicas) = self.replicas {
             options = options.replicas(replicas.count, replicas.timeout);
@@ -150,10 +153,11 @@ impl Serialize for LockConfig {
             usize::from(self.replicas.is_some()) + usize::from(self.retry_backoff.is_some());
         let mut map = serializer.serialize_map(Some(self.set.len() + tables))?;
         for (name, value) in &self.set {
-            match *value {
-                OptionValue::Flag(on) => map.serialize_entry(name, &on)?,
-                OptionValue::Count(n) => map.serialize_entry(name, &n)?,
-                OptionValue::Duration(d) => map.serialize_entry(name, &Text(d))?,
+            match value {
+                OptionValue::Flag(on) => map.serialize_entry(name, on)?,
+                OptionValue::Count(n) => map.serialize_entry(name, n)?,
+                OptionValue::Duration(d) => map.serialize_entry(name, &Text(*d))?,
+                OptionValue::Text(text) => map.serialize_entry(name, text)?,
             }
         }
         if let Some(replicas) = &self.replicas {
@@ -243,6 +247,7 @@ impl ReadTable for LockConfig {
                             })?
                         }
                         OptionKind::Count => read_option(table, map, name, OptionValue::Count)?,
+                        OptionKind::Text => read_option(table, map, name, OptionValue::Text)?,
                         _ => read_option(table, map, name, OptionValue::Duration)?,
                     };
                     config.set.push((option.name, value));
@@ -265,11 +270,11 @@ fn read_option<'de, T, A>(
     value_of: impl Fn(T) -> OptionValue,
 ) -> Result<OptionValue, A::Error>
 where
-    T: FieldValue + Copy,
+    T: FieldValue + Clone,
     A: MapAccess<'de>,
 {
     let set = |value: T| LockOptions::new().with_named(name, value_of(value));
-    let value = table.value_checked(map, name, |value: &T| match set(*value) {
+    let value = table.value_checked(map, name, |value: &T| match set(value.clone()) {
         Some(options) => checked(options.check()),
         None => Err(format!(
             "is not a value of `{name}` (a distlock bug; please report it)"

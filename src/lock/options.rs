@@ -636,12 +636,13 @@ mod tests {
             let (a, b) = match option.kind {
                 OptionKind::Flag => (OptionValue::Flag(true), OptionValue::Flag(false)),
                 OptionKind::Count => (OptionValue::Count(7), OptionValue::Count(8)),
+                OptionKind::Text => (OptionValue::Text("a".into()), OptionValue::Text("b".into())),
                 _ => (
                     OptionValue::Duration(Duration::from_millis(1234)),
                     OptionValue::Duration(Duration::from_millis(2345)),
                 ),
             };
-            let (a, b) = (set(option.name, a), set(option.name, b));
+            let (a, b) = (set(option.name, a.clone()), set(option.name, b));
             assert!(a.is_some(), "{} has no setter", option.name);
             assert_ne!(a, b, "{} is not set by its value", option.name);
         }

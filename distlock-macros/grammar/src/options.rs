@@ -20,6 +20,8 @@ pub enum OptionKind {
     DurationOrForever,
     /// A whole number from 0 to `u32::MAX`.
     Count,
+    /// A string.
+    Text,
 }
 
 /// One lock option: its name (the runtime's setter's), how its value is written, and how
@@ -37,7 +39,7 @@ pub struct LockOptionSpec {
 }
 
 /// A value of a lock option, as a front door that reads options by name has read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OptionValue {
     /// Of an [`OptionKind::Flag`] option.
     Flag(bool),
@@ -45,6 +47,8 @@ pub enum OptionValue {
     Duration(Duration),
     /// Of an [`OptionKind::Count`] option.
     Count(u32),
+    /// Of an [`OptionKind::Text`] option.
+    Text(String),
 }
 
 const fn option(name: &'static str, kind: OptionKind, example: &'static str) -> LockOptionSpec {

@@ -12,7 +12,7 @@ use syn::{Expr, ExprLit, Lit};
 
 use super::{
     Grammar, Key, parse_bool, parse_choice, parse_crate, parse_duration, parse_key, parse_raw,
-    unwrap_group, walk,
+    string_literal, unwrap_group, walk,
 };
 use crate::errors::Errors;
 
@@ -145,7 +145,7 @@ impl LockArgs {
         self.options
             .iter()
             .find(|(option, _)| option.name == name)
-            .map(|(_, value)| *value)
+            .map(|(_, value)| value.clone())
     }
 }
 
@@ -166,6 +166,7 @@ fn parse_option(option: &LockOptionSpec, value: &Expr) -> syn::Result<OptionValu
     Ok(match option.kind {
         OptionKind::Flag => OptionValue::Flag(parse_bool(&GRAMMAR, name, value)?),
         OptionKind::Count => OptionValue::Count(parse_count(option, value)?),
+        OptionKind::Text => OptionValue::Text(string_literal(&GRAMMAR, name, value)?.value()),
         kind => {
             let forever = kind == OptionKind::DurationOrForever && is_forever(value);
             let d = if forever {

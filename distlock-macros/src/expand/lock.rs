@@ -97,10 +97,11 @@ fn spec(args: &LockArgs, krate: &TokenStream) -> TokenStream {
     }
     for (option, value) in &args.options {
         let setter = Ident::new(option.name, Span::call_site());
-        let value = match *value {
+        let value = match value {
             OptionValue::Flag(on) => quote!(#on),
-            OptionValue::Duration(d) => duration(d, krate),
+            OptionValue::Duration(d) => duration(*d, krate),
             OptionValue::Count(n) => quote!(#n),
+            OptionValue::Text(text) => quote!(#text),
         };
         spec.extend(quote!(.#setter(#value)));
     }
