@@ -35,6 +35,8 @@ use crate::ratelimit::{
 /// | `max_wait` | a duration, or `"forever"` | [`max_wait`](RateLimiterBuilder::max_wait) |
 /// | `circuit_breaker` | `false` (none), `true` (the default one), or `{ trip_after = 3, open_for = "100ms", max_open = "500ms" }` | [`circuit_breaker`](RateLimiterBuilder::circuit_breaker) |
 /// | `rate_cache` | `{ ttl = "60s", subjects = 10000 }`, either optional | [`rate_cache`](RateLimiterBuilder::rate_cache) |
+/// | `keep_logs_for` | a duration above zero, at most 366 days | [`keep_logs_for`](RateLimiterBuilder::keep_logs_for) |
+/// | `hybrid` | `{ share = 500, sync = "100ms" }`: a share above zero, a sync above zero and at most 366 days | [`hybrid`](RateLimiterBuilder::hybrid) |
 ///
 /// The options map into a [`LimiterOptions`] ([`options`](Self::options)), whose
 /// [`check`](LimiterOptions::check) (the one place their bounds are checked) runs when the
@@ -92,6 +94,31 @@ pub struct LimiterConfig {
     pub circuit_breaker: Option<BreakerConfig>,
     /// [`RateLimiterBuilder::rate_cache`].
     pub rate_cache: Option<RateCacheConfig>,
+    /// [`RateLimiterBuilder::keep_logs_for`].
+    pub keep_logs_for: Option<Duration>,
+    /// [`RateLimiterBuilder::hybrid`].
+    pub hybrid: Option<HybridConfig>,
+}
+
+/// The hybrid mode: `{ share = 500, sync = "100ms" }`, both required (see
+/// [`RateLimiterBuilder::hybrid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HybridConfig {
+    /// Units each replica takes from the store at a time: above zero.
+    pub share: u32,
+    /// The longest a replica counts on its own before it syncs: above zero, at most
+    /// [`MAX_PERIOD`](crate::ratelimit::MAX_PERIOD).
+    pub sync: Duration,
+}
+
+impl HybridConfig {
+    /// A share of `share` units, synced at least every `sync` (checked when it is read from
+    /// a file, and by [`RateLimiterBuilder::build`] when set in code).
+    #[must_use]
+    pub fn new(share: u32, sync: Duration) -> Self {
+        Self { share, sync }
+    }
 }
 
 /// The circuit breaker: `false` (`Off`), `true` (the default breaker) or a table of
@@ -141,6 +168,8 @@ impl LimiterConfig {
             max_wait: None,
             circuit_breaker: None,
             rate_cache: None,
+            keep_logs_for: None,
+            hybrid: None,
         }
     }
 
@@ -194,6 +223,12 @@ impl LimiterConfig {
                 cache.subjects.unwrap_or(DEFAULT_RATE_CACHE_SUBJECTS),
             );
         }
+        if let Some(keep) = self.keep_logs_for {
+            options = options.keep_logs_for(keep);
+        }
+        if let Some(hybrid) = self.hybrid {
+            options = options.hybrid(hybrid.share, hybrid.sync);
+        }
         Ok(options)
     }
 
@@ -239,6 +274,36 @@ impl<'de> Deserialize<'de> for LimiterConfig {
     }
 }
 
+impl ReadTable for HybridConfig {
+    const WHAT: &'static str = "hybrid mode";
+    const FIELDS: &'static [&'static str] = &["share", "sync"];
+
+    fn read_fields<'de, A: MapAccess<'de>>(
+        table: &mut Table<'_>,
+        map: &mut A,
+    ) -> Result<Self, A::Error> {
+        let mut share = None;
+        let mut sync = None;
+        while let Some(key) = table.next_key(map)? {
+            match key {
+                "share" => share = Some(table.value::<u32, _>(map, key)?),
+                "sync" => sync = Some(table.value::<Duration, _>(map, key)?),
+                _ => return Err(table.unhandled(key)),
+            }
+        }
+        let share = share.ok_or_else(|| table.missing("share"))?;
+        let sync = sync.ok_or_else(|| table.missing("sync"))?;
+        if let Err(invalid) = LimiterOptions::new().hybrid(share, sync).check() {
+            let field = invalid.field();
+            return Err(table.error(
+                field.strip_prefix("hybrid.").unwrap_or(field),
+                invalid.reason(),
+            ));
+        }
+        Ok(Self { share, sync })
+    }
+}
+
 impl ReadTable for LimiterConfig {
     const WHAT: &'static str = "rate limiter settings";
     const FIELDS: &'static [&'static str] = &[
@@ -252,6 +317,8 @@ impl ReadTable for LimiterConfig {
         "max_wait",
         "circuit_breaker",
         "rate_cache",
+        "keep_logs_for",
+        "hybrid",
     ];
 
     fn read_fields<'de, A: MapAccess<'de>>(
@@ -304,6 +371,12 @@ pub(super) fn read_limiter<'de, A: MapAccess<'de>>(
             }
             "circuit_breaker" => config.circuit_breaker = Some(table.value(map, key)?),
             "rate_cache" => config.rate_cache = Some(table.value(map, key)?),
+            "keep_logs_for" => {
+                config.keep_logs_for = Some(table.value_checked(map, key, |keep: &Duration| {
+                    checked(LimiterOptions::new().keep_logs_for(*keep).check())
+                })?);
+            }
+            "hybrid" => config.hybrid = Some(table.value(map, key)?),
             _ => return Err(table.unhandled(key)),
         }
     }

@@ -55,7 +55,7 @@ pub use self::error::{ConfigError, FieldErrorKind, Location, Origin};
 pub use self::file::Config;
 #[cfg(feature = "toml")]
 pub use self::file::ConfigLoader;
-pub use self::limiter::{BreakerConfig, LimiterConfig, RateCacheConfig};
+pub use self::limiter::{BreakerConfig, HybridConfig, LimiterConfig, RateCacheConfig};
 pub use self::lock::{BackoffConfig, LockConfig};
 use crate::error::StoreError;
 

@@ -1065,3 +1065,34 @@ fn every_door_refuses_a_limiter_option_by_the_same_name() {
     assert_eq!(options.get_max_wait(), Duration::MAX);
     assert!(options.check().is_ok());
 }
+
+/// A limiter table sets the sliding logs' retention and the hybrid mode as the builder does,
+/// and refuses what the builder refuses, naming the field.
+#[test]
+fn a_limiter_table_sets_log_retention_and_the_hybrid_mode() {
+    let config = Config::from_toml_str(&format!(
+        "{MEMORY}[limiters.api]\npolicies = \"100/s\"\nkeep_logs_for = \"1h\"\n\
+         hybrid = {{ share = 20, sync = \"250ms\" }}"
+    ))
+    .expect("both");
+    let options = config.limiters["api"].options().expect("options");
+    assert_eq!(options.get_keep_logs_for(), Some(Duration::from_secs(3600)));
+    assert_eq!(options.get_hybrid(), Some((20, Duration::from_millis(250))));
+    for (line, field) in [
+        ("keep_logs_for = \"0s\"", "keep_logs_for"),
+        ("keep_logs_for = \"400days\"", "keep_logs_for"),
+        ("hybrid = { share = 0, sync = \"1s\" }", "hybrid.share"),
+        ("hybrid = { share = 5, sync = \"0s\" }", "hybrid.sync"),
+    ] {
+        field_error(
+            &format!("{MEMORY}[limiters.api]\npolicies = \"100/s\"\n{line}"),
+            Kind::InvalidValue,
+            &format!("limiters.api.{field}"),
+        );
+    }
+    field_error(
+        &format!("{MEMORY}[limiters.api]\npolicies = \"100/s\"\nhybrid = {{ share = 5 }}"),
+        Kind::MissingField,
+        "limiters.api.hybrid.sync",
+    );
+}
