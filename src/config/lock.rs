@@ -325,12 +325,22 @@ mod tests {
 
     #[test]
     fn every_option_survives_a_round_trip() {
-        let text = "ttl = \"1m 30s\"\nwait = \"forever\"\nstore_patience = \"1234ms\"\n\
-                    watchdog = false\nmax_hold = \"2h\"\nmin_hold = \"1s\"\nreentrant = true\n\
-                    max_attempts = 3\nfenced = true\nfair = true\n\
-                    replicas = { count = 1, timeout = \"50ms\" }\n\
-                    retry_backoff = { first = \"5ms\", largest = \"1s\" }\n";
-        let config: LockConfig = toml::from_str(text).expect("every option");
+        let mut text = String::new();
+        for option in LOCK_OPTIONS {
+            let value = match option.kind {
+                OptionKind::Flag => "true",
+                OptionKind::Count => "3",
+                OptionKind::Text => "\"billing-worker\"",
+                OptionKind::DurationOrForever => "\"forever\"",
+                _ => "\"1m 30s\"",
+            };
+            text.push_str(&format!("{} = {value}\n", option.name));
+        }
+        text.push_str(
+            "replicas = { count = 1, timeout = \"50ms\" }\n\
+             retry_backoff = { first = \"5ms\", largest = \"1s\" }\n",
+        );
+        let config: LockConfig = toml::from_str(&text).expect(&text);
         assert_eq!(
             config.set.len(),
             LOCK_OPTIONS.len(),

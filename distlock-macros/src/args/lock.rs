@@ -327,7 +327,6 @@ mod tests {
         assert_eq!(args.option("max_attempts"), Some(OptionValue::Count(3)));
         assert_eq!(args.option("watchdog"), flag(false));
         assert_eq!(args.option("reentrant"), flag(false));
-        assert_eq!(args.options.len(), 10, "every option of the table");
         let forever = parse(quote!(key = "k", wait = "forever")).unwrap();
         assert_eq!(forever.option("wait"), d(Duration::MAX));
         assert_eq!(args.on_busy, OnBusy::Wait);
@@ -344,6 +343,26 @@ mod tests {
             OnBusy::Skip,
             "the string form is accepted too"
         );
+    }
+
+    /// Every option of the table is an argument, read by the kind of its value.
+    #[test]
+    fn every_option_of_the_table_is_an_argument() {
+        let mut tokens = quote!(key = "k");
+        for option in LOCK_OPTIONS {
+            let name = syn::Ident::new(option.name, Span::call_site());
+            let value = match option.kind {
+                OptionKind::Flag => quote!(true),
+                OptionKind::Count => quote!(3),
+                OptionKind::Text => quote!("text"),
+                _ => quote!("20s"),
+            };
+            tokens.extend(quote!(, #name = #value));
+        }
+        let args = parse(tokens).unwrap();
+        let names: Vec<&str> = args.options.iter().map(|(o, _)| o.name).collect();
+        let table: Vec<&str> = LOCK_OPTIONS.iter().map(|o| o.name).collect();
+        assert_eq!(names, table);
     }
 
     #[test]
