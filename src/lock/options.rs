@@ -362,7 +362,7 @@ impl LockOptions {
     /// table does not have or a value of another kind.
     #[cfg(any(feature = "serde", test))]
     pub(crate) fn with_named(self, name: &str, value: OptionValue) -> Option<Self> {
-        use OptionValue::{Count, Duration as D, Flag};
+        use OptionValue::{Count, Duration as D, Flag, Text};
         Some(match (name, value) {
             ("ttl", D(ttl)) => self.ttl(ttl),
             ("wait", D(wait)) => self.wait(wait),
@@ -374,6 +374,7 @@ impl LockOptions {
             ("max_attempts", Count(n)) => self.max_attempts(n),
             ("fenced", Flag(on)) => self.fenced(on),
             ("fair", Flag(on)) => self.fair(on),
+            ("identity", Text(identity)) => self.identity(identity),
             _ => return None,
         })
     }

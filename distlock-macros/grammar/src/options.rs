@@ -62,7 +62,7 @@ const fn option(name: &'static str, kind: OptionKind, example: &'static str) -> 
 /// Every lock option that takes one plain value, in the order the documentation lists
 /// them.
 pub const LOCK_OPTIONS: &[LockOptionSpec] = {
-    use OptionKind::{Count, Duration as D, DurationOrForever as Forever, Flag};
+    use OptionKind::{Count, Duration as D, DurationOrForever as Forever, Flag, Text};
     &[
         option("ttl", D, "`ttl = \"30s\"`"),
         option("wait", Forever, "`wait = \"5s\"`"),
@@ -78,6 +78,7 @@ pub const LOCK_OPTIONS: &[LockOptionSpec] = {
         option("max_attempts", Count, "`max_attempts = 3`"),
         option("fenced", Flag, "`fenced = true` or `fenced = false`"),
         option("fair", Flag, "`fair = true` or `fair = false`"),
+        option("identity", Text, "`identity = \"billing-worker\"`"),
     ]
 };
 

@@ -3,7 +3,7 @@
 //! is taken and given back.
 #![deny(warnings)]
 
-use distlock::{Client, LockError, distributed_lock};
+use distlock::{Client, LockError, LockState, distributed_lock};
 
 #[distributed_lock(
     key = "every-option:{n}",
@@ -17,16 +17,31 @@ use distlock::{Client, LockError, distributed_lock};
     reentrant = false,
     max_attempts = 3,
     fenced = true,
-    fair = true
+    fair = true,
+    identity = "every-option-test"
 )]
 async fn every_option(client: &Client, n: u32) -> Result<u32, LockError> {
     Ok(n + 1)
+}
+
+#[distributed_lock(key = "watched", client = client, identity = "every-option-test")]
+async fn watched(client: &Client) -> Result<Option<String>, LockError> {
+    Ok(match client.lock_state("watched").await? {
+        LockState::Held {
+            holder: Some(holder),
+            ..
+        } => Some(holder.identity),
+        _ => None,
+    })
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let client = Client::in_memory();
     assert_eq!(every_option(&client, 1).await.expect("granted"), 2);
+    // The identity reached the lease: a holder seen while the body runs says it.
+    let seen = watched(&client).await.expect("granted");
+    assert_eq!(seen.as_deref(), Some("every-option-test"));
     let lease = client
         .lock("every-option:1")
         .acquire()
