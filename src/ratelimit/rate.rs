@@ -418,16 +418,9 @@ mod tests {
         assert_eq!(parse("1000/h"), per(1000, secs(3600)));
         assert_eq!(parse("5/min"), per(5, secs(60)));
         assert_eq!(parse("10 per 2s"), per(10, secs(2)));
-        // Spacing, case, long unit names, digit separators.
-        for text in [
-            "10/2s",
-            "10 / 2 s",
-            "10per2s",
-            "10 PER 2 Seconds",
-            "10 per 2 sec",
-        ] {
-            assert_eq!(parse(text), per(10, secs(2)), "{text:?}");
-        }
+        // Spacing, case, long unit names: the grammar's (`distlock_grammar::parse_rate`),
+        // whose tests go through every spelling; one of them here.
+        assert_eq!(parse("10 PER 2 Seconds"), per(10, secs(2)));
         assert_eq!(parse("10_000/d"), per(10_000, secs(24 * 3600)));
         assert_eq!(parse("3/m"), per(3, secs(60)));
         assert_eq!(parse("3 per 1 minute"), per(3, secs(60)));

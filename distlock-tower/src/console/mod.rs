@@ -76,7 +76,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{OriginalUri, Path};
+use axum::extract::{OriginalUri, Path, State};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use distlock::ratelimit::{Decision, RateLimiter};
@@ -283,194 +283,18 @@ impl Console {
     where
         S: Clone + Send + Sync + 'static,
     {
-        let console = Arc::new(self);
-        let (script, style, levels) = (
-            Arc::clone(&console),
-            Arc::clone(&console),
-            Arc::clone(&console),
-        );
-        let (page, overview, list, one, force, peek, reset) = (
-            Arc::clone(&console),
-            Arc::clone(&console),
-            Arc::clone(&console),
-            Arc::clone(&console),
-            Arc::clone(&console),
-            Arc::clone(&console),
-            console,
-        );
-        Router::new()
-            .route(
-                "/",
-                get(move |parts: Parts| {
-                    let console = Arc::clone(&page);
-                    async move {
-                        console.guard(&parts, Action::Page)?;
-                        Ok::<_, Response<Body>>(page_html(&parts))
-                    }
-                }),
-            )
-            .route(
-                "/console.js",
-                get({
-                    move |parts: Parts| {
-                        let console = Arc::clone(&script);
-                        async move {
-                            console.guard(&parts, Action::Page)?;
-                            Ok::<_, Response<Body>>(asset(SCRIPT, "text/javascript"))
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/console.css",
-                get({
-                    move |parts: Parts| {
-                        let console = Arc::clone(&style);
-                        async move {
-                            console.guard(&parts, Action::Page)?;
-                            Ok::<_, Response<Body>>(asset(STYLE, "text/css"))
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/api/overview",
-                get(move |parts: Parts| {
-                    let console = Arc::clone(&overview);
-                    async move {
-                        console.guard(&parts, Action::Read)?;
-                        Ok::<_, Response<Body>>(json(StatusCode::OK, console.overview().await))
-                    }
-                }),
-            )
-            .route(
-                "/api/locks",
-                get(move |parts: Parts| {
-                    let console = Arc::clone(&list);
-                    async move {
-                        console.guard(&parts, Action::Read)?;
-                        let limit = match limit_of(&parts) {
-                            Ok(limit) => limit,
-                            Err(why) => return Err(problem(StatusCode::BAD_REQUEST, &why)),
-                        };
-                        match console.listing().await {
-                            Ok(listing) => {
-                                let shown = &listing.locks[..listing.locks.len().min(limit)];
-                                let complete =
-                                    listing.complete && shown.len() == listing.locks.len();
-                                let mut body = String::with_capacity(64 + 160 * shown.len());
-                                let _ = write!(body, "{{\"complete\":{complete},\"locks\":[");
-                                for (i, lock) in shown.iter().enumerate() {
-                                    if i > 0 {
-                                        body.push(',');
-                                    }
-                                    push_lock(&mut body, &lock.name, &lock.state);
-                                }
-                                body.push_str("]}");
-                                Ok(json(StatusCode::OK, body))
-                            }
-                            Err(err) => Err(err.into_response()),
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/api/locks/{name}",
-                get(move |Path(name): Path<String>, parts: Parts| {
-                    let console = Arc::clone(&one);
-                    async move {
-                        console.guard(&parts, Action::Read)?;
-                        match console.client.lock_state(&name).await {
-                            Ok(state) => {
-                                let mut body = String::new();
-                                push_lock(&mut body, &name, &state);
-                                // How many wait for it fairly (null where the store keeps no
-                                // fair queues, a Redlock quorum).
-                                let queued = console.client.fair_queue_len(&name).await;
-                                body.pop();
-                                match queued {
-                                    Ok(queued) => {
-                                        let _ = write!(body, ",\"fair_queue\":{queued}}}");
-                                    }
-                                    Err(_) => body.push_str(",\"fair_queue\":null}"),
-                                }
-                                Ok(json(StatusCode::OK, body))
-                            }
-                            Err(err) => Err(err.into_response()),
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/api/hierarchy/{path}",
-                get(move |Path(path): Path<String>, parts: Parts| {
-                    let console = Arc::clone(&levels);
-                    async move {
-                        console.guard(&parts, Action::Read)?;
-                        match console.client.hierarchy_lock_state(&path).await {
-                            Ok(holders) => Ok(json(StatusCode::OK, level_json(&path, &holders))),
-                            Err(err) => Err(err.into_response()),
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/api/locks/{name}/force-unlock",
-                post(move |Path(name): Path<String>, parts: Parts| {
-                    let console = Arc::clone(&force);
-                    async move {
-                        console.guard(&parts, Action::ForceUnlock)?;
-                        match console.client.force_unlock(&name).await {
-                            Ok(forced) => {
-                                tracing::info!(lock = %name, forced, "console: force-unlock");
-                                Ok(json(StatusCode::OK, format!("{{\"forced\":{forced}}}")))
-                            }
-                            Err(err) => Err(err.into_response()),
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/api/rate-limits/{limiter}/{subject}",
-                get(
-                    move |Path((limiter, subject)): Path<(String, String)>, parts: Parts| {
-                        let console = Arc::clone(&peek);
-                        async move {
-                            console.guard(&parts, Action::Read)?;
-                            let limiter = console.limiter(&limiter)?;
-                            match limiter.peek(&subject).await {
-                                Ok(decision) => {
-                                    Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
-                                }
-                                Err(err) => Err(err.into_response()),
-                            }
-                        }
-                    },
-                ),
-            )
-            .route(
-                "/api/rate-limits/{limiter}/{subject}/reset",
-                post(
-                    move |Path((name, subject)): Path<(String, String)>, parts: Parts| {
-                        let console = Arc::clone(&reset);
-                        async move {
-                            console.guard(&parts, Action::ResetRateLimit)?;
-                            let limiter = console.limiter(&name)?;
-                            match limiter.reset(&subject).await {
-                                Ok(decision) => {
-                                    tracing::info!(
-                                        limiter = %name,
-                                        subject = %distlock::logging::redacted(&subject),
-                                        "console: rate-limit reset"
-                                    );
-                                    Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
-                                }
-                                Err(err) => Err(err.into_response()),
-                            }
-                        }
-                    },
-                ),
-            )
+        Router::<Shared>::new()
+            .route("/", get(page))
+            .route("/console.js", get(script))
+            .route("/console.css", get(style))
+            .route("/api/overview", get(overview))
+            .route("/api/locks", get(locks))
+            .route("/api/locks/{name}", get(lock))
+            .route("/api/hierarchy/{path}", get(hierarchy))
+            .route("/api/locks/{name}/force-unlock", post(force_unlock))
+            .route("/api/rate-limits/{limiter}/{subject}", get(peek))
+            .route("/api/rate-limits/{limiter}/{subject}/reset", post(reset))
+            .with_state(Arc::new(self))
     }
 
     /// Whether `action` may go ahead for this request: the hook's word (without a hook,
@@ -579,6 +403,125 @@ impl Console {
         body.push_str("]}");
         body
     }
+}
+
+/// The console, as each route's handler gets it.
+type Shared = Arc<Console>;
+
+/// A route's answer: its response, or the response of a refusal or an error.
+type Answer = Result<Response<Body>, Response<Body>>;
+
+/// The response to a store's error.
+fn failed(err: impl IntoResponse) -> Response<Body> {
+    err.into_response()
+}
+
+async fn page(State(console): State<Shared>, parts: Parts) -> Answer {
+    console.guard(&parts, Action::Page)?;
+    Ok(page_html(&parts))
+}
+
+async fn script(State(console): State<Shared>, parts: Parts) -> Answer {
+    console.guard(&parts, Action::Page)?;
+    Ok(asset(SCRIPT, "text/javascript"))
+}
+
+async fn style(State(console): State<Shared>, parts: Parts) -> Answer {
+    console.guard(&parts, Action::Page)?;
+    Ok(asset(STYLE, "text/css"))
+}
+
+async fn overview(State(console): State<Shared>, parts: Parts) -> Answer {
+    console.guard(&parts, Action::Read)?;
+    Ok(json(StatusCode::OK, console.overview().await))
+}
+
+async fn locks(State(console): State<Shared>, parts: Parts) -> Answer {
+    console.guard(&parts, Action::Read)?;
+    let limit = limit_of(&parts).map_err(|why| problem(StatusCode::BAD_REQUEST, &why))?;
+    let listing = console.listing().await.map_err(failed)?;
+    let shown = &listing.locks[..listing.locks.len().min(limit)];
+    let complete = listing.complete && shown.len() == listing.locks.len();
+    let mut body = String::with_capacity(64 + 160 * shown.len());
+    let _ = write!(body, "{{\"complete\":{complete},\"locks\":[");
+    for (i, lock) in shown.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        push_lock(&mut body, &lock.name, &lock.state);
+    }
+    body.push_str("]}");
+    Ok(json(StatusCode::OK, body))
+}
+
+async fn lock(State(console): State<Shared>, Path(name): Path<String>, parts: Parts) -> Answer {
+    console.guard(&parts, Action::Read)?;
+    let state = console.client.lock_state(&name).await.map_err(failed)?;
+    let mut body = String::new();
+    push_lock(&mut body, &name, &state);
+    // How many wait for it fairly (null where the store keeps no fair queues, a Redlock
+    // quorum).
+    let queued = console.client.fair_queue_len(&name).await;
+    body.pop();
+    match queued {
+        Ok(queued) => {
+            let _ = write!(body, ",\"fair_queue\":{queued}}}");
+        }
+        Err(_) => body.push_str(",\"fair_queue\":null}"),
+    }
+    Ok(json(StatusCode::OK, body))
+}
+
+async fn hierarchy(
+    State(console): State<Shared>,
+    Path(path): Path<String>,
+    parts: Parts,
+) -> Answer {
+    console.guard(&parts, Action::Read)?;
+    let holders = console
+        .client
+        .hierarchy_lock_state(&path)
+        .await
+        .map_err(failed)?;
+    Ok(json(StatusCode::OK, level_json(&path, &holders)))
+}
+
+async fn force_unlock(
+    State(console): State<Shared>,
+    Path(name): Path<String>,
+    parts: Parts,
+) -> Answer {
+    console.guard(&parts, Action::ForceUnlock)?;
+    let forced = console.client.force_unlock(&name).await.map_err(failed)?;
+    tracing::info!(lock = %name, forced, "console: force-unlock");
+    Ok(json(StatusCode::OK, format!("{{\"forced\":{forced}}}")))
+}
+
+async fn peek(
+    State(console): State<Shared>,
+    Path((limiter, subject)): Path<(String, String)>,
+    parts: Parts,
+) -> Answer {
+    console.guard(&parts, Action::Read)?;
+    let limiter = console.limiter(&limiter)?;
+    let decision = limiter.peek(&subject).await.map_err(failed)?;
+    Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
+}
+
+async fn reset(
+    State(console): State<Shared>,
+    Path((name, subject)): Path<(String, String)>,
+    parts: Parts,
+) -> Answer {
+    console.guard(&parts, Action::ResetRateLimit)?;
+    let limiter = console.limiter(&name)?;
+    let decision = limiter.reset(&subject).await.map_err(failed)?;
+    tracing::info!(
+        limiter = %name,
+        subject = %distlock::logging::redacted(&subject),
+        "console: rate-limit reset"
+    );
+    Ok(json(StatusCode::OK, decision_json(&subject, &decision)))
 }
 
 /// Whether a request comes from the console's own page, as far as a browser says: its

@@ -14,6 +14,21 @@ fn cidrs(list: &[&str]) -> Vec<Cidr> {
         .collect()
 }
 
+/// An extractor trusting `trusted` proxies that write the `kind` header, and that header's
+/// name.
+fn trusting(trusted: &[&str], kind: ForwardedHeader) -> (ClientIp, &'static str) {
+    let extractor = ClientIp::builder()
+        .trusting(cidrs(trusted))
+        .header(kind)
+        .build()
+        .expect("valid settings");
+    let name = match kind {
+        ForwardedHeader::Forwarded => "forwarded",
+        _ => "x-forwarded-for",
+    };
+    (extractor, name)
+}
+
 /// (trusted proxies, header the proxies write, peer, header lines, expected key)
 type Row<'a> = (
     &'a [&'a str],
@@ -173,15 +188,7 @@ fn table() {
         (&proxies, fwd, "10.0.0.1:1", &[], Some("10.0.0.1")),
     ];
     for (i, (trusted, kind, peer, lines, want)) in rows.iter().enumerate() {
-        let extractor = ClientIp::builder()
-            .trusting(cidrs(trusted))
-            .header(*kind)
-            .build()
-            .expect("valid settings");
-        let name = match kind {
-            ForwardedHeader::Forwarded => "forwarded",
-            _ => "x-forwarded-for",
-        };
+        let (extractor, name) = trusting(trusted, *kind);
         let headers: Vec<(&str, &str)> = lines.iter().map(|l| (name, *l)).collect();
         let request = request_from("/", peer, &headers);
         assert_eq!(
@@ -326,15 +333,7 @@ fn non_text_bytes_left_of_the_client_are_never_read() {
         (xff, &[b"203.0.113.7, \xff, 10.0.0.3"], "10.0.0.3"),
     ];
     for (i, (kind, lines, want)) in rows.iter().enumerate() {
-        let extractor = ClientIp::builder()
-            .trusting(cidrs(&["10.0.0.0/8"]))
-            .header(*kind)
-            .build()
-            .expect("valid settings");
-        let name = match kind {
-            ForwardedHeader::Forwarded => "forwarded",
-            _ => "x-forwarded-for",
-        };
+        let (extractor, name) = trusting(&["10.0.0.0/8"], *kind);
         let mut request = request_from("/", "10.0.0.1:1", &[]);
         for line in *lines {
             let value = HeaderValue::from_bytes(line).expect("bytes HeaderValue accepts");

@@ -130,23 +130,19 @@ pub async fn run(peer: Peer, targets: &Targets, args: &Args) -> Result<Outcome, 
                 .map_err(|e| e.to_string())?;
         }
     }
-    let elapsed = started.elapsed();
-    let (p50_us, p99_us, max_us) = samples.percentiles();
-    let n = samples.len() as u64;
-    let per_s = n as f64 / elapsed.as_secs_f64();
+    let timed = Outcome::timed(
+        peer,
+        Workload::BloomContainsMany.name(),
+        &mut samples,
+        started.elapsed(),
+    );
+    let per_s = timed.ops_per_s;
     Ok(Outcome {
-        peer: peer.name(),
-        workload: Workload::BloomContainsMany.name(),
-        ops_per_s: per_s,
-        p50_us,
-        p99_us,
-        max_us,
         errors,
-        violations: 0,
-        n,
         extra: vec![
             ("items_per_call", PER_CALL.to_string()),
             ("items_per_s", format!("{:.0}", per_s * PER_CALL as f64)),
         ],
+        ..timed
     })
 }

@@ -60,17 +60,8 @@ pub async fn run(peer: Peer, args: &Args) -> Result<Outcome, String> {
         n += 1;
     }
     let elapsed = started.elapsed();
-    let (p50_us, p99_us, max_us) = samples.percentiles();
     Ok(Outcome {
-        peer: peer.name(),
-        workload: "layer_overhead",
-        ops_per_s: samples.len() as f64 / elapsed.as_secs_f64(),
-        p50_us,
-        p99_us,
-        max_us,
         errors,
-        violations: 0,
-        n: samples.len() as u64,
         extra: vec![(
             "layer",
             if peer == Peer::Distlock {
@@ -80,5 +71,6 @@ pub async fn run(peer: Peer, args: &Args) -> Result<Outcome, String> {
             }
             .to_owned(),
         )],
+        ..Outcome::timed(peer, "layer_overhead", &mut samples, elapsed)
     })
 }

@@ -377,18 +377,10 @@ pub async fn run(
             (run.samples.len() as u64).saturating_sub(run.allowed)
         }
     };
-    let n = run.samples.len() as u64;
-    let (p50_us, p99_us, max_us) = run.samples.percentiles();
     Ok(Outcome {
-        peer: peer.name(),
-        workload: workload.name(),
-        ops_per_s: n as f64 / run.elapsed.as_secs_f64(),
-        p50_us,
-        p99_us,
-        max_us,
         errors: run.errors,
         violations,
-        n,
         extra,
+        ..Outcome::timed(peer, workload.name(), &mut run.samples, run.elapsed)
     })
 }

@@ -1,6 +1,10 @@
 //! The JSON line of DESIGN §9 and a human table.
 
 use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::stats::Samples;
+use crate::workloads::Peer;
 
 /// One (peer, workload) result.
 #[derive(Debug, Clone)]
@@ -19,6 +23,30 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A run of timed operations: how many `samples` holds, their rate over `elapsed` and
+    /// their latencies; no errors, violations or extra fields yet.
+    pub fn timed(
+        peer: Peer,
+        workload: &'static str,
+        samples: &mut Samples,
+        elapsed: Duration,
+    ) -> Self {
+        let n = samples.len() as u64;
+        let (p50_us, p99_us, max_us) = samples.percentiles();
+        Self {
+            peer: peer.name(),
+            workload,
+            ops_per_s: n as f64 / elapsed.as_secs_f64(),
+            p50_us,
+            p99_us,
+            max_us,
+            errors: 0,
+            violations: 0,
+            n,
+            extra: Vec::new(),
+        }
+    }
+
     pub fn json(&self) -> String {
         let mut line = format!(
             r#"{{"peer":"{}","workload":"{}","ops_per_s":{:.1},"p50_us":{:.2},"p99_us":{:.2},"errors":{},"violations":{},"n":{},"max_us":{:.1}"#,

@@ -25,6 +25,33 @@ use crate::workloads::{Peer, Targets, Workload, distlock_client};
 const CALLERS: usize = 64;
 const CONFIG: &str = "domain: bench\ndescriptors:\n  - key: api_key\n    rate_limit: { unit: second, requests_per_unit: 1000000 }\n    distlock: { algorithm: gcra, burst: 1000000 }\n";
 
+/// What the callers share: operation numbers up to the cap while the budget lasts, and the
+/// count of failed calls.
+struct Calls {
+    next: AtomicU64,
+    failed: AtomicU64,
+    cap: u64,
+    started: Instant,
+    budget: Duration,
+}
+
+impl Calls {
+    /// The next operation's number, or `None` once the run is over.
+    fn claim(&self) -> Option<u64> {
+        let op = self.next.fetch_add(1, Ordering::Relaxed);
+        (op < self.cap && self.started.elapsed() < self.budget).then_some(op)
+    }
+
+    /// A call started at `t` has ended: its latency if it succeeded, else one failure more.
+    fn ended(&self, samples: &mut Samples, t: Instant, succeeded: bool) {
+        if succeeded {
+            samples.record(t.elapsed());
+        } else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 pub async fn run(
     workload: Workload,
     peer: Peer,
@@ -36,12 +63,15 @@ pub async fn run(
         Workload::RlsOneDescriptor => 1,
         _ => 1_000,
     };
-    let budget = args.duration.unwrap_or(Duration::from_secs(5));
-    let cap = args.ops.unwrap_or(u64::MAX);
     let run_id: u32 = rand::random();
-    let next = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let calls = Arc::new(Calls {
+        next: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        cap: args.ops.unwrap_or(u64::MAX),
+        started,
+        budget: args.duration.unwrap_or(Duration::from_secs(5)),
+    });
     let mut tasks = tokio::task::JoinSet::new();
     match peer {
         Peer::Distlock => {
@@ -68,14 +98,10 @@ pub async fn run(
                 .map_err(|e| e.to_string())?;
             for _ in 0..CALLERS {
                 let mut client = RateLimitServiceClient::new(channel.clone());
-                let (next, failed) = (Arc::clone(&next), Arc::clone(&failed));
+                let calls = Arc::clone(&calls);
                 tasks.spawn(async move {
                     let mut samples = Samples::with_capacity(4096);
-                    loop {
-                        let op = next.fetch_add(1, Ordering::Relaxed);
-                        if op >= cap || started.elapsed() >= budget {
-                            return samples;
-                        }
+                    while let Some(op) = calls.claim() {
                         let value = format!("{run_id}-{}", op % spread);
                         let request = RateLimitRequest {
                             domain: "bench".to_owned(),
@@ -89,12 +115,10 @@ pub async fn run(
                             hits_addend: 1,
                         };
                         let t = Instant::now();
-                        if client.should_rate_limit(request).await.is_ok() {
-                            samples.record(t.elapsed());
-                        } else {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
+                        let succeeded = client.should_rate_limit(request).await.is_ok();
+                        calls.ended(&mut samples, t, succeeded);
                     }
+                    samples
                 });
             }
         }
@@ -102,25 +126,19 @@ pub async fn run(
             let conn = crate::raw::connect(url).await?;
             for _ in 0..CALLERS {
                 let mut conn = conn.clone();
-                let (next, failed) = (Arc::clone(&next), Arc::clone(&failed));
+                let calls = Arc::clone(&calls);
                 tasks.spawn(async move {
                     let mut samples = Samples::with_capacity(4096);
-                    loop {
-                        let op = next.fetch_add(1, Ordering::Relaxed);
-                        if op >= cap || started.elapsed() >= budget {
-                            return samples;
-                        }
+                    while let Some(op) = calls.claim() {
                         let key = format!("bench:rls:{run_id}-{}", op % spread);
                         let t = Instant::now();
-                        if crate::ratelimit::raw_gcra_check(&mut conn, &key, 1, 1_000_000)
-                            .await
-                            .is_ok()
-                        {
-                            samples.record(t.elapsed());
-                        } else {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
+                        let succeeded =
+                            crate::ratelimit::raw_gcra_check(&mut conn, &key, 1, 1_000_000)
+                                .await
+                                .is_ok();
+                        calls.ended(&mut samples, t, succeeded);
                     }
+                    samples
                 });
             }
         }
@@ -139,18 +157,9 @@ pub async fn run(
     }
     tasks.abort_all();
     let elapsed = started.elapsed();
-    let n = all.len() as u64;
-    let (p50, p99, max) = all.percentiles();
     Ok(Outcome {
-        peer: peer.name(),
-        workload: workload.name(),
-        ops_per_s: n as f64 / elapsed.as_secs_f64(),
-        p50_us: p50,
-        p99_us: p99,
-        max_us: max,
-        errors: failed.load(Ordering::Relaxed),
-        violations: 0,
-        n,
+        errors: calls.failed.load(Ordering::Relaxed),
         extra: vec![("descriptors", spread.to_string())],
+        ..Outcome::timed(peer, workload.name(), &mut all, elapsed)
     })
 }

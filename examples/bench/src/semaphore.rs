@@ -228,22 +228,14 @@ pub async fn run(
     }
     let elapsed = started.elapsed();
     let _: i64 = admin.del(&occupancy).await.map_err(|e| e.to_string())?;
-    let n = samples.len() as u64;
-    let (p50_us, p99_us, max_us) = samples.percentiles();
     Ok(Outcome {
-        peer: peer.name(),
-        workload: workload.name(),
-        ops_per_s: n as f64 / elapsed.as_secs_f64(),
-        p50_us,
-        p99_us,
-        max_us,
         errors,
         violations: violations.load(Ordering::Relaxed),
-        n,
         extra: vec![
             ("tasks", tasks.to_string()),
             ("permits", permits.to_string()),
             ("seconds", format!("{:.3}", elapsed.as_secs_f64())),
         ],
+        ..Outcome::timed(peer, workload.name(), &mut samples, elapsed)
     })
 }

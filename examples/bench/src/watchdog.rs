@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Args;
@@ -52,102 +53,128 @@ async fn calls(conn: &mut MultiplexedConnection) -> Result<(u64, u64), String> {
     Ok((scripts, all))
 }
 
-/// Holds `leases` leases for `hold` and returns (lost, calls during the hold).
-async fn hold_distlock(
-    url: &str,
-    admin: &mut MultiplexedConnection,
-    leases: usize,
-    hold: Duration,
-    latency: &mut Samples,
-    errors: &AtomicU64,
-) -> Result<(usize, (u64, u64)), String> {
-    let client = distlock::Client::connect(url)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut held = Vec::with_capacity(leases);
-    for i in 0..leases {
-        let start = Instant::now();
-        match client.lock(format!("wd:{i}")).ttl(TTL).acquire().await {
-            Ok(lease) => {
-                latency.record(start.elapsed());
-                held.push(lease);
-            }
-            Err(_) => {
-                errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    let before = calls(admin).await?;
-    tokio::time::sleep(hold).await;
-    let after = calls(admin).await?;
-    let lost = held.iter().filter(|lease| lease.is_lost()).count();
-    for lease in held {
-        let _ = lease.release().await;
-    }
-    Ok((lost, (after.0 - before.0, after.1 - before.1 - 1)))
+/// The leases held, the peer's way.
+enum Held {
+    /// distlock's leases, renewed by the client's watchdog.
+    Distlock(distlock::Client, Vec<distlock::Lease>),
+    /// One renewal task a lease, until the token stops them; a task returns whether it found
+    /// its lease gone.
+    Raw(CancellationToken, Vec<JoinHandle<bool>>),
 }
 
-async fn hold_raw(
+impl Held {
+    /// Stops holding: releases the leases and returns how many were lost.
+    async fn release(self) -> Result<usize, String> {
+        match self {
+            Self::Distlock(_client, held) => {
+                let lost = held.iter().filter(|lease| lease.is_lost()).count();
+                for lease in held {
+                    let _ = lease.release().await;
+                }
+                Ok(lost)
+            }
+            Self::Raw(stop, tasks) => {
+                stop.cancel();
+                let mut lost = 0;
+                for task in tasks {
+                    if task.await.map_err(|e| e.to_string())? {
+                        lost += 1;
+                    }
+                }
+                Ok(lost)
+            }
+        }
+    }
+}
+
+/// Takes `leases` leases the peer's way, recording each acquisition's latency or error.
+async fn acquire(
+    peer: Peer,
     url: &str,
-    admin: &mut MultiplexedConnection,
     leases: usize,
-    hold: Duration,
     latency: &mut Samples,
     errors: &AtomicU64,
-) -> Result<(usize, (u64, u64)), String> {
-    let conn = raw::connect(url).await?;
-    let stop = CancellationToken::new();
-    let ttl_ms = u64::try_from(TTL.as_millis()).unwrap_or(u64::MAX);
-    let mut tasks = Vec::with_capacity(leases);
-    for i in 0..leases {
-        let key = format!("wd:{i}");
-        let token = raw::token();
-        let mut conn = conn.clone();
-        let start = Instant::now();
-        if !raw::try_acquire(&mut conn, &key, &token, ttl_ms)
-            .await
-            .unwrap_or(false)
-        {
-            errors.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        latency.record(start.elapsed());
-        let stop = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            // Renew every ttl/3 until stopped; lost if a renewal finds the key gone.
-            let first = tokio::time::Instant::now() + TTL / 3;
-            let mut tick = tokio::time::interval_at(first, TTL / 3);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    () = stop.cancelled() => break,
-                }
-                let renewed: i64 = RENEW
-                    .key(&key)
-                    .arg(&token)
-                    .arg(ttl_ms)
-                    .invoke_async(&mut conn)
-                    .await
-                    .unwrap_or(0);
-                if renewed != 1 {
-                    return true;
+) -> Result<Held, String> {
+    match peer {
+        Peer::Distlock => {
+            let client = distlock::Client::connect(url)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut held = Vec::with_capacity(leases);
+            for i in 0..leases {
+                let start = Instant::now();
+                match client.lock(format!("wd:{i}")).ttl(TTL).acquire().await {
+                    Ok(lease) => {
+                        latency.record(start.elapsed());
+                        held.push(lease);
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
-            let _ = raw::release(&mut conn, &key, &token).await;
-            false
-        }));
-    }
-    let before = calls(admin).await?;
-    tokio::time::sleep(hold).await;
-    let after = calls(admin).await?;
-    stop.cancel();
-    let mut lost = 0;
-    for task in tasks {
-        if task.await.map_err(|e| e.to_string())? {
-            lost += 1;
+            Ok(Held::Distlock(client, held))
+        }
+        Peer::Raw => {
+            let conn = raw::connect(url).await?;
+            let stop = CancellationToken::new();
+            let ttl_ms = u64::try_from(TTL.as_millis()).unwrap_or(u64::MAX);
+            let mut tasks = Vec::with_capacity(leases);
+            for i in 0..leases {
+                let key = format!("wd:{i}");
+                let token = raw::token();
+                let mut conn = conn.clone();
+                let start = Instant::now();
+                if !raw::try_acquire(&mut conn, &key, &token, ttl_ms)
+                    .await
+                    .unwrap_or(false)
+                {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                latency.record(start.elapsed());
+                tasks.push(tokio::spawn(renew_raw(
+                    conn,
+                    key,
+                    token,
+                    ttl_ms,
+                    stop.clone(),
+                )));
+            }
+            Ok(Held::Raw(stop, tasks))
         }
     }
-    Ok((lost, (after.0 - before.0, after.1 - before.1 - 1)))
+}
+
+/// The raw peer's watchdog of one lease: renews it every ttl/3 until stopped, then releases
+/// it. Returns whether a renewal found the key gone (the lease lost).
+async fn renew_raw(
+    mut conn: MultiplexedConnection,
+    key: String,
+    token: String,
+    ttl_ms: u64,
+    stop: CancellationToken,
+) -> bool {
+    let first = tokio::time::Instant::now() + TTL / 3;
+    let mut tick = tokio::time::interval_at(first, TTL / 3);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => break,
+        }
+        let renewed: i64 = RENEW
+            .key(&key)
+            .arg(&token)
+            .arg(ttl_ms)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap_or(0);
+        if renewed != 1 {
+            return true;
+        }
+    }
+    let _ = raw::release(&mut conn, &key, &token).await;
+    false
 }
 
 pub async fn run(
@@ -166,12 +193,13 @@ pub async fn run(
         .map_err(|e| e.to_string())?;
     let mut latency = Samples::with_capacity(leases);
     let errors = AtomicU64::new(0);
-    let (lost, (round_trips, commands)) = match peer {
-        Peer::Distlock => {
-            hold_distlock(url, &mut admin, leases, hold, &mut latency, &errors).await?
-        }
-        Peer::Raw => hold_raw(url, &mut admin, leases, hold, &mut latency, &errors).await?,
-    };
+    let held = acquire(peer, url, leases, &mut latency, &errors).await?;
+    let before = calls(&mut admin).await?;
+    tokio::time::sleep(hold).await;
+    let after = calls(&mut admin).await?;
+    let lost = held.release().await?;
+    // Less one command: the INFO that read `before`, which `after` counts.
+    let (round_trips, commands) = (after.0 - before.0, after.1 - before.1 - 1);
     let seconds = hold.as_secs_f64();
     let round_trips_per_s = round_trips as f64 / seconds;
     // The reference: one renewal per lease per ttl/3.

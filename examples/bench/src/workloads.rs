@@ -627,7 +627,6 @@ pub async fn run(
         violations = (samples.len() as u64).saturating_sub(counter.unwrap_or(0));
     }
     let n = samples.len() as u64;
-    let (p50_us, p99_us, max_us) = samples.percentiles();
     let mut extra = vec![
         ("tasks", tasks.to_string()),
         ("seconds", format!("{:.3}", elapsed.as_secs_f64())),
@@ -651,15 +650,9 @@ pub async fn run(
         ));
     }
     Ok(Outcome {
-        peer: peer.name(),
-        workload: workload.name(),
-        ops_per_s: n as f64 / elapsed.as_secs_f64(),
-        p50_us,
-        p99_us,
-        max_us,
         errors,
         violations,
-        n,
         extra,
+        ..Outcome::timed(peer, workload.name(), &mut samples, elapsed)
     })
 }
