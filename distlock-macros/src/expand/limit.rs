@@ -184,17 +184,9 @@ mod tests {
 
     use super::*;
 
-    fn expand_ok(args: TokenStream, item: TokenStream) -> String {
-        super::super::testing::expanded(|a, i| ATTRIBUTE.expand(a, i), args, item)
-    }
-
-    fn expand_err(args: TokenStream, item: TokenStream) -> Vec<String> {
-        super::super::testing::refused(|a, i| ATTRIBUTE.expand(a, i), args, item)
-    }
-
     #[test]
     fn keeps_the_signature_and_checks_before_the_body() {
-        let out = expand_ok(
+        let out = ATTRIBUTE.expanded(
             quote!(
                 policy = ["api: 100/s burst 20", "daily: fixed-window 1000/d"],
                 key = "user:{user}",
@@ -246,7 +238,7 @@ mod tests {
 
     #[test]
     fn without_a_key_every_call_shares_the_first_policy_budget() {
-        let out = expand_ok(
+        let out = ATTRIBUTE.expanded(
             quote!(policy = "partner: 50/s", cost = batch.len()),
             quote!(
                 async fn send(batch: &[u8]) -> Result<(), E> {
@@ -267,7 +259,7 @@ mod tests {
 
     #[test]
     fn crate_path_replaces_every_distlock_path() {
-        let out = expand_ok(
+        let out = ATTRIBUTE.expanded(
             quote!(
                 policy = "a: 1/s",
                 crate = "::limits",
@@ -289,7 +281,7 @@ mod tests {
 
     #[test]
     fn argument_and_signature_errors_are_reported_together() {
-        let msgs = expand_err(
+        let msgs = ATTRIBUTE.refused(
             quote!(policy = "api: 1/s", key = "{usr}"),
             quote!(
                 fn f(user: u64) -> u64 {}

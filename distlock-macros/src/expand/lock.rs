@@ -114,17 +114,9 @@ mod tests {
 
     use super::*;
 
-    fn expand_ok(args: TokenStream, item: TokenStream) -> String {
-        super::super::testing::expanded(|a, i| ATTRIBUTE.expand(a, i), args, item)
-    }
-
-    fn expand_err(args: TokenStream, item: TokenStream) -> Vec<String> {
-        super::super::testing::refused(|a, i| ATTRIBUTE.expand(a, i), args, item)
-    }
-
     #[test]
     fn keeps_the_signature_and_moves_the_body() {
-        let out = expand_ok(
+        let out = ATTRIBUTE.expanded(
             quote!(key = "order:{id}", ttl = "10s", wait = "1500ms"),
             quote! {
                 /// Docs.
@@ -164,7 +156,7 @@ mod tests {
 
     #[test]
     fn crate_path_replaces_every_distlock_path() {
-        let out = expand_ok(
+        let out = ATTRIBUTE.expanded(
             quote!(key = "k:{self.0}", crate = "::locks", client = &self.c),
             quote!(
                 async fn f(&self) -> Result<(), E> {
@@ -192,19 +184,19 @@ mod tests {
         // `on_busy = error` and `skip` do not wait (a `wait` beside them is refused).
         let no_wait = ". wait (:: distlock :: __private :: __Duration :: new (0u64 , 0u32))";
         let two_s = ". wait (:: distlock :: __private :: __Duration :: new (2u64 , 0u32))";
-        let skip = expand_ok(quote!(key = "k", on_busy = skip), item.clone());
+        let skip = ATTRIBUTE.expanded(quote!(key = "k", on_busy = skip), item.clone());
         assert!(skip.contains("__private :: run_or_skip ("), "{skip}");
         assert!(skip.contains(no_wait), "{skip}");
-        let error = expand_ok(quote!(key = "k", on_busy = error), item.clone());
+        let error = ATTRIBUTE.expanded(quote!(key = "k", on_busy = error), item.clone());
         assert!(error.contains("__private :: run ("), "{error}");
         assert!(error.contains(no_wait), "{error}");
-        let wait = expand_ok(quote!(key = "k", wait = "2s"), item);
+        let wait = ATTRIBUTE.expanded(quote!(key = "k", wait = "2s"), item);
         assert!(wait.contains(two_s), "{wait}");
     }
 
     #[test]
     fn impl_trait_outputs_are_not_pinned() {
-        let out = expand_ok(
+        let out = ATTRIBUTE.expanded(
             quote!(key = "k"),
             quote!(
                 async fn f() -> Result<impl Display, E> {
@@ -217,7 +209,7 @@ mod tests {
 
     #[test]
     fn unknown_placeholders_name_the_parameters() {
-        let msgs = expand_err(
+        let msgs = ATTRIBUTE.refused(
             quote!(key = "o:{ordr_id}:{self.x}"),
             quote!(
                 async fn settle(order_id: u64, Path(p): Path<u8>) -> Result<(), E> {}
@@ -232,7 +224,7 @@ mod tests {
                  parameters of `settle` bind `order_id`, `p`"
             ]
         );
-        let msgs = expand_err(
+        let msgs = ATTRIBUTE.refused(
             quote!(key = "{id}"),
             quote!(
                 async fn f() -> Result<(), E> {}
@@ -243,7 +235,7 @@ mod tests {
 
     #[test]
     fn argument_and_signature_errors_are_reported_together() {
-        let msgs = expand_err(
+        let msgs = ATTRIBUTE.refused(
             quote!(ttl = "1s"),
             quote!(
                 fn f() {}

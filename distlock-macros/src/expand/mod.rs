@@ -56,6 +56,21 @@ impl<A> Attribute<A> {
         }
     }
 
+    /// The expansion as text; it must succeed (for the expanders' unit tests).
+    #[cfg(test)]
+    pub(crate) fn expanded(&self, args: TokenStream, item: TokenStream) -> String {
+        self.expand(args, item).unwrap().to_string()
+    }
+
+    /// The errors of an expansion that must fail (for the expanders' unit tests).
+    #[cfg(test)]
+    pub(crate) fn refused(&self, args: TokenStream, item: TokenStream) -> Vec<String> {
+        match self.expand(args, item) {
+            Ok(tokens) => panic!("expanded without errors: {tokens}"),
+            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
     /// The function with its new body, or every error found.
     pub(crate) fn expand(&self, args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
         let (args, func) = parse_annotated(args, item, &self.needs, self.parse, self.key)?;
@@ -277,25 +292,4 @@ fn placeholder_expr(placeholder: &Placeholder, span: Span) -> TokenStream {
         quote_spanned!(span=> .#member)
     });
     quote_spanned!(span=> #root #(#fields)*)
-}
-
-/// What the expanders' unit tests share.
-#[cfg(test)]
-pub(crate) mod testing {
-    use proc_macro2::TokenStream;
-
-    type Expand = fn(TokenStream, TokenStream) -> syn::Result<TokenStream>;
-
-    /// The expansion as text; it must succeed.
-    pub(crate) fn expanded(expand: Expand, args: TokenStream, item: TokenStream) -> String {
-        expand(args, item).unwrap().to_string()
-    }
-
-    /// The errors of an expansion that must fail.
-    pub(crate) fn refused(expand: Expand, args: TokenStream, item: TokenStream) -> Vec<String> {
-        match expand(args, item) {
-            Ok(tokens) => panic!("expanded without errors: {tokens}"),
-            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
-        }
-    }
 }

@@ -183,7 +183,13 @@ async fn run(args: cli::Args) -> ExitCode {
             }
             for i in order {
                 let peer = args.peers[i];
-                match workloads::run(*workload, peer, &targets, &args).await {
+                let job = workloads::Job {
+                    workload: *workload,
+                    peer,
+                    targets: &targets,
+                    args: &args,
+                };
+                match workloads::run(job).await {
                     Ok(result) => {
                         if args.rounds > 1 {
                             eprintln!(

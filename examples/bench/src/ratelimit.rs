@@ -22,7 +22,7 @@ use crate::raw;
 use crate::report::Outcome;
 use crate::serverstats::{self, Accounting, Probe};
 use crate::stats::Samples;
-use crate::workloads::{Peer, Targets, Workload};
+use crate::workloads::{Job, Peer, Targets, Workload};
 
 /// GCRA on one key: the key holds the theoretical arrival time (TAT) in µs of server time.
 /// `ARGV[1]` emission interval in µs, `ARGV[2]` burst. Reply `{allowed, retry_after_us}`.
@@ -284,12 +284,13 @@ fn over_the_rate(run: &Run, shape: &Shape) -> u64 {
     run.allowed.saturating_sub(ideal)
 }
 
-pub async fn run(
-    workload: Workload,
-    peer: Peer,
-    targets: &Targets,
-    args: &Args,
-) -> Result<Outcome, String> {
+pub async fn run(job: Job<'_>) -> Result<Outcome, String> {
+    let Job {
+        workload,
+        peer,
+        targets,
+        args,
+    } = job;
     let shape = shape(workload, args)?;
     let mut probe = Probe::connect(&targets.nodes(workload)?).await?;
     probe.flush().await?;

@@ -17,10 +17,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use tonic::transport::Channel;
 use tonic::transport::server::TcpIncoming;
 
-use crate::cli::Args;
 use crate::report::Outcome;
 use crate::stats::Samples;
-use crate::workloads::{Peer, Targets, Workload, distlock_client};
+use crate::workloads::{Job, Peer, Workload, distlock_client};
 
 const CALLERS: usize = 64;
 const CONFIG: &str = "domain: bench\ndescriptors:\n  - key: api_key\n    rate_limit: { unit: second, requests_per_unit: 1000000 }\n    distlock: { algorithm: gcra, burst: 1000000 }\n";
@@ -52,12 +51,13 @@ impl Calls {
     }
 }
 
-pub async fn run(
-    workload: Workload,
-    peer: Peer,
-    targets: &Targets,
-    args: &Args,
-) -> Result<Outcome, String> {
+pub async fn run(job: Job<'_>) -> Result<Outcome, String> {
+    let Job {
+        workload,
+        peer,
+        targets,
+        args,
+    } = job;
     let url = targets.single()?;
     let spread: u64 = match workload {
         Workload::RlsOneDescriptor => 1,

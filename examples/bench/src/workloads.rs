@@ -488,17 +488,27 @@ impl Budget {
     }
 }
 
+/// One run of a workload: which, for which peer, against which servers, with which settings.
+#[derive(Clone, Copy)]
+pub struct Job<'a> {
+    pub workload: Workload,
+    pub peer: Peer,
+    pub targets: &'a Targets,
+    pub args: &'a Args,
+}
+
 struct TaskResult {
     samples: Samples,
     errors: u64,
 }
 
-pub async fn run(
-    workload: Workload,
-    peer: Peer,
-    targets: &Targets,
-    args: &Args,
-) -> Result<Outcome, String> {
+pub async fn run(job: Job<'_>) -> Result<Outcome, String> {
+    let Job {
+        workload,
+        peer,
+        targets,
+        args,
+    } = job;
     match workload {
         Workload::WatchdogScale => {
             return crate::watchdog::run(peer, targets.single()?, args, workload.shape()).await;
@@ -510,7 +520,7 @@ pub async fn run(
         }
         Workload::BloomContainsMany => return crate::bloom::run(peer, targets, args).await,
         Workload::RlsOneDescriptor | Workload::RlsManyDescriptors => {
-            return crate::rls::run(workload, peer, targets, args).await;
+            return crate::rls::run(job).await;
         }
         Workload::RatelimitSeq
         | Workload::RatelimitParallel
@@ -518,7 +528,7 @@ pub async fn run(
         | Workload::RatelimitAccuracy
         | Workload::RatelimitDeniedHot
         | Workload::RatelimitHybrid => {
-            return crate::ratelimit::run(workload, peer, targets, args).await;
+            return crate::ratelimit::run(job).await;
         }
         _ => {}
     }
