@@ -13,7 +13,7 @@ use super::checks::{Check, Checks};
 use super::exempt::{self, Exemption, RequestHead};
 use super::headers::describe;
 use super::layer::{Config, Limiter};
-use super::settle::Settler;
+use super::settle::{Charge, Settler};
 use crate::extract::{ExtractKey, Extracted, MissingKey};
 use crate::readiness::InnerService;
 use crate::refusal::{MakeRefusal, Refusal, RefusedBy, is_grpc};
@@ -188,14 +188,14 @@ where
             if matches!(decision.origin, Origin::Store | Origin::LocalShare)
                 && !decision.shadowed =>
         {
-            let settler = Settler::new(
-                limiter.limiter.clone(),
-                subject.clone(),
-                Arc::clone(settle),
-                response.status(),
-                cost,
-                granted,
-            );
+            let settler = Settler::new(Charge {
+                limiter: limiter.limiter.clone(),
+                subject: subject.clone(),
+                settle: Arc::clone(settle),
+                status: response.status(),
+                charged: cost,
+                started: granted,
+            });
             response.map(|body| ResponseBody::settling(body, settler, head))
         }
         _ => response.map(ResponseBody::inner),

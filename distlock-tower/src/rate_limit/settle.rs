@@ -33,35 +33,28 @@ pub struct Settlement {
 /// The settle function of a layer.
 pub(crate) type SettleFn = Arc<dyn Fn(&Settlement) -> u32 + Send + Sync>;
 
+/// What a response was charged, and what settles it.
+pub(crate) struct Charge {
+    pub(crate) limiter: RateLimiter,
+    pub(crate) subject: String,
+    pub(crate) settle: SettleFn,
+    pub(crate) status: StatusCode,
+    pub(crate) charged: u32,
+    pub(crate) started: Instant,
+}
+
 /// The pending settlement of one response; settles once, when the body ends, fails or is
 /// dropped.
 pub(crate) struct Settler {
-    limiter: RateLimiter,
-    subject: String,
-    settle: SettleFn,
-    status: StatusCode,
-    charged: u32,
-    started: Instant,
+    charge: Charge,
     bytes: u64,
     done: bool,
 }
 
 impl Settler {
-    pub(crate) fn new(
-        limiter: RateLimiter,
-        subject: String,
-        settle: SettleFn,
-        status: StatusCode,
-        charged: u32,
-        started: Instant,
-    ) -> Self {
+    pub(crate) fn new(charge: Charge) -> Self {
         Self {
-            limiter,
-            subject,
-            settle,
-            status,
-            charged,
-            started,
+            charge,
             bytes: 0,
             done: false,
         }
@@ -79,26 +72,26 @@ impl Settler {
             return;
         }
         let settlement = Settlement {
-            status: self.status,
+            status: self.charge.status,
             body_bytes: self.bytes,
-            elapsed: self.started.elapsed(),
-            charged: self.charged,
+            elapsed: self.charge.started.elapsed(),
+            charged: self.charge.charged,
             completed,
         };
-        let cost = (self.settle)(&settlement);
-        if cost == self.charged {
+        let cost = (self.charge.settle)(&settlement);
+        if cost == self.charge.charged {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
-                subject = %distlock::logging::redacted(&self.subject),
+                subject = %distlock::logging::redacted(&self.charge.subject),
                 "rate-limit settlement dropped outside a Tokio runtime; the up-front cost stands"
             );
             return;
         };
-        let limiter = self.limiter.clone();
-        let subject = std::mem::take(&mut self.subject);
-        let charged = self.charged;
+        let limiter = self.charge.limiter.clone();
+        let subject = std::mem::take(&mut self.charge.subject);
+        let charged = self.charge.charged;
         runtime.spawn(async move {
             let settled = if cost < charged {
                 limiter.refund(&subject, charged - cost).await
