@@ -5,6 +5,9 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+
+#[path = "../ui/shared/app_error.rs"]
+mod app_error;
 #[path = "../support/traces.rs"]
 mod traces;
 

@@ -15,6 +15,7 @@ use distlock::{
 use distlock::ratelimit::{Lockout, Policy, Rate};
 use tokio::time::Instant;
 
+use crate::app_error::AppError;
 use crate::support::RedisServer;
 use crate::support::fixture::{Fixture, connect, on_both_stores};
 use crate::support::lateness::LatenessProbe;
@@ -417,24 +418,6 @@ async fn functions_with_one_policy_name_share_its_budget(store: Fixture) {
 }
 
 // --- with #[distributed_lock] --------------------------------------------------------------------
-
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Limited(RateLimitError),
-}
-
-impl From<LockError> for AppError {
-    fn from(err: LockError) -> Self {
-        Self::Lock(err)
-    }
-}
-
-impl From<RateLimitError> for AppError {
-    fn from(err: RateLimitError) -> Self {
-        Self::Limited(err)
-    }
-}
 
 #[distributed_lock(key = "checkout:{id}", client = client, on_busy = error)]
 #[rate_limit(policy = "checkout: 2/min", key = "{id}", client = client)]

@@ -1,7 +1,6 @@
 //! What a locked function guarantees, each on Redis and in memory (and the killed-server case
 //! on Redis only).
 
-use std::num::ParseIntError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,6 +9,7 @@ use distlock::{Client, LockError, LossReason, distributed_lock, safety_margin};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::app_error::AppError;
 use crate::support::RedisServer;
 use crate::support::fixture::{Fixture, connect, on_both_stores};
 use crate::support::lateness::LatenessProbe;
@@ -449,24 +449,6 @@ async fn separators_in_values_do_not_make_keys_collide(store: Fixture) {
 }
 
 // --- the body's own control flow ----------------------------------------------------------------
-
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Parse(ParseIntError),
-}
-
-impl From<LockError> for AppError {
-    fn from(err: LockError) -> Self {
-        Self::Lock(err)
-    }
-}
-
-impl From<ParseIntError> for AppError {
-    fn from(err: ParseIntError) -> Self {
-        Self::Parse(err)
-    }
-}
 
 #[distributed_lock(key = "parse", client = client, on_busy = error)]
 async fn parse(client: &Client, text: &str) -> Result<u32, AppError> {

@@ -3,25 +3,12 @@
 //! converts from both errors.
 #![deny(warnings)]
 
-use distlock::{Client, LockError, RateLimitError, distributed_lock, rate_limit};
+use distlock::{Client, RateLimitError, distributed_lock, rate_limit};
 
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Limited(RateLimitError),
-}
+#[path = "../shared/app_error.rs"]
+mod app_error;
 
-impl From<LockError> for AppError {
-    fn from(err: LockError) -> Self {
-        Self::Lock(err)
-    }
-}
-
-impl From<RateLimitError> for AppError {
-    fn from(err: RateLimitError) -> Self {
-        Self::Limited(err)
-    }
-}
+use app_error::AppError;
 
 #[distributed_lock(key = "order:{id}", client = client, on_busy = error)]
 #[rate_limit(policy = "checkout: 1/min", key = "order:{id}", client = client)]

@@ -4,27 +4,13 @@
 #![deny(warnings)]
 
 use std::fmt::Display;
-use std::num::ParseIntError;
 
 use distlock::{Client, LockError, distributed_lock};
 
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Parse(ParseIntError),
-}
+#[path = "../shared/app_error.rs"]
+mod app_error;
 
-impl From<LockError> for AppError {
-    fn from(err: LockError) -> Self {
-        Self::Lock(err)
-    }
-}
-
-impl From<ParseIntError> for AppError {
-    fn from(err: ParseIntError) -> Self {
-        Self::Parse(err)
-    }
-}
+use app_error::AppError;
 
 type AppResult<T> = Result<T, AppError>;
 
