@@ -1096,3 +1096,53 @@ fn a_limiter_table_sets_log_retention_and_the_hybrid_mode() {
         "limiters.api.hybrid.sync",
     );
 }
+
+/// A holder identity from a `[lock]` table reaches the lease, and one that cannot be an
+/// identity (empty, with a space or a control character, too long) or a value of the wrong
+/// type is refused when the file is read, naming the field.
+#[tokio::test]
+async fn a_lock_tables_identity_is_the_holders_and_bad_ones_are_refused() {
+    let config = Config::from_toml_str(&format!(
+        "{MEMORY}[lock]\nidentity = \"billing-worker\"\nmax_attempts = 2"
+    ))
+    .expect("identity");
+    let client = config.client.connect().await.expect("memory");
+    let lease = config
+        .lock
+        .lock(&client, "payouts")
+        .acquire()
+        .await
+        .expect("granted");
+    match client.lock_state("payouts").await.expect("state") {
+        distlock::LockState::Held {
+            holder: Some(holder),
+            ..
+        } => assert_eq!(holder.identity, "billing-worker"),
+        other => panic!("expected the lock held by billing-worker, got {other:?}"),
+    }
+    lease.release().await.expect("released");
+
+    let long = "x".repeat(200);
+    for value in [
+        "\"\"",
+        "\"two words\"",
+        "\"tab\\there\"",
+        &format!("\"{long}\""),
+    ] {
+        field_error(
+            &format!("{MEMORY}[lock]\nidentity = {value}"),
+            Kind::InvalidValue,
+            "lock.identity",
+        );
+    }
+    for (text, kind) in [
+        ("identity = 7", Kind::WrongType),
+        ("max_attempts = -1", Kind::InvalidValue),
+        ("max_attempts = 0", Kind::InvalidValue),
+        ("max_attempts = 99999999999", Kind::InvalidValue),
+        ("fair = \"yes\"", Kind::WrongType),
+    ] {
+        let field = format!("lock.{}", text.split(' ').next().expect("a name"));
+        field_error(&format!("{MEMORY}[lock]\n{text}"), kind, &field);
+    }
+}
