@@ -888,6 +888,23 @@ mod tests {
             "key = { from = \"constant\", value = \"k\" }\nbusy_status = \"busy\"",
         );
         assert!(err.contains("expected `locked` or `conflict`"), "{err}");
+        // The lock table is read as distlock's [lock] table: unknown options and values out
+        // of range are refused as the text is read, by name.
+        for (lock, expected) in [
+            ("{ tll = \"1s\" }", "unknown field `tll`, expected `ttl`"),
+            ("{ ttl = \"1ms\" }", "field `ttl`: 1ms is out of range"),
+            (
+                "{ max_attempts = 0 }",
+                "field `max_attempts`: 0 would never try",
+            ),
+            ("{ identity = \"\" }", "field `identity`"),
+            ("\"fair\"", "a table of lock options"),
+        ] {
+            let err = parse_err::<LockLayerConfig>(&format!(
+                "key = {{ from = \"constant\", value = \"k\" }}\nlock = {lock}"
+            ));
+            assert!(err.contains(expected), "{lock}: {err}");
+        }
     }
 
     /// Values that parse but that a builder cannot work with are the builder's own typed
