@@ -175,7 +175,7 @@ pub fn app(state: AppState) -> Router {
                     .namespace("admin")
                     .ttl(Duration::from_secs(10))
                     .build()
-                    // A constant ttl inside distlock::MIN_TTL..=MAX_TTL.
+                    // A constant ttl between distlock::MIN_TTL and MAX_TTL.
                     .expect("10 s is a valid lock ttl"),
             ),
         )
