@@ -67,7 +67,7 @@ impl ElectionBuilder {
     /// # Errors
     /// [`LockError::InvalidName`] and [`LockError::InvalidConfig`] (a ttl out of bounds).
     pub fn build(self) -> Result<Election, LockError> {
-        check_ttl(self.ttl).map_err(crate::lock::options::InvalidOption::lock_error)?;
+        check_ttl(self.ttl).map_err(crate::error::InvalidOption::lock_error)?;
         let keys = self.client.core().lock_keys(&self.name)?;
         let record = self.client.core().leader_key(&self.name)?;
         Ok(Election {

@@ -744,7 +744,7 @@ pub enum InvalidPolicy {
     /// `max_in_flight` 0, ... (the bounds with a variant of their own, such as
     /// [`LogRetention`](Self::LogRetention), are reported as it).
     #[error(transparent)]
-    LimiterOption(crate::lock::InvalidOption),
+    LimiterOption(InvalidOption),
     /// A [`Lockout`](crate::ratelimit::Lockout) without steps.
     #[error(
         "invalid lockout of policy `{policy}`: it needs at least one step (the first block's \
@@ -934,5 +934,48 @@ mod tests {
         assert_eq!(redis_err.code(), Some("NOPERM"));
         assert_eq!(source.to_string(), redis_err.to_string());
         assert!(StoreError::unreachable("gone").source().is_none());
+    }
+}
+
+/// A lock's or a rate limiter's option that no store accepts: which one, and why. Returned
+/// by [`LockOptions::check`](crate::LockOptions::check) and
+/// [`LimiterOptions::check`](crate::ratelimit::LimiterOptions::check); the configuration
+/// loader and the tower layers report it under their own error types, naming the same
+/// field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidOption {
+    field: &'static str,
+    reason: String,
+}
+
+impl InvalidOption {
+    pub(crate) fn new(field: &'static str, reason: String) -> Self {
+        Self { field, reason }
+    }
+
+    /// The option, as its setter is named (`"ttl"`, `"min_hold"`, `"replicas"`, ...;
+    /// `"retry_backoff.first"`, `"retry_backoff.largest"` and `"replicas.timeout"` for part of
+    /// one).
+    #[must_use]
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+
+    /// Why its value is refused, without the field's name.
+    #[must_use]
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+impl InvalidOption {
+    /// As the builders report it: [`LockError::InvalidConfig`]. (Not a `From` impl: it would
+    /// join the list of conversions the compiler suggests for every `LockError`, as in the
+    /// macros' compile errors.)
+    pub(crate) fn lock_error(self) -> LockError {
+        LockError::InvalidConfig {
+            reason: self.to_string(),
+        }
     }
 }

@@ -362,7 +362,7 @@ impl Lease {
     /// once `max_hold` has passed, [`LockError::LeaseLost`], and [`LockError::Store`] (the
     /// outcome is unknown: the local deadline then assumes the earlier of the two expiries).
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        check_ttl(ttl).map_err(super::options::InvalidOption::lock_error)?;
+        check_ttl(ttl).map_err(crate::error::InvalidOption::lock_error)?;
         self.ensure_held()?;
         let shared = &self.handle.shared;
         let store = self.client.store();

@@ -37,13 +37,14 @@ use self::hold::{Hold, release_in_background};
 use self::kind::LeaseKind;
 pub use self::lease::{Lease, LeaseHandle, ReleaseOutcome};
 use self::metrics::Primitive;
+pub use self::options::LockOptions;
 #[cfg(feature = "serde")]
 pub(crate) use self::options::OptionValue;
 use self::options::lease_options;
-pub use self::options::{InvalidOption, LockOptions};
 use self::state::{Grant, LeaseState, Terms};
 pub use self::timing::safety_margin;
 use self::wait::{Attempt, Claim};
+pub use crate::error::InvalidOption;
 use crate::error::{InvalidName, LockError};
 use crate::keys::LockKeys;
 use crate::store::{Capability, Waits};

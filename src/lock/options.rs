@@ -14,7 +14,7 @@ use super::state::Terms;
 use super::wait::{self, Acquired, BACKOFF_MAX, BACKOFF_MIN, Claim, OUTAGE_PATIENCE, Retry, Wait};
 use super::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use crate::core::Core;
-use crate::error::LockError;
+use crate::error::{InvalidOption, LockError};
 use crate::store::{Capability, Replicas};
 
 /// The setters every lease builder shares, documented once: `lease_options!()` on
@@ -180,49 +180,6 @@ pub(crate) enum ReplicaChoice {
     Client,
     Off,
     Ask(Replicas),
-}
-
-/// A lock's or a rate limiter's option that no store accepts: which one, and why. Returned
-/// by [`LockOptions::check`] and
-/// [`LimiterOptions::check`](crate::ratelimit::LimiterOptions::check); the configuration
-/// loader and the tower layers report it under their own error types, naming the same
-/// field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct InvalidOption {
-    field: &'static str,
-    reason: String,
-}
-
-impl InvalidOption {
-    pub(crate) fn new(field: &'static str, reason: String) -> Self {
-        Self { field, reason }
-    }
-
-    /// The option, as its setter is named (`"ttl"`, `"min_hold"`, `"replicas"`, ...;
-    /// `"retry_backoff.first"`, `"retry_backoff.largest"` and `"replicas.timeout"` for part of
-    /// one).
-    #[must_use]
-    pub fn field(&self) -> &'static str {
-        self.field
-    }
-
-    /// Why its value is refused, without the field's name.
-    #[must_use]
-    pub fn reason(&self) -> &str {
-        &self.reason
-    }
-}
-
-impl InvalidOption {
-    /// As the builders report it: [`LockError::InvalidConfig`]. (Not a `From` impl: it would
-    /// join the list of conversions the compiler suggests for every `LockError`, as in the
-    /// macros' compile errors.)
-    pub(crate) fn lock_error(self) -> LockError {
-        LockError::InvalidConfig {
-            reason: self.to_string(),
-        }
-    }
 }
 
 impl Default for LockOptions {

@@ -12,8 +12,8 @@ use super::options::{LimiterOptions, limiter_options};
 use super::subject_rates::{RateLookup, RateTable};
 use super::{Policy, RateLimiter};
 use crate::core::Core;
+use crate::error::InvalidOption;
 use crate::error::{InvalidPolicy, RateLimitError};
-use crate::lock::InvalidOption;
 
 /// Settings of a [`RateLimiter`], made by [`Client::rate_limiter`](crate::Client::rate_limiter),
 /// [`Client::rate_limiter_all`](crate::Client::rate_limiter_all) or

@@ -11,8 +11,8 @@ use super::limiter::{DEFAULT_DENY_CACHE, DEFAULT_DENY_CACHE_MAX_AGE, DEFAULT_MAX
 use super::outage::Outage;
 use super::subject_rates::{DEFAULT_RATE_CACHE_SUBJECTS, DEFAULT_RATE_CACHE_TTL};
 use super::{MAX_PERIOD, MAX_WAIT};
+use crate::error::InvalidOption;
 use crate::error::InvalidPolicy;
-use crate::lock::InvalidOption;
 
 /// The setters of a limiter's options, documented once: `limiter_options!()` on
 /// [`LimiterOptions`] itself, `limiter_options!(options)` on a builder that keeps its

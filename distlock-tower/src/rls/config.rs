@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::ratelimit::{Algorithm, Lockout, Policy, Rate};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
@@ -581,6 +582,22 @@ pub(crate) fn policy_name(full_key: &str) -> String {
 
 fn truncate(text: &str, max: usize) -> &str {
     &text[..text.len().min(max)]
+}
+
+/// `key_value.key_value...`, as envoyproxy/ratelimit keys a descriptor.
+pub(crate) fn descriptor_key(descriptor: &RateLimitDescriptor) -> String {
+    let mut key = String::new();
+    for entry in &descriptor.entries {
+        if !key.is_empty() {
+            key.push('.');
+        }
+        key.push_str(&entry.key);
+        if !entry.value.is_empty() {
+            key.push('_');
+            key.push_str(&entry.value);
+        }
+    }
+    key
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 
-use super::config::Limit;
+use super::config::{Limit, descriptor_key};
 
 /// The `key` label of a hit on `limit` by `descriptor`.
 pub(crate) fn key(limit: &Limit, descriptor: &RateLimitDescriptor) -> String {
@@ -36,7 +36,7 @@ pub(crate) fn key(limit: &Limit, descriptor: &RateLimitDescriptor) -> String {
         return configured.to_owned();
     }
     // The configured key with each level's value, as the request sent it.
-    super::service::descriptor_key(descriptor)
+    descriptor_key(descriptor)
 }
 
 fn add(name: &'static str, domain: &str, key: &str, n: u32) {

@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use sha2::{Digest as _, Sha256};
 
-use super::config::{Bound, Entry, Limit, RlsConfig, Unit, policy_name};
+use super::config::{Bound, Entry, Limit, RlsConfig, Unit, descriptor_key, policy_name};
 use super::metrics;
 
 /// What the service answers while the store does not (a limiter's outage policy).
@@ -676,22 +676,6 @@ fn unit_of(unit: i32) -> Option<Unit> {
         7 => Unit::Week,
         _ => return None,
     })
-}
-
-/// `key_value.key_value...`, as envoyproxy/ratelimit keys a descriptor.
-pub(crate) fn descriptor_key(descriptor: &RateLimitDescriptor) -> String {
-    let mut key = String::new();
-    for entry in &descriptor.entries {
-        if !key.is_empty() {
-            key.push('.');
-        }
-        key.push_str(&entry.key);
-        if !entry.value.is_empty() {
-            key.push('_');
-            key.push_str(&entry.value);
-        }
-    }
-    key
 }
 
 /// The subject a descriptor is counted under in its limit's limiter: its key, hashed when
