@@ -215,7 +215,13 @@ impl Election {
         let ttl = self.inner.ttl.saturating_mul(2);
         Ok(self
             .store()
-            .leader_put(&self.inner.keys, &self.inner.record, token, record, ttl)
+            .leader_put(&crate::store::LeaderPut {
+                keys: &self.inner.keys,
+                record_key: &self.inner.record,
+                token,
+                record,
+                ttl,
+            })
             .await?)
     }
 

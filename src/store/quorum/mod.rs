@@ -71,13 +71,14 @@ use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
 use super::connect::RedisSettings;
 use super::peek;
+use super::requests::{Acquire, LeaderPut};
 use super::scripts;
-use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
+use super::scripts::acquire::{AcquireItem, AcquireReply};
 use super::scripts::leader::{self, Record};
 use super::scripts::mint::{MintItem, MintReply};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{Ownership, Publish, Replicas, millis, unmark};
+use super::scripts::{Ownership, Publish, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
 use crate::keys::LockKeys;
@@ -494,30 +495,17 @@ impl Backend for QuorumStore {
         })
     }
 
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-        mint: bool,
-    ) -> Result<AcquireReply, StoreError> {
-        if replicas.is_some() {
+    async fn acquire(&self, req: &Acquire<'_>) -> Result<AcquireReply, StoreError> {
+        if req.replicas.is_some() {
             return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
+        let (keys, token, ttl) = (req.keys, req.token, req.ttl);
         let started = Instant::now();
         self.inner
             .longest_ttl_ms
             .fetch_max(millis(ttl), Ordering::Relaxed);
-        let item = AcquireItem {
-            keys: keys.clone(),
-            token: token.clone(),
-            ttl_ms: millis(ttl),
-            waits,
-            replicas: None,
-            mint,
-        };
+        // No replica requirement (refused above).
+        let item = AcquireItem::of(req);
         let answers = self
             .on_every_node(self.node_timeout(ttl), |node| {
                 let item = item.clone();
@@ -764,26 +752,10 @@ impl Backend for QuorumStore {
     /// Written on every node that answers: `Ok(true)` when a majority of the nodes wrote it
     /// (the lease holds a majority of the lock's copies), `Ok(false)` only when a majority
     /// refused it (the lease has lost the lock), else an error (the outcome is unknown).
-    async fn leader_put(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-        record: &Record,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::put(
-                    &node.conn,
-                    Publish::Plain,
-                    keys,
-                    record_key,
-                    token,
-                    record,
-                    ttl,
-                )
-                .await
+                leader::put(&node.conn, Publish::Plain, req).await
             })
             .await;
         let written = answers

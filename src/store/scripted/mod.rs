@@ -40,10 +40,11 @@ use super::connect::{PrimaryConn, RedisSettings, req_packed_commands};
 use super::peek::{self, KeyScan, SetHolder};
 use super::ratelimit::script::RateItem;
 use super::ratelimit::{RateReply, RateRequest};
-use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
+use super::requests::{Acquire, AcquireAll, Handoff, LeaderPut, PathAcquire, RwAcquire};
+use super::scripts::acquire::{AcquireItem, AcquireReply};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
-use super::scripts::acquire_rw::{self, Side};
+use super::scripts::acquire_rw;
 use super::scripts::adaptive::{self, AdaptiveCall};
 use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
 use super::scripts::bloom_native;
@@ -56,8 +57,7 @@ use super::scripts::mint::{MintItem, MintReply};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
 use super::scripts::{
-    Ownership, Publish, Replicas, acquire_path, millis, release_entries, release_path,
-    release_writer, unmark,
+    Ownership, Publish, acquire_path, release_entries, release_path, release_writer, unmark,
 };
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
@@ -169,26 +169,11 @@ impl Backend for ScriptedStore {
         }
     }
 
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-        mint: bool,
-    ) -> Result<AcquireReply, StoreError> {
-        let item = AcquireItem {
-            keys: keys.clone(),
-            token: token.clone(),
-            ttl_ms: millis(ttl),
-            waits,
-            replicas,
-            mint,
-        };
+    async fn acquire(&self, req: &Acquire<'_>) -> Result<AcquireReply, StoreError> {
+        let item = AcquireItem::of(req);
         let reply = match &self.inner.route {
             Route::Single(single) => single.acquire(item).await,
-            Route::BySlot(_) if replicas.is_some() => {
+            Route::BySlot(_) if req.replicas.is_some() => {
                 return Err(self.lacks(Capability::ReplicaAcknowledgement));
             }
             Route::BySlot(by_slot) => by_slot.acquire(item).await,
@@ -272,28 +257,15 @@ impl Backend for ScriptedStore {
         self.inner.settings.response_timeout
     }
 
-    async fn handoff(
-        &self,
-        keys: &LockKeys,
-        from: &Token,
-        to: &Token,
-        ttl: Duration,
-        mint: bool,
-    ) -> Result<HandoffReply, StoreError> {
-        handoff::run(&self.conn(), self.publish(), keys, from, to, ttl, mint)
+    async fn handoff(&self, req: &Handoff<'_>) -> Result<HandoffReply, StoreError> {
+        handoff::run(&self.conn(), self.publish(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
 
     /// One group's locks (one slot's, on a cluster).
-    async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        acquire_all::run(&self.conn(), keys, tokens, ttl, waits)
+    async fn acquire_all(&self, req: &AcquireAll<'_>) -> Result<AllReply, StoreError> {
+        acquire_all::run(&self.conn(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
@@ -304,15 +276,8 @@ impl Backend for ScriptedStore {
             .map_err(|e| self.deadline(e))
     }
 
-    async fn acquire_rw(
-        &self,
-        side: Side,
-        keys: &RwKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        acquire_rw::run(&self.conn(), side, keys, token, ttl, waits)
+    async fn acquire_rw(&self, req: &RwAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        acquire_rw::run(&self.conn(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
@@ -342,16 +307,8 @@ impl Backend for ScriptedStore {
 
     /// One script over every key of the path: they share the root's hash tag, so a cluster
     /// connection routes it to the node of that slot.
-    async fn acquire_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-        waiter: &str,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        acquire_path::run(&self.conn(), keys, mode, token, waiter, ttl, waits)
+    async fn acquire_path(&self, req: &PathAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        acquire_path::run(&self.conn(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
@@ -410,12 +367,9 @@ impl Backend for ScriptedStore {
             let conn = &conn;
             async move {
                 let group: Vec<ShardCall> = indices.iter().map(|&i| shards[i].clone()).collect();
-                let reply = if native {
-                    bloom_native::run(conn, op, shape, &group).await
-                } else {
-                    bloom::run(conn, op, shape, &group).await
-                };
-                reply.map(|replies| (indices, replies))
+                bloom::run(conn, native, op, shape, &group)
+                    .await
+                    .map(|replies| (indices, replies))
             }
         });
         let mut answers = vec![ShardReply::Missing; shards.len()];
@@ -490,25 +444,10 @@ impl Backend for ScriptedStore {
         peek::set_holders(&mut self.conn(), key).await
     }
 
-    async fn leader_put(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-        record: &Record,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        leader::put(
-            &self.conn(),
-            self.publish(),
-            keys,
-            record_key,
-            token,
-            record,
-            ttl,
-        )
-        .await
-        .map_err(|e| self.deadline(e))
+    async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError> {
+        leader::put(&self.conn(), self.publish(), req)
+            .await
+            .map_err(|e| self.deadline(e))
     }
 
     async fn leader_read(

@@ -100,7 +100,7 @@ pub(crate) enum ShardReply {
 
 /// One call of `script` over `shards` (all in one slot on a cluster), with its ARGV built by
 /// `push_items` for each shard. Shared by both scripts.
-pub(crate) async fn invoke<C: Conn>(
+async fn invoke<C: Conn>(
     script: &Lua,
     conn: &C,
     op: BloomOp,
@@ -210,14 +210,21 @@ pub(crate) fn parse(op: BloomOp, text: &Value, items: usize) -> Result<ShardRepl
     }
 }
 
-/// Runs one bitmap call.
+/// Runs one call: on bitmaps (`bloom.lua`), or, when `native`, on the RedisBloom module
+/// (`bloom_native.lua`).
 pub(crate) async fn run<C: Conn>(
     conn: &C,
+    native: bool,
     op: BloomOp,
     shape: &BloomShape,
     shards: &[ShardCall],
 ) -> Result<Vec<ShardReply>, StoreError> {
-    invoke(&SCRIPT, conn, op, shape, shards, false).await
+    let script = if native {
+        &super::bloom_native::SCRIPT
+    } else {
+        &SCRIPT
+    };
+    invoke(script, conn, op, shape, shards, native).await
 }
 
 #[cfg(test)]

@@ -3,13 +3,13 @@
 //! `.lua` header).
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::Value;
 
 use super::{Conn, Lua, Publish, millis, publish_prelude};
 use crate::error::StoreError;
 use crate::keys::LockKeys;
+use crate::store::requests::LeaderPut;
 use crate::token::Token;
 
 static PLAIN: LazyLock<Lua> =
@@ -31,27 +31,23 @@ fn script(publish: Publish) -> &'static Lua {
 /// A leader as its record names it: the term (the lease's fence) and the identity.
 pub(crate) type Record = (u64, String);
 
-/// Writes the record of the lease holding `keys` under `token`, if it still does: whether it
-/// did.
+/// Writes the record of the lease holding `req.keys` under `req.token`, if it still does:
+/// whether it did.
 pub(crate) async fn put<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &LockKeys,
-    record_key: &str,
-    token: &Token,
-    record: &Record,
-    ttl: Duration,
+    req: &LeaderPut<'_>,
 ) -> Result<bool, StoreError> {
     let script = script(publish);
-    let mut cmd = script.call(2, 6, 128 + record.1.len());
-    cmd.arg(&keys.lock)
-        .arg(record_key)
+    let mut cmd = script.call(2, 6, 128 + req.record.1.len());
+    cmd.arg(&req.keys.lock)
+        .arg(req.record_key)
         .arg("put")
-        .arg(&keys.channel)
-        .arg(token.as_str())
-        .arg(record.0)
-        .arg(&record.1)
-        .arg(millis(ttl));
+        .arg(&req.keys.channel)
+        .arg(req.token.as_str())
+        .arg(req.record.0)
+        .arg(&req.record.1)
+        .arg(millis(req.ttl));
     let written: i64 = script.invoke(&cmd, conn).await?;
     Ok(written == 1)
 }
