@@ -216,8 +216,10 @@ impl Election {
         Ok(self
             .store()
             .leader_put(&crate::store::LeaderPut {
-                keys: &self.inner.keys,
-                record_key: &self.inner.record,
+                keys: crate::store::LeaderKeys {
+                    lock: &self.inner.keys,
+                    record_key: &self.inner.record,
+                },
                 token,
                 record,
                 ttl,
@@ -239,7 +241,10 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
         let record = self
             .store()
-            .leader_read(&self.inner.keys, &self.inner.record)
+            .leader_read(&crate::store::LeaderKeys {
+                lock: &self.inner.keys,
+                record_key: &self.inner.record,
+            })
             .await?;
         Ok(record.map(|(term, identity)| Leader { term, identity }))
     }
@@ -476,7 +481,13 @@ impl Leadership {
 async fn drop_record(election: &Election, token: &Token) {
     let dropped = election
         .store()
-        .leader_drop(&election.inner.keys, &election.inner.record, token)
+        .leader_drop(
+            &crate::store::LeaderKeys {
+                lock: &election.inner.keys,
+                record_key: &election.inner.record,
+            },
+            token,
+        )
         .await;
     if let Err(err) = dropped {
         tracing::debug!(election = %election.name(), error = %err, "deleting the leader record failed; it expires");

@@ -18,14 +18,16 @@ use super::scripts::acquire::AcquireReply;
 use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
 use super::scripts::adaptive::AdaptiveCall;
-use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom::ShardReply;
 use super::scripts::fair::{FairCall, FairReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::idempotency::{RecordCall, RecordReply};
 
 use super::peek::{KeyScan, KeyWalk, SetHolder};
-use super::requests::{Acquire, AcquireAll, Handoff, LeaderPut, PathAcquire, RwAcquire};
+use super::requests::{
+    Acquire, AcquireAll, BloomCall, Handoff, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+};
 use super::scripts::Ownership;
 use super::scripts::leader::Record;
 use super::scripts::mint::MintReply;
@@ -235,16 +237,9 @@ pub(crate) trait Backend {
         Err(self.lacks(Capability::RateLimits))
     }
 
-    /// One Bloom filter operation on `shards`, kept in bitmaps (`bloom.lua`) or, when
-    /// `native`, by the RedisBloom module (`bloom_native.lua`).
-    async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        let _ = (native, op, shape, shards);
+    /// One Bloom filter operation (see [`BloomCall`]).
+    async fn bloom(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {
+        let _ = call;
         Err(self.lacks(Capability::BloomFilters))
     }
 
@@ -285,25 +280,16 @@ pub(crate) trait Backend {
 
     // ---- Elections: a leader record beside a lock key (`leader.lua`). ----
 
-    /// Writes `record` (term, identity) under `record_key` with `ttl`, if the lock of `keys`
-    /// is held by `token`; a changed record is announced on the lock's release channel.
+    /// Writes `record` (term, identity) under the record key with `ttl`, if the election's
+    /// lock is held by `token`; a changed record is announced on the lock's release channel.
     /// Whether it was written.
     async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError>;
 
-    /// The record under `record_key`, if the lease that wrote it holds the lock of `keys` now.
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError>;
+    /// The election's record, if the lease that wrote it holds the lock now.
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError>;
 
     /// Deletes the record if `token`'s lease wrote it (announced on the release channel).
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError>;
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError>;
 
     // ---- The operators' view of a lock. ----
 

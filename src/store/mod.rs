@@ -58,7 +58,9 @@ pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{
     LockoutParams, PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm,
 };
-pub(crate) use self::requests::{Acquire, AcquireAll, Handoff, LeaderPut, PathAcquire, RwAcquire};
+pub(crate) use self::requests::{
+    Acquire, AcquireAll, BloomCall, Handoff, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+};
 pub(crate) use self::scripted::{ScriptedStore, masters};
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
@@ -255,9 +257,9 @@ impl Store {
         /// Writes an election's leader record if `token` holds its lock (see `leader.lua`).
         bounded locks => fn leader_put(req: &LeaderPut<'_>) -> bool;
         /// An election's leader record, if the lease that wrote it holds the lock now.
-        bounded locks => fn leader_read(keys: &LockKeys, record_key: &str) -> Option<Record>;
+        bounded locks => fn leader_read(keys: &LeaderKeys<'_>) -> Option<Record>;
         /// Deletes an election's leader record if `token`'s lease wrote it.
-        bounded locks => fn leader_drop(keys: &LockKeys, record_key: &str, token: &Token) -> bool;
+        bounded locks => fn leader_drop(keys: &LeaderKeys<'_>, token: &Token) -> bool;
 
         /// One fenced write or read, on the store counting primitives go to (bounded by its
         /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
@@ -274,7 +276,7 @@ impl Store {
         /// Gives back a hierarchical lock's path (`release_path.lua`).
         bounded counting => fn release_path(keys: &PathKeys, mode: HierarchyMode, token: &Token) -> Ownership;
         /// One Bloom filter operation, bounded by the operation timeout.
-        bounded counting => fn bloom(native: bool, op: BloomOp, shape: &BloomShape, shards: &[ShardCall]) -> Vec<ShardReply>;
+        bounded counting => fn bloom(call: &BloomCall<'_>) -> Vec<ShardReply>;
         /// Whether the store has the RedisBloom module.
         bounded counting => fn bloom_module() -> bool;
         /// The live holders of a holder set (a semaphore's, a read-write lock's readers), on

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::scripts::Replicas;
 use super::scripts::acquire::Waits;
 use super::scripts::acquire_rw::Side;
+use super::scripts::bloom::{BloomOp, BloomShape, ShardCall};
 use super::scripts::leader::Record;
 use crate::keys::{LockKeys, PathKeys, RwKeys};
 use crate::mode::HierarchyMode;
@@ -70,13 +71,29 @@ pub(crate) struct Handoff<'a> {
     pub(crate) mint: bool,
 }
 
-/// Writes an election's leader `record` under `record_key` with `ttl`, if `token` holds the
-/// lock of `keys` (`leader.lua` `put`).
+/// An election's keys: its lock's, and its leader record's beside it (`leader.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaderKeys<'a> {
+    pub(crate) lock: &'a LockKeys,
+    pub(crate) record_key: &'a str,
+}
+
+/// Writes an election's leader `record` with `ttl`, if `token` holds its lock (`leader.lua`
+/// `put`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LeaderPut<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) record_key: &'a str,
+    pub(crate) keys: LeaderKeys<'a>,
     pub(crate) token: &'a Token,
     pub(crate) record: &'a Record,
     pub(crate) ttl: Duration,
+}
+
+/// One Bloom filter operation on `shards`, kept in bitmaps (`bloom.lua`) or, when `native`,
+/// by the RedisBloom module (`bloom_native.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BloomCall<'a> {
+    pub(crate) native: bool,
+    pub(crate) op: BloomOp,
+    pub(crate) shape: &'a BloomShape,
+    pub(crate) shards: &'a [ShardCall],
 }

@@ -20,9 +20,11 @@ use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
 use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::ratelimit::{self, State as RateState};
-use super::requests::{Acquire, AcquireAll, LeaderPut, PathAcquire, RwAcquire};
+use super::requests::{
+    Acquire, AcquireAll, BloomCall, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+};
 use super::scripts::adaptive::{self, AdaptiveCall};
-use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom::ShardReply;
 use super::scripts::fair::{FAIR_CLAIM, FairCall, FairReply, FairTake};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::idempotency::{RecordCall, RecordReply};
@@ -965,14 +967,8 @@ impl Backend for MemoryStore {
         Ok(self.check_rate_at(req, Some(now_us)))
     }
 
-    async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        self.blooms.run(native, op, shape, shards)
+    async fn bloom(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {
+        self.blooms.run(call)
     }
 
     async fn bloom_module(&self) -> Result<bool, StoreError> {
@@ -1122,8 +1118,10 @@ impl Backend for MemoryStore {
     /// this process) and the identity.
     async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError> {
         let LeaderPut {
-            keys,
-            record_key,
+            keys: LeaderKeys {
+                lock: keys,
+                record_key,
+            },
             token,
             record,
             ttl,
@@ -1143,31 +1141,26 @@ impl Backend for MemoryStore {
     }
 
     /// As `leader.lua` `read`.
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError> {
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError> {
         let (state, now) = self.state_now();
         let Some((term, writer, identity)) = state
-            .get(record_key, now)
+            .get(keys.record_key, now)
             .and_then(|v| memory_record(&v.data))
         else {
             return Ok(None);
         };
-        if state.held(&keys.lock, &Token::from_stored(writer), now) != Ownership::Ours {
+        if state.held(&keys.lock.lock, &Token::from_stored(writer), now) != Ownership::Ours {
             return Ok(None);
         }
         Ok(Some((term, identity.to_owned())))
     }
 
     /// As `leader.lua` `drop`.
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError> {
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError> {
+        let LeaderKeys {
+            lock: keys,
+            record_key,
+        } = *keys;
         let (mut state, now) = self.state_now();
         let ours = state
             .get(record_key, now)

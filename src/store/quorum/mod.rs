@@ -71,7 +71,7 @@ use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
 use super::connect::RedisSettings;
 use super::peek;
-use super::requests::{Acquire, LeaderPut};
+use super::requests::{Acquire, LeaderKeys, LeaderPut};
 use super::scripts;
 use super::scripts::acquire::{AcquireItem, AcquireReply};
 use super::scripts::leader::{self, Record};
@@ -780,14 +780,10 @@ impl Backend for QuorumStore {
 
     /// The record a majority of the nodes agree on, lease included (each node checks it
     /// against its own copy of the lock), if any.
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError> {
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::read_with_digest(&node.conn, Publish::Plain, keys, record_key).await
+                leader::read_with_digest(&node.conn, Publish::Plain, keys).await
             })
             .await;
         let answered = answers
@@ -812,15 +808,10 @@ impl Backend for QuorumStore {
     }
 
     /// On every node that answers; whether a majority deleted it.
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError> {
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::drop(&node.conn, Publish::Plain, keys, record_key, token).await
+                leader::drop(&node.conn, Publish::Plain, keys, token).await
             })
             .await;
         let dropped = answers

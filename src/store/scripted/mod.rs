@@ -40,13 +40,15 @@ use super::connect::{PrimaryConn, RedisSettings, req_packed_commands};
 use super::peek::{self, KeyScan, SetHolder};
 use super::ratelimit::script::RateItem;
 use super::ratelimit::{RateReply, RateRequest};
-use super::requests::{Acquire, AcquireAll, Handoff, LeaderPut, PathAcquire, RwAcquire};
+use super::requests::{
+    Acquire, AcquireAll, BloomCall, Handoff, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+};
 use super::scripts::acquire::{AcquireItem, AcquireReply};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
 use super::scripts::acquire_rw;
 use super::scripts::adaptive::{self, AdaptiveCall};
-use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom::{self, ShardCall, ShardReply};
 use super::scripts::bloom_native;
 use super::scripts::fair::{self, FairCall, FairReply};
 use super::scripts::fenced::{self, FencedCall, FencedReply};
@@ -344,14 +346,8 @@ impl Backend for ScriptedStore {
 
     /// One call per slot (a cluster's shards live in several), all at once; the answers are
     /// put back in the shards' order.
-    async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        let conn = self.conn();
+    async fn bloom(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {
+        let (conn, shards) = (self.conn(), call.shards);
         let groups: Vec<Vec<usize>> = match self.inner.route {
             Route::Single(_) => vec![(0..shards.len()).collect()],
             Route::BySlot(_) => {
@@ -367,9 +363,15 @@ impl Backend for ScriptedStore {
             let conn = &conn;
             async move {
                 let group: Vec<ShardCall> = indices.iter().map(|&i| shards[i].clone()).collect();
-                bloom::run(conn, native, op, shape, &group)
-                    .await
-                    .map(|replies| (indices, replies))
+                bloom::run(
+                    conn,
+                    &BloomCall {
+                        shards: &group,
+                        ..*call
+                    },
+                )
+                .await
+                .map(|replies| (indices, replies))
             }
         });
         let mut answers = vec![ShardReply::Missing; shards.len()];
@@ -450,23 +452,14 @@ impl Backend for ScriptedStore {
             .map_err(|e| self.deadline(e))
     }
 
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError> {
-        leader::read(&self.conn(), self.publish(), keys, record_key)
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError> {
+        leader::read(&self.conn(), self.publish(), keys)
             .await
             .map_err(|e| self.deadline(e))
     }
 
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError> {
-        leader::drop(&self.conn(), self.publish(), keys, record_key, token)
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError> {
+        leader::drop(&self.conn(), self.publish(), keys, token)
             .await
             .map_err(|e| self.deadline(e))
     }
