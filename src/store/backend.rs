@@ -26,7 +26,8 @@ use super::scripts::idempotency::{RecordCall, RecordReply};
 
 use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::requests::{
-    Acquire, AcquireAll, BloomCall, Handoff, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+    Acquire, AcquireAll, BloomCall, EntriesRelease, Handoff, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
 };
 use super::scripts::Ownership;
 use super::scripts::leader::Record;
@@ -34,8 +35,7 @@ use super::scripts::mint::MintReply;
 use super::scripts::renew::RenewItem;
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys};
-use crate::mode::HierarchyMode;
+use crate::keys::{Fences, LockKeys, RwKeys};
 use crate::token::Token;
 
 /// One backend. Batching is the backend's business, per connection target (the one primary,
@@ -189,13 +189,8 @@ pub(crate) trait Backend {
     }
 
     /// Gives back `count` entries of `token` in a holder set, waking its waiters.
-    async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        count: u32,
-    ) -> Result<Ownership, StoreError> {
-        let _ = (keys, token, count);
+    async fn release_entries(&self, req: &EntriesRelease<'_>) -> Result<Ownership, StoreError> {
+        let _ = req;
         Err(self.lacks(Capability::HolderSets))
     }
 
@@ -209,13 +204,8 @@ pub(crate) trait Backend {
 
     /// Gives back every level's entry of a hierarchical lock's lease, waking the
     /// hierarchy's waiters.
-    async fn release_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        let _ = (keys, mode, token);
+    async fn release_path(&self, req: &PathRelease<'_>) -> Result<Ownership, StoreError> {
+        let _ = req;
         Err(self.lacks(Capability::HolderSets))
     }
 

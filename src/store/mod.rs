@@ -59,7 +59,8 @@ pub(crate) use self::ratelimit::{
     LockoutParams, PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm,
 };
 pub(crate) use self::requests::{
-    Acquire, AcquireAll, BloomCall, Handoff, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+    Acquire, AcquireAll, BloomCall, EntriesRelease, Handoff, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
 };
 pub(crate) use self::scripted::{ScriptedStore, masters};
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
@@ -81,8 +82,7 @@ pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Ownership, Replicas};
 pub(crate) use self::wakeups::{Subscription, Wakeups};
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys};
-use crate::mode::HierarchyMode;
+use crate::keys::{Fences, LockKeys, RwKeys};
 use crate::token::Token;
 
 /// A backend: the scripted one (a single Redis primary, plain or behind Sentinel, or a Redis
@@ -270,11 +270,11 @@ impl Store {
         bounded counting => fn acquire_permits(item: &PermitsItem<'_>) -> AcquireReply;
         bounded counting => fn acquire_rw(req: &RwAcquire<'_>) -> AcquireReply;
         bounded counting => fn release_writer(keys: &RwKeys, token: &Token) -> Ownership;
-        bounded counting => fn release_entries(keys: &SetKeys, token: &Token, count: u32) -> Ownership;
+        bounded counting => fn release_entries(req: &EntriesRelease<'_>) -> Ownership;
         /// Takes a hierarchical lock's path, all levels or none (`acquire_path.lua`).
         bounded counting => fn acquire_path(req: &PathAcquire<'_>) -> AcquireReply;
         /// Gives back a hierarchical lock's path (`release_path.lua`).
-        bounded counting => fn release_path(keys: &PathKeys, mode: HierarchyMode, token: &Token) -> Ownership;
+        bounded counting => fn release_path(req: &PathRelease<'_>) -> Ownership;
         /// One Bloom filter operation, bounded by the operation timeout.
         bounded counting => fn bloom(call: &BloomCall<'_>) -> Vec<ShardReply>;
         /// Whether the store has the RedisBloom module.

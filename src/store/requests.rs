@@ -9,7 +9,7 @@ use super::scripts::acquire::Waits;
 use super::scripts::acquire_rw::Side;
 use super::scripts::bloom::{BloomOp, BloomShape, ShardCall};
 use super::scripts::leader::Record;
-use crate::keys::{LockKeys, PathKeys, RwKeys};
+use crate::keys::{LockKeys, PathKeys, RwKeys, SetKeys};
 use crate::mode::HierarchyMode;
 use crate::token::Token;
 
@@ -58,6 +58,24 @@ pub(crate) struct PathAcquire<'a> {
     pub(crate) waiter: &'a str,
     pub(crate) ttl: Duration,
     pub(crate) waits: Waits,
+}
+
+/// Gives back `count` entries of `token` in the holder set of `keys`, waking its waiters
+/// (`release_entries.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntriesRelease<'a> {
+    pub(crate) keys: &'a SetKeys,
+    pub(crate) token: &'a Token,
+    pub(crate) count: u32,
+}
+
+/// Gives back every level's entry of `token`'s lease on a hierarchical lock's path taken in
+/// `mode`, waking the hierarchy's waiters (`release_path.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PathRelease<'a> {
+    pub(crate) keys: &'a PathKeys,
+    pub(crate) mode: HierarchyMode,
+    pub(crate) token: &'a Token,
 }
 
 /// Passes the lock of `keys` from token `from` to a local waiter's `to`, with `ttl`, minting

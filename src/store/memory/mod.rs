@@ -21,7 +21,8 @@ use super::capability::{Capability, StoreKind};
 use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::ratelimit::{self, State as RateState};
 use super::requests::{
-    Acquire, AcquireAll, BloomCall, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+    Acquire, AcquireAll, BloomCall, EntriesRelease, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
 };
 use super::scripts::adaptive::{self, AdaptiveCall};
 use super::scripts::bloom::ShardReply;
@@ -35,7 +36,7 @@ use super::{
     Waits, Wakeups,
 };
 use crate::error::StoreError;
-use crate::keys::{LockKeys, PathKeys, RwKeys, SetKeys};
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::mode::HierarchyMode;
 use crate::token::Token;
 
@@ -636,7 +637,8 @@ impl MemoryStore {
     }
 
     /// As `release_path.lua`; wakes the hierarchy's local waiters.
-    fn free_path(&self, keys: &PathKeys, mode: HierarchyMode, token: &Token) -> Ownership {
+    fn free_path(&self, req: &PathRelease<'_>) -> Ownership {
+        let (keys, mode, token) = (req.keys, req.mode, req.token);
         let (mut state, now) = self.state_now();
         let levels = keys.levels.len();
         let live = keys.levels.last().is_some_and(|last| {
@@ -936,22 +938,12 @@ impl Backend for MemoryStore {
         Ok(self.take_path(req))
     }
 
-    async fn release_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        Ok(self.free_path(keys, mode, token))
+    async fn release_path(&self, req: &PathRelease<'_>) -> Result<Ownership, StoreError> {
+        Ok(self.free_path(req))
     }
 
-    async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        _count: u32,
-    ) -> Result<Ownership, StoreError> {
-        Ok(self.free_entries(keys, token))
+    async fn release_entries(&self, req: &EntriesRelease<'_>) -> Result<Ownership, StoreError> {
+        Ok(self.free_entries(req.keys, req.token))
     }
 
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {

@@ -15,6 +15,14 @@ pub(super) enum Answer<T> {
     Failed(String),
 }
 
+/// How many nodes answered something `counts` accepts.
+pub(super) fn answered<T>(answers: &[Answer<T>], counts: impl Fn(&T) -> bool) -> usize {
+    answers
+        .iter()
+        .filter(|a| matches!(a, Answer::Ok(t) if counts(t)))
+        .count()
+}
+
 impl QuorumStore {
     /// `failures` back if at least a majority of the nodes answered a read, else
     /// [`StoreError::NoQuorum`] naming them.

@@ -61,7 +61,7 @@ use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use self::boot::{Boot, LostCopy, NodeAcquire, Retaken};
-use self::majority::{Answer, majority_holder};
+use self::majority::{Answer, answered, majority_holder};
 use self::node::{
     Identity, Node, compare_run_ids, connect_node, found_twin, lazy_node, node_name, refuse_twins,
 };
@@ -671,19 +671,10 @@ impl Backend for QuorumStore {
                 },
             )
             .await;
-        let count = |want: Ownership| {
-            answers
-                .iter()
-                .filter(|a| matches!(a, Answer::Ok(h) if *h == want))
-                .count()
-        };
-        let answered = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(_)))
-            .count();
+        let count = |want: Ownership| answered(&answers, |h| *h == want);
         if count(Ownership::Ours) >= self.inner.quorum {
             Ok(Ownership::Ours)
-        } else if answered < self.inner.quorum {
+        } else if answered(&answers, |_| true) < self.inner.quorum {
             Err(self.no_quorum(&answers))
         } else if count(Ownership::Theirs) > 0 {
             Ok(Ownership::Theirs)
@@ -758,17 +749,9 @@ impl Backend for QuorumStore {
                 leader::put(&node.conn, Publish::Plain, req).await
             })
             .await;
-        let written = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(true)))
-            .count();
-        let refused = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(false)))
-            .count();
-        if written >= self.inner.quorum {
+        if answered(&answers, |written| *written) >= self.inner.quorum {
             Ok(true)
-        } else if refused >= self.inner.quorum {
+        } else if answered(&answers, |written| !*written) >= self.inner.quorum {
             // A majority of the lock's copies are not this lease's: it has lost the lock.
             Ok(false)
         } else {
@@ -786,11 +769,7 @@ impl Backend for QuorumStore {
                 leader::read_with_digest(&node.conn, Publish::Plain, keys).await
             })
             .await;
-        let answered = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(_)))
-            .count();
-        if answered < self.inner.quorum {
+        if answered(&answers, |_| true) < self.inner.quorum {
             return Err(self.no_quorum(&answers));
         }
         // Agreement on the whole record: term, identity and the digest of the lease's token.
@@ -814,11 +793,7 @@ impl Backend for QuorumStore {
                 leader::drop(&node.conn, Publish::Plain, keys, token).await
             })
             .await;
-        let dropped = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(true)))
-            .count();
-        Ok(dropped >= self.inner.quorum)
+        Ok(answered(&answers, |dropped| *dropped) >= self.inner.quorum)
     }
 
     /// What a majority of the nodes hold for one lease, for as long as that majority does.

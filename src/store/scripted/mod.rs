@@ -41,7 +41,8 @@ use super::peek::{self, KeyScan, SetHolder};
 use super::ratelimit::script::RateItem;
 use super::ratelimit::{RateReply, RateRequest};
 use super::requests::{
-    Acquire, AcquireAll, BloomCall, Handoff, LeaderKeys, LeaderPut, PathAcquire, RwAcquire,
+    Acquire, AcquireAll, BloomCall, EntriesRelease, Handoff, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
 };
 use super::scripts::acquire::{AcquireItem, AcquireReply};
 use super::scripts::acquire_all::{self, AllReply};
@@ -63,8 +64,7 @@ use super::scripts::{
 };
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys, slot_of};
-use crate::mode::HierarchyMode;
+use crate::keys::{Fences, LockKeys, RwKeys, slot_of};
 use crate::token::Token;
 
 /// How a scripted store reaches its keys.
@@ -296,13 +296,8 @@ impl Backend for ScriptedStore {
             .map_err(|e| self.deadline(e))
     }
 
-    async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        count: u32,
-    ) -> Result<Ownership, StoreError> {
-        release_entries::run(&self.conn(), self.publish(), keys, token, count)
+    async fn release_entries(&self, req: &EntriesRelease<'_>) -> Result<Ownership, StoreError> {
+        release_entries::run(&self.conn(), self.publish(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
@@ -315,13 +310,8 @@ impl Backend for ScriptedStore {
             .map_err(|e| self.deadline(e))
     }
 
-    async fn release_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        release_path::run(&self.conn(), self.publish(), keys, mode, token)
+    async fn release_path(&self, req: &PathRelease<'_>) -> Result<Ownership, StoreError> {
+        release_path::run(&self.conn(), self.publish(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
