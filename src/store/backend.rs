@@ -220,10 +220,9 @@ pub(crate) trait Backend {
     #[cfg(feature = "test-util")]
     async fn rate_limit_at(
         &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
+        at: &super::ratelimit::RateAt<'_>,
     ) -> Result<RateReply, StoreError> {
-        let _ = (req, now_us);
+        let _ = at;
         Err(self.lacks(Capability::RateLimits))
     }
 

@@ -324,7 +324,8 @@ impl Store {
         req: &RateRequest<'_>,
         now_us: u64,
     ) -> Result<RateReply, StoreError> {
-        on_backend!(self.counting(), s => s.rate_limit_at(req, now_us).await.map_err(|e| e.with_deadline(s.op_timeout())))
+        let at = ratelimit::RateAt { req, now_us };
+        on_backend!(self.counting(), s => s.rate_limit_at(&at).await.map_err(|e| e.with_deadline(s.op_timeout())))
     }
 
     /// The keys of the lock side `walk` looks for, by `SCAN` on every node, for the

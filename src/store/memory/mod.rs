@@ -951,12 +951,8 @@ impl Backend for MemoryStore {
     }
 
     #[cfg(feature = "test-util")]
-    async fn rate_limit_at(
-        &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
-    ) -> Result<RateReply, StoreError> {
-        Ok(self.check_rate_at(req, Some(now_us)))
+    async fn rate_limit_at(&self, at: &ratelimit::RateAt<'_>) -> Result<RateReply, StoreError> {
+        Ok(self.check_rate_at(at.req, Some(at.now_us)))
     }
 
     async fn bloom(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {

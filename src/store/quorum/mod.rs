@@ -296,15 +296,27 @@ impl QuorumStore {
         }
     }
 
-    /// For each node, whether it granted (or minted) with a clock ahead of the other nodes'
-    /// that did (`readings`, by node; see `clocks.rs`); logs when a node starts or stops being
-    /// ahead.
-    fn clocks_ahead(
+    /// The answers to a grant or a mint sent at `sent`, each with the instant it came, without
+    /// those instants; and for each node, whether it granted (or minted) with a clock ahead of
+    /// the other nodes' that did (`clock`: the clock an answer reports, if it granted; see
+    /// `clocks.rs`). Logs when a node starts or stops being ahead.
+    fn clocks_ahead<T>(
         &self,
-        readings: &[Option<clocks::Granted>],
+        answers: Vec<Answer<(T, Instant)>>,
+        clock: impl Fn(&T) -> Option<u64>,
         sent: Instant,
         ttl: Duration,
-    ) -> Vec<bool> {
+    ) -> (Vec<Answer<T>>, Vec<bool>) {
+        let readings: Vec<Option<clocks::Granted>> = answers
+            .iter()
+            .map(|answer| match answer {
+                Answer::Ok((reply, answered)) => clock(reply).map(|clock_us| clocks::Granted {
+                    clock_us,
+                    answered: *answered,
+                }),
+                Answer::Failed(_) => None,
+            })
+            .collect();
         let grants: Vec<(usize, clocks::Granted)> = readings
             .iter()
             .enumerate()
@@ -333,7 +345,14 @@ impl QuorumStore {
                 tracing::info!(node = %node.name, "quorum node's clock agrees with the other nodes' again; it votes");
             }
         }
-        ahead
+        let answers = answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Ok((reply, _)) => Answer::Ok(reply),
+                Answer::Failed(why) => Answer::Failed(why),
+            })
+            .collect();
+        (answers, ahead)
     }
 
     /// A node that could not be reached at connect answered: it votes once it is known to be
@@ -516,30 +535,14 @@ impl Backend for QuorumStore {
             })
             .await;
         let now = Instant::now();
-        let readings: Vec<Option<clocks::Granted>> = answers
-            .iter()
-            .map(|answer| match answer {
-                Answer::Ok((
-                    NodeAcquire::Replied {
-                        reply: AcquireReply::Granted { .. },
-                        clock_us,
-                    },
-                    answered,
-                )) => Some(clocks::Granted {
-                    clock_us: *clock_us,
-                    answered: *answered,
-                }),
-                _ => None,
-            })
-            .collect();
-        let ahead = self.clocks_ahead(&readings, started, ttl);
-        let answers: Vec<Answer<NodeAcquire>> = answers
-            .into_iter()
-            .map(|answer| match answer {
-                Answer::Ok((reply, _)) => Answer::Ok(reply),
-                Answer::Failed(why) => Answer::Failed(why),
-            })
-            .collect();
+        let granted_at = |answer: &NodeAcquire| match answer {
+            NodeAcquire::Replied {
+                reply: AcquireReply::Granted { .. },
+                clock_us,
+            } => Some(*clock_us),
+            _ => None,
+        };
+        let (answers, ahead) = self.clocks_ahead(answers, granted_at, started, ttl);
         let mut granted = 0;
         // The highest fence a voting node minted (an eager lease's grant).
         let mut fence: Option<u64> = None;
@@ -609,26 +612,21 @@ impl Backend for QuorumStore {
             })
             .await;
         let now = Instant::now();
-        let readings: Vec<Option<clocks::Granted>> = answers
-            .iter()
-            .map(|answer| match answer {
-                Answer::Ok((MintReply::Minted(fence), answered)) => Some(clocks::Granted {
-                    clock_us: *fence,
-                    answered: *answered,
-                }),
-                _ => None,
-            })
-            .collect();
-        let ahead = self.clocks_ahead(&readings, sent, ttl);
+        // A fence is its node's clock in µs, or just above its last one.
+        let minted_at = |answer: &MintReply| match answer {
+            MintReply::Minted(fence) => Some(*fence),
+            MintReply::Not(_) => None,
+        };
+        let (answers, ahead) = self.clocks_ahead(answers, minted_at, sent, ttl);
         let (mut yes, mut undecided, mut theirs) = (0, 0, false);
         let mut fence = 0;
         for (index, (node, answer)) in self.inner.nodes.iter().zip(&answers).enumerate() {
             match answer {
-                Answer::Ok((MintReply::Minted(f), _)) if node.votes(now) && !ahead[index] => {
+                Answer::Ok(MintReply::Minted(f)) if node.votes(now) && !ahead[index] => {
                     yes += 1;
                     fence = fence.max(*f);
                 }
-                Answer::Ok((MintReply::Not(Ownership::Theirs), _)) => theirs = true,
+                Answer::Ok(MintReply::Not(Ownership::Theirs)) => theirs = true,
                 Answer::Ok(_) => {}
                 Answer::Failed(_) => undecided += 1,
             }
@@ -642,13 +640,6 @@ impl Backend for QuorumStore {
                 Ownership::Expired
             }))
         } else {
-            let answers: Vec<Answer<MintReply>> = answers
-                .into_iter()
-                .map(|answer| match answer {
-                    Answer::Ok((reply, _)) => Answer::Ok(reply),
-                    Answer::Failed(why) => Answer::Failed(why),
-                })
-                .collect();
             Err(self.no_quorum(&answers))
         }
     }

@@ -147,6 +147,14 @@ impl RateOp {
     }
 }
 
+/// Test-only: one rate-limit operation decided at `now_us` (µs since the epoch) instead of the
+/// store's clock.
+#[cfg(feature = "test-util")]
+pub(crate) struct RateAt<'a> {
+    pub(crate) req: &'a RateRequest<'a>,
+    pub(crate) now_us: u64,
+}
+
 /// One rate-limit operation: per policy, its key, and its lock's key when it has a lockout
 /// (in the order of `params`); all keys in one hash slot.
 pub(crate) struct RateRequest<'a> {

@@ -328,10 +328,9 @@ impl Backend for ScriptedStore {
     #[cfg(feature = "test-util")]
     async fn rate_limit_at(
         &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
+        at: &super::ratelimit::RateAt<'_>,
     ) -> Result<RateReply, StoreError> {
-        super::ratelimit::script::check_at(&self.conn(), RateItem::of(req), now_us).await
+        super::ratelimit::script::check_at(&self.conn(), RateItem::of(at.req), at.now_us).await
     }
 
     /// One call per slot (a cluster's shards live in several), all at once; the answers are
