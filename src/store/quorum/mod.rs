@@ -466,10 +466,7 @@ impl QuorumStore {
                 |node| async move {
                     // Not batched: on the connection at once, so it cannot leave after the next
                     // attempt's acquire with the same token (which it would then undo).
-                    let item = ReleaseItem {
-                        keys: keys.clone(),
-                        token: token.clone(),
-                    };
+                    let item = ReleaseItem::of(keys, token);
                     let releases = Releases {
                         publish: Publish::Plain,
                     };
@@ -603,10 +600,7 @@ impl Backend for QuorumStore {
         let ttl = Duration::from_millis(self.inner.longest_ttl_ms.load(Ordering::Relaxed));
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                let item = MintItem {
-                    keys: keys.clone(),
-                    token: token.clone(),
-                };
+                let item = MintItem::of(keys, token);
                 let reply = node.mints.run(item).await?;
                 Ok((reply, Instant::now()))
             })
@@ -654,10 +648,7 @@ impl Backend for QuorumStore {
                 // Released: what the others answer changes nothing.
                 |so_far| so_far.iter().filter(|h| ***h == Ownership::Ours).count() >= quorum,
                 |node| async move {
-                    let item = ReleaseItem {
-                        keys: keys.clone(),
-                        token: token.clone(),
-                    };
+                    let item = ReleaseItem::of(keys, token);
                     node.releases.run(item).await
                 },
             )

@@ -190,10 +190,7 @@ impl Backend for ScriptedStore {
     }
 
     async fn mint(&self, keys: &LockKeys, token: &Token) -> Result<MintReply, StoreError> {
-        let item = MintItem {
-            keys: keys.clone(),
-            token: token.clone(),
-        };
+        let item = MintItem::of(keys, token);
         let minted = match &self.inner.route {
             Route::Single(single) => single.mint(item).await,
             Route::BySlot(by_slot) => by_slot.mint(item).await,
@@ -202,10 +199,7 @@ impl Backend for ScriptedStore {
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
-        let item = ReleaseItem {
-            keys: keys.clone(),
-            token: token.clone(),
-        };
+        let item = ReleaseItem::of(keys, token);
         let held = match &self.inner.route {
             Route::Single(single) => single.release(item).await,
             Route::BySlot(by_slot) => by_slot.release(item).await,
