@@ -456,12 +456,9 @@ impl QuorumStore {
     /// Releases `token`'s copies on every node (a failed acquire's rollback), bounded by the
     /// response timeout; what cannot be reached expires with its ttl.
     async fn roll_back(&self, keys: &LockKeys, token: &Token) {
-        let limit = self.node_op_timeout();
         let quorum = self.inner.quorum;
         let answers = self
             .on_every_node_then_grace(
-                limit,
-                self.straggler_grace(),
                 |so_far| so_far.len() >= quorum,
                 |node| async move {
                     // Not batched: on the connection at once, so it cannot leave after the next
@@ -639,12 +636,9 @@ impl Backend for QuorumStore {
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
-        let limit = self.node_op_timeout();
         let quorum = self.inner.quorum;
         let answers = self
             .on_every_node_then_grace(
-                limit,
-                self.straggler_grace(),
                 // Released: what the others answer changes nothing.
                 |so_far| so_far.iter().filter(|h| ***h == Ownership::Ours).count() >= quorum,
                 |node| async move {
