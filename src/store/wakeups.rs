@@ -199,6 +199,21 @@ impl Wakeups {
         let _ = self.link.set(link);
     }
 
+    /// Sets the wake-up link a constructor made; if it could make none, marks the store deaf
+    /// (its waiters poll) and gives the error back, for the constructor to say so.
+    pub(crate) fn link_or_deaf<L: Subscriber + 'static, E>(&self, link: Result<L, E>) -> Option<E> {
+        match link {
+            Ok(link) => {
+                self.set_link(Box::new(link));
+                None
+            }
+            Err(err) => {
+                self.set_deaf();
+                Some(err)
+            }
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -171,15 +171,9 @@ impl QuorumStore {
         }
         refuse_twins(&connected)?;
         let wakeups = Wakeups::new();
-        match QuorumLink::new(&nodes, &settings, &wakeups, quorum) {
-            Ok(link) => wakeups.set_link(Box::new(link)),
-            Err(err) => {
-                wakeups.set_deaf();
-                tracing::warn!(
-                    error = %err,
-                    "no pub/sub connections for release wake-ups; waiters will poll"
-                );
-            }
+        let link = QuorumLink::new(&nodes, &settings, &wakeups, quorum);
+        if let Some(err) = wakeups.link_or_deaf(link) {
+            tracing::warn!(error = %err, "no pub/sub connections for release wake-ups; waiters will poll");
         }
         let store = Self {
             inner: Arc::new(Inner {
