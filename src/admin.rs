@@ -337,7 +337,11 @@ impl Client {
             let token = Token::from_stored(&holder.token);
             if self
                 .store()
-                .release_entries(&keys, &token, holder.count)
+                .release_entries(&crate::store::EntriesRelease {
+                    keys: &keys,
+                    token: &token,
+                    count: holder.count,
+                })
                 .await?
                 == Ownership::Ours
             {
@@ -446,7 +450,11 @@ impl Client {
             let token = Token::from_stored(&holder.token);
             let held = self
                 .store()
-                .release_entries(&keys.readers, &token, holder.count)
+                .release_entries(&crate::store::EntriesRelease {
+                    keys: &keys.readers,
+                    token: &token,
+                    count: holder.count,
+                })
                 .await?;
             if held == Ownership::Ours {
                 readers += 1;

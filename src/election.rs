@@ -215,7 +215,15 @@ impl Election {
         let ttl = self.inner.ttl.saturating_mul(2);
         Ok(self
             .store()
-            .leader_put(&self.inner.keys, &self.inner.record, token, record, ttl)
+            .leader_put(&crate::store::LeaderPut {
+                keys: crate::store::LeaderKeys {
+                    lock: &self.inner.keys,
+                    record_key: &self.inner.record,
+                },
+                token,
+                record,
+                ttl,
+            })
             .await?)
     }
 
@@ -233,7 +241,10 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
         let record = self
             .store()
-            .leader_read(&self.inner.keys, &self.inner.record)
+            .leader_read(&crate::store::LeaderKeys {
+                lock: &self.inner.keys,
+                record_key: &self.inner.record,
+            })
             .await?;
         Ok(record.map(|(term, identity)| Leader { term, identity }))
     }
@@ -470,7 +481,13 @@ impl Leadership {
 async fn drop_record(election: &Election, token: &Token) {
     let dropped = election
         .store()
-        .leader_drop(&election.inner.keys, &election.inner.record, token)
+        .leader_drop(
+            &crate::store::LeaderKeys {
+                lock: &election.inner.keys,
+                record_key: &election.inner.record,
+            },
+            token,
+        )
         .await;
     if let Err(err) = dropped {
         tracing::debug!(election = %election.name(), error = %err, "deleting the leader record failed; it expires");

@@ -140,14 +140,14 @@ impl Inspector<'_> {
         let reply = self
             .client
             .store()
-            .acquire(
-                &keys,
-                &crate::token::Token::from_stored(token),
+            .acquire(&crate::store::Acquire {
+                keys: &keys,
+                token: &crate::token::Token::from_stored(token),
                 ttl,
-                crate::store::Waits::No,
-                None,
+                waits: crate::store::Waits::No,
+                replicas: None,
                 mint,
-            )
+            })
             .await?;
         Ok(match reply {
             crate::store::AcquireReply::Granted { fence } => Some(fence),

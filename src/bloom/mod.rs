@@ -68,7 +68,9 @@ pub use self::sizing::{MAX_BITS, MAX_SHARD_BITS};
 use crate::core::Core;
 use crate::error::{BloomError, StoreError};
 use crate::keys::bloom_key;
-use crate::store::{BloomOp, BloomShape, Capability, HEADER_LEN, ShardCall, ShardReply, Store};
+use crate::store::{
+    BloomCall, BloomOp, BloomShape, Capability, HEADER_LEN, ShardCall, ShardReply, Store,
+};
 
 /// The most items one call of `add_many` or `contains_many` sends to the store; larger lists
 /// go in several calls, one after another, so no script runs long on the server.
@@ -264,7 +266,12 @@ async fn exists(
     name: &str,
 ) -> Result<bool, BloomError> {
     let replies = store
-        .bloom(native, BloomOp::Contains, &layout.shape, &layout.shards)
+        .bloom(&BloomCall {
+            native,
+            op: BloomOp::Contains,
+            shape: &layout.shape,
+            shards: &layout.shards,
+        })
         .await?;
     let mut any = false;
     for reply in replies {
@@ -468,23 +475,30 @@ impl BloomFilter {
     /// One operation on `shards`; a shard that expired under an `add` is opened again (as
     /// new, with every missing shard) and the add sent once more.
     async fn call(&self, op: BloomOp, shards: &[ShardCall]) -> Result<Vec<ShardReply>, BloomError> {
-        let native = self.storage == BloomStorage::RedisBloom;
         let store = self.client.store();
-        let shape = &self.layout.shape;
-        let mut replies = store.bloom(native, op, shape, shards).await?;
+        let call = BloomCall {
+            native: self.storage == BloomStorage::RedisBloom,
+            op,
+            shape: &self.layout.shape,
+            shards,
+        };
+        let mut replies = store.bloom(&call).await?;
         let expired = replies.contains(&ShardReply::Missing);
         if expired && matches!(op, BloomOp::Add | BloomOp::Count) {
-            store
-                .bloom(native, BloomOp::Open, shape, &self.layout.shards)
-                .await?;
-            replies = store.bloom(native, op, shape, shards).await?;
+            let open = BloomCall {
+                op: BloomOp::Open,
+                shards: &self.layout.shards,
+                ..call
+            };
+            store.bloom(&open).await?;
+            replies = store.bloom(&call).await?;
         }
         for reply in &replies {
             if let ShardReply::Mismatch(stored) = reply {
                 return Err(BloomError::ConfigMismatch {
                     name: self.name.clone(),
                     stored: stored.clone(),
-                    requested: shape.header.trim_end().to_owned(),
+                    requested: call.shape.header.trim_end().to_owned(),
                 });
             }
         }

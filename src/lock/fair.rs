@@ -22,7 +22,7 @@ use super::state::{LeaseState, Terms};
 use super::wait::{self, Attempt, Claim};
 use crate::error::{LockError, StoreError};
 use crate::keys::FairKeys;
-use crate::store::{FAIR_CLAIM, FairCall, FairReply, Store, Waits};
+use crate::store::{FAIR_CLAIM, FairCall, FairReply, FairTake, Store, Waits};
 use crate::token::Token;
 
 /// A queued waiter asks again at least this often, to keep its place.
@@ -97,7 +97,7 @@ impl Claim for FairClaim<'_> {
             self.token = Token::mint(&self.identity);
         }
         let (store, keys, terms) = (self.client.store(), &self.keys, &self.terms);
-        let call = FairCall::Take {
+        let call = FairCall::Take(FairTake {
             keys,
             token: &self.token,
             ttl: terms.grant_ttl(),
@@ -105,7 +105,7 @@ impl Claim for FairClaim<'_> {
             joins: self.joins,
             mint: terms.fenced,
             replicas: terms.replicas,
-        };
+        });
         let hold = Hold::Key(keys.lock.clone());
         let ahead = std::sync::atomic::AtomicU64::new(0);
         self.asked = Some(tokio::time::Instant::now());

@@ -31,7 +31,7 @@ use super::metrics;
 use super::state::Terms;
 use crate::error::StoreError;
 use crate::keys::LockKeys;
-use crate::store::{Capability, HandoffReply, Ownership, Store};
+use crate::store::{Capability, Handoff, HandoffReply, Ownership, Store};
 use crate::token::Token;
 
 /// The most hand-offs of one lock in a row before an ordinary release gives the waiters of
@@ -218,7 +218,13 @@ pub(crate) async fn pass_on(
     };
     let sent_at = Instant::now();
     let reply = store
-        .handoff(keys, token, &notice.to, waiter.ttl, waiter.mint)
+        .handoff(&Handoff {
+            keys,
+            from: token,
+            to: &notice.to,
+            ttl: waiter.ttl,
+            mint: waiter.mint,
+        })
         .await;
     Some(match reply {
         Ok(HandoffReply::Passed { fence }) => {

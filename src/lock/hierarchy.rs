@@ -31,7 +31,7 @@ use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
 use crate::error::LockError;
 use crate::keys::PathKeys;
 use crate::mode::HierarchyMode;
-use crate::store::Waits;
+use crate::store::{PathAcquire, Waits};
 use crate::token::Token;
 
 /// Options for taking a hierarchical lock. Start with
@@ -252,11 +252,15 @@ impl Claim for PathClaim<'_> {
             keys: keys.clone(),
             mode,
         };
-        let waiter = &*self.waiter;
-        wait::settle(store, hold, token, &self.terms, || {
-            store.acquire_path(keys, mode, token, waiter, ttl, waits)
-        })
-        .await
+        let req = PathAcquire {
+            keys,
+            mode,
+            token,
+            waiter: &self.waiter,
+            ttl,
+            waits,
+        };
+        wait::settle(store, hold, token, &self.terms, || store.acquire_path(&req)).await
     }
 
     /// What a release frees may serve several waiters (of several levels and modes): it

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::StoreError;
 use crate::keys::{LockKeys, PathKeys, RwKeys, SetKeys};
 use crate::mode::HierarchyMode;
-use crate::store::{Ownership, RenewItem, Replicas, Store};
+use crate::store::{EntriesRelease, Ownership, PathRelease, RenewItem, Replicas, Store};
 use crate::token::Token;
 
 /// What a lease holds in the store. It decides what the lease's renewals and its release
@@ -136,8 +136,16 @@ impl Hold {
         match self {
             Self::Key(keys) => store.release(keys, token).await,
             Self::Writer(keys) => store.release_writer(keys, token).await,
-            Self::Entries { keys, count } => store.release_entries(keys, token, *count).await,
-            Self::Path { keys, mode } => store.release_path(keys, *mode, token).await,
+            Self::Entries { keys, count } => {
+                let count = *count;
+                store
+                    .release_entries(&EntriesRelease { keys, token, count })
+                    .await
+            }
+            Self::Path { keys, mode } => {
+                let mode = *mode;
+                store.release_path(&PathRelease { keys, mode, token }).await
+            }
         }
     }
 }

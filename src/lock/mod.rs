@@ -47,7 +47,7 @@ use self::wait::{Attempt, Claim};
 pub use crate::error::InvalidOption;
 use crate::error::{InvalidName, LockError};
 use crate::keys::LockKeys;
-use crate::store::{Capability, Waits};
+use crate::store::{Acquire, Capability, Waits};
 use crate::token::Token;
 
 pub use distlock_grammar::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
@@ -492,17 +492,15 @@ impl Claim for LockClaim<'_> {
         }
         let (store, keys, terms) = (self.client.store(), &self.keys, &self.terms);
         let hold = Hold::Key(keys.clone());
-        wait::settle(store, hold, &self.token, terms, || {
-            store.acquire(
-                keys,
-                &self.token,
-                terms.grant_ttl(),
-                waits,
-                terms.replicas,
-                terms.fenced,
-            )
-        })
-        .await
+        let req = Acquire {
+            keys,
+            token: &self.token,
+            ttl: terms.grant_ttl(),
+            waits,
+            replicas: terms.replicas,
+            mint: terms.fenced,
+        };
+        wait::settle(store, hold, &self.token, terms, || store.acquire(&req)).await
     }
 
     fn lock(&self) -> Option<(&LockKeys, &Terms, &Arc<str>)> {

@@ -24,7 +24,7 @@ use super::wait::{Attempt, Claim};
 use super::{Lease, LeaseHandle, ReleaseOutcome};
 use crate::error::LockError;
 use crate::keys::LockKeys;
-use crate::store::{AllReply, Store, Waits};
+use crate::store::{AcquireAll, AllReply, Store, Waits};
 use crate::token::Token;
 
 /// The most locks one multi-lock takes.
@@ -317,7 +317,12 @@ impl Claim for MultiClaim<'_> {
             };
             let sent_at = Instant::now();
             let reply = match store
-                .acquire_all(&keys, &tokens, self.terms.grant_ttl(), waits)
+                .acquire_all(&AcquireAll {
+                    keys: &keys,
+                    tokens: &tokens,
+                    ttl: self.terms.grant_ttl(),
+                    waits,
+                })
                 .await
             {
                 Ok(reply) => reply,

@@ -24,7 +24,7 @@ use super::wait::{self, Attempt, Claim};
 use super::{Lease, LeaseHandle, RunReport, check_holder_sets, run_under};
 use crate::error::LockError;
 use crate::keys::RwKeys;
-use crate::store::{Side, Waits};
+use crate::store::{RwAcquire, Side, Waits};
 use crate::token::Token;
 
 /// Options for taking a read-write lock. Start with [`Client::rw_lock`](crate::Client::rw_lock), then [`read`] for a
@@ -231,8 +231,15 @@ impl Claim for RwClaim<'_> {
         }
         let (store, side, keys, token) = (self.client.store(), self.side, &self.keys, &self.token);
         let ttl = self.terms.grant_ttl();
+        let req = RwAcquire {
+            side,
+            keys,
+            token,
+            ttl,
+            waits,
+        };
         wait::settle(store, self.hold(), token, &self.terms, || {
-            store.acquire_rw(side, keys, token, ttl, waits)
+            store.acquire_rw(&req)
         })
         .await
     }

@@ -14,26 +14,28 @@ use std::time::Duration;
 
 use super::capability::{Capability, StoreKind, Unsupported};
 use super::ratelimit::{RateReply, RateRequest};
-use super::scripts::acquire::{AcquireReply, Waits};
+use super::scripts::acquire::AcquireReply;
 use super::scripts::acquire_all::AllReply;
 use super::scripts::acquire_permits::PermitsItem;
-use super::scripts::acquire_rw::Side;
 use super::scripts::adaptive::AdaptiveCall;
-use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom::ShardReply;
 use super::scripts::fair::{FairCall, FairReply};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::handoff::HandoffReply;
 use super::scripts::idempotency::{RecordCall, RecordReply};
 
 use super::peek::{KeyScan, KeyWalk, SetHolder};
+use super::requests::{
+    Acquire, AcquireAll, BloomCall, EntriesRelease, Handoff, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
+};
+use super::scripts::Ownership;
 use super::scripts::leader::Record;
 use super::scripts::mint::MintReply;
 use super::scripts::renew::RenewItem;
-use super::scripts::{Ownership, Replicas};
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys};
-use crate::mode::HierarchyMode;
+use crate::keys::{Fences, LockKeys, RwKeys};
 use crate::token::Token;
 
 /// One backend. Batching is the backend's business, per connection target (the one primary,
@@ -58,15 +60,7 @@ pub(crate) trait Backend {
     /// counts only once that many replicas acknowledged it (else
     /// [`StoreError::NotReplicated`]; the caller releases it), on a backend that
     /// acknowledges (`Capability::ReplicaAcknowledgement`).
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-        mint: bool,
-    ) -> Result<AcquireReply, StoreError>;
+    async fn acquire(&self, req: &Acquire<'_>) -> Result<AcquireReply, StoreError>;
 
     /// Mints the fence of the lease `token` holds on the lock of `keys`, if the store still
     /// holds it for that token (else says whose the key is, and mints nothing). The fence is
@@ -105,39 +99,39 @@ pub(crate) trait Backend {
     /// Takes the locks of one group (see [`lock_groups`](Self::lock_groups)) all or nothing,
     /// each with its token. By default a group is one lock, taken with
     /// [`acquire`](Self::acquire).
-    async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        let ([keys], [token]) = (keys, tokens) else {
+    async fn acquire_all(&self, req: &AcquireAll<'_>) -> Result<AllReply, StoreError> {
+        let ([keys], [token]) = (req.keys, req.tokens) else {
             return Err(StoreError::Protocol {
                 message: format!(
                     "this store takes the locks of a multi-lock one by one, not {} at once",
-                    keys.len()
+                    req.keys.len()
                 ),
             });
         };
         // A multi-lock's grants are eager (every lock of it mints with its grant).
-        Ok(
-            match self.acquire(keys, token, ttl, waits, None, true).await? {
-                AcquireReply::Granted { fence: Some(fence) } => AllReply::Granted {
-                    fences: vec![fence],
-                },
-                AcquireReply::Granted { fence: None } => {
-                    return Err(StoreError::Protocol {
-                        message: "an acquire asked to mint answered without a fence".to_owned(),
-                    });
-                }
-                AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
-                // Not asked for (no replica requirement here).
-                AcquireReply::Unreplicated { acked, wanted } => {
-                    return Err(StoreError::NotReplicated { acked, wanted });
-                }
+        let one = Acquire {
+            keys,
+            token,
+            ttl: req.ttl,
+            waits: req.waits,
+            replicas: None,
+            mint: true,
+        };
+        Ok(match self.acquire(&one).await? {
+            AcquireReply::Granted { fence: Some(fence) } => AllReply::Granted {
+                fences: vec![fence],
             },
-        )
+            AcquireReply::Granted { fence: None } => {
+                return Err(StoreError::Protocol {
+                    message: "an acquire asked to mint answered without a fence".to_owned(),
+                });
+            }
+            AcquireReply::Busy { pttl } => AllReply::Busy { index: 0, pttl },
+            // Not asked for (no replica requirement here).
+            AcquireReply::Unreplicated { acked, wanted } => {
+                return Err(StoreError::NotReplicated { acked, wanted });
+            }
+        })
     }
 
     // ---- Capabilities. ----
@@ -171,15 +165,8 @@ pub(crate) trait Backend {
 
     /// Passes a held lock from `from` to a local waiter's `to`, with a new ttl, and its fence
     /// if `mint` (the waiter's lease is eager) ([`Capability::HandOff`]).
-    async fn handoff(
-        &self,
-        keys: &LockKeys,
-        from: &Token,
-        to: &Token,
-        ttl: Duration,
-        mint: bool,
-    ) -> Result<HandoffReply, StoreError> {
-        let _ = (keys, from, to, ttl, mint);
+    async fn handoff(&self, req: &Handoff<'_>) -> Result<HandoffReply, StoreError> {
+        let _ = req;
         Err(self.lacks(Capability::HandOff))
     }
 
@@ -190,15 +177,8 @@ pub(crate) trait Backend {
     }
 
     /// Takes a read or the write hold of a read-write lock; mints the grant's fence.
-    async fn acquire_rw(
-        &self,
-        side: Side,
-        keys: &RwKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        let _ = (side, keys, token, ttl, waits);
+    async fn acquire_rw(&self, req: &RwAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        let _ = req;
         Err(self.lacks(Capability::HolderSets))
     }
 
@@ -209,41 +189,23 @@ pub(crate) trait Backend {
     }
 
     /// Gives back `count` entries of `token` in a holder set, waking its waiters.
-    async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        count: u32,
-    ) -> Result<Ownership, StoreError> {
-        let _ = (keys, token, count);
+    async fn release_entries(&self, req: &EntriesRelease<'_>) -> Result<Ownership, StoreError> {
+        let _ = req;
         Err(self.lacks(Capability::HolderSets))
     }
 
     /// Takes a hierarchical lock's path in `mode` (intention modes above, `mode` on the last
     /// level), all levels or none, in one call; mints the grant's fence. `waiter` is the same
     /// across one waiter's attempts (its intent marks are its own).
-    async fn acquire_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-        waiter: &str,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        let _ = (keys, mode, token, waiter, ttl, waits);
+    async fn acquire_path(&self, req: &PathAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        let _ = req;
         Err(self.lacks(Capability::HolderSets))
     }
 
     /// Gives back every level's entry of a hierarchical lock's lease, waking the
     /// hierarchy's waiters.
-    async fn release_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        let _ = (keys, mode, token);
+    async fn release_path(&self, req: &PathRelease<'_>) -> Result<Ownership, StoreError> {
+        let _ = req;
         Err(self.lacks(Capability::HolderSets))
     }
 
@@ -258,23 +220,15 @@ pub(crate) trait Backend {
     #[cfg(feature = "test-util")]
     async fn rate_limit_at(
         &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
+        at: &super::ratelimit::RateAt<'_>,
     ) -> Result<RateReply, StoreError> {
-        let _ = (req, now_us);
+        let _ = at;
         Err(self.lacks(Capability::RateLimits))
     }
 
-    /// One Bloom filter operation on `shards`, kept in bitmaps (`bloom.lua`) or, when
-    /// `native`, by the RedisBloom module (`bloom_native.lua`).
-    async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        let _ = (native, op, shape, shards);
+    /// One Bloom filter operation (see [`BloomCall`]).
+    async fn bloom(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {
+        let _ = call;
         Err(self.lacks(Capability::BloomFilters))
     }
 
@@ -315,32 +269,16 @@ pub(crate) trait Backend {
 
     // ---- Elections: a leader record beside a lock key (`leader.lua`). ----
 
-    /// Writes `record` (term, identity) under `record_key` with `ttl`, if the lock of `keys`
-    /// is held by `token`; a changed record is announced on the lock's release channel.
+    /// Writes `record` (term, identity) under the record key with `ttl`, if the election's
+    /// lock is held by `token`; a changed record is announced on the lock's release channel.
     /// Whether it was written.
-    async fn leader_put(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-        record: &Record,
-        ttl: Duration,
-    ) -> Result<bool, StoreError>;
+    async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError>;
 
-    /// The record under `record_key`, if the lease that wrote it holds the lock of `keys` now.
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError>;
+    /// The election's record, if the lease that wrote it holds the lock now.
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError>;
 
     /// Deletes the record if `token`'s lease wrote it (announced on the release channel).
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError>;
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError>;
 
     // ---- The operators' view of a lock. ----
 

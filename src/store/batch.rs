@@ -412,7 +412,19 @@ mod tests {
     async fn each_caller_gets_its_own_reply_and_calls_are_shared() {
         let op = Echo::default();
         let batcher = Batcher::new(op.clone(), 2, 16, 4, Duration::from_secs(5));
-        let calls: Vec<_> = (0..100u32)
+        each_answered(&batcher, 100).await;
+        let n = op.calls.load(Ordering::SeqCst);
+        assert!(n < 100, "{n} calls for 100 items");
+        assert!(
+            op.largest.load(Ordering::SeqCst) <= 16,
+            "a batch above the cap"
+        );
+        settles(&batcher).await;
+    }
+
+    /// `n` callers at once, each with its own item; each gets its own reply.
+    async fn each_answered(batcher: &Batcher<Echo>, n: u32) {
+        let calls: Vec<_> = (0..n)
             .map(|i| {
                 let batcher = batcher.clone();
                 tokio::spawn(async move { (i, batcher.run(i).await) })
@@ -422,13 +434,6 @@ mod tests {
             let (i, reply) = call.await.expect("task");
             assert_eq!(reply.expect("reply"), i * 10);
         }
-        let n = op.calls.load(Ordering::SeqCst);
-        assert!(n < 100, "{n} calls for 100 items");
-        assert!(
-            op.largest.load(Ordering::SeqCst) <= 16,
-            "a batch above the cap"
-        );
-        settles(&batcher).await;
     }
 
     /// One item on the wire (20 ms), then `n` callers in one tick; returns once all are
@@ -440,16 +445,7 @@ mod tests {
             async move { batcher.run(100).await }
         });
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let calls: Vec<_> = (0..n)
-            .map(|i| {
-                let batcher = batcher.clone();
-                tokio::spawn(async move { (i, batcher.run(i).await) })
-            })
-            .collect();
-        for call in calls {
-            let (i, reply) = call.await.expect("task");
-            assert_eq!(reply.expect("reply"), i * 10);
-        }
+        each_answered(&batcher, n).await;
         assert_eq!(first.await.expect("task").expect("reply"), 1000);
         settles(&batcher).await;
     }

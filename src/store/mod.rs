@@ -13,6 +13,7 @@
 //! store/
 //!   mod.rs        Store: picks a backend; bounded entry points; capabilities
 //!   backend.rs    the seam: lock operations, capabilities (refused by default)
+//!   requests.rs   one request struct per operation of many parameters, taken whole
 //!   capability.rs Capability, Unsupported
 //!   connect/      connection set-up shared by every Redis backend; following Sentinel
 //!   pubsub/       wake-up links: plain and sharded pub/sub
@@ -39,6 +40,7 @@ mod pubsub;
 pub(crate) mod quorum;
 mod ratelimit;
 pub(crate) mod redis;
+mod requests;
 mod scripted;
 pub(crate) mod scripts;
 pub(crate) mod wakeups;
@@ -56,6 +58,10 @@ pub(crate) use self::quorum::{QuorumSettings, QuorumStore};
 pub(crate) use self::ratelimit::{
     LockoutParams, PolicyParams, RateOp, RateReply, RateRequest, ScriptAlgorithm,
 };
+pub(crate) use self::requests::{
+    Acquire, AcquireAll, BloomCall, EntriesRelease, Handoff, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
+};
 pub(crate) use self::scripted::{ScriptedStore, masters};
 pub(crate) use self::scripts::acquire::{AcquireReply, Waits};
 pub(crate) use self::scripts::acquire_all::AllReply;
@@ -63,7 +69,7 @@ pub(crate) use self::scripts::acquire_permits::PermitsItem;
 pub(crate) use self::scripts::acquire_rw::Side;
 pub(crate) use self::scripts::adaptive::{AdaptiveCall, Vote};
 pub(crate) use self::scripts::bloom::{BloomOp, BloomShape, HEADER_LEN, ShardCall, ShardReply};
-pub(crate) use self::scripts::fair::{FAIR_CLAIM, FairCall, FairReply};
+pub(crate) use self::scripts::fair::{FAIR_CLAIM, FairCall, FairReply, FairTake};
 pub(crate) use self::scripts::fenced::{
     Change, Condition, FencedCall, FencedRead, FencedReply, FencedWrite, ReadReply, WriteReply,
 };
@@ -76,8 +82,7 @@ pub(crate) use self::scripts::renew::RenewItem;
 pub(crate) use self::scripts::{Ownership, Replicas};
 pub(crate) use self::wakeups::{Subscription, Wakeups};
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys};
-use crate::mode::HierarchyMode;
+use crate::keys::{Fences, LockKeys, RwKeys};
 use crate::token::Token;
 
 /// A backend: the scripted one (a single Redis primary, plain or behind Sentinel, or a Redis
@@ -224,7 +229,7 @@ impl Store {
         sync locks => fn waiters_mark_locks() -> bool;
 
         /// Takes a lock, minting its fence with the grant if `mint` (an eager lease).
-        bounded locks => fn acquire(keys: &LockKeys, token: &Token, ttl: Duration, waits: Waits, replicas: Option<Replicas>, mint: bool) -> AcquireReply;
+        bounded locks => fn acquire(req: &Acquire<'_>) -> AcquireReply;
         /// Mints the fence of the lease `token` holds on the lock of `keys`, if the store still
         /// holds it for that token.
         bounded locks => fn mint(keys: &LockKeys, token: &Token) -> MintReply;
@@ -236,9 +241,9 @@ impl Store {
         bounded locks => fn renew(items: &[RenewItem<'_>]) -> Vec<Ownership>;
         /// Passes a held lock from token `from` to token `to`, with a new ttl, and a fence if
         /// `mint`. Only on a store that supports [`Capability::HandOff`].
-        bounded locks => fn handoff(keys: &LockKeys, from: &Token, to: &Token, ttl: Duration, mint: bool) -> HandoffReply;
+        bounded locks => fn handoff(req: &Handoff<'_>) -> HandoffReply;
         /// Takes the locks of one group (see [`groups`](Self::groups)) all or nothing.
-        bounded locks => fn acquire_all(keys: &[&LockKeys], tokens: &[Token], ttl: Duration, waits: Waits) -> AllReply;
+        bounded locks => fn acquire_all(req: &AcquireAll<'_>) -> AllReply;
         /// One read or store of an idempotency record, on the store locks go to (the record
         /// is stored only while its claim, a lock, is held there). Bounded by its operation
         /// timeout. Only on a store that supports [`Capability::IdempotencyRecords`].
@@ -250,11 +255,11 @@ impl Store {
         /// of the nodes hold), for the operators' view of a lock.
         bounded locks => fn lock_value(key: &str) -> Option<(String, Duration)>;
         /// Writes an election's leader record if `token` holds its lock (see `leader.lua`).
-        bounded locks => fn leader_put(keys: &LockKeys, record_key: &str, token: &Token, record: &Record, ttl: Duration) -> bool;
+        bounded locks => fn leader_put(req: &LeaderPut<'_>) -> bool;
         /// An election's leader record, if the lease that wrote it holds the lock now.
-        bounded locks => fn leader_read(keys: &LockKeys, record_key: &str) -> Option<Record>;
+        bounded locks => fn leader_read(keys: &LeaderKeys<'_>) -> Option<Record>;
         /// Deletes an election's leader record if `token`'s lease wrote it.
-        bounded locks => fn leader_drop(keys: &LockKeys, record_key: &str, token: &Token) -> bool;
+        bounded locks => fn leader_drop(keys: &LeaderKeys<'_>, token: &Token) -> bool;
 
         /// One fenced write or read, on the store counting primitives go to (bounded by its
         /// operation timeout). Only on a store that supports [`Capability::FencedWrites`].
@@ -263,15 +268,15 @@ impl Store {
         /// (where the semaphores it bounds live). Bounded by its operation timeout.
         bounded counting => fn adaptive(call: &AdaptiveCall<'_>) -> u32;
         bounded counting => fn acquire_permits(item: &PermitsItem<'_>) -> AcquireReply;
-        bounded counting => fn acquire_rw(side: Side, keys: &RwKeys, token: &Token, ttl: Duration, waits: Waits) -> AcquireReply;
+        bounded counting => fn acquire_rw(req: &RwAcquire<'_>) -> AcquireReply;
         bounded counting => fn release_writer(keys: &RwKeys, token: &Token) -> Ownership;
-        bounded counting => fn release_entries(keys: &SetKeys, token: &Token, count: u32) -> Ownership;
+        bounded counting => fn release_entries(req: &EntriesRelease<'_>) -> Ownership;
         /// Takes a hierarchical lock's path, all levels or none (`acquire_path.lua`).
-        bounded counting => fn acquire_path(keys: &PathKeys, mode: HierarchyMode, token: &Token, waiter: &str, ttl: Duration, waits: Waits) -> AcquireReply;
+        bounded counting => fn acquire_path(req: &PathAcquire<'_>) -> AcquireReply;
         /// Gives back a hierarchical lock's path (`release_path.lua`).
-        bounded counting => fn release_path(keys: &PathKeys, mode: HierarchyMode, token: &Token) -> Ownership;
+        bounded counting => fn release_path(req: &PathRelease<'_>) -> Ownership;
         /// One Bloom filter operation, bounded by the operation timeout.
-        bounded counting => fn bloom(native: bool, op: BloomOp, shape: &BloomShape, shards: &[ShardCall]) -> Vec<ShardReply>;
+        bounded counting => fn bloom(call: &BloomCall<'_>) -> Vec<ShardReply>;
         /// Whether the store has the RedisBloom module.
         bounded counting => fn bloom_module() -> bool;
         /// The live holders of a holder set (a semaphore's, a read-write lock's readers), on
@@ -319,7 +324,8 @@ impl Store {
         req: &RateRequest<'_>,
         now_us: u64,
     ) -> Result<RateReply, StoreError> {
-        on_backend!(self.counting(), s => s.rate_limit_at(req, now_us).await.map_err(|e| e.with_deadline(s.op_timeout())))
+        let at = ratelimit::RateAt { req, now_us };
+        on_backend!(self.counting(), s => s.rate_limit_at(&at).await.map_err(|e| e.with_deadline(s.op_timeout())))
     }
 
     /// The keys of the lock side `walk` looks for, by `SCAN` on every node, for the

@@ -118,6 +118,12 @@ impl Entry {
             confirm: watch::Sender::new(Confirm::Pending),
         }
     }
+
+    /// Wakes every waiter on the channel, starving or not.
+    fn wake_all(&self) {
+        self.notify.notify_waiters();
+        self.starving_notify.notify_waiters();
+    }
 }
 
 /// A waiter's registration on one channel; dropping it unregisters.
@@ -193,6 +199,21 @@ impl Wakeups {
         let _ = self.link.set(link);
     }
 
+    /// Sets the wake-up link a constructor made; if it could make none, marks the store deaf
+    /// (its waiters poll) and gives the error back, for the constructor to say so.
+    pub(crate) fn link_or_deaf<L: Subscriber + 'static, E>(&self, link: Result<L, E>) -> Option<E> {
+        match link {
+            Ok(link) => {
+                self.set_link(Box::new(link));
+                None
+            }
+            Err(err) => {
+                self.set_deaf();
+                Some(err)
+            }
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -229,9 +250,7 @@ impl Wakeups {
                     entry.confirm.send_replace(Confirm::Pending);
                 }
                 let rx = entry.confirm.subscribe();
-                let reconciler = self.claim_reconciler(&mut state);
-                drop(state);
-                start(reconciler);
+                self.start_reconciler(state);
                 (notify, Some(rx))
             }
         };
@@ -281,6 +300,12 @@ impl Wakeups {
             state.channels.remove(channel);
             return;
         }
+        self.start_reconciler(state);
+    }
+
+    /// Claims the reconciler (see [`claim_reconciler`](Self::claim_reconciler)), lets go of
+    /// `state`, and starts the claim.
+    fn start_reconciler(self: &Arc<Self>, mut state: MutexGuard<'_, State>) {
         let reconciler = self.claim_reconciler(&mut state);
         drop(state);
         start(reconciler);
@@ -370,11 +395,8 @@ impl Wakeups {
             return;
         }
         entry.confirm.send_replace(Confirm::Pending);
-        entry.notify.notify_waiters();
-        entry.starving_notify.notify_waiters();
-        let reconciler = self.claim_reconciler(&mut state);
-        drop(state);
-        start(reconciler);
+        entry.wake_all();
+        self.start_reconciler(state);
     }
 
     /// The pub/sub connection moved to another server (a Sentinel failover): nothing is
@@ -387,12 +409,9 @@ impl Wakeups {
             if entry.waiters > 0 {
                 entry.confirm.send_replace(Confirm::Pending);
             }
-            entry.notify.notify_waiters();
-            entry.starving_notify.notify_waiters();
+            entry.wake_all();
         }
-        let reconciler = self.claim_reconciler(&mut state);
-        drop(state);
-        start(reconciler);
+        self.start_reconciler(state);
     }
 
     /// How many local waiters are registered on `channel`.
@@ -477,8 +496,7 @@ impl Wakeups {
 
     pub(crate) fn wake_all(&self) {
         for entry in self.state().channels.values() {
-            entry.notify.notify_waiters();
-            entry.starving_notify.notify_waiters();
+            entry.wake_all();
         }
     }
 

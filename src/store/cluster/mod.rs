@@ -36,15 +36,9 @@ pub(crate) async fn connect(
         .await
         .map_err(|_| StoreError::Timeout { after: limit })??;
     let wakeups = Wakeups::new();
-    match ShardedLink::connect(&nodes, &settings, &wakeups).await {
-        Ok(link) => wakeups.set_link(Box::new(link)),
-        Err(err) => {
-            wakeups.set_deaf();
-            tracing::warn!(
-                error = %err,
-                "no pub/sub connection for release wake-ups; waiters will poll"
-            );
-        }
+    let link = ShardedLink::connect(&nodes, &settings, &wakeups).await;
+    if let Some(err) = wakeups.link_or_deaf(link) {
+        tracing::warn!(error = %err, "no pub/sub connection for release wake-ups; waiters will poll");
     }
     let route = tokio::time::timeout(limit, BySlot::new(conn, first.clone(), settings.clone()))
         .await

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::StoreError;
-use crate::store::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
+use crate::store::requests::BloomCall;
+use crate::store::scripts::bloom::{BloomOp, BloomShape, ShardReply};
 
 #[derive(Default)]
 pub(crate) struct Blooms {
@@ -72,14 +73,9 @@ impl Blooms {
         }
     }
 
-    pub(crate) fn run(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        calls: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        if native {
+    pub(crate) fn run(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {
+        let (op, shape, calls) = (call.op, call.shape, call.shards);
+        if call.native {
             return Err(StoreError::Config {
                 message: "the in-memory store has no RedisBloom module".to_owned(),
             });

@@ -20,19 +20,23 @@ use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
 use super::peek::{KeyScan, KeyWalk, SetHolder};
 use super::ratelimit::{self, State as RateState};
+use super::requests::{
+    Acquire, AcquireAll, BloomCall, EntriesRelease, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
+};
 use super::scripts::adaptive::{self, AdaptiveCall};
-use super::scripts::bloom::{BloomOp, BloomShape, ShardCall, ShardReply};
-use super::scripts::fair::{FAIR_CLAIM, FairCall, FairReply};
+use super::scripts::bloom::ShardReply;
+use super::scripts::fair::{FAIR_CLAIM, FairCall, FairReply, FairTake};
 use super::scripts::fenced::{FencedCall, FencedReply};
 use super::scripts::idempotency::{RecordCall, RecordReply};
 use super::scripts::leader::Record;
 use super::scripts::mint::MintReply;
 use super::{
-    AcquireReply, AllReply, CLAIM, Ownership, PermitsItem, RateReply, RateRequest, RenewItem,
-    Replicas, Side, Waits, Wakeups,
+    AcquireReply, AllReply, CLAIM, Ownership, PermitsItem, RateReply, RateRequest, RenewItem, Side,
+    Waits, Wakeups,
 };
 use crate::error::StoreError;
-use crate::keys::{FairKeys, LockKeys, PathKeys, RwKeys, SetKeys};
+use crate::keys::{LockKeys, RwKeys, SetKeys};
 use crate::mode::HierarchyMode;
 use crate::token::Token;
 
@@ -225,6 +229,16 @@ impl State {
         );
     }
 
+    /// Takes `token`'s entries out of set `key`, and the set with them once it is empty.
+    fn remove_entries(&mut self, key: &str, token: &Token) {
+        if let Some(set) = self.sets.get_mut(key) {
+            set.remove(token.as_str());
+            if set.is_empty() {
+                self.sets.remove(key);
+            }
+        }
+    }
+
     /// How long until `need` more entries of set `key` have expired (as acquire_permits.lua
     /// answers a busy caller).
     fn until_expired(&mut self, key: &str, need: u64, now: Instant) -> Duration {
@@ -307,14 +321,15 @@ impl MemoryStore {
         (state, Instant::now())
     }
 
-    fn take_lock(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        mint: bool,
-    ) -> AcquireReply {
+    fn take_lock(&self, req: &Acquire<'_>) -> AcquireReply {
+        let Acquire {
+            keys,
+            token,
+            ttl,
+            waits,
+            mint,
+            ..
+        } = *req;
         let (mut state, now) = self.state_now();
         if state.held(&keys.lock, token, now) == Ownership::Theirs {
             let starving = waits == Waits::Starving;
@@ -355,7 +370,10 @@ impl MemoryStore {
     }
 
     /// As `acquire_all.lua`: every lock free (or already its token's), then all taken.
-    fn take_all(&self, keys: &[&LockKeys], tokens: &[Token], ttl: Duration) -> AllReply {
+    fn take_all(&self, req: &AcquireAll<'_>) -> AllReply {
+        let AcquireAll {
+            keys, tokens, ttl, ..
+        } = *req;
         let (mut state, now) = self.state_now();
         for (index, (k, token)) in keys.iter().zip(tokens).enumerate() {
             if state.held(&k.lock, token, now) == Ownership::Theirs {
@@ -419,14 +437,14 @@ impl MemoryStore {
 
     /// As `acquire_read.lua` and `acquire_write.lua` (a writer's key holds its token, or the
     /// `!`-free value a lock has here; no `*` mark is needed in memory).
-    fn take_rw(
-        &self,
-        side: Side,
-        keys: &RwKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-    ) -> AcquireReply {
+    fn take_rw(&self, req: &RwAcquire<'_>) -> AcquireReply {
+        let RwAcquire {
+            side,
+            keys,
+            token,
+            ttl,
+            waits,
+        } = *req;
         let (mut state, now) = self.state_now();
         let readers = &keys.readers.set;
         let busy = |pttl: Option<Duration>| AcquireReply::Busy { pttl };
@@ -469,11 +487,7 @@ impl MemoryStore {
     /// As `fair.lua`.
     fn fair_call(&self, call: &FairCall<'_>) -> FairReply {
         let (mut state, now) = self.state_now();
-        let keys = match call {
-            FairCall::Take { keys, .. }
-            | FairCall::Leave { keys, .. }
-            | FairCall::Count { keys } => *keys,
-        };
+        let keys = call.keys();
         let mut queue = state.fair.remove(&*keys.queue).unwrap_or_default();
         queue.prune(now);
         let reply = match *call {
@@ -489,18 +503,9 @@ impl MemoryStore {
                 }
                 FairReply::Left
             }
-            FairCall::Take {
-                token,
-                ttl,
-                waiter,
-                joins,
-                mint,
-                ..
-            } => {
-                let reply = Self::fair_take(
-                    &mut state, &mut queue, keys, token, ttl, waiter, joins, mint, now,
-                );
-                let ahead = match (reply, queue.places.get(waiter)) {
+            FairCall::Take(ref take) => {
+                let reply = Self::fair_take(&mut state, &mut queue, take, now);
+                let ahead = match (reply, queue.places.get(take.waiter)) {
                     (AcquireReply::Busy { .. }, Some((number, _))) => {
                         queue.order.range(..*number).count() as u64
                     }
@@ -515,18 +520,21 @@ impl MemoryStore {
         reply
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn fair_take(
         state: &mut State,
         queue: &mut FairQueue,
-        keys: &FairKeys,
-        token: &Token,
-        ttl: Duration,
-        waiter: &str,
-        joins: bool,
-        mint: bool,
+        take: &FairTake<'_>,
         now: Instant,
     ) -> AcquireReply {
+        let FairTake {
+            keys,
+            token,
+            ttl,
+            waiter,
+            joins,
+            mint,
+            ..
+        } = *take;
         let held = state.held(&keys.lock.lock, token, now);
         let turn = queue.first().is_none_or(|first| first == waiter);
         if held == Ownership::Ours || (held == Ownership::Expired && turn) {
@@ -563,15 +571,15 @@ impl MemoryStore {
     /// As `acquire_path.lua`: every level checked top-down against its holders and its
     /// intent mark, then every level taken. The waited marks are not needed here (a release
     /// always wakes the local waiters).
-    fn take_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-        waiter: &str,
-        ttl: Duration,
-        waits: Waits,
-    ) -> AcquireReply {
+    fn take_path(&self, req: &PathAcquire<'_>) -> AcquireReply {
+        let PathAcquire {
+            keys,
+            mode,
+            token,
+            waiter,
+            ttl,
+            waits,
+        } = *req;
         let (mut state, now) = self.state_now();
         let levels = keys.levels.len();
         let mode_on = |i: usize| mode.on_level(i, levels);
@@ -629,7 +637,8 @@ impl MemoryStore {
     }
 
     /// As `release_path.lua`; wakes the hierarchy's local waiters.
-    fn free_path(&self, keys: &PathKeys, mode: HierarchyMode, token: &Token) -> Ownership {
+    fn free_path(&self, req: &PathRelease<'_>) -> Ownership {
+        let (keys, mode, token) = (req.keys, req.mode, req.token);
         let (mut state, now) = self.state_now();
         let levels = keys.levels.len();
         let live = keys.levels.last().is_some_and(|last| {
@@ -640,20 +649,10 @@ impl MemoryStore {
             )
         });
         for (i, level) in keys.levels.iter().enumerate() {
-            let set = level.holders_of(mode.on_level(i, levels));
-            if let Some(holders) = state.sets.get_mut(set) {
-                holders.remove(token.as_str());
-                if holders.is_empty() {
-                    state.sets.remove(set);
-                }
-            }
+            state.remove_entries(level.holders_of(mode.on_level(i, levels)), token);
         }
         drop(state);
-        if !live {
-            return Ownership::Expired;
-        }
-        self.wakeups.wake_one(&keys.channel, false);
-        Ownership::Ours
+        self.freed_entries(live, &keys.channel)
     }
 
     /// As `release_writer.lua`: wakes a local writer and a local reader.
@@ -673,17 +672,18 @@ impl MemoryStore {
     fn free_entries(&self, keys: &SetKeys, token: &Token) -> Ownership {
         let (mut state, now) = self.state_now();
         let live = state.holds_entries(&keys.set, token, now);
-        if let Some(set) = state.sets.get_mut(&keys.set) {
-            set.remove(token.as_str());
-            if set.is_empty() {
-                state.sets.remove(&keys.set);
-            }
-        }
+        state.remove_entries(&keys.set, token);
         drop(state);
+        self.freed_entries(live, &keys.channel)
+    }
+
+    /// A holder set's release, once its entries are out: ours if they were `live` (then a
+    /// local waiter on `channel` is woken), else expired.
+    fn freed_entries(&self, live: bool, channel: &str) -> Ownership {
         if !live {
             return Ownership::Expired;
         }
-        self.wakeups.wake_one(&keys.channel, false);
+        self.wakeups.wake_one(channel, false);
         Ownership::Ours
     }
 
@@ -884,19 +884,11 @@ impl Backend for MemoryStore {
         vec![(0..keys.len()).collect()]
     }
 
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-        mint: bool,
-    ) -> Result<AcquireReply, StoreError> {
-        if replicas.is_some() {
+    async fn acquire(&self, req: &Acquire<'_>) -> Result<AcquireReply, StoreError> {
+        if req.replicas.is_some() {
             return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
-        Ok(self.take_lock(keys, token, ttl, waits, mint))
+        Ok(self.take_lock(req))
     }
 
     async fn mint(&self, keys: &LockKeys, token: &Token) -> Result<MintReply, StoreError> {
@@ -916,35 +908,22 @@ impl Backend for MemoryStore {
         Ok(())
     }
 
-    async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        _waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        Ok(self.take_all(keys, tokens, ttl))
+    async fn acquire_all(&self, req: &AcquireAll<'_>) -> Result<AllReply, StoreError> {
+        Ok(self.take_all(req))
     }
 
     async fn acquire_permits(&self, item: &PermitsItem<'_>) -> Result<AcquireReply, StoreError> {
         Ok(self.take_permits(item))
     }
 
-    async fn acquire_rw(
-        &self,
-        side: Side,
-        keys: &RwKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        Ok(self.take_rw(side, keys, token, ttl, waits))
+    async fn acquire_rw(&self, req: &RwAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        Ok(self.take_rw(req))
     }
 
     async fn fair(&self, call: &FairCall<'_>) -> Result<FairReply, StoreError> {
-        if let FairCall::Take {
+        if let FairCall::Take(FairTake {
             replicas: Some(_), ..
-        } = call
+        }) = call
         {
             return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
@@ -955,34 +934,16 @@ impl Backend for MemoryStore {
         Ok(self.free_writer(keys, token))
     }
 
-    async fn acquire_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-        waiter: &str,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        Ok(self.take_path(keys, mode, token, waiter, ttl, waits))
+    async fn acquire_path(&self, req: &PathAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        Ok(self.take_path(req))
     }
 
-    async fn release_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        Ok(self.free_path(keys, mode, token))
+    async fn release_path(&self, req: &PathRelease<'_>) -> Result<Ownership, StoreError> {
+        Ok(self.free_path(req))
     }
 
-    async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        _count: u32,
-    ) -> Result<Ownership, StoreError> {
-        Ok(self.free_entries(keys, token))
+    async fn release_entries(&self, req: &EntriesRelease<'_>) -> Result<Ownership, StoreError> {
+        Ok(self.free_entries(req.keys, req.token))
     }
 
     async fn rate_limit(&self, req: &RateRequest<'_>) -> Result<RateReply, StoreError> {
@@ -990,22 +951,12 @@ impl Backend for MemoryStore {
     }
 
     #[cfg(feature = "test-util")]
-    async fn rate_limit_at(
-        &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
-    ) -> Result<RateReply, StoreError> {
-        Ok(self.check_rate_at(req, Some(now_us)))
+    async fn rate_limit_at(&self, at: &ratelimit::RateAt<'_>) -> Result<RateReply, StoreError> {
+        Ok(self.check_rate_at(at.req, Some(at.now_us)))
     }
 
-    async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        self.blooms.run(native, op, shape, shards)
+    async fn bloom(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {
+        self.blooms.run(call)
     }
 
     async fn bloom_module(&self) -> Result<bool, StoreError> {
@@ -1153,14 +1104,16 @@ impl Backend for MemoryStore {
 
     /// As `leader.lua` `put`: the record holds the term, the writer's token (it never leaves
     /// this process) and the identity.
-    async fn leader_put(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-        record: &Record,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError> {
+        let LeaderPut {
+            keys: LeaderKeys {
+                lock: keys,
+                record_key,
+            },
+            token,
+            record,
+            ttl,
+        } = *req;
         let (mut state, now) = self.state_now();
         if state.held(&keys.lock, token, now) != Ownership::Ours {
             return Ok(false);
@@ -1176,31 +1129,26 @@ impl Backend for MemoryStore {
     }
 
     /// As `leader.lua` `read`.
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError> {
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError> {
         let (state, now) = self.state_now();
         let Some((term, writer, identity)) = state
-            .get(record_key, now)
+            .get(keys.record_key, now)
             .and_then(|v| memory_record(&v.data))
         else {
             return Ok(None);
         };
-        if state.held(&keys.lock, &Token::from_stored(writer), now) != Ownership::Ours {
+        if state.held(&keys.lock.lock, &Token::from_stored(writer), now) != Ownership::Ours {
             return Ok(None);
         }
         Ok(Some((term, identity.to_owned())))
     }
 
     /// As `leader.lua` `drop`.
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError> {
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError> {
+        let LeaderKeys {
+            lock: keys,
+            record_key,
+        } = *keys;
         let (mut state, now) = self.state_now();
         let ours = state
             .get(record_key, now)

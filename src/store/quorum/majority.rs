@@ -15,6 +15,14 @@ pub(super) enum Answer<T> {
     Failed(String),
 }
 
+/// How many nodes answered something `counts` accepts.
+pub(super) fn answered<T>(answers: &[Answer<T>], counts: impl Fn(&T) -> bool) -> usize {
+    answers
+        .iter()
+        .filter(|a| matches!(a, Answer::Ok(t) if counts(t)))
+        .count()
+}
+
 impl QuorumStore {
     /// `failures` back if at least a majority of the nodes answered a read, else
     /// [`StoreError::NoQuorum`] naming them.
@@ -61,13 +69,12 @@ impl QuorumStore {
         futures_util::future::join_all(calls).await
     }
 
-    /// Runs `op` on every node at once, each bounded by `per_node`; once `settled` holds for
-    /// the answers so far (one per node that answered), the nodes still silent get `grace`
-    /// more, then count as failed.
+    /// Runs `op` (a release, which knows no ttl) on every node at once, each bounded by
+    /// [`node_op_timeout`](Self::node_op_timeout); once `settled` holds for the answers so far
+    /// (one per node that answered), the nodes still silent get
+    /// [`straggler_grace`](Self::straggler_grace) more, then count as failed.
     pub(super) async fn on_every_node_then_grace<'a, T, F, Fut>(
         &'a self,
-        per_node: Duration,
-        grace: Duration,
         settled: impl Fn(&[&T]) -> bool,
         op: F,
     ) -> Vec<Answer<T>>
@@ -75,6 +82,7 @@ impl QuorumStore {
         F: Fn(&'a Node) -> Fut,
         Fut: Future<Output = Result<T, StoreError>> + 'a,
     {
+        let (per_node, grace) = (self.node_op_timeout(), self.straggler_grace());
         use futures_util::StreamExt as _;
         let mut pending: futures_util::stream::FuturesUnordered<_> = self
             .inner

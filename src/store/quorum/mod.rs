@@ -61,7 +61,7 @@ use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use self::boot::{Boot, LostCopy, NodeAcquire, Retaken};
-use self::majority::{Answer, majority_holder};
+use self::majority::{Answer, answered, majority_holder};
 use self::node::{
     Identity, Node, compare_run_ids, connect_node, found_twin, lazy_node, node_name, refuse_twins,
 };
@@ -71,13 +71,14 @@ use super::backend::Backend;
 use super::capability::{Capability, StoreKind};
 use super::connect::RedisSettings;
 use super::peek;
+use super::requests::{Acquire, LeaderKeys, LeaderPut};
 use super::scripts;
-use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
+use super::scripts::acquire::{AcquireItem, AcquireReply};
 use super::scripts::leader::{self, Record};
 use super::scripts::mint::{MintItem, MintReply};
 use super::scripts::release::{ReleaseItem, Releases};
 use super::scripts::renew::{self, RenewItem};
-use super::scripts::{Ownership, Publish, Replicas, millis, unmark};
+use super::scripts::{Ownership, Publish, millis, unmark};
 use super::wakeups::Wakeups;
 use crate::error::{NodeFailure, StoreError};
 use crate::keys::LockKeys;
@@ -170,15 +171,9 @@ impl QuorumStore {
         }
         refuse_twins(&connected)?;
         let wakeups = Wakeups::new();
-        match QuorumLink::new(&nodes, &settings, &wakeups, quorum) {
-            Ok(link) => wakeups.set_link(Box::new(link)),
-            Err(err) => {
-                wakeups.set_deaf();
-                tracing::warn!(
-                    error = %err,
-                    "no pub/sub connections for release wake-ups; waiters will poll"
-                );
-            }
+        let link = QuorumLink::new(&nodes, &settings, &wakeups, quorum);
+        if let Some(err) = wakeups.link_or_deaf(link) {
+            tracing::warn!(error = %err, "no pub/sub connections for release wake-ups; waiters will poll");
         }
         let store = Self {
             inner: Arc::new(Inner {
@@ -295,15 +290,27 @@ impl QuorumStore {
         }
     }
 
-    /// For each node, whether it granted (or minted) with a clock ahead of the other nodes'
-    /// that did (`readings`, by node; see `clocks.rs`); logs when a node starts or stops being
-    /// ahead.
-    fn clocks_ahead(
+    /// The answers to a grant or a mint sent at `sent`, each with the instant it came, without
+    /// those instants; and for each node, whether it granted (or minted) with a clock ahead of
+    /// the other nodes' that did (`clock`: the clock an answer reports, if it granted; see
+    /// `clocks.rs`). Logs when a node starts or stops being ahead.
+    fn clocks_ahead<T>(
         &self,
-        readings: &[Option<clocks::Granted>],
+        answers: Vec<Answer<(T, Instant)>>,
+        clock: impl Fn(&T) -> Option<u64>,
         sent: Instant,
         ttl: Duration,
-    ) -> Vec<bool> {
+    ) -> (Vec<Answer<T>>, Vec<bool>) {
+        let readings: Vec<Option<clocks::Granted>> = answers
+            .iter()
+            .map(|answer| match answer {
+                Answer::Ok((reply, answered)) => clock(reply).map(|clock_us| clocks::Granted {
+                    clock_us,
+                    answered: *answered,
+                }),
+                Answer::Failed(_) => None,
+            })
+            .collect();
         let grants: Vec<(usize, clocks::Granted)> = readings
             .iter()
             .enumerate()
@@ -332,7 +339,14 @@ impl QuorumStore {
                 tracing::info!(node = %node.name, "quorum node's clock agrees with the other nodes' again; it votes");
             }
         }
-        ahead
+        let answers = answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Ok((reply, _)) => Answer::Ok(reply),
+                Answer::Failed(why) => Answer::Failed(why),
+            })
+            .collect();
+        (answers, ahead)
     }
 
     /// A node that could not be reached at connect answered: it votes once it is known to be
@@ -436,20 +450,14 @@ impl QuorumStore {
     /// Releases `token`'s copies on every node (a failed acquire's rollback), bounded by the
     /// response timeout; what cannot be reached expires with its ttl.
     async fn roll_back(&self, keys: &LockKeys, token: &Token) {
-        let limit = self.node_op_timeout();
         let quorum = self.inner.quorum;
         let answers = self
             .on_every_node_then_grace(
-                limit,
-                self.straggler_grace(),
                 |so_far| so_far.len() >= quorum,
                 |node| async move {
                     // Not batched: on the connection at once, so it cannot leave after the next
                     // attempt's acquire with the same token (which it would then undo).
-                    let item = ReleaseItem {
-                        keys: keys.clone(),
-                        token: token.clone(),
-                    };
+                    let item = ReleaseItem::of(keys, token);
                     let releases = Releases {
                         publish: Publish::Plain,
                     };
@@ -494,30 +502,17 @@ impl Backend for QuorumStore {
         })
     }
 
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-        mint: bool,
-    ) -> Result<AcquireReply, StoreError> {
-        if replicas.is_some() {
+    async fn acquire(&self, req: &Acquire<'_>) -> Result<AcquireReply, StoreError> {
+        if req.replicas.is_some() {
             return Err(self.lacks(Capability::ReplicaAcknowledgement));
         }
+        let (keys, token, ttl) = (req.keys, req.token, req.ttl);
         let started = Instant::now();
         self.inner
             .longest_ttl_ms
             .fetch_max(millis(ttl), Ordering::Relaxed);
-        let item = AcquireItem {
-            keys: keys.clone(),
-            token: token.clone(),
-            ttl_ms: millis(ttl),
-            waits,
-            replicas: None,
-            mint,
-        };
+        // No replica requirement (refused above).
+        let item = AcquireItem::of(req);
         let answers = self
             .on_every_node(self.node_timeout(ttl), |node| {
                 let item = item.clone();
@@ -528,30 +523,14 @@ impl Backend for QuorumStore {
             })
             .await;
         let now = Instant::now();
-        let readings: Vec<Option<clocks::Granted>> = answers
-            .iter()
-            .map(|answer| match answer {
-                Answer::Ok((
-                    NodeAcquire::Replied {
-                        reply: AcquireReply::Granted { .. },
-                        clock_us,
-                    },
-                    answered,
-                )) => Some(clocks::Granted {
-                    clock_us: *clock_us,
-                    answered: *answered,
-                }),
-                _ => None,
-            })
-            .collect();
-        let ahead = self.clocks_ahead(&readings, started, ttl);
-        let answers: Vec<Answer<NodeAcquire>> = answers
-            .into_iter()
-            .map(|answer| match answer {
-                Answer::Ok((reply, _)) => Answer::Ok(reply),
-                Answer::Failed(why) => Answer::Failed(why),
-            })
-            .collect();
+        let granted_at = |answer: &NodeAcquire| match answer {
+            NodeAcquire::Replied {
+                reply: AcquireReply::Granted { .. },
+                clock_us,
+            } => Some(*clock_us),
+            _ => None,
+        };
+        let (answers, ahead) = self.clocks_ahead(answers, granted_at, started, ttl);
         let mut granted = 0;
         // The highest fence a voting node minted (an eager lease's grant).
         let mut fence: Option<u64> = None;
@@ -612,35 +591,27 @@ impl Backend for QuorumStore {
         let ttl = Duration::from_millis(self.inner.longest_ttl_ms.load(Ordering::Relaxed));
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                let item = MintItem {
-                    keys: keys.clone(),
-                    token: token.clone(),
-                };
+                let item = MintItem::of(keys, token);
                 let reply = node.mints.run(item).await?;
                 Ok((reply, Instant::now()))
             })
             .await;
         let now = Instant::now();
-        let readings: Vec<Option<clocks::Granted>> = answers
-            .iter()
-            .map(|answer| match answer {
-                Answer::Ok((MintReply::Minted(fence), answered)) => Some(clocks::Granted {
-                    clock_us: *fence,
-                    answered: *answered,
-                }),
-                _ => None,
-            })
-            .collect();
-        let ahead = self.clocks_ahead(&readings, sent, ttl);
+        // A fence is its node's clock in µs, or just above its last one.
+        let minted_at = |answer: &MintReply| match answer {
+            MintReply::Minted(fence) => Some(*fence),
+            MintReply::Not(_) => None,
+        };
+        let (answers, ahead) = self.clocks_ahead(answers, minted_at, sent, ttl);
         let (mut yes, mut undecided, mut theirs) = (0, 0, false);
         let mut fence = 0;
         for (index, (node, answer)) in self.inner.nodes.iter().zip(&answers).enumerate() {
             match answer {
-                Answer::Ok((MintReply::Minted(f), _)) if node.votes(now) && !ahead[index] => {
+                Answer::Ok(MintReply::Minted(f)) if node.votes(now) && !ahead[index] => {
                     yes += 1;
                     fence = fence.max(*f);
                 }
-                Answer::Ok((MintReply::Not(Ownership::Theirs), _)) => theirs = true,
+                Answer::Ok(MintReply::Not(Ownership::Theirs)) => theirs = true,
                 Answer::Ok(_) => {}
                 Answer::Failed(_) => undecided += 1,
             }
@@ -654,48 +625,26 @@ impl Backend for QuorumStore {
                 Ownership::Expired
             }))
         } else {
-            let answers: Vec<Answer<MintReply>> = answers
-                .into_iter()
-                .map(|answer| match answer {
-                    Answer::Ok((reply, _)) => Answer::Ok(reply),
-                    Answer::Failed(why) => Answer::Failed(why),
-                })
-                .collect();
             Err(self.no_quorum(&answers))
         }
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
-        let limit = self.node_op_timeout();
         let quorum = self.inner.quorum;
         let answers = self
             .on_every_node_then_grace(
-                limit,
-                self.straggler_grace(),
                 // Released: what the others answer changes nothing.
                 |so_far| so_far.iter().filter(|h| ***h == Ownership::Ours).count() >= quorum,
                 |node| async move {
-                    let item = ReleaseItem {
-                        keys: keys.clone(),
-                        token: token.clone(),
-                    };
+                    let item = ReleaseItem::of(keys, token);
                     node.releases.run(item).await
                 },
             )
             .await;
-        let count = |want: Ownership| {
-            answers
-                .iter()
-                .filter(|a| matches!(a, Answer::Ok(h) if *h == want))
-                .count()
-        };
-        let answered = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(_)))
-            .count();
+        let count = |want: Ownership| answered(&answers, |h| *h == want);
         if count(Ownership::Ours) >= self.inner.quorum {
             Ok(Ownership::Ours)
-        } else if answered < self.inner.quorum {
+        } else if answered(&answers, |_| true) < self.inner.quorum {
             Err(self.no_quorum(&answers))
         } else if count(Ownership::Theirs) > 0 {
             Ok(Ownership::Theirs)
@@ -764,39 +713,15 @@ impl Backend for QuorumStore {
     /// Written on every node that answers: `Ok(true)` when a majority of the nodes wrote it
     /// (the lease holds a majority of the lock's copies), `Ok(false)` only when a majority
     /// refused it (the lease has lost the lock), else an error (the outcome is unknown).
-    async fn leader_put(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-        record: &Record,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::put(
-                    &node.conn,
-                    Publish::Plain,
-                    keys,
-                    record_key,
-                    token,
-                    record,
-                    ttl,
-                )
-                .await
+                leader::put(&node.conn, Publish::Plain, req).await
             })
             .await;
-        let written = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(true)))
-            .count();
-        let refused = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(false)))
-            .count();
-        if written >= self.inner.quorum {
+        if answered(&answers, |written| *written) >= self.inner.quorum {
             Ok(true)
-        } else if refused >= self.inner.quorum {
+        } else if answered(&answers, |written| !*written) >= self.inner.quorum {
             // A majority of the lock's copies are not this lease's: it has lost the lock.
             Ok(false)
         } else {
@@ -808,21 +733,13 @@ impl Backend for QuorumStore {
 
     /// The record a majority of the nodes agree on, lease included (each node checks it
     /// against its own copy of the lock), if any.
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError> {
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::read_with_digest(&node.conn, Publish::Plain, keys, record_key).await
+                leader::read_with_digest(&node.conn, Publish::Plain, keys).await
             })
             .await;
-        let answered = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(_)))
-            .count();
-        if answered < self.inner.quorum {
+        if answered(&answers, |_| true) < self.inner.quorum {
             return Err(self.no_quorum(&answers));
         }
         // Agreement on the whole record: term, identity and the digest of the lease's token.
@@ -840,22 +757,13 @@ impl Backend for QuorumStore {
     }
 
     /// On every node that answers; whether a majority deleted it.
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError> {
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError> {
         let answers = self
             .on_every_node(self.node_op_timeout(), |node| async move {
-                leader::drop(&node.conn, Publish::Plain, keys, record_key, token).await
+                leader::drop(&node.conn, Publish::Plain, keys, token).await
             })
             .await;
-        let dropped = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::Ok(true)))
-            .count();
-        Ok(dropped >= self.inner.quorum)
+        Ok(answered(&answers, |dropped| *dropped) >= self.inner.quorum)
     }
 
     /// What a majority of the nodes hold for one lease, for as long as that majority does.

@@ -6,7 +6,7 @@
 //! (the rate changed) carries over while its own window has not ended. A denied request can
 //! pass at the next window's start.
 
-use super::{Outcome, Snapshot, State, Write, non_negative};
+use super::{Outcome, PolicyParams, Snapshot, State, Write, non_negative};
 
 /// The current window's index and count.
 fn count(period: i64, state: Option<&State>, now: i64) -> (i64, i64) {
@@ -38,13 +38,8 @@ fn state(index: i64, count: i64, period: i64) -> Option<State> {
     })
 }
 
-pub(super) fn decide(
-    period: i64,
-    limit: i64,
-    state: Option<&State>,
-    now: i64,
-    cost: i64,
-) -> Outcome {
+pub(super) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
+    let (period, limit) = (p.unit_us, p.count);
     let need = cost.max(1);
     let (index, count) = count(period, state, now);
     let window_end = (index + 1) * period - now;

@@ -12,7 +12,7 @@
 //! rate (`normalize` in `mod.rs`), so the debt then drains at the new rate. Beyond the
 //! tolerance the TAT holds reservations.
 
-use super::{Outcome, Snapshot, State, Write, non_negative};
+use super::{Outcome, PolicyParams, Snapshot, State, Write, non_negative};
 
 /// The most debt a TAT may hold, in µs (as `MAX_DEBT` in the Lua).
 const MAX_DEBT: i64 = 126_489_600_000_000;
@@ -48,13 +48,8 @@ pub(crate) fn figures(tat: i64, now: i64, interval: i64, burst: i64) -> Snapshot
     }
 }
 
-pub(super) fn decide(
-    interval: i64,
-    burst: i64,
-    state: Option<&State>,
-    now: i64,
-    cost: i64,
-) -> Outcome {
+pub(super) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
+    let (interval, burst) = (p.unit_us, p.count);
     let need = cost.max(1);
     let tolerance = interval * burst;
     let tat = tat(state, now, interval);

@@ -147,6 +147,14 @@ impl RateOp {
     }
 }
 
+/// Test-only: one rate-limit operation decided at `now_us` (µs since the epoch) instead of the
+/// store's clock.
+#[cfg(feature = "test-util")]
+pub(crate) struct RateAt<'a> {
+    pub(crate) req: &'a RateRequest<'a>,
+    pub(crate) now_us: u64,
+}
+
 /// One rate-limit operation: per policy, its key, and its lock's key when it has a lockout
 /// (in the order of `params`); all keys in one hash slot.
 pub(crate) struct RateRequest<'a> {
@@ -276,14 +284,11 @@ impl Outcome {
 
 /// Decides one policy (phase one): reads `state`, writes nothing.
 pub(crate) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
-    let (unit, count) = (p.unit_us, p.count);
     match p.kind {
-        ScriptAlgorithm::Gcra | ScriptAlgorithm::TokenBucket => {
-            gcra::decide(unit, count, state, now, cost)
-        }
-        ScriptAlgorithm::FixedWindow => fixed_window::decide(unit, count, state, now, cost),
-        ScriptAlgorithm::SlidingWindow => sliding_window::decide(unit, count, state, now, cost),
-        ScriptAlgorithm::SlidingLog => sliding_log::decide(unit, count, state, now, cost),
+        ScriptAlgorithm::Gcra | ScriptAlgorithm::TokenBucket => gcra::decide(p, state, now, cost),
+        ScriptAlgorithm::FixedWindow => fixed_window::decide(p, state, now, cost),
+        ScriptAlgorithm::SlidingWindow => sliding_window::decide(p, state, now, cost),
+        ScriptAlgorithm::SlidingLog => sliding_log::decide(p, state, now, cost),
     }
 }
 

@@ -14,15 +14,10 @@
 
 use std::collections::VecDeque;
 
-use super::{Outcome, Snapshot, State, Write, non_negative};
+use super::{Outcome, PolicyParams, Snapshot, State, Write, non_negative};
 
-pub(super) fn decide(
-    period: i64,
-    limit: i64,
-    state: Option<&State>,
-    now: i64,
-    cost: i64,
-) -> Outcome {
+pub(super) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
+    let (period, limit) = (p.unit_us, p.count);
     let need = cost.max(1);
     let empty = VecDeque::new();
     let log = match state {

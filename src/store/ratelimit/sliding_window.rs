@@ -8,7 +8,7 @@
 //! Counts made under another period (the rate changed) carry over as what they weigh now,
 //! counted in the current window.
 
-use super::{Outcome, Snapshot, State, Write, non_negative};
+use super::{Outcome, PolicyParams, Snapshot, State, Write, non_negative};
 
 /// The share of `prev` still inside the sliding window, `elapsed` µs into the current one.
 #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
@@ -72,13 +72,8 @@ fn state(index: i64, prev: i64, curr: i64, period: i64) -> Option<State> {
 }
 
 #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
-pub(super) fn decide(
-    period: i64,
-    limit: i64,
-    state: Option<&State>,
-    now: i64,
-    cost: i64,
-) -> Outcome {
+pub(super) fn decide(p: &PolicyParams, state: Option<&State>, now: i64, cost: i64) -> Outcome {
+    let (period, limit) = (p.unit_us, p.count);
     let need = cost.max(1);
     let (index, prev, curr) = counts(period, state, now);
     let elapsed = now - index * period;

@@ -51,16 +51,9 @@ fn with_lanes_and_link(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let wakeups = Wakeups::new();
-    match PubSubLink::new(&info, &settings, &wakeups) {
-        Ok(link) => wakeups.set_link(Box::new(link)),
-        // Waiters then poll with backoff; say so once.
-        Err(err) => {
-            wakeups.set_deaf();
-            tracing::warn!(
-                error = %err,
-                "no pub/sub connection for release wake-ups; waiters will poll"
-            );
-        }
+    // Without a link, waiters poll with backoff; say so once.
+    if let Some(err) = wakeups.link_or_deaf(PubSubLink::new(&info, &settings, &wakeups)) {
+        tracing::warn!(error = %err, "no pub/sub connection for release wake-ups; waiters will poll");
     }
     Ok(store(conn, lanes, settings, wakeups))
 }
@@ -99,19 +92,12 @@ pub(crate) async fn connect_sentinel(
 ) -> Result<ScriptedStore, StoreError> {
     let (following, info) = FollowingConn::connect(sentinels, target, &settings).await?;
     let wakeups = Wakeups::new();
-    match FollowingLink::new(&info, &settings, &wakeups) {
-        Ok(link) => {
-            let relink = link.clone();
-            following.on_switch(move |info| relink.switch(info));
-            wakeups.set_link(Box::new(link));
-        }
-        Err(err) => {
-            wakeups.set_deaf();
-            tracing::warn!(
-                error = %err,
-                "no pub/sub connection for release wake-ups; waiters will poll"
-            );
-        }
+    let link = FollowingLink::new(&info, &settings, &wakeups).inspect(|link| {
+        let relink = link.clone();
+        following.on_switch(move |info| relink.switch(info));
+    });
+    if let Some(err) = wakeups.link_or_deaf(link) {
+        tracing::warn!(error = %err, "no pub/sub connection for release wake-ups; waiters will poll");
     }
     let lanes = (0..LANES)
         .map(|lane| PrimaryConn::Following(following.lane(lane)))

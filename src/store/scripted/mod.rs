@@ -40,12 +40,16 @@ use super::connect::{PrimaryConn, RedisSettings, req_packed_commands};
 use super::peek::{self, KeyScan, SetHolder};
 use super::ratelimit::script::RateItem;
 use super::ratelimit::{RateReply, RateRequest};
-use super::scripts::acquire::{AcquireItem, AcquireReply, Waits};
+use super::requests::{
+    Acquire, AcquireAll, BloomCall, EntriesRelease, Handoff, LeaderKeys, LeaderPut, PathAcquire,
+    PathRelease, RwAcquire,
+};
+use super::scripts::acquire::{AcquireItem, AcquireReply};
 use super::scripts::acquire_all::{self, AllReply};
 use super::scripts::acquire_permits::{self, PermitsItem};
-use super::scripts::acquire_rw::{self, Side};
+use super::scripts::acquire_rw;
 use super::scripts::adaptive::{self, AdaptiveCall};
-use super::scripts::bloom::{self, BloomOp, BloomShape, ShardCall, ShardReply};
+use super::scripts::bloom::{self, ShardCall, ShardReply};
 use super::scripts::bloom_native;
 use super::scripts::fair::{self, FairCall, FairReply};
 use super::scripts::fenced::{self, FencedCall, FencedReply};
@@ -56,13 +60,11 @@ use super::scripts::mint::{MintItem, MintReply};
 use super::scripts::release::ReleaseItem;
 use super::scripts::renew::RenewItem;
 use super::scripts::{
-    Ownership, Publish, Replicas, acquire_path, millis, release_entries, release_path,
-    release_writer, unmark,
+    Ownership, Publish, acquire_path, release_entries, release_path, release_writer, unmark,
 };
 use super::wakeups::Wakeups;
 use crate::error::StoreError;
-use crate::keys::{Fences, LockKeys, PathKeys, RwKeys, SetKeys, slot_of};
-use crate::mode::HierarchyMode;
+use crate::keys::{Fences, LockKeys, RwKeys, slot_of};
 use crate::token::Token;
 
 /// How a scripted store reaches its keys.
@@ -169,26 +171,11 @@ impl Backend for ScriptedStore {
         }
     }
 
-    async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-        replicas: Option<Replicas>,
-        mint: bool,
-    ) -> Result<AcquireReply, StoreError> {
-        let item = AcquireItem {
-            keys: keys.clone(),
-            token: token.clone(),
-            ttl_ms: millis(ttl),
-            waits,
-            replicas,
-            mint,
-        };
+    async fn acquire(&self, req: &Acquire<'_>) -> Result<AcquireReply, StoreError> {
+        let item = AcquireItem::of(req);
         let reply = match &self.inner.route {
             Route::Single(single) => single.acquire(item).await,
-            Route::BySlot(_) if replicas.is_some() => {
+            Route::BySlot(_) if req.replicas.is_some() => {
                 return Err(self.lacks(Capability::ReplicaAcknowledgement));
             }
             Route::BySlot(by_slot) => by_slot.acquire(item).await,
@@ -203,10 +190,7 @@ impl Backend for ScriptedStore {
     }
 
     async fn mint(&self, keys: &LockKeys, token: &Token) -> Result<MintReply, StoreError> {
-        let item = MintItem {
-            keys: keys.clone(),
-            token: token.clone(),
-        };
+        let item = MintItem::of(keys, token);
         let minted = match &self.inner.route {
             Route::Single(single) => single.mint(item).await,
             Route::BySlot(by_slot) => by_slot.mint(item).await,
@@ -215,10 +199,7 @@ impl Backend for ScriptedStore {
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<Ownership, StoreError> {
-        let item = ReleaseItem {
-            keys: keys.clone(),
-            token: token.clone(),
-        };
+        let item = ReleaseItem::of(keys, token);
         let held = match &self.inner.route {
             Route::Single(single) => single.release(item).await,
             Route::BySlot(by_slot) => by_slot.release(item).await,
@@ -272,28 +253,15 @@ impl Backend for ScriptedStore {
         self.inner.settings.response_timeout
     }
 
-    async fn handoff(
-        &self,
-        keys: &LockKeys,
-        from: &Token,
-        to: &Token,
-        ttl: Duration,
-        mint: bool,
-    ) -> Result<HandoffReply, StoreError> {
-        handoff::run(&self.conn(), self.publish(), keys, from, to, ttl, mint)
+    async fn handoff(&self, req: &Handoff<'_>) -> Result<HandoffReply, StoreError> {
+        handoff::run(&self.conn(), self.publish(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
 
     /// One group's locks (one slot's, on a cluster).
-    async fn acquire_all(
-        &self,
-        keys: &[&LockKeys],
-        tokens: &[Token],
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AllReply, StoreError> {
-        acquire_all::run(&self.conn(), keys, tokens, ttl, waits)
+    async fn acquire_all(&self, req: &AcquireAll<'_>) -> Result<AllReply, StoreError> {
+        acquire_all::run(&self.conn(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
@@ -304,15 +272,8 @@ impl Backend for ScriptedStore {
             .map_err(|e| self.deadline(e))
     }
 
-    async fn acquire_rw(
-        &self,
-        side: Side,
-        keys: &RwKeys,
-        token: &Token,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        acquire_rw::run(&self.conn(), side, keys, token, ttl, waits)
+    async fn acquire_rw(&self, req: &RwAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        acquire_rw::run(&self.conn(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
@@ -329,40 +290,22 @@ impl Backend for ScriptedStore {
             .map_err(|e| self.deadline(e))
     }
 
-    async fn release_entries(
-        &self,
-        keys: &SetKeys,
-        token: &Token,
-        count: u32,
-    ) -> Result<Ownership, StoreError> {
-        release_entries::run(&self.conn(), self.publish(), keys, token, count)
+    async fn release_entries(&self, req: &EntriesRelease<'_>) -> Result<Ownership, StoreError> {
+        release_entries::run(&self.conn(), self.publish(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
 
     /// One script over every key of the path: they share the root's hash tag, so a cluster
     /// connection routes it to the node of that slot.
-    async fn acquire_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-        waiter: &str,
-        ttl: Duration,
-        waits: Waits,
-    ) -> Result<AcquireReply, StoreError> {
-        acquire_path::run(&self.conn(), keys, mode, token, waiter, ttl, waits)
+    async fn acquire_path(&self, req: &PathAcquire<'_>) -> Result<AcquireReply, StoreError> {
+        acquire_path::run(&self.conn(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
 
-    async fn release_path(
-        &self,
-        keys: &PathKeys,
-        mode: HierarchyMode,
-        token: &Token,
-    ) -> Result<Ownership, StoreError> {
-        release_path::run(&self.conn(), self.publish(), keys, mode, token)
+    async fn release_path(&self, req: &PathRelease<'_>) -> Result<Ownership, StoreError> {
+        release_path::run(&self.conn(), self.publish(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
@@ -379,22 +322,15 @@ impl Backend for ScriptedStore {
     #[cfg(feature = "test-util")]
     async fn rate_limit_at(
         &self,
-        req: &RateRequest<'_>,
-        now_us: u64,
+        at: &super::ratelimit::RateAt<'_>,
     ) -> Result<RateReply, StoreError> {
-        super::ratelimit::script::check_at(&self.conn(), RateItem::of(req), now_us).await
+        super::ratelimit::script::check_at(&self.conn(), RateItem::of(at.req), at.now_us).await
     }
 
     /// One call per slot (a cluster's shards live in several), all at once; the answers are
     /// put back in the shards' order.
-    async fn bloom(
-        &self,
-        native: bool,
-        op: BloomOp,
-        shape: &BloomShape,
-        shards: &[ShardCall],
-    ) -> Result<Vec<ShardReply>, StoreError> {
-        let conn = self.conn();
+    async fn bloom(&self, call: &BloomCall<'_>) -> Result<Vec<ShardReply>, StoreError> {
+        let (conn, shards) = (self.conn(), call.shards);
         let groups: Vec<Vec<usize>> = match self.inner.route {
             Route::Single(_) => vec![(0..shards.len()).collect()],
             Route::BySlot(_) => {
@@ -410,12 +346,15 @@ impl Backend for ScriptedStore {
             let conn = &conn;
             async move {
                 let group: Vec<ShardCall> = indices.iter().map(|&i| shards[i].clone()).collect();
-                let reply = if native {
-                    bloom_native::run(conn, op, shape, &group).await
-                } else {
-                    bloom::run(conn, op, shape, &group).await
-                };
-                reply.map(|replies| (indices, replies))
+                bloom::run(
+                    conn,
+                    &BloomCall {
+                        shards: &group,
+                        ..*call
+                    },
+                )
+                .await
+                .map(|replies| (indices, replies))
             }
         });
         let mut answers = vec![ShardReply::Missing; shards.len()];
@@ -490,44 +429,20 @@ impl Backend for ScriptedStore {
         peek::set_holders(&mut self.conn(), key).await
     }
 
-    async fn leader_put(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-        record: &Record,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        leader::put(
-            &self.conn(),
-            self.publish(),
-            keys,
-            record_key,
-            token,
-            record,
-            ttl,
-        )
-        .await
-        .map_err(|e| self.deadline(e))
-    }
-
-    async fn leader_read(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-    ) -> Result<Option<Record>, StoreError> {
-        leader::read(&self.conn(), self.publish(), keys, record_key)
+    async fn leader_put(&self, req: &LeaderPut<'_>) -> Result<bool, StoreError> {
+        leader::put(&self.conn(), self.publish(), req)
             .await
             .map_err(|e| self.deadline(e))
     }
 
-    async fn leader_drop(
-        &self,
-        keys: &LockKeys,
-        record_key: &str,
-        token: &Token,
-    ) -> Result<bool, StoreError> {
-        leader::drop(&self.conn(), self.publish(), keys, record_key, token)
+    async fn leader_read(&self, keys: &LeaderKeys<'_>) -> Result<Option<Record>, StoreError> {
+        leader::read(&self.conn(), self.publish(), keys)
+            .await
+            .map_err(|e| self.deadline(e))
+    }
+
+    async fn leader_drop(&self, keys: &LeaderKeys<'_>, token: &Token) -> Result<bool, StoreError> {
+        leader::drop(&self.conn(), self.publish(), keys, token)
             .await
             .map_err(|e| self.deadline(e))
     }

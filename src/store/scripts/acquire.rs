@@ -12,6 +12,7 @@ use super::{Calls, Conn, Lua, Pipe, Publish, Replicas, codes};
 use crate::error::StoreError;
 use crate::keys::{LockKeys, slot_of};
 use crate::store::batch::Batch;
+use crate::store::requests::Acquire;
 use crate::token::Token;
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
@@ -108,6 +109,18 @@ pub(crate) struct AcquireItem {
 }
 
 impl AcquireItem {
+    /// The item of one acquire, owned.
+    pub(crate) fn of(req: &Acquire<'_>) -> Self {
+        Self {
+            keys: req.keys.clone(),
+            token: req.token.clone(),
+            ttl_ms: super::millis(req.ttl),
+            waits: req.waits,
+            replicas: req.replicas,
+            mint: req.mint,
+        }
+    }
+
     /// Whether its first try is the plain command (`SET key token NX PX ttl`): a lazy lease's
     /// acquire by a caller that does not wait yet (a waiter marks the lock or takes a
     /// reservation: the script's work), without replica acknowledgement.

@@ -9,8 +9,7 @@ use redis::Value;
 use super::acquire::Waits;
 use super::{Conn, Lua, millis};
 use crate::error::StoreError;
-use crate::keys::LockKeys;
-use crate::token::Token;
+use crate::store::requests::AcquireAll;
 
 static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -53,24 +52,19 @@ impl AllReply {
     }
 }
 
-/// Takes every lock of `keys` (each with its token of `tokens`) for `ttl`, or none. Not
-/// batched: one call per group.
-pub(crate) async fn run<C: Conn>(
-    conn: &C,
-    keys: &[&LockKeys],
-    tokens: &[Token],
-    ttl: Duration,
-    waits: Waits,
-) -> Result<AllReply, StoreError> {
+/// Takes every lock of `req.keys` (each with its token of `req.tokens`) for `req.ttl`, or
+/// none. Not batched: one call per group.
+pub(crate) async fn run<C: Conn>(conn: &C, req: &AcquireAll<'_>) -> Result<AllReply, StoreError> {
+    let keys = req.keys;
     let mut cmd = SCRIPT.call(2 * keys.len(), keys.len() + 2, 160 * keys.len());
     for k in keys {
         cmd.arg(&k.lock).arg(&*k.fence);
     }
-    for token in tokens {
+    for token in req.tokens {
         cmd.arg(token.as_str());
     }
-    cmd.arg(millis(ttl))
-        .arg(if waits == Waits::No { "0" } else { "1" });
+    cmd.arg(millis(req.ttl))
+        .arg(if req.waits == Waits::No { "0" } else { "1" });
     let reply: Value = SCRIPT.invoke(&cmd, conn).await?;
     let codes = match reply {
         Value::Array(values) => values

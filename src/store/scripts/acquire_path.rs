@@ -4,14 +4,11 @@
 //! `release_path.lua`.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use super::acquire::{AcquireReply, Waits};
+use super::acquire::AcquireReply;
 use super::{Conn, Lua, millis};
 use crate::error::StoreError;
-use crate::keys::PathKeys;
-use crate::mode::HierarchyMode;
-use crate::token::Token;
+use crate::store::requests::PathAcquire;
 
 static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -21,17 +18,13 @@ static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
-/// Takes `keys`' path in `mode` for `token`; `waiter` stays the same across one waiter's
-/// attempts. Not batched.
+/// Takes `req.keys`' path in `req.mode` for `req.token`; `req.waiter` stays the same across
+/// one waiter's attempts. Not batched.
 pub(crate) async fn run<C: Conn>(
     conn: &C,
-    keys: &PathKeys,
-    mode: HierarchyMode,
-    token: &Token,
-    waiter: &str,
-    ttl: Duration,
-    waits: Waits,
+    req: &PathAcquire<'_>,
 ) -> Result<AcquireReply, StoreError> {
+    let keys = req.keys;
     let levels = keys.levels.len();
     let mut cmd = SCRIPT.call(6 * levels + 1, 4 + levels, 200 * levels + 160);
     for level in &keys.levels {
@@ -41,12 +34,12 @@ pub(crate) async fn run<C: Conn>(
         cmd.arg(&level.intent).arg(&level.waited);
     }
     cmd.arg(&*keys.fence);
-    cmd.arg(token.as_str())
-        .arg(millis(ttl))
-        .arg(waits.arg())
-        .arg(waiter);
+    cmd.arg(req.token.as_str())
+        .arg(millis(req.ttl))
+        .arg(req.waits.arg())
+        .arg(req.waiter);
     for level in 0..levels {
-        cmd.arg(mode.on_level(level, levels).index() + 1);
+        cmd.arg(req.mode.on_level(level, levels).index() + 1);
     }
     let code: i64 = SCRIPT.invoke(&cmd, conn).await?;
     Ok(AcquireReply::from_code(code))

@@ -5,13 +5,11 @@
 //! wakes both sides; a reader's are a holder set's (`renew.lua`, `release_entries.lua`).
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use super::acquire::{AcquireReply, Waits};
+use super::acquire::AcquireReply;
 use super::{Conn, Lua, millis};
 use crate::error::StoreError;
-use crate::keys::RwKeys;
-use crate::token::Token;
+use crate::store::requests::RwAcquire;
 
 static READ: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -37,26 +35,25 @@ pub(crate) enum Side {
     Write,
 }
 
-/// Takes one hold of `side` on the read-write lock of `keys`. Not batched.
+/// Takes one hold of `req.side` on the read-write lock of `req.keys`. Not batched.
 pub(crate) async fn run<C: Conn>(
     conn: &C,
-    side: Side,
-    keys: &RwKeys,
-    token: &Token,
-    ttl: Duration,
-    waits: Waits,
+    req: &RwAcquire<'_>,
 ) -> Result<AcquireReply, StoreError> {
-    let script = match side {
+    let script = match req.side {
         Side::Read => &READ,
         Side::Write => &WRITE,
     };
+    let (keys, token) = (req.keys, req.token);
     let mut cmd = script.call(5, 3, 320);
     cmd.arg(&keys.writer.lock)
         .arg(&keys.readers.set)
         .arg(&*keys.intent)
         .arg(&keys.readers.waited)
         .arg(&*keys.readers.fence);
-    cmd.arg(token.as_str()).arg(millis(ttl)).arg(waits.arg());
+    cmd.arg(token.as_str())
+        .arg(millis(req.ttl))
+        .arg(req.waits.arg());
     let code: i64 = script.invoke(&cmd, conn).await?;
     Ok(AcquireReply::from_code(code))
 }

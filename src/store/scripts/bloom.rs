@@ -7,6 +7,7 @@ use redis::Value;
 
 use super::{Conn, Lua};
 use crate::error::StoreError;
+use crate::store::requests::BloomCall;
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("bloom.lua")));
 
@@ -98,16 +99,23 @@ pub(crate) enum ShardReply {
     Count(u64),
 }
 
-/// One call of `script` over `shards` (all in one slot on a cluster), with its ARGV built by
-/// `push_items` for each shard. Shared by both scripts.
-pub(crate) async fn invoke<C: Conn>(
-    script: &Lua,
+/// Runs one call over its shards (all in one slot on a cluster): on bitmaps (`bloom.lua`), or,
+/// when `native`, on the RedisBloom module (`bloom_native.lua`).
+pub(crate) async fn run<C: Conn>(
     conn: &C,
-    op: BloomOp,
-    shape: &BloomShape,
-    shards: &[ShardCall],
-    native: bool,
+    call: &BloomCall<'_>,
 ) -> Result<Vec<ShardReply>, StoreError> {
+    let BloomCall {
+        native,
+        op,
+        shape,
+        shards,
+    } = *call;
+    let script: &Lua = if native {
+        &super::bloom_native::SCRIPT
+    } else {
+        &SCRIPT
+    };
     let keys = if native {
         2 * shards.len()
     } else {
@@ -208,16 +216,6 @@ pub(crate) fn parse(op: BloomOp, text: &Value, items: usize) -> Result<ShardRepl
             ))
         }
     }
-}
-
-/// Runs one bitmap call.
-pub(crate) async fn run<C: Conn>(
-    conn: &C,
-    op: BloomOp,
-    shape: &BloomShape,
-    shards: &[ShardCall],
-) -> Result<Vec<ShardReply>, StoreError> {
-    invoke(&SCRIPT, conn, op, shape, shards, false).await
 }
 
 #[cfg(test)]

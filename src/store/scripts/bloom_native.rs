@@ -5,21 +5,11 @@ use std::sync::LazyLock;
 
 use super::Conn;
 use super::Lua;
-use super::bloom::{BloomOp, BloomShape, ShardCall, ShardReply, invoke};
 use crate::error::StoreError;
 
+/// The script; [`bloom::run`](super::bloom::run) calls it.
 pub(crate) static SCRIPT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("bloom_native.lua")));
-
-/// Runs one call on the module.
-pub(crate) async fn run<C: Conn>(
-    conn: &C,
-    op: BloomOp,
-    shape: &BloomShape,
-    shards: &[ShardCall],
-) -> Result<Vec<ShardReply>, StoreError> {
-    invoke(&SCRIPT, conn, op, shape, shards, true).await
-}
 
 /// Whether the server has the RedisBloom module (`COMMAND INFO BF.RESERVE` names it). An ACL
 /// user without `+command|info` is answered "no": bitmaps need no module.

@@ -43,21 +43,25 @@ pub(crate) const FAIR_CLAIM: Duration = Duration::from_secs(3);
 /// One call on a fair lock's queue.
 #[derive(Debug)]
 pub(crate) enum FairCall<'a> {
-    /// Take the lock if it is free and `waiter` is first (or nobody queues); else, if
-    /// `joins`, keep (or take) `waiter`'s place in the queue.
-    Take {
-        keys: &'a FairKeys,
-        token: &'a Token,
-        ttl: Duration,
-        waiter: &'a str,
-        joins: bool,
-        mint: bool,
-        replicas: Option<Replicas>,
-    },
+    /// Take the lock, or a place in the queue.
+    Take(FairTake<'a>),
     /// `waiter` gives its place up.
     Leave { keys: &'a FairKeys, waiter: &'a str },
     /// How many waiters hold a place.
     Count { keys: &'a FairKeys },
+}
+
+/// A fair lock's take: the lock if it is free and `waiter` is first (or nobody queues); else,
+/// if `joins`, keep (or take) `waiter`'s place in the queue.
+#[derive(Debug)]
+pub(crate) struct FairTake<'a> {
+    pub(crate) keys: &'a FairKeys,
+    pub(crate) token: &'a Token,
+    pub(crate) ttl: Duration,
+    pub(crate) waiter: &'a str,
+    pub(crate) joins: bool,
+    pub(crate) mint: bool,
+    pub(crate) replicas: Option<Replicas>,
 }
 
 /// What a [`FairCall`] answered.
@@ -72,9 +76,12 @@ pub(crate) enum FairReply {
 }
 
 impl FairCall<'_> {
-    fn keys(&self) -> &FairKeys {
+    /// The keys of the fair lock the call is on.
+    pub(crate) fn keys(&self) -> &FairKeys {
         match self {
-            Self::Take { keys, .. } | Self::Leave { keys, .. } | Self::Count { keys } => keys,
+            Self::Take(FairTake { keys, .. }) | Self::Leave { keys, .. } | Self::Count { keys } => {
+                keys
+            }
         }
     }
 }
@@ -96,23 +103,15 @@ pub(crate) async fn run<C: Conn>(
         .arg(&*keys.claims)
         .arg(&*keys.lock.fence);
     match *call {
-        FairCall::Take {
-            token,
-            ttl,
-            waiter,
-            joins,
-            mint,
-            replicas,
-            ..
-        } => {
+        FairCall::Take(ref take) => {
             cmd.arg("take")
-                .arg(token.as_str())
-                .arg(millis(ttl))
-                .arg(waiter)
-                .arg(if joins { "1" } else { "0" })
-                .arg(if mint { "1" } else { "0" })
+                .arg(take.token.as_str())
+                .arg(millis(take.ttl))
+                .arg(take.waiter)
+                .arg(if take.joins { "1" } else { "0" })
+                .arg(if take.mint { "1" } else { "0" })
                 .arg(millis(FAIR_CLAIM));
-            let Some(wanted) = replicas else {
+            let Some(wanted) = take.replicas else {
                 let (code, ahead): (i64, u64) = script.invoke(&cmd, conn).await?;
                 let reply = AcquireReply::from_acquire_code(code);
                 return Ok(FairReply::Take { reply, ahead });

@@ -2,12 +2,10 @@
 //! client (contract in the `.lua` header; see `src/lock/handoff.rs`).
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use super::{Conn, Lua, Ownership, Publish, millis, publish_prelude};
 use crate::error::StoreError;
-use crate::keys::LockKeys;
-use crate::token::Token;
+use crate::store::requests::Handoff;
 
 static PLAIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -47,29 +45,26 @@ impl HandoffReply {
     }
 }
 
-/// Passes the lock of `keys` from token `from` to token `to`, with `ttl`, minting the new
-/// lease's fence if `mint`. Not batched: it only runs for a contended lock.
+/// Passes the lock of `req.keys` from token `req.from` to token `req.to`, with `req.ttl`,
+/// minting the new lease's fence if `req.mint`. Not batched: it only runs for a contended
+/// lock.
 pub(crate) async fn run<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &LockKeys,
-    from: &Token,
-    to: &Token,
-    ttl: Duration,
-    mint: bool,
+    req: &Handoff<'_>,
 ) -> Result<HandoffReply, StoreError> {
     let script = match publish {
         Publish::Plain => &PLAIN,
         Publish::Sharded => &SHARDED,
     };
     let mut cmd = script.call(2, 5, 320);
-    cmd.arg(&keys.lock)
-        .arg(&*keys.fence)
-        .arg(from.as_str())
-        .arg(to.as_str())
-        .arg(millis(ttl))
-        .arg(&keys.channel)
-        .arg(if mint { "1" } else { "0" });
+    cmd.arg(&req.keys.lock)
+        .arg(&*req.keys.fence)
+        .arg(req.from.as_str())
+        .arg(req.to.as_str())
+        .arg(millis(req.ttl))
+        .arg(&req.keys.channel)
+        .arg(if req.mint { "1" } else { "0" });
     let code: i64 = script.invoke(&cmd, conn).await?;
     HandoffReply::from_code(code)
 }

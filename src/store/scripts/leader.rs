@@ -3,13 +3,12 @@
 //! `.lua` header).
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::Value;
 
 use super::{Conn, Lua, Publish, millis, publish_prelude};
 use crate::error::StoreError;
-use crate::keys::LockKeys;
+use crate::store::requests::{LeaderKeys, LeaderPut};
 use crate::token::Token;
 
 static PLAIN: LazyLock<Lua> =
@@ -31,27 +30,23 @@ fn script(publish: Publish) -> &'static Lua {
 /// A leader as its record names it: the term (the lease's fence) and the identity.
 pub(crate) type Record = (u64, String);
 
-/// Writes the record of the lease holding `keys` under `token`, if it still does: whether it
-/// did.
+/// Writes the record of the lease holding `req.keys` under `req.token`, if it still does:
+/// whether it did.
 pub(crate) async fn put<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &LockKeys,
-    record_key: &str,
-    token: &Token,
-    record: &Record,
-    ttl: Duration,
+    req: &LeaderPut<'_>,
 ) -> Result<bool, StoreError> {
     let script = script(publish);
-    let mut cmd = script.call(2, 6, 128 + record.1.len());
-    cmd.arg(&keys.lock)
-        .arg(record_key)
+    let mut cmd = script.call(2, 6, 128 + req.record.1.len());
+    cmd.arg(&req.keys.lock.lock)
+        .arg(req.keys.record_key)
         .arg("put")
-        .arg(&keys.channel)
-        .arg(token.as_str())
-        .arg(record.0)
-        .arg(&record.1)
-        .arg(millis(ttl));
+        .arg(&req.keys.lock.channel)
+        .arg(req.token.as_str())
+        .arg(req.record.0)
+        .arg(&req.record.1)
+        .arg(millis(req.ttl));
     let written: i64 = script.invoke(&cmd, conn).await?;
     Ok(written == 1)
 }
@@ -60,10 +55,9 @@ pub(crate) async fn put<C: Conn>(
 pub(crate) async fn read<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &LockKeys,
-    record_key: &str,
+    keys: &LeaderKeys<'_>,
 ) -> Result<Option<Record>, StoreError> {
-    Ok(read_with_digest(conn, publish, keys, record_key)
+    Ok(read_with_digest(conn, publish, keys)
         .await?
         .map(|(record, _)| record))
 }
@@ -73,15 +67,14 @@ pub(crate) async fn read<C: Conn>(
 pub(crate) async fn read_with_digest<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &LockKeys,
-    record_key: &str,
+    keys: &LeaderKeys<'_>,
 ) -> Result<Option<(Record, String)>, StoreError> {
     let script = script(publish);
     let mut cmd = script.call(2, 2, 128);
-    cmd.arg(&keys.lock)
-        .arg(record_key)
+    cmd.arg(&keys.lock.lock)
+        .arg(keys.record_key)
         .arg("read")
-        .arg(&keys.channel);
+        .arg(&keys.lock.channel);
     let reply: Value = script.invoke(&cmd, conn).await?;
     decode(reply)
 }
@@ -90,16 +83,15 @@ pub(crate) async fn read_with_digest<C: Conn>(
 pub(crate) async fn drop<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &LockKeys,
-    record_key: &str,
+    keys: &LeaderKeys<'_>,
     token: &Token,
 ) -> Result<bool, StoreError> {
     let script = script(publish);
     let mut cmd = script.call(2, 3, 128);
-    cmd.arg(&keys.lock)
-        .arg(record_key)
+    cmd.arg(&keys.lock.lock)
+        .arg(keys.record_key)
         .arg("drop")
-        .arg(&keys.channel)
+        .arg(&keys.lock.channel)
         .arg(token.as_str());
     let dropped: i64 = script.invoke(&cmd, conn).await?;
     Ok(dropped == 1)

@@ -20,6 +20,16 @@ pub(crate) struct MintItem {
     pub(crate) token: Token,
 }
 
+impl MintItem {
+    /// The mint of `token`'s lease on the lock of `keys`, owned.
+    pub(crate) fn of(keys: &LockKeys, token: &Token) -> Self {
+        Self {
+            keys: keys.clone(),
+            token: token.clone(),
+        }
+    }
+}
+
 /// What a mint found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MintReply {

@@ -42,6 +42,16 @@ pub(crate) struct ReleaseItem {
     pub(crate) token: Token,
 }
 
+impl ReleaseItem {
+    /// The release of `token`'s lease on the lock of `keys`, owned.
+    pub(crate) fn of(keys: &LockKeys, token: &Token) -> Self {
+        Self {
+            keys: keys.clone(),
+            token: token.clone(),
+        }
+    }
+}
+
 /// Releases, many per call, publishing their wake-ups as `publish` says.
 #[derive(Clone)]
 pub(crate) struct Releases {

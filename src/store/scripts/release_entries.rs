@@ -6,8 +6,7 @@ use std::sync::LazyLock;
 
 use super::{Conn, Lua, Ownership, Publish, publish_prelude};
 use crate::error::StoreError;
-use crate::keys::SetKeys;
-use crate::token::Token;
+use crate::store::requests::EntriesRelease;
 
 static PLAIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -24,24 +23,22 @@ static SHARDED: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
-/// Removes `count` entries of `token` from the set of `keys`. Not batched.
+/// Removes `req.count` entries of `req.token` from the set of `req.keys`. Not batched.
 pub(crate) async fn run<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &SetKeys,
-    token: &Token,
-    count: u32,
+    req: &EntriesRelease<'_>,
 ) -> Result<Ownership, StoreError> {
     let script = match publish {
         Publish::Plain => &PLAIN,
         Publish::Sharded => &SHARDED,
     };
     let mut cmd = script.call(2, 3, 256);
-    cmd.arg(&keys.set)
-        .arg(&keys.waited)
-        .arg(token.as_str())
-        .arg(count)
-        .arg(&keys.channel);
+    cmd.arg(&req.keys.set)
+        .arg(&req.keys.waited)
+        .arg(req.token.as_str())
+        .arg(req.count)
+        .arg(&req.keys.channel);
     let code: i64 = script.invoke(&cmd, conn).await?;
     Ownership::from_reply(code)
 }

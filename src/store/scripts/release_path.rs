@@ -6,9 +6,7 @@ use std::sync::LazyLock;
 
 use super::{Conn, Lua, Ownership, Publish, publish_prelude};
 use crate::error::StoreError;
-use crate::keys::PathKeys;
-use crate::mode::HierarchyMode;
-use crate::token::Token;
+use crate::store::requests::PathRelease;
 
 static PLAIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -25,25 +23,25 @@ static SHARDED: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
-/// Removes `token`'s entry from every level of `keys`' path taken in `mode`. Not batched.
+/// Removes `req.token`'s entry from every level of `req.keys`' path taken in `req.mode`. Not
+/// batched.
 pub(crate) async fn run<C: Conn>(
     conn: &C,
     publish: Publish,
-    keys: &PathKeys,
-    mode: HierarchyMode,
-    token: &Token,
+    req: &PathRelease<'_>,
 ) -> Result<Ownership, StoreError> {
     let script = match publish {
         Publish::Plain => &PLAIN,
         Publish::Sharded => &SHARDED,
     };
+    let (keys, mode) = (req.keys, req.mode);
     let levels = keys.levels.len();
     let mut cmd = script.call(2 * levels, 2, 120 * levels + 96);
     for (i, level) in keys.levels.iter().enumerate() {
         cmd.arg(level.holders_of(mode.on_level(i, levels)))
             .arg(&level.waited);
     }
-    cmd.arg(token.as_str()).arg(&keys.channel);
+    cmd.arg(req.token.as_str()).arg(&keys.channel);
     let code: i64 = script.invoke(&cmd, conn).await?;
     Ownership::from_reply(code)
 }
