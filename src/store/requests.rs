@@ -5,10 +5,7 @@
 use std::time::Duration;
 
 use super::scripts::Replicas;
-use super::scripts::acquire::Waits;
-use super::scripts::acquire_rw::Side;
-use super::scripts::bloom::{BloomOp, BloomShape, ShardCall};
-use super::scripts::leader::Record;
+pub(crate) use super::scripts::bloom::BloomCall;
 use crate::keys::{LockKeys, PathKeys, RwKeys, SetKeys};
 use crate::mode::HierarchyMode;
 use crate::token::Token;
@@ -106,12 +103,44 @@ pub(crate) struct LeaderPut<'a> {
     pub(crate) ttl: Duration,
 }
 
-/// One Bloom filter operation on `shards`, kept in bitmaps (`bloom.lua`) or, when `native`,
-/// by the RedisBloom module (`bloom_native.lua`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BloomCall<'a> {
-    pub(crate) native: bool,
-    pub(crate) op: BloomOp,
-    pub(crate) shape: &'a BloomShape,
-    pub(crate) shards: &'a [ShardCall],
+/// Whether an acquire's caller waits for the lock's release, which decides whether its holder
+/// publishes a wake-up when it releases, and whether the release reserves the lock for a
+/// waiter that has waited long. The in-memory store wakes its local waiters on every release
+/// and only looks at [`Waits::Starving`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// A first attempt, or a caller that does not wait.
+    No,
+    /// The caller listens on the release channel: a busy lock is marked as waited for.
+    Listening,
+    /// As `Listening`, and other local waiters listen too: a granted lock is also marked, as
+    /// they may be asleep on a mark its releaser consumed.
+    WithOthers,
+    /// As `WithOthers`, and the caller has waited longer than the starvation threshold: a
+    /// busy lock is marked so that its release reserves it for such a waiter, and a reserved
+    /// lock is taken.
+    Starving,
 }
+
+impl Waits {
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Self::No => "0",
+            Self::Listening => "1",
+            Self::WithOthers => "2",
+            Self::Starving => "3",
+        }
+    }
+}
+
+/// Which side of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A reader: many at once, none while a writer holds or waits.
+    Read,
+    /// The writer: alone.
+    Write,
+}
+
+/// A leader as its record names it: the term (the lease's fence) and the identity.
+pub(crate) type Record = (u64, String);

@@ -42,8 +42,9 @@ pub(super) async fn refuse_repeated_addresses(
         for (j, theirs) in resolved.iter().enumerate().skip(i + 1) {
             if let Some(shared) = mine.intersection(theirs).next() {
                 return Err(twice(
-                    &super::node::node_name(&nodes[i]),
-                    &super::node::node_name(&nodes[j]),
+                    // `host:port`, as the nodes are named in messages.
+                    &nodes[i].addr().to_string(),
+                    &nodes[j].addr().to_string(),
                     &format!("both lead to {}", describe(shared)),
                 ));
             }

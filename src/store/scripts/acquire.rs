@@ -13,6 +13,7 @@ use crate::error::StoreError;
 use crate::keys::{LockKeys, slot_of};
 use crate::store::batch::Batch;
 use crate::store::requests::Acquire;
+pub(crate) use crate::store::requests::Waits;
 use crate::token::Token;
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| {
@@ -61,36 +62,6 @@ impl AcquireReply {
                     .ok()
                     .map(std::time::Duration::from_millis),
             },
-        }
-    }
-}
-
-/// Whether an acquire's caller waits for the lock's release, which decides whether its holder
-/// publishes a wake-up when it releases, and whether the release reserves the lock for a
-/// waiter that has waited long. The in-memory store wakes its local waiters on every release
-/// and only looks at [`Waits::Starving`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waits {
-    /// A first attempt, or a caller that does not wait.
-    No,
-    /// The caller listens on the release channel: a busy lock is marked as waited for.
-    Listening,
-    /// As `Listening`, and other local waiters listen too: a granted lock is also marked, as
-    /// they may be asleep on a mark its releaser consumed.
-    WithOthers,
-    /// As `WithOthers`, and the caller has waited longer than the starvation threshold: a
-    /// busy lock is marked so that its release reserves it for such a waiter, and a reserved
-    /// lock is taken.
-    Starving,
-}
-
-impl Waits {
-    pub(crate) fn arg(self) -> &'static str {
-        match self {
-            Self::No => "0",
-            Self::Listening => "1",
-            Self::WithOthers => "2",
-            Self::Starving => "3",
         }
     }
 }

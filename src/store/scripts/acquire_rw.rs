@@ -10,6 +10,7 @@ use super::acquire::AcquireReply;
 use super::{Conn, Lua, millis};
 use crate::error::StoreError;
 use crate::store::requests::RwAcquire;
+pub(crate) use crate::store::requests::Side;
 
 static READ: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -25,15 +26,6 @@ static WRITE: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("acquire_write.lua")
     ))
 });
-
-/// Which side of a read-write lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    /// A reader: many at once, none while a writer holds or waits.
-    Read,
-    /// The writer: alone.
-    Write,
-}
 
 /// Takes one hold of `req.side` on the read-write lock of `req.keys`. Not batched.
 pub(crate) async fn run<C: Conn>(

@@ -7,7 +7,6 @@ use redis::Value;
 
 use super::{Conn, Lua};
 use crate::error::StoreError;
-use crate::store::requests::BloomCall;
 
 pub(crate) static SCRIPT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("bloom.lua")));
 
@@ -82,6 +81,16 @@ impl ShardCall {
             self.items.len()
         }
     }
+}
+
+/// One Bloom filter operation on `shards`, kept in bitmaps (`bloom.lua`) or, when `native`,
+/// by the RedisBloom module (`bloom_native.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BloomCall<'a> {
+    pub(crate) native: bool,
+    pub(crate) op: BloomOp,
+    pub(crate) shape: &'a BloomShape,
+    pub(crate) shards: &'a [ShardCall],
 }
 
 /// One shard's answer.

@@ -8,6 +8,7 @@ use redis::Value;
 
 use super::{Conn, Lua, Publish, millis, publish_prelude};
 use crate::error::StoreError;
+pub(crate) use crate::store::requests::Record;
 use crate::store::requests::{LeaderKeys, LeaderPut};
 use crate::token::Token;
 
@@ -26,9 +27,6 @@ fn script(publish: Publish) -> &'static Lua {
         Publish::Sharded => &SHARDED,
     }
 }
-
-/// A leader as its record names it: the term (the lease's fence) and the identity.
-pub(crate) type Record = (u64, String);
 
 /// Writes the record of the lease holding `req.keys` under `req.token`, if it still does:
 /// whether it did.
