@@ -27,6 +27,7 @@
 //! The grammars are in the modules' docs: [`rate`], [`policy`], [`duration`]; the lock
 //! options every door reads by name are in [`options`].
 
+mod algorithm;
 pub mod bounds;
 pub mod duration;
 pub mod options;

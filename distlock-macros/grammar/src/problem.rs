@@ -5,8 +5,8 @@ use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
 
+use crate::algorithm::Algorithm;
 use crate::bounds::{MAX_LOG_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD};
-use crate::policy::Algorithm;
 
 /// What a rate looks like, for messages.
 const RATE_EXAMPLES: &str = "\"100/s\", \"1000/h burst 50\", \"10 per 2s\"";
