@@ -285,12 +285,7 @@ fn over_the_rate(run: &Run, shape: &Shape) -> u64 {
 }
 
 pub async fn run(job: Job<'_>) -> Result<Outcome, String> {
-    let Job {
-        workload,
-        peer,
-        targets,
-        args,
-    } = job;
+    let (workload, peer, targets, args) = job.parts();
     let shape = shape(workload, args)?;
     let mut probe = Probe::connect(&targets.nodes(workload)?).await?;
     probe.flush().await?;

@@ -52,12 +52,7 @@ impl Calls {
 }
 
 pub async fn run(job: Job<'_>) -> Result<Outcome, String> {
-    let Job {
-        workload,
-        peer,
-        targets,
-        args,
-    } = job;
+    let (workload, peer, targets, args) = job.parts();
     let url = targets.single()?;
     let spread: u64 = match workload {
         Workload::RlsOneDescriptor => 1,

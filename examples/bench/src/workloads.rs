@@ -497,18 +497,20 @@ pub struct Job<'a> {
     pub args: &'a Args,
 }
 
+impl<'a> Job<'a> {
+    /// The workload, the peer, the servers and the settings.
+    pub fn parts(self) -> (Workload, Peer, &'a Targets, &'a Args) {
+        (self.workload, self.peer, self.targets, self.args)
+    }
+}
+
 struct TaskResult {
     samples: Samples,
     errors: u64,
 }
 
 pub async fn run(job: Job<'_>) -> Result<Outcome, String> {
-    let Job {
-        workload,
-        peer,
-        targets,
-        args,
-    } = job;
+    let (workload, peer, targets, args) = job.parts();
     match workload {
         Workload::WatchdogScale => {
             return crate::watchdog::run(peer, targets.single()?, args, workload.shape()).await;
