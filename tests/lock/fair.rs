@@ -163,17 +163,13 @@ async fn a_dropped_waiter_leaves_its_place(f: Fixture) {
 }
 
 on_both_stores!(
-    granted_in_arrival_order,
     a_newcomer_never_jumps_the_queue,
     a_waiter_that_gives_up_leaves_at_once,
     a_dropped_waiter_leaves_its_place,
 );
 
-/// On a Cluster: the queue sits in the lock's slot, and the order holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn granted_in_arrival_order_on_a_cluster() {
-    granted_in_arrival_order(Fixture::on_shared_cluster("fair-order").await).await;
-}
+// On a Cluster too: the queue sits in the lock's slot, and the order holds.
+on_both_stores!(on_a_cluster_too: granted_in_arrival_order);
 
 /// A Redlock quorum refuses fair locks with a typed error, at the acquire and the read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -233,7 +233,31 @@ pub async fn shared_cluster_client(prefix: &str) -> Client {
         .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()))
 }
 
+/// Runs each test body on a single Redis primary and in memory, as `mod <body> { redis,
+/// memory }`. `paused_memory:` runs the memory one on a paused clock; `on_a_cluster_too:` adds
+/// `on_a_cluster`, the same body on the process's shared Cluster (the version matrix skips it
+/// below Redis 7, by that name).
 macro_rules! on_both_stores {
+    (on_a_cluster_too: $($body:ident),* $(,)?) => {$(
+        mod $body {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::$body($crate::support::fixture::Fixture::redis().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                super::$body($crate::support::fixture::Fixture::memory()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_a_cluster() {
+                let prefix = stringify!($body);
+                super::$body($crate::support::fixture::Fixture::on_shared_cluster(prefix).await)
+                    .await;
+            }
+        }
+    )*};
     (paused_memory: $($body:ident),* $(,)?) => {$(
         mod $body {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
