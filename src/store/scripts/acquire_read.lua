@@ -28,13 +28,7 @@ prune(readers, now)
 if not holds(readers, token, now) then
   local writer = redis.call('GET', writer_key)
   if writer then
-    if waits ~= '0' then
-      local last = string.byte(writer, -1)
-      if last ~= 42 and last ~= 33 then -- 42: '*', 33: '!'
-        redis.call('APPEND', writer_key, '*')
-      end
-    end
-    return -math.max(0, redis.call('PTTL', writer_key)) - 1
+    return writer_busy(writer_key, writer, waits)
   end
   local wanted = redis.call('PTTL', intent)
   if wanted > 0 then

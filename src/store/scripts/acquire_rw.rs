@@ -1,4 +1,5 @@
-//! `acquire_read.lua` and `acquire_write.lua`, after `fence.lua` and `holders.lua`: take a
+//! `acquire_read.lua` and `acquire_write.lua`, after `fence.lua`, `holders.lua` and
+//! `writer_busy.lua` (the busy answer both give when a writer holds the lock): take a
 //! read or the write hold of a read-write lock and mint the grant's fence. The two scripts
 //! share one contract (KEYS, ARGV, reply; see the `.lua` headers), so one module owns both.
 //! A writer's renewal is a lock's (`renew.lua`) and its release `release_writer.lua`, which
@@ -16,6 +17,7 @@ static READ: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("fence.lua"),
         include_str!("holders.lua"),
+        include_str!("writer_busy.lua"),
         include_str!("acquire_read.lua")
     ))
 });
@@ -23,6 +25,7 @@ static WRITE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("fence.lua"),
         include_str!("holders.lua"),
+        include_str!("writer_busy.lua"),
         include_str!("acquire_write.lua")
     ))
 });

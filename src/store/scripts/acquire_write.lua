@@ -22,13 +22,7 @@ if writer == token or writer == token .. '*' or writer == token .. '!' then
   return mint(KEYS[5], 1)
 end
 if writer then
-  if waits ~= '0' then
-    local last = string.byte(writer, -1)
-    if last ~= 42 and last ~= 33 then -- 42: '*', 33: '!'
-      redis.call('APPEND', writer_key, '*')
-    end
-  end
-  return -math.max(0, redis.call('PTTL', writer_key)) - 1
+  return writer_busy(writer_key, writer, waits)
 end
 local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
 if last[2] then
