@@ -88,6 +88,25 @@ local function decide_policy(cost, need)
   return d
 end
 
+-- `text` with decision d's five figures appended: first breaching its lockout when `breach`
+-- and it denied while not blocked, then applying its write when `charged` (its figures are
+-- then those after the charge, else those before).
+local function answer(text, d, breach, charged)
+  if d.lockout and breach and not d.allowed and d.locked == 0 then
+    lockout_breach(d, now, slack)
+  end
+  local allowed, remaining, reset = 0, d.remaining, d.reset
+  if d.allowed then
+    allowed = 1
+  end
+  if charged then
+    d.apply(slack)
+    remaining, reset = d.after_remaining, d.after_reset
+  end
+  -- %d prints the whole number exactly (every value here is an integer below 2^53).
+  return text .. string.format(' %d %d %d %d %d', allowed, remaining, d.retry, reset, d.locked)
+end
+
 -- One check of n policies, read from ARGV[arg..] and KEYS[key..] (both advanced): its reply,
 -- with `second` (or 0) as its second number. If it is not applied and it is an `attempt`,
 -- every lockout policy that denied while not blocked is breached.
@@ -106,20 +125,7 @@ local function check(cost, need, n, second, attempt)
     text = '1 ' .. int_str(second or 0)
   end
   for i = 1, n do
-    local d = decisions[i]
-    if d.lockout and attempt and not applied and not d.allowed and d.locked == 0 then
-      lockout_breach(d, now, slack)
-    end
-    local allowed, remaining, reset = 0, d.remaining, d.reset
-    if d.allowed then
-      allowed = 1
-    end
-    if applied then
-      d.apply(slack)
-      remaining, reset = d.after_remaining, d.after_reset
-    end
-    -- %d prints the whole number exactly (every value here is an integer below 2^53).
-    text = text .. string.format(' %d %d %d %d %d', allowed, remaining, d.retry, reset, d.locked)
+    text = answer(text, decisions[i], attempt and not applied, applied)
   end
   return text
 end
@@ -149,19 +155,7 @@ local function any_of(cost, need, n)
     text = '1 ' .. int_str(charged)
   end
   for i = 1, n do
-    local d = decisions[i]
-    if d.lockout and attempt and not d.allowed and d.locked == 0 then
-      lockout_breach(d, now, slack)
-    end
-    local allowed, remaining, reset = 0, d.remaining, d.reset
-    if d.allowed then
-      allowed = 1
-    end
-    if i == charged then
-      d.apply(slack)
-      remaining, reset = d.after_remaining, d.after_reset
-    end
-    text = text .. string.format(' %d %d %d %d %d', allowed, remaining, d.retry, reset, d.locked)
+    text = answer(text, decisions[i], attempt, i == charged)
   end
   return text
 end
