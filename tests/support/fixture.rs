@@ -238,12 +238,15 @@ pub async fn shared_cluster_client(prefix: &str) -> Client {
 /// `on_a_cluster`, the same body on the process's shared Cluster (the version matrix skips it
 /// below Redis 7, by that name).
 macro_rules! on_both_stores {
+    (@redis $body:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn redis() {
+            super::$body($crate::support::fixture::Fixture::redis().await).await;
+        }
+    };
     (on_a_cluster_too: $($body:ident),* $(,)?) => {$(
         mod $body {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                super::$body($crate::support::fixture::Fixture::redis().await).await;
-            }
+            $crate::support::fixture::on_both_stores!(@redis $body);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory() {
@@ -260,10 +263,7 @@ macro_rules! on_both_stores {
     )*};
     (paused_memory: $($body:ident),* $(,)?) => {$(
         mod $body {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                super::$body($crate::support::fixture::Fixture::redis().await).await;
-            }
+            $crate::support::fixture::on_both_stores!(@redis $body);
 
             #[tokio::test(start_paused = true)]
             async fn memory() {
@@ -273,10 +273,7 @@ macro_rules! on_both_stores {
     )*};
     ($($body:ident),* $(,)?) => {$(
         mod $body {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                super::$body($crate::support::fixture::Fixture::redis().await).await;
-            }
+            $crate::support::fixture::on_both_stores!(@redis $body);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory() {
